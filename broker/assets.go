@@ -1,0 +1,176 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Default limits of the fabric's JetStream assets.
+const (
+	DefaultMaxAge     = 7 * 24 * time.Hour
+	DefaultMaxBytes   = 4 << 30 // 4 GiB
+	DefaultDuplicates = 2 * time.Minute
+	DefaultNodeTTL    = 15 * time.Second
+)
+
+// Assets are the limits of the stream and buckets the fabric provisions.
+// The zero value means the defaults.
+type Assets struct {
+	// MaxAge drops events older than this; DefaultMaxAge when zero, no
+	// age limit when negative.
+	MaxAge time.Duration
+	// MaxBytes drops the oldest events beyond this size; DefaultMaxBytes
+	// when zero, no size limit when negative.
+	MaxBytes int64
+	// Duplicates is the window in which a republished Nats-Msg-Id is
+	// recognised and dropped; DefaultDuplicates when zero.
+	Duplicates time.Duration
+	// Replicas is the copies kept of the stream and buckets; 1 when zero.
+	Replicas int
+	// NodeTTL is how long a node's heartbeat entry lives; DefaultNodeTTL
+	// when zero.
+	NodeTTL time.Duration
+}
+
+func (a Assets) withDefaults() Assets {
+	if a.MaxAge == 0 {
+		a.MaxAge = DefaultMaxAge
+	}
+	if a.MaxBytes == 0 {
+		a.MaxBytes = DefaultMaxBytes
+	}
+	if a.Duplicates == 0 {
+		a.Duplicates = DefaultDuplicates
+	}
+	if a.Replicas == 0 {
+		a.Replicas = 1
+	}
+	if a.NodeTTL == 0 {
+		a.NodeTTL = DefaultNodeTTL
+	}
+	return a
+}
+
+func (a Assets) validate() error {
+	switch {
+	case a.MaxAge > 0 && a.MaxAge < a.Duplicates:
+		return fmt.Errorf("stream max age %s is shorter than the duplicate window %s", a.MaxAge, a.Duplicates)
+	case a.Duplicates < 0:
+		return fmt.Errorf("duplicate window %s is negative", a.Duplicates)
+	case a.Replicas < 1 || a.Replicas > 5:
+		return fmt.Errorf("replicas %d is out of range (1-5)", a.Replicas)
+	case a.NodeTTL < time.Second:
+		return fmt.Errorf("node TTL %s is shorter than a second", a.NodeTTL)
+	}
+	return nil
+}
+
+// StreamConfig returns the configuration of the AGENTS stream.
+func (a Assets) StreamConfig() jetstream.StreamConfig {
+	a = a.withDefaults()
+	maxAge := a.MaxAge
+	if maxAge < 0 {
+		maxAge = 0
+	}
+	maxBytes := a.MaxBytes
+	if maxBytes < 0 {
+		maxBytes = -1
+	}
+	return jetstream.StreamConfig{
+		Name:        schemas.StreamName,
+		Description: "Shoal agent events: agent.<id>, Kaimon's {kind, turn, data} envelope",
+		Subjects:    []string{schemas.EventSubjects},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      maxAge,
+		MaxBytes:    maxBytes,
+		MaxMsgs:     -1,
+		Duplicates:  a.Duplicates,
+		Replicas:    a.Replicas,
+		AllowDirect: true,
+	}
+}
+
+// Provision creates or updates the AGENTS stream and the KV buckets on a
+// JetStream deployment, embedded or not. It is idempotent. While the
+// JetStream cluster elects a leader it retries until ctx ends.
+func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
+	a = a.withDefaults()
+	if err := a.validate(); err != nil {
+		return err
+	}
+	steps := []struct {
+		what string
+		do   func(context.Context) error
+	}{
+		{"stream " + schemas.StreamName, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateStream(ctx, a.StreamConfig())
+			return err
+		}},
+		{"KV bucket " + schemas.AgentsBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      schemas.AgentsBucket,
+				Description: "Shoal agent records: agent id -> agent_status, written by the owner node",
+				History:     4,
+				Storage:     jetstream.FileStorage,
+				Replicas:    a.Replicas,
+			})
+			return err
+		}},
+		{"KV bucket " + schemas.NodesBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:         schemas.NodesBucket,
+				Description:    "Shoal nodes: capabilities, load and heartbeat; an entry expires when its node goes quiet",
+				History:        1,
+				TTL:            a.NodeTTL,
+				LimitMarkerTTL: a.NodeTTL,
+				Storage:        jetstream.FileStorage,
+				Replicas:       a.Replicas,
+			})
+			return err
+		}},
+	}
+	for _, s := range steps {
+		if err := retryUnavailable(ctx, s.do); err != nil {
+			return fmt.Errorf("provision %s: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// retryUnavailable runs do until it succeeds, fails for a reason other
+// than JetStream being briefly unavailable, or ctx ends.
+func retryUnavailable(ctx context.Context, do func(context.Context) error) error {
+	delay := 50 * time.Millisecond
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := do(attempt)
+		cancel()
+		if err == nil || !transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}

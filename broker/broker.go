@@ -1,0 +1,216 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// internalUser is the account the broker's own in-process connections use
+// when clients must authenticate.
+const internalUser = "shoal-internal"
+
+// Broker is an embedded NATS server with JetStream and the fabric's assets.
+type Broker struct {
+	cfg      Config
+	srv      *server.Server
+	log      *serverLog
+	internal string // password of internalUser, when users are configured
+
+	shutdownOnce sync.Once
+}
+
+// New checks cfg and prepares a server; Start runs it.
+func New(cfg Config) (*Broker, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Broker{cfg: cfg, log: newServerLog(cfg.Logger)}
+	opts, err := b.options()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("configure NATS server: %w", err)
+	}
+	srv.SetLoggerV2(b.log, false, false, false)
+	b.srv = srv
+	return b, nil
+}
+
+func (b *Broker) options() (*server.Options, error) {
+	c := b.cfg
+	opts := &server.Options{
+		ServerName:            c.ServerName,
+		Host:                  c.Host,
+		Port:                  c.Port,
+		DontListen:            c.DontListen,
+		JetStream:             true,
+		StoreDir:              c.StoreDir,
+		MaxPayload:            c.MaxPayload,
+		MaxPending:            max(int64(c.MaxPayload)*4, 64<<20),
+		NoSigs:                true,
+		NoSystemAccount:       false,
+		DisableShortFirstPing: true,
+	}
+	if c.Cluster.Name != "" {
+		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
+		for _, r := range c.Cluster.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	if c.Leaf.Port != 0 {
+		opts.LeafNode = server.LeafNodeOpts{Host: c.Leaf.Host, Port: c.Leaf.Port}
+	}
+	if len(c.Users) > 0 {
+		b.internal = randomSecret()
+		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: b.internal})
+		for _, u := range c.Users {
+			opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password})
+		}
+	}
+	return opts, nil
+}
+
+// Start runs the server, waits until it accepts connections and
+// provisions the stream and buckets. It returns a clear error when the
+// store is not writable, the port is taken or JetStream cannot start.
+func (b *Broker) Start(ctx context.Context) error {
+	if err := checkWritable(b.cfg.StoreDir); err != nil {
+		return err
+	}
+	go b.srv.Start()
+	ready := make(chan bool, 1)
+	go func() { ready <- b.srv.ReadyForConnections(b.cfg.ReadyTimeout) }()
+	select {
+	case ok := <-ready:
+		if !ok {
+			b.Shutdown()
+			if err := b.log.fatal(); err != nil {
+				return err
+			}
+			return fmt.Errorf("NATS server not ready after %s", b.cfg.ReadyTimeout)
+		}
+	case err := <-b.log.fatalCh:
+		b.Shutdown()
+		return err
+	case <-ctx.Done():
+		b.Shutdown()
+		return ctx.Err()
+	}
+	nc, err := b.Connect(nats.Name("shoal-broker"))
+	if err != nil {
+		b.Shutdown()
+		return fmt.Errorf("connect to the embedded server: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Shutdown()
+		return err
+	}
+	if err := Provision(ctx, js, b.cfg.Assets); err != nil {
+		b.Shutdown()
+		return err
+	}
+	return nil
+}
+
+// Connect opens an in-process client connection to the server.
+func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	all := []nats.Option{nats.InProcessServer(b.srv)}
+	if b.internal != "" {
+		all = append(all, nats.UserInfo(internalUser, b.internal))
+	}
+	return nats.Connect("", append(all, opts...)...)
+}
+
+// ClientURL is the URL clients dial, e.g. nats://127.0.0.1:4222.
+func (b *Broker) ClientURL() string { return b.srv.ClientURL() }
+
+// LeafURL is the URL leaf nodes dial, or "" when leaf connections are off.
+func (b *Broker) LeafURL() string {
+	if b.cfg.Leaf.Port == 0 {
+		return ""
+	}
+	v, err := b.srv.Varz(nil)
+	if err != nil || v.LeafNode.Port <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("nats-leaf://%s", net.JoinHostPort(v.LeafNode.Host, strconv.Itoa(v.LeafNode.Port)))
+}
+
+// ClusterURL is the URL other cluster members route to, or "".
+func (b *Broker) ClusterURL() string {
+	if b.cfg.Cluster.Name == "" {
+		return ""
+	}
+	addr := b.srv.ClusterAddr()
+	if addr == nil {
+		return ""
+	}
+	return fmt.Sprintf("nats-route://%s", addr.String())
+}
+
+// StoreDir is where JetStream keeps its files.
+func (b *Broker) StoreDir() string { return b.cfg.StoreDir }
+
+// Server exposes the embedded server, for monitoring and tests.
+func (b *Broker) Server() *server.Server { return b.srv }
+
+// Shutdown stops the server and waits for it to finish writing. It is
+// safe to call more than once.
+func (b *Broker) Shutdown() {
+	b.shutdownOnce.Do(func() {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	})
+}
+
+// checkWritable makes dir and proves a file can be created in it, so a bad
+// store dir fails with its own name rather than deep inside JetStream.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("store dir %s: %w", dir, unwrapPath(err))
+	}
+	f, err := os.CreateTemp(dir, ".shoal-probe-*")
+	if err != nil {
+		return fmt.Errorf("store dir %s is not writable: %w", dir, unwrapPath(err))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}
+
+func randomSecret() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("broker: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,281 @@
+package broker_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func TestPublishLandsInStream(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 10*time.Second)
+
+	ack, err := js.Publish(ctx, "agent.x", []byte(`{"kind":"status","turn":0,"data":{"status":"idle"}}`))
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if ack.Stream != schemas.StreamName {
+		t.Fatalf("stored in %q, want %s", ack.Stream, schemas.StreamName)
+	}
+	s, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := s.GetMsg(ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Subject != "agent.x" || !strings.Contains(string(msg.Data), `"idle"`) {
+		t.Fatalf("got %s %s", msg.Subject, msg.Data)
+	}
+	// Control subjects are never captured by the event stream.
+	if _, err := js.Publish(ctx, "shoal.node.n1.open", []byte(`{}`)); !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Fatalf("publish to a control subject went to a stream: %v", err)
+	}
+}
+
+func TestRestartKeepsMessagesAndAppliesLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func(maxAge time.Duration) *broker.Broker {
+		b := natstest.Start(t, func(c *broker.Config) {
+			c.StoreDir = dir
+			c.Assets.MaxAge = maxAge
+		})
+		return b
+	}
+	b := start(time.Hour)
+	_, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 20*time.Second)
+	for i := range 3 {
+		if _, err := js.Publish(ctx, "agent.x", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "x", []byte(`{"id":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	b.Shutdown()
+
+	b2 := start(2 * time.Hour)
+	_, js2 := natstest.JetStream(t, b2)
+	s, err := js2.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("after restart the stream has %d messages, want 3", info.State.Msgs)
+	}
+	if info.Config.MaxAge != 2*time.Hour {
+		t.Fatalf("max age after restart = %s, want the new 2h", info.Config.MaxAge)
+	}
+	msg, err := s.GetMsg(ctx, 3)
+	if err != nil || string(msg.Data) != "2" {
+		t.Fatalf("message 3 = %v %v", msg, err)
+	}
+	kv2, err := js2.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv2.Get(ctx, "x"); err != nil || string(e.Value()) != `{"id":"x"}` {
+		t.Fatalf("agent record after restart: %v %v", e, err)
+	}
+}
+
+func TestProvisionIsIdempotent(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 10*time.Second)
+	if _, err := js.Publish(ctx, "agent.y", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := broker.Provision(ctx, js, broker.Assets{MaxBytes: 128 << 20}); err != nil {
+			t.Fatalf("provision again: %v", err)
+		}
+	}
+	s, _ := js.Stream(ctx, schemas.StreamName)
+	info, _ := s.Info(ctx)
+	if info.State.Msgs != 1 || info.Config.MaxBytes != 128<<20 {
+		t.Fatalf("msgs %d max bytes %d", info.State.Msgs, info.Config.MaxBytes)
+	}
+	for _, name := range []string{schemas.AgentsBucket, schemas.NodesBucket} {
+		if _, err := js.KeyValue(ctx, name); err != nil {
+			t.Errorf("bucket %s: %v", name, err)
+		}
+	}
+}
+
+func TestDuplicateMsgIDIsStoredOnce(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 10*time.Second)
+	id := schemas.MsgID("x", 1)
+	first, err := js.Publish(ctx, "agent.x", []byte("a"), jetstream.WithMsgID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := js.Publish(ctx, "agent.x", []byte("a"), jetstream.WithMsgID(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Duplicate || second.Sequence != first.Sequence {
+		t.Fatalf("retry was stored again: %+v then %+v", first, second)
+	}
+}
+
+func TestLargePayloads(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	nc, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 20*time.Second)
+	if got := nc.MaxPayload(); got != broker.DefaultMaxPayload {
+		t.Fatalf("server max payload %d, want %d", got, broker.DefaultMaxPayload)
+	}
+	big := make([]byte, 7<<20)
+	if _, err := js.Publish(ctx, "agent.big", big); err != nil {
+		t.Fatalf("a 7 MiB event: %v", err)
+	}
+	_, err := js.Publish(ctx, "agent.big", make([]byte, 9<<20))
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("a 9 MiB event: got %v, want ErrMaxPayload", err)
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	b, err := broker.New(broker.Config{Port: port, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	err = b.Start(natstest.Context(t, 20*time.Second))
+	want := "127.0.0.1:" + strconv.Itoa(port) + ": address already in use"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want it to say %q", err, want)
+	}
+}
+
+func TestStoreDirNotWritable(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(broker.Config{Port: -1, StoreDir: filepath.Join(file, "store")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	err = b.Start(natstest.Context(t, 10*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "store dir") || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("got %v, want a store dir error", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		cfg  broker.Config
+		want string
+	}{
+		{broker.Config{Host: "0.0.0.0"}, "without authentication"},
+		{broker.Config{Host: "192.0.2.1"}, "without authentication"},
+		{broker.Config{Cluster: broker.ClusterConfig{Name: "c", Host: "0.0.0.0"}, ServerName: "s"}, "cluster connections"},
+		{broker.Config{Leaf: broker.LeafConfig{Host: "0.0.0.0", Port: 7422}}, "leaf-node connections"},
+		{broker.Config{Port: 70000}, "port 70000"},
+		{broker.Config{MaxPayload: 100 << 20}, "max payload"},
+		{broker.Config{Cluster: broker.ClusterConfig{Name: "c"}}, "server name"},
+		{broker.Config{Users: []broker.User{{Name: "a"}}}, "password"},
+		{broker.Config{Assets: broker.Assets{MaxAge: time.Second}}, "shorter than the duplicate window"},
+		{broker.Config{Assets: broker.Assets{Replicas: 7}}, "replicas"},
+	}
+	for _, c := range cases {
+		_, err := broker.New(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, want an error about %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := broker.New(broker.Config{Host: "0.0.0.0", Users: []broker.User{{Name: "a", Password: "b"}}}); err != nil {
+		t.Errorf("an authenticated non-loopback listener was refused: %v", err)
+	}
+}
+
+func TestUsersAreRequired(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t, func(c *broker.Config) {
+		c.Users = []broker.User{{Name: "alice", Password: "s3cret"}}
+	})
+	if _, err := nats.Connect(b.ClientURL()); err == nil || !strings.Contains(err.Error(), "Authorization") {
+		t.Fatalf("anonymous client: got %v, want an authorization error", err)
+	}
+	nc := natstest.Connect(t, b, nats.UserInfo("alice", "s3cret"))
+	if !nc.IsConnected() {
+		t.Fatal("alice is not connected")
+	}
+	internal, err := b.Connect()
+	if err != nil {
+		t.Fatalf("in-process connection: %v", err)
+	}
+	internal.Close()
+}
+
+// A node's heartbeat entry expires after the TTL and watchers are told.
+func TestNodeEntriesExpire(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = time.Second })
+	_, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 20*time.Second)
+	kv, err := js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := kv.Put(ctx, "n1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				return // the expiry marker
+			}
+		case <-ctx.Done():
+			t.Fatal("the node entry never expired")
+		}
+	}
+}

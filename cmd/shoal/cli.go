@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the command failed
+	exitUsage = 2 // the command line or configuration is wrong
+)
+
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// command is one verb of the shoal binary.
+type command struct {
+	name    string
+	args    string // the positional arguments, for the usage line
+	summary string // one line, for `shoal help`
+	help    string // paragraphs, for `shoal <name> --help`
+	// flags registers the command's settings on fs, writing into the
+	// returned runner's state.
+	flags func(fs *flag.FlagSet) runner
+}
+
+// runner runs a parsed command.
+type runner func(ctx context.Context, env *environment, args []string) error
+
+// environment is what every command gets besides its flags.
+type environment struct {
+	io     stdio
+	getenv func(string) string
+}
+
+func commands() []*command {
+	return []*command{upCommand(), versionCommand()}
+}
+
+func findCommand(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// usageError is a mistake on the command line or in configuration.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, io stdio, getenv func(string) string) int {
+	env := &environment{io: io, getenv: getenv}
+	if len(args) == 0 {
+		printOverview(io.err)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c := findCommand(args[1]); c != nil {
+				printCommandHelp(io.out, c)
+				return exitOK
+			}
+			fmt.Fprintf(io.err, "shoal: unknown command %q (see shoal help)\n", args[1])
+			return exitUsage
+		}
+		printOverview(io.out)
+		return exitOK
+	case "-v", "-version", "--version":
+		name = "version"
+	}
+	c := findCommand(name)
+	if c == nil {
+		fmt.Fprintf(io.err, "shoal: unknown command %q (see shoal help)\n", name)
+		return exitUsage
+	}
+	err := c.execute(ctx, env, args[1:])
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		printCommandHelp(io.out, c)
+		return exitOK
+	}
+	fmt.Fprintf(io.err, "shoal %s: %s\n", c.name, oneLine(err.Error()))
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// execute parses the command's flags over its configuration and runs it.
+func (c *command) execute(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("shoal "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "read settings from this TOML file (default $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
+	r := c.flags(fs)
+	if err := parseSettings(fs, args, configPath, env.getenv); err != nil {
+		return err
+	}
+	if c.args == "" && fs.NArg() > 0 {
+		return usagef("unexpected argument %q (see shoal %s --help)", fs.Arg(0), c.name)
+	}
+	return r(ctx, env, fs.Args())
+}
+
+func printOverview(w io.Writer) {
+	fmt.Fprint(w, `shoal runs headless AI coding agents on whichever machines have them and
+streams their events over NATS JetStream.
+
+Usage: shoal <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Every flag can also be set in the config file under the same name, or in
+the environment as SHOAL_<NAME> (upper case, '-' as '_'); flags win over
+the environment, which wins over the file.
+
+Run 'shoal help <command>' or 'shoal <command> --help' for details.
+`)
+}
+
+func printCommandHelp(w io.Writer, c *command) {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.String("config", "", "read settings from this TOML file (default $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
+	c.flags(fs)
+	usage := "shoal " + c.name + " [flags]"
+	if c.args != "" {
+		usage += " " + c.args
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, strings.TrimSpace(c.help))
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	fmt.Fprint(w, "\nFlags:\n")
+	for _, n := range names {
+		f := fs.Lookup(n)
+		typ, usage := flag.UnquoteUsage(f)
+		head := "  --" + f.Name
+		if typ != "" {
+			head += " " + typ
+		}
+		fmt.Fprintf(w, "%s\n      %s", head, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "\n      env SHOAL_%s\n", envName(f.Name))
+	}
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}

@@ -1,0 +1,18 @@
+// Command shoal runs and drives the Shoal agent fabric: the coordinator
+// (shoal up), agent-host nodes, and the client verbs. Flags, environment
+// variables and config files are read here and nowhere else.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)
+	stop()
+	os.Exit(code)
+}

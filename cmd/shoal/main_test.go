@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the shoal binary: with SHOAL_TEST_MAIN=1 it
+// runs main, so tests drive real processes without a go build.
+func TestMain(m *testing.M) {
+	if os.Getenv("SHOAL_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// shoalProc is a shoal process started by a test.
+type shoalProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	done chan struct{}
+
+	mu     sync.Mutex
+	stdout []string
+	stderr bytes.Buffer
+	lines  chan string
+}
+
+// startShoal runs `shoal args...` with a private HOME and XDG dirs under
+// dir, plus env.
+func startShoal(t *testing.T, dir string, env []string, args ...string) *shoalProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(baseEnv(dir), env...)
+	p := &shoalProc{t: t, cmd: cmd, done: make(chan struct{}), lines: make(chan string, 100)}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stdout = append(p.stdout, sc.Text())
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+		close(p.lines)
+	}()
+	go func() {
+		cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func baseEnv(dir string) []string {
+	return []string{
+		"SHOAL_TEST_MAIN=1",
+		"HOME=" + dir,
+		"XDG_DATA_HOME=" + dir + "/data",
+		"XDG_CONFIG_HOME=" + dir + "/config",
+		"XDG_CACHE_HOME=" + dir + "/cache",
+		"PATH=" + os.Getenv("PATH"),
+	}
+}
+
+// waitLine returns the first stdout line with prefix.
+func (p *shoalProc) waitLine(prefix string) string {
+	p.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				p.t.Fatalf("shoal exited before printing %q; stderr:\n%s", prefix, p.stderrText())
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			p.t.Fatalf("shoal did not print %q in time; stderr:\n%s", prefix, p.stderrText())
+		}
+	}
+}
+
+// stop sends sig and returns the exit code.
+func (p *shoalProc) stop(sig syscall.Signal) int {
+	p.t.Helper()
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("shoal did not exit after %v", sig)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *shoalProc) stderrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(b)
+}
+
+// runShoal runs shoal to completion and returns its exit code and output.
+func runShoal(t *testing.T, dir string, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(baseEnv(dir), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatalf("run shoal %v: %v", args, err)
+		}
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}

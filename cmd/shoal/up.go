@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/shoalfabric/shoal/broker"
+)
+
+// upOptions are the settings of `shoal up`.
+type upOptions struct {
+	host       string
+	port       int
+	store      string
+	maxPayload int64
+	maxAge     time.Duration
+	maxBytes   int64
+	duplicates time.Duration
+	nodeTTL    time.Duration
+	logLevel   string
+}
+
+func upCommand() *command {
+	return &command{
+		name:    "up",
+		summary: "run the coordinator: embedded NATS with JetStream",
+		help: `
+Runs the coordinator on this machine: an embedded NATS server with
+JetStream that keeps every agent event in the stream AGENTS and the agent
+and node records in the KV buckets shoal_agents and shoal_nodes.
+
+By default it listens on 127.0.0.1:4222 only and keeps its state under
+$XDG_DATA_HOME/shoal (~/.local/share/shoal). It stops cleanly on Ctrl-C
+or SIGTERM; a restart on the same store keeps every event.`,
+		flags: func(fs *flag.FlagSet) runner {
+			o := &upOptions{}
+			o.register(fs)
+			return o.run
+		},
+	}
+}
+
+func (o *upOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.host, "host", broker.DefaultHost, "NATS client listen address; anything but loopback needs authentication")
+	fs.IntVar(&o.port, "port", broker.DefaultPort, "NATS client port (-1 picks a free port)")
+	fs.StringVar(&o.store, "store", "", "JetStream store directory (default $XDG_DATA_HOME/shoal/jetstream)")
+	sizeFlag(fs, &o.maxPayload, "max-payload", broker.DefaultMaxPayload, "largest `size` of a message the server accepts")
+	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0 keeps them forever)")
+	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0 means no limit)")
+	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
+	durationFlag(fs, &o.nodeTTL, "node-ttl", broker.DefaultNodeTTL, "a node whose heartbeat is older than this `duration` is lost")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (o *upOptions) brokerConfig(env *environment) (broker.Config, error) {
+	store := o.store
+	if store == "" {
+		store = filepath.Join(dataHome(env.getenv), "shoal", "jetstream")
+	}
+	if o.maxPayload > 64<<20 || o.maxPayload < 1<<10 {
+		return broker.Config{}, usagef("--max-payload %s is out of range (1KiB to 64MiB)", sizeValue{&o.maxPayload})
+	}
+	log, err := newLogger(env.io.err, o.logLevel)
+	if err != nil {
+		return broker.Config{}, err
+	}
+	cfg := broker.Config{
+		Host:       o.host,
+		Port:       o.port,
+		StoreDir:   store,
+		MaxPayload: int32(o.maxPayload),
+		Logger:     log,
+		Assets: broker.Assets{
+			MaxAge:     negativeIfZero(o.maxAge),
+			MaxBytes:   negativeIfZero(o.maxBytes),
+			Duplicates: o.duplicates,
+			NodeTTL:    o.nodeTTL,
+		},
+	}
+	if o.port == 0 {
+		return cfg, usagef("--port 0 is not a port (use -1 for any free port)")
+	}
+	return cfg, nil
+}
+
+// negativeIfZero maps the command line's "0 means no limit" onto the
+// broker's "negative means no limit" (where zero means the default).
+func negativeIfZero[T time.Duration | int64](v T) T {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
+func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error {
+	cfg, err := o.brokerConfig(env)
+	if err != nil {
+		return err
+	}
+	b, err := broker.New(cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	defer b.Shutdown()
+	out := env.io.out
+	fmt.Fprintf(out, "shoal: NATS listening on %s\n", b.ClientURL())
+	fmt.Fprintf(out, "shoal: JetStream store %s\n", b.StoreDir())
+	fmt.Fprintf(out, "shoal: ready; Ctrl-C stops\n")
+	<-ctx.Done()
+	fmt.Fprintf(out, "shoal: stopping\n")
+	b.Shutdown()
+	fmt.Fprintf(out, "shoal: stopped\n")
+	return nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// shoal up on a fresh home starts, keeps what is published to agent.x in
+// AGENTS, and still has it after a restart on the same store.
+func TestUpKeepsEventsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	up := func() (*shoalProc, string) {
+		p := startShoal(t, dir, nil, "up", "--port", "-1")
+		url := strings.TrimPrefix(p.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+		store := p.waitLine("shoal: JetStream store ")
+		if want := filepath.Join(dir, "data", "shoal", "jetstream"); !strings.HasSuffix(store, want) {
+			t.Fatalf("store line %q, want it under the XDG data dir %s", store, want)
+		}
+		p.waitLine("shoal: ready")
+		return p, url
+	}
+	msgs := func(url string) (uint64, *jetstream.RawStreamMsg) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		ctx := t.Context()
+		s, err := js.Stream(ctx, schemas.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.GetLastMsgForSubject(ctx, "agent.x")
+		if err != nil {
+			t.Fatalf("no message on agent.x: %v", err)
+		}
+		return info.State.Msgs, m
+	}
+
+	p, url := up()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.Publish(t.Context(), "agent.x", []byte(`{"kind":"status","turn":0,"data":{"status":"idle"}}`)); err != nil {
+		t.Fatalf("publish to agent.x: %v", err)
+	}
+	nc.Close()
+	if n, m := msgs(url); n != 1 || !strings.Contains(string(m.Data), "idle") {
+		t.Fatalf("stream has %d messages, last %s", n, m.Data)
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("shoal up exited %d on SIGTERM; stderr:\n%s", code, p.stderrText())
+	}
+
+	p2, url2 := up()
+	if n, m := msgs(url2); n != 1 || !strings.Contains(string(m.Data), "idle") {
+		t.Fatalf("after restart the stream has %d messages, last %s", n, m.Data)
+	}
+	if code := p2.stop(syscall.SIGINT); code != 0 {
+		t.Fatalf("shoal up exited %d on SIGINT", code)
+	}
+}
+
+// Bad configuration exits non-zero with one line that names the problem.
+func TestUpBadConfiguration(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plain-file")
+	os.WriteFile(file, []byte("x"), 0o600)
+	malformed := filepath.Join(dir, "malformed.toml")
+	os.WriteFile(malformed, []byte("port = 4222\nstore = \"unterminated\n"), 0o600)
+	unknownKey := filepath.Join(dir, "unknown.toml")
+	os.WriteFile(unknownKey, []byte("prot = 4222\n"), 0o600)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() }) // the subtests run after this function returns
+	busy := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"unwritable store", nil, []string{"up", "--port", "-1", "--store", filepath.Join(file, "store")}, []string{"store dir", "not a directory"}},
+		{"port in use", nil, []string{"up", "--port", busy, "--store", filepath.Join(dir, "s1")}, []string{"127.0.0.1:" + busy, "address already in use"}},
+		{"unknown flag", nil, []string{"up", "--prot", "4222"}, []string{"unknown flag --prot"}},
+		{"malformed config", nil, []string{"up", "--config", malformed}, []string{malformed, "line 2"}},
+		{"unknown config key", nil, []string{"up", "--config", unknownKey}, []string{unknownKey, `unknown setting "prot"`}},
+		{"missing config", nil, []string{"up", "--config", filepath.Join(dir, "nope.toml")}, []string{"nope.toml", "no such file"}},
+		{"bad environment", []string{"SHOAL_PORT=lots"}, []string{"up"}, []string{"SHOAL_PORT", "want an integer"}},
+		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
+		{"bad size", nil, []string{"up", "--stream-max-bytes", "huge"}, []string{"huge", "not a size"}},
+		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication"}},
+		{"bad log level", nil, []string{"up", "--log-level", "loud"}, []string{"loud"}},
+		{"stray argument", nil, []string{"up", "now"}, []string{`unexpected argument "now"`}},
+		{"unknown command", nil, []string{"upp"}, []string{`unknown command "upp"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := runShoal(t, t.TempDir(), c.env, c.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want a failure; stderr %q", stderr)
+			}
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			if len(lines) != 1 {
+				t.Fatalf("stderr has %d lines, want one:\n%s", len(lines), stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("stderr %q does not mention %q", lines[0], w)
+				}
+			}
+		})
+	}
+}
+
+// Settings come from the file, then the environment, then flags.
+func TestSettingsPrecedence(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "config", "shoal", "config.toml")
+	os.MkdirAll(filepath.Dir(conf), 0o700)
+	os.WriteFile(conf, []byte("port = 1111\nhost = \"127.0.0.2\"\nstream-max-age = \"3d\"\nnode-ttl = \"5s\"\n"), 0o600)
+	env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config"), "SHOAL_PORT": "2222", "SHOAL_NODE_TTL": "9s"}
+	getenv := func(k string) string { return env[k] }
+
+	o := &upOptions{}
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	o.register(fs)
+	if err := parseSettings(fs, []string{"--node-ttl", "11s"}, new(string), getenv); err != nil {
+		t.Fatal(err)
+	}
+	if o.host != "127.0.0.2" || o.port != 2222 || o.maxAge != 72*time.Hour || o.nodeTTL != 11*time.Second {
+		t.Fatalf("got host %s port %d max-age %s node-ttl %s", o.host, o.port, o.maxAge, o.nodeTTL)
+	}
+}

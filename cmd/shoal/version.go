@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module version or "devel".
+var version = ""
+
+func versionString() string {
+	v := version
+	if v == "" {
+		v = "devel"
+		if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+	}
+	return fmt.Sprintf("shoal %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func versionCommand() *command {
+	return &command{
+		name:    "version",
+		summary: "print the version",
+		help:    "Prints shoal's version, the Go version it was built with, and its platform.",
+		flags: func(*flag.FlagSet) runner {
+			return func(_ context.Context, env *environment, _ []string) error {
+				fmt.Fprintln(env.io.out, versionString())
+				return nil
+			}
+		},
+	}
+}

@@ -1,0 +1,199 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrorCode classifies a failed control request.
+type ErrorCode string
+
+// The error codes a control reply may carry.
+const (
+	CodeInvalid     ErrorCode = "invalid"     // the request is malformed or names something impossible
+	CodeNotFound    ErrorCode = "not_found"   // no such agent or node
+	CodeConflict    ErrorCode = "conflict"    // the id is taken, or a run is already in flight
+	CodeUnavailable ErrorCode = "unavailable" // the owner is gone or not accepting work
+	CodeTimeout     ErrorCode = "timeout"     // the operation did not finish in time
+	CodeInternal    ErrorCode = "internal"    // a bug or an unexpected failure
+)
+
+// ControlError is the error half of a control reply:
+// {"error":{"code","message"}}.
+type ControlError struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+}
+
+func (e *ControlError) Error() string { return e.Message }
+
+// Errf returns a ControlError with a formatted message.
+func Errf(code ErrorCode, format string, args ...any) *ControlError {
+	return &ControlError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of a *ControlError in err's chain, or
+// CodeInternal.
+func CodeOf(err error) ErrorCode {
+	if ce, ok := errors.AsType[*ControlError](err); ok {
+		return ce.Code
+	}
+	return CodeInternal
+}
+
+// ErrorReply is the body of a failed control reply.
+type ErrorReply struct {
+	Error *ControlError `json:"error"`
+}
+
+// DecodeReply decodes a control reply into v, or returns its
+// *ControlError when the reply is an error.
+func DecodeReply(body []byte, v any) error {
+	var probe struct {
+		Error *ControlError `json:"error"`
+	}
+	if err := json.Unmarshal(body, &probe); err == nil && probe.Error != nil {
+		return probe.Error
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("decode reply: %w", err)
+	}
+	return nil
+}
+
+// OpenRequest starts an agent (agent_open). Only CWD is required.
+type OpenRequest struct {
+	RequestID      string   `json:"request_id,omitempty"`
+	CWD            string   `json:"cwd"`
+	Model          string   `json:"model,omitempty"`
+	Effort         string   `json:"effort,omitempty"`
+	Permission     string   `json:"permission,omitempty"`
+	PermissionMode string   `json:"permission_mode,omitempty"`
+	AllowedTools   []string `json:"allowed_tools,omitempty"`
+	Only           bool     `json:"only,omitempty"`
+	// DisallowedTools nil means the recursion guard; an empty list lifts it.
+	DisallowedTools *[]string `json:"disallowed_tools,omitempty"`
+	MCPConfig       string    `json:"mcp_config,omitempty"`
+	SystemPrompt    string    `json:"system_prompt,omitempty"`
+	ID              string    `json:"id,omitempty"`
+	// Node and Labels are fabric additions: where the agent may run.
+	Node   string            `json:"node,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// OpenReply names the opened agent and the node that owns it.
+type OpenReply struct {
+	AgentID string `json:"agent_id"`
+	Node    string `json:"node"`
+}
+
+// SendRequest writes a user turn (agent_send).
+type SendRequest struct {
+	RequestID string `json:"request_id,omitempty"`
+	AgentID   string `json:"agent_id"`
+	Text      string `json:"text"`
+}
+
+// SendReply carries the number of the turn the text started.
+type SendReply struct {
+	Turn int `json:"turn"`
+}
+
+// RunRequest sends a turn and waits for it to end (agent_run). Timeout is
+// in seconds; zero means Kaimon's 600.
+type RunRequest struct {
+	RequestID string  `json:"request_id,omitempty"`
+	AgentID   string  `json:"agent_id"`
+	Text      string  `json:"text"`
+	Timeout   float64 `json:"timeout,omitempty"`
+}
+
+// RunReply carries the turn's authoritative assistant text.
+type RunReply struct {
+	Text string `json:"text"`
+}
+
+// Output selections for OutputRequest.Which.
+const (
+	WhichLastMessage = "last_message"
+	WhichFullTurn    = "full_turn"
+	WhichAll         = "all"
+)
+
+// OutputRequest reads an agent's output without blocking (agent_output).
+type OutputRequest struct {
+	AgentID      string `json:"agent_id"`
+	Turn         *int   `json:"turn,omitempty"`
+	Which        string `json:"which,omitempty"`
+	IncludeTools bool   `json:"include_tools,omitempty"`
+	MaxChars     *int   `json:"max_chars,omitempty"`
+}
+
+// OutputReply is agent_output's answer.
+type OutputReply struct {
+	AgentID      string      `json:"agent_id"`
+	Turn         int         `json:"turn"`
+	Status       AgentStatus `json:"status"`
+	Done         bool        `json:"done"`
+	Which        string      `json:"which"`
+	Text         string      `json:"text"`
+	Truncated    bool        `json:"truncated"`
+	DroppedChars int         `json:"dropped_chars"`
+	Usage        *Usage      `json:"usage,omitempty"`
+}
+
+// AgentRequest names one agent: the body of status, interrupt and close.
+type AgentRequest struct {
+	RequestID string `json:"request_id,omitempty"`
+	AgentID   string `json:"agent_id"`
+}
+
+// AgentRecord is an agent's status: Kaimon's agent_status fields plus the
+// node that owns it. It is also the value of the agent's key in
+// AgentsBucket.
+type AgentRecord struct {
+	ID            string      `json:"id"`
+	Status        AgentStatus `json:"status"`
+	Model         string      `json:"model"`
+	CWD           string      `json:"cwd"`
+	Turn          int         `json:"turn"`
+	CreatedAt     float64     `json:"created_at"`
+	LastActivity  float64     `json:"last_activity"`
+	SessionID     string      `json:"session_id"`
+	Transcript    *string     `json:"transcript"`
+	EventLog      string      `json:"event_log"`
+	Usage         Usage       `json:"usage"`
+	QueuesPrompts bool        `json:"queues_prompts"`
+	Node          string      `json:"node"`
+}
+
+// ListRequest asks for every agent (agent_list). It has no fields.
+type ListRequest struct{}
+
+// ListReply lists agent records, dead retained ones included.
+type ListReply struct {
+	Agents []AgentRecord `json:"agents"`
+}
+
+// InterruptReply says whether a cancel was delivered to the backend.
+type InterruptReply struct {
+	Interrupted bool `json:"interrupted"`
+}
+
+// CloseReply says whether a live agent was closed.
+type CloseReply struct {
+	Closed bool `json:"closed"`
+}
+
+// SetModelRequest repoints a live agent at another model (agent_set_model).
+type SetModelRequest struct {
+	RequestID string `json:"request_id,omitempty"`
+	AgentID   string `json:"agent_id"`
+	Model     string `json:"model"`
+}
+
+// SetModelReply says whether the agent switched.
+type SetModelReply struct {
+	Switched bool `json:"switched"`
+}

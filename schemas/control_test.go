@@ -1,0 +1,134 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"io/fs"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/internal/schematest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// controlSamples pairs each control schema with a populated Go value.
+func controlSamples() map[string]any {
+	turn, max := 2, 100
+	none := []string{}
+	record := schemas.AgentRecord{ID: "9f3a1c20", Status: schemas.StatusIdle, Model: "sonnet/high", CWD: "/p", Turn: 2,
+		CreatedAt: 1.7566e9, LastActivity: 1.7566e9, EventLog: "/c/9f3a1c20.events.jsonl", Node: "n1"}
+	return map[string]any{
+		"open_request": schemas.OpenRequest{RequestID: "r1", CWD: "/p", Model: "sonnet", Effort: "low", Permission: "default",
+			PermissionMode: "plan", AllowedTools: []string{"Read"}, Only: true, DisallowedTools: &none, MCPConfig: "/m.json",
+			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}},
+		"open_reply":        schemas.OpenReply{AgentID: "9f3a1c20", Node: "n1"},
+		"send_request":      schemas.SendRequest{RequestID: "r2", AgentID: "9f3a1c20", Text: "hi"},
+		"send_reply":        schemas.SendReply{Turn: 1},
+		"run_request":       schemas.RunRequest{RequestID: "r3", AgentID: "9f3a1c20", Text: "hi", Timeout: 30},
+		"run_reply":         schemas.RunReply{Text: "hello"},
+		"output_request":    schemas.OutputRequest{AgentID: "9f3a1c20", Turn: &turn, Which: schemas.WhichFullTurn, IncludeTools: true, MaxChars: &max},
+		"output_reply":      schemas.OutputReply{AgentID: "9f3a1c20", Turn: 2, Status: schemas.StatusIdle, Done: true, Which: "full_turn", Text: "x", Usage: &schemas.Usage{}},
+		"agent_request":     schemas.AgentRequest{RequestID: "r4", AgentID: "9f3a1c20"},
+		"agent_record":      record,
+		"list_request":      schemas.ListRequest{},
+		"list_reply":        schemas.ListReply{Agents: []schemas.AgentRecord{record}},
+		"interrupt_reply":   schemas.InterruptReply{Interrupted: true},
+		"close_reply":       schemas.CloseReply{Closed: true},
+		"set_model_request": schemas.SetModelRequest{RequestID: "r5", AgentID: "9f3a1c20", Model: "acp:opencode:x/y"},
+		"set_model_reply":   schemas.SetModelReply{Switched: true},
+		"error_reply":       schemas.ErrorReply{Error: schemas.Errf(schemas.CodeNotFound, "no such agent: %s", "x")},
+	}
+}
+
+// Every control schema file has a Go type, their field names agree, and a
+// populated value validates.
+func TestControlSchemasMatchGoTypes(t *testing.T) {
+	files, err := fs.Glob(schemas.JSONSchemas, "jsonschema/control/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := controlSamples()
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(f, "jsonschema/control/"), ".json"))
+	}
+	var goNames []string
+	for n := range samples {
+		goNames = append(goNames, n)
+	}
+	sort.Strings(names)
+	sort.Strings(goNames)
+	if !slices.Equal(names, goNames) {
+		t.Fatalf("schema files %v, Go samples %v", names, goNames)
+	}
+	for name, v := range samples {
+		raw, err := fs.ReadFile(schemas.JSONSchemas, "jsonschema/control/"+name+".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var schema struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		if err := json.Unmarshal(raw, &schema); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var props []string
+		for p := range schema.Properties {
+			props = append(props, p)
+		}
+		sort.Strings(props)
+		if fields := jsonFields(reflect.TypeOf(v)); !slices.Equal(props, fields) {
+			t.Errorf("%s: schema properties %v, Go fields %v", name, props, fields)
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schematest.Control(t, name, b)
+	}
+}
+
+func TestControlSchemasRejectBadInput(t *testing.T) {
+	bad := map[string]string{
+		"open_request":      `{"model":"sonnet"}`,
+		"send_request":      `{"agent_id":"BAD ID","text":"x"}`,
+		"run_request":       `{"agent_id":"a","text":"x","timeout":-1}`,
+		"output_request":    `{"agent_id":"a","which":"everything"}`,
+		"set_model_request": `{"agent_id":"a"}`,
+		"error_reply":       `{"error":{"code":"oops","message":"m"}}`,
+		"agent_request":     `{"agent_id":"a","extra":1}`,
+	}
+	for name, in := range bad {
+		if err := schematest.Validate("control/"+name, []byte(in)); err == nil {
+			t.Errorf("%s accepted %s", name, in)
+		}
+	}
+}
+
+func TestDecodeReply(t *testing.T) {
+	var ok schemas.SendReply
+	if err := schemas.DecodeReply([]byte(`{"turn":3}`), &ok); err != nil || ok.Turn != 3 {
+		t.Fatalf("got %+v %v", ok, err)
+	}
+	err := schemas.DecodeReply([]byte(`{"error":{"code":"not_found","message":"no such agent: x"}}`), &ok)
+	if schemas.CodeOf(err) != schemas.CodeNotFound || err.Error() != "no such agent: x" {
+		t.Fatalf("got %v (code %s)", err, schemas.CodeOf(err))
+	}
+	if err := schemas.DecodeReply([]byte(`nope`), &ok); err == nil || schemas.CodeOf(err) != schemas.CodeInternal {
+		t.Fatalf("garbage reply gave %v", err)
+	}
+}
+
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

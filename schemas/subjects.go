@@ -1,0 +1,128 @@
+package schemas
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Names of the JetStream assets every part of the fabric agrees on.
+const (
+	// StreamName is the stream that keeps every agent event.
+	StreamName = "AGENTS"
+	// EventSubjects is the subject filter of StreamName.
+	EventSubjects = "agent.*"
+	// AgentsBucket is the KV bucket of agent records, one key per agent id.
+	AgentsBucket = "shoal_agents"
+	// NodesBucket is the KV bucket of node capabilities and heartbeats.
+	NodesBucket = "shoal_nodes"
+)
+
+// Headers carried by every event message. The payload is exactly the
+// envelope; metadata travels here.
+const (
+	// HeaderMsgID is JetStream's dedupe header; its value is MsgID(id, n).
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderNode names the node that produced the event.
+	HeaderNode = "Shoal-Node"
+	// HeaderTime is the event's production time, RFC 3339 with nanoseconds, UTC.
+	HeaderTime = "Shoal-Time"
+)
+
+const idRule = "[a-z0-9][a-z0-9_-]{0,63}"
+
+// ValidID reports why id is not a valid agent id or node name, or nil when
+// it is. Both must be single NATS subject tokens: 1 to 64 characters of
+// lower-case letters, digits, '_' and '-', starting with a letter or digit.
+func ValidID(id string) error {
+	if id == "" {
+		return fmt.Errorf("id is empty (want %s)", idRule)
+	}
+	if len(id) > 64 {
+		return fmt.Errorf("id %.20q… is %d characters long (at most 64)", id, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '_' || c == '-') && i > 0:
+		default:
+			return fmt.Errorf("id %q has %q at position %d (want %s)", id, rune(c), i+1, idRule)
+		}
+	}
+	return nil
+}
+
+// NewAgentID returns 8 random lower-case hex characters, Kaimon's default.
+func NewAgentID() string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("schemas: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// EventSubject is the subject of an agent's events: agent.<id>.
+func EventSubject(id string) string { return "agent." + id }
+
+// AgentFromSubject returns the agent id of an event subject.
+func AgentFromSubject(subject string) (string, bool) {
+	id, ok := strings.CutPrefix(subject, "agent.")
+	if !ok || ValidID(id) != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// MsgID is an event's Nats-Msg-Id: the agent id and its gapless event
+// number, counted from 1.
+func MsgID(id string, n uint64) string { return id + "." + strconv.FormatUint(n, 10) }
+
+// ParseMsgID splits a Nats-Msg-Id into agent id and event number.
+func ParseMsgID(s string) (id string, n uint64, err error) {
+	i := strings.LastIndexByte(s, '.')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("message id %q is not <agent>.<n>", s)
+	}
+	id = s[:i]
+	n, err = strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("message id %q has no event number", s)
+	}
+	if err := ValidID(id); err != nil {
+		return "", 0, fmt.Errorf("message id %q: %w", s, err)
+	}
+	return id, n, nil
+}
+
+// ServiceName is the NATS micro service name every node registers, so
+// `nats micro ls` lists the pool.
+const ServiceName = "shoal-node"
+
+// Verb names a control operation.
+type Verb string
+
+// The control verbs a node answers, one per Kaimon tool.
+const (
+	VerbOpen      Verb = "open"
+	VerbSend      Verb = "send"
+	VerbRun       Verb = "run"
+	VerbOutput    Verb = "output"
+	VerbStatus    Verb = "status"
+	VerbList      Verb = "list"
+	VerbInterrupt Verb = "interrupt"
+	VerbClose     Verb = "close"
+	VerbSetModel  Verb = "set_model"
+)
+
+// Verbs lists every control verb.
+var Verbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbOutput, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel}
+
+// NodeGroup is the subject prefix of a node's control endpoints.
+func NodeGroup(node string) string { return "shoal.node." + node }
+
+// ControlSubject is the subject where a node answers verb:
+// shoal.node.<node>.<verb>.
+func ControlSubject(node string, verb Verb) string { return NodeGroup(node) + "." + string(verb) }
