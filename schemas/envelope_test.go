@@ -12,7 +12,7 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-func line(n int) *int { return &n }
+func line(n int) *int      { return &n }
 func str(s string) *string { return &s }
 
 // samples has at least one event of every kind, and every content variant.

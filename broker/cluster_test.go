@@ -1,0 +1,128 @@
+package broker_test
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Three brokers routed into one cluster provision the stream and buckets
+// with three replicas, and an event published to one member is stored.
+func TestClusterReplicatesAssets(t *testing.T) {
+	t.Parallel()
+	ports := freePorts(t, 3)
+	routes := make([]string, len(ports))
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
+	}
+	brokers := make([]*broker.Broker, 3)
+	done := make(chan error, 3)
+	for i := range brokers {
+		b, err := broker.New(broker.Config{
+			Port: -1, StoreDir: t.TempDir(), ServerName: fmt.Sprintf("s%d", i),
+			Cluster: broker.ClusterConfig{Name: "shoal-test", Port: ports[i], Routes: routes},
+			Assets:  broker.Assets{MaxBytes: 64 << 20, Replicas: 3},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Shutdown)
+		brokers[i] = b
+		go func() { done <- b.Start(natstest.Context(t, 60*time.Second)) }()
+	}
+	for range brokers {
+		if err := <-done; err != nil {
+			t.Fatalf("start a cluster member: %v", err)
+		}
+	}
+	_, js := natstest.JetStream(t, brokers[1])
+	ctx := natstest.Context(t, 30*time.Second)
+	if _, err := js.Publish(ctx, "agent.c", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("stream replicas %d, cluster %+v", info.Config.Replicas, info.Cluster)
+	}
+	kv, err := js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Fatalf("bucket %s is not replicated 3 times", schemas.NodesBucket)
+	}
+}
+
+// A NATS server that dials the broker's leaf-node port carries events from
+// its clients into the AGENTS stream.
+func TestLeafNodeEventsReachTheStream(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t, func(c *broker.Config) { c.Leaf.Port = -1 })
+	leafURL := b.LeafURL()
+	if !strings.HasPrefix(leafURL, "nats-leaf://127.0.0.1:") {
+		t.Fatalf("leaf URL %q", leafURL)
+	}
+	u, err := url.Parse(leafURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		LeafNode: server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*url.URL{u}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go leaf.Start()
+	t.Cleanup(leaf.Shutdown)
+	if !leaf.ReadyForConnections(10 * time.Second) {
+		t.Fatal("leaf server not ready")
+	}
+	ctx := natstest.Context(t, 20*time.Second)
+	for leaf.NumLeafNodes() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the leaf never connected")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	nc, err := nats.Connect(leaf.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "agent.remote", []byte("from behind NAT")); err != nil {
+		t.Fatalf("publish through the leaf: %v", err)
+	}
+	_, hubJS := natstest.JetStream(t, b)
+	s, _ := hubJS.Stream(ctx, schemas.StreamName)
+	m, err := s.GetLastMsgForSubject(ctx, "agent.remote")
+	if err != nil || string(m.Data) != "from behind NAT" {
+		t.Fatalf("hub stream: %v %v", m, err)
+	}
+}
