@@ -43,7 +43,12 @@ type environment struct {
 }
 
 func commands() []*command {
-	return []*command{upCommand(), versionCommand()}
+	return []*command{
+		upCommand(), nodeCommand(),
+		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
+		lsCommand(), interruptCommand(), closeCommand(), tailCommand(),
+		versionCommand(),
+	}
 }
 
 func findCommand(name string) *command {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/shoalfabric/shoal/broker"
 )
 
@@ -21,6 +23,8 @@ type upOptions struct {
 	duplicates time.Duration
 	nodeTTL    time.Duration
 	logLevel   string
+	noNode     bool
+	node       nodeOptions
 }
 
 func upCommand() *command {
@@ -30,7 +34,8 @@ func upCommand() *command {
 		help: `
 Runs the coordinator on this machine: an embedded NATS server with
 JetStream that keeps every agent event in the stream AGENTS and the agent
-and node records in the KV buckets shoal_agents and shoal_nodes.
+and node records in the KV buckets shoal_agents and shoal_nodes, and a
+local node that runs agents here (unless --no-node).
 
 By default it listens on 127.0.0.1:4222 only and keeps its state under
 $XDG_DATA_HOME/shoal (~/.local/share/shoal). It stops cleanly on Ctrl-C
@@ -53,6 +58,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
 	durationFlag(fs, &o.nodeTTL, "node-ttl", broker.DefaultNodeTTL, "a node whose heartbeat is older than this `duration` is lost")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.noNode, "no-node", false, "run no agents on this machine: only the broker")
+	o.node.register(fs, "node-name")
 }
 
 func (o *upOptions) brokerConfig(env *environment) (broker.Config, error) {
@@ -111,9 +118,33 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	out := env.io.out
 	fmt.Fprintf(out, "shoal: NATS listening on %s\n", b.ClientURL())
 	fmt.Fprintf(out, "shoal: JetStream store %s\n", b.StoreDir())
+
+	// The local node stops before the broker, so it can close its agents
+	// and store their last events.
+	var nodeDone <-chan error
+	if !o.noNode {
+		nc, err := b.Connect(nats.Name("shoal-local-node"))
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		h, err := o.node.host(env, nc, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		if nodeDone, err = runHost(ctx, h); err != nil {
+			return fmt.Errorf("node %s: %w", h.Name(), err)
+		}
+		fmt.Fprintf(out, "shoal: node %s ready\n", h.Name())
+	}
 	fmt.Fprintf(out, "shoal: ready; Ctrl-C stops\n")
 	<-ctx.Done()
 	fmt.Fprintf(out, "shoal: stopping\n")
+	if nodeDone != nil {
+		if err := <-nodeDone; err != nil {
+			cfg.Logger.Warn("node stopped with an error", "err", err)
+		}
+	}
 	b.Shutdown()
 	fmt.Fprintf(out, "shoal: stopped\n")
 	return nil

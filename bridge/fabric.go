@@ -1,0 +1,294 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Fabric is a client of the agent fabric over NATS: it finds nodes, sends
+// each request about an agent to the node that owns it, and reads agent
+// records from KV. The command line and the MCP tools both drive the
+// fabric through it.
+type Fabric struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	timeout time.Duration
+}
+
+// FabricConfig configures a Fabric; its zero value works.
+type FabricConfig struct {
+	// Timeout bounds a request when the caller's context has no deadline;
+	// 30s when zero.
+	Timeout time.Duration
+}
+
+// NewFabric returns a client on nc.
+func NewFabric(nc *nats.Conn, cfg FabricConfig) (*Fabric, error) {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Fabric{nc: nc, js: js, timeout: cfg.Timeout}, nil
+}
+
+// Conn is the fabric client's NATS connection.
+func (f *Fabric) Conn() *nats.Conn { return f.nc }
+
+// JetStream is the fabric client's JetStream handle.
+func (f *Fabric) JetStream() jetstream.JetStream { return f.js }
+
+// NodeInfo is a node as its micro service describes itself.
+type NodeInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	ID      string `json:"id"`
+}
+
+// Nodes lists the nodes that answer within a short wait, by name.
+func (f *Fabric) Nodes(ctx context.Context) ([]NodeInfo, error) {
+	inbox := f.nc.NewRespInbox()
+	sub, err := f.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := f.nc.PublishRequest("$SRV.INFO."+schemas.ServiceName, inbox, nil); err != nil {
+		return nil, err
+	}
+	wait := 300 * time.Millisecond
+	var nodes []NodeInfo
+	for {
+		msg, err := sub.NextMsgWithContext(ctxWithin(ctx, wait))
+		if err != nil {
+			break
+		}
+		var info struct {
+			ID       string            `json:"id"`
+			Version  string            `json:"version"`
+			Metadata map[string]string `json:"metadata"`
+		}
+		if json.Unmarshal(msg.Data, &info) == nil && info.Metadata["node"] != "" {
+			nodes = append(nodes, NodeInfo{Name: info.Metadata["node"], Version: info.Version, ID: info.ID})
+		}
+		wait = 100 * time.Millisecond // the rest answer close behind the first
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, ctx.Err()
+}
+
+func ctxWithin(ctx context.Context, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(ctx, d)
+	context.AfterFunc(c, cancel)
+	return c
+}
+
+// Open starts an agent on the node req names, or on the one node there is.
+func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	node := req.Node
+	if node == "" {
+		nodes, err := f.Nodes(ctx)
+		if err != nil && len(nodes) == 0 {
+			return schemas.OpenReply{}, err
+		}
+		switch len(nodes) {
+		case 0:
+			return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "no node is running: start one with `shoal up` or `shoal node`")
+		case 1:
+			node = nodes[0].Name
+		default:
+			names := make([]string, len(nodes))
+			for i, n := range nodes {
+				names[i] = n.Name
+			}
+			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "%d nodes are running (%s); choose one with node", len(nodes), strings.Join(names, ", "))
+		}
+	} else if err := schemas.ValidID(node); err != nil {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
+	}
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.OpenReply
+	return rep, f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)
+}
+
+// Send writes a user turn to an agent.
+func (f *Fabric) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.SendReply
+	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbSend, req, &rep, 0)
+}
+
+// Run sends a turn and waits for its end.
+func (f *Fabric) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	timeout := 600 * time.Second
+	if req.Timeout > 0 {
+		timeout = time.Duration(req.Timeout * float64(time.Second))
+	}
+	var rep schemas.RunReply
+	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbRun, req, &rep, timeout+30*time.Second)
+}
+
+// Output reads an agent's output.
+func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
+	var rep schemas.OutputReply
+	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbOutput, req, &rep, 0)
+}
+
+// Status returns an agent's record from its node, or from KV when the node
+// does not answer.
+func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	var rep schemas.AgentRecord
+	err := f.toOwner(ctx, id, schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rep, 0)
+	if schemas.CodeOf(err) == schemas.CodeUnavailable {
+		if rec, _, kerr := f.Record(ctx, id); kerr == nil {
+			return rec, nil
+		}
+	}
+	return rep, err
+}
+
+// Interrupt cancels an agent's running turn.
+func (f *Fabric) Interrupt(ctx context.Context, id string) (schemas.InterruptReply, error) {
+	var rep schemas.InterruptReply
+	return rep, f.toOwner(ctx, id, schemas.VerbInterrupt, schemas.AgentRequest{RequestID: requestID(""), AgentID: id}, &rep, 0)
+}
+
+// Close stops an agent; an unknown id answers closed false.
+func (f *Fabric) Close(ctx context.Context, id string) (schemas.CloseReply, error) {
+	var rep schemas.CloseReply
+	err := f.toOwner(ctx, id, schemas.VerbClose, schemas.AgentRequest{RequestID: requestID(""), AgentID: id}, &rep, 0)
+	if schemas.CodeOf(err) == schemas.CodeNotFound {
+		return schemas.CloseReply{Closed: false}, nil
+	}
+	return rep, err
+}
+
+// SetModel repoints an agent at another model.
+func (f *Fabric) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.SetModelReply
+	err := f.toOwner(ctx, req.AgentID, schemas.VerbSetModel, req, &rep, 0)
+	if schemas.CodeOf(err) == schemas.CodeNotFound {
+		return schemas.SetModelReply{Switched: false}, nil
+	}
+	return rep, err
+}
+
+// List returns every agent record in the fabric, dead ones included,
+// oldest first.
+func (f *Fabric) List(ctx context.Context) ([]schemas.AgentRecord, error) {
+	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs := []schemas.AgentRecord{}
+	for key := range lister.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var rec schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &rec) == nil {
+			recs = append(recs, rec)
+		}
+	}
+	slices.SortFunc(recs, func(a, b schemas.AgentRecord) int {
+		if a.CreatedAt != b.CreatedAt {
+			if a.CreatedAt < b.CreatedAt {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return recs, nil
+}
+
+// Record reads an agent's record from KV, with its revision.
+func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
+	if err := schemas.ValidID(id); err != nil {
+		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.AgentsBucket, err)
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+	}
+	if err != nil {
+		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInternal, "agent %s has a malformed record: %v", id, err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// toOwner sends a request about an agent to the node that owns it.
+func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
+	rec, _, err := f.Record(ctx, id)
+	if err != nil {
+		return err
+	}
+	return f.request(ctx, rec.Node, verb, req, rep, timeout)
+}
+
+// request sends one control request to a node and decodes its reply.
+func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok || timeout > 0 {
+		if timeout == 0 {
+			timeout = f.timeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	msg, err := f.nc.RequestWithContext(ctx, schemas.ControlSubject(node, verb), body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return schemas.Errf(schemas.CodeUnavailable, "node %s is not reachable", node)
+	case errors.Is(err, context.DeadlineExceeded):
+		return schemas.Errf(schemas.CodeTimeout, "node %s did not answer %s in time", node, verb)
+	case err != nil:
+		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: %v", verb, node, err)
+	}
+	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// requestID returns id, or a fresh one, so that a retried request is
+// recognised by its owner.
+func requestID(id string) string {
+	if id != "" {
+		return id
+	}
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

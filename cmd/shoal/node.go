@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+)
+
+// nodeOptions are the settings of an agent host, shared by `shoal node`
+// and the local node of `shoal up`.
+type nodeOptions struct {
+	name           string
+	dir            string
+	claude         string
+	mcpURL         string
+	turnIdle       time.Duration
+	turnTimeout    time.Duration
+	interruptGrace time.Duration
+	imageEdge      int
+	stopWait       time.Duration
+}
+
+func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
+	fs.StringVar(&o.name, nameFlag, "", "the node's `name` in the fabric (default: this machine's host name)")
+	fs.StringVar(&o.dir, "dir", "", "`directory` for agent event logs, stderr logs and pids.json (default $XDG_CACHE_HOME/shoal/agents/<name>)")
+	fs.StringVar(&o.claude, "claude", "claude", "the claude CLI to run, a `path` or a name looked up on PATH")
+	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (default: none)")
+	durationFlag(fs, &o.turnIdle, "turn-idle-timeout", 10*time.Minute, "interrupt a turn that produced no output for this `duration` (0: never)")
+	durationFlag(fs, &o.turnTimeout, "turn-timeout", 2*time.Hour, "interrupt a turn that ran this `duration` (0: never)")
+	durationFlag(fs, &o.interruptGrace, "interrupt-grace", 15*time.Second, "stop an agent whose turn has not ended this `duration` after a watchdog interrupt")
+	fs.IntVar(&o.imageEdge, "image-max-long-edge", 1568, "downsample tool-result PNGs to this long edge in `pixels` (0: never)")
+	durationFlag(fs, &o.stopWait, "stop-wait", 2*time.Second, "how long each step of an agent's stop ladder waits")
+}
+
+// hostName derives a node name from the machine's host name.
+func hostName() string {
+	h, _ := os.Hostname()
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	name := strings.Trim(b.String(), "-_")
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	if name == "" {
+		name = "node"
+	}
+	return name
+}
+
+// host builds the node on nc.
+func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*node.Host, error) {
+	name := o.name
+	if name == "" {
+		name = hostName()
+	}
+	dir := o.dir
+	if dir == "" {
+		dir = filepath.Join(cacheHome(env.getenv), "shoal", "agents", name)
+	}
+	var backends []backend.Backend
+	if path, err := exec.LookPath(o.claude); err == nil {
+		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
+	} else {
+		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
+	}
+	h, err := node.New(node.Config{
+		Name:             name,
+		Conn:             nc,
+		Dir:              dir,
+		Backends:         backends,
+		MCP:              backend.MCPEndpoint{URL: o.mcpURL},
+		TurnIdleTimeout:  negativeIfZero(o.turnIdle),
+		TurnTimeout:      negativeIfZero(o.turnTimeout),
+		InterruptGrace:   o.interruptGrace,
+		ImageMaxLongEdge: int(negativeIfZero(int64(o.imageEdge))),
+		Version:          strings.TrimPrefix(strings.Fields(versionString())[1], "v"),
+		Logger:           log,
+	})
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return h, nil
+}
+
+// runHost runs h until ctx ends, returning once it is ready or failed.
+func runHost(ctx context.Context, h *node.Host) (done <-chan error, err error) {
+	errc := make(chan error, 1)
+	go func() { errc <- h.Run(ctx) }()
+	select {
+	case <-h.Ready():
+		return errc, nil
+	case err := <-errc:
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, err
+	}
+}
+
+// nodeCommand is `shoal node`: an agent host joining a fabric.
+type nodeCommandOptions struct {
+	nodeOptions
+	client   clientOptions
+	logLevel string
+}
+
+func nodeCommand() *command {
+	return &command{
+		name:    "node",
+		summary: "run an agent host that joins a fabric",
+		help: `
+Runs an agent host on this machine and joins it to the fabric at --nats.
+The node runs the agent CLIs it finds (claude), publishes every agent's
+events on agent.<id>, and answers control requests as the NATS micro
+service shoal-node. It keeps reconnecting while the coordinator is away.
+
+A node started after a crash first kills any agent processes the crash
+left behind (pids.json).`,
+		flags: func(fs *flag.FlagSet) runner {
+			o := &nodeCommandOptions{}
+			o.nodeOptions.register(fs, "name")
+			o.client.register(fs)
+			fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+			return o.run
+		},
+	}
+}
+
+func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []string) error {
+	log, err := newLogger(env.io.err, o.logLevel)
+	if err != nil {
+		return err
+	}
+	nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	h, err := o.host(env, nc, log)
+	if err != nil {
+		return err
+	}
+	done, err := runHost(ctx, h)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.io.out, "shoal: node %s joined %s\n", h.Name(), nc.ConnectedUrlRedacted())
+	return <-done
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// verbCommand builds a client command: its own flags, the client flags,
+// --json, and a body that talks to the fabric.
+func verbCommand(name, args, summary, help string, flags func(fs *flag.FlagSet) func(ctx context.Context, v *verb, args []string) error) *command {
+	return &command{
+		name: name, args: args, summary: summary, help: help,
+		flags: func(fs *flag.FlagSet) runner {
+			v := &verb{}
+			v.client.register(fs)
+			fs.BoolVar(&v.json, "json", false, "print the reply as JSON")
+			body := flags(fs)
+			return func(ctx context.Context, env *environment, args []string) error {
+				v.env = env
+				return body(ctx, v, args)
+			}
+		},
+	}
+}
+
+type verb struct {
+	client clientOptions
+	json   bool
+	env    *environment
+}
+
+func (v *verb) out() io.Writer { return v.env.io.out }
+
+// agentArg checks the agent id argument.
+func agentArg(args []string, want string) (string, []string, error) {
+	if len(args) == 0 {
+		return "", nil, usagef("missing %s", want)
+	}
+	if err := schemas.ValidID(args[0]); err != nil {
+		return "", nil, usagef("agent %v", err)
+	}
+	return args[0], args[1:], nil
+}
+
+// textArg joins the remaining arguments, or reads stdin for "-".
+func textArg(env *environment, args []string) (string, error) {
+	if len(args) == 1 && args[0] == "-" {
+		b, err := io.ReadAll(env.io.in)
+		return strings.TrimRight(string(b), "\n"), err
+	}
+	if len(args) == 0 {
+		return "", usagef("missing the text to send (give it as arguments, or - to read stdin)")
+	}
+	return strings.Join(args, " "), nil
+}
+
+func openCommand() *command {
+	return verbCommand("open", "[dir]", "open an agent in a directory",
+		`Opens an agent with its working directory at dir (default: the current
+directory; a relative path is made absolute here, and must exist on the
+node that runs the agent). Prints the agent's id.
+
+The model selects the backend: acp:<agent>[:<model>], ollama:<tag>,
+vmlx:<tag>, anything else runs the claude CLI (a Claude model may carry an
+effort suffix, e.g. sonnet/high).`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var req schemas.OpenRequest
+			var allowed, disallowed string
+			var guardOff bool
+			fs.StringVar(&req.Model, "model", "sonnet", "`model` alias or id, with an optional backend prefix")
+			fs.StringVar(&req.Effort, "effort", "", "claude thinking `effort`: low, medium or high")
+			fs.StringVar(&req.Permission, "permission", "default", "permission `preset`: default, notebook, specialist, lab, auto or bypass")
+			fs.StringVar(&req.PermissionMode, "permission-mode", "", "override the preset's claude permission `mode`")
+			fs.StringVar(&allowed, "allow", "", "comma-separated `tools` the agent may use without asking")
+			fs.BoolVar(&req.Only, "only", false, "make --allow the agent's whole tool set")
+			fs.StringVar(&disallowed, "disallow", "", "comma-separated `tools` the agent may not use (default: the recursion guard)")
+			fs.BoolVar(&guardOff, "allow-nested", false, "lift the recursion guard, so the agent may open and drive agents")
+			fs.StringVar(&req.MCPConfig, "mcp-config", "", "an extra MCP config `file` for the agent")
+			fs.StringVar(&req.SystemPrompt, "system-prompt", "", "`text` appended to the agent's system prompt")
+			fs.StringVar(&req.ID, "id", "", "the agent's `id` (default: 8 random hex characters)")
+			fs.StringVar(&req.Node, "node", "", "the `node` to run on")
+			return func(ctx context.Context, v *verb, args []string) error {
+				if len(args) > 1 {
+					return usagef("open takes one directory, got %d arguments", len(args))
+				}
+				dir := "."
+				if len(args) == 1 {
+					dir = args[0]
+				}
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				req.CWD = abs
+				req.AllowedTools = splitList(allowed)
+				if disallowed != "" || guardOff {
+					d := splitList(disallowed)
+					if d == nil {
+						d = []string{}
+					}
+					req.DisallowedTools = &d
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Open(ctx, req)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				fmt.Fprintln(v.out(), rep.AgentID)
+				return nil
+			}
+		})
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func sendCommand() *command {
+	return verbCommand("send", "<agent> <text…|->", "send an agent a turn; prints the turn number",
+		"Writes a user turn to the agent and returns at once with the turn's number;\nwatch it with `shoal tail`, read it with `shoal output`.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				text, err := textArg(v.env, rest)
+				if err != nil {
+					return err
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Send(ctx, schemas.SendRequest{AgentID: id, Text: text})
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				fmt.Fprintln(v.out(), rep.Turn)
+				return nil
+			}
+		})
+}
+
+func runCommand() *command {
+	return verbCommand("run", "<agent> <text…|->", "send an agent a turn and wait for its answer",
+		"Sends a turn and waits until it ends, then prints the assistant's text.\nOne synchronous run per agent at a time.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var wait time.Duration
+			durationFlag(fs, &wait, "wait", 600*time.Second, "give up waiting after this `duration`")
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				text, err := textArg(v.env, rest)
+				if err != nil {
+					return err
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: text, Timeout: wait.Seconds()})
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				fmt.Fprintln(v.out(), rep.Text)
+				return nil
+			}
+		})
+}
+
+func outputCommand() *command {
+	return verbCommand("output", "<agent>", "print an agent's output without waiting",
+		"Prints a turn's output (default: the latest turn's last message); a turn\nstill running shows its text so far.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var req schemas.OutputRequest
+			var turn, maxChars int
+			fs.IntVar(&turn, "turn", -1, "the `turn` to read (default: the latest)")
+			fs.StringVar(&req.Which, "which", "last_message", "what to print: last_message, full_turn or all")
+			fs.BoolVar(&req.IncludeTools, "tools", false, "include a line per tool call and result")
+			fs.IntVar(&maxChars, "max-chars", 20000, "print at most this many `characters`")
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q", rest[0])
+				}
+				req.AgentID = id
+				if turn >= 0 {
+					req.Turn = &turn
+				}
+				req.MaxChars = &maxChars
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Output(ctx, req)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				fmt.Fprintln(v.out(), rep.Text)
+				if rep.Truncated {
+					fmt.Fprintf(v.env.io.err, "shoal: %d more characters not shown (--max-chars)\n", rep.DroppedChars)
+				}
+				return nil
+			}
+		})
+}
+
+func statusCommand() *command {
+	return verbCommand("status", "<agent>", "show an agent's status",
+		"Prints the agent's status record as JSON: status, model, cwd, turn, usage,\nlogs, and the node it runs on.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q", rest[0])
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rec, err := f.Status(ctx, id)
+				if err != nil {
+					return err
+				}
+				return printJSON(v.env, rec)
+			}
+		})
+}
+
+func lsCommand() *command {
+	return verbCommand("ls", "", "list the agents of the fabric",
+		"Lists every agent the fabric knows, dead ones kept for review included,\noldest first, with the node each runs on.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				recs, err := f.List(ctx)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, schemas.ListReply{Agents: recs})
+				}
+				if len(recs) == 0 {
+					fmt.Fprintln(v.out(), "No agents. Open one with `shoal open`.")
+					return nil
+				}
+				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNODE\tSTATUS\tMODEL\tTURN\tTOKENS\tCWD")
+				for _, r := range recs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d in / %d out\t%s\n", r.ID, r.Node, r.Status, r.Model, r.Turn,
+						r.Usage.InputTokens, r.Usage.OutputTokens, r.CWD)
+				}
+				return tw.Flush()
+			}
+		})
+}
+
+func interruptCommand() *command {
+	return verbCommand("interrupt", "<agent>", "cancel an agent's running turn",
+		"Cancels the agent's running turn; the turn ends with stop reason cancelled.\nPrints whether a turn was interrupted.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, _, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Interrupt(ctx, id)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				if rep.Interrupted {
+					fmt.Fprintln(v.out(), "interrupted")
+				} else {
+					fmt.Fprintln(v.out(), "no turn was running")
+				}
+				return nil
+			}
+		})
+}
+
+func closeCommand() *command {
+	return verbCommand("close", "<agent>", "close an agent",
+		"Stops the agent and everything it started; it is kept as dead for review.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, _, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				rep, err := f.Close(ctx, id)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				if !rep.Closed {
+					return fmt.Errorf("no such agent: %s", id)
+				}
+				fmt.Fprintln(v.out(), "closed")
+				return nil
+			}
+		})
+}

@@ -1,0 +1,152 @@
+package claude
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Efforts are the values --effort takes.
+var Efforts = []string{"low", "medium", "high"}
+
+// DefaultModel is the model an agent runs when the caller names none: the
+// CLI's alias for its latest Sonnet.
+const DefaultModel = "sonnet"
+
+// SplitModel separates an inline effort suffix: "claude-sonnet-5/high" is
+// model claude-sonnet-5 with effort high. The text after the last '/' is
+// the effort ("" for none).
+func SplitModel(model string) (name, effort string) {
+	if i := strings.LastIndexByte(model, '/'); i >= 0 {
+		return model[:i], model[i+1:]
+	}
+	return model, ""
+}
+
+// Launch is a planned invocation of the CLI: its arguments and the MCP
+// config it needs written first.
+type Launch struct {
+	Args []string
+	// MCPConfigPath and MCPConfig are the generated config, when there is one.
+	MCPConfigPath string
+	MCPConfig     []byte
+}
+
+// Plan builds the CLI arguments for spec, in Kaimon's order:
+//
+//	-p --input-format stream-json --output-format stream-json --verbose
+//	--model M --permission-mode P --add-dir CWD [--include-partial-messages]
+//	[--effort E] [--tools T,…] [--allowedTools …] [--disallowedTools …]
+//	[--dangerously-skip-permissions] [--mcp-config F… --strict-mcp-config]
+//	[--append-system-prompt S]
+//
+// With Policy.Only the CLI gets --tools naming just the built-in tools of
+// the allowlist (plus ToolSearch when it names MCP tools) and only Shoal's
+// MCP server; a caller's mcp_config is refused, and so is an allowlist
+// naming MCP tools when the coordinator's MCP endpoint is unknown.
+func Plan(spec backend.Spec, partial bool) (Launch, error) {
+	model, effort := SplitModel(spec.Model)
+	if model == "" {
+		model = DefaultModel
+	}
+	if spec.Effort != "" {
+		effort = spec.Effort
+	}
+	if effort != "" && !slices.Contains(Efforts, effort) {
+		return Launch{}, fmt.Errorf("unknown effort %q (want low, medium or high)", effort)
+	}
+	pol := spec.Policy
+	if pol.Mode == "" {
+		pol.Mode = "acceptEdits"
+	}
+	namesMCP := slices.ContainsFunc(pol.Allowed, schemas.IsMCPTool)
+	if pol.Only {
+		if spec.MCPConfig != "" {
+			return Launch{}, errors.New("only refuses a caller-supplied mcp_config: Shoal tells an agent's MCP calls apart by the config it generates")
+		}
+		if namesMCP && spec.MCP.URL == "" {
+			return Launch{}, errors.New("only with MCP tools needs the coordinator's MCP endpoint, and this node does not know it")
+		}
+	}
+	args := []string{"-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+		"--model", model, "--permission-mode", pol.Mode, "--add-dir", spec.CWD}
+	if partial {
+		args = append(args, "--include-partial-messages")
+	}
+	if effort != "" {
+		args = append(args, "--effort", effort)
+	}
+	if pol.Only {
+		tools := schemas.BuiltinTools(pol.Allowed)
+		if namesMCP && !slices.Contains(tools, "ToolSearch") {
+			tools = append(tools, "ToolSearch")
+		}
+		args = append(args, "--tools", strings.Join(tools, ","))
+	}
+	if len(pol.Allowed) > 0 {
+		args = append(append(args, "--allowedTools"), pol.Allowed...)
+	}
+	if len(pol.Disallowed) > 0 {
+		args = append(append(args, "--disallowedTools"), pol.Disallowed...)
+	}
+	if pol.Dangerous {
+		args = append(args, "--dangerously-skip-permissions")
+	}
+	var l Launch
+	var configs []string
+	if spec.MCP.URL != "" {
+		l.MCPConfigPath = filepath.Join(spec.Dir, spec.AgentID+"-mcp.json")
+		l.MCPConfig = mcpConfig(spec)
+		configs = append(configs, l.MCPConfigPath)
+	}
+	if spec.MCPConfig != "" {
+		if _, err := os.Stat(spec.MCPConfig); err != nil {
+			return Launch{}, fmt.Errorf("mcp_config %s: %w", spec.MCPConfig, errors.Unwrap(err))
+		}
+		configs = append(configs, spec.MCPConfig)
+	}
+	if len(configs) > 0 {
+		args = append(append(args, "--mcp-config"), configs...)
+		args = append(args, "--strict-mcp-config")
+	}
+	if spec.SystemPrompt != "" {
+		args = append(args, "--append-system-prompt", spec.SystemPrompt)
+	}
+	l.Args = args
+	return l, nil
+}
+
+// mcpConfig is the config that points the agent at the coordinator's MCP
+// server, with the header that tells the door which agent is calling.
+func mcpConfig(spec backend.Spec) []byte {
+	headers := map[string]string{schemas.AgentIDHeader: spec.AgentID}
+	if spec.MCP.Token != "" {
+		headers["Authorization"] = "Bearer " + spec.MCP.Token
+	}
+	b, _ := json.MarshalIndent(map[string]any{
+		"mcpServers": map[string]any{
+			schemas.MCPServerName: map[string]any{"type": "http", "url": spec.MCP.URL, "headers": headers},
+		},
+	}, "", "  ")
+	return b
+}
+
+// Transcript is where the CLI keeps its own transcript of a session:
+// ~/.claude/projects/<realpath(cwd) with '/' and '.' as '-'>/<session>.jsonl.
+func Transcript(home, cwd, sessionID string) string {
+	if sessionID == "" || home == "" {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(cwd); err == nil {
+		cwd = real
+	}
+	munged := strings.NewReplacer("/", "-", ".", "-").Replace(cwd)
+	return filepath.Join(home, ".claude", "projects", munged, sessionID+".jsonl")
+}

@@ -1,0 +1,344 @@
+package claude
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Decoder maps the CLI's stream-json stdout onto event payloads, one line
+// at a time. It keeps the state the mapping needs: the vendor session id
+// and which content block index belongs to which streamed tool call. It is
+// not safe for concurrent use.
+type Decoder struct {
+	sessionID string
+	toolIDs   map[int]string // content block index → tool call id, within one message
+}
+
+// SessionID is the CLI's conversation id, once a system line carried it.
+func (d *Decoder) SessionID() string { return d.sessionID }
+
+// Line decodes one line of stdout into the payloads it yields, in order.
+// interrupted says whether an interrupt was requested for the running
+// turn, which changes how its result reads. A line Shoal does not
+// understand yields an error payload carrying the raw line.
+func (d *Decoder) Line(line []byte, interrupted bool) []schemas.Payload {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil
+	}
+	var head struct {
+		Type      string  `json:"type"`
+		Subtype   string  `json:"subtype"`
+		SessionID *string `json:"session_id"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil || head.Type == "" {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	switch head.Type {
+	case "system":
+		if head.SessionID != nil && *head.SessionID != "" {
+			d.sessionID = *head.SessionID
+		}
+		return nil
+	case "stream_event":
+		return d.streamEvent(line)
+	case "assistant":
+		return d.assistant(line)
+	case "user":
+		return d.user(line)
+	case "result":
+		return d.result(line, interrupted)
+	case "control_response":
+		return controlResponse(line)
+	case "control_request":
+		return controlRequest(line)
+	case "keep_alive", "rate_limit_event":
+		return nil
+	}
+	return []schemas.Payload{rawError("unmapped claude stream-json event: "+head.Type, line)}
+}
+
+func (d *Decoder) streamEvent(line []byte) []schemas.Payload {
+	var m struct {
+		Event struct {
+			Type         string `json:"type"`
+			Index        int    `json:"index"`
+			ContentBlock struct {
+				Type string `json:"type"`
+				ID   string `json:"id"`
+				Name string `json:"name"`
+			} `json:"content_block"`
+			Delta struct {
+				Type        string `json:"type"`
+				Text        string `json:"text"`
+				Thinking    string `json:"thinking"`
+				PartialJSON string `json:"partial_json"`
+			} `json:"delta"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	ev := m.Event
+	switch ev.Type {
+	case "message_start":
+		d.toolIDs = nil
+	case "content_block_start":
+		if ev.ContentBlock.Type == "tool_use" {
+			if d.toolIDs == nil {
+				d.toolIDs = map[int]string{}
+			}
+			d.toolIDs[ev.Index] = ev.ContentBlock.ID
+			return []schemas.Payload{schemas.ToolUse{Call: toolCall(ev.ContentBlock.ID, ev.ContentBlock.Name, nil)}}
+		}
+	case "content_block_delta":
+		switch ev.Delta.Type {
+		case "text_delta":
+			return []schemas.Payload{schemas.AssistantText{Delta: true, Content: schemas.Text(ev.Delta.Text)}}
+		case "thinking_delta":
+			return []schemas.Payload{schemas.Thought{Delta: true, Content: schemas.Text(ev.Delta.Thinking)}}
+		case "input_json_delta":
+			return []schemas.Payload{schemas.ToolInputDelta{ToolCallID: d.toolIDs[ev.Index], PartialJSON: ev.Delta.PartialJSON}}
+		}
+	}
+	return nil
+}
+
+func (d *Decoder) assistant(line []byte) []schemas.Payload {
+	var m struct {
+		Message struct {
+			Content []struct {
+				Type     string          `json:"type"`
+				Text     string          `json:"text"`
+				Thinking string          `json:"thinking"`
+				ID       string          `json:"id"`
+				Name     string          `json:"name"`
+				Input    json.RawMessage `json:"input"`
+			} `json:"content"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	var out []schemas.Payload
+	for _, c := range m.Message.Content {
+		switch c.Type {
+		case "text":
+			out = append(out, schemas.AssistantText{Content: schemas.Text(c.Text)})
+		case "thinking":
+			out = append(out, schemas.Thought{Content: schemas.Text(c.Thinking)})
+		case "redacted_thinking":
+			out = append(out, schemas.Thought{Content: schemas.Text("")})
+		case "tool_use", "server_tool_use":
+			out = append(out, schemas.ToolUse{Call: toolCall(c.ID, c.Name, c.Input)})
+		default:
+			out = append(out, rawError("unmapped claude content block: "+c.Type, line))
+		}
+	}
+	return out
+}
+
+func toolCall(id, name string, input json.RawMessage) schemas.ToolCall {
+	title := name
+	if title == "" {
+		title = "tool"
+	}
+	return schemas.ToolCall{
+		ToolCallID: id,
+		Title:      title,
+		Kind:       schemas.ToolKindForName(name),
+		Status:     schemas.ToolInProgress,
+		RawInput:   input,
+	}
+}
+
+func (d *Decoder) user(line []byte) []schemas.Payload {
+	var m struct {
+		Message struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	var blocks []struct {
+		Type      string          `json:"type"`
+		ToolUseID string          `json:"tool_use_id"`
+		Content   json.RawMessage `json:"content"`
+		IsError   *bool           `json:"is_error"`
+	}
+	if json.Unmarshal(m.Message.Content, &blocks) != nil {
+		return nil // a plain-string user message: the CLI echoing input
+	}
+	var out []schemas.Payload
+	for _, b := range blocks {
+		if b.Type != "tool_result" {
+			continue // the interrupt marker and other echoed text
+		}
+		status := schemas.ToolCompleted
+		if b.IsError != nil && *b.IsError {
+			status = schemas.ToolFailed
+		}
+		out = append(out, schemas.ToolResult{Update: schemas.ToolCallUpdate{
+			ToolCallID: b.ToolUseID,
+			Status:     &status,
+			Content:    toolResultContent(b.Content),
+		}})
+	}
+	return out
+}
+
+// toolResultContent converts a tool_result's content: a string becomes one
+// text block; an array keeps its text and image blocks.
+func toolResultContent(raw json.RawMessage) []schemas.ToolCallContent {
+	out := []schemas.ToolCallContent{}
+	if len(raw) == 0 || string(raw) == "null" {
+		return out
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return append(out, schemas.ToolText(s))
+	}
+	var blocks []struct {
+		Type   string `json:"type"`
+		Text   string `json:"text"`
+		Source struct {
+			Data      string `json:"data"`
+			MediaType string `json:"media_type"`
+		} `json:"source"`
+	}
+	if json.Unmarshal(raw, &blocks) != nil {
+		return append(out, schemas.ToolText(string(raw)))
+	}
+	for _, b := range blocks {
+		switch b.Type {
+		case "text":
+			out = append(out, schemas.ToolText(b.Text))
+		case "image":
+			mime := b.Source.MediaType
+			if mime == "" {
+				mime = "image/png"
+			}
+			out = append(out, schemas.ToolBlock(schemas.Image(b.Source.Data, mime)))
+		}
+	}
+	return out
+}
+
+func (d *Decoder) result(line []byte, interrupted bool) []schemas.Payload {
+	var m struct {
+		Subtype    string          `json:"subtype"`
+		IsError    bool            `json:"is_error"`
+		Result     *string         `json:"result"`
+		StopReason *string         `json:"stop_reason"`
+		Usage      *usage          `json:"usage"`
+		Errors     json.RawMessage `json:"errors"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	d.toolIDs = nil
+	var out []schemas.Payload
+	text := ""
+	if m.Result != nil {
+		text = *m.Result
+	}
+	if m.IsError && !interrupted {
+		msg := text
+		if strings.TrimSpace(msg) == "" {
+			msg = m.Subtype
+		}
+		if strings.TrimSpace(msg) == "" {
+			msg = "agent turn failed"
+		}
+		out = append(out, schemas.ErrorWith(msg, map[string]any{"subtype": m.Subtype, "is_error": true, "result": m.Result}))
+	}
+	stop := schemas.StopEndTurn
+	switch {
+	case interrupted:
+		stop = schemas.StopCancelled
+	case m.StopReason != nil && *m.StopReason != "":
+		stop = schemas.ParseStopReason(*m.StopReason)
+	case m.IsError:
+		stop = schemas.StopRefusal
+	}
+	u := m.Usage.toSchema()
+	return append(out, schemas.Result{StopReason: stop, Usage: &u})
+}
+
+// usage is the CLI's per-turn usage in a result line.
+type usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+}
+
+// toSchema maps usage; the CLI's dollar figure is unreliable on
+// subscription plans, so cost is always 0.
+func (u *usage) toSchema() schemas.Usage {
+	out := schemas.Usage{CostUSD: schemas.Cost(0)}
+	if u != nil {
+		out.InputTokens = u.InputTokens
+		out.OutputTokens = u.OutputTokens
+		out.CacheReadTokens = u.CacheReadInputTokens
+		out.CacheCreationTokens = u.CacheCreationInputTokens
+	}
+	return out
+}
+
+func controlResponse(line []byte) []schemas.Payload {
+	var m struct {
+		Response struct {
+			Subtype   string `json:"subtype"`
+			RequestID string `json:"request_id"`
+			Error     string `json:"error"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		return []schemas.Payload{rawError("stream-json parse error", line)}
+	}
+	if m.Response.Subtype != "error" {
+		return nil
+	}
+	msg := m.Response.Error
+	if msg == "" {
+		msg = "unknown"
+	}
+	return []schemas.Payload{schemas.ErrorWith(fmt.Sprintf("control request failed: %s", msg), map[string]string{"request_id": m.Response.RequestID})}
+}
+
+// controlRequest maps the CLI asking permission for a tool call (it does
+// only when started with --permission-prompt-tool stdio) to a permission
+// event; the session answers it.
+func controlRequest(line []byte) []schemas.Payload {
+	var m struct {
+		RequestID string `json:"request_id"`
+		Request   struct {
+			Subtype   string `json:"subtype"`
+			ToolName  string `json:"tool_name"`
+			ToolUseID string `json:"tool_use_id"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil || m.Request.Subtype != "can_use_tool" {
+		return []schemas.Payload{rawError("unmapped claude stream-json event: control_request", line)}
+	}
+	return []schemas.Payload{schemas.Permission{
+		ToolCall:  schemas.PermissionToolCall{ToolCallID: m.Request.ToolUseID},
+		RequestID: m.RequestID,
+		Options: []schemas.PermissionOption{
+			{OptionID: "allow", Name: "Allow", Kind: schemas.PermissionAllowOnce},
+			{OptionID: "deny", Name: "Deny", Kind: schemas.PermissionRejectOnce},
+		},
+	}}
+}
+
+// rawError is an error payload carrying a line Shoal could not map, as a
+// JSON string, so nothing the CLI said is lost.
+func rawError(msg string, line []byte) schemas.Payload {
+	return schemas.ErrorWith(msg, string(line))
+}

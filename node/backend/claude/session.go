@@ -1,0 +1,365 @@
+package claude
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Config configures the claude backend. Its zero value runs `claude` from
+// PATH with the node's environment.
+type Config struct {
+	// Path is the CLI to run; "claude" (looked up on PATH) when empty.
+	Path string
+	// Env is the environment every agent process starts from; the node's
+	// own when nil.
+	Env []string
+	// NoPartialMessages turns token streaming off (no delta events).
+	NoPartialMessages bool
+	// StopWait is how long each rung of the stop ladder waits; 2s when zero.
+	StopWait time.Duration
+	// MaxLine is the longest stdout line accepted; 64 MiB when zero.
+	MaxLine int
+}
+
+// Backend starts claude CLI agents.
+type Backend struct{ cfg Config }
+
+// New returns a claude backend.
+func New(cfg Config) *Backend {
+	if cfg.Path == "" {
+		cfg.Path = "claude"
+	}
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	if cfg.StopWait == 0 {
+		cfg.StopWait = 2 * time.Second
+	}
+	if cfg.MaxLine == 0 {
+		cfg.MaxLine = 64 << 20
+	}
+	return &Backend{cfg: cfg}
+}
+
+// Kind implements backend.Backend.
+func (b *Backend) Kind() string { return backend.KindClaude }
+
+// Path is the CLI the backend runs.
+func (b *Backend) Path() string { return b.cfg.Path }
+
+// maxParseErrors bounds the error events one turn's garbage produces.
+const maxParseErrors = 50
+
+// Start implements backend.Backend: it spawns the CLI, which then waits
+// for the first turn on stdin.
+func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+	launch, err := Plan(spec, !b.cfg.NoPartialMessages)
+	if err != nil {
+		return nil, err
+	}
+	if launch.MCPConfigPath != "" {
+		if err := os.WriteFile(launch.MCPConfigPath, launch.MCPConfig, 0o600); err != nil {
+			return nil, fmt.Errorf("write the agent's MCP config: %w", err)
+		}
+	}
+	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
+	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
+		Argv:   append([]string{b.cfg.Path}, launch.Args...),
+		Dir:    spec.CWD,
+		Env:    env,
+		Stderr: spec.Stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	log := spec.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &session{
+		cfg:        b.cfg,
+		proc:       proc,
+		sink:       sink,
+		home:       envValue(env, "HOME"),
+		cwd:        spec.CWD,
+		log:        log,
+		readerDone: make(chan struct{}),
+	}
+	go s.read(stdout)
+	return s, nil
+}
+
+// session is one claude CLI process.
+type session struct {
+	cfg        Config
+	proc       *backend.Process
+	sink       backend.Sink
+	home, cwd  string
+	log        *slog.Logger
+	readerDone chan struct{}
+
+	mu          sync.Mutex
+	dec         Decoder
+	sent        int // the last turn written
+	active      int // the turn producing output; 0 when idle
+	interrupted int // the turn an interrupt was requested for
+	interrupts  int
+	parseErrs   int
+	dead        bool
+}
+
+func (s *session) emit(turn int, p schemas.Payload) {
+	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
+}
+
+// turn is the number events are stamped with: the running turn, or the
+// last one when idle.
+func (s *session) turn() int {
+	if s.active != 0 {
+		return s.active
+	}
+	return s.sent
+}
+
+type userLine struct {
+	Type    string `json:"type"`
+	Message struct {
+		Role    string `json:"role"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"message"`
+}
+
+// Send implements backend.Session. The CLI queues a turn written while
+// another runs; its turn_started follows the running turn's result.
+func (s *session) Send(_ context.Context, text string) (int, error) {
+	var u userLine
+	u.Type = "user"
+	u.Message.Role = "user"
+	u.Message.Content = append(u.Message.Content, struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}{"text", text})
+	line, err := json.Marshal(u)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return 0, errors.New("agent process is not running")
+	}
+	s.sent++
+	n := s.sent
+	if s.active == 0 {
+		s.start(n)
+	}
+	s.mu.Unlock()
+	if err := s.proc.WriteLine(line); err != nil {
+		s.mu.Lock()
+		s.emit(n, schemas.Errorf("could not write turn %d to claude: %v", n, err))
+		s.mu.Unlock()
+		return n, errors.New("agent process is not running")
+	}
+	return n, nil
+}
+
+// start begins turn n; s.mu is held.
+func (s *session) start(n int) {
+	s.active = n
+	s.parseErrs = 0
+	s.emit(n, schemas.TurnStarted{})
+}
+
+// Interrupt implements backend.Session with the CLI's interrupt control
+// request; the turn's result then reports cancelled.
+func (s *session) Interrupt(context.Context) (bool, error) {
+	s.mu.Lock()
+	if s.dead || s.active == 0 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.interrupts++
+	turn := s.active
+	s.interrupted = turn
+	line := fmt.Sprintf(`{"type":"control_request","request_id":"int-%d","request":{"subtype":"interrupt"}}`, s.interrupts)
+	s.mu.Unlock()
+	if err := s.proc.WriteLine([]byte(line)); err != nil {
+		s.mu.Lock()
+		if s.interrupted == turn {
+			s.interrupted = 0
+		}
+		s.mu.Unlock()
+		return false, fmt.Errorf("write the interrupt: %w", err)
+	}
+	return true, nil
+}
+
+// Close implements backend.Session: close stdin (the CLI finishes and
+// exits), then SIGINT (it interrupts and exits), then SIGTERM, then
+// SIGKILL for the whole process group.
+func (s *session) Close(ctx context.Context) error {
+	w := s.cfg.StopWait
+	s.proc.Stop(ctx, []backend.Step{
+		{Signal: backend.CloseStdin, Wait: w},
+		{Signal: syscall.SIGINT, Wait: w},
+		{Signal: syscall.SIGTERM, Wait: w},
+	})
+	select {
+	case <-s.readerDone:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Info implements backend.Session.
+func (s *session) Info() backend.Info {
+	s.mu.Lock()
+	sid := s.dec.SessionID()
+	s.mu.Unlock()
+	return backend.Info{
+		PID:           s.proc.PID(),
+		SessionID:     sid,
+		Transcript:    Transcript(s.home, s.cwd, sid),
+		QueuesPrompts: true,
+	}
+}
+
+// read decodes stdout until EOF, then reports how the process ended.
+func (s *session) read(stdout io.ReadCloser) {
+	defer close(s.readerDone)
+	r := bufio.NewReaderSize(stdout, 256<<10)
+	for {
+		line, tooLong, err := readLine(r, s.cfg.MaxLine)
+		if len(line) > 0 || tooLong > 0 {
+			s.handle(line, tooLong)
+		}
+		if err != nil {
+			break
+		}
+	}
+	stdout.Close()
+	<-s.proc.Done()
+	s.exited()
+}
+
+func (s *session) handle(line []byte, tooLong int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tooLong > 0 {
+		s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("claude printed a %d-byte line, longer than the %d-byte limit; it was dropped", tooLong, s.cfg.MaxLine), string(line)))
+		return
+	}
+	interrupted := s.active != 0 && s.interrupted == s.active
+	for _, p := range s.dec.Line(line, interrupted) {
+		if e, ok := p.(schemas.Error); ok && isUnmapped(e) {
+			s.parseErrs++
+			if s.parseErrs > maxParseErrors {
+				continue
+			}
+			if s.parseErrs == maxParseErrors {
+				s.emit(s.turn(), p)
+				p = schemas.Errorf("claude keeps printing lines Shoal cannot read; further ones in this turn are not reported")
+			}
+		}
+		s.emit(s.turn(), p)
+		if perm, ok := p.(schemas.Permission); ok {
+			s.refuse(perm)
+		}
+		if _, ok := p.(schemas.Result); ok && s.active != 0 {
+			if s.interrupted == s.active {
+				s.interrupted = 0
+			}
+			if s.active < s.sent {
+				s.start(s.active + 1)
+			} else {
+				s.active = 0
+			}
+		}
+	}
+}
+
+// refuse answers a permission request: Shoal starts the CLI with its
+// policy in flags, so a prompt has no one to answer it, and a headless
+// agent must never wait forever. s.mu is held; the write happens off it.
+func (s *session) refuse(perm schemas.Permission) {
+	const why = "Shoal runs this agent headless: its permissions come from its preset, and nobody is here to approve a prompt"
+	s.emit(s.turn(), schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": perm.ToolCall.ToolCallID}))
+	reply, _ := json.Marshal(map[string]any{
+		"type": "control_response",
+		"response": map[string]any{
+			"subtype":    "success",
+			"request_id": perm.RequestID,
+			"response":   map[string]any{"behavior": "deny", "message": why},
+		},
+	})
+	go s.proc.WriteLine(reply)
+}
+
+func isUnmapped(e schemas.Error) bool {
+	return e.Message == "stream-json parse error" || strings.HasPrefix(e.Message, "unmapped claude")
+}
+
+// exited reports the end of the process: an error unless Close asked for
+// it, then status dead.
+func (s *session) exited() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dead = true
+	select {
+	case <-s.proc.Stopping():
+	default:
+		msg := "claude exited: " + backend.ExitDescription(s.proc.Err())
+		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
+			msg += ": " + last
+		}
+		s.emit(s.turn(), schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
+	}
+	s.emit(s.turn(), schemas.Status{Status: schemas.StatusDead})
+}
+
+// readLine reads one line of at most max bytes. A longer line is consumed
+// to its end; its length is returned as tooLong along with its first KiB.
+func readLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if tooLong == 0 && len(line)+len(chunk) <= max {
+			line = append(line, chunk...)
+		} else {
+			if tooLong == 0 {
+				tooLong = len(line)
+				line = line[:min(len(line), 1<<10)]
+			}
+			tooLong += len(chunk)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, tooLong, err
+	}
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,163 @@
+package node_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// fakeClaude imitates the claude CLI's stream-json protocol, or
+// misbehaves in a chosen way:
+//
+//	echo     answers each turn with "echo: <text>"; honours interrupts
+//	slow     like echo, but streams one word every 100ms
+//	hang     answers a turn with a first chunk, then nothing, ever; ignores
+//	         stdin EOF, SIGINT and SIGTERM
+//	die      starts a turn, complains on stderr and exits 3
+//	flood    streams 5000 chunks and one 2 MiB line, then ends the turn
+//	garbage  prints lines that are not JSON, then ends the turn
+//	orphan   starts a child that sleeps in its process group (its pid goes
+//	         to $SHOAL_FAKE_PIDFILE), then behaves like echo
+//	sleep    sleeps (the orphan's child)
+func fakeClaude(mode string) {
+	out := bufio.NewWriter(os.Stdout)
+	var mu = make(chan struct{}, 1)
+	emit := func(v any) {
+		mu <- struct{}{}
+		b, _ := json.Marshal(v)
+		out.Write(append(b, '\n'))
+		out.Flush()
+		<-mu
+	}
+	switch mode {
+	case "sleep":
+		time.Sleep(time.Hour)
+		return
+	case "hang":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	case "orphan":
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), "SHOAL_FAKE_CLAUDE=sleep")
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.WriteFile(os.Getenv("SHOAL_FAKE_PIDFILE"), []byte(fmt.Sprint(child.Process.Pid)), 0o600)
+	}
+	session := "fake-session-1"
+	delta := func(text string) {
+		emit(map[string]any{"type": "stream_event", "event": map[string]any{"type": "content_block_delta", "index": 0,
+			"delta": map[string]any{"type": "text_delta", "text": text}}})
+	}
+	result := func(stop string, isErr bool, subtype string) {
+		emit(map[string]any{"type": "result", "subtype": subtype, "is_error": isErr, "stop_reason": stop, "session_id": session,
+			"usage": map[string]any{"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 1, "cache_creation_input_tokens": 0}})
+	}
+	interrupted := make(chan struct{}, 1)
+	turns := make(chan string, 16)
+	go func() {
+		in := bufio.NewScanner(os.Stdin)
+		in.Buffer(make([]byte, 1<<20), 16<<20)
+		for in.Scan() {
+			var m struct {
+				Type      string `json:"type"`
+				RequestID string `json:"request_id"`
+				Message   struct {
+					Content []struct {
+						Text string `json:"text"`
+					} `json:"content"`
+				} `json:"message"`
+			}
+			json.Unmarshal(in.Bytes(), &m)
+			switch m.Type {
+			case "user":
+				turns <- m.Message.Content[0].Text
+			case "control_request":
+				emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "success", "request_id": m.RequestID}})
+				select {
+				case interrupted <- struct{}{}:
+				default:
+				}
+			}
+		}
+		close(turns)
+	}()
+	for text := range turns {
+		emit(map[string]any{"type": "system", "subtype": "init", "session_id": session})
+		emit(map[string]any{"type": "stream_event", "event": map[string]any{"type": "message_start"}})
+		switch mode {
+		case "hang":
+			delta("thinking about ")
+			select {}
+		case "die":
+			delta("about to ")
+			fmt.Fprintln(os.Stderr, "fatal: the fake CLI fell over")
+			os.Exit(3)
+		case "flood":
+			for i := range 5000 {
+				delta(fmt.Sprintf("w%d ", i))
+			}
+			out.Write([]byte(`{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 2<<20) + `"}]}}` + "\n"))
+			out.Flush()
+		case "image", "bigresult":
+			content := any(strings.Repeat("output line\n", 20000))
+			if mode == "image" {
+				content = []any{map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": tallPNG()}}}
+			}
+			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "tool_use", "id": "tu1", "name": "Screenshot", "input": map[string]any{}}}}})
+			emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "tool_result", "tool_use_id": "tu1", "content": content}}}})
+		case "garbage":
+			fmt.Fprintln(out, "Welcome to the fake CLI!")
+			fmt.Fprintln(out, "{half a json")
+			fmt.Fprintln(out, "\x1b[31mcolour\x1b[0m")
+			out.Flush()
+		}
+		reply := "echo: " + text
+		words := strings.SplitAfter(reply, " ")
+		cut := false
+		for _, w := range words {
+			if mode == "slow" {
+				select {
+				case <-interrupted:
+					cut = true
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			if cut {
+				break
+			}
+			delta(w)
+		}
+		if cut {
+			emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": "[Request interrupted by user]"}}}})
+			result("", true, "error_during_execution")
+			continue
+		}
+		emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": reply}}}})
+		result("end_turn", false, "success")
+	}
+}
+
+// tallPNG is an 80×2000 PNG, base64: above the default 1568 long edge.
+func tallPNG() string {
+	img := image.NewNRGBA(image.Rect(0, 0, 80, 2000))
+	for y := range 2000 {
+		for x := range 80 {
+			img.SetNRGBA(x, y, color.NRGBA{uint8(x), uint8(y), 0, 255})
+		}
+	}
+	var b bytes.Buffer
+	png.Encode(&b, img)
+	return base64.StdEncoding.EncodeToString(b.Bytes())
+}

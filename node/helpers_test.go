@@ -1,0 +1,300 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("SHOAL_FAKE_CLAUDE"); mode != "" {
+		fakeClaude(mode)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// fixture is a broker, a node and a fabric client for one test.
+type fixture struct {
+	t      *testing.T
+	b      *broker.Broker
+	host   *node.Host
+	fabric *bridge.Fabric
+	js     jetstream.JetStream
+	dir    string
+	stop   context.CancelFunc
+	done   chan error
+}
+
+type fixtureOptions struct {
+	claude claude.Config
+	node   func(*node.Config)
+	dir    string
+	broker *broker.Broker
+}
+
+// fakeCLI is a claude backend config that runs this test binary as a fake
+// claude CLI in the given mode.
+func fakeCLI(mode string, env ...string) claude.Config {
+	return claude.Config{
+		Path:     os.Args[0],
+		Env:      append(append(os.Environ(), "SHOAL_FAKE_CLAUDE="+mode), env...),
+		StopWait: 500 * time.Millisecond,
+	}
+}
+
+func startNode(t *testing.T, o fixtureOptions) *fixture {
+	t.Helper()
+	b := o.broker
+	if b == nil {
+		b = natstest.Start(t)
+	}
+	dir := o.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	nc := natstest.Connect(t, b)
+	cfg := node.Config{
+		Name:     "n1",
+		Conn:     nc,
+		Dir:      dir,
+		Backends: []backend.Backend{claude.New(o.claude)},
+	}
+	if o.node != nil {
+		o.node(&cfg)
+	}
+	h, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fixture{t: t, b: b, host: h, dir: dir, stop: cancel, done: make(chan error, 1)}
+	go func() { f.done <- h.Run(ctx) }()
+	select {
+	case <-h.Ready():
+	case err := <-f.done:
+		t.Fatalf("node did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("node not ready")
+	}
+	t.Cleanup(f.shutdown)
+	client := natstest.Connect(t, b)
+	if f.fabric, err = bridge.NewFabric(client, bridge.FabricConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	f.js = f.fabric.JetStream()
+	return f
+}
+
+// shutdown stops the node and waits for it.
+func (f *fixture) shutdown() {
+	f.stop()
+	select {
+	case <-f.done:
+	case <-time.After(60 * time.Second):
+		f.t.Error("node did not stop")
+	}
+}
+
+func (f *fixture) ctx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(f.t.Context(), d)
+	f.t.Cleanup(cancel)
+	return ctx
+}
+
+func (f *fixture) open(req schemas.OpenRequest) string {
+	f.t.Helper()
+	if req.CWD == "" {
+		req.CWD = f.t.TempDir()
+	}
+	rep, err := f.fabric.Open(f.ctx(30*time.Second), req)
+	if err != nil {
+		f.t.Fatalf("open: %v", err)
+	}
+	return rep.AgentID
+}
+
+func (f *fixture) send(id, text string) int {
+	f.t.Helper()
+	rep, err := f.fabric.Send(f.ctx(30*time.Second), schemas.SendRequest{AgentID: id, Text: text})
+	if err != nil {
+		f.t.Fatalf("send: %v", err)
+	}
+	return rep.Turn
+}
+
+// stored is one event as the stream holds it.
+type stored struct {
+	schemas.Event
+	seq  uint64
+	node string
+	raw  []byte
+}
+
+// watcher follows an agent's events on the stream, checking every one
+// against the schema files and the gapless numbering.
+type watcher struct {
+	t    *testing.T
+	id   string
+	mu   sync.Mutex
+	evs  []stored
+	wake chan struct{}
+}
+
+func (f *fixture) watch(id string) *watcher {
+	f.t.Helper()
+	w := &watcher{t: f.t, id: id, wake: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	f.t.Cleanup(cancel)
+	cons, err := f.js.OrderedConsumer(ctx, schemas.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	context.AfterFunc(ctx, msgs.Stop)
+	go func() {
+		for {
+			msg, err := msgs.Next()
+			if err != nil {
+				return
+			}
+			data := append([]byte(nil), msg.Data()...)
+			ev, derr := schemas.Decode(data)
+			verr := schematest.ValidateEvent(data)
+			_, n, merr := schemas.ParseMsgID(msg.Headers().Get(schemas.HeaderMsgID))
+			w.mu.Lock()
+			switch {
+			case derr != nil || verr != nil:
+				w.t.Errorf("invalid event on %s: %s: %v %v", msg.Subject(), data, derr, verr)
+			case merr != nil:
+				w.t.Errorf("event without a valid message id: %v", merr)
+			case len(w.evs) > 0 && n != w.evs[len(w.evs)-1].seq+1:
+				w.t.Errorf("event number %d follows %d: not gapless", n, w.evs[len(w.evs)-1].seq)
+			}
+			w.evs = append(w.evs, stored{Event: ev, seq: n, node: msg.Headers().Get(schemas.HeaderNode), raw: data})
+			w.mu.Unlock()
+			select {
+			case w.wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return w
+}
+
+// until waits for an event matching pred (after index from) and returns
+// its index.
+func (w *watcher) until(from int, what string, pred func(schemas.Event) bool) int {
+	w.t.Helper()
+	deadline := time.After(90 * time.Second)
+	for {
+		w.mu.Lock()
+		for i := from; i < len(w.evs); i++ {
+			if pred(w.evs[i].Event) {
+				w.mu.Unlock()
+				return i
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-deadline:
+			w.t.Fatalf("agent %s: no %s; saw %s", w.id, what, strings.Join(w.summary(0), " "))
+		}
+	}
+}
+
+func isKind(k schemas.Kind) func(schemas.Event) bool {
+	return func(ev schemas.Event) bool { return ev.Kind() == k }
+}
+
+func isStatus(s schemas.AgentStatus) func(schemas.Event) bool {
+	return func(ev schemas.Event) bool {
+		st, ok := ev.Payload.(schemas.Status)
+		return ok && st.Status == s
+	}
+}
+
+func isResult(turn int) func(schemas.Event) bool {
+	return func(ev schemas.Event) bool { return ev.Kind() == schemas.KindResult && ev.Turn == turn }
+}
+
+func (w *watcher) events() []stored {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]stored(nil), w.evs...)
+}
+
+// summary lists the events from index from as kind@turn, with runs of
+// deltas collapsed into one "+" entry and status events named.
+func (w *watcher) summary(from int) []string {
+	var out []string
+	for _, e := range w.events()[from:] {
+		s := string(e.Kind())
+		if st, ok := e.Payload.(schemas.Status); ok {
+			s = "status:" + string(st.Status)
+		}
+		if e.IsDelta() {
+			s += "+"
+		}
+		s = fmt.Sprintf("%s@%d", s, e.Turn)
+		if len(out) > 0 && out[len(out)-1] == s && e.IsDelta() {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func errorsOf(evs []stored) []string {
+	var out []string
+	for _, e := range evs {
+		if p, ok := e.Payload.(schemas.Error); ok {
+			out = append(out, p.Message)
+		}
+	}
+	return out
+}
+
+// gone reports whether no process of group pgid is left.
+func gone(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == syscall.ESRCH
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,353 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/pngscale"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Config configures a node. Name, Conn and Dir are required; every other
+// zero value means a default.
+type Config struct {
+	// Name identifies the node in the fabric: a subject token.
+	Name string
+	// Conn is the node's connection to the fabric.
+	Conn *nats.Conn
+	// Dir holds the node's files: <id>.events.jsonl, <id>.log, pids.json
+	// and generated agent configs. One node at a time may use it.
+	Dir string
+	// Backends are the agent kinds this node can run.
+	Backends []backend.Backend
+	// MCP is the coordinator's MCP endpoint agents are pointed at.
+	MCP backend.MCPEndpoint
+	// Env is added to every agent's environment.
+	Env []string
+
+	// TurnIdleTimeout interrupts a turn that produced no event for this
+	// long; 10m when zero, off when negative.
+	TurnIdleTimeout time.Duration
+	// TurnTimeout interrupts a turn that ran this long; 2h when zero, off
+	// when negative.
+	TurnTimeout time.Duration
+	// InterruptGrace is how long a watchdog interrupt may take before the
+	// agent is stopped; 15s when zero.
+	InterruptGrace time.Duration
+	// ImageMaxLongEdge downsamples tool-result PNGs to this long edge;
+	// 1568 when zero, off when negative.
+	ImageMaxLongEdge int
+	// MaxDead is how many dead agents are kept for review; 10 when zero.
+	MaxDead int
+	// PublishWindow bounds unacknowledged publishes; 256 when zero.
+	PublishWindow int
+	// Version is reported by the node's micro service.
+	Version string
+	// Logger receives the node's log; discarded when nil.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.TurnIdleTimeout == 0 {
+		c.TurnIdleTimeout = 10 * time.Minute
+	}
+	if c.TurnTimeout == 0 {
+		c.TurnTimeout = 2 * time.Hour
+	}
+	if c.InterruptGrace == 0 {
+		c.InterruptGrace = 15 * time.Second
+	}
+	if c.ImageMaxLongEdge == 0 {
+		c.ImageMaxLongEdge = pngscale.DefaultMaxLongEdge
+	}
+	if c.MaxDead == 0 {
+		c.MaxDead = 10
+	}
+	if c.PublishWindow == 0 {
+		c.PublishWindow = 256
+	}
+	if c.Version == "" {
+		c.Version = "0.0.0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Host is a running node: the agents of one machine.
+type Host struct {
+	cfg      Config
+	log      *slog.Logger
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	stream   jetstream.Stream
+	pub      *publisher
+	recs     *records
+	pids     *pidFile
+	maxEvent int
+	backends map[string]backend.Backend
+	ready    chan struct{}
+	ctx      context.Context // Run's context, for work that outlives a request
+
+	mu     sync.Mutex
+	agents map[string]*agent
+	runs   map[string]bool
+}
+
+// New checks cfg and prepares a node; Run runs it.
+func New(cfg Config) (*Host, error) {
+	cfg = cfg.withDefaults()
+	if err := schemas.ValidID(cfg.Name); err != nil {
+		return nil, fmt.Errorf("node name: %w", err)
+	}
+	if cfg.Conn == nil {
+		return nil, errors.New("node needs a NATS connection")
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("node needs a directory for its files")
+	}
+	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishWindow), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Name),
+		js:       js,
+		backends: map[string]backend.Backend{},
+		ready:    make(chan struct{}),
+		agents:   map[string]*agent{},
+		runs:     map[string]bool{},
+		// Leave room for headers under the server's limit.
+		maxEvent: int(cfg.Conn.MaxPayload()) - 4096,
+	}
+	for _, b := range cfg.Backends {
+		h.backends[b.Kind()] = b
+	}
+	h.pub = newPublisher(js, cfg.PublishWindow, h.log)
+	return h, nil
+}
+
+// Ready is closed once the node answers requests.
+func (h *Host) Ready() <-chan struct{} { return h.ready }
+
+// Name is the node's name.
+func (h *Host) Name() string { return h.cfg.Name }
+
+// Run runs the node until ctx ends: it takes its directory, reaps agents a
+// previous instance left behind, and serves the control endpoints. On the
+// way out it closes every live agent and stores their last events.
+func (h *Host) Run(ctx context.Context) error {
+	if err := os.MkdirAll(h.cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("node dir: %w", err)
+	}
+	unlock, err := lockDir(h.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
+	for _, r := range h.pids.reap() {
+		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
+	}
+	h.ctx = ctx
+	if h.kv, err = h.js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	}
+	if h.stream, err = h.js.Stream(ctx, schemas.StreamName); err != nil {
+		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	h.recs = newRecords(h.kv, h.cfg.Name, h.log)
+	h.reconcileRecords(ctx)
+
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	wg.Go(func() { h.pub.run(bg) })
+	wg.Go(func() { h.recs.run(bg) })
+	wg.Go(func() { h.watch(bg) })
+
+	svc, err := h.serve()
+	if err != nil {
+		return err
+	}
+	close(h.ready)
+	h.log.Info("node ready", "backends", h.kinds(), "dir", h.cfg.Dir)
+	<-ctx.Done()
+
+	svc.Stop()
+	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	h.closeAll(shutdown)
+	if err := h.pub.flush(shutdown); err != nil {
+		h.log.Warn("some events were not stored before the node stopped", "pending", h.pub.pending())
+	}
+	h.recs.flush(shutdown)
+	stopBG()
+	wg.Wait()
+	return nil
+}
+
+func (h *Host) kinds() []string {
+	var ks []string
+	for k := range h.backends {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// reconcileRecords marks dead the records this node owns whose agents did
+// not survive its restart, so none is silently resurrected.
+func (h *Host) reconcileRecords(ctx context.Context) {
+	lister, err := h.kv.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	for key := range lister.Keys() {
+		e, err := h.kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		rec, err := decodeRecord(e.Value())
+		if err != nil || rec.Node != h.cfg.Name || rec.Status == schemas.StatusDead {
+			continue
+		}
+		rec.Status = schemas.StatusDead
+		if _, err := h.kv.Update(ctx, key, encodeRecord(rec), e.Revision()); err != nil {
+			h.log.Warn("cannot mark a lost agent dead", "agent", key, "err", err)
+		}
+	}
+}
+
+// closeAll closes every live agent.
+func (h *Host) closeAll(ctx context.Context) {
+	h.mu.Lock()
+	var live []*agent
+	for _, a := range h.agents {
+		if !a.isDead() {
+			live = append(live, a)
+		}
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, a := range live {
+		wg.Go(func() { h.closeAgent(ctx, a) })
+	}
+	wg.Wait()
+}
+
+func (a *agent) isDead() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dead
+}
+
+// retire is called by an agent's relay once it is dead: it leaves the
+// pid file, and the oldest dead agents beyond MaxDead are forgotten.
+func (h *Host) retire(a *agent) {
+	h.pids.remove(a.id)
+	h.mu.Lock()
+	var dead []*agent
+	for _, x := range h.agents {
+		if x.isDead() {
+			dead = append(dead, x)
+		}
+	}
+	var drop []*agent
+	if over := len(dead) - h.cfg.MaxDead; over > 0 {
+		slices.SortFunc(dead, func(x, y *agent) int { return x.lastActivityTime().Compare(y.lastActivityTime()) })
+		drop = dead[:over]
+		for _, x := range drop {
+			delete(h.agents, x.id)
+		}
+	}
+	h.mu.Unlock()
+	for _, x := range drop {
+		h.recs.forget(h.ctx, x.id)
+	}
+}
+
+func (a *agent) lastActivityTime() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastActivity
+}
+
+// watch runs the per-turn watchdogs.
+func (h *Host) watch(ctx context.Context) {
+	tick := time.Second
+	for _, d := range []time.Duration{h.cfg.TurnIdleTimeout, h.cfg.TurnTimeout} {
+		if d > 0 {
+			tick = min(tick, max(d/10, 10*time.Millisecond))
+		}
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			h.mu.Lock()
+			agents := make([]*agent, 0, len(h.agents))
+			for _, a := range h.agents {
+				agents = append(agents, a)
+			}
+			h.mu.Unlock()
+			for _, a := range agents {
+				a.mu.Lock()
+				open, turn, last, started, fired := a.turnOpen, a.openTurn, a.lastEvent, a.turnStarted, a.watchdog != ""
+				a.mu.Unlock()
+				if !open || fired {
+					continue
+				}
+				var why string
+				switch {
+				case h.cfg.TurnTimeout > 0 && now.Sub(started) > h.cfg.TurnTimeout:
+					why = fmt.Sprintf("ran longer than %s", h.cfg.TurnTimeout)
+				case h.cfg.TurnIdleTimeout > 0 && now.Sub(last) > h.cfg.TurnIdleTimeout:
+					why = fmt.Sprintf("produced no output for %s", h.cfg.TurnIdleTimeout)
+				default:
+					continue
+				}
+				go a.fire(ctx, turn, why)
+			}
+		}
+	}
+}
+
+// serve registers the node's micro service.
+func (h *Host) serve() (micro.Service, error) {
+	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
+		Name:        schemas.ServiceName,
+		Version:     h.cfg.Version,
+		Description: "Shoal agent host " + h.cfg.Name,
+		Metadata:    map[string]string{"node": h.cfg.Name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
+	}
+	g := svc.AddGroup(schemas.NodeGroup(h.cfg.Name), micro.WithGroupQueueGroupDisabled())
+	for _, e := range h.endpoints() {
+		if err := g.AddEndpoint(string(e.verb), e.handler, micro.WithEndpointQueueGroupDisabled()); err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("add endpoint %s: %w", e.verb, err)
+		}
+	}
+	return svc, nil
+}

@@ -1,0 +1,409 @@
+package node_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A turn through the fake CLI is published in Kaimon's order, numbered
+// gaplessly, logged without deltas, and recorded in KV.
+func TestTurnLifecycle(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo")})
+	id := f.open(schemas.OpenRequest{ID: "life-1"})
+	w := f.watch(id)
+	w.until(0, "status idle", isStatus(schemas.StatusIdle))
+	if turn := f.send(id, "hello there"); turn != 1 {
+		t.Fatalf("first turn is %d", turn)
+	}
+	end := w.until(0, "result", isResult(1))
+	got := strings.Join(w.summary(0)[:end+1-countDeltas(w.events()[:end+1])], " ")
+	want := "status:idle@0 user_text@0 status:working@1 turn_started@1 assistant_text+@1 assistant_text@1 status:idle@1 result@1"
+	if got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
+	}
+	evs := w.events()
+	if evs[0].seq == 0 || evs[0].node != "n1" {
+		t.Errorf("first event: seq %d node %q", evs[0].seq, evs[0].node)
+	}
+	res := evs[end].Payload.(schemas.Result)
+	if res.StopReason != schemas.StopEndTurn || res.Usage.InputTokens != 10 || res.Usage.OutputTokens != 3 {
+		t.Errorf("result %+v", res)
+	}
+
+	// The node's own records: status, output, the event log without deltas.
+	rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != schemas.StatusIdle || rec.Turn != 1 || rec.Node != "n1" || rec.SessionID != "fake-session-1" || rec.Usage.InputTokens != 10 || rec.Model != "sonnet" {
+		t.Errorf("status %s", mustJSON(rec))
+	}
+	schematest.Control(t, "agent_record", []byte(mustJSON(rec)))
+	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id})
+	if err != nil || out.Text != "echo: hello there" || !out.Done || out.Turn != 1 {
+		t.Errorf("output %+v %v", out, err)
+	}
+	log, err := os.ReadFile(filepath.Join(f.dir, id+".events.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(log, []byte(`"delta":true`)) || bytes.Contains(log, []byte(`"status":"working"`)) ||
+		!bytes.Contains(log, []byte(`"kind":"user_text"`)) || !bytes.Contains(log, []byte(`"ts":`)) {
+		t.Errorf("event log:\n%s", log)
+	}
+	eventually(t, 10*time.Second, "the KV record says idle at turn 1", func() bool {
+		r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+		return err == nil && r.Status == schemas.StatusIdle && r.Turn == 1
+	})
+
+	// A second turn, then close: status closed, then dead; the process is gone.
+	f.send(id, "again")
+	w.until(end+1, "the second result", isResult(2))
+	pid := pidOf(t, f, id)
+	rep, err := f.fabric.Close(f.ctx(30*time.Second), id)
+	if err != nil || !rep.Closed {
+		t.Fatalf("close: %+v %v", rep, err)
+	}
+	closed := w.until(0, "status closed", isStatus(schemas.StatusClosed))
+	w.until(closed, "status dead", isStatus(schemas.StatusDead))
+	eventually(t, 10*time.Second, "the agent's process group is gone", func() bool { return gone(pid) })
+	if _, err := f.fabric.Send(f.ctx(10*time.Second), schemas.SendRequest{AgentID: id, Text: "x"}); err == nil || err.Error() != "agent 'life-1' is dead" {
+		t.Errorf("send to a dead agent: %v", err)
+	}
+	eventually(t, 10*time.Second, "the KV record says dead", func() bool {
+		r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+		return err == nil && r.Status == schemas.StatusDead
+	})
+}
+
+func countDeltas(evs []stored) int {
+	n := 0
+	for i, e := range evs {
+		if e.IsDelta() && i > 0 && evs[i-1].IsDelta() && evs[i-1].Kind() == e.Kind() {
+			n++
+		}
+	}
+	return n
+}
+
+func pidOf(t *testing.T, f *fixture, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.dir, "pids.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil || m[id].PID == 0 {
+		t.Fatalf("pids.json %s: %v", b, err)
+	}
+	return m[id].PID
+}
+
+func TestRunAndInterrupt(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("slow")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	rep, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "one two"})
+	if err != nil || rep.Text != "echo: one two" {
+		t.Fatalf("run: %+v %v", rep, err)
+	}
+
+	// One synchronous run at a time.
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "a b c d e f g h i j k l"})
+		first <- err
+	}()
+	w.until(0, "turn 2 starting", func(ev schemas.Event) bool { return ev.Kind() == schemas.KindTurnStarted && ev.Turn == 2 })
+	_, err = f.fabric.Run(f.ctx(10*time.Second), schemas.RunRequest{AgentID: id, Text: "x"})
+	if err == nil || err.Error() != "agent '"+id+"' already has a synchronous run in flight" || schemas.CodeOf(err) != schemas.CodeConflict {
+		t.Errorf("second run: %v", err)
+	}
+	// An interrupt ends the turn as cancelled, and its run returns.
+	ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), id)
+	if err != nil || !ir.Interrupted {
+		t.Fatalf("interrupt: %+v %v", ir, err)
+	}
+	i := w.until(0, "the cancelled result", isResult(2))
+	if r := w.events()[i].Payload.(schemas.Result); r.StopReason != schemas.StopCancelled {
+		t.Errorf("interrupted turn ended %s", r.StopReason)
+	}
+	if errs := errorsOf(w.events()); len(errs) != 0 {
+		t.Errorf("an interrupt produced errors: %q", errs)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("the interrupted run: %v", err)
+	}
+	if ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), id); err != nil || ir.Interrupted {
+		t.Errorf("interrupt with no turn running: %+v %v", ir, err)
+	}
+	// The agent takes the next turn; a run that outlasts its timeout says so.
+	_, err = f.fabric.Run(f.ctx(30*time.Second), schemas.RunRequest{AgentID: id, Text: "w o r d s w o r d s", Timeout: 0.25})
+	if err == nil || err.Error() != "agent '"+id+"' run timed out after 0.25s" || schemas.CodeOf(err) != schemas.CodeTimeout {
+		t.Errorf("timed-out run: %v", err)
+	}
+	w.until(i, "turn 3's result", isResult(3))
+	rep, err = f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "last"})
+	if err != nil || rep.Text != "echo: last" {
+		t.Fatalf("run after the interrupt: %+v %v", rep, err)
+	}
+}
+
+// A CLI that misbehaves still gets clear errors, a closed turn and the
+// right status.
+func TestMisbehavingCLI(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		mode   string
+		cfg    func(*node.Config)
+		errors []string // substrings, in order
+		stop   schemas.StopReason
+		status schemas.AgentStatus
+	}{
+		{"hang", func(c *node.Config) { c.TurnIdleTimeout, c.InterruptGrace = 700*time.Millisecond, 700*time.Millisecond },
+			[]string{"turn 1 produced no output for 700ms; interrupting it", "turn 1 was stopped: produced no output for 700ms, and it did not end within 700ms of the interrupt"},
+			schemas.StopCancelled, schemas.StatusDead},
+		{"die", nil,
+			[]string{"claude exited: exit status 3: fatal: the fake CLI fell over", "the agent process exited during turn 1"},
+			schemas.StopCancelled, schemas.StatusDead},
+		{"flood", nil,
+			[]string{"longer than the 1048576-byte limit; it was dropped"},
+			schemas.StopEndTurn, schemas.StatusIdle},
+		{"garbage", nil,
+			[]string{"stream-json parse error", "stream-json parse error", "stream-json parse error"},
+			schemas.StopEndTurn, schemas.StatusIdle},
+	}
+	for _, c := range cases {
+		t.Run(c.mode, func(t *testing.T) {
+			t.Parallel()
+			cli := fakeCLI(c.mode)
+			cli.MaxLine = 1 << 20
+			f := startNode(t, fixtureOptions{claude: cli, node: c.cfg})
+			id := f.open(schemas.OpenRequest{})
+			w := f.watch(id)
+			w.until(0, "status idle", isStatus(schemas.StatusIdle))
+			pid := pidOf(t, f, id)
+			f.send(id, "go")
+			i := w.until(0, "the result of turn 1", isResult(1))
+			if r := w.events()[i].Payload.(schemas.Result); r.StopReason != c.stop {
+				t.Errorf("turn ended %s, want %s", r.StopReason, c.stop)
+			}
+			errs := errorsOf(w.events())
+			for j, want := range c.errors {
+				if j >= len(errs) || !strings.Contains(errs[j], want) {
+					t.Fatalf("errors %q, want %q at %d", errs, want, j)
+				}
+			}
+			if c.status == schemas.StatusDead {
+				w.until(i, "status dead", isStatus(schemas.StatusDead))
+				eventually(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
+			}
+			eventually(t, 10*time.Second, "the status", func() bool {
+				r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+				return err == nil && r.Status == c.status
+			})
+			if c.mode == "garbage" {
+				// The raw line travels with the error.
+				for _, e := range w.events() {
+					if p, ok := e.Payload.(schemas.Error); ok && strings.Contains(string(p.Data), "Welcome to the fake CLI!") {
+						return
+					}
+				}
+				t.Error("no error carries the raw line")
+			}
+		})
+	}
+}
+
+func TestControlRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("slow")})
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o600)
+	ctx := f.ctx(60 * time.Second)
+	openCases := []struct {
+		req  schemas.OpenRequest
+		code schemas.ErrorCode
+		msg  string
+	}{
+		{schemas.OpenRequest{Node: "n1"}, schemas.CodeInvalid, "cwd is required"},
+		{schemas.OpenRequest{CWD: "/no/such/dir", Node: "n1"}, schemas.CodeInvalid, "agent cwd does not exist: /no/such/dir"},
+		{schemas.OpenRequest{CWD: file, Node: "n1"}, schemas.CodeInvalid, "agent cwd is not a directory: " + file},
+		{schemas.OpenRequest{CWD: "relative", Node: "n1"}, schemas.CodeInvalid, "must be an absolute path"},
+		{schemas.OpenRequest{CWD: t.TempDir(), ID: "Bad.Id", Node: "n1"}, schemas.CodeInvalid, `agent id "Bad.Id" has 'B' at position 1`},
+		{schemas.OpenRequest{CWD: t.TempDir(), Permission: "yolo", Node: "n1"}, schemas.CodeInvalid, `unknown permission preset "yolo"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), PermissionMode: "sideways", Node: "n1"}, schemas.CodeInvalid, `unknown permission_mode "sideways"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), Model: "acp:opencode", Node: "n1"}, schemas.CodeUnavailable, "node n1 cannot run acp agents (it runs: claude)"},
+		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
+	}
+	for _, c := range openCases {
+		_, err := f.fabric.Open(ctx, c.req)
+		if err == nil || !strings.Contains(err.Error(), c.msg) || schemas.CodeOf(err) != c.code {
+			t.Errorf("open %+v: got %v (%s), want %s %q", c.req, err, schemas.CodeOf(err), c.code, c.msg)
+		}
+	}
+	id := f.open(schemas.OpenRequest{ID: "taken"})
+	if _, err := f.fabric.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: id, Node: "n1"}); err == nil || err.Error() != "agent id already in use: taken" || schemas.CodeOf(err) != schemas.CodeConflict {
+		t.Errorf("a live id: %v", err)
+	}
+	// Requests about an unknown agent; close says false.
+	if _, err := f.fabric.Send(ctx, schemas.SendRequest{AgentID: "ghost", Text: "x"}); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("send to unknown: %v", err)
+	}
+	if _, err := f.fabric.Status(ctx, "ghost"); schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("status of unknown: %v", err)
+	}
+	if _, err := f.fabric.Interrupt(ctx, "ghost"); schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("interrupt unknown: %v", err)
+	}
+	if rep, err := f.fabric.Close(ctx, "ghost"); err != nil || rep.Closed {
+		t.Errorf("close unknown: %+v %v", rep, err)
+	}
+	if _, err := f.fabric.Send(ctx, schemas.SendRequest{AgentID: "no/pe", Text: "x"}); schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "agent id") {
+		t.Errorf("bad id: %v", err)
+	}
+	// The raw endpoints reject malformed bodies with a clear message.
+	nc := natstest.Connect(t, f.b)
+	raw := []struct{ verb, body, want string }{
+		{"send", `{"agent_id":"taken","text":"x","colour":"red"}`, `invalid send request: json: unknown field "colour"`},
+		{"send", `{"agent_id":7}`, "cannot unmarshal number"},
+		{"open", `not json`, "invalid open request"},
+		{"output", `{"agent_id":"taken","which":"everything"}`, "which must be last_message, full_turn or all"},
+		{"run", `{"agent_id":"taken","text":"x","timeout":-2}`, "timeout must be positive"},
+		{"set_model", `{"agent_id":"taken"}`, "model is required"},
+	}
+	for _, r := range raw {
+		msg, err := nc.Request(schemas.ControlSubject("n1", schemas.Verb(r.verb)), []byte(r.body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schematest.Control(t, "error_reply", msg.Data)
+		var rep schemas.ErrorReply
+		json.Unmarshal(msg.Data, &rep)
+		if rep.Error == nil || !strings.Contains(rep.Error.Message, r.want) {
+			t.Errorf("%s %s: reply %s, want %q", r.verb, r.body, msg.Data, r.want)
+		}
+	}
+	// set_model is not something the claude CLI can do live.
+	if rep, err := f.fabric.SetModel(ctx, schemas.SetModelRequest{AgentID: id, Model: "opus"}); err != nil || rep.Switched {
+		t.Errorf("set_model on claude: %+v %v", rep, err)
+	}
+}
+
+// A retried request with the same id acts once.
+func TestDuplicateRequestsActOnce(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	ctx := f.ctx(30 * time.Second)
+	req := schemas.SendRequest{RequestID: "retry-1", AgentID: id, Text: "once"}
+	a, err := f.fabric.Send(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.fabric.Send(ctx, req)
+	if err != nil || b.Turn != a.Turn {
+		t.Fatalf("retry answered %+v %v, first %+v", b, err, a)
+	}
+	w.until(0, "the result", isResult(1))
+	f.send(id, "twice")
+	w.until(0, "turn 2's result", isResult(2))
+	n := 0
+	for _, e := range w.events() {
+		if e.Kind() == schemas.KindUserText {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d user turns, want 2 (the retry must not act)", n)
+	}
+	o1, err1 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: t.TempDir(), Node: "n1"})
+	o2, err2 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: t.TempDir(), Node: "n1"})
+	if err1 != nil || err2 != nil || o1.AgentID != o2.AgentID {
+		t.Fatalf("a duplicated open: %+v %v / %+v %v", o1, err1, o2, err2)
+	}
+}
+
+// A dead id can be reopened; its events continue the same numbering, so
+// the stream keeps both lives without a gap or a clash.
+func TestReopenDeadID(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(c *node.Config) { c.MaxDead = 1 }})
+	id := f.open(schemas.OpenRequest{ID: "phoenix"})
+	w := f.watch(id)
+	f.send(id, "first life")
+	w.until(0, "result", isResult(1))
+	f.fabric.Close(f.ctx(30*time.Second), id)
+	dead := w.until(0, "dead", isStatus(schemas.StatusDead))
+	f.open(schemas.OpenRequest{ID: id})
+	f.send(id, "second life")
+	w.until(dead, "the second life's result", isResult(1))
+	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id})
+	if err != nil || out.Text != "echo: second life" {
+		t.Errorf("output after reopening: %+v %v", out, err)
+	}
+	// MaxDead 1: closing two more agents forgets the oldest dead one.
+	a := f.open(schemas.OpenRequest{})
+	f.fabric.Close(f.ctx(30*time.Second), a)
+	b := f.open(schemas.OpenRequest{})
+	f.fabric.Close(f.ctx(30*time.Second), b)
+	eventually(t, 10*time.Second, "the oldest dead agent is forgotten", func() bool {
+		_, err := f.fabric.Status(f.ctx(5*time.Second), a)
+		return schemas.CodeOf(err) == schemas.CodeNotFound
+	})
+	if _, err := f.fabric.Status(f.ctx(5*time.Second), b); err != nil {
+		t.Errorf("the newest dead agent: %v", err)
+	}
+}
+
+// Tool-result PNGs are downsampled; an event bigger than the server's
+// message limit is cut down with a marker, never dropped.
+func TestBigToolResults(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("image")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	f.send(id, "look")
+	i := w.until(0, "the tool result", isKind(schemas.KindToolResult))
+	img := w.events()[i].Payload.(schemas.ToolResult).Update.Content[0].Content
+	raw, _ := base64.StdEncoding.DecodeString(img.Data)
+	cfg, err := png.DecodeConfig(bytes.NewReader(raw))
+	if err != nil || cfg.Width != 40 || cfg.Height != 1000 {
+		t.Fatalf("image %dx%d %v, want 40x1000", cfg.Width, cfg.Height, err)
+	}
+
+	small := natstest.Start(t, func(c *broker.Config) { c.MaxPayload = 64 << 10 })
+	g := startNode(t, fixtureOptions{claude: fakeCLI("bigresult"), broker: small})
+	id = g.open(schemas.OpenRequest{})
+	w = g.watch(id)
+	g.send(id, "dump")
+	i = w.until(0, "the tool result", isKind(schemas.KindToolResult))
+	e := w.events()[i]
+	text := e.Payload.(schemas.ToolResult).Update.Content[0].Content.Text
+	if len(e.raw) > 64<<10 || !strings.Contains(text, "bytes truncated by shoal") || !strings.HasPrefix(text, "output line\n") {
+		t.Fatalf("a %d-byte event, text ends %q", len(e.raw), text[max(0, len(text)-120):])
+	}
+	w.until(i, "the result", isResult(1))
+	log, _ := os.ReadFile(filepath.Join(g.dir, id+".events.jsonl"))
+	if !bytes.Contains(log, []byte(strings.Repeat("output line\\n", 1000))) {
+		t.Error("the node's event log lost the whole tool output")
+	}
+}

@@ -1,0 +1,364 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// DefaultModel is the model of an agent opened without one.
+const DefaultModel = "sonnet"
+
+// OpenAgent starts an agent (agent_open) and returns its id once it is ready.
+func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	cwd := req.CWD
+	switch {
+	case cwd == "":
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "cwd is required")
+	case !filepath.IsAbs(cwd):
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent cwd must be an absolute path on node %s: %s", h.cfg.Name, cwd)
+	}
+	fi, err := os.Stat(cwd)
+	switch {
+	case err != nil:
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent cwd does not exist: %s", cwd)
+	case !fi.IsDir():
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent cwd is not a directory: %s", cwd)
+	}
+	if req.Node != "" && req.Node != h.cfg.Name {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "this is node %s, not %s", h.cfg.Name, req.Node)
+	}
+	model := req.Model
+	if model == "" {
+		model = DefaultModel
+	}
+	kind, rest := backend.Route(model)
+	be, ok := h.backends[kind]
+	if !ok {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s cannot run %s agents (it runs: %s)", h.cfg.Name, kind, strings.Join(h.kinds(), ", "))
+	}
+	pol, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only)
+	if err != nil {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	id := req.ID
+	if id == "" {
+		id = schemas.NewAgentID()
+	} else if err := schemas.ValidID(id); err != nil {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+
+	h.mu.Lock()
+	if old, ok := h.agents[id]; ok && !old.isDead() {
+		h.mu.Unlock()
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", id)
+	}
+	a := &agent{
+		h:       h,
+		id:      id,
+		log:     h.log.With("agent", id),
+		queue:   newEventQueue(),
+		done:    make(chan struct{}),
+		waiters: map[int][]chan runOutcome{},
+	}
+	now := time.Now()
+	a.lastActivity, a.lastEvent = now, now
+	a.rec = schemas.AgentRecord{
+		ID: id, Status: schemas.StatusStarting, Model: model, CWD: cwd,
+		CreatedAt: unixSeconds(now), LastActivity: unixSeconds(now),
+		EventLog: filepath.Join(h.cfg.Dir, id+".events.jsonl"),
+		Usage:    schemas.Usage{}, Node: h.cfg.Name,
+	}
+	h.agents[id] = a // reserves the id on this node while it starts
+	h.mu.Unlock()
+
+	fail := func(err error) (schemas.OpenReply, error) {
+		h.mu.Lock()
+		if h.agents[id] == a {
+			delete(h.agents, id)
+		}
+		h.mu.Unlock()
+		return schemas.OpenReply{}, err
+	}
+	if err := h.recs.claim(ctx, a.rec, func(string) bool { return false }); err != nil {
+		return fail(err)
+	}
+	unclaim := func(err error) (schemas.OpenReply, error) {
+		a.rec.Status = schemas.StatusDead
+		h.recs.mark(a, true)
+		return fail(err)
+	}
+	last, err := lastEventNumber(ctx, h.stream, id)
+	if err != nil {
+		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
+	}
+	a.seq = last
+	if a.eventLog, err = os.OpenFile(a.rec.EventLog, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
+		return unclaim(schemas.Errf(schemas.CodeInternal, "open the event log: %v", err))
+	}
+	if a.stderrLog, err = os.OpenFile(filepath.Join(h.cfg.Dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+		a.closeFiles()
+		return unclaim(schemas.Errf(schemas.CodeInternal, "open the stderr log: %v", err))
+	}
+	spec := backend.Spec{
+		AgentID: id, CWD: cwd, Model: rest, Effort: req.Effort, Policy: pol,
+		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.cfg.MCP,
+		Dir:    h.cfg.Dir,
+		Env:    append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name, "SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid())),
+		Stderr: a.stderrLog, Logger: a.log,
+	}
+	sess, err := be.Start(ctx, spec, a)
+	if err != nil {
+		a.closeFiles()
+		return unclaim(schemas.Errf(schemas.CodeInvalid, "%v", err))
+	}
+	a.sess = sess
+	if pid := sess.Info().PID; pid > 0 {
+		if err := h.pids.add(id, pid); err != nil {
+			a.log.Warn("cannot record the agent's pid", "err", err)
+		}
+	}
+	go a.relay()
+	a.mu.Lock()
+	a.rec.Status = schemas.StatusIdle
+	a.mu.Unlock()
+	a.Emit(schemas.Event{Turn: 0, Payload: schemas.Status{Status: schemas.StatusIdle}})
+	h.recs.mark(a, true)
+	a.log.Info("agent opened", "model", model, "cwd", cwd)
+	return schemas.OpenReply{AgentID: id, Node: h.cfg.Name}, nil
+}
+
+// lookup finds an agent this node keeps.
+func (h *Host) lookup(id string) (*agent, error) {
+	if err := schemas.ValidID(id); err != nil {
+		return nil, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.agents[id]
+	if !ok {
+		return nil, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+	}
+	return a, nil
+}
+
+// live finds an agent that can take a turn.
+func (h *Host) live(id string) (*agent, error) {
+	a, err := h.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if a.isDead() {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
+	}
+	return a, nil
+}
+
+// Send writes a user turn (agent_send) and returns its number.
+func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+	a, err := h.live(req.AgentID)
+	if err != nil {
+		return schemas.SendReply{}, err
+	}
+	turn, err := a.send(ctx, req.Text, nil)
+	return schemas.SendReply{Turn: turn}, err
+}
+
+// send echoes the text (stamped with the previous turn, as Kaimon does)
+// and hands it to the backend. A waiter, when given, is registered for
+// the turn before it can end. Sends to one agent are serialised so turn
+// numbers follow their order.
+func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (int, error) {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.mu.Lock()
+	prev := a.rec.Turn
+	if waiter != nil {
+		a.waiters[prev+1] = append(a.waiters[prev+1], waiter)
+	}
+	a.mu.Unlock()
+	a.Emit(schemas.Event{Turn: prev, Payload: schemas.UserText{Content: schemas.Text(text)}})
+	turn, err := a.sess.Send(ctx, text)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if waiter != nil && (err != nil || turn != prev+1) {
+		ws := a.waiters[prev+1]
+		for i, w := range ws {
+			if w == waiter {
+				a.waiters[prev+1] = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if err == nil {
+			a.waiters[turn] = append(a.waiters[turn], waiter)
+		}
+	}
+	if err != nil {
+		return 0, schemas.Errf(schemas.CodeUnavailable, "%v", err)
+	}
+	if turn > a.rec.Turn {
+		a.rec.Turn = turn
+	}
+	return turn, nil
+}
+
+// DefaultRunTimeout is agent_run's timeout when the caller gives none.
+const DefaultRunTimeout = 600 * time.Second
+
+// RunTurn sends a turn and waits for it to end (agent_run), returning its
+// authoritative assistant text. One synchronous run per agent at a time.
+func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+	a, err := h.live(req.AgentID)
+	if err != nil {
+		return schemas.RunReply{}, err
+	}
+	timeout := DefaultRunTimeout
+	if req.Timeout < 0 {
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeInvalid, "timeout must be positive, got %v", req.Timeout)
+	}
+	if req.Timeout > 0 {
+		timeout = time.Duration(req.Timeout * float64(time.Second))
+	}
+	a.mu.Lock()
+	if a.syncRun {
+		a.mu.Unlock()
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeConflict, "agent '%s' already has a synchronous run in flight", a.id)
+	}
+	a.syncRun = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.syncRun = false
+		a.mu.Unlock()
+	}()
+	ch := make(chan runOutcome, 1)
+	if _, err := a.send(ctx, req.Text, ch); err != nil {
+		return schemas.RunReply{}, err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case out := <-ch:
+		if out.died {
+			return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' died during the turn", a.id)
+		}
+		return schemas.RunReply{Text: out.text}, nil
+	case <-t.C:
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run timed out after %ss", a.id, juliaFloat(timeout.Seconds()))
+	case <-ctx.Done():
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run abandoned: %v", a.id, ctx.Err())
+	}
+}
+
+// juliaFloat formats seconds the way Kaimon does: 600.0, 1.5.
+func juliaFloat(x float64) string {
+	s := strconv.FormatFloat(x, 'f', -1, 64)
+	if !strings.ContainsAny(s, ".e") {
+		s += ".0"
+	}
+	return s
+}
+
+// Interrupt cancels an agent's running turn (agent_interrupt).
+func (h *Host) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
+	a, err := h.lookup(req.AgentID)
+	if err != nil {
+		return schemas.InterruptReply{}, err
+	}
+	if a.isDead() {
+		return schemas.InterruptReply{Interrupted: false}, nil
+	}
+	ok, err := a.sess.Interrupt(ctx)
+	if err != nil {
+		return schemas.InterruptReply{}, schemas.Errf(schemas.CodeUnavailable, "%v", err)
+	}
+	return schemas.InterruptReply{Interrupted: ok}, nil
+}
+
+// CloseAgent stops an agent (agent_close); the slot is kept as dead for review.
+// An unknown id is not an error: the reply says closed false.
+func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
+	if err := schemas.ValidID(req.AgentID); err != nil {
+		return schemas.CloseReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	a, err := h.lookup(req.AgentID)
+	if err != nil {
+		return schemas.CloseReply{Closed: false}, nil
+	}
+	h.closeAgent(ctx, a)
+	return schemas.CloseReply{Closed: true}, nil
+}
+
+func (h *Host) closeAgent(ctx context.Context, a *agent) {
+	a.mu.Lock()
+	already := a.dead || a.closing
+	a.closing = true
+	turn := a.rec.Turn
+	a.mu.Unlock()
+	if !already {
+		a.Emit(schemas.Event{Turn: turn, Payload: schemas.Status{Status: schemas.StatusClosed}})
+	}
+	if err := a.sess.Close(ctx); err != nil {
+		a.log.Warn("closing the agent", "err", err)
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+	}
+}
+
+// AgentStatus returns an agent's record (agent_status).
+func (h *Host) AgentStatus(_ context.Context, req schemas.AgentRequest) (schemas.AgentRecord, error) {
+	a, err := h.lookup(req.AgentID)
+	if err != nil {
+		return schemas.AgentRecord{}, err
+	}
+	return a.record(), nil
+}
+
+// ListAgents returns the records of every agent the node keeps, dead ones
+// included (agent_list).
+func (h *Host) ListAgents(context.Context, schemas.ListRequest) (schemas.ListReply, error) {
+	h.mu.Lock()
+	agents := make([]*agent, 0, len(h.agents))
+	for _, a := range h.agents {
+		agents = append(agents, a)
+	}
+	h.mu.Unlock()
+	out := schemas.ListReply{Agents: []schemas.AgentRecord{}}
+	for _, a := range agents {
+		out.Agents = append(out.Agents, a.record())
+	}
+	return out, nil
+}
+
+// SetModel repoints a live agent at another model (agent_set_model); only
+// backends that can switch in place do, everyone else answers false.
+func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+	if req.Model == "" {
+		return schemas.SetModelReply{}, schemas.Errf(schemas.CodeInvalid, "model is required")
+	}
+	a, err := h.lookup(req.AgentID)
+	if err != nil || a.isDead() {
+		return schemas.SetModelReply{Switched: false}, nil
+	}
+	ms, ok := a.sess.(backend.ModelSetter)
+	if !ok {
+		return schemas.SetModelReply{Switched: false}, nil
+	}
+	switched, err := ms.SetModel(ctx, req.Model)
+	if err != nil || !switched {
+		return schemas.SetModelReply{Switched: false}, nil
+	}
+	a.mu.Lock()
+	a.rec.Model = req.Model
+	a.mu.Unlock()
+	h.recs.mark(a, true)
+	return schemas.SetModelReply{Switched: true}, nil
+}

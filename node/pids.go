@@ -1,0 +1,106 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/shoalfabric/shoal/node/backend"
+)
+
+// pidFile is pids.json: the agent processes this node runs, so that a node
+// restarted after a crash reaps what the crash left behind. Each entry
+// records the process's start time as well as its pid, so a recycled pid
+// is never mistaken for an agent.
+type pidFile struct {
+	path string
+	mu   sync.Mutex
+}
+
+type pidEntry struct {
+	PID   int    `json:"pid"`
+	Start string `json:"start"`
+}
+
+func (f *pidFile) load() map[string]pidEntry {
+	m := map[string]pidEntry{}
+	b, err := os.ReadFile(f.path)
+	if err == nil {
+		json.Unmarshal(b, &m)
+	}
+	return m
+}
+
+func (f *pidFile) save(m map[string]pidEntry) error {
+	b, _ := json.MarshalIndent(m, "", "  ")
+	tmp := f.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.path)
+}
+
+// add records an agent's process.
+func (f *pidFile) add(agent string, pid int) error {
+	start, err := backend.StartTime(pid)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.load()
+	m[agent] = pidEntry{PID: pid, Start: start}
+	return f.save(m)
+}
+
+// remove forgets an agent's process.
+func (f *pidFile) remove(agent string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := f.load()
+	if _, ok := m[agent]; ok {
+		delete(m, agent)
+		f.save(m)
+	}
+}
+
+type reaped struct {
+	agent, how string
+	pid        int
+}
+
+// reap kills the process group of every listed agent that is still
+// around, then empties the file. A leader that is still running is
+// killed only if its start time matches; a leader that is gone while its
+// group lives on (children it started) has its group killed.
+func (f *pidFile) reap() []reaped {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []reaped
+	for id, e := range f.load() {
+		if e.PID <= 1 {
+			continue
+		}
+		start, err := backend.StartTime(e.PID)
+		switch {
+		case err == nil && start == e.Start:
+			if backend.KillGroup(e.PID) == nil {
+				out = append(out, reaped{id, "killed its process group", e.PID})
+			}
+		case err != nil && groupExists(e.PID):
+			if backend.KillGroup(e.PID) == nil {
+				out = append(out, reaped{id, "killed the children it left", e.PID})
+			}
+		}
+	}
+	f.save(map[string]pidEntry{})
+	return out
+}
+
+// groupExists reports whether any process is in group pgid.
+func groupExists(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,199 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// records keeps each agent's KV record up to date. Writes are
+// compare-and-set on the key's revision, so the node never overwrites a
+// newer record someone else wrote (the coordinator marking a lost node's
+// agents dead). Transitions are written at once; activity alone at most
+// once a second.
+type records struct {
+	kv   jetstream.KeyValue
+	node string
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	dirty  map[string]*agent
+	urgent bool
+	rev    map[string]uint64 // last revision written or read, per agent
+	lost   map[string]bool   // agents whose record another owner holds
+	wake   chan struct{}
+	idle   chan struct{}
+}
+
+func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger) *records {
+	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
+		lost: map[string]bool{}, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+}
+
+// claim takes the key of a new or reopened agent: create-only, or a
+// compare-and-set over a dead record. It returns a conflict error naming
+// the owner when the id is live elsewhere.
+func (r *records) claim(ctx context.Context, rec schemas.AgentRecord, ownedHere func(string) bool) error {
+	val := encodeRecord(rec)
+	rev, err := r.kv.Create(ctx, rec.ID, val)
+	if err == nil {
+		r.setRev(rec.ID, rev)
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
+	}
+	e, err := r.kv.Get(ctx, rec.ID)
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
+	}
+	old, err := decodeRecord(e.Value())
+	if err == nil && old.Status != schemas.StatusDead && !(old.Node == r.node && !ownedHere(rec.ID)) {
+		where := ""
+		if old.Node != r.node {
+			where = " (on node " + old.Node + ")"
+		}
+		return schemas.Errf(schemas.CodeConflict, "agent id already in use: %s%s", rec.ID, where)
+	}
+	rev, err = r.kv.Update(ctx, rec.ID, val, e.Revision())
+	if err != nil {
+		return schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
+	}
+	r.setRev(rec.ID, rev)
+	return nil
+}
+
+func (r *records) setRev(id string, rev uint64) {
+	r.mu.Lock()
+	r.rev[id] = rev
+	delete(r.lost, id)
+	r.mu.Unlock()
+}
+
+// mark schedules a write of the agent's record.
+func (r *records) mark(a *agent, urgent bool) {
+	r.mu.Lock()
+	r.dirty[a.id] = a
+	r.urgent = r.urgent || urgent
+	r.mu.Unlock()
+	if urgent {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// forget deletes the record of an agent the node no longer keeps.
+func (r *records) forget(ctx context.Context, id string) {
+	r.mu.Lock()
+	delete(r.dirty, id)
+	rev, lost := r.rev[id], r.lost[id]
+	delete(r.rev, id)
+	delete(r.lost, id)
+	r.mu.Unlock()
+	if lost {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+		r.log.Debug("cannot delete a retired agent's record", "agent", id, "err", err)
+	}
+}
+
+func (r *records) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		r.writeAll(ctx)
+	}
+}
+
+// flush writes every pending record.
+func (r *records) flush(ctx context.Context) { r.writeAll(ctx) }
+
+func (r *records) writeAll(ctx context.Context) {
+	r.mu.Lock()
+	batch := r.dirty
+	r.dirty = map[string]*agent{}
+	r.urgent = false
+	r.mu.Unlock()
+	for id, a := range batch {
+		if err := r.write(ctx, a); err != nil {
+			r.log.Warn("cannot write an agent record; will retry", "agent", id, "err", err)
+			r.mark(a, false)
+		}
+	}
+}
+
+// write stores one record with compare-and-set, re-reading the revision
+// when it moved; a record another node now owns is left alone.
+func (r *records) write(ctx context.Context, a *agent) error {
+	rec := a.record()
+	val := encodeRecord(rec)
+	for range 3 {
+		r.mu.Lock()
+		rev, lost := r.rev[a.id], r.lost[a.id]
+		r.mu.Unlock()
+		if lost {
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		newRev, err := r.kv.Update(wctx, a.id, val, rev)
+		cancel()
+		if err == nil {
+			r.setRev(a.id, newRev)
+			return nil
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			return err
+		}
+		e, err := r.kv.Get(ctx, a.id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if newRev, err := r.kv.Create(ctx, a.id, val); err == nil {
+				r.setRev(a.id, newRev)
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		cur, err := decodeRecord(e.Value())
+		if err == nil && cur.Node != r.node {
+			r.mu.Lock()
+			r.lost[a.id] = true
+			r.mu.Unlock()
+			r.log.Error("another node owns this agent's record now; this node stops writing it", "agent", a.id, "owner", cur.Node)
+			return nil
+		}
+		r.setRev(a.id, e.Revision())
+	}
+	return errors.New("the record kept changing")
+}
+
+func encodeRecord(rec schemas.AgentRecord) []byte {
+	b, _ := json.Marshal(rec)
+	return b
+}
+
+func decodeRecord(b []byte) (schemas.AgentRecord, error) {
+	var rec schemas.AgentRecord
+	err := json.Unmarshal(b, &rec)
+	return rec, err
+}

@@ -1,0 +1,138 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// endpoint is one control verb the node answers.
+type endpoint struct {
+	verb    schemas.Verb
+	handler micro.Handler
+}
+
+// endpoints binds each verb to its operation. Every request is handled on
+// its own goroutine, so a long agent_run never holds up another request.
+func (h *Host) endpoints() []endpoint {
+	d := newDedupe(2 * time.Minute)
+	return []endpoint{
+		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return r.RequestID }, h.OpenAgent)},
+		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return r.RequestID }, h.Send)},
+		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return r.RequestID }, h.RunTurn)},
+		{schemas.VerbOutput, handle(h, nil, schemas.VerbOutput, nil, h.Output)},
+		{schemas.VerbStatus, handle(h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
+		{schemas.VerbList, handle(h, nil, schemas.VerbList, nil, h.ListAgents)},
+		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return r.RequestID }, h.Interrupt)},
+		{schemas.VerbClose, handle(h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return r.RequestID }, h.CloseAgent)},
+		{schemas.VerbSetModel, handle(h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return r.RequestID }, h.SetModel)},
+	}
+}
+
+// handle adapts an operation to a micro handler: strict JSON decoding,
+// replies with the result or {"error":{"code","message"}}, and, for
+// state-changing verbs, the first reply to every retry of a request id.
+func handle[Req, Rep any](h *Host, d *dedupe, verb schemas.Verb, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		go func() {
+			var req Req
+			if err := decodeStrict(r.Data(), &req); err != nil {
+				respond(r, nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err))
+				return
+			}
+			do := func() []byte {
+				rep, err := op(h.ctx, req)
+				return reply(rep, err)
+			}
+			if d != nil && requestID != nil && requestID(req) != "" {
+				r.Respond(d.do(string(verb)+"/"+requestID(req), do))
+				return
+			}
+			r.Respond(do())
+		}()
+	})
+}
+
+func decodeStrict(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+func reply(rep any, err error) []byte {
+	if err != nil {
+		ce, ok := errors.AsType[*schemas.ControlError](err)
+		if !ok {
+			ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: err.Error()}
+		}
+		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+		return b
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		b, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)})
+	}
+	return b
+}
+
+func respond(r micro.Request, rep any, err error) { r.Respond(reply(rep, err)) }
+
+// dedupe answers every retry of a request id with the first reply, and
+// makes a retry that arrives while the first is still running wait for it,
+// so a retried request never acts twice.
+type dedupe struct {
+	window time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*dedupeEntry
+}
+
+type dedupeEntry struct {
+	done  chan struct{}
+	reply []byte
+	at    time.Time
+}
+
+func newDedupe(window time.Duration) *dedupe {
+	return &dedupe{window: window, entries: map[string]*dedupeEntry{}}
+}
+
+func (d *dedupe) do(key string, fn func() []byte) []byte {
+	d.mu.Lock()
+	now := time.Now()
+	for k, e := range d.entries {
+		if e.reply != nil && now.Sub(e.at) > d.window {
+			delete(d.entries, k)
+		}
+	}
+	if e, ok := d.entries[key]; ok {
+		d.mu.Unlock()
+		<-e.done
+		return e.reply
+	}
+	e := &dedupeEntry{done: make(chan struct{})}
+	d.entries[key] = e
+	d.mu.Unlock()
+	rep := fn()
+	d.mu.Lock()
+	e.reply, e.at = rep, time.Now()
+	d.mu.Unlock()
+	close(e.done)
+	return rep
+}
