@@ -247,11 +247,16 @@ func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, ui
 	return rec, e.Revision(), nil
 }
 
-// toOwner sends a request about an agent to the node that owns it.
+// toOwner sends a request about an agent to the node that owns it. A turn
+// for an agent whose record says dead is refused without asking a node
+// that may be gone.
 func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	rec, _, err := f.Record(ctx, id)
 	if err != nil {
 		return err
+	}
+	if rec.Status == schemas.StatusDead && (verb == schemas.VerbSend || verb == schemas.VerbRun) {
+		return schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
 	}
 	return f.request(ctx, rec.Node, verb, req, rep, timeout)
 }

@@ -2,10 +2,10 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -235,7 +235,7 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 	}
 	now := time.Now()
 	if logged {
-		a.writeLog(ev, env, now)
+		a.writeLog(env, now)
 	}
 	wire, err := fit(env, a.h.maxEvent)
 	if err != nil {
@@ -249,27 +249,22 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 	a.h.pub.enqueue(&outMsg{agent: a.id, seq: seq, msg: eventMsg(a.h.cfg.Name, a.id, seq, wire, now)})
 }
 
-// logRecord is one line of <id>.events.jsonl.
-type logRecord struct {
-	TS   float64         `json:"ts"`
-	Kind schemas.Kind    `json:"kind"`
-	Turn int             `json:"turn"`
-	Data json.RawMessage `json:"data"`
-}
-
-func (a *agent) writeLog(ev schemas.Event, env []byte, at time.Time) {
+// writeLog appends the event to <id>.events.jsonl as Kaimon's record
+// {"ts","kind","turn","data"}: the envelope with a timestamp spliced in.
+func (a *agent) writeLog(env []byte, at time.Time) {
 	a.mu.Lock()
 	f := a.eventLog
 	a.mu.Unlock()
 	if f == nil {
 		return
 	}
-	var e struct {
-		Data json.RawMessage `json:"data"`
-	}
-	json.Unmarshal(env, &e)
-	line, _ := json.Marshal(logRecord{TS: unixSeconds(at), Kind: ev.Kind(), Turn: ev.Turn, Data: e.Data})
-	if _, err := f.Write(append(line, '\n')); err != nil {
+	line := make([]byte, 0, len(env)+32)
+	line = append(line, `{"ts":`...)
+	line = strconv.AppendFloat(line, unixSeconds(at), 'f', 6, 64)
+	line = append(line, ',')
+	line = append(line, env[1:]...)
+	line = append(line, '\n')
+	if _, err := f.Write(line); err != nil {
 		a.log.Warn("cannot write the event log", "err", err)
 	}
 }

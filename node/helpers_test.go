@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
@@ -27,6 +28,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("SHOAL_FAKE_CLAUDE"); mode != "" {
 		fakeClaude(mode)
 		return
+	}
+	if os.Getenv("SHOAL_TEST_NODE") == "1" {
+		os.Exit(nodeProcess())
 	}
 	os.Exit(m.Run())
 }
@@ -274,6 +278,41 @@ func errorsOf(evs []stored) []string {
 		}
 	}
 	return out
+}
+
+// nodeProcess runs a node in this process until it is killed: the node of
+// tests that kill one for real. $SHOAL_TEST_NATS, $SHOAL_TEST_DIR and
+// $SHOAL_TEST_MODE configure it.
+func nodeProcess() int {
+	nc, err := nats.Connect(os.Getenv("SHOAL_TEST_NATS"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	h, err := node.New(node.Config{
+		Name: "n1", Conn: nc, Dir: os.Getenv("SHOAL_TEST_DIR"),
+		Backends: []backend.Backend{claude.New(fakeCLI(os.Getenv("SHOAL_TEST_MODE")))},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := h.Run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// alive reports whether pid is a running (not zombie) process.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
 
 // gone reports whether no process of group pgid is left.

@@ -21,7 +21,7 @@ type outMsg struct {
 }
 
 // publisher stores events in the AGENTS stream in the order they were
-// produced, asynchronously, with a bounded window of unacknowledged
+// produced, asynchronously, with a sliding window of unacknowledged
 // messages. A failed publish is retried under the same Nats-Msg-Id from the
 // failed message on (go-back-N), so nothing is lost and JetStream's
 // duplicate window drops what was stored already; before a retry it asks
@@ -32,14 +32,22 @@ type publisher struct {
 	window int
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	queue   []*outMsg
-	wake    chan struct{}
-	drained chan struct{} // closed and replaced whenever the queue empties
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*outMsg // unacknowledged, in order; the first sent are in flight
+	sent     int       // how many of queue have been sent
+	inflight int       // futures the acker has yet to take
+	failed   bool      // a publish failed: drain the window, then go back
+	stopped  bool
+	drained  chan struct{} // closed and replaced whenever the queue empties
+	futures  chan jetstream.PubAckFuture
 }
 
 func newPublisher(js jetstream.JetStream, window int, log *slog.Logger) *publisher {
-	return &publisher{js: js, window: window, log: log, wake: make(chan struct{}, 1), drained: make(chan struct{})}
+	p := &publisher{js: js, window: window, log: log, drained: make(chan struct{}),
+		futures: make(chan jetstream.PubAckFuture, window)}
+	p.cond = sync.NewCond(&p.mu)
+	return p
 }
 
 // enqueue adds a message; it never blocks on the network.
@@ -47,10 +55,7 @@ func (p *publisher) enqueue(m *outMsg) {
 	p.mu.Lock()
 	p.queue = append(p.queue, m)
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.cond.Signal()
 }
 
 // pending is how many events wait to be stored.
@@ -79,70 +84,104 @@ func (p *publisher) flush(ctx context.Context) error {
 
 // run publishes until ctx ends.
 func (p *publisher) run(ctx context.Context) {
-	backoff := 50 * time.Millisecond
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
+		p.cond.Broadcast()
+	})
+	defer stop()
+	go p.send()
+	p.ack(ctx)
+}
+
+// send publishes queued messages while the window has room.
+func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		batch := append([]*outMsg(nil), p.queue[:min(len(p.queue), p.window)]...)
-		p.mu.Unlock()
-		if len(batch) == 0 {
-			select {
-			case <-p.wake:
-				continue
-			case <-ctx.Done():
-				return
-			}
+		for !p.stopped && (p.failed || p.sent >= len(p.queue) || p.inflight >= p.window) {
+			p.cond.Wait()
 		}
-		stored, err := p.publish(batch)
+		if p.stopped {
+			p.mu.Unlock()
+			close(p.futures)
+			return
+		}
+		m := p.queue[p.sent]
+		p.sent++
+		p.inflight++
+		p.mu.Unlock()
+		f, err := p.js.PublishMsgAsync(m.msg)
+		if err != nil {
+			f = failedFuture{msg: m.msg, err: err}
+		}
+		p.futures <- f
+	}
+}
+
+// ack takes the acknowledgements in order. The first failure stops the
+// sender; once the window has drained, the unacknowledged tail is sent
+// again after a pause.
+func (p *publisher) ack(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	var firstErr error
+	for f := range p.futures {
+		var err error
+		select {
+		case <-f.Ok():
+		case err = <-f.Err():
+		}
 		p.mu.Lock()
-		p.queue = p.queue[stored:]
-		if len(p.queue) == 0 {
-			close(p.drained)
-			p.drained = make(chan struct{})
-		}
-		p.mu.Unlock()
-		if err == nil {
+		p.inflight--
+		switch {
+		case p.failed:
+		case err == nil:
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+			p.sent--
+			if len(p.queue) == 0 {
+				close(p.drained)
+				p.drained = make(chan struct{})
+			}
 			backoff = 50 * time.Millisecond
+		default:
+			p.failed, firstErr = true, err
+		}
+		retry := p.failed && p.inflight == 0
+		p.mu.Unlock()
+		p.cond.Broadcast()
+		if !retry {
 			continue
 		}
-		p.log.Warn("storing events failed; retrying", "pending", p.pending(), "err", err)
+		p.log.Warn("storing events failed; retrying", "pending", p.pending(), "err", firstErr)
 		select {
 		case <-ctx.Done():
-			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
 		p.skipStored(ctx)
+		p.mu.Lock()
+		p.failed, p.sent = false, 0
+		p.mu.Unlock()
+		p.cond.Broadcast()
 	}
 }
 
-// publish sends a batch asynchronously and returns how many messages, from
-// the front, are known stored, and the first error.
-func (p *publisher) publish(batch []*outMsg) (int, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	var firstErr error
-	for _, m := range batch {
-		f, err := p.js.PublishMsgAsync(m.msg)
-		if err != nil {
-			firstErr = err
-			break
-		}
-		futures = append(futures, f)
-	}
-	stored := -1
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if stored < 0 {
-				stored, firstErr = i, err
-			}
-		}
-	}
-	if stored < 0 {
-		stored = len(futures)
-	}
-	return stored, firstErr
+// failedFuture is the ack future of a publish that failed before it left.
+type failedFuture struct {
+	msg *nats.Msg
+	err error
 }
+
+func (f failedFuture) Ok() <-chan *jetstream.PubAck { return nil }
+
+func (f failedFuture) Err() <-chan error {
+	c := make(chan error, 1)
+	c <- f.err
+	return c
+}
+
+func (f failedFuture) Msg() *nats.Msg { return f.msg }
 
 // skipStored drops queued events that the stream already holds, judged by
 // each agent's last stored event number.
@@ -173,7 +212,12 @@ func (p *publisher) skipStored(ctx context.Context) {
 			kept = append(kept, m)
 		}
 	}
+	clear(p.queue[len(kept):])
 	p.queue = kept
+	if len(p.queue) == 0 {
+		close(p.drained)
+		p.drained = make(chan struct{})
+	}
 }
 
 // lastEventNumber is the event number of the last stored event of an
@@ -195,10 +239,14 @@ func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (u
 
 // eventMsg builds the NATS message of an event.
 func eventMsg(node, agent string, seq uint64, payload []byte, at time.Time) *nats.Msg {
-	m := nats.NewMsg(schemas.EventSubject(agent))
-	m.Data = payload
-	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(agent, seq))
-	m.Header.Set(schemas.HeaderNode, node)
-	m.Header.Set(schemas.HeaderTime, at.UTC().Format(time.RFC3339Nano))
-	return m
+	// The header names are already canonical, so they are set directly.
+	return &nats.Msg{
+		Subject: schemas.EventSubject(agent),
+		Data:    payload,
+		Header: nats.Header{
+			schemas.HeaderMsgID: {schemas.MsgID(agent, seq)},
+			schemas.HeaderNode:  {node},
+			schemas.HeaderTime:  {at.UTC().Format(time.RFC3339Nano)},
+		},
+	}
 }

@@ -249,9 +249,18 @@ func (c *ToolCall) decode(f *fields) {
 		Status:     ParseToolStatus(f.str("status")),
 		Content:    decodeToolContents(f, "content", true),
 		Locations:  decodeLocations(f, "locations", true),
-		RawInput:   f.raw("rawInput", true),
-		RawOutput:  f.raw("rawOutput", true),
+		RawInput:   nilIfNull(f.raw("rawInput", true)),
+		RawOutput:  nilIfNull(f.raw("rawOutput", true)),
 	}
+}
+
+// nilIfNull maps a JSON null to an unset RawMessage, which encodes back
+// to null.
+func nilIfNull(r json.RawMessage) json.RawMessage {
+	if string(r) == "null" {
+		return nil
+	}
+	return r
 }
 
 // ToolCallUpdate is a change to a tool call, as carried by a tool_result

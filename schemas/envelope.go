@@ -75,6 +75,9 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if e.Payload == nil {
 		return nil, fmt.Errorf("event has no payload")
 	}
+	if b, ok := appendEnvelope(make([]byte, 0, 128), e); ok {
+		return b, nil
+	}
 	data, err := json.Marshal(e.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", e.Payload.Kind(), err)

@@ -184,10 +184,7 @@ func (p *Error) decode(f *fields) {
 	if p.Message == "" && *f.err == nil {
 		f.fail("message", "is empty")
 	}
-	p.Data = f.raw("data", false)
-	if string(p.Data) == "null" {
-		p.Data = nil
-	}
+	p.Data = nilIfNull(f.raw("data", false))
 }
 
 // Errorf returns an Error payload with a formatted message and no data.

@@ -92,7 +92,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 		TurnTimeout:      negativeIfZero(o.turnTimeout),
 		InterruptGrace:   o.interruptGrace,
 		ImageMaxLongEdge: int(negativeIfZero(int64(o.imageEdge))),
-		Version:          strings.TrimPrefix(strings.Fields(versionString())[1], "v"),
+		Version:          semver(),
 		Logger:           log,
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -21,6 +22,22 @@ func versionString() string {
 		}
 	}
 	return fmt.Sprintf("shoal %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// semver is the version as a service may report it: MAJOR.MINOR.PATCH
+// with an optional pre-release, "0.0.0-devel" for a development build.
+func semver() string {
+	v := version
+	if v == "" {
+		if info, ok := debug.ReadBuildInfo(); ok {
+			v = info.Main.Version
+		}
+	}
+	v = strings.TrimPrefix(v, "v")
+	if v == "" || v == "(devel)" || strings.Count(strings.SplitN(v, "-", 2)[0], ".") != 2 {
+		return "0.0.0-devel"
+	}
+	return v
 }
 
 func versionCommand() *command {

@@ -80,8 +80,8 @@ var rules = []rule{
 		forbid: func(_, imp string) bool { return ours(imp) && under("internal")(rel(imp)) },
 	},
 	{
-		why:    "nothing imports cmd/",
-		from:   func(string) bool { return true },
+		why:    "nothing outside cmd/ imports cmd/",
+		from:   func(p string) bool { return !under("cmd")(p) },
 		forbid: func(_, imp string) bool { return ours(imp) && under("cmd")(rel(imp)) },
 	},
 }

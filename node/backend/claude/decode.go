@@ -21,69 +21,111 @@ type Decoder struct {
 // SessionID is the CLI's conversation id, once a system line carried it.
 func (d *Decoder) SessionID() string { return d.sessionID }
 
+// line is every field of a stream-json line the mapping reads, so each
+// line is parsed once whatever its type.
+type line struct {
+	Type      string  `json:"type"`
+	Subtype   string  `json:"subtype"`
+	SessionID *string `json:"session_id"`
+	Event     struct {
+		Type         string `json:"type"`
+		Index        int    `json:"index"`
+		ContentBlock struct {
+			Type string `json:"type"`
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		} `json:"content_block"`
+		Delta struct {
+			Type        string `json:"type"`
+			Text        string `json:"text"`
+			Thinking    string `json:"thinking"`
+			PartialJSON string `json:"partial_json"`
+		} `json:"delta"`
+	} `json:"event"`
+	Message struct {
+		Content contents `json:"content"`
+	} `json:"message"`
+	IsError    bool    `json:"is_error"`
+	Result     *string `json:"result"`
+	StopReason *string `json:"stop_reason"`
+	Usage      *usage  `json:"usage"`
+	RequestID  string  `json:"request_id"`
+	Request    struct {
+		Subtype   string `json:"subtype"`
+		ToolName  string `json:"tool_name"`
+		ToolUseID string `json:"tool_use_id"`
+	} `json:"request"`
+	Response struct {
+		Subtype   string `json:"subtype"`
+		RequestID string `json:"request_id"`
+		Error     string `json:"error"`
+	} `json:"response"`
+}
+
+// block is a content block of an assistant or user message.
+type block struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	Thinking  string          `json:"thinking"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   *bool           `json:"is_error"`
+}
+
+// contents is a message's content: an array of blocks, or a plain string
+// (the CLI echoing input), which holds no blocks.
+type contents []block
+
+func (c *contents) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		*c = nil
+		return nil
+	}
+	return json.Unmarshal(b, (*[]block)(c))
+}
+
 // Line decodes one line of stdout into the payloads it yields, in order.
 // interrupted says whether an interrupt was requested for the running
 // turn, which changes how its result reads. A line Shoal does not
 // understand yields an error payload carrying the raw line.
-func (d *Decoder) Line(line []byte, interrupted bool) []schemas.Payload {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
+func (d *Decoder) Line(raw []byte, interrupted bool) []schemas.Payload {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
 		return nil
 	}
-	var head struct {
-		Type      string  `json:"type"`
-		Subtype   string  `json:"subtype"`
-		SessionID *string `json:"session_id"`
+	var l line
+	if err := json.Unmarshal(raw, &l); err != nil || l.Type == "" {
+		return []schemas.Payload{rawError("stream-json parse error", raw)}
 	}
-	if err := json.Unmarshal(line, &head); err != nil || head.Type == "" {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
-	switch head.Type {
+	switch l.Type {
 	case "system":
-		if head.SessionID != nil && *head.SessionID != "" {
-			d.sessionID = *head.SessionID
+		if l.SessionID != nil && *l.SessionID != "" {
+			d.sessionID = *l.SessionID
 		}
 		return nil
 	case "stream_event":
-		return d.streamEvent(line)
+		return d.streamEvent(&l)
 	case "assistant":
-		return d.assistant(line)
+		return d.assistant(&l, raw)
 	case "user":
-		return d.user(line)
+		return d.user(&l)
 	case "result":
-		return d.result(line, interrupted)
+		return d.result(&l, interrupted)
 	case "control_response":
-		return controlResponse(line)
+		return controlResponse(&l)
 	case "control_request":
-		return controlRequest(line)
+		return controlRequest(&l, raw)
 	case "keep_alive", "rate_limit_event":
 		return nil
 	}
-	return []schemas.Payload{rawError("unmapped claude stream-json event: "+head.Type, line)}
+	return []schemas.Payload{rawError("unmapped claude stream-json event: "+l.Type, raw)}
 }
 
-func (d *Decoder) streamEvent(line []byte) []schemas.Payload {
-	var m struct {
-		Event struct {
-			Type         string `json:"type"`
-			Index        int    `json:"index"`
-			ContentBlock struct {
-				Type string `json:"type"`
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			} `json:"content_block"`
-			Delta struct {
-				Type        string `json:"type"`
-				Text        string `json:"text"`
-				Thinking    string `json:"thinking"`
-				PartialJSON string `json:"partial_json"`
-			} `json:"delta"`
-		} `json:"event"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
-	ev := m.Event
+func (d *Decoder) streamEvent(l *line) []schemas.Payload {
+	ev := &l.Event
 	switch ev.Type {
 	case "message_start":
 		d.toolIDs = nil
@@ -108,24 +150,9 @@ func (d *Decoder) streamEvent(line []byte) []schemas.Payload {
 	return nil
 }
 
-func (d *Decoder) assistant(line []byte) []schemas.Payload {
-	var m struct {
-		Message struct {
-			Content []struct {
-				Type     string          `json:"type"`
-				Text     string          `json:"text"`
-				Thinking string          `json:"thinking"`
-				ID       string          `json:"id"`
-				Name     string          `json:"name"`
-				Input    json.RawMessage `json:"input"`
-			} `json:"content"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
+func (d *Decoder) assistant(l *line, raw []byte) []schemas.Payload {
 	var out []schemas.Payload
-	for _, c := range m.Message.Content {
+	for _, c := range l.Message.Content {
 		switch c.Type {
 		case "text":
 			out = append(out, schemas.AssistantText{Content: schemas.Text(c.Text)})
@@ -136,7 +163,7 @@ func (d *Decoder) assistant(line []byte) []schemas.Payload {
 		case "tool_use", "server_tool_use":
 			out = append(out, schemas.ToolUse{Call: toolCall(c.ID, c.Name, c.Input)})
 		default:
-			out = append(out, rawError("unmapped claude content block: "+c.Type, line))
+			out = append(out, rawError("unmapped claude content block: "+c.Type, raw))
 		}
 	}
 	return out
@@ -156,26 +183,9 @@ func toolCall(id, name string, input json.RawMessage) schemas.ToolCall {
 	}
 }
 
-func (d *Decoder) user(line []byte) []schemas.Payload {
-	var m struct {
-		Message struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
-	var blocks []struct {
-		Type      string          `json:"type"`
-		ToolUseID string          `json:"tool_use_id"`
-		Content   json.RawMessage `json:"content"`
-		IsError   *bool           `json:"is_error"`
-	}
-	if json.Unmarshal(m.Message.Content, &blocks) != nil {
-		return nil // a plain-string user message: the CLI echoing input
-	}
+func (d *Decoder) user(l *line) []schemas.Payload {
 	var out []schemas.Payload
-	for _, b := range blocks {
+	for _, b := range l.Message.Content {
 		if b.Type != "tool_result" {
 			continue // the interrupt marker and other echoed text
 		}
@@ -229,18 +239,7 @@ func toolResultContent(raw json.RawMessage) []schemas.ToolCallContent {
 	return out
 }
 
-func (d *Decoder) result(line []byte, interrupted bool) []schemas.Payload {
-	var m struct {
-		Subtype    string          `json:"subtype"`
-		IsError    bool            `json:"is_error"`
-		Result     *string         `json:"result"`
-		StopReason *string         `json:"stop_reason"`
-		Usage      *usage          `json:"usage"`
-		Errors     json.RawMessage `json:"errors"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
+func (d *Decoder) result(m *line, interrupted bool) []schemas.Payload {
 	d.toolIDs = nil
 	var out []schemas.Payload
 	text := ""
@@ -291,17 +290,7 @@ func (u *usage) toSchema() schemas.Usage {
 	return out
 }
 
-func controlResponse(line []byte) []schemas.Payload {
-	var m struct {
-		Response struct {
-			Subtype   string `json:"subtype"`
-			RequestID string `json:"request_id"`
-			Error     string `json:"error"`
-		} `json:"response"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil {
-		return []schemas.Payload{rawError("stream-json parse error", line)}
-	}
+func controlResponse(m *line) []schemas.Payload {
 	if m.Response.Subtype != "error" {
 		return nil
 	}
@@ -315,17 +304,9 @@ func controlResponse(line []byte) []schemas.Payload {
 // controlRequest maps the CLI asking permission for a tool call (it does
 // only when started with --permission-prompt-tool stdio) to a permission
 // event; the session answers it.
-func controlRequest(line []byte) []schemas.Payload {
-	var m struct {
-		RequestID string `json:"request_id"`
-		Request   struct {
-			Subtype   string `json:"subtype"`
-			ToolName  string `json:"tool_name"`
-			ToolUseID string `json:"tool_use_id"`
-		} `json:"request"`
-	}
-	if err := json.Unmarshal(line, &m); err != nil || m.Request.Subtype != "can_use_tool" {
-		return []schemas.Payload{rawError("unmapped claude stream-json event: control_request", line)}
+func controlRequest(m *line, raw []byte) []schemas.Payload {
+	if m.Request.Subtype != "can_use_tool" {
+		return []schemas.Payload{rawError("unmapped claude stream-json event: control_request", raw)}
 	}
 	return []schemas.Payload{schemas.Permission{
 		ToolCall:  schemas.PermissionToolCall{ToolCallID: m.Request.ToolUseID},

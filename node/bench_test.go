@@ -1,0 +1,226 @@
+package node_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// replayBackend is an in-process backend that answers every turn by
+// decoding a recorded claude transcript at full speed: the node's work
+// from decoding to JetStream, without a CLI process in the way.
+type replayBackend struct{ lines [][]byte }
+
+func (r *replayBackend) Kind() string { return backend.KindClaude }
+
+func (r *replayBackend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+	return &replaySession{lines: r.lines, sink: sink}, nil
+}
+
+type replaySession struct {
+	lines [][]byte
+	sink  backend.Sink
+	mu    sync.Mutex
+	turn  int
+}
+
+func (s *replaySession) Send(_ context.Context, _ string) (int, error) {
+	s.mu.Lock()
+	s.turn++
+	turn := s.turn
+	s.mu.Unlock()
+	go func() {
+		var d claude.Decoder
+		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
+		var last schemas.Payload
+		for _, l := range s.lines {
+			for _, p := range d.Line(l, false) {
+				if _, ok := p.(schemas.Result); ok {
+					last = p // one result, at the end
+					continue
+				}
+				s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
+			}
+		}
+		s.sink.Emit(schemas.Event{Turn: turn, Payload: last})
+	}()
+	return turn, nil
+}
+
+func (s *replaySession) Interrupt(context.Context) (bool, error) { return false, nil }
+func (s *replaySession) Close(context.Context) error {
+	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
+	return nil
+}
+func (s *replaySession) Info() backend.Info { return backend.Info{} }
+
+func transcript(tb testing.TB, copies int) [][]byte {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/claude-stream-json.jsonl")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var lines [][]byte
+	for range copies {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			lines = append(lines, append([]byte(nil), sc.Bytes()...))
+		}
+	}
+	return lines
+}
+
+// BenchmarkPipelineVsRawJetStream replays a recorded claude transcript
+// through a node (decode, envelope, numbering, event log, ordered async
+// JetStream publish) and, in the same run, publishes the very payloads the
+// node published with raw JetStream async publishes. Both are watched by
+// the same kind of core subscriber, which is how each run sees its last
+// event arrive. It reports both rates and their ratio (node/raw).
+func BenchmarkPipelineVsRawJetStream(b *testing.B) {
+	lines := transcript(b, 20)
+	srv := natstest.Start(b)
+	nc := natstest.Connect(b, srv)
+	h, err := node.New(node.Config{Name: "bench", Conn: nc, Dir: b.TempDir(), Backends: []backend.Backend{&replayBackend{lines: lines}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	go h.Run(ctx)
+	<-h.Ready()
+	rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	obs := natstest.Connect(b, srv)
+	msgs := make(chan *nats.Msg, 1<<16)
+	sub, err := obs.ChanSubscribe(schemas.EventSubject(rep.AgentID), msgs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := obs.Flush(); err != nil { // the server has the subscription before anything is published
+		b.Fatal(err)
+	}
+	turn := func() []*nats.Msg {
+		if _, err := h.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "go"}); err != nil {
+			b.Fatal(err)
+		}
+		var got []*nats.Msg
+		for m := range msgs {
+			if bytes.HasPrefix(m.Data, []byte(`{"kind":"status","turn":0`)) {
+				continue // the open's status idle, when the subscription saw it
+			}
+			got = append(got, m)
+			if bytes.HasPrefix(m.Data, []byte(`{"kind":"result"`)) {
+				return got
+			}
+		}
+		return nil
+	}
+	sample := turn() // warm up, and capture what a turn publishes
+
+	pubConn := natstest.Connect(b, srv)
+	js, err := jetstream.New(pubConn, jetstream.WithPublishAsyncMaxPending(512))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawSeen := make(chan *nats.Msg, 1<<16)
+	rawSub, err := obs.ChanSubscribe("agent.raw", rawSeen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rawSub.Unsubscribe()
+	if err := obs.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	raw := func(round int) {
+		for i, m := range sample {
+			out := nats.NewMsg("agent.raw")
+			out.Data = m.Data
+			out.Header.Set(schemas.HeaderMsgID, fmt.Sprintf("raw.%d", round*len(sample)+i+1))
+			if _, err := js.PublishMsgAsync(out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(time.Minute):
+			b.Fatal("raw publishes not acknowledged")
+		}
+		for i := range sample {
+			select {
+			case <-rawSeen: // the same observer the node's events have
+			case <-time.After(10 * time.Second):
+				d, _ := rawSub.Dropped()
+				b.Fatalf("round %d: the observer saw %d of %d raw events (dropped %d, last error %v)", round, i, len(sample), d, obs.LastError())
+			}
+		}
+	}
+	raw(0)
+
+	var nodeTime, rawTime time.Duration
+	events := 0
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		n := len(turn())
+		nodeTime += time.Since(start)
+		start = time.Now()
+		raw(i + 1)
+		rawTime += time.Since(start)
+		events += n
+	}
+	b.StopTimer()
+	nodeRate := float64(events) / nodeTime.Seconds()
+	rawRate := float64(events) / rawTime.Seconds()
+	b.ReportMetric(nodeRate, "node-events/s")
+	b.ReportMetric(rawRate, "raw-events/s")
+	b.ReportMetric(nodeRate/rawRate, "ratio")
+}
+
+// BenchmarkIdleAgentMemory reports the node's heap per idle agent, the
+// agent's own process excluded.
+func BenchmarkIdleAgentMemory(b *testing.B) {
+	srv := natstest.Start(b)
+	nc := natstest.Connect(b, srv)
+	h, err := node.New(node.Config{Name: "mem", Conn: nc, Dir: b.TempDir(), MaxDead: 1 << 20,
+		Backends: []backend.Backend{&replayBackend{}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	go h.Run(ctx)
+	<-h.Ready()
+	cwd := b.TempDir()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: cwd}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "heap-bytes/agent")
+}
