@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,10 +35,10 @@ func (s *serverLog) Errorf(format string, v ...any) {
 	s.log.Error(fmt.Sprintf(format, v...))
 }
 
+// Debugf is called only when the server's debug flag is on, which the
+// broker never sets.
 func (s *serverLog) Debugf(format string, v ...any) {
-	if s.log.Enabled(context.TODO(), slog.LevelDebug-4) {
-		s.log.Debug(fmt.Sprintf(format, v...))
-	}
+	s.log.Debug(fmt.Sprintf(format, v...))
 }
 
 func (s *serverLog) Tracef(string, ...any) {}

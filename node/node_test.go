@@ -15,6 +15,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -405,5 +406,43 @@ func TestBigToolResults(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(g.dir, id+".events.jsonl"))
 	if !bytes.Contains(log, []byte(strings.Repeat("output line\\n", 1000))) {
 		t.Error("the node's event log lost the whole tool output")
+	}
+}
+
+// A turn that runs past the absolute limit is interrupted: an error says
+// why, the turn ends cancelled, and the agent stays usable.
+func TestTurnTimeoutInterrupts(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("slow"), node: func(c *node.Config) { c.TurnTimeout = 300 * time.Millisecond }})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	f.send(id, "one two three four five six seven eight nine ten")
+	i := w.until(0, "the result", isResult(1))
+	if r := w.events()[i].Payload.(schemas.Result); r.StopReason != schemas.StopCancelled {
+		t.Errorf("turn ended %s", r.StopReason)
+	}
+	if errs := errorsOf(w.events()); len(errs) != 1 || errs[0] != "turn 1 ran longer than 300ms; interrupting it" {
+		t.Errorf("errors %q", errs)
+	}
+	eventually(t, 10*time.Second, "the agent is idle again", func() bool {
+		r, err := f.fabric.Status(f.ctx(5*time.Second), id)
+		return err == nil && r.Status == schemas.StatusIdle
+	})
+}
+
+// A CLI that cannot be launched is reported without the environment, which
+// may hold secrets.
+func TestLaunchErrorsHideTheEnvironment(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: "/no/such/claude", Env: []string{"ANTHROPIC_API_KEY=sk-secret-123"}}})
+	_, err := f.fabric.Open(f.ctx(10*time.Second), schemas.OpenRequest{CWD: t.TempDir()})
+	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "could not launch `/no/such/claude`: not found") {
+		t.Fatalf("open with a missing CLI: %v", err)
+	}
+	recs, _ := f.fabric.List(f.ctx(10 * time.Second))
+	for _, r := range recs {
+		if r.Status != schemas.StatusDead {
+			t.Errorf("a failed open left a live record: %+v", r)
+		}
 	}
 }

@@ -27,6 +27,11 @@ type outMsg struct {
 // duplicate window drops what was stored already; before a retry it asks
 // the stream for each agent's last stored event number, so a retry after
 // a long outage doubles nothing either. Producers never wait for it.
+//
+// Messages on one connection reach the server in order, and the sender
+// stops at the first publish that fails to leave, so the stream keeps each
+// agent's order; the one case it cannot rule out is the server refusing a
+// message it received while storing the next.
 type publisher struct {
 	js     jetstream.JetStream
 	window int
@@ -38,6 +43,7 @@ type publisher struct {
 	sent     int       // how many of queue have been sent
 	inflight int       // futures the acker has yet to take
 	failed   bool      // a publish failed: drain the window, then go back
+	halted   bool      // a publish failed to leave: send nothing more until the retry
 	stopped  bool
 	drained  chan struct{} // closed and replaced whenever the queue empties
 	futures  chan jetstream.PubAckFuture
@@ -99,7 +105,7 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		for !p.stopped && (p.failed || p.sent >= len(p.queue) || p.inflight >= p.window) {
+		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window) {
 			p.cond.Wait()
 		}
 		if p.stopped {
@@ -113,6 +119,11 @@ func (p *publisher) send() {
 		p.mu.Unlock()
 		f, err := p.js.PublishMsgAsync(m.msg)
 		if err != nil {
+			// Stop here: sending the next message before this one is
+			// stored would put them out of order.
+			p.mu.Lock()
+			p.halted = true
+			p.mu.Unlock()
 			f = failedFuture{msg: m.msg, err: err}
 		}
 		p.futures <- f
@@ -161,8 +172,9 @@ func (p *publisher) ack(ctx context.Context) {
 		backoff = min(2*backoff, 2*time.Second)
 		p.skipStored(ctx)
 		p.mu.Lock()
-		p.failed, p.sent = false, 0
+		p.failed, p.halted, p.sent = false, false, 0
 		p.mu.Unlock()
+		firstErr = nil
 		p.cond.Broadcast()
 	}
 }
