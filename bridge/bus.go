@@ -1,0 +1,297 @@
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// BusConfig configures the Kaimon bus. Conn and Address are required.
+type BusConfig struct {
+	// Conn reaches the fabric.
+	Conn *nats.Conn
+	// Address is where the ZeroMQ PUB socket binds, e.g. Kaimon's
+	// ipc://<cache>/kaimon/sock/kaimon-events.sock or tcp://127.0.0.1:9878.
+	Address string
+	// Durable names the JetStream consumer that feeds the bus; "shoal-bus"
+	// when empty. A restarted bus resumes where it stopped.
+	Durable string
+	// StateFile keeps the stream sequence of the last event sent, so a
+	// restart repeats nothing; none when empty.
+	StateFile string
+	// HWM is how many messages may queue for subscribers before new ones
+	// are dropped (ZeroMQ's send high-water mark); 100000 when zero.
+	HWM int
+	// Grace is how long a starting bus waits for a subscriber to
+	// (re)connect before it sends what it missed; 2s when zero.
+	Grace time.Duration
+	// JuliaVersion is the Serialization header's version byte;
+	// DefaultJuliaVersion when zero.
+	JuliaVersion byte
+	// Replay makes a new durable start from the oldest event the stream
+	// keeps; by default it starts with the events published from then on.
+	Replay bool
+	Logger       *slog.Logger
+}
+
+// Bus republishes every agent event onto Kaimon's ZeroMQ bus: two frames,
+// the channel "agent:<id>" and the Julia-serialized NamedTuple
+// (channel, data, session_name = "agent") where data is the envelope's
+// JSON text, byte-compatible with Kaimon extensions.
+type Bus struct {
+	cfg BusConfig
+	log *slog.Logger
+}
+
+// NewBus checks cfg.
+func NewBus(cfg BusConfig) (*Bus, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("the bus needs a NATS connection")
+	}
+	if _, _, err := splitEndpoint(cfg.Address); err != nil {
+		return nil, err
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "shoal-bus"
+	}
+	if cfg.HWM == 0 {
+		cfg.HWM = 100000
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 2 * time.Second
+	}
+	if cfg.JuliaVersion == 0 {
+		cfg.JuliaVersion = DefaultJuliaVersion
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Bus{cfg: cfg, log: cfg.Logger.With("component", "bus", "address", cfg.Address)}, nil
+}
+
+func splitEndpoint(ep string) (network, addr string, err error) {
+	network, addr, ok := strings.Cut(ep, "://")
+	if !ok || addr == "" || (network != "ipc" && network != "tcp") {
+		return "", "", fmt.Errorf("bus address %q is not ipc://<path> or tcp://<host>:<port>", ep)
+	}
+	return network, addr, nil
+}
+
+// Run binds the bus and feeds it until ctx ends. ready, when not nil, is
+// closed once the bus is bound and consuming.
+func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
+	if err := claim(b.cfg.Address); err != nil {
+		return err
+	}
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	if err := pub.SetOption(zmq4.OptionHWM, b.cfg.HWM); err != nil {
+		return err
+	}
+	if err := pub.Listen(b.cfg.Address); err != nil {
+		return fmt.Errorf("bind the Kaimon bus at %s: %w", b.cfg.Address, err)
+	}
+	if network, path, _ := splitEndpoint(b.cfg.Address); network == "ipc" {
+		defer os.Remove(path)
+	}
+
+	js, err := jetstream.New(b.cfg.Conn)
+	if err != nil {
+		return err
+	}
+	stream, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	pos, err := openPosition(b.cfg.StateFile, info.Created)
+	if err != nil {
+		return err
+	}
+	defer pos.close()
+	cons, err := b.consumer(ctx, stream)
+	if err != nil {
+		return err
+	}
+	b.awaitSubscriber(ctx, pub)
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		close(ready)
+	}
+	b.log.Info("Kaimon bus live", "resuming-after", pos.last)
+	context.AfterFunc(ctx, msgs.Stop)
+	for {
+		msg, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return err
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			msg.Ack()
+			continue
+		}
+		if seq := meta.Sequence.Stream; seq > pos.last {
+			id, ok := schemas.AgentFromSubject(msg.Subject())
+			if ok {
+				channel := "agent:" + id
+				payload := JuliaNamedTuple(channel, string(msg.Data()), "agent", b.cfg.JuliaVersion)
+				if err := pub.Send(zmq4.NewMsgFrom([]byte(channel), payload)); err != nil {
+					return fmt.Errorf("send on the Kaimon bus: %w", err)
+				}
+			}
+			pos.record(seq)
+		}
+		msg.Ack()
+	}
+}
+
+// consumer opens the bus's durable consumer, creating it to start with
+// the events published from now on: the bus is live, not a replay of the
+// whole history.
+func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.Consumer, error) {
+	cons, err := stream.Consumer(ctx, b.cfg.Durable)
+	if err == nil {
+		return cons, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("open consumer %s: %w", b.cfg.Durable, err)
+	}
+	deliver := jetstream.DeliverNewPolicy
+	if b.cfg.Replay {
+		deliver = jetstream.DeliverAllPolicy
+	}
+	return stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       b.cfg.Durable,
+		Description:   "Shoal's Kaimon ZeroMQ bus",
+		FilterSubject: schemas.EventSubjects,
+		DeliverPolicy: deliver,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 8192,
+	})
+}
+
+// awaitSubscriber gives subscribers up to the grace period to connect
+// before the bus sends anything, since a PUB socket drops what it sends
+// before a subscription arrives.
+func (b *Bus) awaitSubscriber(ctx context.Context, pub zmq4.Socket) {
+	topics, ok := pub.(zmq4.Topics)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(b.cfg.Grace)
+	for len(topics.Topics()) == 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// claim makes sure no live process is bound at the address: a stale ipc
+// socket file is removed; one that answers is someone else's.
+func claim(address string) error {
+	network, addr, err := splitEndpoint(address)
+	if err != nil {
+		return err
+	}
+	if network == "tcp" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("the Kaimon bus address %s is in use: %w", address, err)
+		}
+		return l.Close()
+	}
+	if err := os.MkdirAll(filepath.Dir(addr), 0o700); err != nil {
+		return fmt.Errorf("bus socket directory: %w", err)
+	}
+	fi, err := os.Lstat(addr)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("the Kaimon bus address %s exists and is not a socket; refusing to replace it", address)
+	}
+	conn, err := net.DialTimeout("unix", addr, time.Second)
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("the Kaimon bus address %s is in use by a live process (is Kaimon running?); give the bus another address", address)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("the Kaimon bus address %s: %w", address, err)
+	}
+	return os.Remove(addr) // a stale socket left by a process that died
+}
+
+// position is the last stream sequence the bus sent, kept in a file that
+// survives the bus being killed, and tied to the stream's creation time
+// so a recreated stream is not mistaken for the old one.
+type position struct {
+	f       *os.File
+	created int64
+	last    uint64
+}
+
+func openPosition(path string, created time.Time) (*position, error) {
+	p := &position{created: created.UnixNano()}
+	if path == "" {
+		return p, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("bus state file: %w", err)
+	}
+	p.f = f
+	var buf [16]byte
+	if n, _ := f.ReadAt(buf[:], 0); n == 16 && int64(binary.LittleEndian.Uint64(buf[:8])) == p.created {
+		p.last = binary.LittleEndian.Uint64(buf[8:])
+	}
+	return p, nil
+}
+
+func (p *position) record(seq uint64) {
+	p.last = seq
+	if p.f == nil {
+		return
+	}
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:8], uint64(p.created))
+	binary.LittleEndian.PutUint64(buf[8:], seq)
+	p.f.WriteAt(buf[:], 0)
+}
+
+func (p *position) close() {
+	if p.f != nil {
+		p.f.Close()
+	}
+}

@@ -1,0 +1,315 @@
+package bridge_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// received is one bus message as a libzmq subscriber decoded it.
+type received struct {
+	Topic       string `json:"topic"`
+	Channel     string `json:"channel"`
+	Data        string `json:"data"`
+	SessionName string `json:"session_name"`
+	Error       string `json:"error"`
+	Ready       bool   `json:"ready"`
+}
+
+// kaimonSub runs a libzmq subscriber (Debian's python3-zmq) prefix-
+// subscribed to "agent:" at address.
+func kaimonSub(t *testing.T, address string) <-chan received {
+	t.Helper()
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import zmq").CombinedOutput(); err != nil {
+		t.Fatalf("python3-zmq is missing (the test command installs it: apt-get install python3-zmq): %v %s", err, out)
+	}
+	cmd := exec.Command("/usr/bin/python3", "testdata/kaimon_sub.py", address, "agent:")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ch := make(chan received, 1<<16)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var r received
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				r.Error = err.Error()
+			}
+			ch <- r
+		}
+	}()
+	select {
+	case r := <-ch:
+		if !r.Ready {
+			t.Fatalf("subscriber said %+v", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscriber did not start")
+	}
+	return ch
+}
+
+func next(t *testing.T, ch <-chan received, what string) received {
+	t.Helper()
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			t.Fatalf("the subscriber exited before %s", what)
+		}
+		if r.Error != "" {
+			t.Fatalf("the subscriber could not read a message: %s", r.Error)
+		}
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s on the bus", what)
+	}
+	return received{}
+}
+
+func runBus(t *testing.T, cfg bridge.BusConfig) (stop func() error) {
+	t.Helper()
+	bus, err := bridge.NewBus(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- bus.Run(ctx, ready) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("bus: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bus not ready")
+	}
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		return <-done
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func turnEnvelopes(t *testing.T) [][]byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/turn.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		out = append(out, l)
+	}
+	return out
+}
+
+func publish(t *testing.T, js jetstream.JetStream, id string, n uint64, env []byte) {
+	t.Helper()
+	m := nats.NewMsg(schemas.EventSubject(id))
+	m.Data = env
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, n))
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every event of a turn reaches a libzmq subscriber in order, and decodes
+// to (channel, data, session_name) exactly.
+func TestBusDeliversTurnInOrder(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
+	sub := kaimonSub(t, address)
+	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos")})
+
+	envs := turnEnvelopes(t)
+	huge, _ := schemas.Encode(schemas.Event{Turn: 9, Payload: schemas.AssistantText{Content: schemas.Text(strings.Repeat("é", 40000))}})
+	envs = append(envs, huge)
+	for i, env := range envs {
+		publish(t, js, "9f3a1c20", uint64(i+1), env)
+	}
+	for i, env := range envs {
+		r := next(t, sub, fmt.Sprintf("event %d", i+1))
+		if r.Topic != "agent:9f3a1c20" || r.Channel != r.Topic || r.SessionName != "agent" || r.Data != string(env) {
+			t.Fatalf("event %d: topic %q channel %q session %q data %.80q, want %.80q", i+1, r.Topic, r.Channel, r.SessionName, r.Data, env)
+		}
+	}
+}
+
+// The bus refuses to take over an address a live process is bound to,
+// replaces a stale socket file, and will not replace anything else.
+func TestBusClaimsItsAddress(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	dir := t.TempDir()
+	address := "ipc://" + filepath.Join(dir, "live.sock")
+	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, Grace: time.Millisecond})
+	second, _ := bridge.NewBus(bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address})
+	err := second.Run(t.Context(), nil)
+	if err == nil || !strings.Contains(err.Error(), "in use by a live process") {
+		t.Fatalf("a second bus on a live address: %v", err)
+	}
+
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: "ipc://" + stale, Grace: time.Millisecond})
+
+	plain := filepath.Join(dir, "plain")
+	os.WriteFile(plain, []byte("keep me"), 0o600)
+	third, _ := bridge.NewBus(bridge.BusConfig{Conn: natstest.Connect(t, b), Address: "ipc://" + plain})
+	if err := third.Run(t.Context(), nil); err == nil || !strings.Contains(err.Error(), "is not a socket") {
+		t.Fatalf("a regular file at the address: %v", err)
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "keep me" {
+		t.Fatal("the bus replaced a regular file")
+	}
+
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	fourth, _ := bridge.NewBus(bridge.BusConfig{Conn: natstest.Connect(t, b), Address: "tcp://" + l2.Addr().String()})
+	if err := fourth.Run(t.Context(), nil); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a taken tcp port: %v", err)
+	}
+	for _, bad := range []string{"", "inproc://x", "ipc://", "/tmp/x.sock"} {
+		if _, err := bridge.NewBus(bridge.BusConfig{Conn: natstest.Connect(t, b), Address: bad}); err == nil {
+			t.Errorf("address %q accepted", bad)
+		}
+	}
+}
+
+// busProcess runs a bus in this process until it is killed.
+func busProcess() int {
+	nc, err := nats.Connect(os.Getenv("SHOAL_TEST_NATS"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	bus, err := bridge.NewBus(bridge.BusConfig{Conn: nc, Address: os.Getenv("SHOAL_TEST_BUS_ADDRESS"), StateFile: os.Getenv("SHOAL_TEST_BUS_STATE")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ready := make(chan struct{})
+	go func() {
+		<-ready
+		fmt.Println("ready")
+	}()
+	if err := bus.Run(context.Background(), ready); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("SHOAL_TEST_BUS") == "1" {
+		os.Exit(busProcess())
+	}
+	os.Exit(m.Run())
+}
+
+// The bus killed with SIGKILL mid-turn and restarted: the subscriber sees
+// every event once, in order, nothing skipped and nothing repeated.
+func TestBusKilledMidTurnResumes(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t, func(c *broker.Config) {})
+	_, js := natstest.JetStream(t, b)
+	dir := t.TempDir()
+	address := "ipc://" + filepath.Join(dir, "kaimon-events.sock")
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "SHOAL_TEST_BUS=1", "SHOAL_TEST_NATS="+b.ClientURL(),
+			"SHOAL_TEST_BUS_ADDRESS="+address, "SHOAL_TEST_BUS_STATE="+filepath.Join(dir, "bus.pos"))
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			t.Fatalf("bus process: %q %v", line, err)
+		}
+		return cmd
+	}
+	sub := kaimonSub(t, address)
+	bus := start()
+
+	envs := turnEnvelopes(t)
+	published := 0
+	pub := func(n int) {
+		for ; n > 0 && published < len(envs); n-- {
+			published++
+			publish(t, js, "k1", uint64(published), envs[published-1])
+		}
+	}
+	var seen []string
+	take := func(n int) {
+		for range n {
+			seen = append(seen, next(t, sub, fmt.Sprintf("event %d", len(seen)+1)).Data)
+		}
+	}
+	pub(40)
+	take(40)
+	// Killed between events, mid-turn; the turn goes on while it is down.
+	if err := bus.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	bus.Wait()
+	pub(30)
+	start()
+	pub(len(envs))
+	take(len(envs) - 40)
+	for i, env := range envs {
+		if seen[i] != string(env) {
+			t.Fatalf("event %d on the bus is %.60q, want %.60q", i+1, seen[i], env)
+		}
+	}
+	select {
+	case r := <-sub:
+		t.Fatalf("an extra event on the bus: %.80q", r.Data)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
