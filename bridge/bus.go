@@ -45,7 +45,7 @@ type BusConfig struct {
 	// Replay makes a new durable start from the oldest event the stream
 	// keeps; by default it starts with the events published from then on.
 	Replay bool
-	Logger       *slog.Logger
+	Logger *slog.Logger
 }
 
 // Bus republishes every agent event onto Kaimon's ZeroMQ bus: two frames,

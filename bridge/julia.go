@@ -13,8 +13,8 @@ const DefaultJuliaVersion = 0x1D
 // Core, two parameters: the field-name tuple and the field-type tuple).
 var juliaPrefix = []byte{
 	0x37, 0x4A, 0x4C, DefaultJuliaVersion, 0x04, 0x00, 0x00, 0x00, // "7JL", version, little-endian 64-bit
-	0x34,                                                             // OBJECT
-	0x10,                                                             // DATATYPE
+	0x34,                                                         // OBJECT
+	0x10,                                                         // DATATYPE
 	0x01, 0x0A, 'N', 'a', 'm', 'e', 'd', 'T', 'u', 'p', 'l', 'e', // :NamedTuple
 	0x1F, 0x4E, 0x9B, 0x44, // module Core
 	0x02, 0x00, 0x00, 0x00, // two type parameters
