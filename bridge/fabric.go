@@ -60,7 +60,8 @@ type NodeInfo struct {
 	ID      string `json:"id"`
 }
 
-// Nodes lists the nodes that answer within a short wait, by name.
+// Nodes lists the nodes that answer, by name: it waits up to 2s for the
+// first and then briefly for the rest.
 func (f *Fabric) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	inbox := f.nc.NewRespInbox()
 	sub, err := f.nc.SubscribeSync(inbox)
@@ -71,7 +72,7 @@ func (f *Fabric) Nodes(ctx context.Context) ([]NodeInfo, error) {
 	if err := f.nc.PublishRequest("$SRV.INFO."+schemas.ServiceName, inbox, nil); err != nil {
 		return nil, err
 	}
-	wait := 300 * time.Millisecond
+	wait := 2 * time.Second // a loaded node may take a moment to answer
 	var nodes []NodeInfo
 	for {
 		msg, err := sub.NextMsgWithContext(ctxWithin(ctx, wait))

@@ -128,6 +128,9 @@ func (f *fixture) open(req schemas.OpenRequest) string {
 	if req.CWD == "" {
 		req.CWD = f.t.TempDir()
 	}
+	if req.Node == "" {
+		req.Node = "n1"
+	}
 	rep, err := f.fabric.Open(f.ctx(30*time.Second), req)
 	if err != nil {
 		f.t.Fatalf("open: %v", err)
