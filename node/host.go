@@ -185,6 +185,12 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The endpoints' subscriptions reach the server before anyone is told
+	// the node is ready.
+	if err := h.cfg.Conn.FlushTimeout(10 * time.Second); err != nil {
+		svc.Stop()
+		return fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
+	}
 	close(h.ready)
 	h.log.Info("node ready", "backends", h.kinds(), "dir", h.cfg.Dir)
 	<-ctx.Done()

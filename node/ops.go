@@ -86,12 +86,12 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		h.mu.Unlock()
 		return schemas.OpenReply{}, err
 	}
-	if err := h.recs.claim(ctx, a.rec, func(string) bool { return false }); err != nil {
+	release, err := h.recs.claim(ctx, a.rec)
+	if err != nil {
 		return fail(err)
 	}
 	unclaim := func(err error) (schemas.OpenReply, error) {
-		a.rec.Status = schemas.StatusDead
-		h.recs.mark(a, true)
+		release(context.WithoutCancel(ctx))
 		return fail(err)
 	}
 	last, err := lastEventNumber(ctx, h.stream, id)

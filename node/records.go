@@ -38,36 +38,39 @@ func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger) *records {
 }
 
 // claim takes the key of a new or reopened agent: create-only, or a
-// compare-and-set over a dead record. It returns a conflict error naming
-// the owner when the id is live elsewhere.
-func (r *records) claim(ctx context.Context, rec schemas.AgentRecord, ownedHere func(string) bool) error {
+// compare-and-set over a dead record (or a stale one this node left when
+// it crashed). It returns a conflict error naming the owner when the id
+// is live elsewhere, and a release that undoes the claim if the open
+// fails: a new key is deleted, a reopened one is dead again.
+func (r *records) claim(ctx context.Context, rec schemas.AgentRecord) (release func(context.Context), err error) {
 	val := encodeRecord(rec)
 	rev, err := r.kv.Create(ctx, rec.ID, val)
 	if err == nil {
 		r.setRev(rec.ID, rev)
-		return nil
+		return func(ctx context.Context) { r.forget(ctx, rec.ID) }, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
+		return nil, schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
 	}
 	e, err := r.kv.Get(ctx, rec.ID)
 	if err != nil {
-		return schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
 	old, err := decodeRecord(e.Value())
-	if err == nil && old.Status != schemas.StatusDead && !(old.Node == r.node && !ownedHere(rec.ID)) {
-		where := ""
-		if old.Node != r.node {
-			where = " (on node " + old.Node + ")"
-		}
-		return schemas.Errf(schemas.CodeConflict, "agent id already in use: %s%s", rec.ID, where)
+	if err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
+		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
 	rev, err = r.kv.Update(ctx, rec.ID, val, e.Revision())
 	if err != nil {
-		return schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
+		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
 	}
 	r.setRev(rec.ID, rev)
-	return nil
+	return func(ctx context.Context) {
+		old.Status = schemas.StatusDead
+		if _, err := r.kv.Update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
+			r.log.Warn("cannot restore a reopened agent's record", "agent", rec.ID, "err", err)
+		}
+	}, nil
 }
 
 func (r *records) setRev(id string, rev uint64) {
