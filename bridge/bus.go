@@ -131,40 +131,56 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	b.awaitSubscriber(ctx, pub)
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return err
-	}
-	if ready != nil {
-		close(ready)
-	}
+	// Acknowledging one event acknowledges all before it, so the bus acks
+	// every ackEvery events and whenever it has caught up; the position
+	// file keeps a restart from repeating the few it had not acked.
+	const ackEvery = 256
+	unacked := 0
 	b.log.Info("Kaimon bus live", "resuming-after", pos.last)
-	context.AfterFunc(ctx, msgs.Stop)
-	for {
-		msg, err := msgs.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			return err
+	failed := make(chan error, 1)
+	fail := func(err error) {
+		select {
+		case failed <- err:
+		default:
 		}
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		meta, err := msg.Metadata()
 		if err != nil {
 			msg.Ack()
-			continue
+			return
 		}
 		if seq := meta.Sequence.Stream; seq > pos.last {
-			id, ok := schemas.AgentFromSubject(msg.Subject())
-			if ok {
+			if id, ok := schemas.AgentFromSubject(msg.Subject()); ok {
 				channel := "agent:" + id
 				payload := JuliaNamedTuple(channel, string(msg.Data()), "agent", b.cfg.JuliaVersion)
 				if err := pub.Send(zmq4.NewMsgFrom([]byte(channel), payload)); err != nil {
-					return fmt.Errorf("send on the Kaimon bus: %w", err)
+					fail(fmt.Errorf("send on the Kaimon bus: %w", err))
+					return
 				}
 			}
 			pos.record(seq)
 		}
-		msg.Ack()
+		if unacked++; unacked >= ackEvery || meta.NumPending == 0 {
+			msg.Ack()
+			unacked = 0
+		}
+	}, jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cc.Stop()
+		<-cc.Closed() // no callback runs once Run returns
+	}()
+	if ready != nil {
+		close(ready)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-failed:
+		return err
 	}
 }
 
@@ -188,7 +204,7 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 		Description:   "Shoal's Kaimon ZeroMQ bus",
 		FilterSubject: schemas.EventSubjects,
 		DeliverPolicy: deliver,
-		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: 8192,
 	})

@@ -123,7 +123,7 @@ func runBus(t *testing.T, cfg bridge.BusConfig) (stop func() error) {
 	return stop
 }
 
-func turnEnvelopes(t *testing.T) [][]byte {
+func turnEnvelopes(t testing.TB) [][]byte {
 	t.Helper()
 	b, err := os.ReadFile("testdata/turn.jsonl")
 	if err != nil {

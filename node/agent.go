@@ -317,6 +317,10 @@ func (a *agent) record() schemas.AgentRecord {
 	}
 	a.rec.QueuesPrompts = info.QueuesPrompts
 	r := a.rec
+	if r.Policy != nil {
+		p := *r.Policy
+		r.Policy = &p
+	}
 	if r.Usage.CostUSD != nil {
 		c := *r.Usage.CostUSD
 		r.Usage.CostUSD = &c

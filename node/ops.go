@@ -74,6 +74,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		CreatedAt: unixSeconds(now), LastActivity: unixSeconds(now),
 		EventLog: filepath.Join(h.cfg.Dir, id+".events.jsonl"),
 		Usage:    schemas.Usage{}, Node: h.cfg.Name,
+		Policy: pol.Record(cwd),
 	}
 	h.agents[id] = a // reserves the id on this node while it starts
 	h.mu.Unlock()

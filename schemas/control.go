@@ -166,6 +166,19 @@ type AgentRecord struct {
 	Usage         Usage       `json:"usage"`
 	QueuesPrompts bool        `json:"queues_prompts"`
 	Node          string      `json:"node"`
+	// Policy is what the agent may call, for the MCP door; a Shoal addition.
+	Policy *AgentPolicy `json:"policy,omitempty"`
+}
+
+// AgentPolicy is the part of an agent's composed policy the MCP door
+// judges its calls by.
+type AgentPolicy struct {
+	Preset          Preset   `json:"preset"`
+	AllowedTools    []string `json:"allowed_tools"`
+	DisallowedTools []string `json:"disallowed_tools"`
+	Only            bool     `json:"only"`
+	// CWD confines the paths the agent may pass to Shoal's tools.
+	CWD string `json:"cwd"`
 }
 
 // ListRequest asks for every agent (agent_list). It has no fields.

@@ -158,3 +158,57 @@ func unique(xs []string) []string {
 	}
 	return out
 }
+
+// Record is the policy as an agent record carries it.
+func (p Policy) Record(cwd string) *AgentPolicy {
+	return &AgentPolicy{Preset: p.Preset, AllowedTools: nonNil(p.Allowed), DisallowedTools: nonNil(p.Disallowed), Only: p.Only, CWD: cwd}
+}
+
+func nonNil(xs []string) []string {
+	if xs == nil {
+		return []string{}
+	}
+	return xs
+}
+
+// DecideTool judges an agent's call of one of Shoal's own MCP tools, by
+// its bare name ("agent_open"). A deny entry wins; under only (and the
+// specialist preset) the tool must be named in the allowlist; anything
+// else is allowed. why says what refused it.
+func (p AgentPolicy) DecideTool(tool string) (ok bool, why string) {
+	for _, e := range p.DisallowedTools {
+		if matchesTool(e, tool) {
+			if slices.Contains(RecursionGuard, e) {
+				return false, "the recursion guard keeps agents from opening, driving or closing agents (open this agent with disallowed_tools [] to allow it)"
+			}
+			return false, "denied by this agent's policy (" + e + ")"
+		}
+	}
+	if p.Only || p.Preset == PresetSpecialist {
+		for _, e := range p.AllowedTools {
+			if matchesTool(e, tool) {
+				return true, ""
+			}
+		}
+		if len(p.AllowedTools) == 0 {
+			return false, "this agent's tool set is empty, so it may call nothing"
+		}
+		return false, "not in this agent's allowlist"
+	}
+	return true, ""
+}
+
+// matchesTool reports whether a tool entry names one of Shoal's tools: the
+// qualified name (mcp__shoal__agent_open), the whole server (mcp__shoal),
+// a prefix pattern ending in '*', or the bare name.
+func matchesTool(entry, tool string) bool {
+	q := MCPToolPrefix + tool
+	e := strings.ToLower(strings.TrimSpace(entry))
+	switch {
+	case e == strings.ToLower(q), e == "mcp__"+MCPServerName, e == strings.ToLower(tool):
+		return true
+	case strings.HasSuffix(e, "*"):
+		return strings.HasPrefix(strings.ToLower(q), strings.TrimSuffix(e, "*"))
+	}
+	return false
+}

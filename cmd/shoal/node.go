@@ -25,6 +25,7 @@ type nodeOptions struct {
 	dir            string
 	claude         string
 	mcpURL         string
+	mcpToken       string
 	turnIdle       time.Duration
 	turnTimeout    time.Duration
 	interruptGrace time.Duration
@@ -36,7 +37,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	fs.StringVar(&o.name, nameFlag, "", "the node's `name` in the fabric (default: this machine's host name)")
 	fs.StringVar(&o.dir, "dir", "", "`directory` for agent event logs, stderr logs and pids.json (default $XDG_CACHE_HOME/shoal/agents/<name>)")
 	fs.StringVar(&o.claude, "claude", "claude", "the claude CLI to run, a `path` or a name looked up on PATH")
-	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (default: none)")
+	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (up: its own endpoint)")
 	durationFlag(fs, &o.turnIdle, "turn-idle-timeout", 10*time.Minute, "interrupt a turn that produced no output for this `duration` (0: never)")
 	durationFlag(fs, &o.turnTimeout, "turn-timeout", 2*time.Hour, "interrupt a turn that ran this `duration` (0: never)")
 	durationFlag(fs, &o.interruptGrace, "interrupt-grace", 15*time.Second, "stop an agent whose turn has not ended this `duration` after a watchdog interrupt")
@@ -87,7 +88,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 		Conn:             nc,
 		Dir:              dir,
 		Backends:         backends,
-		MCP:              backend.MCPEndpoint{URL: o.mcpURL},
+		MCP:              backend.MCPEndpoint{URL: o.mcpURL, Token: o.mcpToken},
 		TurnIdleTimeout:  negativeIfZero(o.turnIdle),
 		TurnTimeout:      negativeIfZero(o.turnTimeout),
 		InterruptGrace:   o.interruptGrace,

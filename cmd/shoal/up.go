@@ -4,11 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
 )
 
@@ -25,6 +28,11 @@ type upOptions struct {
 	logLevel   string
 	noNode     bool
 	node       nodeOptions
+	mcpListen  string
+	mcpToken   string
+	noMCP      bool
+	bus        string
+	noBus      bool
 }
 
 func upCommand() *command {
@@ -60,6 +68,11 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.noNode, "no-node", false, "run no agents on this machine: only the broker")
 	o.node.register(fs, "node-name")
+	fs.StringVar(&o.mcpListen, "mcp-listen", "127.0.0.1:7270", "`address` of the MCP endpoint (Streamable HTTP at /mcp)")
+	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send; required off loopback")
+	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint")
+	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
+	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
 }
 
 func (o *upOptions) brokerConfig(env *environment) (broker.Config, error) {
@@ -119,10 +132,37 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	fmt.Fprintf(out, "shoal: NATS listening on %s\n", b.ClientURL())
 	fmt.Fprintf(out, "shoal: JetStream store %s\n", b.StoreDir())
 
+	// The bridge: the MCP endpoint and the Kaimon bus.
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	bridgeCtx, stopBridge := context.WithCancel(ctx)
+	defer stopBridge()
+	errc := make(chan error, 2)
+	mcpURL := o.node.mcpURL
+	if !o.noMCP {
+		url, err := o.serveMCP(bridgeCtx, env, b, cfg.Logger, &workers, errc)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "shoal: MCP endpoint %s\n", url)
+		if mcpURL == "" {
+			mcpURL = url
+		}
+	}
+	if !o.noBus {
+		address, err := o.runBus(bridgeCtx, env, b, cfg.Logger, &workers, errc)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "shoal: Kaimon bus %s\n", address)
+	}
+
 	// The local node stops before the broker, so it can close its agents
 	// and store their last events.
 	var nodeDone <-chan error
 	if !o.noNode {
+		o.node.mcpURL = mcpURL
+		o.node.mcpToken = o.mcpToken
 		nc, err := b.Connect(nats.Name("shoal-local-node"))
 		if err != nil {
 			return err
@@ -138,14 +178,91 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 		fmt.Fprintf(out, "shoal: node %s ready\n", h.Name())
 	}
 	fmt.Fprintf(out, "shoal: ready; Ctrl-C stops\n")
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		fmt.Fprintf(out, "shoal: stopping\n")
+		stopBridge()
+		if nodeDone != nil {
+			<-nodeDone
+		}
+		return err
+	}
 	fmt.Fprintf(out, "shoal: stopping\n")
 	if nodeDone != nil {
 		if err := <-nodeDone; err != nil {
 			cfg.Logger.Warn("node stopped with an error", "err", err)
 		}
 	}
+	stopBridge()
+	workers.Wait()
 	b.Shutdown()
 	fmt.Fprintf(out, "shoal: stopped\n")
 	return nil
+}
+
+// serveMCP starts the MCP endpoint and returns its URL once it listens.
+func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
+	nc, err := b.Connect(nats.Name("shoal-mcp"))
+	if err != nil {
+		return "", err
+	}
+	f, err := bridge.NewFabric(nc, bridge.FabricConfig{})
+	if err != nil {
+		return "", err
+	}
+	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver(), Logger: log})
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	workers.Go(func() {
+		defer nc.Close()
+		err := m.ListenHTTP(ctx, o.mcpListen, bridge.HTTPConfig{Token: o.mcpToken}, func(u string) { urls <- u })
+		done <- err
+		if err != nil {
+			errc <- fmt.Errorf("MCP endpoint: %w", err)
+		}
+	})
+	select {
+	case u := <-urls:
+		return u, nil
+	case err := <-done:
+		return "", usagef("%v", err)
+	}
+}
+
+// runBus starts the Kaimon bus and returns its address once it is bound.
+func (o *upOptions) runBus(ctx context.Context, env *environment, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
+	address := o.bus
+	if address == "" {
+		address = "ipc://" + filepath.Join(cacheHome(env.getenv), "kaimon", "sock", "kaimon-events.sock")
+	}
+	nc, err := b.Connect(nats.Name("shoal-bus"))
+	if err != nil {
+		return "", err
+	}
+	bus, err := bridge.NewBus(bridge.BusConfig{
+		Conn: nc, Address: address, Logger: log,
+		StateFile: filepath.Join(dataHome(env.getenv), "shoal", "bus.pos"),
+		Grace:     500 * time.Millisecond,
+	})
+	if err != nil {
+		nc.Close()
+		return "", usagef("%v", err)
+	}
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	workers.Go(func() {
+		defer nc.Close()
+		err := bus.Run(ctx, ready)
+		done <- err
+		if err != nil {
+			errc <- fmt.Errorf("Kaimon bus: %w", err)
+		}
+	})
+	select {
+	case <-ready:
+		return address, nil
+	case err := <-done:
+		return "", err
+	}
 }

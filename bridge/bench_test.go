@@ -1,0 +1,179 @@
+package bridge_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// subscribe dials a zmq4 SUB to address, prefix-subscribed to "agent:".
+func subscribe(b *testing.B, ctx context.Context, address string) zmq4.Socket {
+	b.Helper()
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerRetry(10*time.Millisecond), zmq4.WithDialerMaxRetries(500))
+	if err := sub.Dial(address); err != nil {
+		b.Fatal(err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, "agent:"); err != nil {
+		b.Fatal(err)
+	}
+	return sub
+}
+
+func receive(b *testing.B, sub zmq4.Socket, n int) {
+	b.Helper()
+	for i := range n {
+		m, err := sub.Recv()
+		if err != nil || len(m.Frames) != 2 {
+			b.Fatalf("message %d: %v (%d frames)", i, err, len(m.Frames))
+		}
+	}
+}
+
+// BenchmarkBusVsRawZMQ moves a stored agent stream onto the Kaimon bus
+// (durable JetStream consumer, Julia serialization, zmq4 PUB) to a zmq4
+// SUB, and in the same run sends the same two-frame messages over raw zmq4
+// PUB/SUB. It reports both rates and their ratio (bus/raw).
+func BenchmarkBusVsRawZMQ(b *testing.B) {
+	srv := natstest.Start(b)
+	_, js := natstest.JetStream(b, srv)
+	envs := turnEnvelopes(b)
+	const m = 5000
+	var frames [][2][]byte
+	for i := range m {
+		env := envs[i%len(envs)]
+		msg := nats.NewMsg("agent.bench")
+		msg.Data = env
+		msg.Header.Set(schemas.HeaderMsgID, fmt.Sprintf("bench.%d", i+1))
+		if _, err := js.PublishMsgAsync(msg); err != nil {
+			b.Fatal(err)
+		}
+		frames = append(frames, [2][]byte{[]byte("agent:bench"), bridge.JuliaNamedTuple("agent:bench", string(env), "agent", bridge.DefaultJuliaVersion)})
+	}
+	<-js.PublishAsyncComplete()
+	dir := b.TempDir()
+
+	var busTime, rawTime time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		// Through the bus: a fresh durable replays the m stored events.
+		b.StopTimer()
+		ctx, cancel := context.WithCancel(b.Context())
+		address := "ipc://" + filepath.Join(dir, fmt.Sprintf("bus-%d.sock", i))
+		bus, err := bridge.NewBus(bridge.BusConfig{Conn: natstest.Connect(b, srv), Address: address,
+			Durable: fmt.Sprintf("bench-%d", i), Replay: true, Grace: 10 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ready := make(chan struct{})
+		done := make(chan error, 1)
+		go func() { done <- bus.Run(ctx, ready) }()
+		sub := subscribe(b, ctx, address)
+		b.StartTimer()
+		<-ready
+		start := time.Now()
+		receive(b, sub, m)
+		busTime += time.Since(start)
+		b.StopTimer()
+		sub.Close()
+		cancel()
+		<-done
+
+		// Raw zmq4 PUB/SUB, the same frames.
+		ctx, cancel = context.WithCancel(b.Context())
+		rawAddress := "ipc://" + filepath.Join(dir, fmt.Sprintf("raw-%d.sock", i))
+		pub := zmq4.NewPub(ctx)
+		if err := pub.Listen(rawAddress); err != nil {
+			b.Fatal(err)
+		}
+		sub = subscribe(b, ctx, rawAddress)
+		for len(pub.(zmq4.Topics).Topics()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b.StartTimer()
+		start = time.Now()
+		go func() {
+			for _, f := range frames {
+				pub.Send(zmq4.NewMsgFrom(f[0], f[1]))
+			}
+		}()
+		receive(b, sub, m)
+		rawTime += time.Since(start)
+		b.StopTimer()
+		sub.Close()
+		pub.Close()
+		cancel()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	busRate := float64(m*b.N) / busTime.Seconds()
+	rawRate := float64(m*b.N) / rawTime.Seconds()
+	b.ReportMetric(busRate, "bus-events/s")
+	b.ReportMetric(rawRate, "raw-zmq-events/s")
+	b.ReportMetric(busRate/rawRate, "ratio")
+}
+
+// BenchmarkMCPStatusRoundTrip measures agent_status over MCP (Streamable
+// HTTP, the official Go SDK client, a KV read and a request to the node),
+// against a raw NATS request/reply to a responder on the same server in
+// the same run.
+func BenchmarkMCPStatusRoundTrip(b *testing.B) {
+	srv := natstest.Start(b)
+	f, err := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A stand-in node that answers status from memory.
+	nc := natstest.Connect(b, srv)
+	rec := schemas.AgentRecord{ID: "bench", Status: schemas.StatusIdle, Node: "bn", Model: "sonnet"}
+	body := []byte(mustJSON(rec))
+	nc.Subscribe(schemas.ControlSubject("bn", schemas.VerbStatus), func(m *nats.Msg) { m.Respond(body) })
+	nc.Subscribe("bench.echo", func(m *nats.Msg) { m.Respond(body) })
+	nc.Flush()
+	_, js := natstest.JetStream(b, srv)
+	kv, _ := js.KeyValue(b.Context(), schemas.AgentsBucket)
+	kv.Put(b.Context(), "bench", body)
+
+	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	urls := make(chan string, 1)
+	go m.ListenHTTP(ctx, "127.0.0.1:0", bridge.HTTPConfig{}, func(u string) { urls <- u })
+	url := <-urls
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+	s, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	raw := natstest.Connect(b, srv)
+
+	var mcpTime, rawTime time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_status", Arguments: map[string]any{"agent_id": "bench"}})
+		if err != nil || res.IsError {
+			b.Fatalf("agent_status: %v %+v", err, res)
+		}
+		mcpTime += time.Since(start)
+		start = time.Now()
+		if _, err := raw.Request("bench.echo", []byte(`{"agent_id":"bench"}`), 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		rawTime += time.Since(start)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(mcpTime.Microseconds())/float64(b.N), "mcp-µs/call")
+	b.ReportMetric(float64(rawTime.Microseconds())/float64(b.N), "raw-nats-µs/request")
+	b.ReportMetric(float64(mcpTime)/float64(rawTime), "ratio")
+}

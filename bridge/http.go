@@ -1,0 +1,125 @@
+package bridge
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// MCPPath is where the MCP endpoint is served.
+const MCPPath = "/mcp"
+
+// HTTPConfig secures the MCP endpoint.
+type HTTPConfig struct {
+	// Token, when set, must come as "Authorization: Bearer <token>". A
+	// listener off loopback refuses to start without one.
+	Token string
+	// AllowedOrigins are browser origins allowed besides loopback ones
+	// (e.g. "https://app.example.com").
+	AllowedOrigins []string
+}
+
+// HTTPHandler serves MCP over Streamable HTTP. It checks the bearer token
+// and the Origin header, and tells the door which agent is calling from
+// the X-Shoal-Agent-Id header its node's MCP config carries.
+func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
+	mcpHTTP := server.NewStreamableHTTPServer(m.srv,
+		server.WithEndpointPath(MCPPath),
+		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if id := r.Header.Get(schemas.AgentIDHeader); id != "" {
+				return WithCallingAgent(ctx, id)
+			}
+			return ctx
+		}),
+	)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" && !originAllowed(o, cfg.AllowedOrigins) {
+			http.Error(w, "origin not allowed: "+o, http.StatusForbidden)
+			return
+		}
+		if cfg.Token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
+				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+				return
+			}
+		}
+		if id := r.Header.Get(schemas.AgentIDHeader); id != "" && schemas.ValidID(id) != nil {
+			http.Error(w, "malformed "+schemas.AgentIDHeader+" header", http.StatusBadRequest)
+			return
+		}
+		mcpHTTP.ServeHTTP(w, r)
+	})
+}
+
+// originAllowed accepts loopback origins and the configured ones.
+func originAllowed(origin string, allowed []string) bool {
+	if slices.Contains(allowed, origin) {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return isLoopbackHost(u.Hostname())
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ListenHTTP serves the MCP endpoint on addr until ctx ends. It refuses a
+// listener off loopback without a token. ready, when given, receives the
+// endpoint's URL once it accepts connections.
+func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready func(url string)) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("MCP listen address %q: %w", addr, err)
+	}
+	if !isLoopbackHost(host) && cfg.Token == "" {
+		return fmt.Errorf("refusing to serve MCP on %s without a bearer token: set one, or listen on 127.0.0.1", addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("MCP endpoint: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(MCPPath, m.HTTPHandler(cfg))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	})
+	defer stop()
+	if ready != nil {
+		ready("http://" + l.Addr().String() + MCPPath)
+	}
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// ServeStdio serves MCP on in and out (newline-delimited JSON-RPC) until
+// ctx ends or in closes.
+func (m *MCP) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	return server.NewStdioServer(m.srv).Listen(ctx, in, out)
+}

@@ -1,0 +1,458 @@
+package bridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// fabric is a broker with the MCP endpoint in front of it.
+type fabric struct {
+	t   *testing.T
+	b   *broker.Broker
+	f   *bridge.Fabric
+	url string
+}
+
+func startFabric(t *testing.T, cfg bridge.HTTPConfig) *fabric {
+	t.Helper()
+	b := natstest.Start(t)
+	f, err := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	ctx, cancel := context.WithCancel(context.Background())
+	urls := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- m.ListenHTTP(ctx, "127.0.0.1:0", cfg, func(u string) { urls <- u }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case u := <-urls:
+		return &fabric{t: t, b: b, f: f, url: u}
+	case err := <-done:
+		t.Fatalf("MCP endpoint: %v", err)
+	}
+	return nil
+}
+
+// startNode runs a node with the real claude CLI against a fake model,
+// pointed at the fabric's MCP endpoint.
+func (fb *fabric) startNode(fake *fakemodel.Server) func() {
+	t := fb.t
+	argv := peers.Claude.Command(t)
+	h, err := node.New(node.Config{
+		Name: "n1", Conn: natstest.Connect(t, fb.b), Dir: t.TempDir(),
+		Backends: []backend.Backend{claude.New(claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second})},
+		MCP:      backend.MCPEndpoint{URL: fb.url},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	<-h.Ready()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// headerTransport adds headers to every request.
+type headerTransport map[string]string
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// client connects the official MCP Go SDK client, with extra headers.
+func (fb *fabric) client(headers map[string]string) *mcp.ClientSession {
+	fb.t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "shoal-test", Version: "1.0.0"}, nil)
+	s, err := c.Connect(fb.t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url, HTTPClient: &http.Client{Transport: headerTransport(headers)}}, nil)
+	if err != nil {
+		fb.t.Fatalf("connect to %s: %v", fb.url, err)
+	}
+	fb.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// call calls a tool and returns its text and whether it is an error.
+func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%s returned %d content blocks", name, len(res.Content))
+	}
+	return res.Content[0].(*mcp.TextContent).Text, res.IsError
+}
+
+// ok calls a tool that must succeed and decodes its JSON into v.
+func ok(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, v any) {
+	t.Helper()
+	text, isErr := call(t, s, name, args)
+	if isErr {
+		t.Fatalf("%s %v: %s", name, args, text)
+	}
+	if err := json.Unmarshal([]byte(text), v); err != nil {
+		t.Fatalf("%s returned %q: %v", name, text, err)
+	}
+}
+
+var toolNames = []string{"agent_open", "agent_send", "agent_run", "agent_output", "agent_status", "agent_set_model",
+	"agent_list", "agent_interrupt", "agent_close", "agent_nodes"}
+
+// The official MCP Go SDK client lists the tools and drives a real claude
+// agent through open, send, output, status, list, run, interrupt and
+// close; agent_output still answers once the agent's node is gone.
+func TestMCPDrivesRealClaude(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fake.Script(
+		fakemodel.Reply{Text: "Hello over MCP."},
+		fakemodel.Reply{Text: "Ran synchronously."},
+		fakemodel.Reply{Text: strings.Repeat("slow ", 60), ChunkSize: 5, Delay: 100 * time.Millisecond},
+	)
+	fb := startFabric(t, bridge.HTTPConfig{})
+	stopNode := fb.startNode(fake)
+	s := fb.client(nil)
+
+	tools, err := s.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.Name == "agent_open" {
+			b, _ := json.Marshal(tl.InputSchema)
+			if !strings.Contains(string(b), `"required":["cwd"]`) || !strings.Contains(string(b), `"disallowed_tools"`) {
+				t.Errorf("agent_open schema %s", b)
+			}
+		}
+	}
+	slices.Sort(names)
+	want := slices.Clone(toolNames)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("tools %v, want %v", names, want)
+	}
+
+	var opened struct {
+		AgentID string `json:"agent_id"`
+		Node    string `json:"node"`
+	}
+	ok(t, s, "agent_open", map[string]any{"cwd": t.TempDir(), "id": "mcp-1"}, &opened)
+	if opened.AgentID != "mcp-1" || opened.Node != "n1" {
+		t.Fatalf("agent_open returned %+v", opened)
+	}
+	var sent schemas.SendReply
+	ok(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "Say hello."}, &sent)
+	if sent.Turn != 1 {
+		t.Fatalf("agent_send returned %+v", sent)
+	}
+	var out schemas.OutputReply
+	deadline := time.Now().Add(60 * time.Second)
+	for !out.Done || out.Text == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the turn never finished: %+v", out)
+		}
+		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
+	}
+	if out.Text != "Hello over MCP." || out.Turn != 1 || out.Which != "last_message" || out.Usage == nil {
+		t.Errorf("agent_output %+v", out)
+	}
+	var rec schemas.AgentRecord
+	ok(t, s, "agent_status", map[string]any{"agent_id": "mcp-1"}, &rec)
+	if rec.ID != "mcp-1" || rec.Node != "n1" || rec.Status != schemas.StatusIdle || rec.Turn != 1 {
+		t.Errorf("agent_status %+v", rec)
+	}
+	var list schemas.ListReply
+	ok(t, s, "agent_list", nil, &list)
+	if len(list.Agents) != 1 || list.Agents[0].ID != "mcp-1" {
+		t.Errorf("agent_list %+v", list)
+	}
+	var ran schemas.RunReply
+	ok(t, s, "agent_run", map[string]any{"agent_id": "mcp-1", "text": "Run it.", "timeout": 60}, &ran)
+	if ran.Text != "Ran synchronously." {
+		t.Errorf("agent_run %+v", ran)
+	}
+	var ir schemas.InterruptReply
+	ok(t, s, "agent_interrupt", map[string]any{"agent_id": "mcp-1"}, &ir)
+	if ir.Interrupted {
+		t.Error("agent_interrupt with no turn running said true")
+	}
+	ok(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "Go slowly."}, &sent)
+	for out.Turn != 3 || out.Text == "" {
+		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
+	}
+	if out.Done {
+		t.Fatalf("a streaming turn reads done: %+v", out)
+	}
+	ok(t, s, "agent_interrupt", map[string]any{"agent_id": "mcp-1"}, &ir)
+	if !ir.Interrupted {
+		t.Fatal("agent_interrupt of a running turn said false")
+	}
+	for rec.Status != schemas.StatusIdle || rec.Turn != 3 {
+		ok(t, s, "agent_status", map[string]any{"agent_id": "mcp-1"}, &rec)
+	}
+	var closed schemas.CloseReply
+	ok(t, s, "agent_close", map[string]any{"agent_id": "mcp-1"}, &closed)
+	if !closed.Closed {
+		t.Error("agent_close said false")
+	}
+	ok(t, s, "agent_close", map[string]any{"agent_id": "nobody"}, &closed)
+	if closed.Closed {
+		t.Error("agent_close of an unknown id said true")
+	}
+	if text, isErr := call(t, s, "agent_status", map[string]any{"agent_id": "nobody"}); !isErr || text != "No such agent: nobody" {
+		t.Errorf("agent_status of an unknown id: %q %v", text, isErr)
+	}
+	if text, isErr := call(t, s, "agent_send", map[string]any{"agent_id": "nobody", "text": "x"}); !isErr || text != "Error sending to agent: no such agent: nobody" {
+		t.Errorf("agent_send to an unknown id: %q %v", text, isErr)
+	}
+	var nodes struct {
+		Nodes []bridge.NodeInfo `json:"nodes"`
+	}
+	ok(t, s, "agent_nodes", nil, &nodes)
+	if len(nodes.Nodes) != 1 || nodes.Nodes[0].Name != "n1" {
+		t.Errorf("agent_nodes %+v", nodes)
+	}
+
+	// The node goes away; the turns are still readable from the stream.
+	stopNode()
+	ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1", "turn": 1}, &out)
+	if out.Text != "Hello over MCP." || !out.Done {
+		t.Errorf("agent_output after the node is gone: %+v", out)
+	}
+	ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1", "which": "all", "include_tools": true}, &out)
+	if !strings.Contains(out.Text, "— turn 1 —\n\nHello over MCP.") || !strings.Contains(out.Text, "— turn 2 —\n\nRan synchronously.") {
+		t.Errorf("agent_output all:\n%s", out.Text)
+	}
+	if text, isErr := call(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "x"}); !isErr || text != "Error sending to agent: agent 'mcp-1' is dead" {
+		t.Errorf("agent_send to a closed agent: %q", text)
+	}
+}
+
+// Every tool rejects unknown and missing arguments and wrong types with a
+// message that says which.
+func TestMCPValidation(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	s := fb.client(nil)
+	cases := []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"agent_open", map[string]any{}, "Missing required parameter(s): cwd"},
+		{"agent_open", map[string]any{"cwd": "/x", "colour": "red", "age": 3}, "Unknown parameter(s): age, colour. Valid parameters are: allowed_tools, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, system_prompt"},
+		{"agent_open", map[string]any{"colour": "red"}, "Unknown parameter(s): colour. Valid parameters are: allowed_tools, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, system_prompt. Missing required parameter(s): cwd"},
+		{"agent_open", map[string]any{"cwd": 7}, "Invalid parameter(s): cwd must be a string, not the number 7"},
+		{"agent_open", map[string]any{"cwd": "/x", "only": "yes"}, "only must be a boolean, not a string"},
+		{"agent_open", map[string]any{"cwd": "/x", "allowed_tools": "Read"}, "allowed_tools must be an array of strings, not a string"},
+		{"agent_open", map[string]any{"cwd": "/x", "allowed_tools": []any{"Read", 3}}, "allowed_tools must be an array of strings, not an array"},
+		{"agent_open", map[string]any{"cwd": "/x", "permission": "yolo"}, `permission must be one of default, notebook, specialist, lab, auto, bypass, not "yolo"`},
+		{"agent_open", map[string]any{"cwd": "/x", "labels": map[string]any{"gpu": true}}, "labels must be an object of strings, not an object"},
+		{"agent_send", map[string]any{"agent_id": "a"}, "Missing required parameter(s): text"},
+		{"agent_send", map[string]any{}, "Missing required parameter(s): agent_id, text"},
+		{"agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": "soon"}, "timeout must be a number, not a string"},
+		{"agent_output", map[string]any{"agent_id": "a", "turn": 1.5}, "turn must be an integer, not the number 1.5"},
+		{"agent_output", map[string]any{"agent_id": "a", "which": "everything"}, `which must be one of last_message, full_turn, all, not "everything"`},
+		{"agent_output", map[string]any{"agent_id": "a", "max_chars": true}, "max_chars must be an integer, not a boolean"},
+		{"agent_status", map[string]any{"id": "a"}, "Unknown parameter(s): id. Valid parameters are: agent_id. Missing required parameter(s): agent_id"},
+		{"agent_set_model", map[string]any{"agent_id": "a"}, "Missing required parameter(s): model"},
+		{"agent_list", map[string]any{"all": true}, "Unknown parameter(s): all. Valid parameters are: "},
+		{"agent_interrupt", map[string]any{"agent_id": []any{"a"}}, "agent_id must be a string, not an array"},
+		{"agent_close", map[string]any{}, "Missing required parameter(s): agent_id"},
+		{"agent_nodes", map[string]any{"x": 1}, "Unknown parameter(s): x."},
+	}
+	for _, c := range cases {
+		text, isErr := call(t, s, c.tool, c.args)
+		if !isErr || !strings.Contains(text, c.want) {
+			t.Errorf("%s %v: got %q (error %v), want %q", c.tool, c.args, text, isErr, c.want)
+		}
+	}
+	if text, isErr := call(t, s, "agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": -1}); !isErr || text != "Error running agent turn: timeout must be positive" {
+		t.Errorf("negative timeout: %q", text)
+	}
+	if text, isErr := call(t, s, "agent_open", map[string]any{"cwd": t.TempDir()}); !isErr || !strings.HasPrefix(text, "Error opening agent: no node is running") {
+		t.Errorf("open with no node: %q", text)
+	}
+}
+
+// putRecord writes an agent record as a node would.
+func putRecord(t *testing.T, fb *fabric, rec schemas.AgentRecord) {
+	t.Helper()
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Put(t.Context(), rec.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	_ = jetstream.KeyValuePut
+}
+
+// A call that carries an agent's id is judged by that agent's policy: the
+// recursion guard refuses open, drive and close but not observation; under
+// only the agent sees and may call just what it names; paths stay in its
+// workspace.
+func TestMCPDoor(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	guard, _ := schemas.ComposePolicy("", "", nil, nil, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "guarded", Status: schemas.StatusIdle, Node: "n9", Policy: guard.Record("/work/a")})
+	only, _ := schemas.ComposePolicy("", "", []string{schemas.MCPToolPrefix + "agent_status", "Read"}, nil, true)
+	putRecord(t, fb, schemas.AgentRecord{ID: "narrow", Status: schemas.StatusIdle, Node: "n9", Policy: only.Record("/work/b")})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "free", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record("/work/c")})
+
+	g := fb.client(map[string]string{schemas.AgentIDHeader: "guarded"})
+	var list schemas.ListReply
+	ok(t, g, "agent_list", nil, &list)
+	if len(list.Agents) != 3 {
+		t.Errorf("agent_list through the door: %d agents", len(list.Agents))
+	}
+	for _, name := range []string{"agent_open", "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model"} {
+		text, isErr := call(t, g, name, argsFor(name))
+		if !isErr || !strings.HasPrefix(text, name+" refused: the recursion guard") {
+			t.Errorf("%s by a guarded agent: %q", name, text)
+		}
+	}
+	if text, isErr := call(t, g, "agent_status", map[string]any{"agent_id": "narrow"}); isErr {
+		t.Errorf("agent_status by a guarded agent: %q", text)
+	}
+
+	n := fb.client(map[string]string{schemas.AgentIDHeader: "narrow"})
+	tools, err := n.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) != 1 || tools.Tools[0].Name != "agent_status" {
+		var names []string
+		for _, tl := range tools.Tools {
+			names = append(names, tl.Name)
+		}
+		t.Errorf("an only agent sees %v, want just agent_status", names)
+	}
+	if text, isErr := call(t, n, "agent_list", nil); !isErr || text != "agent_list refused: not in this agent's allowlist" {
+		t.Errorf("agent_list by an only agent: %q", text)
+	}
+
+	fr := fb.client(map[string]string{schemas.AgentIDHeader: "free"})
+	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": "/etc"}); !isErr || text != "agent_open refused: path is outside this agent's workspace: /etc" {
+		t.Errorf("agent_open outside the workspace: %q", text)
+	}
+	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": "/work/c/sub/../../c-sibling"}); !isErr || !strings.Contains(text, "outside this agent's workspace") {
+		t.Errorf("agent_open escaping with ..: %q", text)
+	}
+	if text, _ := call(t, fr, "agent_open", map[string]any{"cwd": "/work/c/sub"}); strings.Contains(text, "refused") {
+		t.Errorf("agent_open inside the workspace was refused: %q", text)
+	}
+	// Output of a turn with no events yet reads empty, not an error.
+	var out schemas.OutputReply
+	ok(t, fb.client(nil), "agent_output", map[string]any{"agent_id": "guarded", "turn": 5}, &out)
+	if out.Text != "" || out.Turn != 5 || out.Status != schemas.StatusIdle {
+		t.Errorf("output of an empty turn: %+v", out)
+	}
+	ghost := fb.client(map[string]string{schemas.AgentIDHeader: "ghost"})
+	if text, isErr := call(t, ghost, "agent_list", nil); !isErr || !strings.Contains(text, "the calling agent ghost is unknown") {
+		t.Errorf("an unknown calling agent: %q", text)
+	}
+}
+
+func argsFor(tool string) map[string]any {
+	switch tool {
+	case "agent_open":
+		return map[string]any{"cwd": "/work/a"}
+	case "agent_send", "agent_run":
+		return map[string]any{"agent_id": "free", "text": "x"}
+	case "agent_set_model":
+		return map[string]any{"agent_id": "free", "model": "opus"}
+	}
+	return map[string]any{"agent_id": "free"}
+}
+
+// Off loopback the endpoint needs a token; Origin is checked.
+func TestMCPHTTPSecurity(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	err := m.ListenHTTP(t.Context(), "0.0.0.0:0", bridge.HTTPConfig{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "without a bearer token") {
+		t.Fatalf("an open listener without a token: %v", err)
+	}
+	fb := startFabric(t, bridge.HTTPConfig{Token: "s3cret"})
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	post := func(h map[string]string) int {
+		req, _ := http.NewRequest("POST", fb.url, strings.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := post(nil); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	if code := post(map[string]string{"Authorization": "Bearer wrong"}); code != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d", code)
+	}
+	if code := post(map[string]string{"Authorization": "Bearer s3cret"}); code != http.StatusOK {
+		t.Errorf("the right token: %d", code)
+	}
+	if code := post(map[string]string{"Authorization": "Bearer s3cret", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+		t.Errorf("a foreign origin: %d", code)
+	}
+	if code := post(map[string]string{"Authorization": "Bearer s3cret", "Origin": "http://localhost:3000"}); code != http.StatusOK {
+		t.Errorf("a loopback origin: %d", code)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	s, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url, HTTPClient: &http.Client{Transport: headerTransport{"Authorization": "Bearer s3cret"}}}, nil)
+	if err != nil {
+		t.Fatalf("a client with the token: %v", err)
+	}
+	s.Close()
+}

@@ -1,0 +1,197 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// OutputFromStream answers agent_output from the agent's events in the
+// stream, so it answers after the agent's node is gone. The agent's
+// current life starts at its last open (status idle at turn 0).
+func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
+	which := req.Which
+	if which == "" {
+		which = schemas.WhichLastMessage
+	}
+	maxChars := 20000
+	if req.MaxChars != nil {
+		if *req.MaxChars < 0 {
+			return schemas.OutputReply{}, schemas.Errf(schemas.CodeInvalid, "max_chars must not be negative")
+		}
+		maxChars = *req.MaxChars
+	}
+	if req.Turn != nil && *req.Turn < 0 {
+		return schemas.OutputReply{}, schemas.Errf(schemas.CodeInvalid, "turn must not be negative")
+	}
+	rec, _, err := f.Record(ctx, req.AgentID)
+	if err != nil {
+		return schemas.OutputReply{}, err
+	}
+	life, err := f.readLife(ctx, req.AgentID)
+	if err != nil {
+		return schemas.OutputReply{}, err
+	}
+	current := rec.Turn
+	working := rec.Status == schemas.StatusWorking
+	for t := range life.turns {
+		current = max(current, t)
+	}
+	target := current
+	if req.Turn != nil {
+		target = *req.Turn
+	}
+	live := working && target >= current
+	out := schemas.OutputReply{AgentID: req.AgentID, Turn: target, Status: rec.Status, Done: !live, Which: which}
+	if rec.Status != schemas.StatusDead {
+		u := rec.Usage
+		out.Usage = &u
+	}
+	var text string
+	switch {
+	case which == schemas.WhichAll:
+		var parts []string
+		for t := 1; t <= current; t++ {
+			body := strings.Join(life.lines(t, req.IncludeTools), "\n\n")
+			if working && t == current {
+				body = life.partial[t]
+			}
+			if strings.TrimSpace(body) != "" {
+				parts = append(parts, fmt.Sprintf("— turn %d —\n\n%s", t, body))
+			}
+		}
+		text = strings.Join(parts, "\n\n")
+	case live && target == current:
+		text = life.partial[target]
+	case which == schemas.WhichFullTurn:
+		text = strings.Join(life.lines(target, req.IncludeTools), "\n\n")
+	default:
+		if texts := life.lines(target, false); len(texts) > 0 {
+			text = texts[len(texts)-1]
+		}
+	}
+	if n := utf8.RuneCountInString(text); n > maxChars {
+		text = string([]rune(text)[:maxChars])
+		out.Truncated, out.DroppedChars = true, n-maxChars
+	}
+	out.Text = text
+	return out, nil
+}
+
+// life is what agent_output needs of one life of an agent.
+type life struct {
+	turns   map[int]*turnLog
+	partial map[int]string  // each turn's streamed text
+	calls   map[string]bool // tool calls already given a line
+}
+
+type turnLog struct {
+	texts []string // authoritative assistant texts
+	lines []string // the same with tool lines, for include_tools
+}
+
+func (l *life) lines(turn int, tools bool) []string {
+	t := l.turns[turn]
+	if t == nil {
+		return nil
+	}
+	if tools {
+		return t.lines
+	}
+	return t.texts
+}
+
+func newLife() *life {
+	return &life{turns: map[int]*turnLog{}, partial: map[int]string{}, calls: map[string]bool{}}
+}
+
+// readLife reads an agent's events from the stream up to the last one
+// stored now.
+func (f *Fabric) readLife(ctx context.Context, id string) (*life, error) {
+	l := newLife()
+	stream, err := f.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return l, nil
+	}
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+		}
+		if l.add(msg) >= last.Sequence {
+			return l, nil
+		}
+	}
+}
+
+// add folds one event in and returns its stream sequence.
+func (l *life) add(msg jetstream.Msg) uint64 {
+	var seq uint64
+	if meta, err := msg.Metadata(); err == nil {
+		seq = meta.Sequence.Stream
+	}
+	ev, err := schemas.Decode(msg.Data())
+	if err != nil {
+		return seq
+	}
+	turn := func() *turnLog {
+		t := l.turns[ev.Turn]
+		if t == nil {
+			t = &turnLog{}
+			l.turns[ev.Turn] = t
+		}
+		return t
+	}
+	switch p := ev.Payload.(type) {
+	case schemas.Status:
+		if p.Status == schemas.StatusIdle && ev.Turn == 0 {
+			*l = *newLife() // a new life of the id
+		}
+	case schemas.AssistantText:
+		if p.Content.Type != schemas.ContentText {
+			break
+		}
+		if p.Delta {
+			l.partial[ev.Turn] += p.Content.Text
+			break
+		}
+		t := turn()
+		t.texts = append(t.texts, p.Content.Text)
+		t.lines = append(t.lines, p.Content.Text)
+	case schemas.ToolUse:
+		if l.calls[p.Call.ToolCallID] {
+			break // the authoritative copy of a streamed call
+		}
+		l.calls[p.Call.ToolCallID] = true
+		t := turn()
+		t.lines = append(t.lines, fmt.Sprintf("→ tool: %s (%s)", p.Call.Title, p.Call.Kind))
+	case schemas.ToolResult:
+		if p.Update.Status != nil {
+			t := turn()
+			t.lines = append(t.lines, "← result: "+string(*p.Update.Status))
+		}
+	}
+	return seq
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"flag"
+
+	"github.com/shoalfabric/shoal/bridge"
+)
+
+func mcpCommand() *command {
+	return &command{
+		name:    "mcp",
+		summary: "serve the MCP tools on stdin and stdout",
+		help: `
+Serves Shoal's MCP tools (agent_open, agent_send, agent_run, agent_output,
+agent_status, agent_set_model, agent_list, agent_interrupt, agent_close and
+agent_nodes) over stdio, for an MCP client such as Claude Code:
+
+    claude mcp add shoal -- shoal mcp --nats nats://127.0.0.1:4222`,
+		flags: func(fs *flag.FlagSet) runner {
+			var c clientOptions
+			c.register(fs)
+			return func(ctx context.Context, env *environment, _ []string) error {
+				f, closeConn, err := c.fabric(env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver()})
+				return m.ServeStdio(ctx, env.io.in, env.io.out)
+			}
+		},
+	}
+}
