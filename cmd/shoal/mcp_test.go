@@ -1,0 +1,45 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// shoal mcp serves the tools over stdio to an MCP client (here the
+// official Go SDK's client, which spawns it the way Claude Code would).
+func TestMCPOverStdio(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	cmd := exec.Command(os.Args[0], "mcp", "--nats", b.ClientURL())
+	cmd.Env = baseEnv(t.TempDir())
+	c := mcp.NewClient(&mcp.Implementation{Name: "stdio-test", Version: "1"}, nil)
+	s, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect over stdio: %v", err)
+	}
+	defer s.Close()
+	tools, err := s.ListTools(t.Context(), nil)
+	if err != nil || len(tools.Tools) != 10 {
+		t.Fatalf("tools over stdio: %d %v", len(tools.Tools), err)
+	}
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_list"})
+	if err != nil || res.IsError {
+		t.Fatalf("agent_list: %v %+v", err, res)
+	}
+	var list schemas.ListReply
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &list); err != nil || list.Agents == nil {
+		t.Fatalf("agent_list returned %v %v", list, err)
+	}
+	res, _ = s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_send", Arguments: map[string]any{"agent_id": "x"}})
+	if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "Missing required parameter(s): text") {
+		t.Fatalf("validation over stdio: %+v", res)
+	}
+}
