@@ -276,6 +276,7 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 	}
 	sub := kaimonSub(t, address)
 	bus := start()
+	current := bus
 
 	envs := turnEnvelopes(t)
 	published := 0
@@ -288,7 +289,13 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 	var seen []string
 	take := func(n int) {
 		for range n {
-			seen = append(seen, next(t, sub, fmt.Sprintf("event %d", len(seen)+1)).Data)
+			select {
+			case r := <-sub:
+				seen = append(seen, r.Data)
+			case <-time.After(30 * time.Second):
+				running := current.Process.Signal(syscall.Signal(0)) == nil
+				t.Fatalf("event %d never reached the subscriber (published %d, bus process running: %v)", len(seen)+1, published, running)
+			}
 		}
 	}
 	pub(40)
@@ -299,7 +306,7 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 	}
 	bus.Wait()
 	pub(30)
-	start()
+	current = start()
 	pub(len(envs))
 	take(len(envs) - 40)
 	for i, env := range envs {

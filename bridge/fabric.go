@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +26,9 @@ type Fabric struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
+
+	mu    sync.Mutex
+	cache *nodeCache
 }
 
 // FabricConfig configures a Fabric; its zero value works.
@@ -53,75 +56,23 @@ func (f *Fabric) Conn() *nats.Conn { return f.nc }
 // JetStream is the fabric client's JetStream handle.
 func (f *Fabric) JetStream() jetstream.JetStream { return f.js }
 
-// NodeInfo is a node as its micro service describes itself.
-type NodeInfo struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	ID      string `json:"id"`
-}
-
-// Nodes lists the nodes that answer, by name: it waits up to 2s for the
-// first and then briefly for the rest.
-func (f *Fabric) Nodes(ctx context.Context) ([]NodeInfo, error) {
-	inbox := f.nc.NewRespInbox()
-	sub, err := f.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := f.nc.PublishRequest("$SRV.INFO."+schemas.ServiceName, inbox, nil); err != nil {
-		return nil, err
-	}
-	wait := 2 * time.Second // a loaded node may take a moment to answer
-	var nodes []NodeInfo
-	for {
-		msg, err := sub.NextMsgWithContext(ctxWithin(ctx, wait))
-		if err != nil {
-			break
-		}
-		var info struct {
-			ID       string            `json:"id"`
-			Version  string            `json:"version"`
-			Metadata map[string]string `json:"metadata"`
-		}
-		if json.Unmarshal(msg.Data, &info) == nil && info.Metadata["node"] != "" {
-			nodes = append(nodes, NodeInfo{Name: info.Metadata["node"], Version: info.Version, ID: info.ID})
-		}
-		wait = 100 * time.Millisecond // the rest answer close behind the first
-	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	return nodes, ctx.Err()
-}
-
-func ctxWithin(ctx context.Context, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(ctx, d)
-	context.AfterFunc(c, cancel)
-	return c
-}
-
-// Open starts an agent on the node req names, or on the one node there is.
+// Open starts an agent on the node req names or, through placement, on
+// the least loaded node that can run it.
 func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
-	node := req.Node
-	if node == "" {
-		nodes, err := f.Nodes(ctx)
-		if err != nil && len(nodes) == 0 {
-			return schemas.OpenReply{}, err
+	if req.Node != "" {
+		if err := schemas.ValidID(req.Node); err != nil {
+			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
 		}
-		switch len(nodes) {
-		case 0:
-			return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "no node is running: start one with `shoal up` or `shoal node`")
-		case 1:
-			node = nodes[0].Name
-		default:
-			names := make([]string, len(nodes))
-			for i, n := range nodes {
-				names[i] = n.Name
-			}
-			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "%d nodes are running (%s); choose one with node", len(nodes), strings.Join(names, ", "))
-		}
-	} else if err := schemas.ValidID(node); err != nil {
-		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
 	}
+	nodes, err := f.Nodes(ctx)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	node, err := place(nodes, req)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	req.Node = node
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.OpenReply
 	return rep, f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)

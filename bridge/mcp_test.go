@@ -243,7 +243,7 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 		t.Errorf("agent_send to an unknown id: %q %v", text, isErr)
 	}
 	var nodes struct {
-		Nodes []bridge.NodeInfo `json:"nodes"`
+		Nodes []schemas.NodeRecord `json:"nodes"`
 	}
 	ok(t, s, "agent_nodes", nil, &nodes)
 	if len(nodes.Nodes) != 1 || nodes.Nodes[0].Name != "n1" {

@@ -160,7 +160,7 @@ func (m *MCP) tools() []tool {
 			run: func(ctx context.Context, _ args) (any, error) {
 				nodes, err := f.Nodes(ctx)
 				if nodes == nil {
-					nodes = []NodeInfo{}
+					nodes = []schemas.NodeRecord{}
 				}
 				return map[string]any{"nodes": nodes}, err
 			},

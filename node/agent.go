@@ -39,6 +39,7 @@ type agent struct {
 	watchdog     string // why the watchdog fired for the open turn, "" if it has not
 	closing      bool
 	dead         bool
+	muted        bool // the fabric closed this agent's stream; publish nothing more
 	syncRun      bool
 	thinking     strings.Builder // this block's streamed thought, for an empty authoritative copy
 	partial      strings.Builder // this turn's streamed assistant text, for agent_output
@@ -243,6 +244,10 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 		wire, _ = schemas.Encode(schemas.Event{Turn: ev.Turn, Payload: schemas.Errorf("a %s event of %d bytes could not be cut to the message size limit; it is only in the node's event log", ev.Kind(), len(env))})
 	}
 	a.mu.Lock()
+	if a.muted {
+		a.mu.Unlock()
+		return
+	}
 	a.seq++
 	seq := a.seq
 	a.mu.Unlock()

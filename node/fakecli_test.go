@@ -31,6 +31,10 @@ import (
 //	         to $SHOAL_FAKE_PIDFILE), then behaves like echo
 //	sleep    sleeps (the orphan's child)
 func fakeClaude(mode string) {
+	if len(os.Args) > 1 && os.Args[1] == "--version" {
+		fmt.Println("0.0.0 (fake claude, " + mode + ")")
+		return
+	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu = make(chan struct{}, 1)
 	emit := func(v any) {

@@ -54,8 +54,17 @@ type Config struct {
 	MaxDead int
 	// PublishWindow bounds unacknowledged publishes; 256 when zero.
 	PublishWindow int
-	// Version is reported by the node's micro service.
+	// Version is reported by the node's micro service and record.
 	Version string
+	// Labels are advertised for placement (e.g. gpu=yes, site=lab).
+	Labels map[string]string
+	// MaxAgents limits the live agents the node runs; 0 means no limit.
+	MaxAgents int
+	// Detect reports what else the node can find (agent CLIs on PATH, model
+	// servers), called at start and every RefreshInterval.
+	Detect func(context.Context) []schemas.BackendInfo
+	// RefreshInterval is how often the node detects again; 1m when zero.
+	RefreshInterval time.Duration
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
 }
@@ -82,6 +91,9 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "0.0.0"
 	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +109,7 @@ type Host struct {
 	stream   jetstream.Stream
 	pub      *publisher
 	recs     *records
+	ads      *advertiser
 	pids     *pidFile
 	maxEvent int
 	backends map[string]backend.Backend
@@ -160,6 +173,9 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	if err := h.checkNameFree(ctx); err != nil {
+		return err
+	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
@@ -171,8 +187,12 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.stream, err = h.js.Stream(ctx, schemas.StreamName); err != nil {
 		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
-	h.recs = newRecords(h.kv, h.cfg.Name, h.log)
+	h.recs = newRecords(h.kv, h.cfg.Name, h.log, h.abandon)
 	h.reconcileRecords(ctx)
+	nodes, err := h.js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	}
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
@@ -191,6 +211,13 @@ func (h *Host) Run(ctx context.Context) error {
 		svc.Stop()
 		return fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
 	}
+	// Advertised only once it answers, so placement never picks a node
+	// that cannot take the request yet.
+	if h.ads, err = newAdvertiser(ctx, h, nodes); err != nil {
+		svc.Stop()
+		return fmt.Errorf("advertise the node: %w", err)
+	}
+	wg.Go(func() { h.ads.run(bg) })
 	close(h.ready)
 	h.log.Info("node ready", "backends", h.kinds(), "dir", h.cfg.Dir)
 	<-ctx.Done()
@@ -203,6 +230,7 @@ func (h *Host) Run(ctx context.Context) error {
 		h.log.Warn("some events were not stored before the node stopped", "pending", h.pub.pending())
 	}
 	h.recs.flush(shutdown)
+	h.ads.leave(shutdown)
 	stopBG()
 	wg.Wait()
 	return nil
@@ -267,6 +295,7 @@ func (a *agent) isDead() bool {
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(a *agent) {
 	h.pids.remove(a.id)
+	h.ads.poke()
 	h.mu.Lock()
 	var dead []*agent
 	for _, x := range h.agents {
@@ -356,4 +385,22 @@ func (h *Host) serve() (micro.Service, error) {
 		}
 	}
 	return svc, nil
+}
+
+// abandon stops an agent the fabric has declared dead while this node was
+// cut off from it: the process goes, and nothing more is published for it,
+// since its stream was closed without it.
+func (h *Host) abandon(id string) {
+	h.mu.Lock()
+	a := h.agents[id]
+	h.mu.Unlock()
+	if a == nil || a.isDead() {
+		return
+	}
+	a.mu.Lock()
+	a.muted = true
+	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	defer cancel()
+	h.closeAgent(ctx, a)
 }

@@ -251,7 +251,7 @@ func TestControlRejectsBadInput(t *testing.T) {
 		{schemas.OpenRequest{CWD: t.TempDir(), ID: "Bad.Id", Node: "n1"}, schemas.CodeInvalid, `agent id "Bad.Id" has 'B' at position 1`},
 		{schemas.OpenRequest{CWD: t.TempDir(), Permission: "yolo", Node: "n1"}, schemas.CodeInvalid, `unknown permission preset "yolo"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), PermissionMode: "sideways", Node: "n1"}, schemas.CodeInvalid, `unknown permission_mode "sideways"`},
-		{schemas.OpenRequest{CWD: t.TempDir(), Model: "acp:opencode", Node: "n1"}, schemas.CodeUnavailable, "node n1 cannot run acp agents (it runs: claude)"},
+		{schemas.OpenRequest{CWD: t.TempDir(), Model: "acp:opencode", Node: "n1"}, schemas.CodeUnavailable, "node n1 cannot take this agent: cannot run acp:opencode agents"},
 		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
 	}
 	for _, c := range openCases {
@@ -435,9 +435,20 @@ func TestTurnTimeoutInterrupts(t *testing.T) {
 func TestLaunchErrorsHideTheEnvironment(t *testing.T) {
 	t.Parallel()
 	f := startNode(t, fixtureOptions{claude: claude.Config{Path: "/no/such/claude", Env: []string{"ANTHROPIC_API_KEY=sk-secret-123"}}})
+	// Placement already knows the node cannot run claude, and says why.
 	_, err := f.fabric.Open(f.ctx(10*time.Second), schemas.OpenRequest{CWD: t.TempDir()})
-	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "could not launch `/no/such/claude`: not found") {
+	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "n1: cannot run claude agents: `/no/such/claude --version` failed") {
 		t.Fatalf("open with a missing CLI: %v", err)
+	}
+	// Asked directly, the node's launch error names the CLI and not the environment.
+	msg, err := natstest.Connect(t, f.b).Request(schemas.ControlSubject("n1", schemas.VerbOpen), []byte(`{"cwd":"`+t.TempDir()+`"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep schemas.ErrorReply
+	json.Unmarshal(msg.Data, &rep)
+	if rep.Error == nil || strings.Contains(rep.Error.Message, "sk-secret") || !strings.Contains(rep.Error.Message, "could not launch `/no/such/claude`: not found") {
+		t.Fatalf("the node's launch error: %s", msg.Data)
 	}
 	recs, _ := f.fabric.List(f.ctx(10 * time.Second))
 	for _, r := range recs {

@@ -54,6 +54,9 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
 
+	if max := h.cfg.MaxAgents; max > 0 && h.liveAgents() >= max {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s is full (%d of %d agents)", h.cfg.Name, max, max)
+	}
 	h.mu.Lock()
 	if old, ok := h.agents[id]; ok && !old.isDead() {
 		h.mu.Unlock()
@@ -131,6 +134,11 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	a.mu.Unlock()
 	a.Emit(schemas.Event{Turn: 0, Payload: schemas.Status{Status: schemas.StatusIdle}})
 	h.recs.mark(a, true)
+	// Placement reads the node's load from its record: it is current before
+	// the reply goes out.
+	if err := h.ads.write(ctx); err != nil {
+		h.ads.poke()
+	}
 	a.log.Info("agent opened", "model", model, "cwd", cwd)
 	return schemas.OpenReply{AgentID: id, Node: h.cfg.Name}, nil
 }

@@ -29,12 +29,14 @@ type records struct {
 	rev    map[string]uint64 // last revision written or read, per agent
 	lost   map[string]bool   // agents whose record another owner holds
 	wake   chan struct{}
-	idle   chan struct{}
+	// abandon is told about an agent the fabric has declared dead while
+	// this node still ran it (the node was cut off and taken for lost).
+	abandon func(id string)
 }
 
-func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger) *records {
+func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger, abandon func(string)) *records {
 	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
-		lost: map[string]bool{}, wake: make(chan struct{}, 1), idle: make(chan struct{})}
+		lost: map[string]bool{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
 
 // claim takes the key of a new or reopened agent: create-only, or a
@@ -178,11 +180,14 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			return err
 		}
 		cur, err := decodeRecord(e.Value())
-		if err == nil && cur.Node != r.node {
+		if err == nil && (cur.Node != r.node || (cur.Status == schemas.StatusDead && rec.Status != schemas.StatusDead)) {
 			r.mu.Lock()
 			r.lost[a.id] = true
 			r.mu.Unlock()
-			r.log.Error("another node owns this agent's record now; this node stops writing it", "agent", a.id, "owner", cur.Node)
+			r.log.Error("the fabric took this agent for lost; the node stops it and no longer writes its record", "agent", a.id, "owner", cur.Node)
+			if r.abandon != nil {
+				go r.abandon(a.id)
+			}
 			return nil
 		}
 		r.setRev(a.id, e.Revision())

@@ -46,7 +46,7 @@ func commands() []*command {
 	return []*command{
 		upCommand(), nodeCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
-		lsCommand(), interruptCommand(), closeCommand(), tailCommand(), mcpCommand(),
+		lsCommand(), nodesCommand(), interruptCommand(), closeCommand(), tailCommand(), mcpCommand(),
 		versionCommand(),
 	}
 }

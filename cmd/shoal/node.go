@@ -16,6 +16,9 @@ import (
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/node/backend/ollama"
+	"github.com/shoalfabric/shoal/node/backend/openai"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // nodeOptions are the settings of an agent host, shared by `shoal node`
@@ -31,6 +34,8 @@ type nodeOptions struct {
 	interruptGrace time.Duration
 	imageEdge      int
 	stopWait       time.Duration
+	labels         string
+	maxAgents      int
 }
 
 func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
@@ -43,6 +48,46 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	durationFlag(fs, &o.interruptGrace, "interrupt-grace", 15*time.Second, "stop an agent whose turn has not ended this `duration` after a watchdog interrupt")
 	fs.IntVar(&o.imageEdge, "image-max-long-edge", 1568, "downsample tool-result PNGs to this long edge in `pixels` (0: never)")
 	durationFlag(fs, &o.stopWait, "stop-wait", 2*time.Second, "how long each step of an agent's stop ladder waits")
+	fs.StringVar(&o.labels, "labels", "", "comma-separated `key=value` labels placement can ask for (e.g. gpu=yes,site=lab)")
+	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most this many live agents (0: no limit)")
+}
+
+// parseLabels reads k=v,k=v.
+func parseLabels(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range splitList(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, usagef("label %q is not key=value", kv)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
+// detect finds what else this machine has for agents: ACP agent CLIs on
+// PATH, and Ollama and MLX servers with their models.
+func detect(env *environment) func(context.Context) []schemas.BackendInfo {
+	const noBackend = "this build of Shoal cannot run %s agents"
+	return func(ctx context.Context) []schemas.BackendInfo {
+		var out []schemas.BackendInfo
+		for _, a := range []struct{ agent, bin string }{{"claude", "claude-agent-acp"}, {"opencode", "opencode"}, {"gemini", "gemini"}} {
+			if p, err := exec.LookPath(a.bin); err == nil {
+				out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a.agent, Path: p, Problem: fmt.Sprintf(noBackend, "ACP")})
+			}
+		}
+		if host := ollama.Host(env.getenv("OLLAMA_HOST")); host != "" {
+			if models, err := ollama.Models(ctx, host); err == nil {
+				out = append(out, schemas.BackendInfo{Kind: backend.KindOllama, Host: host, Models: models, Problem: fmt.Sprintf(noBackend, "Ollama")})
+			}
+		}
+		if host := openai.Host(env.getenv("VMLX_HOST")); host != "" {
+			if models, err := openai.Models(ctx, host); err == nil {
+				out = append(out, schemas.BackendInfo{Kind: backend.KindVMLX, Host: host, Models: models, Problem: fmt.Sprintf(noBackend, "MLX")})
+			}
+		}
+		return out
+	}
 }
 
 // hostName derives a node name from the machine's host name.
@@ -83,7 +128,17 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 	} else {
 		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
 	}
+	labels, err := parseLabels(o.labels)
+	if err != nil {
+		return nil, err
+	}
+	if o.maxAgents < 0 {
+		return nil, usagef("--max-agents %d is negative", o.maxAgents)
+	}
 	h, err := node.New(node.Config{
+		Labels:           labels,
+		MaxAgents:        o.maxAgents,
+		Detect:           detect(env),
 		Name:             name,
 		Conn:             nc,
 		Dir:              dir,

@@ -149,6 +149,9 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			mcpURL = url
 		}
 	}
+	if err := o.runMonitor(bridgeCtx, b, cfg.Logger, &workers, errc); err != nil {
+		return err
+	}
 	if !o.noBus {
 		address, err := o.runBus(bridgeCtx, env, b, cfg.Logger, &workers, errc)
 		if err != nil {
@@ -211,6 +214,9 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	if err != nil {
 		return "", err
 	}
+	if err := f.WatchNodes(ctx); err != nil {
+		return "", err
+	}
 	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver(), Logger: log})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
@@ -228,6 +234,26 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	case err := <-done:
 		return "", usagef("%v", err)
 	}
+}
+
+// runMonitor starts the node-loss monitor.
+func (o *upOptions) runMonitor(ctx context.Context, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+	nc, err := b.Connect(nats.Name("shoal-monitor"))
+	if err != nil {
+		return err
+	}
+	m, err := bridge.NewMonitor(bridge.MonitorConfig{Conn: nc, Logger: log})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	workers.Go(func() {
+		defer nc.Close()
+		if err := m.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("node monitor: %w", err)
+		}
+	})
+	return nil
 }
 
 // runBus starts the Kaimon bus and returns its address once it is bound.

@@ -86,7 +86,9 @@ effort suffix, e.g. sonnet/high).`,
 			fs.StringVar(&req.MCPConfig, "mcp-config", "", "an extra MCP config `file` for the agent")
 			fs.StringVar(&req.SystemPrompt, "system-prompt", "", "`text` appended to the agent's system prompt")
 			fs.StringVar(&req.ID, "id", "", "the agent's `id` (default: 8 random hex characters)")
-			fs.StringVar(&req.Node, "node", "", "the `node` to run on")
+			fs.StringVar(&req.Node, "node", "", "the `node` to run on (default: placement chooses)")
+			var labelList string
+			fs.StringVar(&labelList, "labels", "", "comma-separated `key=value` labels the node must carry")
 			return func(ctx context.Context, v *verb, args []string) error {
 				if len(args) > 1 {
 					return usagef("open takes one directory, got %d arguments", len(args))
@@ -101,6 +103,11 @@ effort suffix, e.g. sonnet/high).`,
 				}
 				req.CWD = abs
 				req.AllowedTools = splitList(allowed)
+				if labelList != "" {
+					if req.Labels, err = parseLabels(labelList); err != nil {
+						return err
+					}
+				}
 				if disallowed != "" || guardOff {
 					d := splitList(disallowed)
 					if d == nil {

@@ -111,3 +111,9 @@ func Route(model string) (kind, rest string) {
 	}
 	return KindClaude, model
 }
+
+// Describer is implemented by backends that can say what they run here:
+// the CLI's path and version, the models a server offers.
+type Describer interface {
+	Describe(ctx context.Context) schemas.BackendInfo
+}

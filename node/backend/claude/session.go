@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -362,4 +363,20 @@ func envValue(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// Describe implements backend.Describer: the CLI's path and its version.
+func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
+	info := schemas.BackendInfo{Kind: backend.KindClaude, Path: b.cfg.Path, Ready: true}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.cfg.Path, "--version")
+	cmd.Env = b.cfg.Env
+	out, err := cmd.Output()
+	if err != nil {
+		info.Ready, info.Problem = false, "`"+b.cfg.Path+" --version` failed: "+err.Error()
+		return info
+	}
+	info.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	return info
 }

@@ -1,0 +1,114 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// nodeCache follows NodesBucket, so placement reads every node without a
+// round trip per node.
+type nodeCache struct {
+	mu     sync.RWMutex
+	nodes  map[string]schemas.NodeRecord
+	synced chan struct{}
+}
+
+// WatchNodes keeps the fabric's view of its nodes current until ctx ends;
+// without it, each Nodes call reads the bucket afresh.
+func (f *Fabric) WatchNodes(ctx context.Context) error {
+	kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	c := &nodeCache{nodes: map[string]schemas.NodeRecord{}, synced: make(chan struct{})}
+	go func() {
+		defer w.Stop()
+		for e := range w.Updates() {
+			if e == nil {
+				close(c.synced)
+				continue
+			}
+			c.apply(e)
+		}
+	}()
+	select {
+	case <-c.synced:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.mu.Lock()
+	f.cache = c
+	f.mu.Unlock()
+	return nil
+}
+
+func (c *nodeCache) apply(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(c.nodes, e.Key())
+		return
+	}
+	var rec schemas.NodeRecord
+	if json.Unmarshal(e.Value(), &rec) == nil {
+		c.nodes[e.Key()] = rec
+	}
+}
+
+func (c *nodeCache) list() []schemas.NodeRecord {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]schemas.NodeRecord, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Nodes lists the nodes whose heartbeat is current, by name.
+func (f *Fabric) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
+	f.mu.Lock()
+	c := f.cache
+	f.mu.Unlock()
+	var nodes []schemas.NodeRecord
+	if c != nil {
+		nodes = c.list()
+	} else {
+		kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
+		if err != nil {
+			return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.NodesBucket, err)
+		}
+		w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			return nil, err
+		}
+		defer w.Stop()
+		nodes = []schemas.NodeRecord{}
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			var rec schemas.NodeRecord
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				nodes = append(nodes, rec)
+			}
+		}
+		if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes, nil
+}

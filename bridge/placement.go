@@ -1,0 +1,152 @@
+package bridge
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Route returns the backend kind a model string needs and what it names
+// within it, Kaimon's way: acp:<agent>[:<model>], vmlx:<tag>, ollama:<tag>,
+// anything else is the claude CLI.
+func Route(model string) (kind, rest string) {
+	for _, k := range []string{"acp", "vmlx", "ollama"} {
+		if r, ok := strings.CutPrefix(model, k+":"); ok {
+			return k, r
+		}
+	}
+	return "claude", model
+}
+
+// place chooses the node for an agent: the one named, or among the nodes
+// that can run its model and carry its labels and have room, the least
+// loaded. When none fits, the error says why each node was passed over.
+func place(nodes []schemas.NodeRecord, req schemas.OpenRequest) (string, error) {
+	if req.Node != "" {
+		for _, n := range nodes {
+			if n.Name == req.Node {
+				if why := unfit(n, req); why != "" {
+					return "", schemas.Errf(schemas.CodeUnavailable, "node %s cannot take this agent: %s", n.Name, why)
+				}
+				return n.Name, nil
+			}
+		}
+		return "", schemas.Errf(schemas.CodeNotFound, "no node named %s is running%s", req.Node, nodeList(nodes))
+	}
+	if len(nodes) == 0 {
+		return "", schemas.Errf(schemas.CodeUnavailable, "no node is running: start one with `shoal up` or `shoal node`")
+	}
+	var fit []schemas.NodeRecord
+	var reasons []string
+	for _, n := range nodes {
+		if why := unfit(n, req); why != "" {
+			reasons = append(reasons, n.Name+": "+why)
+			continue
+		}
+		fit = append(fit, n)
+	}
+	if len(fit) == 0 {
+		return "", schemas.Errf(schemas.CodeUnavailable, "no node can take this agent (%s)", strings.Join(reasons, "; "))
+	}
+	sort.Slice(fit, func(i, j int) bool {
+		li, lj := load(fit[i]), load(fit[j])
+		if li != lj {
+			return li < lj
+		}
+		return fit[i].Name < fit[j].Name
+	})
+	return fit[0].Name, nil
+}
+
+// load is how busy a node is: its share of its limit, or its agent count
+// over a large nominal limit when it has none.
+func load(n schemas.NodeRecord) float64 {
+	if n.MaxAgents > 0 {
+		return float64(n.Agents) / float64(n.MaxAgents)
+	}
+	return float64(n.Agents) / 1000
+}
+
+// unfit says why a node cannot take the agent, or "".
+func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
+	model := req.Model
+	if model == "" {
+		model = "sonnet"
+	}
+	if why := cannotRun(n, model); why != "" {
+		return why
+	}
+	var missing []string
+	for k, v := range req.Labels {
+		have, ok := n.Labels[k]
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("lacks label %s=%s", k, v))
+		case have != v:
+			missing = append(missing, fmt.Sprintf("has %s=%s, not %s", k, have, v))
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return strings.Join(missing, ", ")
+	}
+	if n.MaxAgents > 0 && n.Agents >= n.MaxAgents {
+		return fmt.Sprintf("is full (%d of %d agents)", n.Agents, n.MaxAgents)
+	}
+	return ""
+}
+
+// cannotRun says why a node cannot run a model, or "".
+func cannotRun(n schemas.NodeRecord, model string) string {
+	kind, rest := Route(model)
+	agent := ""
+	if kind == "acp" {
+		agent, _, _ = strings.Cut(rest, ":")
+	}
+	var found *schemas.BackendInfo
+	for i, b := range n.Backends {
+		if b.Kind == kind && (kind != "acp" || b.Agent == agent) {
+			found = &n.Backends[i]
+			break
+		}
+	}
+	what := kind + " agents"
+	if agent != "" {
+		what = "acp:" + agent + " agents"
+	}
+	switch {
+	case found == nil:
+		return "cannot run " + what
+	case !found.Ready:
+		return "cannot run " + what + ": " + found.Problem
+	case (kind == "ollama" || kind == "vmlx") && !servesModel(found.Models, rest):
+		return fmt.Sprintf("does not serve %s model %q", kind, rest)
+	}
+	return ""
+}
+
+// servesModel matches a tag against a server's models, an untagged name
+// standing for ":latest".
+func servesModel(models []string, tag string) bool {
+	if slices.Contains(models, tag) {
+		return true
+	}
+	if !strings.Contains(tag, ":") {
+		return slices.Contains(models, tag+":latest")
+	}
+	return false
+}
+
+func nodeList(nodes []schemas.NodeRecord) string {
+	if len(nodes) == 0 {
+		return " (no node is running)"
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+	}
+	return " (nodes: " + strings.Join(names, ", ") + ")"
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func nodesCommand() *command {
+	return verbCommand("nodes", "", "list the nodes of the fabric and what they run",
+		"Lists every node whose heartbeat is current: what it can run, its labels,\nits agents, and how long ago it last checked in.",
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				f, closeConn, err := v.client.fabric(v.env)
+				if err != nil {
+					return err
+				}
+				defer closeConn()
+				nodes, err := f.Nodes(ctx)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, map[string]any{"nodes": nodes})
+				}
+				if len(nodes) == 0 {
+					fmt.Fprintln(v.out(), "No nodes. Start one with `shoal up` or `shoal node`.")
+					return nil
+				}
+				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NODE\tRUNS\tLABELS\tAGENTS\tHOST\tSEEN")
+				for _, n := range nodes {
+					agents := fmt.Sprint(n.Agents)
+					if n.MaxAgents > 0 {
+						agents += fmt.Sprintf("/%d", n.MaxAgents)
+					}
+					seen := time.Since(time.Unix(0, int64(n.Heartbeat*1e9))).Round(time.Second)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s/%s %d cpu\t%s ago\n", n.Name, runs(n.Backends), labels(n.Labels), agents, n.Host.OS, n.Host.Arch, n.Host.CPUs, seen)
+				}
+				return tw.Flush()
+			}
+		})
+}
+
+// runs summarises what a node can run: ready backends plainly, detected
+// ones it cannot run in brackets.
+func runs(bs []schemas.BackendInfo) string {
+	var out []string
+	for _, b := range bs {
+		name := b.Kind
+		if b.Agent != "" {
+			name += ":" + b.Agent
+		}
+		if len(b.Models) > 0 {
+			name += fmt.Sprintf("(%d models)", len(b.Models))
+		}
+		if !b.Ready {
+			name = "[" + name + "]"
+		}
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}
+
+func labels(l map[string]string) string {
+	var out []string
+	for k, v := range l {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ",")
+}

@@ -1,0 +1,50 @@
+package schemas
+
+// NodeRecord is a node as it advertises itself: the value of its key in
+// NodesBucket, rewritten on every heartbeat, gone when the node is.
+type NodeRecord struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Instance changes every time the node starts.
+	Instance string            `json:"instance"`
+	Labels   map[string]string `json:"labels"`
+	// Backends are the kinds of agent the node can run or has detected.
+	Backends []BackendInfo `json:"backends"`
+	Host     HostInfo      `json:"host"`
+	// Agents is how many live agents the node runs; MaxAgents its limit
+	// (0: none).
+	Agents    int     `json:"agents"`
+	MaxAgents int     `json:"max_agents"`
+	StartedAt float64 `json:"started_at"`
+	Heartbeat float64 `json:"heartbeat"`
+}
+
+// BackendInfo is one kind of agent a node can run, or has found the means
+// for.
+type BackendInfo struct {
+	// Kind is the backend: claude, acp, ollama, vmlx.
+	Kind string `json:"kind"`
+	// Agent names the ACP agent (opencode, claude, gemini).
+	Agent   string `json:"agent,omitempty"`
+	Path    string `json:"path,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Host is the model server (Ollama, MLX) the backend talks to.
+	Host string `json:"host,omitempty"`
+	// Models are the model tags the server offers.
+	Models []string `json:"models,omitempty"`
+	// Ready says whether the node can run agents of this kind now;
+	// Problem says why not.
+	Ready   bool   `json:"ready"`
+	Problem string `json:"problem,omitempty"`
+}
+
+// HostInfo describes a node's machine.
+type HostInfo struct {
+	Hostname     string   `json:"hostname"`
+	OS           string   `json:"os"`
+	Arch         string   `json:"arch"`
+	CPUs         int      `json:"cpus"`
+	MemoryBytes  uint64   `json:"memory_bytes"`
+	GPUs         []string `json:"gpus"`
+	AppleSilicon bool     `json:"apple_silicon"`
+}
