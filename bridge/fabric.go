@@ -102,12 +102,17 @@ func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbOutput, req, &rep, 0)
 }
 
-// Status returns an agent's record from its node, or from KV when the node
-// does not answer.
+// Status returns an agent's record from its node, or from KV when the
+// node does not answer or no longer keeps the agent.
 func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
 	var rep schemas.AgentRecord
 	err := f.toOwner(ctx, id, schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rep, 0)
-	if schemas.CodeOf(err) == schemas.CodeUnavailable {
+	switch code := schemas.CodeOf(err); {
+	case err == nil:
+		return rep, nil
+	case code == schemas.CodeUnavailable, code == schemas.CodeNotFound, code == schemas.CodeTimeout:
+		// The owner is gone, or restarted and no longer keeps the agent:
+		// its record has the last word.
 		if rec, _, kerr := f.Record(ctx, id); kerr == nil {
 			return rec, nil
 		}

@@ -151,3 +151,20 @@ func runShoal(t *testing.T, dir string, env []string, args ...string) (code int,
 	}
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}

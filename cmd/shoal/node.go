@@ -123,10 +123,15 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 		dir = filepath.Join(cacheHome(env.getenv), "shoal", "agents", name)
 	}
 	var backends []backend.Backend
+	found := detect(env)
 	if path, err := exec.LookPath(o.claude); err == nil {
 		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
 	} else {
 		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
+		missing := schemas.BackendInfo{Kind: backend.KindClaude, Path: o.claude, Problem: "the claude CLI was not found (" + o.claude + ")"}
+		found = func(ctx context.Context) []schemas.BackendInfo {
+			return append([]schemas.BackendInfo{missing}, detect(env)(ctx)...)
+		}
 	}
 	labels, err := parseLabels(o.labels)
 	if err != nil {
@@ -138,7 +143,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 	h, err := node.New(node.Config{
 		Labels:           labels,
 		MaxAgents:        o.maxAgents,
-		Detect:           detect(env),
+		Detect:           found,
 		Name:             name,
 		Conn:             nc,
 		Dir:              dir,

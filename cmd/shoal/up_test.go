@@ -23,7 +23,7 @@ func TestUpKeepsEventsAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	up := func() (*shoalProc, string) {
-		p := startShoal(t, dir, nil, "up", "--port", "-1")
+		p := startShoal(t, dir, nil, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0")
 		url := strings.TrimPrefix(p.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 		store := p.waitLine("shoal: JetStream store ")
 		if want := filepath.Join(dir, "data", "shoal", "jetstream"); !strings.HasSuffix(store, want) {

@@ -27,7 +27,7 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 	dir := t.TempDir()
 	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude-home"), fake.URL()),
 		"XDG_DATA_HOME="+dir+"/data", "XDG_CACHE_HOME="+dir+"/cache", "XDG_CONFIG_HOME="+dir+"/config")
-	up := startShoal(t, dir, env, "up", "--port", "-1", "--claude", argv[0], "--node-name", "cli-node")
+	up := startShoal(t, dir, env, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--claude", argv[0], "--node-name", "cli-node")
 	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	up.waitLine("shoal: node cli-node ready")
 	nats := []string{"SHOAL_NATS=" + url}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// pool is a coordinator and node processes, each a real shoal process.
+type pool struct {
+	t      *testing.T
+	dir    string
+	url    string
+	fake   *fakemodel.Server
+	claude string
+}
+
+func startPool(t *testing.T) *pool {
+	t.Helper()
+	p := &pool{t: t, dir: t.TempDir(), fake: fakemodel.Start(t, fakemodel.Config{}), claude: peers.Claude.Command(t)[0]}
+	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	p.url = strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	up.waitLine("shoal: ready")
+	return p
+}
+
+// node starts `shoal node` with its own home; claude talks to the fake.
+func (p *pool) node(name string, args ...string) *shoalProc {
+	p.t.Helper()
+	home := filepath.Join(p.dir, name)
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), p.fake.URL()),
+		"XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+	all := append([]string{"node", "--nats", p.url, "--name", name, "--claude", p.claude, "--stop-wait", "500ms"}, args...)
+	n := startShoal(p.t, home, env, all...)
+	n.waitLine("shoal: node " + name + " joined")
+	return n
+}
+
+// shoal runs a client verb against the pool.
+func (p *pool) shoal(args ...string) (int, string, string) {
+	return runShoal(p.t, p.t.TempDir(), []string{"SHOAL_NATS=" + p.url}, args...)
+}
+
+func (p *pool) must(args ...string) string {
+	p.t.Helper()
+	code, out, errOut := p.shoal(args...)
+	if code != 0 {
+		p.t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
+func (p *pool) openOn(args ...string) (id, node string) {
+	p.t.Helper()
+	var rep schemas.OpenReply
+	out := p.must(append([]string{"open", "--json"}, append(args, p.t.TempDir())...)...)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		p.t.Fatalf("open printed %q", out)
+	}
+	return rep.AgentID, rep.Node
+}
+
+// Placement over separate node processes: by backend, by label, by
+// explicit node, least loaded first within each node's limit, and a clear
+// error when nothing fits.
+func TestPlacementAcrossNodes(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.node("alpha", "--labels", "gpu=yes", "--max-agents", "2")
+	p.node("beta", "--labels", "site=lab")
+	p.node("gamma", "--claude", "/nonexistent/claude")
+	var listed struct {
+		Nodes []schemas.NodeRecord `json:"nodes"`
+	}
+	json.Unmarshal([]byte(p.must("nodes", "--json")), &listed)
+	if len(listed.Nodes) != 3 {
+		t.Fatalf("shoal nodes lists %d nodes", len(listed.Nodes))
+	}
+	for _, n := range listed.Nodes {
+		if n.Host.CPUs == 0 || n.Heartbeat == 0 || n.Instance == "" {
+			t.Errorf("node record %+v", n)
+		}
+		if n.Name == "alpha" && (n.Labels["gpu"] != "yes" || n.MaxAgents != 2 || len(n.Backends) == 0 || !n.Backends[0].Ready || !strings.Contains(n.Backends[0].Version, "2.1.197")) {
+			t.Errorf("alpha advertises %+v", n)
+		}
+	}
+	if table := p.must("nodes"); !strings.Contains(table, "alpha") || !strings.Contains(table, "gpu=yes") || !strings.Contains(table, "[claude]") {
+		t.Errorf("shoal nodes:\n%s", table)
+	}
+
+	// By backend: gamma cannot run claude, so the least loaded of the others.
+	if _, node := p.openOn(); node != "alpha" {
+		t.Errorf("first claude agent went to %s, want alpha (least loaded, then by name)", node)
+	}
+	if _, node := p.openOn(); node != "beta" {
+		t.Errorf("second claude agent went to %s, want beta (alpha holds 1 of 2)", node)
+	}
+	// By label, then the limit.
+	if _, node := p.openOn("--labels", "gpu=yes"); node != "alpha" {
+		t.Errorf("gpu=yes went to %s", node)
+	}
+	if _, node := p.openOn("--labels", "site=lab"); node != "beta" {
+		t.Errorf("site=lab went to %s", node)
+	}
+	code, _, errOut := p.shoal("open", "--labels", "gpu=yes", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "alpha: is full (2 of 2 agents)") {
+		t.Errorf("a full node: %d %q", code, errOut)
+	}
+	// By explicit node.
+	if _, node := p.openOn("--node", "beta"); node != "beta" {
+		t.Errorf("--node beta went to %s", node)
+	}
+	code, _, errOut = p.shoal("open", "--node", "gamma", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "node gamma cannot take this agent: cannot run claude agents") {
+		t.Errorf("--node gamma: %q", errOut)
+	}
+	code, _, errOut = p.shoal("open", "--node", "delta", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "no node named delta is running (nodes: alpha, beta, gamma)") {
+		t.Errorf("--node delta: %q", errOut)
+	}
+	// Nothing fits: every node and why.
+	code, _, errOut = p.shoal("open", "--labels", "gpu=no", t.TempDir())
+	for _, want := range []string{"no node can take this agent", "alpha: has gpu=yes, not no", "beta: lacks label gpu=no", "gamma: cannot run claude agents"} {
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("nothing fits: %q lacks %q", errOut, want)
+		}
+	}
+	code, _, errOut = p.shoal("open", "--model", "acp:opencode", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "alpha: cannot run acp:opencode agents") {
+		t.Errorf("an ACP model: %q", errOut)
+	}
+	// A cwd is checked on the node that runs the agent.
+	code, _, errOut = p.shoal("open", "--node", "beta", "/no/such/dir/anywhere")
+	if code == 0 || !strings.Contains(errOut, "agent cwd does not exist: /no/such/dir/anywhere") {
+		t.Errorf("a missing cwd: %q", errOut)
+	}
+	// ls shows where each agent runs.
+	ls := p.must("ls")
+	if strings.Count(ls, " alpha ") != 2 || strings.Count(ls, " beta ") != 3 {
+		t.Errorf("ls:\n%s", ls)
+	}
+}
+
+// A node killed with SIGKILL mid-turn: within the heartbeat TTL the turn
+// is closed and the agent is dead; its replayed stream is complete and
+// ordered and ends in the closing events; the restarted node has no agent
+// process left, resurrects nothing, and a second node under its name is
+// refused.
+func TestNodeLossClosesTurns(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("slowly ", 200), ChunkSize: 7, Delay: 100 * time.Millisecond})
+	n := p.node("victim")
+	id, _ := p.openOn()
+	pidsFile := filepath.Join(p.dir, "victim", "cache", "shoal", "agents", "victim", "pids.json")
+	p.must("send", id, "Take your time.")
+
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stream, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the turn streams", func() bool {
+		m, err := stream.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
+		return err == nil && strings.Contains(string(m.Data), `"delta":true`)
+	})
+	if code := n.stop(syscall.SIGKILL); code != -1 {
+		t.Logf("the node exited %d", code)
+	}
+	killed := time.Now()
+	var rec schemas.AgentRecord
+	eventually(t, 30*time.Second, "the agent is dead", func() bool {
+		code, out, _ := p.shoal("status", id)
+		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusDead
+	})
+	t.Logf("the agent was declared dead %s after its node was killed (TTL 2s)", time.Since(killed).Round(100*time.Millisecond))
+
+	// Replay from the start: gapless, ordered, ending in the closing events.
+	cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []schemas.Event
+	var last uint64
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			break
+		}
+		_, n, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID))
+		if err != nil || n != last+1 {
+			t.Fatalf("event number %d after %d (%v)", n, last, err)
+		}
+		last = n
+		ev, err := schemas.Decode(m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) < 6 {
+		t.Fatalf("%d events replayed", len(evs))
+	}
+	tail := evs[len(evs)-3:]
+	e, isErr := tail[0].Payload.(schemas.Error)
+	r, isResult := tail[1].Payload.(schemas.Result)
+	s, isStatus := tail[2].Payload.(schemas.Status)
+	if !isErr || !strings.Contains(e.Message, "node victim was lost during turn 1") || !isResult || r.StopReason != schemas.StopCancelled ||
+		!isStatus || s.Status != schemas.StatusDead || tail[1].Turn != 1 {
+		t.Fatalf("the stream ends with %+v", tail)
+	}
+	if code, _, errOut := p.shoal("send", id, "are you there?"); code == 0 || !strings.Contains(errOut, "agent '"+id+"' is dead") {
+		t.Errorf("a send to the lost agent: %q", errOut)
+	}
+
+	// The node comes back under its name: nothing is left running and
+	// nothing is resurrected.
+	n2 := p.node("victim")
+	if b, err := readFile(pidsFile); err != nil || strings.TrimSpace(b) != "{}" {
+		t.Errorf("pids.json after the restart: %q %v", b, err)
+	}
+	code, out, _ := p.shoal("status", id)
+	if code != 0 || !strings.Contains(out, `"status": "dead"`) {
+		t.Errorf("status after the restart: %s", out)
+	}
+	if ls := p.must("ls"); strings.Count(ls, id) != 1 {
+		t.Errorf("ls after the restart:\n%s", ls)
+	}
+	home := filepath.Join(p.dir, "victim-twin")
+	code, _, errOut := runShoal(t, home, []string{"XDG_CACHE_HOME=" + home}, "node", "--nats", p.url, "--name", "victim", "--claude", p.claude)
+	if code == 0 || !strings.Contains(errOut, "a node named victim is already running") {
+		t.Errorf("a second node named victim: exit %d %q", code, errOut)
+	}
+	n2.stop(syscall.SIGTERM)
+}
