@@ -206,12 +206,32 @@ left behind (pids.json).`,
 	}
 }
 
+// connectPatiently dials the fabric, waiting for a coordinator that is not
+// up yet; once connected, the connection keeps reconnecting by itself.
+func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environment, log *slog.Logger) (*nats.Conn, error) {
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+		if err == nil {
+			return nc, nil
+		}
+		if strings.Contains(err.Error(), "Authorization") {
+			return nil, err
+		}
+		log.Warn("waiting for the fabric", "nats", o.client.url, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
 func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []string) error {
 	log, err := newLogger(env.io.err, o.logLevel)
 	if err != nil {
 		return err
 	}
-	nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	nc, err := o.connectPatiently(ctx, env, log)
 	if err != nil {
 		return err
 	}
