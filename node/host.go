@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -372,7 +374,7 @@ func (h *Host) serve() (micro.Service, error) {
 		Name:        schemas.ServiceName,
 		Version:     h.cfg.Version,
 		Description: "Shoal agent host " + h.cfg.Name,
-		Metadata:    map[string]string{"node": h.cfg.Name},
+		Metadata:    h.metadata(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
@@ -403,4 +405,20 @@ func (h *Host) abandon(id string) {
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
 	h.closeAgent(ctx, a)
+}
+
+// metadata is what the node's micro service tells `nats micro info`: its
+// name, the kinds it runs and its labels.
+func (h *Host) metadata() map[string]string {
+	md := map[string]string{"node": h.cfg.Name, "runs": strings.Join(h.kinds(), ",")}
+	var labels []string
+	for k, v := range h.cfg.Labels {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
+	md["labels"] = strings.Join(labels, ",")
+	if h.cfg.MaxAgents > 0 {
+		md["max_agents"] = strconv.Itoa(h.cfg.MaxAgents)
+	}
+	return md
 }

@@ -179,6 +179,13 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		m, err := stream.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
 		return err == nil && strings.Contains(string(m.Data), `"delta":true`)
 	})
+	var pids map[string]struct {
+		PID int `json:"pid"`
+	}
+	if b, err := readFile(pidsFile); err != nil || json.Unmarshal([]byte(b), &pids) != nil || pids[id].PID == 0 {
+		t.Fatalf("pids.json before the kill: %q %v", b, err)
+	}
+	agentPID := pids[id].PID
 	if code := n.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the node exited %d", code)
 	}
@@ -233,6 +240,9 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	n2 := p.node("victim")
 	if b, err := readFile(pidsFile); err != nil || strings.TrimSpace(b) != "{}" {
 		t.Errorf("pids.json after the restart: %q %v", b, err)
+	}
+	if syscall.Kill(agentPID, 0) != syscall.ESRCH && processState(agentPID) != "Z" {
+		t.Errorf("the agent's claude process %d is still there after the node restarted", agentPID)
 	}
 	code, out, _ := p.shoal("status", id)
 	if code != 0 || !strings.Contains(out, `"status": "dead"`) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -167,4 +168,19 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// processState is the state letter of /proc/<pid>/stat ("Z" for a
+// zombie), or "" when there is no such process.
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || len(s) < i+3 {
+		return ""
+	}
+	return s[i+2 : i+3]
 }
