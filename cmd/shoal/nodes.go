@@ -17,11 +17,10 @@ func nodesCommand() *command {
 		"Lists every node whose heartbeat is current: what it can run, its labels,\nits agents, and how long ago it last checked in.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			return func(ctx context.Context, v *verb, args []string) error {
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				nodes, err := f.Nodes(ctx)
 				if err != nil {
 					return err

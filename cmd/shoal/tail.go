@@ -35,11 +35,10 @@ it), and stops once the agents it follows are dead; Ctrl-C stops it too.
 						subjects = append(subjects, schemas.EventSubject(id))
 					}
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
 				if onlyNew {
 					cfg.DeliverPolicy = jetstream.DeliverNewPolicy

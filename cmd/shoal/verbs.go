@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -25,6 +27,7 @@ func verbCommand(name, args, summary, help string, flags func(fs *flag.FlagSet) 
 			body := flags(fs)
 			return func(ctx context.Context, env *environment, args []string) error {
 				v.env = env
+				defer v.close()
 				return body(ctx, v, args)
 			}
 		},
@@ -35,6 +38,36 @@ type verb struct {
 	client clientOptions
 	json   bool
 	env    *environment
+	f      *bridge.Fabric
+	closer func()
+}
+
+// fabric connects on first use; the command closes the connection when it
+// ends, so arguments are checked before anything is dialled.
+func (v *verb) fabric() (*bridge.Fabric, error) {
+	if v.f == nil {
+		f, closer, err := v.client.fabric(v.env)
+		if err != nil {
+			return nil, err
+		}
+		v.f, v.closer = f, closer
+	}
+	return v.f, nil
+}
+
+func (v *verb) close() {
+	if v.closer != nil {
+		v.closer()
+	}
+}
+
+// reply prints rep as JSON with --json, else the line.
+func (v *verb) reply(rep any, line string) error {
+	if v.json {
+		return printJSON(v.env, rep)
+	}
+	_, err := fmt.Fprintln(v.out(), line)
+	return err
 }
 
 func (v *verb) out() io.Writer { return v.env.io.out }
@@ -115,20 +148,15 @@ effort suffix, e.g. sonnet/high).`,
 					}
 					req.DisallowedTools = &d
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Open(ctx, req)
 				if err != nil {
 					return err
 				}
-				if v.json {
-					return printJSON(v.env, rep)
-				}
-				fmt.Fprintln(v.out(), rep.AgentID)
-				return nil
+				return v.reply(rep, rep.AgentID)
 			}
 		})
 }
@@ -156,20 +184,15 @@ func sendCommand() *command {
 				if err != nil {
 					return err
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Send(ctx, schemas.SendRequest{AgentID: id, Text: text})
 				if err != nil {
 					return err
 				}
-				if v.json {
-					return printJSON(v.env, rep)
-				}
-				fmt.Fprintln(v.out(), rep.Turn)
-				return nil
+				return v.reply(rep, strconv.Itoa(rep.Turn))
 			}
 		})
 }
@@ -189,20 +212,15 @@ func runCommand() *command {
 				if err != nil {
 					return err
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: text, Timeout: wait.Seconds()})
 				if err != nil {
 					return err
 				}
-				if v.json {
-					return printJSON(v.env, rep)
-				}
-				fmt.Fprintln(v.out(), rep.Text)
-				return nil
+				return v.reply(rep, rep.Text)
 			}
 		})
 }
@@ -230,11 +248,10 @@ func outputCommand() *command {
 					req.Turn = &turn
 				}
 				req.MaxChars = &maxChars
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Output(ctx, req)
 				if err != nil {
 					return err
@@ -263,11 +280,10 @@ func statusCommand() *command {
 				if len(rest) > 0 {
 					return usagef("unexpected argument %q", rest[0])
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rec, err := f.Status(ctx, id)
 				if err != nil {
 					return err
@@ -282,11 +298,10 @@ func lsCommand() *command {
 		"Lists every agent the fabric knows, dead ones kept for review included,\noldest first, with the node each runs on.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			return func(ctx context.Context, v *verb, args []string) error {
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				recs, err := f.List(ctx)
 				if err != nil {
 					return err
@@ -318,24 +333,19 @@ func interruptCommand() *command {
 				if err != nil {
 					return err
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Interrupt(ctx, id)
 				if err != nil {
 					return err
 				}
-				if v.json {
-					return printJSON(v.env, rep)
-				}
+				line := "no turn was running"
 				if rep.Interrupted {
-					fmt.Fprintln(v.out(), "interrupted")
-				} else {
-					fmt.Fprintln(v.out(), "no turn was running")
+					line = "interrupted"
 				}
-				return nil
+				return v.reply(rep, line)
 			}
 		})
 }
@@ -349,23 +359,18 @@ func closeCommand() *command {
 				if err != nil {
 					return err
 				}
-				f, closeConn, err := v.client.fabric(v.env)
+				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				defer closeConn()
 				rep, err := f.Close(ctx, id)
 				if err != nil {
 					return err
 				}
-				if v.json {
-					return printJSON(v.env, rep)
-				}
-				if !rep.Closed {
+				if !rep.Closed && !v.json {
 					return fmt.Errorf("no such agent: %s", id)
 				}
-				fmt.Fprintln(v.out(), "closed")
-				return nil
+				return v.reply(rep, "closed")
 			}
 		})
 }

@@ -2,11 +2,9 @@ package ollama
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"strings"
-	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
 )
 
 // DefaultHost is where Ollama listens unless OLLAMA_HOST says otherwise.
@@ -32,28 +30,14 @@ func Host(v string) string {
 
 // Models lists the model tags the server at host offers (GET /api/tags).
 func Models(ctx context.Context, host string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, host+"/api/tags", nil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s/api/tags: %s", host, res.Status)
-	}
 	var tags struct {
 		Models []struct {
 			Name  string `json:"name"`
 			Model string `json:"model"`
 		} `json:"models"`
 	}
-	if err := json.NewDecoder(res.Body).Decode(&tags); err != nil {
-		return nil, fmt.Errorf("%s/api/tags: %w", host, err)
+	if err := backend.FetchJSON(ctx, host+"/api/tags", &tags); err != nil {
+		return nil, err
 	}
 	out := []string{}
 	for _, m := range tags.Models {
