@@ -131,7 +131,7 @@ func ok(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, v 
 }
 
 var toolNames = []string{"agent_open", "agent_send", "agent_run", "agent_output", "agent_status", "agent_set_model",
-	"agent_list", "agent_interrupt", "agent_close", "agent_nodes"}
+	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events"}
 
 // The official MCP Go SDK client lists the tools and drives a real claude
 // agent through open, send, output, status, list, run, interrupt and
@@ -259,6 +259,16 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 	ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1", "which": "all", "include_tools": true}, &out)
 	if !strings.Contains(out.Text, "— turn 1 —\n\nHello over MCP.") || !strings.Contains(out.Text, "— turn 2 —\n\nRan synchronously.") {
 		t.Errorf("agent_output all:\n%s", out.Text)
+	}
+	var evs schemas.EventsReply
+	ok(t, s, "agent_events", map[string]any{"agent_id": "mcp-1", "from_turn": 2}, &evs)
+	if len(evs.Events) == 0 || !strings.Contains(string(evs.Events[0].Event), `"kind":"user_text"`) || evs.More || evs.NextEvent == 0 {
+		t.Errorf("agent_events from turn 2: %s", mustJSON(evs))
+	}
+	for _, e := range evs.Events {
+		if strings.Contains(string(e.Event), `"delta":true`) {
+			t.Errorf("agent_events returned a delta without include_deltas: %s", e.Event)
+		}
 	}
 	if text, isErr := call(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "x"}); !isErr || text != "Error sending to agent: agent 'mcp-1' is dead" {
 		t.Errorf("agent_send to a closed agent: %q", text)

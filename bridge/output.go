@@ -2,12 +2,9 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -46,6 +43,10 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 	target := current
 	if req.Turn != nil {
 		target = *req.Turn
+		if f := life.first; f.N > 1 && target > 0 && (life.started == 0 || target < life.started) {
+			return schemas.OutputReply{}, schemas.Errf(schemas.CodeNotFound,
+				"turn %d of agent %s is past the stream's retention; its history now starts at event %d, in turn %d", target, req.AgentID, f.N, f.Event.Turn)
+		}
 	}
 	live := working && target >= current
 	out := schemas.OutputReply{AgentID: req.AgentID, Turn: target, Status: rec.Status, Done: !live, Which: which}
@@ -86,6 +87,8 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 
 // life is what agent_output needs of one life of an agent.
 type life struct {
+	first   Replayed // the oldest event the stream still has
+	started int      // the first turn whose start the stream still has
 	turns   map[int]*turnLog
 	partial map[int]string  // each turn's streamed text
 	calls   map[string]bool // tool calls already given a line
@@ -115,47 +118,23 @@ func newLife() *life {
 // stored now.
 func (f *Fabric) readLife(ctx context.Context, id string) (*life, error) {
 	l := newLife()
-	stream, err := f.js.Stream(ctx, schemas.StreamName)
-	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
-	}
-	last, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return l, nil
-	}
-	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
-	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
-	}
-	it, err := cons.Messages()
+	var first Replayed
+	err := f.Replay(ctx, []string{id}, From{}, false, func(r Replayed, _ *Gap) error {
+		if first.N == 0 {
+			first = r
+		}
+		l.add(r.Event)
+		return nil
+	})
+	l.first = first
 	if err != nil {
 		return nil, err
 	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
-		}
-		if l.add(msg) >= last.Sequence {
-			return l, nil
-		}
-	}
+	return l, nil
 }
 
-// add folds one event in and returns its stream sequence.
-func (l *life) add(msg jetstream.Msg) uint64 {
-	var seq uint64
-	if meta, err := msg.Metadata(); err == nil {
-		seq = meta.Sequence.Stream
-	}
-	ev, err := schemas.Decode(msg.Data())
-	if err != nil {
-		return seq
-	}
+// add folds one event in.
+func (l *life) add(ev schemas.Event) {
 	turn := func() *turnLog {
 		t := l.turns[ev.Turn]
 		if t == nil {
@@ -165,6 +144,10 @@ func (l *life) add(msg jetstream.Msg) uint64 {
 		return t
 	}
 	switch p := ev.Payload.(type) {
+	case schemas.TurnStarted:
+		if l.started == 0 || ev.Turn < l.started {
+			l.started = ev.Turn
+		}
 	case schemas.Status:
 		if p.Status == schemas.StatusIdle && ev.Turn == 0 {
 			*l = *newLife() // a new life of the id
@@ -193,5 +176,4 @@ func (l *life) add(msg jetstream.Msg) uint64 {
 			t.lines = append(t.lines, "← result: "+string(*p.Update.Status))
 		}
 	}
-	return seq
 }

@@ -154,6 +154,25 @@ func (m *MCP) tools() []tool {
 			},
 		},
 		{
+			name:   "agent_events",
+			failed: "reading agent events",
+			desc: "Replay an agent's stored events (a Shoal addition): from the start, from an event number, a turn or a time, " +
+				"a page at a time. next_event continues the read; gaps in the numbering are reported.",
+			params: []param{agentIDParam,
+				{name: "from_event", kind: "integer", desc: "Start at this event number (1 is the first)."},
+				{name: "from_turn", kind: "integer", desc: "Start where this turn began."},
+				{name: "since", kind: "string", desc: "Start at the first event stored at or after this RFC 3339 time."},
+				{name: "max", kind: "integer", desc: "Return at most this many events (default 200, at most 5000)."},
+				{name: "include_deltas", kind: "boolean", desc: "Keep the streamed chunks (default false: the authoritative copies follow them)."}},
+			run: func(ctx context.Context, a args) (any, error) {
+				if a.num("from_event") < 0 {
+					return nil, errors.New("from_event must be positive")
+				}
+				return f.Events(ctx, schemas.EventsRequest{AgentID: a.str("agent_id"), FromEvent: uint64(a.num("from_event")),
+					FromTurn: int(a.num("from_turn")), Since: a.str("since"), Max: int(a.num("max")), IncludeDeltas: a.boolean("include_deltas")})
+			},
+		},
+		{
 			name:   "agent_nodes",
 			failed: "listing nodes",
 			desc:   "The nodes of the fabric and what each can run (a Shoal addition).",

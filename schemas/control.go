@@ -210,3 +210,42 @@ type SetModelRequest struct {
 type SetModelReply struct {
 	Switched bool `json:"switched"`
 }
+
+// EventsRequest reads a page of an agent's events from the stream
+// (shoal.fabric.events, and the agent_events tool). At most one of
+// FromEvent, FromTurn and Since; none reads from the start.
+type EventsRequest struct {
+	AgentID   string `json:"agent_id"`
+	FromEvent uint64 `json:"from_event,omitempty"`
+	FromTurn  int    `json:"from_turn,omitempty"`
+	// Since is an RFC 3339 time: the first event stored at or after it.
+	Since string `json:"since,omitempty"`
+	// Max bounds the events returned; 200 when zero, at most 5000.
+	Max int `json:"max,omitempty"`
+	// IncludeDeltas keeps the streamed chunks, which only serve liveness.
+	IncludeDeltas bool `json:"include_deltas,omitempty"`
+}
+
+// EventsReply is a page of events. NextEvent continues the read; More says
+// whether more were stored when the page was cut.
+type EventsReply struct {
+	AgentID   string        `json:"agent_id"`
+	Events    []StoredEvent `json:"events"`
+	Gaps      []EventGap    `json:"gaps"`
+	NextEvent uint64        `json:"next_event"`
+	More      bool          `json:"more"`
+}
+
+// StoredEvent is an event with what the stream knows of it.
+type StoredEvent struct {
+	N     uint64          `json:"n"`
+	Time  string          `json:"time"`
+	Node  string          `json:"node"`
+	Event json.RawMessage `json:"event"`
+}
+
+// EventGap says events From through To of an agent are missing.
+type EventGap struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+}

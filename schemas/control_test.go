@@ -39,6 +39,10 @@ func controlSamples() map[string]any {
 		"set_model_request": schemas.SetModelRequest{RequestID: "r5", AgentID: "9f3a1c20", Model: "acp:opencode:x/y"},
 		"set_model_reply":   schemas.SetModelReply{Switched: true},
 		"error_reply":       schemas.ErrorReply{Error: schemas.Errf(schemas.CodeNotFound, "no such agent: %s", "x")},
+		"events_request":    schemas.EventsRequest{AgentID: "a", FromEvent: 3, FromTurn: 2, Since: "2026-11-29T10:00:00Z", Max: 10, IncludeDeltas: true},
+		"events_reply": schemas.EventsReply{AgentID: "a", NextEvent: 4, More: true,
+			Events: []schemas.StoredEvent{{N: 3, Time: "2026-11-29T10:00:00Z", Node: "n1", Event: json.RawMessage(`{"kind":"turn_started","turn":1,"data":{}}`)}},
+			Gaps:   []schemas.EventGap{{From: 1, To: 2}}},
 	}
 }
 

@@ -6,94 +6,138 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 func tailCommand() *command {
-	return verbCommand("tail", "[agent…]", "watch agents work as they stream",
+	return verbCommand("tail", "[agent…]", "watch agents work as they stream, from any point",
 		`Shows agents working: their text as it streams, a line per tool call and
 per result, turn boundaries and usage. With no agent it follows every
-agent of the fabric. It replays each agent's history first (--new skips
-it), and stops once the agents it follows are dead; Ctrl-C stops it too.
---json prints the raw {kind, turn, data} envelopes, one per line.`,
+agent of the fabric.
+
+--from says where to start: "start" (the default), "new" (only what comes
+next), an event number (42), a turn ("turn:3"), a time (RFC 3339, e.g.
+2026-11-29T10:00:00Z) or an age ("10m" ago). History is replayed and then
+live events follow on the same consumer, with nothing missed or repeated
+in between. A gap in an agent's numbering (events past the stream's
+retention) is reported. tail stops once the agents it follows are dead,
+at the end of what is stored with --no-follow, or on Ctrl-C. --json prints
+the raw {kind, turn, data} envelopes, one per line.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
-			var onlyNew, thoughts bool
-			fs.BoolVar(&onlyNew, "new", false, "show only events from now on")
+			var thoughts, noFollow bool
+			var fromFlag string
+			fs.StringVar(&fromFlag, "from", "start", "where to start: start, new, an event `number`, turn:N, a time, or an age like 10m")
+			fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of what is stored")
 			fs.BoolVar(&thoughts, "thoughts", false, "show the agents' reasoning")
-			return func(ctx context.Context, v *verb, args []string) error {
-				subjects := []string{schemas.EventSubjects}
-				if len(args) > 0 {
-					subjects = subjects[:0]
-					for _, id := range args {
-						if err := schemas.ValidID(id); err != nil {
-							return usagef("agent %v", err)
-						}
-						subjects = append(subjects, schemas.EventSubject(id))
+			return func(ctx context.Context, v *verb, ids []string) error {
+				for _, id := range ids {
+					if err := schemas.ValidID(id); err != nil {
+						return usagef("agent %v", err)
 					}
+				}
+				from, err := parseFrom(fromFlag, time.Now())
+				if err != nil {
+					return err
+				}
+				if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
+					return usagef("--from %s needs exactly one agent", fromFlag)
 				}
 				f, err := v.fabric()
 				if err != nil {
 					return err
 				}
-				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
-				if onlyNew {
-					cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-				}
-				cons, err := f.JetStream().OrderedConsumer(ctx, schemas.StreamName, cfg)
-				if err != nil {
-					return fmt.Errorf("follow %s: %w", schemas.StreamName, err)
+				follow := !noFollow
+				live := map[string]bool{}
+				if len(ids) > 0 && follow {
+					// Agents already dead have nothing more to say.
+					follow = false
+					for _, id := range ids {
+						rec, _, err := f.Record(ctx, id)
+						if err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
+							return err
+						}
+						live[id] = err != nil || rec.Status != schemas.StatusDead
+						follow = follow || live[id]
+					}
 				}
 				p := render.New(v.out(), render.Options{
 					Color:        !v.json && colorful(v.env),
 					ShowThoughts: thoughts,
-					Prefix:       len(args) != 1,
+					Prefix:       len(ids) != 1,
 				})
 				defer p.Flush()
-				live := map[string]bool{}
-				for {
-					msg, err := cons.Next(jetstream.FetchContext(ctx))
-					if err != nil {
-						if ctx.Err() != nil || errors.Is(err, context.Canceled) {
-							return nil
-						}
-						return err
+				err = f.Replay(ctx, ids, from, follow, func(r bridge.Replayed, gap *bridge.Gap) error {
+					if gap != nil {
+						p.Flush()
+						fmt.Fprintf(v.env.io.err, "shoal tail: %s\n", gap.Error())
 					}
-					id, _ := schemas.AgentFromSubject(msg.Subject())
 					if v.json {
-						fmt.Fprintf(v.out(), "%s\n", msg.Data())
-					} else if ev, err := schemas.Decode(msg.Data()); err != nil {
-						fmt.Fprintf(v.out(), "[%s] unreadable event: %v\n", id, err)
+						fmt.Fprintf(v.out(), "%s\n", r.Raw)
 					} else {
-						p.Event(id, ev)
+						p.Event(r.Agent, r.Event)
 					}
-					if ev, err := schemas.Decode(msg.Data()); err == nil {
-						if st, ok := ev.Payload.(schemas.Status); ok && st.Status == schemas.StatusDead {
-							live[id] = false
-						} else {
-							live[id] = true
+					if st, ok := r.Event.Payload.(schemas.Status); ok && st.Status == schemas.StatusDead && len(ids) > 0 {
+						live[r.Agent] = false
+						if !anyLive(live) {
+							return errDone
 						}
 					}
-					meta, err := msg.Metadata()
-					if len(args) > 0 && err == nil && meta.NumPending == 0 && allDead(args, live) {
-						return nil
-					}
+					return nil
+				})
+				if errors.Is(err, errDone) {
+					return nil
 				}
+				return err
 			}
 		})
 }
 
-// allDead reports whether every followed agent's last event was its death.
-func allDead(ids []string, live map[string]bool) bool {
-	for _, id := range ids {
-		if l, seen := live[id]; !seen || l {
-			return false
+var errDone = errors.New("done")
+
+func anyLive(live map[string]bool) bool {
+	for _, l := range live {
+		if l {
+			return true
 		}
 	}
-	return true
+	return false
+}
+
+// parseFrom reads --from: start, new, an event number, turn:N, an RFC
+// 3339 time, or an age.
+func parseFrom(s string, now time.Time) (bridge.From, error) {
+	switch s = strings.TrimSpace(s); {
+	case s == "" || s == "start":
+		return bridge.From{}, nil
+	case s == "new" || s == "now":
+		return bridge.From{New: true}, nil
+	case strings.HasPrefix(s, "turn:"):
+		n, err := strconv.Atoi(strings.TrimPrefix(s, "turn:"))
+		if err != nil || n < 1 {
+			return bridge.From{}, usagef("--from %q: a turn is turn:N with N from 1", s)
+		}
+		return bridge.From{Turn: n}, nil
+	}
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		if n == 0 {
+			return bridge.From{}, usagef("--from 0: event numbers start at 1")
+		}
+		return bridge.From{Event: n}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return bridge.From{Time: t}, nil
+	}
+	var d time.Duration
+	if err := (durationValue{&d}).Set(s); err == nil && d > 0 {
+		return bridge.From{Time: now.Add(-d)}, nil
+	}
+	return bridge.From{}, usagef("--from %q is not start, new, an event number, turn:N, a time or an age", s)
 }
 
 // colorful reports whether stdout is a terminal that wants colour.

@@ -1,0 +1,68 @@
+package bridge
+
+import (
+	"context"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// MaxEventsPage bounds one page of events.
+const MaxEventsPage = 5000
+
+// Events reads a page of an agent's events from the stream: from the
+// start, an event number, a turn or a time, with gaps reported and the
+// number to continue from.
+func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
+	rep := schemas.EventsReply{AgentID: req.AgentID, Events: []schemas.StoredEvent{}, Gaps: []schemas.EventGap{}}
+	if err := schemas.ValidID(req.AgentID); err != nil {
+		return rep, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	set := 0
+	var from From
+	if req.FromEvent > 0 {
+		from.Event, set = req.FromEvent, set+1
+	}
+	if req.FromTurn < 0 {
+		return rep, schemas.Errf(schemas.CodeInvalid, "from_turn must be positive")
+	}
+	if req.FromTurn > 0 {
+		from.Turn, set = req.FromTurn, set+1
+	}
+	if req.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.Since)
+		if err != nil {
+			return rep, schemas.Errf(schemas.CodeInvalid, "since %q is not an RFC 3339 time (e.g. 2026-11-29T10:00:00Z)", req.Since)
+		}
+		from.Time, set = t, set+1
+	}
+	if set > 1 {
+		return rep, schemas.Errf(schemas.CodeInvalid, "give at most one of from_event, from_turn and since")
+	}
+	max := req.Max
+	switch {
+	case max < 0 || max > MaxEventsPage:
+		return rep, schemas.Errf(schemas.CodeInvalid, "max must be between 1 and %d", MaxEventsPage)
+	case max == 0:
+		max = 200
+	}
+	if _, _, err := f.Record(ctx, req.AgentID); err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
+		return rep, err
+	}
+	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
+		if len(rep.Events) >= max {
+			rep.More = true
+			return errStop
+		}
+		if gap != nil {
+			rep.Gaps = append(rep.Gaps, schemas.EventGap{From: gap.From, To: gap.To})
+		}
+		rep.NextEvent = r.N + 1
+		if r.Event.IsDelta() && !req.IncludeDeltas {
+			return nil
+		}
+		rep.Events = append(rep.Events, schemas.StoredEvent{N: r.N, Time: r.Time.UTC().Format(time.RFC3339Nano), Node: r.Node, Event: r.Raw})
+		return nil
+	})
+	return rep, err
+}

@@ -1,0 +1,330 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// From says where a replay starts. Its zero value is the beginning.
+type From struct {
+	// Event is an event number (1 is an agent's first); one agent only.
+	Event uint64
+	// Turn starts at the turn's start (the user's text that began it, when
+	// it is there); one agent only.
+	Turn int
+	// Time starts at the first event stored at or after it.
+	Time time.Time
+	// New skips history: only events published from now on.
+	New bool
+}
+
+// Replayed is one event as a replay delivers it.
+type Replayed struct {
+	Agent string
+	N     uint64 // the agent's event number
+	Seq   uint64 // the stream sequence
+	Time  time.Time
+	Node  string
+	Event schemas.Event
+	Raw   []byte // the envelope as stored
+}
+
+// Gap says that an agent's events From through To are not in the stream:
+// dropped by retention, or lost. A replay reports gaps; it never hides them.
+type Gap struct {
+	Agent    string `json:"agent_id"`
+	From, To uint64
+}
+
+func (g Gap) Error() string {
+	if g.From == g.To {
+		return fmt.Sprintf("agent %s's event %d is missing from the stream", g.Agent, g.From)
+	}
+	return fmt.Sprintf("agent %s's events %d to %d are missing from the stream", g.Agent, g.From, g.To)
+}
+
+// errStop ends a replay from inside fn without an error.
+var errStop = errors.New("stop")
+
+// Replay delivers the events of the agents named (every agent when none)
+// from a point, in stream order, to fn: each event, or a gap before it.
+// With follow it goes on with events as they are published, on the same
+// consumer, so there is no gap and no duplicate at the seam between
+// history and live. It returns when ctx ends, fn returns an error, or,
+// without follow, once it has caught up.
+func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error {
+	if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
+		return schemas.Errf(schemas.CodeInvalid, "a replay from an event number or a turn names one agent")
+	}
+	subjects := []string{schemas.EventSubjects}
+	if len(ids) > 0 {
+		subjects = subjects[:0]
+		for _, id := range ids {
+			if err := schemas.ValidID(id); err != nil {
+				return schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+			}
+			subjects = append(subjects, schemas.EventSubject(id))
+		}
+	}
+	stream, err := f.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
+	switch {
+	case from.New:
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	case from.Event > 0:
+		seq, err := seekEvent(ctx, stream, ids[0], from.Event)
+		if err != nil {
+			return err
+		}
+		if seq == 0 {
+			if !follow {
+				return nil // nothing at or after that event yet
+			}
+			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		} else {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+		}
+	case !from.Time.IsZero():
+		t := from.Time
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	// Without follow, the replay ends at the last event stored now.
+	var end uint64
+	if !follow {
+		if from.New {
+			return nil
+		}
+		last, err := lastOf(ctx, stream, subjects)
+		if err != nil {
+			return err
+		}
+		if last == nil || (!from.Time.IsZero() && last.Time.Before(from.Time)) || (cfg.OptStartSeq > last.Sequence) {
+			return nil
+		}
+		end = last.Sequence
+	}
+	it, closeIt, err := openReplay(ctx, stream, cfg, follow)
+	if err != nil {
+		return err
+	}
+	defer closeIt()
+
+	next := map[string]uint64{} // the event number each agent should show next
+	if from.Event > 0 {
+		next[ids[0]] = from.Event
+	}
+	var pending *Replayed // a user's text held back while looking for the turn it starts
+	started := from.Turn == 0
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		r, ok := replayed(msg)
+		if ok {
+			if err := f.replayOne(&r, from.Turn, &started, &pending, next, fn); err != nil {
+				return done(err)
+			}
+		}
+		if meta, err := msg.Metadata(); err == nil && !follow && meta.Sequence.Stream >= end {
+			return nil
+		}
+	}
+}
+
+// openReplay starts the consumer of a replay. One that follows is an
+// ordered consumer, which survives reconnects; one that only reads what is
+// stored is an ephemeral consumer deleted as soon as the read ends, since
+// a stream holds a bounded number of consumers and readers may be many.
+func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, follow bool) (jetstream.MessagesContext, func(), error) {
+	if follow {
+		cons, err := stream.OrderedConsumer(ctx, cfg)
+		if err != nil {
+			return nil, nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return nil, nil, err
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		return it, func() { stop(); it.Stop() }, nil
+	}
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubjects:    cfg.FilterSubjects,
+		DeliverPolicy:     cfg.DeliverPolicy,
+		OptStartSeq:       cfg.OptStartSeq,
+		OptStartTime:      cfg.OptStartTime,
+		AckPolicy:         jetstream.AckNonePolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return nil, nil, err
+	}
+	name := cons.CachedInfo().Name
+	stop := context.AfterFunc(ctx, it.Stop)
+	return it, func() {
+		stop()
+		it.Stop()
+		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		stream.DeleteConsumer(del, name)
+	}, nil
+}
+
+// replayOne delivers r, or holds it back while a replay from a turn has
+// not reached that turn yet.
+func (f *Fabric) replayOne(r *Replayed, turn int, started *bool, pending **Replayed, next map[string]uint64, fn func(Replayed, *Gap) error) error {
+	if !*started {
+		switch {
+		case r.Event.Kind() == schemas.KindUserText:
+			*pending = r
+			return nil
+		case r.Event.Turn >= turn && (r.Event.Kind() == schemas.KindTurnStarted || isWorking(r.Event)):
+			*started = true
+			if p := *pending; p != nil && p.Event.Turn == turn-1 {
+				if err := f.deliver(p, next, fn); err != nil {
+					return err
+				}
+			}
+		default:
+			return nil
+		}
+	}
+	return f.deliver(r, next, fn)
+}
+
+// lastOf is the last stored message on any of the subjects, or nil.
+func lastOf(ctx context.Context, stream jetstream.Stream, subjects []string) (*jetstream.RawStreamMsg, error) {
+	var last *jetstream.RawStreamMsg
+	for _, subj := range subjects {
+		m, err := stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, schemas.Errf(schemas.CodeUnavailable, "read the stream: %v", err)
+		}
+		if last == nil || m.Sequence > last.Sequence {
+			last = m
+		}
+	}
+	return last, nil
+}
+
+func done(err error) error {
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+func isWorking(ev schemas.Event) bool {
+	st, ok := ev.Payload.(schemas.Status)
+	return ok && st.Status == schemas.StatusWorking
+}
+
+// deliver hands an event to fn, with the gap before it if its number is
+// not the one expected; a number already delivered is a duplicate and is
+// skipped.
+func (f *Fabric) deliver(r *Replayed, next map[string]uint64, fn func(Replayed, *Gap) error) error {
+	want, seen := next[r.Agent]
+	if seen && r.N < want {
+		return nil
+	}
+	var gap *Gap
+	if seen && r.N > want {
+		gap = &Gap{Agent: r.Agent, From: want, To: r.N - 1}
+	}
+	next[r.Agent] = r.N + 1
+	return fn(*r, gap)
+}
+
+func replayed(msg jetstream.Msg) (Replayed, bool) {
+	id, ok := schemas.AgentFromSubject(msg.Subject())
+	if !ok {
+		return Replayed{}, false
+	}
+	ev, err := schemas.Decode(msg.Data())
+	if err != nil {
+		return Replayed{}, false
+	}
+	r := Replayed{Agent: id, Event: ev, Raw: append([]byte(nil), msg.Data()...), Node: msg.Headers().Get(schemas.HeaderNode)}
+	if _, n, err := schemas.ParseMsgID(msg.Headers().Get(schemas.HeaderMsgID)); err == nil {
+		r.N = n
+	}
+	if meta, err := msg.Metadata(); err == nil {
+		r.Seq, r.Time = meta.Sequence.Stream, meta.Timestamp
+	}
+	return r, true
+}
+
+// seekEvent finds the stream sequence of an agent's event n, by binary
+// search over the stream with next-by-subject reads; 0 when the agent has
+// no event n or later yet. An event older than the stream keeps is an
+// error that says where the agent's history now starts.
+func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64) (uint64, error) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, schemas.Errf(schemas.CodeUnavailable, "read stream %s: %v", schemas.StreamName, err)
+	}
+	subject := schemas.EventSubject(id)
+	nextFrom := func(seq uint64) (*jetstream.RawStreamMsg, uint64, error) {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, 0, nil
+		}
+		if err != nil {
+			return nil, 0, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+		}
+		_, num, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+		if err != nil {
+			return nil, 0, schemas.Errf(schemas.CodeInternal, "agent %s has an event without a number at %d", id, m.Sequence)
+		}
+		return m, num, nil
+	}
+	first, firstN, err := nextFrom(info.State.FirstSeq)
+	if err != nil {
+		return 0, err
+	}
+	if first == nil {
+		return 0, schemas.Errf(schemas.CodeNotFound, "agent %s has no events in the stream", id)
+	}
+	if n < firstN {
+		return 0, schemas.Errf(schemas.CodeNotFound, "agent %s's events before %d are past the stream's retention; its history now starts at event %d", id, firstN, firstN)
+	}
+	lo, hi := first.Sequence, info.State.LastSeq+1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, num, err := nextFrom(mid)
+		if err != nil {
+			return 0, err
+		}
+		if m == nil || num >= n {
+			hi = mid
+		} else {
+			lo = m.Sequence + 1
+		}
+	}
+	m, _, err := nextFrom(lo)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}

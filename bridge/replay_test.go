@@ -1,0 +1,244 @@
+package bridge_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// agentStream publishes an agent's events as a node would.
+type agentStream struct {
+	t  *testing.T
+	js jetstream.JetStream
+	id string
+	n  uint64
+}
+
+func (a *agentStream) emit(turn int, p schemas.Payload) uint64 {
+	a.t.Helper()
+	a.n++
+	env, err := schemas.Encode(schemas.Event{Turn: turn, Payload: p})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	m := nats.NewMsg(schemas.EventSubject(a.id))
+	m.Data = env
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(a.id, a.n))
+	m.Header.Set(schemas.HeaderNode, "n1")
+	if _, err := a.js.PublishMsg(a.t.Context(), m); err != nil {
+		a.t.Fatal(err)
+	}
+	return a.n
+}
+
+// turn publishes a whole turn: 8 events.
+func (a *agentStream) turn(t int, text string) {
+	a.emit(t-1, schemas.UserText{Content: schemas.Text("q" + text)})
+	a.emit(t, schemas.Status{Status: schemas.StatusWorking})
+	a.emit(t, schemas.TurnStarted{})
+	a.emit(t, schemas.AssistantText{Delta: true, Content: schemas.Text(text[:1])})
+	a.emit(t, schemas.AssistantText{Content: schemas.Text(text)})
+	a.emit(t, schemas.Status{Status: schemas.StatusIdle})
+	a.emit(t, schemas.Result{StopReason: schemas.StopEndTurn})
+}
+
+type collected struct {
+	mu   sync.Mutex
+	evs  []bridge.Replayed
+	gaps []bridge.Gap
+}
+
+func (c *collected) fn(r bridge.Replayed, g *bridge.Gap) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g != nil {
+		c.gaps = append(c.gaps, *g)
+	}
+	c.evs = append(c.evs, r)
+	return nil
+}
+
+func (c *collected) numbers() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint64
+	for _, r := range c.evs {
+		out = append(out, r.N)
+	}
+	return out
+}
+
+func seq(from, to uint64) []uint64 {
+	var out []uint64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func equal(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestReplayStartingPoints(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	a := &agentStream{t: t, js: js, id: "r1"}
+	other := &agentStream{t: t, js: js, id: "r2"}
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle}) // 1
+	a.turn(1, "first")                                    // 2-8
+	other.turn(1, "noise")
+	mid := time.Now()
+	a.turn(2, "second") // 9-15
+	other.turn(2, "more noise")
+	a.turn(3, "third") // 16-22
+
+	run := func(from bridge.From) *collected {
+		t.Helper()
+		var c collected
+		if err := f.Replay(t.Context(), []string{"r1"}, from, false, c.fn); err != nil {
+			t.Fatalf("replay from %+v: %v", from, err)
+		}
+		return &c
+	}
+	if got := run(bridge.From{}).numbers(); !equal(got, seq(1, 22)) {
+		t.Errorf("from the start: %v", got)
+	}
+	if got := run(bridge.From{Event: 7}).numbers(); !equal(got, seq(7, 22)) {
+		t.Errorf("from event 7: %v", got)
+	}
+	c := run(bridge.From{Turn: 2})
+	if got := c.numbers(); !equal(got, seq(9, 22)) || c.evs[0].Event.Kind() != schemas.KindUserText {
+		t.Errorf("from turn 2: %v, first %s", got, c.evs[0].Event.Kind())
+	}
+	if got := run(bridge.From{Time: mid}).numbers(); !equal(got, seq(9, 22)) {
+		t.Errorf("from a time: %v", got)
+	}
+	if got := run(bridge.From{Event: 99}).numbers(); len(got) != 0 {
+		t.Errorf("from beyond the end: %v", got)
+	}
+	var all collected
+	if err := f.Replay(t.Context(), nil, bridge.From{}, false, all.fn); err != nil || len(all.evs) != 22+14 {
+		t.Errorf("every agent: %d events, %v", len(all.evs), err)
+	}
+	if err := f.Replay(t.Context(), nil, bridge.From{Event: 3}, false, all.fn); err == nil || !strings.Contains(err.Error(), "names one agent") {
+		t.Errorf("from an event number without an agent: %v", err)
+	}
+
+	// Retention drops the start of the stream: asking for it says so.
+	s, _ := js.Stream(t.Context(), schemas.StreamName)
+	if err := s.Purge(t.Context(), jetstream.WithPurgeSequence(10)); err != nil {
+		t.Fatal(err)
+	}
+	err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 2}, false, func(bridge.Replayed, *bridge.Gap) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "events before 9 are past the stream's retention; its history now starts at event 9") {
+		t.Errorf("before retention: %v", err)
+	}
+	// A hole in the numbering is reported, not hidden.
+	a.n += 3
+	a.emit(3, schemas.Errorf("after a hole"))
+	c = run(bridge.From{Event: 20})
+	if len(c.gaps) != 1 || c.gaps[0].From != 23 || c.gaps[0].To != 25 {
+		t.Errorf("gaps %+v", c.gaps)
+	}
+}
+
+// Replay then live follow on one consumer: no gap and no duplicate at the
+// seam; an observer that disconnects mid-turn resumes from its last event
+// number and misses nothing.
+func TestReplayFollowAndResume(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	a := &agentStream{t: t, js: js, id: "live"}
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
+	a.turn(1, "history")
+
+	// A producer keeps the turn going while the observer comes and goes.
+	produce := make(chan int)
+	producerDone := make(chan struct{})
+	go func() {
+		defer close(producerDone)
+		for k := range produce {
+			for range k {
+				a.emit(2, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
+			}
+		}
+	}()
+
+	var first collected
+	ctx, cancel := context.WithCancel(t.Context())
+	got := make(chan struct{}, 1000)
+	go f.Replay(ctx, []string{"live"}, bridge.From{}, true, func(r bridge.Replayed, g *bridge.Gap) error {
+		first.fn(r, g)
+		got <- struct{}{}
+		return nil
+	})
+	for range 8 {
+		<-got // the history
+	}
+	produce <- 20
+	for range 20 {
+		<-got // live, past the seam
+	}
+	cancel() // the observer goes away mid-turn
+	last := first.numbers()[len(first.numbers())-1]
+	produce <- 30 // the turn goes on without it
+	close(produce)
+	<-producerDone
+
+	var second collected
+	if err := f.Replay(t.Context(), []string{"live"}, bridge.From{Event: last + 1}, false, second.fn); err != nil {
+		t.Fatal(err)
+	}
+	all := append(first.numbers(), second.numbers()...)
+	if !equal(all, seq(1, 58)) || len(first.gaps)+len(second.gaps) != 0 {
+		t.Fatalf("events seen across the disconnect: %v (gaps %v %v)", all, first.gaps, second.gaps)
+	}
+}
+
+// agent_output's reading of a turn the stream no longer keeps says so.
+func TestOutputPastRetention(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	a := &agentStream{t: t, js: js, id: "old"}
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
+	a.turn(1, "first")
+	a.turn(2, "second")
+	kv, _ := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	kv.Put(t.Context(), "old", []byte(`{"id":"old","status":"idle","turn":2,"node":"n1"}`))
+	s, _ := js.Stream(t.Context(), schemas.StreamName)
+	s.Purge(t.Context(), jetstream.WithPurgeSequence(9)) // turn 1 is gone
+	turn := 1
+	_, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
+	if err == nil || !strings.Contains(err.Error(), "turn 1 of agent old is past the stream's retention; its history now starts at event 9, in turn 1") {
+		t.Fatalf("output of a trimmed turn: %v", err)
+	}
+	turn = 2
+	out, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
+	if err != nil || out.Text != "second" {
+		t.Fatalf("output of a kept turn: %+v %v", out, err)
+	}
+}
