@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -20,77 +19,10 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// received is one bus message as a libzmq subscriber decoded it.
-type received struct {
-	Topic       string `json:"topic"`
-	Channel     string `json:"channel"`
-	Data        string `json:"data"`
-	SessionName string `json:"session_name"`
-	Error       string `json:"error"`
-	Ready       bool   `json:"ready"`
-}
-
-// kaimonSub runs a libzmq subscriber (Debian's python3-zmq) prefix-
-// subscribed to "agent:" at address.
-func kaimonSub(t *testing.T, address string) <-chan received {
-	t.Helper()
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import zmq").CombinedOutput(); err != nil {
-		t.Fatalf("python3-zmq is missing (the test command installs it: apt-get install python3-zmq): %v %s", err, out)
-	}
-	cmd := exec.Command("/usr/bin/python3", "testdata/kaimon_sub.py", address, "agent:")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	ch := make(chan received, 1<<16)
-	go func() {
-		defer close(ch)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 64<<20)
-		for sc.Scan() {
-			var r received
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				r.Error = err.Error()
-			}
-			ch <- r
-		}
-	}()
-	select {
-	case r := <-ch:
-		if !r.Ready {
-			t.Fatalf("subscriber said %+v", r)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the subscriber did not start")
-	}
-	return ch
-}
-
-func next(t *testing.T, ch <-chan received, what string) received {
-	t.Helper()
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			t.Fatalf("the subscriber exited before %s", what)
-		}
-		if r.Error != "" {
-			t.Fatalf("the subscriber could not read a message: %s", r.Error)
-		}
-		return r
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no %s on the bus", what)
-	}
-	return received{}
-}
 
 func runBus(t *testing.T, cfg bridge.BusConfig) (stop func() error) {
 	t.Helper()
@@ -153,7 +85,7 @@ func TestBusDeliversTurnInOrder(t *testing.T) {
 	b := natstest.Start(t)
 	_, js := natstest.JetStream(t, b)
 	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
-	sub := kaimonSub(t, address)
+	sub := kaimonsub.Start(t, address)
 	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos")})
 
 	envs := turnEnvelopes(t)
@@ -163,7 +95,7 @@ func TestBusDeliversTurnInOrder(t *testing.T) {
 		publish(t, js, "9f3a1c20", uint64(i+1), env)
 	}
 	for i, env := range envs {
-		r := next(t, sub, fmt.Sprintf("event %d", i+1))
+		r := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i+1))
 		if r.Topic != "agent:9f3a1c20" || r.Channel != r.Topic || r.SessionName != "agent" || r.Data != string(env) {
 			t.Fatalf("event %d: topic %q channel %q session %q data %.80q, want %.80q", i+1, r.Topic, r.Channel, r.SessionName, r.Data, env)
 		}
@@ -274,7 +206,7 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 		}
 		return cmd
 	}
-	sub := kaimonSub(t, address)
+	sub := kaimonsub.Start(t, address)
 	bus := start()
 	current := bus
 

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -74,8 +75,26 @@ func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 	}
 	req.Node = node
 	req.RequestID = requestID(req.RequestID)
+	if req.ID == "" {
+		// A retry of this request names the same agent, so wherever
+		// placement sends it, it finds the agent the first attempt opened.
+		req.ID = derivedID(req.RequestID)
+	}
 	var rep schemas.OpenReply
-	return rep, f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)
+	err = f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)
+	if schemas.CodeOf(err) == schemas.CodeConflict {
+		if rec, _, rerr := f.Record(ctx, req.ID); rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead {
+			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil
+		}
+	}
+	return rep, err
+}
+
+// derivedID is the agent id an open request names when the caller chose
+// none: 8 hex characters of a hash of its request id.
+func derivedID(requestID string) string {
+	sum := sha256.Sum256([]byte("shoal-open/" + requestID))
+	return hex.EncodeToString(sum[:4])
 }
 
 // Send writes a user turn to an agent.
@@ -105,6 +124,9 @@ func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas
 // Status returns an agent's record from its node, or from KV when the
 // node does not answer or no longer keeps the agent.
 func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	if rec, _, err := f.Record(ctx, id); err == nil && rec.Status == schemas.StatusDead {
+		return rec, nil // its record has the last word
+	}
 	var rep schemas.AgentRecord
 	err := f.toOwner(ctx, id, schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rep, 0)
 	switch code := schemas.CodeOf(err); {
@@ -218,7 +240,10 @@ func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req,
 	return f.request(ctx, rec.Node, verb, req, rep, timeout)
 }
 
-// request sends one control request to a node and decodes its reply.
+// request sends one control request to a node and decodes its reply. A
+// request that carries a request id is sent again, under the same id,
+// when its reply is lost or the node is briefly away: the node answers a
+// retry with its first reply, so a retried request never acts twice.
 func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -232,7 +257,34 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	msg, err := f.nc.RequestWithContext(ctx, schemas.ControlSubject(node, verb), body)
+	attempts, attempt := 1, ctx
+	if retryable(verb) {
+		attempts = 3
+	}
+	var msg *nats.Msg
+	for i := range attempts {
+		if attempts > 1 && verb != schemas.VerbRun {
+			deadline, _ := ctx.Deadline()
+			var cancel context.CancelFunc
+			attempt, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attempts-i))
+			defer cancel()
+		}
+		msg, err = f.nc.RequestWithContext(attempt, schemas.ControlSubject(node, verb), body)
+		if err == nil || ctx.Err() != nil || i == attempts-1 {
+			break
+		}
+		if errors.Is(err, nats.ErrNoResponders) {
+			if i > 0 {
+				break // away twice: not a blip
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return schemas.Errf(schemas.CodeUnavailable, "node %s is not reachable", node)
@@ -242,6 +294,11 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: %v", verb, node, err)
 	}
 	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// retryable verbs carry a request id the node dedupes, or only read.
+func retryable(verb schemas.Verb) bool {
+	return verb != schemas.VerbList
 }
 
 // requestID returns id, or a fresh one, so that a retried request is

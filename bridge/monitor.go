@@ -83,7 +83,12 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
+	// A coordinator that starts (or restarts) gives nodes the grace period
+	// to check in: entries that expired while it was down are not losses
+	// yet. After it, nodes that have not come back are lost, and from then
+	// on every expiry is.
 	present := map[string]bool{}
+	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
 	for {
@@ -91,7 +96,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-sweep.C:
-			// Nodes that have not come back since the monitor started are lost.
+			settled = true
 			m.sweep(ctx, agents, stream, func(node string) bool { return !present[node] })
 		case e, ok := <-w.Updates():
 			if !ok {
@@ -106,7 +111,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			} else {
 				present[e.Key()] = true
 			}
-			if gone {
+			if gone && settled {
 				node := e.Key()
 				m.log.Warn("node lost", "node", node)
 				m.sweep(ctx, agents, stream, func(n string) bool { return n == node })

@@ -29,25 +29,27 @@ type agent struct {
 
 	sendMu sync.Mutex // serialises sends, so turn numbers follow their order
 
-	mu           sync.Mutex
-	rec          schemas.AgentRecord
-	seq          uint64 // the last event number used
-	turnOpen     bool
-	openTurn     int
-	turnStarted  time.Time
-	lastEvent    time.Time
-	watchdog     string // why the watchdog fired for the open turn, "" if it has not
-	closing      bool
-	dead         bool
-	muted        bool // the fabric closed this agent's stream; publish nothing more
-	syncRun      bool
-	thinking     strings.Builder // this block's streamed thought, for an empty authoritative copy
-	partial      strings.Builder // this turn's streamed assistant text, for agent_output
-	turnText     []string        // this turn's authoritative assistant texts, for agent_run
-	waiters      map[int][]chan runOutcome
-	eventLog     *os.File
-	stderrLog    *os.File
-	lastActivity time.Time
+	mu            sync.Mutex
+	rec           schemas.AgentRecord
+	seq           uint64 // the last event number used
+	turnOpen      bool
+	openTurn      int
+	turnStarted   time.Time
+	lastEvent     time.Time
+	watchdog      string // why the watchdog fired for the open turn, "" if it has not
+	closing       bool
+	dead          bool
+	muted         bool // the fabric closed this agent's stream; publish nothing more
+	outboxTurn    int  // the turn interrupted when the outbox filled
+	droppedChunks int  // streamed chunks not kept while the outbox was full
+	syncRun       bool
+	thinking      strings.Builder // this block's streamed thought, for an empty authoritative copy
+	partial       strings.Builder // this turn's streamed assistant text, for agent_output
+	turnText      []string        // this turn's authoritative assistant texts, for agent_run
+	waiters       map[int][]chan runOutcome
+	eventLog      *os.File
+	stderrLog     *os.File
+	lastActivity  time.Time
 }
 
 // runOutcome is how a turn a synchronous run waits for ended.
@@ -229,6 +231,12 @@ func (a *agent) die(ev schemas.Event) {
 // publish numbers an event, logs it when it is not a liveness-only chunk or
 // a status transition (logged), and hands it to the publisher.
 func (a *agent) publish(ev schemas.Event, logged bool) {
+	if ev.IsDelta() && a.h.pub.saturated() {
+		a.mu.Lock()
+		a.droppedChunks++
+		a.mu.Unlock()
+		return // liveness only: the authoritative copy follows
+	}
 	env, err := schemas.Encode(ev)
 	if err != nil {
 		a.log.Error("cannot encode an event; it is dropped", "kind", ev.Kind(), "err", err)

@@ -56,6 +56,13 @@ type Config struct {
 	MaxDead int
 	// PublishWindow bounds unacknowledged publishes; 256 when zero.
 	PublishWindow int
+	// OutboxMemory is how many bytes of events the node keeps in memory
+	// while the fabric is away; 64 MiB when zero.
+	OutboxMemory int
+	// OutboxDisk is how many more it keeps on disk, in Dir; 1 GiB when
+	// zero, none when negative. Past both, streamed chunks are not kept
+	// and running turns are interrupted.
+	OutboxDisk int64
 	// Version is reported by the node's micro service and record.
 	Version string
 	// Labels are advertised for placement (e.g. gpu=yes, site=lab).
@@ -89,6 +96,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PublishWindow == 0 {
 		c.PublishWindow = 256
+	}
+	if c.OutboxMemory == 0 {
+		c.OutboxMemory = 64 << 20
+	}
+	if c.OutboxDisk == 0 {
+		c.OutboxDisk = 1 << 30
 	}
 	if c.Version == "" {
 		c.Version = "0.0.0"
@@ -153,7 +166,6 @@ func New(cfg Config) (*Host, error) {
 	for _, b := range cfg.Backends {
 		h.backends[b.Kind()] = b
 	}
-	h.pub = newPublisher(js, cfg.PublishWindow, h.log)
 	return h, nil
 }
 
@@ -179,6 +191,15 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
+	var sp *spill
+	if h.cfg.OutboxDisk > 0 {
+		if sp, err = openSpill(filepath.Join(h.cfg.Dir, "outbox.spill")); err != nil {
+			return err
+		}
+		defer sp.close()
+	}
+	h.pub = newPublisher(h.js, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	h.pub.onFull = h.outboxFull
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
 	}
@@ -421,4 +442,57 @@ func (h *Host) metadata() map[string]string {
 		md["max_agents"] = strconv.Itoa(h.cfg.MaxAgents)
 	}
 	return md
+}
+
+// outboxFull acts when the outbox fills (the fabric has been away long
+// enough): running turns are interrupted, so agents stop producing what
+// cannot be kept. Once it drains, each of those agents says on its stream
+// what happened.
+func (h *Host) outboxFull(full bool) {
+	h.mu.Lock()
+	agents := make([]*agent, 0, len(h.agents))
+	for _, a := range h.agents {
+		agents = append(agents, a)
+	}
+	h.mu.Unlock()
+	if full {
+		h.log.Error("the outbox is full: the fabric has been unreachable too long; interrupting running turns",
+			"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk)
+		for _, a := range agents {
+			a.mu.Lock()
+			open, turn := a.turnOpen, a.openTurn
+			if open {
+				a.outboxTurn = turn
+			}
+			a.mu.Unlock()
+			if open {
+				go a.sess.Interrupt(h.ctx)
+			}
+		}
+		return
+	}
+	for _, a := range agents {
+		a.mu.Lock()
+		turn, dropped := a.outboxTurn, a.droppedChunks
+		a.outboxTurn, a.droppedChunks = 0, 0
+		a.mu.Unlock()
+		if turn == 0 && dropped == 0 {
+			continue
+		}
+		msg := fmt.Sprintf("the fabric was unreachable until the node's outbox filled (%d MiB in memory", h.cfg.OutboxMemory>>20)
+		if h.cfg.OutboxDisk > 0 {
+			msg += fmt.Sprintf(", %d MiB on disk", h.cfg.OutboxDisk>>20)
+		}
+		msg += ")"
+		if turn > 0 {
+			msg += fmt.Sprintf("; turn %d was interrupted", turn)
+		}
+		if dropped > 0 {
+			msg += fmt.Sprintf("; %d streamed chunks were not kept (the complete copies were)", dropped)
+		}
+		a.mu.Lock()
+		now := a.rec.Turn
+		a.mu.Unlock()
+		a.Emit(schemas.Event{Turn: now, Payload: schemas.Errorf("%s", msg)})
+	}
 }

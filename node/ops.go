@@ -77,7 +77,8 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		CreatedAt: unixSeconds(now), LastActivity: unixSeconds(now),
 		EventLog: filepath.Join(h.cfg.Dir, id+".events.jsonl"),
 		Usage:    schemas.Usage{}, Node: h.cfg.Name,
-		Policy: pol.Record(cwd),
+		Policy:    pol.Record(cwd),
+		RequestID: req.RequestID,
 	}
 	h.agents[id] = a // reserves the id on this node while it starts
 	h.mu.Unlock()

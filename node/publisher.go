@@ -40,42 +40,90 @@ type publisher struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []*outMsg // unacknowledged, in order; the first sent are in flight
-	sent     int       // how many of queue have been sent
-	inflight int       // futures the acker has yet to take
-	failed   bool      // a publish failed: drain the window, then go back
-	halted   bool      // a publish failed to leave: send nothing more until the retry
+	memBytes int       // the size of queue
+	lim      outboxLimits
+	spill    *spill    // what follows queue, on disk; nil without a disk tier
+	tail     []*outMsg // what follows the spill once the disk tier is full
+	tailSize int
+	full     bool // both tiers are full: streamed chunks give way
+	onFull   func(full bool)
+	sent     int  // how many of queue have been sent
+	inflight int  // futures the acker has yet to take
+	failed   bool // a publish failed: drain the window, then go back
+	halted   bool // a publish failed to leave: send nothing more until the retry
 	stopped  bool
 	drained  chan struct{} // closed and replaced whenever the queue empties
 	futures  chan jetstream.PubAckFuture
 }
 
-func newPublisher(js jetstream.JetStream, window int, log *slog.Logger) *publisher {
-	p := &publisher{js: js, window: window, log: log, drained: make(chan struct{}),
+// outboxLimits bound the events a node keeps while the fabric is away.
+type outboxLimits struct {
+	Memory int   // bytes in memory before spilling to disk
+	Disk   int64 // bytes on disk before the outbox is full
+}
+
+func newPublisher(js jetstream.JetStream, window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
+	p := &publisher{js: js, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		futures: make(chan jetstream.PubAckFuture, window)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
 
-// enqueue adds a message; it never blocks on the network.
+func msgSize(m *outMsg) int { return len(m.msg.Data) + len(m.msg.Subject) + 128 }
+
+// enqueue adds a message; it never blocks on the network. Past the memory
+// limit messages go to disk (and keep going there, to stay in order,
+// until the disk tier is read back); past both the outbox is full.
 func (p *publisher) enqueue(m *outMsg) {
 	p.mu.Lock()
-	p.queue = append(p.queue, m)
+	size := msgSize(m)
+	spilling := p.spill != nil && p.spill.count > 0
+	switch {
+	case len(p.tail) > 0 || (spilling && p.spill.unread()+int64(size) > p.lim.Disk):
+		// The disk tier is full: keep it in memory, after the spill.
+		p.tail, p.tailSize = append(p.tail, m), p.tailSize+size
+	case p.spill != nil && (spilling || p.memBytes+size > p.lim.Memory):
+		if err := p.spill.push(m); err != nil {
+			p.log.Error("cannot spill events to disk; keeping them in memory", "err", err)
+			p.tail, p.tailSize = append(p.tail, m), p.tailSize+size
+		}
+	default:
+		p.queue, p.memBytes = append(p.queue, m), p.memBytes+size
+	}
+	full := p.memBytes+p.tailSize > p.lim.Memory // memory, and the disk tier if any, are full
+	changed := full && !p.full
+	p.full = p.full || full
 	p.mu.Unlock()
 	p.cond.Signal()
+	if changed && p.onFull != nil {
+		p.onFull(true)
+	}
+}
+
+// saturated reports whether the outbox is full, so streamed chunks, which
+// only serve liveness, are not kept.
+func (p *publisher) saturated() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.full
 }
 
 // pending is how many events wait to be stored.
 func (p *publisher) pending() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.queue)
+	n := len(p.queue) + len(p.tail)
+	if p.spill != nil {
+		n += p.spill.count
+	}
+	return n
 }
 
 // flush waits until every event enqueued so far is stored, or ctx ends.
 func (p *publisher) flush(ctx context.Context) error {
 	for {
 		p.mu.Lock()
-		empty, drained := len(p.queue) == 0, p.drained
+		empty, drained := len(p.queue)+len(p.tail) == 0 && (p.spill == nil || p.spill.count == 0), p.drained
 		p.mu.Unlock()
 		if empty {
 			return nil
@@ -106,6 +154,9 @@ func (p *publisher) send() {
 	for {
 		p.mu.Lock()
 		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window) {
+			if p.sent >= len(p.queue) && p.refill() {
+				continue
+			}
 			p.cond.Wait()
 		}
 		if p.stopped {
@@ -147,10 +198,12 @@ func (p *publisher) ack(ctx context.Context) {
 		switch {
 		case p.failed:
 		case err == nil:
+			p.memBytes -= msgSize(p.queue[0])
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
 			p.sent--
-			if len(p.queue) == 0 {
+			p.refill()
+			if len(p.queue) == 0 && len(p.tail) == 0 {
 				close(p.drained)
 				p.drained = make(chan struct{})
 			}
@@ -159,7 +212,14 @@ func (p *publisher) ack(ctx context.Context) {
 			p.failed, firstErr = true, err
 		}
 		retry := p.failed && p.inflight == 0
+		drained := p.full && p.memBytes+p.tailSize <= p.lim.Memory/2 && (p.spill == nil || p.spill.count == 0)
+		if drained {
+			p.full = false
+		}
 		p.mu.Unlock()
+		if drained && p.onFull != nil {
+			p.onFull(false)
+		}
 		p.cond.Broadcast()
 		if !retry {
 			continue
@@ -177,6 +237,34 @@ func (p *publisher) ack(ctx context.Context) {
 		firstErr = nil
 		p.cond.Broadcast()
 	}
+}
+
+// refill brings what waits after the queue into it once there is room:
+// spilled messages first, then the tail kept in memory after them. It
+// reports whether it moved any; p.mu is held.
+func (p *publisher) refill() bool {
+	if p.memBytes > p.lim.Memory/2 {
+		return false
+	}
+	moved := false
+	if p.spill != nil && p.spill.count > 0 {
+		ms, err := p.spill.pop(4096, p.lim.Memory/2)
+		if err != nil {
+			p.log.Error("reading the outbox back from disk", "err", err)
+		}
+		for _, m := range ms {
+			p.queue = append(p.queue, m)
+			p.memBytes += msgSize(m)
+		}
+		moved = len(ms) > 0
+	}
+	if (p.spill == nil || p.spill.count == 0) && len(p.tail) > 0 {
+		p.queue = append(p.queue, p.tail...)
+		p.memBytes += p.tailSize
+		p.tail, p.tailSize = nil, 0
+		moved = true
+	}
+	return moved
 }
 
 // failedFuture is the ack future of a publish that failed before it left.
@@ -226,6 +314,10 @@ func (p *publisher) skipStored(ctx context.Context) {
 	}
 	clear(p.queue[len(kept):])
 	p.queue = kept
+	p.memBytes = 0
+	for _, m := range p.queue {
+		p.memBytes += msgSize(m)
+	}
 	if len(p.queue) == 0 {
 		close(p.drained)
 		p.drained = make(chan struct{})

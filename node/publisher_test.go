@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,7 +62,7 @@ func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
 	b := natstest.Start(t)
 	_, js := natstest.JetStream(t, b)
 	flaky := &flakyJS{JetStream: js}
-	p := newPublisher(flaky, 16, slog.New(slog.DiscardHandler))
+	p := newPublisher(flaky, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.run(ctx); close(done) }()
@@ -98,4 +101,91 @@ func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
 			t.Fatalf("agent %s: more than %d events stored", id, n)
 		}
 	}
+}
+
+// downJS refuses every publish while down, as a node's connection does
+// while the coordinator is away.
+type downJS struct {
+	jetstream.JetStream
+	down atomic.Bool
+}
+
+func (d *downJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if d.down.Load() {
+		return nil, nats.ErrConnectionReconnecting
+	}
+	return d.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// While the fabric is away events wait in memory, then on disk; when it
+// returns they are stored in order, once. Past both limits the outbox is
+// full, and says so when it has drained.
+func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	d := &downJS{JetStream: js}
+	d.down.Store(true)
+	sp, err := openSpill(filepath.Join(t.TempDir(), "outbox.spill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	p := newPublisher(d, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	var signals []bool
+	p.onFull = func(full bool) { mu.Lock(); signals = append(signals, full); mu.Unlock() }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	payload := strings.Repeat("x", 200)
+	n := uint64(0)
+	push := func(k int) {
+		for range k {
+			n++
+			p.enqueue(&outMsg{agent: "o", seq: n, msg: eventMsg("n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now())})
+		}
+	}
+	push(100) // ~40 KB: past memory, onto disk
+	p.mu.Lock()
+	spilled := sp.count
+	p.mu.Unlock()
+	if spilled == 0 || p.saturated() {
+		t.Fatalf("after 40 KB: %d on disk, full %v", spilled, p.saturated())
+	}
+	push(300) // past the disk too
+	if !p.saturated() {
+		t.Fatal("the outbox is not full past both limits")
+	}
+	d.down.Store(false) // the fabric is back
+	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer fcancel()
+	if err := p.flush(fctx); err != nil {
+		t.Fatalf("flush: %v (pending %d)", err, p.pending())
+	}
+	if p.saturated() {
+		t.Error("still full after draining")
+	}
+	mu.Lock()
+	if len(signals) != 2 || !signals[0] || signals[1] {
+		t.Errorf("full signals %v, want [true false]", signals)
+	}
+	mu.Unlock()
+	s, _ := js.Stream(ctx, schemas.StreamName)
+	cons, _ := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"agent.o"}})
+	for want := uint64(1); want <= n; want++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("event %d missing: %v", want, err)
+		}
+		if _, got, _ := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); got != want {
+			t.Fatalf("event %d where %d belongs", got, want)
+		}
+	}
+	p.mu.Lock()
+	if sp.count != 0 || sp.size != 0 {
+		t.Errorf("spill file not emptied: %d records, %d bytes", sp.count, sp.size)
+	}
+	p.mu.Unlock()
 }

@@ -168,6 +168,9 @@ type AgentRecord struct {
 	Node          string      `json:"node"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
+	// RequestID is the id of the open request that made this life of the
+	// agent, so a retried open recognises it.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // AgentPolicy is the part of an agent's composed policy the MCP door

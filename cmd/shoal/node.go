@@ -210,7 +210,9 @@ left behind (pids.json).`,
 // up yet; once connected, the connection keeps reconnecting by itself.
 func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environment, log *slog.Logger) (*nats.Conn, error) {
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
-		nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+		// No reconnect buffer: while the coordinator is away the node's
+		// outbox keeps events, in order, and publishes them once it is back.
+		nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
 		if err == nil {
 			return nc, nil
 		}

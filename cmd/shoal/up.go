@@ -217,6 +217,11 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	if err := f.WatchNodes(ctx); err != nil {
 		return "", err
 	}
+	workers.Go(func() {
+		if err := bridge.Serve(ctx, nc, f, semver()); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("fabric service: %w", err)
+		}
+	})
 	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver(), Logger: log})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)

@@ -1,0 +1,57 @@
+package bridge_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A retried open is one agent, even when placement would send the retry
+// to another node: the request names the same agent both times.
+func TestRetriedOpenIsOneAgent(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	for _, name := range []string{"a", "b"} {
+		h, err := node.New(node.Config{Name: name, Conn: natstest.Connect(t, srv), Dir: t.TempDir(), Backends: []backend.Backend{instantBackend{}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { h.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		<-h.Ready()
+	}
+	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	req := schemas.OpenRequest{RequestID: "client-retry-1", CWD: t.TempDir()}
+	first, err := f.Open(ctx, req)
+	if err != nil || first.Node != "a" {
+		t.Fatalf("first open: %+v %v", first, err)
+	}
+	// Node a is busier now, so placement would pick b for a new agent.
+	if other, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "a"}); err != nil || other.Node != "a" {
+		t.Fatalf("filler: %+v %v", other, err)
+	}
+	again, err := f.Open(ctx, req)
+	if err != nil || again != first {
+		t.Fatalf("the retry opened %+v (%v), want %+v", again, err, first)
+	}
+	recs, _ := f.List(ctx)
+	if len(recs) != 2 {
+		t.Fatalf("%d agents after a retried open, want 2", len(recs))
+	}
+	// A new request is placed afresh.
+	fresh, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil || fresh.Node != "b" {
+		t.Fatalf("a new open went to %+v (%v), want b", fresh, err)
+	}
+}
