@@ -58,7 +58,7 @@ func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 			rep.Gaps = append(rep.Gaps, schemas.EventGap{From: gap.From, To: gap.To})
 		}
 		rep.NextEvent = r.N + 1
-		if r.Event.IsDelta() && !req.IncludeDeltas {
+		if r.Delta && !req.IncludeDeltas {
 			return nil
 		}
 		rep.Events = append(rep.Events, schemas.StoredEvent{N: r.N, Time: r.Time.UTC().Format(time.RFC3339Nano), Node: r.Node, Event: r.Raw})

@@ -45,7 +45,7 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 		target = *req.Turn
 		if f := life.first; f.N > 1 && target > 0 && (life.started == 0 || target < life.started) {
 			return schemas.OutputReply{}, schemas.Errf(schemas.CodeNotFound,
-				"turn %d of agent %s is past the stream's retention; its history now starts at event %d, in turn %d", target, req.AgentID, f.N, f.Event.Turn)
+				"turn %d of agent %s is past the stream's retention; its history now starts at event %d, in turn %d", target, req.AgentID, f.N, f.Turn)
 		}
 	}
 	live := working && target >= current
@@ -123,7 +123,9 @@ func (f *Fabric) readLife(ctx context.Context, id string) (*life, error) {
 		if first.N == 0 {
 			first = r
 		}
-		l.add(r.Event)
+		if ev, err := r.Event(); err == nil {
+			l.add(ev)
+		}
 		return nil
 	})
 	l.first = first

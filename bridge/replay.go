@@ -24,16 +24,22 @@ type From struct {
 	New bool
 }
 
-// Replayed is one event as a replay delivers it.
+// Replayed is one event as a replay delivers it: the envelope as stored,
+// decoded only when asked, since many readers need only its kind.
 type Replayed struct {
 	Agent string
 	N     uint64 // the agent's event number
 	Seq   uint64 // the stream sequence
 	Time  time.Time
 	Node  string
-	Event schemas.Event
+	Kind  schemas.Kind
+	Turn  int
+	Delta bool   // a streamed chunk, kept for liveness only
 	Raw   []byte // the envelope as stored
 }
+
+// Event decodes the envelope.
+func (r Replayed) Event() (schemas.Event, error) { return schemas.Decode(r.Raw) }
 
 // Gap says that an agent's events From through To are not in the stream:
 // dropped by retention, or lost. A replay reports gaps; it never hides them.
@@ -138,7 +144,7 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 				return done(err)
 			}
 		}
-		if meta, err := msg.Metadata(); err == nil && !follow && meta.Sequence.Stream >= end {
+		if !follow && r.Seq >= end {
 			return nil
 		}
 	}
@@ -193,12 +199,12 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 func (f *Fabric) replayOne(r *Replayed, turn int, started *bool, pending **Replayed, next map[string]uint64, fn func(Replayed, *Gap) error) error {
 	if !*started {
 		switch {
-		case r.Event.Kind() == schemas.KindUserText:
+		case r.Kind == schemas.KindUserText:
 			*pending = r
 			return nil
-		case r.Event.Turn >= turn && (r.Event.Kind() == schemas.KindTurnStarted || isWorking(r.Event)):
+		case r.Turn >= turn && (r.Kind == schemas.KindTurnStarted || isWorking(*r)):
 			*started = true
-			if p := *pending; p != nil && p.Event.Turn == turn-1 {
+			if p := *pending; p != nil && p.Turn == turn-1 {
 				if err := f.deliver(p, next, fn); err != nil {
 					return err
 				}
@@ -235,9 +241,13 @@ func done(err error) error {
 	return err
 }
 
-func isWorking(ev schemas.Event) bool {
+func isWorking(r Replayed) bool {
+	if r.Kind != schemas.KindStatus {
+		return false
+	}
+	ev, err := r.Event()
 	st, ok := ev.Payload.(schemas.Status)
-	return ok && st.Status == schemas.StatusWorking
+	return err == nil && ok && st.Status == schemas.StatusWorking
 }
 
 // deliver hands an event to fn, with the gap before it if its number is
@@ -256,21 +266,27 @@ func (f *Fabric) deliver(r *Replayed, next map[string]uint64, fn func(Replayed, 
 	return fn(*r, gap)
 }
 
+// replayed reads what a replay needs of a message; its Seq is set even
+// when the message is not an event it can deliver.
 func replayed(msg jetstream.Msg) (Replayed, bool) {
-	id, ok := schemas.AgentFromSubject(msg.Subject())
-	if !ok {
-		return Replayed{}, false
-	}
-	ev, err := schemas.Decode(msg.Data())
-	if err != nil {
-		return Replayed{}, false
-	}
-	r := Replayed{Agent: id, Event: ev, Raw: append([]byte(nil), msg.Data()...), Node: msg.Headers().Get(schemas.HeaderNode)}
-	if _, n, err := schemas.ParseMsgID(msg.Headers().Get(schemas.HeaderMsgID)); err == nil {
-		r.N = n
-	}
+	var r Replayed
 	if meta, err := msg.Metadata(); err == nil {
 		r.Seq, r.Time = meta.Sequence.Stream, meta.Timestamp
+	}
+	id, ok := schemas.AgentFromSubject(msg.Subject())
+	if !ok {
+		return r, false
+	}
+	kind, turn, delta, err := schemas.Peek(msg.Data())
+	if err != nil {
+		return r, false
+	}
+	h := msg.Headers()
+	r.Agent, r.Kind, r.Turn, r.Delta = id, kind, turn, delta
+	r.Node = h.Get(schemas.HeaderNode)
+	r.Raw = append([]byte(nil), msg.Data()...)
+	if _, n, err := schemas.ParseMsgID(h.Get(schemas.HeaderMsgID)); err == nil {
+		r.N = n
 	}
 	return r, true
 }

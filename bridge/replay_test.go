@@ -127,8 +127,8 @@ func TestReplayStartingPoints(t *testing.T) {
 		t.Errorf("from event 7: %v", got)
 	}
 	c := run(bridge.From{Turn: 2})
-	if got := c.numbers(); !equal(got, seq(9, 22)) || c.evs[0].Event.Kind() != schemas.KindUserText {
-		t.Errorf("from turn 2: %v, first %s", got, c.evs[0].Event.Kind())
+	if got := c.numbers(); !equal(got, seq(9, 22)) || c.evs[0].Kind != schemas.KindUserText {
+		t.Errorf("from turn 2: %v, first %s", got, c.evs[0].Kind)
 	}
 	if got := run(bridge.From{Time: mid}).numbers(); !equal(got, seq(9, 22)) {
 		t.Errorf("from a time: %v", got)

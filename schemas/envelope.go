@@ -110,6 +110,9 @@ func Encode(e Event) ([]byte, error) { return e.MarshalJSON() }
 // Decode parses and checks an envelope. A malformed one yields a
 // *FieldError naming the field at fault.
 func Decode(b []byte) (Event, error) {
+	if ev, ok := decodeFast(b); ok {
+		return ev, nil
+	}
 	var ev Event
 	err := decodeInto(b, func(f *fields) {
 		kind := Kind(f.str("kind"))

@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
@@ -106,4 +107,153 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// decodeFast reads the canonical envelopes appendEnvelope writes for
+// streamed chunks, tool input fragments, status and turn starts, without
+// building a map per object. It reports false for anything else, which
+// the full decoder then reads.
+func decodeFast(b []byte) (Event, bool) {
+	if len(b) < 30 || string(b[:9]) != `{"kind":"` {
+		return Event{}, false
+	}
+	rest := b[9:]
+	var kind string
+	for _, k := range []string{"assistant_text", "thought", "tool_input_delta", "status", "turn_started"} {
+		if len(rest) > len(k)+10 && string(rest[:len(k)]) == k && string(rest[len(k):len(k)+9]) == `","turn":` {
+			kind, rest = k, rest[len(k)+9:]
+			break
+		}
+	}
+	if kind == "" {
+		return Event{}, false
+	}
+	turn, rest, ok := cutInt(rest)
+	if !ok || !hasPrefix(rest, `,"data":`) {
+		return Event{}, false
+	}
+	rest = rest[len(`,"data":`):]
+	switch kind {
+	case "turn_started":
+		if string(rest) == "{}}" {
+			return Event{Turn: turn, Payload: TurnStarted{}}, true
+		}
+	case "status":
+		s, rest, ok := cutField(rest, `{"status":`)
+		if ok && string(rest) == "}}" && AgentStatus(s).Valid() {
+			return Event{Turn: turn, Payload: Status{Status: AgentStatus(s)}}, true
+		}
+	case "tool_input_delta":
+		id, rest, ok := cutField(rest, `{"toolCallId":`)
+		if !ok {
+			break
+		}
+		frag, rest, ok := cutField(rest, `,"partialJson":`)
+		if ok && string(rest) == "}}" {
+			return Event{Turn: turn, Payload: ToolInputDelta{ToolCallID: id, PartialJSON: frag}}, true
+		}
+	default:
+		var delta bool
+		switch {
+		case hasPrefix(rest, `{"delta":true`):
+			delta, rest = true, rest[len(`{"delta":true`):]
+		case hasPrefix(rest, `{"delta":false`):
+			rest = rest[len(`{"delta":false`):]
+		default:
+			return Event{}, false
+		}
+		text, rest, ok := cutField(rest, `,"content":{"type":"text","text":`)
+		if !ok || string(rest) != "}}}" {
+			break
+		}
+		if kind == "thought" {
+			return Event{Turn: turn, Payload: Thought{Delta: delta, Content: Text(text)}}, true
+		}
+		return Event{Turn: turn, Payload: AssistantText{Delta: delta, Content: Text(text)}}, true
+	}
+	return Event{}, false
+}
+
+func hasPrefix(b []byte, p string) bool { return len(b) >= len(p) && string(b[:len(p)]) == p }
+
+func cutInt(b []byte) (int, []byte, bool) {
+	n, i := 0, 0
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' && i < 9 {
+		n = n*10 + int(b[i]-'0')
+		i++
+	}
+	return n, b[i:], i > 0 && (i == 1 || b[0] != '0')
+}
+
+// cutField reads prefix then a JSON string, returning it unquoted.
+func cutField(b []byte, prefix string) (string, []byte, bool) {
+	if !hasPrefix(b, prefix) {
+		return "", nil, false
+	}
+	b = b[len(prefix):]
+	if len(b) == 0 || b[0] != '"' {
+		return "", nil, false
+	}
+	escaped := false
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '\\':
+			escaped = true
+			i++
+		case c == '"':
+			if !escaped {
+				if !utf8.Valid(b[1:i]) {
+					return "", nil, false
+				}
+				return string(b[1:i]), b[i+1:], true
+			}
+			var s string
+			if err := json.Unmarshal(b[:i+1], &s); err != nil {
+				return "", nil, false
+			}
+			return s, b[i+1:], true
+		case c < 0x20:
+			return "", nil, false
+		}
+	}
+	return "", nil, false
+}
+
+// Peek reads an envelope's kind, turn and whether it is a delta from the
+// front of its canonical encoding, without decoding the rest; for any
+// other encoding it decodes the envelope.
+func Peek(b []byte) (kind Kind, turn int, delta bool, err error) {
+	if hasPrefix(b, `{"kind":"`) {
+		rest := b[9:]
+		if i := indexByte(rest, '"'); i > 0 && hasPrefix(rest[i:], `","turn":`) {
+			k := Kind(rest[:i])
+			t, after, ok := cutInt(rest[i+9:])
+			if ok && hasPrefix(after, `,"data":`) {
+				after = after[len(`,"data":`):]
+				switch k {
+				case KindToolInputDelta:
+					return k, t, true, nil
+				case KindAssistantText, KindThought:
+					return k, t, hasPrefix(after, `{"delta":true`), nil
+				}
+				if _, known := newPayload(k); known {
+					return k, t, false, nil
+				}
+			}
+		}
+	}
+	ev, err := Decode(b)
+	if err != nil {
+		return "", 0, false, err
+	}
+	return ev.Kind(), ev.Turn, ev.IsDelta(), nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
 }

@@ -48,3 +48,68 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// Whatever the fast decoder accepts, the full one reads the same way.
+func FuzzDecodeFast(f *testing.F) {
+	for _, ev := range []Event{
+		{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("a \"quoted\" <b> \u2028 é \\ end")}},
+		{Turn: 10, Payload: Thought{Content: Text("")}},
+		{Turn: 2, Payload: ToolInputDelta{ToolCallID: "t1", PartialJSON: `{"a":`}},
+		{Turn: 0, Payload: Status{Status: StatusIdle}},
+		{Turn: 7, Payload: TurnStarted{}},
+	} {
+		b, _ := appendEnvelope(nil, ev)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"kind":"status","turn":01,"data":{"status":"idle"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fast, ok := decodeFast(b)
+		if !ok {
+			return
+		}
+		var slow Event
+		err := decodeInto(b, func(fl *fields) {
+			kind := Kind(fl.str("kind"))
+			slow.Turn = int(fl.count("turn"))
+			p, _ := newPayload(kind)
+			if p == nil {
+				fl.fail("kind", "unknown")
+				return
+			}
+			fl.object("data", func(g *fields) { p.decode(g) })
+			slow.Payload = derefPayload(p)
+		})
+		if err != nil {
+			t.Fatalf("fast read %q as %+v, the full decoder refuses it: %v", b, fast, err)
+		}
+		fb, _ := Encode(fast)
+		sb, _ := Encode(slow)
+		if string(fb) != string(sb) {
+			t.Fatalf("%q: fast %s, full %s", b, fb, sb)
+		}
+	})
+}
+
+// Peek agrees with a full decode.
+func FuzzPeek(f *testing.F) {
+	for _, ev := range []Event{
+		{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("x")}},
+		{Turn: 4, Payload: Thought{Content: Text("y")}},
+		{Turn: 2, Payload: ToolInputDelta{ToolCallID: "t1", PartialJSON: `{"a":`}},
+		{Turn: 1, Payload: Result{StopReason: StopEndTurn}},
+		{Turn: 1, Payload: ToolUse{Call: ToolCall{ToolCallID: "a"}}},
+	} {
+		b, _ := Encode(ev)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := Decode(b)
+		if err != nil {
+			return
+		}
+		kind, turn, delta, err := Peek(b)
+		if err != nil || kind != ev.Kind() || turn != ev.Turn || delta != ev.IsDelta() {
+			t.Fatalf("%q: peek %s %d %v %v, decode %s %d %v", b, kind, turn, delta, err, ev.Kind(), ev.Turn, ev.IsDelta())
+		}
+	})
+}

@@ -36,6 +36,8 @@ type nodeOptions struct {
 	stopWait       time.Duration
 	labels         string
 	maxAgents      int
+	outboxMemory   int64
+	outboxDisk     int64
 }
 
 func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
@@ -50,6 +52,8 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	durationFlag(fs, &o.stopWait, "stop-wait", 2*time.Second, "how long each step of an agent's stop ladder waits")
 	fs.StringVar(&o.labels, "labels", "", "comma-separated `key=value` labels placement can ask for (e.g. gpu=yes,site=lab)")
 	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most this many live agents (0: no limit)")
+	sizeFlag(fs, &o.outboxMemory, "outbox-memory", 64<<20, "events kept in memory while the coordinator is away, in `bytes`")
+	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
 }
 
 // parseLabels reads k=v,k=v.
@@ -140,9 +144,14 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 	if o.maxAgents < 0 {
 		return nil, usagef("--max-agents %d is negative", o.maxAgents)
 	}
+	if o.outboxMemory < 1<<20 {
+		return nil, usagef("--outbox-memory %s is too small (at least 1MiB)", sizeValue{&o.outboxMemory})
+	}
 	h, err := node.New(node.Config{
 		Labels:           labels,
 		MaxAgents:        o.maxAgents,
+		OutboxMemory:     int(o.outboxMemory),
+		OutboxDisk:       negativeIfZero(o.outboxDisk),
 		Detect:           found,
 		Name:             name,
 		Conn:             nc,

@@ -77,12 +77,16 @@ the raw {kind, turn, data} envelopes, one per line.`,
 						p.Flush()
 						fmt.Fprintf(v.env.io.err, "shoal tail: %s\n", gap.Error())
 					}
-					if v.json {
+					ev, err := r.Event()
+					switch {
+					case v.json:
 						fmt.Fprintf(v.out(), "%s\n", r.Raw)
-					} else {
-						p.Event(r.Agent, r.Event)
+					case err != nil:
+						fmt.Fprintf(v.out(), "[%s] unreadable event %d: %v\n", r.Agent, r.N, err)
+					default:
+						p.Event(r.Agent, ev)
 					}
-					if st, ok := r.Event.Payload.(schemas.Status); ok && st.Status == schemas.StatusDead && len(ids) > 0 {
+					if st, ok := ev.Payload.(schemas.Status); ok && st.Status == schemas.StatusDead && len(ids) > 0 {
 						live[r.Agent] = false
 						if !anyLive(live) {
 							return errDone

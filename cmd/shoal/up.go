@@ -152,6 +152,9 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if err := o.runMonitor(bridgeCtx, b, cfg.Logger, &workers, errc); err != nil {
 		return err
 	}
+	if err := o.serveFabric(bridgeCtx, b, &workers, errc); err != nil {
+		return err
+	}
 	if !o.noBus {
 		address, err := o.runBus(bridgeCtx, env, b, cfg.Logger, &workers, errc)
 		if err != nil {
@@ -217,11 +220,6 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	if err := f.WatchNodes(ctx); err != nil {
 		return "", err
 	}
-	workers.Go(func() {
-		if err := bridge.Serve(ctx, nc, f, semver()); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("fabric service: %w", err)
-		}
-	})
 	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver(), Logger: log})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
@@ -239,6 +237,29 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	case err := <-done:
 		return "", usagef("%v", err)
 	}
+}
+
+// serveFabric answers shoal.fabric.* (replay pages, placement).
+func (o *upOptions) serveFabric(ctx context.Context, b *broker.Broker, workers *sync.WaitGroup, errc chan<- error) error {
+	nc, err := b.Connect(nats.Name("shoal-fabric"))
+	if err != nil {
+		return err
+	}
+	f, err := bridge.NewFabric(nc, bridge.FabricConfig{})
+	if err == nil {
+		err = f.WatchNodes(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	workers.Go(func() {
+		defer nc.Close()
+		if err := bridge.Serve(ctx, nc, f, semver()); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("fabric service: %w", err)
+		}
+	})
+	return nil
 }
 
 // runMonitor starts the node-loss monitor.
