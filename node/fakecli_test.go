@@ -27,6 +27,7 @@ import (
 //	die      starts a turn, complains on stderr and exits 3
 //	flood    streams 5000 chunks and one 2 MiB line, then ends the turn
 //	garbage  prints lines that are not JSON, then ends the turn
+//	chatty   streams 200-byte chunks every 5ms until interrupted
 //	orphan   starts a child that sleeps in its process group (its pid goes
 //	         to $SHOAL_FAKE_PIDFILE), then behaves like echo
 //	sleep    sleeps (the orphan's child)
@@ -104,6 +105,20 @@ func fakeClaude(mode string) {
 		case "hang":
 			delta("thinking about ")
 			select {}
+		case "chatty":
+			// Streams until interrupted.
+			for {
+				select {
+				case <-interrupted:
+					emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": "[Request interrupted by user]"}}}})
+					result("", true, "error_during_execution")
+				case <-time.After(5 * time.Millisecond):
+					delta(strings.Repeat("chatter ", 25))
+					continue
+				}
+				break
+			}
+			continue
 		case "die":
 			delta("about to ")
 			fmt.Fprintln(os.Stderr, "fatal: the fake CLI fell over")

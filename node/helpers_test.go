@@ -340,3 +340,7 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+func newFabric(t *testing.T, b *broker.Broker) (*bridge.Fabric, error) {
+	return bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+}

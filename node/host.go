@@ -479,9 +479,9 @@ func (h *Host) outboxFull(full bool) {
 		if turn == 0 && dropped == 0 {
 			continue
 		}
-		msg := fmt.Sprintf("the fabric was unreachable until the node's outbox filled (%d MiB in memory", h.cfg.OutboxMemory>>20)
+		msg := fmt.Sprintf("the fabric was unreachable until the node's outbox filled (%s in memory", bytesText(int64(h.cfg.OutboxMemory)))
 		if h.cfg.OutboxDisk > 0 {
-			msg += fmt.Sprintf(", %d MiB on disk", h.cfg.OutboxDisk>>20)
+			msg += fmt.Sprintf(", %s on disk", bytesText(h.cfg.OutboxDisk))
 		}
 		msg += ")"
 		if turn > 0 {
@@ -495,4 +495,17 @@ func (h *Host) outboxFull(full bool) {
 		a.mu.Unlock()
 		a.Emit(schemas.Event{Turn: now, Payload: schemas.Errorf("%s", msg)})
 	}
+}
+
+// bytesText writes a size the way people read it: 48 KiB, 64 MiB, 1 GiB.
+func bytesText(n int64) string {
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size {
+			return strconv.FormatFloat(float64(n)/float64(u.size), 'f', -1, 64) + " " + u.unit
+		}
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
