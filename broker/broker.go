@@ -17,16 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// internalUser is the account the broker's own in-process connections use
-// when clients must authenticate.
-const internalUser = "shoal-internal"
-
 // Broker is an embedded NATS server with JetStream and the fabric's assets.
 type Broker struct {
-	cfg      Config
-	srv      *server.Server
-	log      *serverLog
-	internal string // password of internalUser, when users are configured
+	cfg Config
+	srv *server.Server
+	log *serverLog
 
 	shutdownOnce sync.Once
 }
@@ -68,10 +63,18 @@ func (b *Broker) options() (*server.Options, error) {
 	}
 	if c.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
+		if c.Auth != nil {
+			// Routes authenticate with the secret every member's copy of
+			// the authority holds.
+			opts.Cluster.Username, opts.Cluster.Password = routeUser, c.Auth.routeSecret
+		}
 		for _, r := range c.Cluster.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
 				return nil, fmt.Errorf("route %q: %w", r, err)
+			}
+			if c.Auth != nil && u.User == nil {
+				u.User = url.UserPassword(routeUser, c.Auth.routeSecret)
 			}
 			opts.Routes = append(opts.Routes, u)
 		}
@@ -79,11 +82,14 @@ func (b *Broker) options() (*server.Options, error) {
 	if c.Leaf.Port != 0 {
 		opts.LeafNode = server.LeafNodeOpts{Host: c.Leaf.Host, Port: c.Leaf.Port}
 	}
-	if len(c.Users) > 0 {
-		b.internal = randomSecret()
-		opts.Users = append(opts.Users, &server.User{Username: internalUser, Password: b.internal})
-		for _, u := range c.Users {
-			opts.Users = append(opts.Users, &server.User{Username: u.Name, Password: u.Password})
+	if c.Auth != nil {
+		if err := c.Auth.apply(opts); err != nil {
+			return nil, err
+		}
+	}
+	if c.TLS.enabled() {
+		if err := applyTLS(opts, c.TLS); err != nil {
+			return nil, err
 		}
 	}
 	return opts, nil
@@ -136,8 +142,8 @@ func (b *Broker) Start(ctx context.Context) error {
 // Connect opens an in-process client connection to the server.
 func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	all := []nats.Option{nats.InProcessServer(b.srv)}
-	if b.internal != "" {
-		all = append(all, nats.UserInfo(internalUser, b.internal))
+	if b.cfg.Auth != nil {
+		all = append(all, b.cfg.Auth.internal())
 	}
 	return nats.Connect("", append(all, opts...)...)
 }

@@ -216,7 +216,9 @@ func TestConfigErrors(t *testing.T) {
 		{broker.Config{Port: 70000}, "port 70000"},
 		{broker.Config{MaxPayload: 100 << 20}, "max payload"},
 		{broker.Config{Cluster: broker.ClusterConfig{Name: "c"}}, "server name"},
-		{broker.Config{Users: []broker.User{{Name: "a"}}}, "password"},
+		{broker.Config{TLS: broker.TLSConfig{Cert: "c.pem"}}, "both a certificate and its key"},
+		{broker.Config{TLS: broker.TLSConfig{Cert: "c.pem", Key: "k.pem", VerifyClients: true}}, "needs a CA"},
+		{broker.Config{TLS: broker.TLSConfig{Cert: "/nonexistent/c.pem", Key: "k.pem"}}, "/nonexistent/c.pem"},
 		{broker.Config{Assets: broker.Assets{MaxAge: time.Second}}, "shorter than the duplicate window"},
 		{broker.Config{Assets: broker.Assets{Replicas: 7}}, "replicas"},
 	}
@@ -226,28 +228,13 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an error about %q", c.cfg, err, c.want)
 		}
 	}
-	if _, err := broker.New(broker.Config{Host: "0.0.0.0", Users: []broker.User{{Name: "a", Password: "b"}}}); err != nil {
+	auth, err := broker.OpenAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broker.New(broker.Config{Host: "0.0.0.0", Auth: auth}); err != nil {
 		t.Errorf("an authenticated non-loopback listener was refused: %v", err)
 	}
-}
-
-func TestUsersAreRequired(t *testing.T) {
-	t.Parallel()
-	b := natstest.Start(t, func(c *broker.Config) {
-		c.Users = []broker.User{{Name: "alice", Password: "s3cret"}}
-	})
-	if _, err := nats.Connect(b.ClientURL()); err == nil || !strings.Contains(err.Error(), "Authorization") {
-		t.Fatalf("anonymous client: got %v, want an authorization error", err)
-	}
-	nc := natstest.Connect(t, b, nats.UserInfo("alice", "s3cret"))
-	if !nc.IsConnected() {
-		t.Fatal("alice is not connected")
-	}
-	internal, err := b.Connect()
-	if err != nil {
-		t.Fatalf("in-process connection: %v", err)
-	}
-	internal.Close()
 }
 
 // A node's heartbeat entry expires after the TTL and watchers are told.

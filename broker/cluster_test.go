@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/tlstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -20,31 +21,7 @@ import (
 // with three replicas, and an event published to one member is stored.
 func TestClusterReplicatesAssets(t *testing.T) {
 	t.Parallel()
-	ports := freePorts(t, 3)
-	routes := make([]string, len(ports))
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
-	}
-	brokers := make([]*broker.Broker, 3)
-	done := make(chan error, 3)
-	for i := range brokers {
-		b, err := broker.New(broker.Config{
-			Port: -1, StoreDir: t.TempDir(), ServerName: fmt.Sprintf("s%d", i),
-			Cluster: broker.ClusterConfig{Name: "shoal-test", Port: ports[i], Routes: routes},
-			Assets:  broker.Assets{MaxBytes: 64 << 20, Replicas: 3},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(b.Shutdown)
-		brokers[i] = b
-		go func() { done <- b.Start(natstest.Context(t, 60*time.Second)) }()
-	}
-	for range brokers {
-		if err := <-done; err != nil {
-			t.Fatalf("start a cluster member: %v", err)
-		}
-	}
+	brokers := startCluster(t, nil)
 	_, js := natstest.JetStream(t, brokers[1])
 	ctx := natstest.Context(t, 30*time.Second)
 	if _, err := js.Publish(ctx, "agent.c", []byte("x")); err != nil {
@@ -72,6 +49,74 @@ func TestClusterReplicatesAssets(t *testing.T) {
 	if st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
 		t.Fatalf("bucket %s is not replicated 3 times", schemas.NodesBucket)
 	}
+}
+
+// Members with authentication and TLS authenticate their routes with the
+// authority's secret over TLS, and clients need credentials.
+func TestClusterWithAuthAndTLS(t *testing.T) {
+	t.Parallel()
+	auth, err := broker.OpenAuthority(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := tlstest.NewCA(t, "cluster")
+	brokers := startCluster(t, func(i int, c *broker.Config) {
+		pair := ca.Issue(t, fmt.Sprintf("s%d", i))
+		c.Auth = auth
+		c.TLS = broker.TLSConfig{Cert: pair.Cert, Key: pair.Key, CA: ca.File}
+	})
+	creds := issue(t, auth, broker.RoleCoordinator, "admin")
+	nc := natstest.Connect(t, brokers[2], nats.UserCredentials(creds), nats.RootCAs(ca.File))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := natstest.Context(t, 30*time.Second)
+	if _, err := js.Publish(ctx, "agent.c", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info.CachedInfo().Cluster; c == nil || len(c.Replicas) != 2 {
+		t.Fatalf("stream cluster %+v", c)
+	}
+}
+
+// startCluster runs three brokers routed into one cluster with R3 assets.
+func startCluster(t *testing.T, mutate func(int, *broker.Config)) []*broker.Broker {
+	t.Helper()
+	ports := freePorts(t, 3)
+	routes := make([]string, len(ports))
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
+	}
+	brokers := make([]*broker.Broker, 3)
+	done := make(chan error, 3)
+	for i := range brokers {
+		cfg := broker.Config{
+			Port: -1, StoreDir: t.TempDir(), ServerName: fmt.Sprintf("s%d", i),
+			Cluster: broker.ClusterConfig{Name: "shoal-test", Port: ports[i], Routes: routes},
+			Assets:  broker.Assets{MaxBytes: 64 << 20, Replicas: 3},
+		}
+		if mutate != nil {
+			mutate(i, &cfg)
+		}
+		b, err := broker.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Shutdown)
+		brokers[i] = b
+		go func() { done <- b.Start(natstest.Context(t, 60*time.Second)) }()
+	}
+	for range brokers {
+		if err := <-done; err != nil {
+			t.Fatalf("start a cluster member: %v", err)
+		}
+	}
+	return brokers
 }
 
 // A NATS server that dials the broker's leaf-node port carries events from

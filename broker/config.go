@@ -22,7 +22,7 @@ const (
 // loopback server on port 4222 with its store in the system temp dir.
 type Config struct {
 	// Host is the client listen address; DefaultHost when empty. A
-	// non-loopback host requires Users.
+	// non-loopback host requires Auth.
 	Host string
 	// Port is the client port; DefaultPort when zero, a free port when -1.
 	Port int
@@ -38,9 +38,13 @@ type Config struct {
 	Cluster ClusterConfig
 	// Leaf accepts leaf-node connections when Leaf.Port is non-zero.
 	Leaf LeafConfig
-	// Users are the accounts clients authenticate as. Empty means no
-	// authentication, which only a loopback listener may have.
-	Users []User
+	// Auth turns on authentication: every client, leaf node and the
+	// server's own connections present credentials the authority issued.
+	// Nil means no authentication, which only loopback listeners may have.
+	Auth *Authority
+	// TLS secures the client, leaf-node and route listeners when its
+	// certificate is set.
+	TLS TLSConfig
 
 	// Assets sets the stream and bucket limits.
 	Assets Assets
@@ -69,11 +73,19 @@ type LeafConfig struct {
 	Port int    // -1 picks a free one
 }
 
-// User is a username and password a client may authenticate with.
-type User struct {
-	Name     string
-	Password string
+// TLSConfig names the PEM files of a server's TLS identity.
+type TLSConfig struct {
+	Cert string // the server's certificate (chain)
+	Key  string // its private key
+	// CA verifies the certificates of peers: cluster routes always, and
+	// clients and leaf nodes when VerifyClients is set.
+	CA string
+	// VerifyClients requires every client and leaf node to present a
+	// certificate CA signed.
+	VerifyClients bool
 }
+
+func (t TLSConfig) enabled() bool { return t.Cert != "" || t.Key != "" || t.CA != "" }
 
 func (c Config) withDefaults() Config {
 	if c.Host == "" {
@@ -112,7 +124,7 @@ func (c Config) validate() error {
 	if c.MaxPayload < 1024 || c.MaxPayload > 64<<20 {
 		return fmt.Errorf("max payload %d bytes is out of range (1 KiB to 64 MiB)", c.MaxPayload)
 	}
-	if len(c.Users) == 0 {
+	if c.Auth == nil {
 		for _, h := range []struct{ what, host string }{
 			{"client", c.Host}, {"cluster", c.Cluster.Host}, {"leaf-node", c.Leaf.Host},
 		} {
@@ -120,16 +132,16 @@ func (c Config) validate() error {
 				continue
 			}
 			if !isLoopback(h.host) {
-				return fmt.Errorf("refusing to listen for %s connections on %s without authentication: configure users, or listen on 127.0.0.1", h.what, h.host)
+				return fmt.Errorf("refusing to listen for %s connections on %s without authentication: turn authentication on, or listen on 127.0.0.1", h.what, h.host)
 			}
 		}
 	}
-	for _, u := range c.Users {
-		if u.Name == "" || u.Password == "" {
-			return errors.New("every user needs a name and a password")
+	if c.TLS.enabled() {
+		if c.TLS.Cert == "" || c.TLS.Key == "" {
+			return errors.New("TLS needs both a certificate and its key")
 		}
-		if u.Name == internalUser {
-			return fmt.Errorf("user name %q is reserved", internalUser)
+		if c.TLS.VerifyClients && c.TLS.CA == "" {
+			return errors.New("verifying client certificates needs a CA")
 		}
 	}
 	if c.Cluster.Name != "" && c.ServerName == "" {

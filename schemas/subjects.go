@@ -126,3 +126,83 @@ func NodeGroup(node string) string { return "shoal.node." + node }
 // ControlSubject is the subject where a node answers verb:
 // shoal.node.<node>.<verb>.
 func ControlSubject(node string, verb Verb) string { return NodeGroup(node) + "." + string(verb) }
+
+// A confined node (one that runs with scoped credentials) never touches
+// JetStream or another node's subjects. It reaches the fabric's state
+// through the coordinator's relay, under shoal.relay.<node>, which checks
+// that the node owns what it writes and forwards it.
+const relayPrefix = "shoal.relay."
+
+// RelayOp names what a confined node asks of the relay.
+type RelayOp string
+
+// The relay's operations. Event and record carry an agent id as their
+// last token; the rest take none.
+const (
+	// RelayEvent stores an event of an agent the node owns: forwarded to
+	// agent.<id> with the node's reply subject, so JetStream acknowledges
+	// it to the node directly.
+	RelayEvent RelayOp = "event"
+	// RelayRecord writes an agent record with compare-and-set: forwarded
+	// to the agent's key in AgentsBucket.
+	RelayRecord RelayOp = "record"
+	// RelayGet reads an agent record (any agent's: records are not secret).
+	RelayGet RelayOp = "get"
+	// RelayBeat writes or, with KV-Operation DEL, removes the node's own
+	// entry in NodesBucket.
+	RelayBeat RelayOp = "beat"
+	// RelayOwned lists the records the node owns.
+	RelayOwned RelayOp = "owned"
+	// RelayLast reports the last stored event number of the node's agents.
+	RelayLast RelayOp = "last"
+	// RelayHello is a node's first word: is its name free, and how often
+	// must it beat.
+	RelayHello RelayOp = "hello"
+)
+
+// RelaySubject is where a confined node asks the relay for op:
+// shoal.relay.<node>.<op>[.<agent>].
+func RelaySubject(node string, op RelayOp, agent ...string) string {
+	s := relayPrefix + node + "." + string(op)
+	for _, a := range agent {
+		s += "." + a
+	}
+	return s
+}
+
+// RelayNamespace matches everything a node may ask the relay:
+// shoal.relay.<node>.>.
+func RelayNamespace(node string) string { return relayPrefix + node + ".>" }
+
+// RelayWildcard matches op from every node: shoal.relay.*.<op>[.*].
+func RelayWildcard(op RelayOp) string {
+	if op == RelayEvent || op == RelayRecord || op == RelayGet {
+		return relayPrefix + "*." + string(op) + ".*"
+	}
+	return relayPrefix + "*." + string(op)
+}
+
+// ParseRelaySubject splits a relay subject into node, op and agent id.
+func ParseRelaySubject(subject string) (node string, op RelayOp, agent string, ok bool) {
+	rest, found := strings.CutPrefix(subject, relayPrefix)
+	if !found {
+		return "", "", "", false
+	}
+	parts := strings.SplitN(rest, ".", 3)
+	if len(parts) < 2 || ValidID(parts[0]) != nil {
+		return "", "", "", false
+	}
+	node, op = parts[0], RelayOp(parts[1])
+	if len(parts) == 3 {
+		agent = parts[2]
+		if ValidID(agent) != nil {
+			return "", "", "", false
+		}
+	}
+	return node, op, agent, true
+}
+
+// InboxPrefix is the inbox namespace of a credential: _INBOX.<role>-<name>.
+// A confined connection only receives replies under its own prefix, and
+// the relay only forwards a node's messages whose reply is under it.
+func InboxPrefix(role, name string) string { return "_INBOX." + role + "-" + name }
