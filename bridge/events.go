@@ -15,6 +15,9 @@ const MaxEventsPage = 5000
 // number to continue from.
 func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
 	rep := schemas.EventsReply{AgentID: req.AgentID, Events: []schemas.StoredEvent{}, Gaps: []schemas.EventGap{}}
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "events", req, &rep, 0)
+	}
 	if err := schemas.ValidID(req.AgentID); err != nil {
 		return rep, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}

@@ -27,6 +27,9 @@ type Fabric struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
+	remote  bool
+	// readOnly names the credentials that may only observe, or "".
+	readOnly bool
 
 	mu    sync.Mutex
 	cache *nodeCache
@@ -37,6 +40,15 @@ type FabricConfig struct {
 	// Timeout bounds a request when the caller's context has no deadline;
 	// 30s when zero.
 	Timeout time.Duration
+	// ViaCoordinator sends every request through the coordinator's
+	// fabric service (shoal.fabric.*) instead of reaching the nodes and
+	// the stream directly: what a client with scoped credentials does.
+	ViaCoordinator bool
+	// ReadOnly refuses, before asking anyone, what an observer's
+	// credentials may not do: open, send, run, interrupt, close and
+	// set_model. The server would refuse them anyway, but only by
+	// letting the request time out.
+	ReadOnly bool
 }
 
 // NewFabric returns a client on nc.
@@ -48,7 +60,7 @@ func NewFabric(nc *nats.Conn, cfg FabricConfig) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fabric{nc: nc, js: js, timeout: cfg.Timeout}, nil
+	return &Fabric{nc: nc, js: js, timeout: cfg.Timeout, remote: cfg.ViaCoordinator, readOnly: cfg.ReadOnly}, nil
 }
 
 // Conn is the fabric client's NATS connection.
@@ -60,6 +72,11 @@ func (f *Fabric) JetStream() jetstream.JetStream { return f.js }
 // Open starts an agent on the node req names or, through placement, on
 // the least loaded node that can run it.
 func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	if f.remote {
+		req.RequestID = requestID(req.RequestID)
+		var rep schemas.OpenReply
+		return rep, f.viaCoordinator(ctx, "open", req, &rep, 0)
+	}
 	if req.Node != "" {
 		if err := schemas.ValidID(req.Node); err != nil {
 			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
@@ -101,6 +118,9 @@ func derivedID(requestID string) string {
 func (f *Fabric) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SendReply
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "send", req, &rep, 0)
+	}
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbSend, req, &rep, 0)
 }
 
@@ -112,18 +132,28 @@ func (f *Fabric) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 		timeout = time.Duration(req.Timeout * float64(time.Second))
 	}
 	var rep schemas.RunReply
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "run", req, &rep, timeout+60*time.Second)
+	}
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbRun, req, &rep, timeout+30*time.Second)
 }
 
 // Output reads an agent's output.
 func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
 	var rep schemas.OutputReply
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "output", req, &rep, 0)
+	}
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbOutput, req, &rep, 0)
 }
 
 // Status returns an agent's record from its node, or from KV when the
 // node does not answer or no longer keeps the agent.
 func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	if f.remote {
+		var rep schemas.AgentRecord
+		return rep, f.viaCoordinator(ctx, "status", schemas.AgentRequest{AgentID: id}, &rep, 0)
+	}
 	if rec, _, err := f.Record(ctx, id); err == nil && rec.Status == schemas.StatusDead {
 		return rec, nil // its record has the last word
 	}
@@ -145,13 +175,21 @@ func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, er
 // Interrupt cancels an agent's running turn.
 func (f *Fabric) Interrupt(ctx context.Context, id string) (schemas.InterruptReply, error) {
 	var rep schemas.InterruptReply
-	return rep, f.toOwner(ctx, id, schemas.VerbInterrupt, schemas.AgentRequest{RequestID: requestID(""), AgentID: id}, &rep, 0)
+	req := schemas.AgentRequest{RequestID: requestID(""), AgentID: id}
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "interrupt", req, &rep, 0)
+	}
+	return rep, f.toOwner(ctx, id, schemas.VerbInterrupt, req, &rep, 0)
 }
 
 // Close stops an agent; an unknown id answers closed false.
 func (f *Fabric) Close(ctx context.Context, id string) (schemas.CloseReply, error) {
 	var rep schemas.CloseReply
-	err := f.toOwner(ctx, id, schemas.VerbClose, schemas.AgentRequest{RequestID: requestID(""), AgentID: id}, &rep, 0)
+	req := schemas.AgentRequest{RequestID: requestID(""), AgentID: id}
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "close", req, &rep, 0)
+	}
+	err := f.toOwner(ctx, id, schemas.VerbClose, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
 		return schemas.CloseReply{Closed: false}, nil
 	}
@@ -162,6 +200,9 @@ func (f *Fabric) Close(ctx context.Context, id string) (schemas.CloseReply, erro
 func (f *Fabric) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SetModelReply
+	if f.remote {
+		return rep, f.viaCoordinator(ctx, "set_model", req, &rep, 0)
+	}
 	err := f.toOwner(ctx, req.AgentID, schemas.VerbSetModel, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
 		return schemas.SetModelReply{Switched: false}, nil
@@ -172,6 +213,10 @@ func (f *Fabric) SetModel(ctx context.Context, req schemas.SetModelRequest) (sch
 // List returns every agent record in the fabric, dead ones included,
 // oldest first.
 func (f *Fabric) List(ctx context.Context) ([]schemas.AgentRecord, error) {
+	if f.remote {
+		var rep schemas.ListReply
+		return rep.Agents, f.viaCoordinator(ctx, "list", schemas.ListRequest{}, &rep, 0)
+	}
 	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
@@ -207,6 +252,10 @@ func (f *Fabric) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
 	if err := schemas.ValidID(id); err != nil {
 		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	if f.remote {
+		var rec schemas.AgentRecord
+		return rec, 0, f.viaCoordinator(ctx, "record", schemas.AgentRequest{AgentID: id}, &rec, 0)
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
 	if err != nil {

@@ -24,6 +24,9 @@ type nodeCache struct {
 // WatchNodes keeps the fabric's view of its nodes current until ctx ends;
 // without it, each Nodes call reads the bucket afresh.
 func (f *Fabric) WatchNodes(ctx context.Context) error {
+	if f.remote {
+		return nil // placement is the coordinator's
+	}
 	kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
 	if err != nil {
 		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
@@ -79,6 +82,10 @@ func (c *nodeCache) list() []schemas.NodeRecord {
 
 // Nodes lists the nodes whose heartbeat is current, by name.
 func (f *Fabric) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
+	if f.remote {
+		var rep schemas.NodesReply
+		return rep.Nodes, f.viaCoordinator(ctx, "nodes", struct{}{}, &rep, 0)
+	}
 	f.mu.Lock()
 	c := f.cache
 	f.mu.Unlock()

@@ -13,6 +13,10 @@ import (
 // stream, so it answers after the agent's node is gone. The agent's
 // current life starts at its last open (status idle at turn 0).
 func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
+	if f.remote {
+		var rep schemas.OutputReply
+		return rep, f.viaCoordinator(ctx, "output", req, &rep, 0)
+	}
 	which := req.Which
 	if which == "" {
 		which = schemas.WhichLastMessage

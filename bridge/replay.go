@@ -68,6 +68,9 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 	if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
 		return schemas.Errf(schemas.CodeInvalid, "a replay from an event number or a turn names one agent")
 	}
+	if f.remote {
+		return f.replayViaCoordinator(ctx, ids, from, follow, fn)
+	}
 	subjects := []string{schemas.EventSubjects}
 	if len(ids) > 0 {
 		subjects = subjects[:0]

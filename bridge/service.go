@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -13,28 +14,65 @@ import (
 )
 
 // FabricService is the coordinator's NATS micro service, shoal-fabric:
-// requests about the fabric as a whole rather than one node.
+// the whole fabric behind one door, for clients whose credentials reach
+// neither the nodes nor the stream.
 const FabricService = "shoal-fabric"
 
 // FabricSubject is where the coordinator answers verb.
 func FabricSubject(verb string) string { return "shoal.fabric." + verb }
 
-// Serve registers the fabric service on nc until ctx ends: events (a page
-// of an agent's stream) and open (placement, then the node).
+// Serve registers the fabric service on nc until ctx ends: every verb of
+// the fabric (open through placement, the requests about an agent, sent on
+// to its owner, the reads of records and nodes), a page of an agent's
+// stream (events) and a streamed replay (replay).
+//
+// Replies go only to _INBOX subjects: a reply is published with the
+// coordinator's rights, and a requester may name any reply subject.
 func Serve(ctx context.Context, nc *nats.Conn, f *Fabric, version string) error {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name: FabricService, Version: version,
-		Description: "Shoal coordinator: replay and placement",
+		Description: "Shoal coordinator: placement, control, replay",
 	})
 	if err != nil {
 		return fmt.Errorf("register %s: %w", FabricService, err)
 	}
 	g := svc.AddGroup("shoal.fabric")
-	if err := g.AddEndpoint("events", serveJSON(ctx, f.Events)); err != nil {
-		return err
+	agent := func(op func(context.Context, string) (any, error)) func(context.Context, schemas.AgentRequest) (any, error) {
+		return func(ctx context.Context, r schemas.AgentRequest) (any, error) { return op(ctx, r.AgentID) }
 	}
-	if err := g.AddEndpoint("open", serveJSON(ctx, f.Open)); err != nil {
-		return err
+	endpoints := map[string]micro.Handler{
+		"events":    serveJSON(ctx, f.Events),
+		"open":      serveJSON(ctx, f.Open),
+		"send":      serveJSON(ctx, f.Send),
+		"run":       serveJSON(ctx, f.Run),
+		"output":    serveJSON(ctx, f.outputAnywhere),
+		"set_model": serveJSON(ctx, f.SetModel),
+		"status":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
+		"record": serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) {
+			rec, _, err := f.Record(ctx, id)
+			return rec, err
+		})),
+		"interrupt": serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Interrupt(ctx, id) })),
+		"close":     serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Close(ctx, id) })),
+		"list": serveJSON(ctx, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
+			recs, err := f.List(ctx)
+			return schemas.ListReply{Agents: recs}, err
+		}),
+		"nodes": serveJSON(ctx, func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
+			nodes, err := f.Nodes(ctx)
+			return schemas.NodesReply{Nodes: nodes}, err
+		}),
+		"replay": micro.HandlerFunc(func(r micro.Request) {
+			if !toInbox(r) {
+				return
+			}
+			go f.serveReplay(ctx, r)
+		}),
+	}
+	for name, h := range endpoints {
+		if err := g.AddEndpoint(name, h); err != nil {
+			return err
+		}
 	}
 	if err := nc.Flush(); err != nil {
 		return err
@@ -43,8 +81,17 @@ func Serve(ctx context.Context, nc *nats.Conn, f *Fabric, version string) error 
 	return svc.Stop()
 }
 
+// toInbox reports whether a request's reply subject is an inbox, the only
+// kind of subject the coordinator answers on.
+func toInbox(r micro.Request) bool {
+	return strings.HasPrefix(r.Reply(), "_INBOX.")
+}
+
 func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) (Rep, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
+		if !toInbox(r) {
+			return
+		}
 		go func() {
 			var req Req
 			var out []byte
@@ -62,4 +109,17 @@ func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) 
 			r.Respond(out)
 		}()
 	})
+}
+
+// outputAnywhere reads an agent's output from its node, or from the
+// stream when the node is gone or no longer keeps the agent.
+func (f *Fabric) outputAnywhere(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
+	rep, err := f.Output(ctx, req)
+	switch schemas.CodeOf(err) {
+	case schemas.CodeUnavailable, schemas.CodeNotFound, schemas.CodeTimeout:
+		if _, _, rerr := f.Record(ctx, req.AgentID); rerr == nil {
+			return f.OutputFromStream(ctx, req)
+		}
+	}
+	return rep, err
 }

@@ -50,10 +50,6 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("unknown role %q (want node, client, observer or coordinator)", s)
 }
 
-// ObserverVerbs are the fabric service verbs an observer may call: every
-// read, no write.
-var ObserverVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output"}
-
 // permissions returns what a credential of role may publish and receive.
 // Scoped roles get no JetStream API at all: JetStream answers a request on
 // whatever reply subject the requester names, so a client allowed any
@@ -73,7 +69,7 @@ func permissions(role Role, name string) jwt.Permissions {
 		p.Pub.Allow.Add("shoal.fabric.>")
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)
 	case RoleObserver:
-		for _, v := range ObserverVerbs {
+		for _, v := range schemas.FabricReadVerbs {
 			p.Pub.Allow.Add("shoal.fabric." + v)
 		}
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)

@@ -177,7 +177,7 @@ func TestObserverCanOnlyRead(t *testing.T) {
 	t.Parallel()
 	b, auth := authBroker(t)
 	o := connectAs(t, b, issue(t, auth, broker.RoleObserver, "eyes"))
-	for _, v := range broker.ObserverVerbs {
+	for _, v := range schemas.FabricReadVerbs {
 		allowed(t, b, o, "shoal.fabric."+v)
 	}
 	for _, v := range []string{"open", "send", "run", "interrupt", "close", "set_model"} {

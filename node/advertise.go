@@ -5,56 +5,32 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// checkNameFree refuses to start a second node under a name a running
-// node answers to.
-func (h *Host) checkNameFree(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, err := h.cfg.Conn.RequestWithContext(ctx, schemas.ControlSubject(h.cfg.Name, schemas.VerbList), []byte(`{}`))
-	switch {
-	case err == nil:
-		return fmt.Errorf("a node named %s is already running; give this node another name", h.cfg.Name)
-	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded):
-		return nil
-	}
-	return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
-}
 
 // advertiser keeps the node's record in NodesBucket: written at start, on
 // every heartbeat, and at once when the number of live agents changes.
 // What the node can run is detected again every refresh.
 type advertiser struct {
 	h        *Host
-	kv       jetstream.KeyValue
 	rec      schemas.NodeRecord
 	interval time.Duration
 	changed  chan struct{}
 }
 
-func newAdvertiser(ctx context.Context, h *Host, kv jetstream.KeyValue) (*advertiser, error) {
-	st, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
-	}
-	interval := st.TTL() / 3
+// ttl is how long the node's entry lives without a beat.
+func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) (*advertiser, error) {
+	interval := ttl / 3
 	if interval <= 0 || interval > 5*time.Second {
 		interval = 5 * time.Second
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	a := &advertiser{h: h, kv: kv, interval: interval, changed: make(chan struct{}, 1)}
+	a := &advertiser{h: h, interval: interval, changed: make(chan struct{}, 1)}
 	a.rec = schemas.NodeRecord{
 		Name:      h.cfg.Name,
 		Version:   h.cfg.Version,
@@ -101,8 +77,7 @@ func (a *advertiser) write(ctx context.Context) error {
 	b, _ := json.Marshal(a.rec)
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := a.kv.Put(wctx, a.h.cfg.Name, b)
-	return err
+	return a.h.store.beat(wctx, b)
 }
 
 // poke asks for a write soon, after the number of agents changed.
@@ -137,7 +112,7 @@ func (a *advertiser) run(ctx context.Context) {
 func (a *advertiser) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	a.kv.Delete(ctx, a.h.cfg.Name)
+	a.h.store.leave(ctx)
 }
 
 // liveAgents counts the agents that are not dead.

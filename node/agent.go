@@ -259,7 +259,7 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 	a.seq++
 	seq := a.seq
 	a.mu.Unlock()
-	a.h.pub.enqueue(&outMsg{agent: a.id, seq: seq, msg: eventMsg(a.h.cfg.Name, a.id, seq, wire, now)})
+	a.h.pub.enqueue(&outMsg{agent: a.id, seq: seq, msg: eventMsg(a.h.store.eventSubject(a.id), a.h.cfg.Name, a.id, seq, wire, now)})
 }
 
 // writeLog appends the event to <id>.events.jsonl as Kaimon's record

@@ -74,6 +74,11 @@ type Config struct {
 	Detect func(context.Context) []schemas.BackendInfo
 	// RefreshInterval is how often the node detects again; 1m when zero.
 	RefreshInterval time.Duration
+	// Relay confines the node to its own subjects: it reaches the stream
+	// and buckets only through the coordinator's relay, as scoped node
+	// credentials require. Its connection must use the inbox prefix
+	// schemas.InboxPrefix("node", Name).
+	Relay bool
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
 }
@@ -120,8 +125,7 @@ type Host struct {
 	cfg      Config
 	log      *slog.Logger
 	js       jetstream.JetStream
-	kv       jetstream.KeyValue
-	stream   jetstream.Stream
+	store    store
 	pub      *publisher
 	recs     *records
 	ads      *advertiser
@@ -147,6 +151,9 @@ func New(cfg Config) (*Host, error) {
 	}
 	if cfg.Dir == "" {
 		return nil, errors.New("node needs a directory for its files")
+	}
+	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Relay && cfg.Conn.Opts.InboxPrefix != want {
+		return nil, fmt.Errorf("a confined node's connection must use the inbox prefix %s (nats.CustomInboxPrefix)", want)
 	}
 	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishWindow), jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
@@ -187,8 +194,17 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if err := h.checkNameFree(ctx); err != nil {
+	if h.cfg.Relay {
+		h.store = &relayStore{nc: h.cfg.Conn, node: h.cfg.Name}
+	} else if h.store, err = newDirectStore(ctx, h.cfg.Conn, h.js, h.cfg.Name); err != nil {
 		return err
+	}
+	taken, ttl, err := h.store.hello(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
+	case taken:
+		return fmt.Errorf("a node named %s is already running; give this node another name", h.cfg.Name)
 	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
 	var sp *spill
@@ -198,24 +214,14 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 		defer sp.close()
 	}
-	h.pub = newPublisher(h.js, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	h.pub = newPublisher(h.js, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
 	h.pub.onFull = h.outboxFull
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
 	}
 	h.ctx = ctx
-	if h.kv, err = h.js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
-		return fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
-	}
-	if h.stream, err = h.js.Stream(ctx, schemas.StreamName); err != nil {
-		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
-	}
-	h.recs = newRecords(h.kv, h.cfg.Name, h.log, h.abandon)
+	h.recs = newRecords(h.store, h.cfg.Name, h.log, h.abandon)
 	h.reconcileRecords(ctx)
-	nodes, err := h.js.KeyValue(ctx, schemas.NodesBucket)
-	if err != nil {
-		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
-	}
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
@@ -236,7 +242,7 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	// Advertised only once it answers, so placement never picks a node
 	// that cannot take the request yet.
-	if h.ads, err = newAdvertiser(ctx, h, nodes); err != nil {
+	if h.ads, err = newAdvertiser(ctx, h, ttl); err != nil {
 		svc.Stop()
 		return fmt.Errorf("advertise the node: %w", err)
 	}
@@ -271,22 +277,19 @@ func (h *Host) kinds() []string {
 // reconcileRecords marks dead the records this node owns whose agents did
 // not survive its restart, so none is silently resurrected.
 func (h *Host) reconcileRecords(ctx context.Context) {
-	lister, err := h.kv.ListKeys(ctx)
+	owned, err := h.store.owned(ctx)
 	if err != nil {
+		h.log.Warn("cannot list this node's agent records", "err", err)
 		return
 	}
-	for key := range lister.Keys() {
-		e, err := h.kv.Get(ctx, key)
-		if err != nil {
-			continue
-		}
-		rec, err := decodeRecord(e.Value())
+	for _, e := range owned {
+		rec, err := decodeRecord(e.value)
 		if err != nil || rec.Node != h.cfg.Name || rec.Status == schemas.StatusDead {
 			continue
 		}
 		rec.Status = schemas.StatusDead
-		if _, err := h.kv.Update(ctx, key, encodeRecord(rec), e.Revision()); err != nil {
-			h.log.Warn("cannot mark a lost agent dead", "agent", key, "err", err)
+		if _, err := h.store.update(ctx, e.id, encodeRecord(rec), e.rev); err != nil {
+			h.log.Warn("cannot mark a lost agent dead", "agent", e.id, "err", err)
 		}
 	}
 }

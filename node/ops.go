@@ -99,11 +99,11 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		release(context.WithoutCancel(ctx))
 		return fail(err)
 	}
-	last, err := lastEventNumber(ctx, h.stream, id)
+	last, err := h.store.lastEvents(ctx, []string{id})
 	if err != nil {
 		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
 	}
-	a.seq = last
+	a.seq = last[id]
 	if a.eventLog, err = os.OpenFile(a.rec.EventLog, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
 		return unclaim(schemas.Errf(schemas.CodeInternal, "open the event log: %v", err))
 	}

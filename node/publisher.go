@@ -2,8 +2,9 @@ package node
 
 import (
 	"context"
-	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ type outMsg struct {
 // message it received while storing the next.
 type publisher struct {
 	js     jetstream.JetStream
+	last   func(context.Context, []string) (map[string]uint64, error)
 	window int
 	log    *slog.Logger
 
@@ -62,8 +64,8 @@ type outboxLimits struct {
 	Disk   int64 // bytes on disk before the outbox is full
 }
 
-func newPublisher(js jetstream.JetStream, window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
-	p := &publisher{js: js, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
+func newPublisher(js jetstream.JetStream, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
+	p := &publisher{js: js, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		futures: make(chan jetstream.PubAckFuture, window)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
@@ -197,7 +199,12 @@ func (p *publisher) ack(ctx context.Context) {
 		p.inflight--
 		switch {
 		case p.failed:
-		case err == nil:
+		case err == nil || refused(err):
+			if err != nil {
+				// The relay refused it for good: the agent is no longer
+				// this node's. Keeping it would block every agent behind it.
+				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].msg.Subject, "err", err)
+			}
 			p.memBytes -= msgSize(p.queue[0])
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
@@ -292,17 +299,9 @@ func (p *publisher) skipStored(ctx context.Context) {
 		agents[m.agent] = true
 	}
 	p.mu.Unlock()
-	stream, err := p.js.Stream(ctx, schemas.StreamName)
+	last, err := p.last(ctx, slices.Collect(maps.Keys(agents)))
 	if err != nil {
 		return
-	}
-	last := map[string]uint64{}
-	for id := range agents {
-		n, err := lastEventNumber(ctx, stream, id)
-		if err != nil {
-			return
-		}
-		last[id] = n
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -324,28 +323,11 @@ func (p *publisher) skipStored(ctx context.Context) {
 	}
 }
 
-// lastEventNumber is the event number of the last stored event of an
-// agent, 0 when it has none.
-func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (uint64, error) {
-	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
-}
-
 // eventMsg builds the NATS message of an event.
-func eventMsg(node, agent string, seq uint64, payload []byte, at time.Time) *nats.Msg {
+func eventMsg(subject, node, agent string, seq uint64, payload []byte, at time.Time) *nats.Msg {
 	// The header names are already canonical, so they are set directly.
 	return &nats.Msg{
-		Subject: schemas.EventSubject(agent),
+		Subject: subject,
 		Data:    payload,
 		Header: nats.Header{
 			schemas.HeaderMsgID: {schemas.MsgID(agent, seq)},

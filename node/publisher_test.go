@@ -60,9 +60,9 @@ func (f *flakyJS) count() {
 // the stream ends up with every event once, in order.
 func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
 	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
+	nc, js := natstest.JetStream(t, b)
 	flaky := &flakyJS{JetStream: js}
-	p := newPublisher(flaky, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	p := newPublisher(flaky, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.run(ctx); close(done) }()
@@ -71,7 +71,7 @@ func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
 	const n = 200
 	for _, id := range []string{"a", "b"} {
 		for i := uint64(1); i <= n; i++ {
-			p.enqueue(&outMsg{agent: id, seq: i, msg: eventMsg("n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())})
+			p.enqueue(&outMsg{agent: id, seq: i, msg: eventMsg(schemas.EventSubject(id), "n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())})
 		}
 	}
 	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -122,7 +122,7 @@ func (d *downJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jet
 // full, and says so when it has drained.
 func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
+	nc, js := natstest.JetStream(t, b)
 	d := &downJS{JetStream: js}
 	d.down.Store(true)
 	sp, err := openSpill(filepath.Join(t.TempDir(), "outbox.spill"))
@@ -130,7 +130,7 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sp.close()
-	p := newPublisher(d, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
+	p := newPublisher(d, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var signals []bool
 	p.onFull = func(full bool) { mu.Lock(); signals = append(signals, full); mu.Unlock() }
@@ -144,7 +144,7 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 	push := func(k int) {
 		for range k {
 			n++
-			p.enqueue(&outMsg{agent: "o", seq: n, msg: eventMsg("n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now())})
+			p.enqueue(&outMsg{agent: "o", seq: n, msg: eventMsg(schemas.EventSubject("o"), "n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now())})
 		}
 	}
 	push(100) // ~40 KB: past memory, onto disk
@@ -188,4 +188,14 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 		t.Errorf("spill file not emptied: %d records, %d bytes", sp.count, sp.size)
 	}
 	p.mu.Unlock()
+}
+
+// testStore reaches the test's JetStream directly.
+func testStore(t *testing.T, nc *nats.Conn, js jetstream.JetStream) *directStore {
+	t.Helper()
+	s, err := newDirectStore(t.Context(), nc, js, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

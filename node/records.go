@@ -19,7 +19,7 @@ import (
 // agents dead). Transitions are written at once; activity alone at most
 // once a second.
 type records struct {
-	kv   jetstream.KeyValue
+	kv   store
 	node string
 	log  *slog.Logger
 
@@ -34,7 +34,7 @@ type records struct {
 	abandon func(id string)
 }
 
-func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger, abandon func(string)) *records {
+func newRecords(kv store, node string, log *slog.Logger, abandon func(string)) *records {
 	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
 		lost: map[string]bool{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
@@ -46,7 +46,7 @@ func newRecords(kv jetstream.KeyValue, node string, log *slog.Logger, abandon fu
 // fails: a new key is deleted, a reopened one is dead again.
 func (r *records) claim(ctx context.Context, rec schemas.AgentRecord) (release func(context.Context), err error) {
 	val := encodeRecord(rec)
-	rev, err := r.kv.Create(ctx, rec.ID, val)
+	rev, err := r.kv.create(ctx, rec.ID, val)
 	if err == nil {
 		r.setRev(rec.ID, rev)
 		return func(ctx context.Context) { r.forget(ctx, rec.ID) }, nil
@@ -54,22 +54,22 @@ func (r *records) claim(ctx context.Context, rec schemas.AgentRecord) (release f
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
 	}
-	e, err := r.kv.Get(ctx, rec.ID)
+	e, err := r.kv.get(ctx, rec.ID)
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
-	old, err := decodeRecord(e.Value())
+	old, err := decodeRecord(e.value)
 	if err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
 		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
-	rev, err = r.kv.Update(ctx, rec.ID, val, e.Revision())
+	rev, err = r.kv.update(ctx, rec.ID, val, e.rev)
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
 	}
 	r.setRev(rec.ID, rev)
 	return func(ctx context.Context) {
 		old.Status = schemas.StatusDead
-		if _, err := r.kv.Update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
+		if _, err := r.kv.update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
 			r.log.Warn("cannot restore a reopened agent's record", "agent", rec.ID, "err", err)
 		}
 	}, nil
@@ -109,7 +109,7 @@ func (r *records) forget(ctx context.Context, id string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := r.kv.Delete(ctx, id, jetstream.LastRevision(rev)); err != nil {
+	if err := r.kv.remove(ctx, id, rev); err != nil {
 		r.log.Debug("cannot delete a retired agent's record", "agent", id, "err", err)
 	}
 }
@@ -158,7 +158,7 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		newRev, err := r.kv.Update(wctx, a.id, val, rev)
+		newRev, err := r.kv.update(wctx, a.id, val, rev)
 		cancel()
 		if err == nil {
 			r.setRev(a.id, newRev)
@@ -168,9 +168,9 @@ func (r *records) write(ctx context.Context, a *agent) error {
 		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 			return err
 		}
-		e, err := r.kv.Get(ctx, a.id)
+		e, err := r.kv.get(ctx, a.id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if newRev, err := r.kv.Create(ctx, a.id, val); err == nil {
+			if newRev, err := r.kv.create(ctx, a.id, val); err == nil {
 				r.setRev(a.id, newRev)
 				return nil
 			}
@@ -179,7 +179,7 @@ func (r *records) write(ctx context.Context, a *agent) error {
 		if err != nil {
 			return err
 		}
-		cur, err := decodeRecord(e.Value())
+		cur, err := decodeRecord(e.value)
 		if err == nil && (cur.Node != r.node || (cur.Status == schemas.StatusDead && rec.Status != schemas.StatusDead)) {
 			r.mu.Lock()
 			r.lost[a.id] = true
@@ -190,7 +190,7 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			}
 			return nil
 		}
-		r.setRev(a.id, e.Revision())
+		r.setRev(a.id, e.rev)
 	}
 	return errors.New("the record kept changing")
 }

@@ -252,3 +252,40 @@ type EventGap struct {
 	From uint64 `json:"from"`
 	To   uint64 `json:"to"`
 }
+
+// NodesReply lists the nodes whose heartbeat is current (shoal.fabric.nodes).
+type NodesReply struct {
+	Nodes []NodeRecord `json:"nodes"`
+}
+
+// ReplayRequest starts a replay the coordinator streams to the request's
+// reply subject (shoal.fabric.replay), for clients that may not read the
+// stream themselves. Agents empty means every agent. At most one of
+// FromEvent, FromTurn, Since and New.
+type ReplayRequest struct {
+	Agents    []string `json:"agents,omitempty"`
+	FromEvent uint64   `json:"from_event,omitempty"`
+	FromTurn  int      `json:"from_turn,omitempty"`
+	// Since is an RFC 3339 time: the first event stored at or after it.
+	Since string `json:"since,omitempty"`
+	// New starts with the next event published.
+	New bool `json:"new,omitempty"`
+	// Follow goes on with live events once the stored ones are sent.
+	Follow bool `json:"follow,omitempty"`
+}
+
+// Headers of the messages of a streamed replay. An event message carries
+// the event's own headers (HeaderMsgID, HeaderNode, HeaderTime) plus
+// these; a control message carries only HeaderReplay.
+const (
+	// HeaderReplay marks a control message of a replay: "ack" asks the
+	// client to answer (flow control and liveness), "end" ends it, "error"
+	// ends it with an ErrorReply as the body.
+	HeaderReplay = "Shoal-Replay"
+	// HeaderSeq is the event's stream sequence.
+	HeaderSeq = "Shoal-Seq"
+	// HeaderStored is when the stream stored the event, RFC 3339 UTC.
+	HeaderStored = "Shoal-Stored"
+	// HeaderGap says events were missing before this one: "<from>-<to>".
+	HeaderGap = "Shoal-Gap"
+)

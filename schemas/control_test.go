@@ -19,6 +19,7 @@ func controlSamples() map[string]any {
 	none := []string{}
 	record := schemas.AgentRecord{ID: "9f3a1c20", Status: schemas.StatusIdle, Model: "sonnet/high", CWD: "/p", Turn: 2,
 		CreatedAt: 1.7566e9, LastActivity: 1.7566e9, EventLog: "/c/9f3a1c20.events.jsonl", Node: "n1"}
+	recordJSON, _ := json.Marshal(record)
 	return map[string]any{
 		"open_request": schemas.OpenRequest{RequestID: "r1", CWD: "/p", Model: "sonnet", Effort: "low", Permission: "default",
 			PermissionMode: "plan", AllowedTools: []string{"Read"}, Only: true, DisallowedTools: &none, MCPConfig: "/m.json",
@@ -43,6 +44,13 @@ func controlSamples() map[string]any {
 		"events_reply": schemas.EventsReply{AgentID: "a", NextEvent: 4, More: true,
 			Events: []schemas.StoredEvent{{N: 3, Time: "2026-11-29T10:00:00Z", Node: "n1", Event: json.RawMessage(`{"kind":"turn_started","turn":1,"data":{}}`)}},
 			Gaps:   []schemas.EventGap{{From: 1, To: 2}}},
+		"nodes_reply":        schemas.NodesReply{Nodes: []schemas.NodeRecord{{Name: "n1"}}},
+		"replay_request":     schemas.ReplayRequest{Agents: []string{"a"}, FromEvent: 3, FromTurn: 2, Since: "2026-11-29T10:00:00Z", New: true, Follow: true},
+		"relay_hello_reply":  schemas.RelayHelloReply{NameTaken: true, NodeTTLMS: 15000},
+		"relay_entry":        schemas.RelayEntry{Found: true, Revision: 3, Value: recordJSON},
+		"relay_owned_reply":  schemas.RelayOwnedReply{Records: []schemas.RelayEntry{{Found: true, Revision: 3, Value: recordJSON}}},
+		"relay_last_request": schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},
+		"relay_last_reply":   schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}},
 	}
 }
 

@@ -206,3 +206,7 @@ func ParseRelaySubject(subject string) (node string, op RelayOp, agent string, o
 // A confined connection only receives replies under its own prefix, and
 // the relay only forwards a node's messages whose reply is under it.
 func InboxPrefix(role, name string) string { return "_INBOX." + role + "-" + name }
+
+// FabricReadVerbs are the verbs of the coordinator's fabric service
+// (shoal.fabric.<verb>) that only read: all an observer may call.
+var FabricReadVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output"}

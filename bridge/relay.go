@@ -1,0 +1,489 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Relay is the coordinator's door for confined nodes: nodes whose
+// credentials let them publish only under shoal.relay.<node>. It checks
+// every write against the agent records (a node stores events and writes
+// records only for agents it owns, and beats only under its own name) and
+// forwards it to the stream or bucket with the node's own reply subject,
+// so JetStream acknowledges the write to the node directly.
+//
+// It answers nothing to a reply subject outside the node's inbox: a reply
+// is a publish on the replier's rights, and the relay's rights reach the
+// stream.
+type Relay struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	agents jetstream.KeyValue
+	nodes  jetstream.KeyValue
+	events jetstream.Stream
+	recs   jetstream.Stream
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	owners map[string]string // agent id -> owner node, from the agents bucket
+	warned map[string]bool   // refusals already logged
+}
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Conn is a connection with the coordinator's rights.
+	Conn *nats.Conn
+	// Logger receives refusals; discarded when nil.
+	Logger *slog.Logger
+}
+
+// relayQueue is the queue group relays share, so each message is
+// forwarded once; NATS prefers the relay on the server the node is
+// connected to, which keeps a node's events in order.
+const relayQueue = "shoal-relay"
+
+// NewRelay binds the fabric's stream and buckets.
+func NewRelay(ctx context.Context, cfg RelayConfig) (*Relay, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"),
+		owners: map[string]string{}, warned: map[string]bool{}}
+	if r.agents, err = js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	}
+	if r.nodes, err = js.KeyValue(ctx, schemas.NodesBucket); err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	if r.events, err = js.Stream(ctx, schemas.StreamName); err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	if r.recs, err = js.Stream(ctx, "KV_"+schemas.AgentsBucket); err != nil {
+		return nil, fmt.Errorf("open the stream of %s: %w", schemas.AgentsBucket, err)
+	}
+	return r, nil
+}
+
+// Run relays until ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	w, err := r.agents.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", schemas.AgentsBucket, err)
+	}
+	defer w.Stop()
+	go r.watchOwners(w)
+
+	// Writes that wait on the stream run concurrently; events are
+	// forwarded in the order they arrive.
+	sem := make(chan struct{}, 64)
+	async := func(h func(context.Context, *nats.Msg)) nats.MsgHandler {
+		return func(m *nats.Msg) {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				h(ctx, m)
+			}()
+		}
+	}
+	handlers := map[schemas.RelayOp]nats.MsgHandler{
+		schemas.RelayEvent:  func(m *nats.Msg) { r.event(ctx, m) },
+		schemas.RelayRecord: async(r.record),
+		schemas.RelayBeat:   async(r.beat),
+		schemas.RelayGet:    async(r.get),
+		schemas.RelayOwned:  async(r.owned),
+		schemas.RelayLast:   async(r.last),
+		schemas.RelayHello:  async(r.hello),
+	}
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			s.Drain()
+		}
+	}()
+	for op, h := range handlers {
+		s, err := r.nc.QueueSubscribe(schemas.RelayWildcard(op), relayQueue, h)
+		if err != nil {
+			return fmt.Errorf("relay %s: %w", op, err)
+		}
+		s.SetPendingLimits(-1, 256<<20)
+		subs = append(subs, s)
+	}
+	if err := r.nc.Flush(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		r.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			var rec schemas.AgentRecord
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				r.owners[e.Key()] = rec.Node
+			}
+		} else {
+			delete(r.owners, e.Key())
+		}
+		r.mu.Unlock()
+	}
+}
+
+// from checks that m came from node's own connection, which is the only
+// one that receives replies under its inbox: a message without such a
+// reply is one the server published on someone else's behalf, and it is
+// dropped unanswered.
+func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
+	node, _, agent, ok = schemas.ParseRelaySubject(m.Subject)
+	if !ok {
+		return "", "", false
+	}
+	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") {
+		r.warn(node+"/reply", "dropped a relay message whose reply is not the node's inbox", "node", node, "subject", m.Subject, "reply", m.Reply)
+		return "", "", false
+	}
+	return node, agent, true
+}
+
+// event forwards an event of an agent the node owns to agent.<id>.
+func (r *Relay) event(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	if err := eventHeaders(m.Header, node, id); err != nil {
+		r.refuse(m, node, id, err)
+		return
+	}
+	if !r.owns(ctx, node, id) {
+		r.refuse(m, node, id, fmt.Errorf("node %s does not own agent %s", node, id))
+		return
+	}
+	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: m.Reply, Header: m.Header, Data: m.Data})
+}
+
+// eventHeaders accepts exactly the headers a node sets on an event: its
+// event number for this agent, its own name, a time.
+func eventHeaders(h nats.Header, node, id string) error {
+	for k, v := range h {
+		if len(v) != 1 {
+			return fmt.Errorf("header %s appears %d times", k, len(v))
+		}
+		switch k {
+		case schemas.HeaderMsgID:
+			agent, _, err := schemas.ParseMsgID(v[0])
+			if err != nil {
+				return err
+			}
+			if agent != id {
+				return fmt.Errorf("message id %s is not an event of agent %s", v[0], id)
+			}
+		case schemas.HeaderNode:
+			if v[0] != node {
+				return fmt.Errorf("header %s is %s, not the node's name", k, v[0])
+			}
+		case schemas.HeaderTime:
+		default:
+			return fmt.Errorf("header %s may not be set by a node", k)
+		}
+	}
+	if h.Get(schemas.HeaderMsgID) == "" {
+		return errors.New("the event has no message id")
+	}
+	return nil
+}
+
+// owns reports whether node owns agent id, asking the bucket itself when
+// the watched view disagrees (it may lag behind a record just written).
+func (r *Relay) owns(ctx context.Context, node, id string) bool {
+	r.mu.Lock()
+	owner, known := r.owners[id]
+	r.mu.Unlock()
+	if known && owner == node {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := r.agents.Get(ctx, id)
+	if err != nil {
+		return false
+	}
+	var rec schemas.AgentRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return false
+	}
+	r.mu.Lock()
+	r.owners[id] = rec.Node
+	r.mu.Unlock()
+	return rec.Node == node
+}
+
+// record writes an agent record with compare-and-set, for a node that
+// owns the agent (or takes over a dead one).
+func (r *Relay) record(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	expected, del, err := recordHeaders(m.Header)
+	if err != nil {
+		r.refuse(m, node, id, err)
+		return
+	}
+	if !del {
+		var rec schemas.AgentRecord
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			r.refuse(m, node, id, fmt.Errorf("the record is not an agent record: %v", err))
+			return
+		}
+		if rec.ID != id || rec.Node != node {
+			r.refuse(m, node, id, fmt.Errorf("the record names agent %s on node %s", rec.ID, rec.Node))
+			return
+		}
+	}
+	key := "$KV." + schemas.AgentsBucket + "." + id
+	cur, err := r.recs.GetLastMsgForSubject(ctx, key)
+	var seq uint64
+	var live *schemas.AgentRecord
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		replyJSON(r.nc, m.Reply, pubAckError(503, 0, "read the agent's record: "+err.Error()))
+		return
+	default:
+		seq = cur.Sequence
+		if op := cur.Header.Get("KV-Operation"); op == "" {
+			var rec schemas.AgentRecord
+			if json.Unmarshal(cur.Data, &rec) == nil {
+				live = &rec
+			}
+		} else if expected == 0 {
+			expected = seq // creating over a deleted key
+		}
+	}
+	if expected != seq {
+		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", seq)))
+		return
+	}
+	if live != nil && live.Node != node && (del || live.Status != schemas.StatusDead) {
+		r.refuse(m, node, id, fmt.Errorf("agent %s belongs to node %s", id, live.Node))
+		return
+	}
+	h := nats.Header{}
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	if del {
+		h.Set("KV-Operation", "DEL")
+	}
+	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: m.Data})
+}
+
+// recordHeaders reads a record write's headers: the revision it expects
+// (required: every record write is a compare-and-set) and whether it
+// deletes.
+func recordHeaders(h nats.Header) (expected uint64, del bool, err error) {
+	seen := false
+	for k, v := range h {
+		switch {
+		case len(v) != 1:
+			return 0, false, fmt.Errorf("header %s appears %d times", k, len(v))
+		case k == jetstream.ExpectedLastSubjSeqHeader:
+			if expected, err = strconv.ParseUint(v[0], 10, 64); err != nil {
+				return 0, false, fmt.Errorf("header %s is not a revision", k)
+			}
+			seen = true
+		case k == "KV-Operation" && v[0] == "DEL":
+			del = true
+		default:
+			return 0, false, fmt.Errorf("header %s may not be set by a node", k)
+		}
+	}
+	if !seen {
+		return 0, false, fmt.Errorf("a record write must say the revision it replaces (%s)", jetstream.ExpectedLastSubjSeqHeader)
+	}
+	return expected, del, nil
+}
+
+// beat writes or removes the node's own entry in the nodes bucket.
+func (r *Relay) beat(ctx context.Context, m *nats.Msg) {
+	node, _, ok := r.from(m)
+	if !ok {
+		return
+	}
+	h := nats.Header{}
+	for k, v := range m.Header {
+		if k != "KV-Operation" || len(v) != 1 || v[0] != "DEL" {
+			r.refuse(m, node, "", fmt.Errorf("header %s may not be set by a node", k))
+			return
+		}
+		h.Set("KV-Operation", "DEL")
+	}
+	if len(h) == 0 {
+		var rec schemas.NodeRecord
+		if err := json.Unmarshal(m.Data, &rec); err != nil || rec.Name != node {
+			r.refuse(m, node, "", fmt.Errorf("a heartbeat must be the node record of %s", node))
+			return
+		}
+	}
+	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.NodesBucket + "." + node, Reply: m.Reply, Header: h, Data: m.Data})
+}
+
+// get answers an agent's record; records are not secret.
+func (r *Relay) get(ctx context.Context, m *nats.Msg) {
+	_, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	e, err := r.agents.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		replyJSON(r.nc, m.Reply, schemas.RelayEntry{})
+	case err != nil:
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)})
+	default:
+		replyJSON(r.nc, m.Reply, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
+	}
+}
+
+// owned answers the records the node owns.
+func (r *Relay) owned(ctx context.Context, m *nats.Msg) {
+	node, _, ok := r.from(m)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	var ids []string
+	for id, owner := range r.owners {
+		if owner == node {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.Unlock()
+	rep := schemas.RelayOwnedReply{Records: []schemas.RelayEntry{}}
+	for _, id := range ids {
+		e, err := r.agents.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		var rec schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Node == node {
+			rep.Records = append(rep.Records, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
+		}
+	}
+	replyJSON(r.nc, m.Reply, rep)
+}
+
+// last answers the last stored event number of each agent the node owns.
+func (r *Relay) last(ctx context.Context, m *nats.Msg) {
+	node, _, ok := r.from(m)
+	if !ok {
+		return
+	}
+	var req schemas.RelayLastRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
+		return
+	}
+	rep := schemas.RelayLastReply{Last: map[string]uint64{}}
+	for _, id := range req.Agents {
+		if schemas.ValidID(id) != nil || !r.owns(ctx, node, id) {
+			continue
+		}
+		n, err := lastEventNumber(ctx, r.events, id)
+		if err != nil {
+			replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's last event: %v", id, err)})
+			return
+		}
+		rep.Last[id] = n
+	}
+	replyJSON(r.nc, m.Reply, rep)
+}
+
+// lastEventNumber is the number of an agent's last stored event, 0 when
+// none is stored.
+func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (uint64, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+	return n, err
+}
+
+// hello tells a starting node whether its name is taken and how often
+// it must beat.
+func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
+	node, _, ok := r.from(m)
+	if !ok {
+		return
+	}
+	st, err := r.nodes.Status(ctx)
+	if err != nil {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read %s: %v", schemas.NodesBucket, err)})
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = r.nc.RequestWithContext(pctx, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
+	replyJSON(r.nc, m.Reply, schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()})
+}
+
+// refuse answers a write the node may not make with a final JetStream
+// error, and logs it once per node and agent.
+func (r *Relay) refuse(m *nats.Msg, node, id string, err error) {
+	r.warn(node+"/"+id, "refused a node's write", "node", node, "agent", id, "subject", m.Subject, "err", err)
+	replyJSON(r.nc, m.Reply, pubAckError(schemas.RelayRefused, 0, err.Error()))
+}
+
+func (r *Relay) warn(key, msg string, args ...any) {
+	r.mu.Lock()
+	seen := r.warned[key]
+	if len(r.warned) > 10000 {
+		clear(r.warned)
+	}
+	r.warned[key] = true
+	r.mu.Unlock()
+	if !seen {
+		r.log.Warn(msg, args...)
+	}
+}
+
+// pubAckError is a JetStream publish acknowledgement carrying an error,
+// which a node's JetStream client reads as an API error.
+func pubAckError(code int, errCode jetstream.ErrorCode, description string) any {
+	type apiError struct {
+		Code        int                 `json:"code"`
+		ErrorCode   jetstream.ErrorCode `json:"err_code,omitempty"`
+		Description string              `json:"description"`
+	}
+	return struct {
+		Error apiError `json:"error"`
+	}{apiError{code, errCode, description}}
+}
+
+func replyJSON(nc *nats.Conn, reply string, v any) {
+	b, _ := json.Marshal(v)
+	nc.Publish(reply, b)
+}

@@ -1,0 +1,309 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// store is how a node reaches the fabric's shared state: the stream its
+// events go to, the agent records and its own heartbeat entry. A node
+// with the coordinator's rights uses JetStream directly; a confined node
+// (scoped credentials) goes through the coordinator's relay, which checks
+// that it only writes what it owns.
+type store interface {
+	// eventSubject is where the node publishes an agent's events; the
+	// stream acknowledges them either way.
+	eventSubject(agent string) string
+	// lastEvents reports the last stored event number of each agent.
+	lastEvents(ctx context.Context, ids []string) (map[string]uint64, error)
+
+	// Agent records, with compare-and-set. create fails with
+	// jetstream.ErrKeyExists when the key is live, update with the
+	// wrong-last-sequence API error when the revision moved, get with
+	// jetstream.ErrKeyNotFound.
+	create(ctx context.Context, id string, val []byte) (uint64, error)
+	update(ctx context.Context, id string, val []byte, rev uint64) (uint64, error)
+	get(ctx context.Context, id string) (entry, error)
+	remove(ctx context.Context, id string, rev uint64) error
+	// owned lists the records that name this node.
+	owned(ctx context.Context) ([]entry, error)
+
+	// hello says whether a running node answers to this name already,
+	// and how long a heartbeat entry lives.
+	hello(ctx context.Context) (taken bool, ttl time.Duration, err error)
+	// beat writes the node's entry; leave removes it.
+	beat(ctx context.Context, rec []byte) error
+	leave(ctx context.Context) error
+}
+
+// entry is an agent record with its revision.
+type entry struct {
+	id    string
+	rev   uint64
+	value []byte
+}
+
+// directStore reaches JetStream directly.
+type directStore struct {
+	nc     *nats.Conn
+	node   string
+	agents jetstream.KeyValue
+	nodes  jetstream.KeyValue
+	events jetstream.Stream
+}
+
+func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node string) (*directStore, error) {
+	s := &directStore{nc: nc, node: node}
+	var err error
+	if s.agents, err = js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	}
+	if s.nodes, err = js.KeyValue(ctx, schemas.NodesBucket); err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	if s.events, err = js.Stream(ctx, schemas.StreamName); err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	return s, nil
+}
+
+func (s *directStore) eventSubject(agent string) string { return schemas.EventSubject(agent) }
+
+func (s *directStore) lastEvents(ctx context.Context, ids []string) (map[string]uint64, error) {
+	last := map[string]uint64{}
+	for _, id := range ids {
+		n, err := lastEventNumber(ctx, s.events, id)
+		if err != nil {
+			return nil, err
+		}
+		last[id] = n
+	}
+	return last, nil
+}
+
+func (s *directStore) create(ctx context.Context, id string, val []byte) (uint64, error) {
+	return s.agents.Create(ctx, id, val)
+}
+
+func (s *directStore) update(ctx context.Context, id string, val []byte, rev uint64) (uint64, error) {
+	return s.agents.Update(ctx, id, val, rev)
+}
+
+func (s *directStore) get(ctx context.Context, id string) (entry, error) {
+	e, err := s.agents.Get(ctx, id)
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{id: id, rev: e.Revision(), value: e.Value()}, nil
+}
+
+func (s *directStore) remove(ctx context.Context, id string, rev uint64) error {
+	return s.agents.Delete(ctx, id, jetstream.LastRevision(rev))
+}
+
+func (s *directStore) owned(ctx context.Context) ([]entry, error) {
+	lister, err := s.agents.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []entry
+	for key := range lister.Keys() {
+		e, err := s.get(ctx, key)
+		if err != nil {
+			continue
+		}
+		if rec, err := decodeRecord(e.value); err == nil && rec.Node == s.node {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (s *directStore) hello(ctx context.Context) (bool, time.Duration, error) {
+	st, err := s.nodes.Status(ctx)
+	if err != nil {
+		return false, 0, fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = s.nc.RequestWithContext(ctx, schemas.ControlSubject(s.node, schemas.VerbList), []byte(`{}`))
+	switch {
+	case err == nil:
+		return true, st.TTL(), nil
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded):
+		return false, st.TTL(), nil
+	}
+	return false, 0, err
+}
+
+func (s *directStore) beat(ctx context.Context, rec []byte) error {
+	_, err := s.nodes.Put(ctx, s.node, rec)
+	return err
+}
+
+func (s *directStore) leave(ctx context.Context) error { return s.nodes.Delete(ctx, s.node) }
+
+// relayStore goes through the coordinator's relay, under
+// shoal.relay.<node>. Writes come back as JetStream acknowledgements (the
+// relay forwards them with the node's reply subject) or as the relay's
+// refusal in the same shape.
+type relayStore struct {
+	nc   *nats.Conn
+	node string
+}
+
+func (s *relayStore) eventSubject(agent string) string {
+	return schemas.RelaySubject(s.node, schemas.RelayEvent, agent)
+}
+
+func (s *relayStore) lastEvents(ctx context.Context, ids []string) (map[string]uint64, error) {
+	var rep schemas.RelayLastReply
+	if err := s.ask(ctx, schemas.RelayLast, schemas.RelayLastRequest{Agents: ids}, &rep); err != nil {
+		return nil, err
+	}
+	return rep.Last, nil
+}
+
+func (s *relayStore) create(ctx context.Context, id string, val []byte) (uint64, error) {
+	rev, err := s.write(ctx, id, val, 0, false)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, jetstream.ErrKeyExists
+	}
+	return rev, err
+}
+
+func (s *relayStore) update(ctx context.Context, id string, val []byte, rev uint64) (uint64, error) {
+	return s.write(ctx, id, val, rev, false)
+}
+
+func (s *relayStore) remove(ctx context.Context, id string, rev uint64) error {
+	_, err := s.write(ctx, id, nil, rev, true)
+	return err
+}
+
+func (s *relayStore) write(ctx context.Context, id string, val []byte, rev uint64, del bool) (uint64, error) {
+	h := nats.Header{}
+	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	if del {
+		h.Set("KV-Operation", "DEL")
+	}
+	return s.publish(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, schemas.RelayRecord, id), Header: h, Data: val})
+}
+
+// publish sends a write through the relay and reads the acknowledgement.
+func (s *relayStore) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
+	rep, err := s.nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return 0, relayErr(err)
+	}
+	var ack struct {
+		Seq   uint64              `json:"seq"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(rep.Data, &ack); err != nil {
+		return 0, fmt.Errorf("the relay answered %q: %w", rep.Data, err)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	return ack.Seq, nil
+}
+
+func (s *relayStore) get(ctx context.Context, id string) (entry, error) {
+	var rep schemas.RelayEntry
+	if err := s.ask(ctx, schemas.RelayGet, nil, &rep, id); err != nil {
+		return entry{}, err
+	}
+	if !rep.Found {
+		return entry{}, jetstream.ErrKeyNotFound
+	}
+	return entry{id: id, rev: rep.Revision, value: rep.Value}, nil
+}
+
+func (s *relayStore) owned(ctx context.Context) ([]entry, error) {
+	var rep schemas.RelayOwnedReply
+	if err := s.ask(ctx, schemas.RelayOwned, nil, &rep); err != nil {
+		return nil, err
+	}
+	var out []entry
+	for _, e := range rep.Records {
+		if rec, err := decodeRecord(e.Value); err == nil {
+			out = append(out, entry{id: rec.ID, rev: e.Revision, value: e.Value})
+		}
+	}
+	return out, nil
+}
+
+func (s *relayStore) hello(ctx context.Context) (bool, time.Duration, error) {
+	var rep schemas.RelayHelloReply
+	if err := s.ask(ctx, schemas.RelayHello, nil, &rep); err != nil {
+		return false, 0, err
+	}
+	return rep.NameTaken, time.Duration(rep.NodeTTLMS) * time.Millisecond, nil
+}
+
+func (s *relayStore) beat(ctx context.Context, rec []byte) error {
+	_, err := s.publish(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, schemas.RelayBeat), Data: rec})
+	return err
+}
+
+func (s *relayStore) leave(ctx context.Context) error {
+	h := nats.Header{}
+	h.Set("KV-Operation", "DEL")
+	_, err := s.publish(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, schemas.RelayBeat), Header: h})
+	return err
+}
+
+// ask makes a request of the relay and decodes its JSON reply.
+func (s *relayStore) ask(ctx context.Context, op schemas.RelayOp, req, rep any, agent ...string) error {
+	var body []byte
+	if req != nil {
+		body, _ = json.Marshal(req)
+	}
+	m, err := s.nc.RequestWithContext(ctx, schemas.RelaySubject(s.node, op, agent...), body)
+	if err != nil {
+		return relayErr(err)
+	}
+	return schemas.DecodeReply(m.Data, rep)
+}
+
+func relayErr(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return schemas.Errf(schemas.CodeUnavailable, "the coordinator's relay is not reachable")
+	}
+	return err
+}
+
+// refused reports whether the relay refused a write for good (an agent
+// the node no longer owns): sending it again would change nothing.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == schemas.RelayRefused
+}
+
+// lastEventNumber is the event number of the last stored event of an
+// agent, 0 when it has none.
+func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (uint64, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}

@@ -1,0 +1,40 @@
+package schemas
+
+import "encoding/json"
+
+// RelayHelloReply answers a confined node's first word to the relay.
+type RelayHelloReply struct {
+	// NameTaken says a running node already answers to this name.
+	NameTaken bool `json:"name_taken"`
+	// NodeTTLMS is how long a node's heartbeat entry lives, in
+	// milliseconds; the node beats several times within it.
+	NodeTTLMS int64 `json:"node_ttl_ms"`
+}
+
+// RelayEntry is an agent record as the agents bucket holds it.
+type RelayEntry struct {
+	Found    bool            `json:"found"`
+	Revision uint64          `json:"revision,omitempty"`
+	Value    json.RawMessage `json:"value,omitempty"`
+}
+
+// RelayOwnedReply lists the records a node owns.
+type RelayOwnedReply struct {
+	Records []RelayEntry `json:"records"`
+}
+
+// RelayLastRequest asks for the last stored event numbers of agents.
+type RelayLastRequest struct {
+	Agents []string `json:"agents"`
+}
+
+// RelayLastReply maps each agent the node owns to its last stored event
+// number (0 when none is stored). Agents it does not own are left out.
+type RelayLastReply struct {
+	Last map[string]uint64 `json:"last"`
+}
+
+// RelayRefused is the JetStream API error code the relay answers a write
+// with when the node may not make it (an agent it does not own, a header
+// it may not set). It is final: sending the write again changes nothing.
+const RelayRefused = 403
