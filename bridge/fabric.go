@@ -318,7 +318,7 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 			attempt, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attempts-i))
 			defer cancel()
 		}
-		msg, err = f.nc.RequestWithContext(attempt, schemas.ControlSubject(node, verb), body)
+		msg, err = requestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
 		if err == nil || ctx.Err() != nil || i == attempts-1 {
 			break
 		}
@@ -343,6 +343,30 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: %v", verb, node, err)
 	}
 	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// requestNode sends a request to one of node's subjects with a reply
+// subject under schemas.NodeReplyPrefix(node), where the node's
+// credentials let it answer even from behind a leaf connection.
+func requestNode(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
+	inbox := nc.NewInbox()
+	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
+		return nil, err
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return nil, nats.ErrNoResponders
+	}
+	return m, nil
 }
 
 // retryable verbs carry a request id the node dedupes, or only read.

@@ -446,7 +446,7 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = r.nc.RequestWithContext(pctx, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
+	_, err = requestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
 	replyJSON(r.nc, m.Reply, schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()})
 }
 

@@ -72,13 +72,13 @@ type securedFabric struct {
 	f    *bridge.Fabric
 }
 
-func startSecured(t *testing.T) *securedFabric {
+func startSecured(t *testing.T, mutate ...func(*broker.Config)) *securedFabric {
 	t.Helper()
 	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := natstest.Start(t, func(c *broker.Config) { c.Auth = auth })
+	b := natstest.Start(t, append([]func(*broker.Config){func(c *broker.Config) { c.Auth = auth }}, mutate...)...)
 	coord, err := b.Connect()
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +120,8 @@ func startSecured(t *testing.T) *securedFabric {
 	return &securedFabric{b: b, auth: auth, f: f}
 }
 
-// creds issues credentials and connects with them.
-func (s *securedFabric) connect(t *testing.T, role broker.Role, name string) *nats.Conn {
+// creds issues credentials and returns the file's path.
+func (s *securedFabric) creds(t *testing.T, role broker.Role, name string) string {
 	t.Helper()
 	b, err := s.auth.Issue(role, name, 0)
 	if err != nil {
@@ -131,13 +131,25 @@ func (s *securedFabric) connect(t *testing.T, role broker.Role, name string) *na
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return natstest.Connect(t, s.b, nats.UserCredentials(path), nats.CustomInboxPrefix(schemas.InboxPrefix(string(role), name)))
+	return path
+}
+
+// connect issues credentials and connects with them.
+func (s *securedFabric) connect(t *testing.T, role broker.Role, name string) *nats.Conn {
+	t.Helper()
+	return natstest.Connect(t, s.b, nats.UserCredentials(s.creds(t, role, name)), nats.CustomInboxPrefix(schemas.InboxPrefix(string(role), name)))
 }
 
 // startNode runs a confined node with the echo backend.
 func (s *securedFabric) startNode(t *testing.T, name string) {
 	t.Helper()
-	h, err := node.New(node.Config{Name: name, Conn: s.connect(t, broker.RoleNode, name), Dir: t.TempDir(),
+	s.runNode(t, name, s.connect(t, broker.RoleNode, name))
+}
+
+// runNode runs a confined node with the echo backend on nc.
+func (s *securedFabric) runNode(t *testing.T, name string, nc *nats.Conn) {
+	t.Helper()
+	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(),
 		Backends: []backend.Backend{echoBackend{}}, Relay: true})
 	if err != nil {
 		t.Fatal(err)
@@ -196,26 +208,33 @@ func TestConfinedNodeRunsAgents(t *testing.T) {
 	if run, err := s.f.Run(ctx, schemas.RunRequest{AgentID: "pal", Text: "again"}); err != nil || run.Text != "echo: again" {
 		t.Fatalf("second life: %+v %v", run, err)
 	}
-	rec, _, err := s.f.Record(ctx, "pal")
+	rec, err := s.f.Status(ctx, "pal")
 	if err != nil || rec.Node != "a" || rec.Status != schemas.StatusIdle {
 		t.Fatalf("record %+v %v", rec, err)
 	}
+	// The stream holds both lives, numbered on from one to the other.
 	var kinds []string
 	var want uint64 = 1
-	err = s.f.Replay(ctx, []string{"pal"}, bridge.From{}, false, func(r bridge.Replayed, gap *bridge.Gap) error {
+	results := 0
+	errEnough := errors.New("enough")
+	err = s.f.Replay(ctx, []string{"pal"}, bridge.From{}, true, func(r bridge.Replayed, gap *bridge.Gap) error {
 		if gap != nil || r.N != want || r.Node != "a" {
 			t.Fatalf("event %d from %s (gap %v), want event %d from a", r.N, r.Node, gap, want)
 		}
 		want++
 		schematest.Event(t, r.Raw)
 		kinds = append(kinds, string(r.Kind))
+		if r.Kind == schemas.KindResult {
+			if results++; results == 2 {
+				return errEnough
+			}
+		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
+	if !errors.Is(err, errEnough) {
+		t.Fatalf("replay: %v after %s", err, strings.Join(kinds, " "))
 	}
-	got := strings.Join(kinds, " ")
-	if strings.Count(got, "result") != 2 || strings.Count(got, "status") < 5 {
+	if got := strings.Join(kinds, " "); strings.Count(got, "status") < 6 {
 		t.Fatalf("stream: %s", got)
 	}
 }

@@ -63,7 +63,7 @@ func permissions(role Role, name string) jwt.Permissions {
 	case RoleCoordinator:
 		return p // no limits within the account
 	case RoleNode:
-		p.Pub.Allow.Add(schemas.RelayNamespace(name))
+		p.Pub.Allow.Add(schemas.RelayNamespace(name), schemas.NodeReplyPrefix(name)+".>")
 		p.Sub.Allow.Add(schemas.NodeGroup(name)+".>", "$SRV.>", inbox)
 	case RoleClient:
 		p.Pub.Allow.Add("shoal.fabric.>")

@@ -17,6 +17,7 @@ type serverLog struct {
 
 	mu    sync.Mutex
 	first error
+	last  string // the last error the server logged
 }
 
 func newServerLog(l *slog.Logger) *serverLog {
@@ -32,7 +33,18 @@ func (s *serverLog) Warnf(format string, v ...any) {
 }
 
 func (s *serverLog) Errorf(format string, v ...any) {
-	s.log.Error(fmt.Sprintf(format, v...))
+	msg := fmt.Sprintf(format, v...)
+	s.mu.Lock()
+	s.last = msg
+	s.mu.Unlock()
+	s.log.Error(msg)
+}
+
+// lastError is the last error the server logged, or "".
+func (s *serverLog) lastError() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
 }
 
 // Debugf is called only when the server's debug flag is on, which the

@@ -56,6 +56,7 @@ type agent struct {
 type runOutcome struct {
 	text string
 	died bool
+	seq  uint64 // the turn's last event
 }
 
 // Emit implements backend.Sink: it queues the event for the relay.
@@ -183,8 +184,11 @@ func (a *agent) endTurn(ev schemas.Event) {
 	a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Status{Status: schemas.StatusIdle}}, false)
 	a.publish(ev, true)
 	a.h.recs.mark(a, true)
+	a.mu.Lock()
+	seq := a.seq
+	a.mu.Unlock()
 	for _, w := range waiters {
-		w <- runOutcome{text: text}
+		w <- runOutcome{text: text, seq: seq}
 	}
 }
 

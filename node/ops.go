@@ -218,6 +218,9 @@ func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (
 	return turn, nil
 }
 
+// storedWait bounds how long a run's reply waits for its turn to be stored.
+const storedWait = 10 * time.Second
+
 // DefaultRunTimeout is agent_run's timeout when the caller gives none.
 const DefaultRunTimeout = 600 * time.Second
 
@@ -257,6 +260,14 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	case out := <-ch:
 		if out.died {
 			return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' died during the turn", a.id)
+		}
+		// Whoever reads the turn back from the stream next (agent_output
+		// after agent_run) finds it there. While the fabric is away the
+		// reply could not leave anyway; it waits a little, not forever.
+		wctx, cancel := context.WithTimeout(ctx, storedWait)
+		defer cancel()
+		if err := h.pub.waitStored(wctx, a.id, out.seq); err != nil {
+			h.log.Warn("answering a run before its turn is stored", "agent", a.id, "err", err)
 		}
 		return schemas.RunReply{Text: out.text}, nil
 	case <-t.C:

@@ -54,7 +54,9 @@ type publisher struct {
 	failed   bool // a publish failed: drain the window, then go back
 	halted   bool // a publish failed to leave: send nothing more until the retry
 	stopped  bool
-	drained  chan struct{} // closed and replaced whenever the queue empties
+	drained  chan struct{}             // closed and replaced whenever the queue empties
+	stored   map[string]uint64         // each agent's last event the stream acknowledged
+	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
 	futures  chan jetstream.PubAckFuture
 }
 
@@ -66,6 +68,7 @@ type outboxLimits struct {
 
 func newPublisher(js jetstream.JetStream, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{js: js, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
+		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{},
 		futures: make(chan jetstream.PubAckFuture, window)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
@@ -205,7 +208,12 @@ func (p *publisher) ack(ctx context.Context) {
 				// this node's. Keeping it would block every agent behind it.
 				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].msg.Subject, "err", err)
 			}
-			p.memBytes -= msgSize(p.queue[0])
+			m := p.queue[0]
+			p.stored[m.agent] = m.seq
+			if ws := p.waiters[m.agent]; len(ws) > 0 {
+				p.wake(m.agent, m.seq)
+			}
+			p.memBytes -= msgSize(m)
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
 			p.sent--
@@ -244,6 +252,70 @@ func (p *publisher) ack(ctx context.Context) {
 		firstErr = nil
 		p.cond.Broadcast()
 	}
+}
+
+// storedWaiter is a wait for an agent's events up to seq to be stored.
+type storedWaiter struct {
+	seq  uint64
+	done chan struct{}
+}
+
+// waitStored waits until the stream holds the agent's events up to seq,
+// or ctx ends: a reply that says a turn is over is sent once the turn can
+// be read back from the stream.
+func (p *publisher) waitStored(ctx context.Context, agent string, seq uint64) error {
+	p.mu.Lock()
+	if p.stored[agent] >= seq {
+		p.mu.Unlock()
+		return nil
+	}
+	w := storedWaiter{seq: seq, done: make(chan struct{})}
+	p.waiters[agent] = append(p.waiters[agent], w)
+	p.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		p.mu.Lock()
+		ws := p.waiters[agent]
+		for i := range ws {
+			if ws[i].done == w.done {
+				p.waiters[agent] = slices.Delete(ws, i, i+1)
+				break
+			}
+		}
+		if len(p.waiters[agent]) == 0 {
+			delete(p.waiters, agent)
+		}
+		p.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// wake releases the waiters of agent whose events are all stored; p.mu
+// is held.
+func (p *publisher) wake(agent string, seq uint64) {
+	ws := p.waiters[agent][:0]
+	for _, w := range p.waiters[agent] {
+		if w.seq <= seq {
+			close(w.done)
+		} else {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 {
+		delete(p.waiters, agent)
+	} else {
+		p.waiters[agent] = ws
+	}
+}
+
+// forget drops what the publisher knows of an agent the node no longer
+// keeps.
+func (p *publisher) forget(agent string) {
+	p.mu.Lock()
+	delete(p.stored, agent)
+	p.mu.Unlock()
 }
 
 // refill brings what waits after the queue into it once there is room:

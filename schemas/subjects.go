@@ -202,6 +202,12 @@ func ParseRelaySubject(subject string) (node string, op RelayOp, agent string, o
 	return node, op, agent, true
 }
 
+// NodeReplyPrefix is where a node's replies go: the coordinator sends its
+// requests to node with reply subjects under it, and only that node may
+// publish there. (A leaf node cannot answer on the requester's own inbox:
+// NATS does not carry replies from a leaf whose rights are restricted.)
+func NodeReplyPrefix(node string) string { return "_INBOX.from-" + node }
+
 // InboxPrefix is the inbox namespace of a credential: _INBOX.<role>-<name>.
 // A confined connection only receives replies under its own prefix, and
 // the relay only forwards a node's messages whose reply is under it.
