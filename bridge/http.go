@@ -24,8 +24,12 @@ const MCPPath = "/mcp"
 // HTTPConfig secures the MCP endpoint.
 type HTTPConfig struct {
 	// Token, when set, must come as "Authorization: Bearer <token>". A
-	// listener off loopback refuses to start without one.
+	// listener off loopback refuses to start without a token.
 	Token string
+	// ObserverToken is a second bearer token that may only observe: the
+	// tools that read (agent_output, agent_status, agent_list,
+	// agent_nodes, agent_events) and no other.
+	ObserverToken string
 	// AllowedOrigins are browser origins allowed besides loopback ones
 	// (e.g. "https://app.example.com").
 	AllowedOrigins []string
@@ -38,6 +42,9 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 	mcpHTTP := server.NewStreamableHTTPServer(m.srv,
 		server.WithEndpointPath(MCPPath),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
+			if cfg.ObserverToken != "" && bearer(r) == cfg.ObserverToken && bearer(r) != cfg.Token {
+				ctx = withObserver(ctx)
+			}
 			if id := r.Header.Get(schemas.AgentIDHeader); id != "" {
 				return WithCallingAgent(ctx, id)
 			}
@@ -49,9 +56,9 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 			http.Error(w, "origin not allowed: "+o, http.StatusForbidden)
 			return
 		}
-		if cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(cfg.Token)) != 1 {
+		if cfg.Token != "" || cfg.ObserverToken != "" {
+			got := bearer(r)
+			if !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
 				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 				return
@@ -63,6 +70,18 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 		}
 		mcpHTTP.ServeHTTP(w, r)
 	})
+}
+
+// bearer is the request's bearer token, or "".
+func bearer(r *http.Request) string {
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return got
+}
+
+// matches compares a presented token with a configured one in constant
+// time; an unset token matches nothing.
+func matches(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // originAllowed accepts loopback origins and the configured ones.
@@ -93,7 +112,7 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 	if err != nil {
 		return fmt.Errorf("MCP listen address %q: %w", addr, err)
 	}
-	if !isLoopbackHost(host) && cfg.Token == "" {
+	if !isLoopbackHost(host) && cfg.Token == "" && cfg.ObserverToken == "" {
 		return fmt.Errorf("refusing to serve MCP on %s without a bearer token: set one, or listen on 127.0.0.1", addr)
 	}
 	l, err := net.Listen("tcp", addr)

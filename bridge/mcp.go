@@ -283,6 +283,22 @@ func (m *MCP) handler(t tool) server.ToolHandlerFunc {
 
 type agentKey struct{}
 
+type observerKey struct{}
+
+// observerTools are the tools that only read: all an observer's token may
+// call.
+var observerTools = []string{"agent_output", "agent_status", "agent_list", "agent_nodes", "agent_events"}
+
+// withObserver marks ctx as a call made with an observer's token.
+func withObserver(ctx context.Context) context.Context {
+	return context.WithValue(ctx, observerKey{}, true)
+}
+
+func observing(ctx context.Context) bool {
+	o, _ := ctx.Value(observerKey{}).(bool)
+	return o
+}
+
 // WithCallingAgent marks ctx as carrying a call made by an agent.
 func WithCallingAgent(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
@@ -297,11 +313,14 @@ func callingAgent(ctx context.Context) string {
 // the paths it passes to its own working directory. It returns why the
 // call is refused, or "".
 func (m *MCP) door(ctx context.Context, name string, a args) string {
+	refused := func(why string) string { return name + " refused: " + why }
+	if observing(ctx) && !slices.Contains(observerTools, name) {
+		return refused("this token may only observe (" + strings.Join(observerTools, ", ") + ")")
+	}
 	id := callingAgent(ctx)
 	if id == "" {
 		return ""
 	}
-	refused := func(why string) string { return name + " refused: " + why }
 	rec, _, err := m.f.Record(ctx, id)
 	if err != nil {
 		return refused("the calling agent " + id + " is unknown")
@@ -333,6 +352,9 @@ func within(root, path string) bool {
 // when it runs under only or the specialist preset. A call of a single
 // tool passes through, so a refused call gets the door's explanation.
 func (m *MCP) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	if observing(ctx) && len(tools) > 1 {
+		tools = slices.DeleteFunc(slices.Clone(tools), func(t mcp.Tool) bool { return !slices.Contains(observerTools, t.Name) })
+	}
 	id := callingAgent(ctx)
 	if id == "" || len(tools) <= 1 {
 		return tools

@@ -466,3 +466,45 @@ func TestMCPHTTPSecurity(t *testing.T) {
 	}
 	s.Close()
 }
+
+// Each token has its rights: the observer's token sees and calls only the
+// tools that read; the control token drives; no token gets nothing.
+func TestMCPTokenRights(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{Token: "driver", ObserverToken: "watcher"})
+	guard, _ := schemas.ComposePolicy("", "", nil, nil, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "seen", Status: schemas.StatusIdle, Node: "n9", Policy: guard.Record("/work/a")})
+
+	watcher := fb.client(map[string]string{"Authorization": "Bearer watcher"})
+	tools, err := watcher.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	if strings.Join(names, " ") != "agent_events agent_list agent_nodes agent_output agent_status" {
+		t.Errorf("an observer's token sees %v", names)
+	}
+	var list schemas.ListReply
+	ok(t, watcher, "agent_list", nil, &list)
+	if len(list.Agents) != 1 {
+		t.Errorf("agent_list with the observer's token: %+v", list)
+	}
+	for _, name := range []string{"agent_open", "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model"} {
+		text, isErr := call(t, watcher, name, argsFor(name))
+		if !isErr || !strings.HasPrefix(text, name+" refused: this token may only observe") {
+			t.Errorf("%s with the observer's token: %q", name, text)
+		}
+	}
+	driver := fb.client(map[string]string{"Authorization": "Bearer driver"})
+	if text, _ := call(t, driver, "agent_close", map[string]any{"agent_id": "nobody"}); strings.Contains(text, "refused") {
+		t.Errorf("agent_close with the control token: %q", text)
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	if _, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url}, nil); err == nil {
+		t.Error("a client without a token connected")
+	}
+}
