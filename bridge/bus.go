@@ -131,6 +131,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	b.awaitSubscriber(ctx, pub)
+	fmt.Fprintf(os.Stderr, "DEBUG pid %d grace done topics %v\n", os.Getpid(), pub.(zmq4.Topics).Topics())
 	// Acknowledging one event acknowledges all before it, so the bus acks
 	// every ackEvery events and whenever it has caught up; the position
 	// file keeps a restart from repeating the few it had not acked.
@@ -150,6 +151,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 			msg.Ack()
 			return
 		}
+		fmt.Fprintf(os.Stderr, "DEBUG pid %d seq %d delivered %d pending %d last %d\n", os.Getpid(), meta.Sequence.Stream, meta.NumDelivered, meta.NumPending, pos.last)
 		if seq := meta.Sequence.Stream; seq > pos.last {
 			if id, ok := schemas.AgentFromSubject(msg.Subject()); ok {
 				channel := "agent:" + id

@@ -44,7 +44,7 @@ type environment struct {
 
 func commands() []*command {
 	return []*command{
-		upCommand(), nodeCommand(),
+		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), closeCommand(), tailCommand(), mcpCommand(),
 		versionCommand(),

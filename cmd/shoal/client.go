@@ -2,38 +2,136 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
 )
 
 // clientOptions are how a command reaches the fabric.
 type clientOptions struct {
 	url     string
 	creds   string
+	tls     tlsOptions
 	timeout time.Duration
+
+	who *broker.Credentials // what --creds are for, once read
+}
+
+// tlsOptions name the PEM files of one side of TLS.
+type tlsOptions struct {
+	cert, key, ca string
+}
+
+func (t *tlsOptions) register(fs *flag.FlagSet, whose string) {
+	fs.StringVar(&t.ca, "tls-ca", "", "PEM `file` of the CA that signed "+whose)
+	fs.StringVar(&t.cert, "tls-cert", "", "PEM `file` of this side's TLS certificate")
+	fs.StringVar(&t.key, "tls-key", "", "PEM `file` of that certificate's private key")
 }
 
 func (o *clientOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.url, "nats", nats.DefaultURL, "NATS `URL` of the fabric")
-	fs.StringVar(&o.creds, "creds", "", "NATS credentials `file`")
+	o.registerAuth(fs)
 	durationFlag(fs, &o.timeout, "timeout", 30*time.Second, "how long to wait for an answer")
 }
 
-func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("shoal"), nats.Timeout(5 * time.Second)}
-	if o.creds != "" {
-		opts = append(opts, nats.UserCredentials(o.creds))
+// registerAuth registers --creds and the client side of TLS.
+func (o *clientOptions) registerAuth(fs *flag.FlagSet) {
+	fs.StringVar(&o.creds, "creds", "", "NATS credentials `file` from `shoal creds` (needed when the coordinator runs with --auth)")
+	o.tls.register(fs, "the server's certificate")
+}
+
+// credentials reads --creds once; nil when none were given.
+func (o *clientOptions) credentials() (*broker.Credentials, error) {
+	if o.creds == "" || o.who != nil {
+		return o.who, nil
 	}
+	c, err := broker.ReadCredentials(o.creds)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	o.who = &c
+	return o.who, nil
+}
+
+// options are the NATS options for --creds and TLS.
+func (o *clientOptions) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	c, err := o.credentials()
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		// A scoped credential receives replies only under its own inbox.
+		opts = append(opts, nats.UserCredentials(o.creds), nats.CustomInboxPrefix(c.InboxPrefix()))
+	}
+	cfg, err := broker.ClientTLS{CA: o.tls.ca, Cert: o.tls.cert, Key: o.tls.key}.Config()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	if cfg != nil {
+		opts = append(opts, nats.Secure(cfg))
+	}
+	return opts, nil
+}
+
+func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.Conn, error) {
+	opts, err := o.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]nats.Option{nats.Name("shoal"), nats.Timeout(5 * time.Second),
+		// The server refuses what the credentials do not allow; say so
+		// rather than let a request wait for its timeout in silence.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				fmt.Fprintf(env.io.err, "shoal: the server refused: %v\n", err)
+			}
+		}),
+	}, opts...)
 	nc, err := nats.Connect(o.url, append(opts, extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
+		return nil, o.explain(err)
 	}
 	return nc, nil
+}
+
+// refusedError is a dial the server refused for a reason retrying does
+// not mend: credentials or certificates.
+type refusedError struct{ error }
+
+// explain turns a failed dial into what to do about it.
+func (o *clientOptions) explain(err error) error {
+	if e := o.refused(err); e != nil {
+		return refusedError{e}
+	}
+	return fmt.Errorf("cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
+}
+
+func (o *clientOptions) refused(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "Authorization Violation") && o.creds == "":
+		return fmt.Errorf("NATS at %s requires credentials: give --creds FILE (issued by `shoal creds` on the coordinator)", o.url)
+	case strings.Contains(msg, "Authorization Violation"), strings.Contains(msg, "Authentication Expired"):
+		return fmt.Errorf("NATS at %s refused the credentials in %s: %v", o.url, o.creds, err)
+	case strings.Contains(msg, "certificate signed by unknown authority"), strings.Contains(msg, "certificate is not trusted"):
+		if o.tls.ca == "" {
+			return fmt.Errorf("NATS at %s presents a certificate this machine does not trust: give --tls-ca FILE", o.url)
+		}
+		return fmt.Errorf("NATS at %s presents a certificate the CA in %s did not sign: %v", o.url, o.tls.ca, err)
+	case strings.Contains(msg, "secure connection required"):
+		return fmt.Errorf("NATS at %s requires TLS: give --tls-ca FILE (and --tls-cert/--tls-key if it asks for a client certificate)", o.url)
+	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
+		return fmt.Errorf("NATS at %s requires a client certificate: give --tls-cert and --tls-key (%v)", o.url, err)
+	}
+	return nil
 }
 
 func (o *clientOptions) fabric(env *environment) (*bridge.Fabric, func(), error) {
@@ -41,7 +139,18 @@ func (o *clientOptions) fabric(env *environment) (*bridge.Fabric, func(), error)
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := bridge.NewFabric(nc, bridge.FabricConfig{Timeout: o.timeout})
+	cfg := bridge.FabricConfig{Timeout: o.timeout}
+	if c := o.who; c != nil && c.Role != broker.RoleCoordinator {
+		// Scoped credentials reach neither the nodes nor the stream:
+		// everything goes through the coordinator.
+		cfg.ViaCoordinator = true
+		cfg.ReadOnly = c.Role == broker.RoleObserver
+		if c.Role == broker.RoleNode {
+			nc.Close()
+			return nil, nil, usagef("the credentials in %s are a node's (%s); a client needs `shoal creds client NAME` or `shoal creds observer NAME`", o.creds, c.Name)
+		}
+	}
+	f, err := bridge.NewFabric(nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/claude"
@@ -116,12 +118,18 @@ func hostName() string {
 	return name
 }
 
-// host builds the node on nc.
-func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*node.Host, error) {
-	name := o.name
-	if name == "" {
-		name = hostName()
+// nodeName is --name, or the machine's host name.
+func (o *nodeOptions) nodeName() string {
+	if o.name != "" {
+		return o.name
 	}
+	return hostName()
+}
+
+// host builds the node on nc. A confined node reaches the fabric's state
+// only through the coordinator's relay, as node credentials require.
+func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *slog.Logger) (*node.Host, error) {
+	name := o.nodeName()
 	dir := o.dir
 	if dir == "" {
 		dir = filepath.Join(cacheHome(env.getenv), "shoal", "agents", name)
@@ -163,6 +171,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, log *slog.Logger) (*
 		InterruptGrace:   o.interruptGrace,
 		ImageMaxLongEdge: int(negativeIfZero(int64(o.imageEdge))),
 		Version:          semver(),
+		Relay:            confined,
 		Logger:           log,
 	})
 	if err != nil {
@@ -190,6 +199,7 @@ func runHost(ctx context.Context, h *node.Host) (done <-chan error, err error) {
 type nodeCommandOptions struct {
 	nodeOptions
 	client   clientOptions
+	leaf     string
 	logLevel string
 }
 
@@ -204,11 +214,22 @@ events on agent.<id>, and answers control requests as the NATS micro
 service shoal-node. It keeps reconnecting while the coordinator is away.
 
 A node started after a crash first kills any agent processes the crash
-left behind (pids.json).`,
+left behind (pids.json).
+
+When the coordinator runs with --auth, the node needs credentials issued
+for it on the coordinator (shoal creds node NAME > NAME.creds): they let it
+answer only its own control subjects and publish events only for agents it
+owns, through the coordinator. The node takes its name from them.
+
+A machine that can only dial out (behind NAT) joins as a leaf node with
+--leaf nats-leaf://HUB:7422 instead of --nats: it runs a small embedded
+NATS server that keeps one outbound connection to the coordinator's
+leaf-node port (shoal up --leaf-listen).`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &nodeCommandOptions{}
 			o.nodeOptions.register(fs, "name")
 			o.client.register(fs)
+			fs.StringVar(&o.leaf, "leaf", "", "join as a leaf node: the coordinator's leaf-node `URL` (e.g. nats-leaf://hub:7422), instead of --nats")
 			fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 			return o.run
 		},
@@ -225,7 +246,7 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 		if err == nil {
 			return nc, nil
 		}
-		if strings.Contains(err.Error(), "Authorization") {
+		if errors.As(err, new(refusedError)) || errors.As(err, new(*usageError)) {
 			return nil, err
 		}
 		log.Warn("waiting for the fabric", "nats", o.client.url, "err", err)
@@ -242,12 +263,40 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 	if err != nil {
 		return err
 	}
-	nc, err := o.connectPatiently(ctx, env, log)
+	who, err := o.client.credentials()
 	if err != nil {
 		return err
 	}
+	if who != nil {
+		switch {
+		case who.Role != broker.RoleNode:
+			return usagef("the credentials in %s are for %s %s, not a node: issue them with `shoal creds node NAME`", o.client.creds, who.Role, who.Name)
+		case o.name != "" && o.name != who.Name:
+			return usagef("the credentials in %s are for node %s, not %s", o.client.creds, who.Name, o.name)
+		}
+		o.name = who.Name
+	}
+	var nc *nats.Conn
+	joined := o.client.url
+	if o.leaf != "" {
+		leaf, err := o.joinAsLeaf(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer leaf.Shutdown()
+		opts := []nats.Option{nats.Name("shoal-node"), nats.CustomInboxPrefix(schemas.InboxPrefix(string(broker.RoleNode), o.nodeName()))}
+		if nc, err = leaf.Connect(opts...); err != nil {
+			return err
+		}
+		joined = o.leaf + " (as a leaf node)"
+	} else {
+		if nc, err = o.connectPatiently(ctx, env, log); err != nil {
+			return err
+		}
+		joined = nc.ConnectedUrlRedacted()
+	}
 	defer nc.Close()
-	h, err := o.host(env, nc, log)
+	h, err := o.host(env, nc, who != nil, log)
 	if err != nil {
 		return err
 	}
@@ -255,6 +304,36 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.io.out, "shoal: node %s joined %s\n", h.Name(), nc.ConnectedUrlRedacted())
+	fmt.Fprintf(env.io.out, "shoal: node %s joined %s\n", h.Name(), joined)
 	return <-done
+}
+
+// joinAsLeaf starts the embedded leaf server and waits, patiently, until
+// its connection to the hub is up. Credentials the hub refuses end the
+// wait at once.
+func (o *nodeCommandOptions) joinAsLeaf(ctx context.Context, log *slog.Logger) (*broker.Leaf, error) {
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		leaf, err := broker.NewLeaf(broker.LeafRemote{
+			URL: o.leaf, Credentials: o.client.creds, Logger: log,
+			TLS: broker.ClientTLS{CA: o.client.tls.ca, Cert: o.client.tls.cert, Key: o.client.tls.key},
+		})
+		if err != nil {
+			return nil, usagef("--leaf: %v", err)
+		}
+		attempt, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = leaf.Start(attempt)
+		cancel()
+		if err == nil {
+			return leaf, nil
+		}
+		if strings.Contains(strings.ToLower(err.Error()), "authoriz") || ctx.Err() != nil {
+			return nil, err
+		}
+		log.Warn("waiting for the hub", "leaf", o.leaf, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }

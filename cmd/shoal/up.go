@@ -5,11 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
@@ -17,22 +20,35 @@ import (
 
 // upOptions are the settings of `shoal up`.
 type upOptions struct {
-	host       string
-	port       int
-	store      string
-	maxPayload int64
-	maxAge     time.Duration
-	maxBytes   int64
-	duplicates time.Duration
-	nodeTTL    time.Duration
-	logLevel   string
-	noNode     bool
-	node       nodeOptions
-	mcpListen  string
-	mcpToken   string
-	noMCP      bool
-	bus        string
-	noBus      bool
+	host          string
+	port          int
+	store         string
+	maxPayload    int64
+	maxAge        time.Duration
+	maxBytes      int64
+	duplicates    time.Duration
+	nodeTTL       time.Duration
+	replicas      int
+	logLevel      string
+	noNode        bool
+	node          nodeOptions
+	mcpListen     string
+	mcpToken      string
+	mcpObserver   string
+	noMCP         bool
+	bus           string
+	noBus         bool
+	auth          bool
+	authDir       string
+	tlsVerify     bool
+	leafListen    string
+	cluster       string
+	clusterListen string
+	routes        string
+	serverName    string
+	// external: --nats, --creds and the client side of TLS, to use a NATS
+	// deployment instead of the embedded server.
+	external clientOptions
 }
 
 func upCommand() *command {
@@ -42,12 +58,21 @@ func upCommand() *command {
 		help: `
 Runs the coordinator on this machine: an embedded NATS server with
 JetStream that keeps every agent event in the stream AGENTS and the agent
-and node records in the KV buckets shoal_agents and shoal_nodes, and a
-local node that runs agents here (unless --no-node).
+and node records in the KV buckets shoal_agents and shoal_nodes, the MCP
+endpoint, the Kaimon bus, and a local node that runs agents here (unless
+--no-node).
 
 By default it listens on 127.0.0.1:4222 only and keeps its state under
 $XDG_DATA_HOME/shoal (~/.local/share/shoal). It stops cleanly on Ctrl-C
-or SIGTERM; a restart on the same store keeps every event.`,
+or SIGTERM; a restart on the same store keeps every event.
+
+Other machines: --auth turns on authentication (required to listen off
+loopback); issue each node and client its credentials with shoal creds.
+--tls-cert/--tls-key (and --tls-ca) encrypt client, leaf-node and cluster
+connections. --leaf-listen accepts nodes behind NAT that dial out as leaf
+nodes. --cluster with --routes joins two other coordinators in a 3-server
+NATS cluster with replicated streams. --nats URL uses an existing NATS
+deployment instead and embeds no server.`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &upOptions{}
 			o.register(fs)
@@ -57,7 +82,7 @@ or SIGTERM; a restart on the same store keeps every event.`,
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.host, "host", broker.DefaultHost, "NATS client listen address; anything but loopback needs authentication")
+	fs.StringVar(&o.host, "host", broker.DefaultHost, "NATS client listen address; anything but loopback needs --auth")
 	fs.IntVar(&o.port, "port", broker.DefaultPort, "NATS client port (-1 picks a free port)")
 	fs.StringVar(&o.store, "store", "", "JetStream store directory (default $XDG_DATA_HOME/shoal/jetstream)")
 	sizeFlag(fs, &o.maxPayload, "max-payload", broker.DefaultMaxPayload, "largest `size` of a message the server accepts")
@@ -65,17 +90,44 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0 means no limit)")
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
 	durationFlag(fs, &o.nodeTTL, "node-ttl", broker.DefaultNodeTTL, "a node whose heartbeat is older than this `duration` is lost")
+	fs.IntVar(&o.replicas, "replicas", 0, "copies of the stream and buckets (default 3 with --cluster, else 1)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.noNode, "no-node", false, "run no agents on this machine: only the broker")
 	o.node.register(fs, "node-name")
 	fs.StringVar(&o.mcpListen, "mcp-listen", "127.0.0.1:7270", "`address` of the MCP endpoint (Streamable HTTP at /mcp)")
-	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send; required off loopback")
+	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send to drive agents; required off loopback")
+	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: agent_output, agent_status, agent_list, agent_nodes, agent_events")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint")
 	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
 	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
+	fs.BoolVar(&o.auth, "auth", false, "require credentials from every client, node and leaf node (issue them with shoal creds)")
+	fs.StringVar(&o.authDir, "auth-dir", "", "`directory` of the keys that sign credentials (default $XDG_DATA_HOME/shoal/auth)")
+	fs.BoolVar(&o.tlsVerify, "tls-verify-clients", false, "require every client and leaf node to present a certificate --tls-ca signed")
+	fs.StringVar(&o.leafListen, "leaf-listen", "", "accept leaf nodes (machines that dial out) on this `host:port`, e.g. 127.0.0.1:7422")
+	fs.StringVar(&o.cluster, "cluster", "", "join a NATS cluster of this `name` (with --routes)")
+	fs.StringVar(&o.clusterListen, "cluster-listen", "127.0.0.1:6222", "`host:port` other cluster members route to")
+	fs.StringVar(&o.routes, "routes", "", "comma-separated nats-route://host:port `URLs` of the cluster's members")
+	fs.StringVar(&o.serverName, "server-name", "", "this server's `name`, unique in the cluster (default: the node name)")
+	fs.StringVar(&o.external.url, "nats", "", "use the NATS deployment at this `URL` and embed no server")
+	fs.StringVar(&o.external.creds, "creds", "", "with --nats: the coordinator's credentials `file` (shoal creds coordinator NAME)")
+	t := &o.external.tls
+	fs.StringVar(&t.cert, "tls-cert", "", "PEM `file` of the server's TLS certificate for client, leaf-node and route connections (with --nats: this coordinator's client certificate)")
+	fs.StringVar(&t.key, "tls-key", "", "PEM `file` of that certificate's private key")
+	fs.StringVar(&t.ca, "tls-ca", "", "PEM `file` of the CA that verifies cluster members and, with --tls-verify-clients, clients (with --nats: the CA of the deployment's certificate)")
+	o.external.timeout = 30 * time.Second
 }
 
-func (o *upOptions) brokerConfig(env *environment) (broker.Config, error) {
+// hostPort reads a host:port flag.
+func hostPort(flag, s string) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n < -1 || n > 65535 {
+		return "", 0, usagef("--%s %q is not host:port (e.g. 127.0.0.1:7422)", flag, s)
+	}
+	return host, n, nil
+}
+
+func (o *upOptions) brokerConfig(env *environment, log *slog.Logger) (broker.Config, error) {
 	store := o.store
 	if store == "" {
 		store = filepath.Join(dataHome(env.getenv), "shoal", "jetstream")
@@ -83,27 +135,72 @@ func (o *upOptions) brokerConfig(env *environment) (broker.Config, error) {
 	if o.maxPayload > 64<<20 || o.maxPayload < 1<<10 {
 		return broker.Config{}, usagef("--max-payload %s is out of range (1KiB to 64MiB)", sizeValue{&o.maxPayload})
 	}
-	log, err := newLogger(env.io.err, o.logLevel)
-	if err != nil {
-		return broker.Config{}, err
-	}
 	cfg := broker.Config{
 		Host:       o.host,
 		Port:       o.port,
 		StoreDir:   store,
 		MaxPayload: int32(o.maxPayload),
 		Logger:     log,
-		Assets: broker.Assets{
-			MaxAge:     negativeIfZero(o.maxAge),
-			MaxBytes:   negativeIfZero(o.maxBytes),
-			Duplicates: o.duplicates,
-			NodeTTL:    o.nodeTTL,
-		},
+		Assets:     o.assets(),
 	}
 	if o.port == 0 {
 		return cfg, usagef("--port 0 is not a port (use -1 for any free port)")
 	}
+	if o.auth {
+		dir := o.authDir
+		if dir == "" {
+			dir = filepath.Join(dataHome(env.getenv), "shoal", "auth")
+		}
+		auth, err := broker.OpenAuthority(dir)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Auth = auth
+	} else if o.authDir != "" {
+		return cfg, usagef("--auth-dir needs --auth")
+	}
+	tls := o.external.tls
+	cfg.TLS = broker.TLSConfig{Cert: tls.cert, Key: tls.key, CA: tls.ca, VerifyClients: o.tlsVerify}
+	if o.leafListen != "" {
+		host, port, err := hostPort("leaf-listen", o.leafListen)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Leaf = broker.LeafConfig{Host: host, Port: port}
+	}
+	if o.cluster != "" {
+		host, port, err := hostPort("cluster-listen", o.clusterListen)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ServerName = o.serverName
+		if cfg.ServerName == "" {
+			cfg.ServerName = o.node.nodeName()
+		}
+		routes := splitList(o.routes)
+		if len(routes) == 0 {
+			return cfg, usagef("--cluster %s needs --routes: the nats-route:// URLs of the cluster's members", o.cluster)
+		}
+		cfg.Cluster = broker.ClusterConfig{Name: o.cluster, Host: host, Port: port, Routes: routes}
+	} else if o.routes != "" || o.serverName != "" {
+		return cfg, usagef("--routes and --server-name need --cluster NAME")
+	}
 	return cfg, nil
+}
+
+// assets are the stream and bucket limits from the flags.
+func (o *upOptions) assets() broker.Assets {
+	replicas := o.replicas
+	if replicas == 0 && o.cluster != "" {
+		replicas = 3
+	}
+	return broker.Assets{
+		MaxAge:     negativeIfZero(o.maxAge),
+		MaxBytes:   negativeIfZero(o.maxBytes),
+		Duplicates: o.duplicates,
+		NodeTTL:    o.nodeTTL,
+		Replicas:   replicas,
+	}
 }
 
 // negativeIfZero maps the command line's "0 means no limit" onto the
@@ -115,32 +212,99 @@ func negativeIfZero[T time.Duration | int64](v T) T {
 	return v
 }
 
-func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error {
-	cfg, err := o.brokerConfig(env)
+// connector opens the coordinator's connections to the fabric, each
+// named for what uses it.
+type connector func(name string) (*nats.Conn, error)
+
+// embed starts the embedded server and returns how to connect to it.
+func (o *upOptions) embed(ctx context.Context, env *environment, log *slog.Logger) (connector, func(), error) {
+	cfg, err := o.brokerConfig(env, log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	b, err := broker.New(cfg)
 	if err != nil {
-		return usagef("%v", err)
+		return nil, nil, usagef("%v", err)
 	}
 	if err := b.Start(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer b.Shutdown()
 	out := env.io.out
 	fmt.Fprintf(out, "shoal: NATS listening on %s\n", b.ClientURL())
 	fmt.Fprintf(out, "shoal: JetStream store %s\n", b.StoreDir())
+	if cfg.Auth != nil {
+		fmt.Fprintf(out, "shoal: authentication on; credentials are issued with `shoal creds` (keys in %s)\n", cfg.Auth.Dir())
+	}
+	if u := b.LeafURL(); u != "" {
+		fmt.Fprintf(out, "shoal: leaf nodes connect to %s\n", u)
+	}
+	if u := b.ClusterURL(); u != "" {
+		fmt.Fprintf(out, "shoal: cluster %s, routes on %s\n", o.cluster, u)
+	}
+	return func(name string) (*nats.Conn, error) { return b.Connect(nats.Name(name)) }, b.Shutdown, nil
+}
 
-	// The bridge: the MCP endpoint and the Kaimon bus.
+// external connects to a NATS deployment Shoal does not run, provisions
+// the fabric's stream and buckets there, and returns how to connect.
+func (o *upOptions) useExternal(ctx context.Context, env *environment) (connector, func(), error) {
+	if o.auth || o.cluster != "" || o.leafListen != "" || o.tlsVerify {
+		return nil, nil, usagef("--nats uses a NATS deployment Shoal does not run: --auth, --cluster, --leaf-listen and --tls-verify-clients configure the embedded server and cannot go with it")
+	}
+	if c, err := o.external.credentials(); err != nil {
+		return nil, nil, err
+	} else if c != nil && c.Role != broker.RoleCoordinator {
+		return nil, nil, usagef("the credentials in %s are for %s %s; the coordinator needs `shoal creds coordinator NAME`", o.external.creds, c.Role, c.Name)
+	}
+	connect := func(name string) (*nats.Conn, error) {
+		return o.external.connect(env, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	}
+	nc, err := connect("shoal-provision")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := broker.Provision(ctx, js, o.assets()); err != nil {
+		return nil, nil, fmt.Errorf("NATS at %s: %w", o.external.url, err)
+	}
+	fmt.Fprintf(env.io.out, "shoal: using NATS at %s\n", nc.ConnectedUrlRedacted())
+	return connect, func() {}, nil
+}
+
+func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error {
+	log, err := newLogger(env.io.err, o.logLevel)
+	if err != nil {
+		return err
+	}
+	var connect connector
+	var shutdown func()
+	if o.external.url != "" {
+		connect, shutdown, err = o.useExternal(ctx, env)
+	} else {
+		connect, shutdown, err = o.embed(ctx, env, log)
+	}
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	out := env.io.out
+
+	// The coordinator's services: the relay for confined nodes, the node
+	// monitor, the fabric service, the MCP endpoint and the Kaimon bus.
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	bridgeCtx, stopBridge := context.WithCancel(ctx)
 	defer stopBridge()
-	errc := make(chan error, 2)
+	errc := make(chan error, 4)
+	if err := o.runRelay(bridgeCtx, connect, log, &workers, errc); err != nil {
+		return err
+	}
 	mcpURL := o.node.mcpURL
 	if !o.noMCP {
-		url, err := o.serveMCP(bridgeCtx, env, b, cfg.Logger, &workers, errc)
+		url, err := o.serveMCP(bridgeCtx, connect, log, &workers, errc)
 		if err != nil {
 			return err
 		}
@@ -149,14 +313,14 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			mcpURL = url
 		}
 	}
-	if err := o.runMonitor(bridgeCtx, b, cfg.Logger, &workers, errc); err != nil {
+	if err := o.runMonitor(bridgeCtx, connect, log, &workers, errc); err != nil {
 		return err
 	}
-	if err := o.serveFabric(bridgeCtx, b, &workers, errc); err != nil {
+	if err := o.serveFabric(bridgeCtx, connect, &workers, errc); err != nil {
 		return err
 	}
 	if !o.noBus {
-		address, err := o.runBus(bridgeCtx, env, b, cfg.Logger, &workers, errc)
+		address, err := o.runBus(bridgeCtx, env, connect, log, &workers, errc)
 		if err != nil {
 			return err
 		}
@@ -169,12 +333,12 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if !o.noNode {
 		o.node.mcpURL = mcpURL
 		o.node.mcpToken = o.mcpToken
-		nc, err := b.Connect(nats.Name("shoal-local-node"))
+		nc, err := connect("shoal-local-node")
 		if err != nil {
 			return err
 		}
 		defer nc.Close()
-		h, err := o.node.host(env, nc, cfg.Logger)
+		h, err := o.node.host(env, nc, false, log)
 		if err != nil {
 			return err
 		}
@@ -197,19 +361,39 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	fmt.Fprintf(out, "shoal: stopping\n")
 	if nodeDone != nil {
 		if err := <-nodeDone; err != nil {
-			cfg.Logger.Warn("node stopped with an error", "err", err)
+			log.Warn("node stopped with an error", "err", err)
 		}
 	}
 	stopBridge()
 	workers.Wait()
-	b.Shutdown()
+	shutdown()
 	fmt.Fprintf(out, "shoal: stopped\n")
 	return nil
 }
 
+// runRelay starts the relay that confined nodes write through.
+func (o *upOptions) runRelay(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+	nc, err := connect("shoal-relay")
+	if err != nil {
+		return err
+	}
+	r, err := bridge.NewRelay(ctx, bridge.RelayConfig{Conn: nc, Logger: log})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	workers.Go(func() {
+		defer nc.Close()
+		if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("relay: %w", err)
+		}
+	})
+	return nil
+}
+
 // serveMCP starts the MCP endpoint and returns its URL once it listens.
-func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
-	nc, err := b.Connect(nats.Name("shoal-mcp"))
+func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
+	nc, err := connect("shoal-mcp")
 	if err != nil {
 		return "", err
 	}
@@ -225,7 +409,7 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 	done := make(chan error, 1)
 	workers.Go(func() {
 		defer nc.Close()
-		err := m.ListenHTTP(ctx, o.mcpListen, bridge.HTTPConfig{Token: o.mcpToken}, func(u string) { urls <- u })
+		err := m.ListenHTTP(ctx, o.mcpListen, bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}, func(u string) { urls <- u })
 		done <- err
 		if err != nil {
 			errc <- fmt.Errorf("MCP endpoint: %w", err)
@@ -240,8 +424,8 @@ func (o *upOptions) serveMCP(ctx context.Context, env *environment, b *broker.Br
 }
 
 // serveFabric answers shoal.fabric.* (replay pages, placement).
-func (o *upOptions) serveFabric(ctx context.Context, b *broker.Broker, workers *sync.WaitGroup, errc chan<- error) error {
-	nc, err := b.Connect(nats.Name("shoal-fabric"))
+func (o *upOptions) serveFabric(ctx context.Context, connect connector, workers *sync.WaitGroup, errc chan<- error) error {
+	nc, err := connect("shoal-fabric")
 	if err != nil {
 		return err
 	}
@@ -263,8 +447,8 @@ func (o *upOptions) serveFabric(ctx context.Context, b *broker.Broker, workers *
 }
 
 // runMonitor starts the node-loss monitor.
-func (o *upOptions) runMonitor(ctx context.Context, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
-	nc, err := b.Connect(nats.Name("shoal-monitor"))
+func (o *upOptions) runMonitor(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+	nc, err := connect("shoal-monitor")
 	if err != nil {
 		return err
 	}
@@ -283,12 +467,12 @@ func (o *upOptions) runMonitor(ctx context.Context, b *broker.Broker, log *slog.
 }
 
 // runBus starts the Kaimon bus and returns its address once it is bound.
-func (o *upOptions) runBus(ctx context.Context, env *environment, b *broker.Broker, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
+func (o *upOptions) runBus(ctx context.Context, env *environment, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
 	address := o.bus
 	if address == "" {
 		address = "ipc://" + filepath.Join(cacheHome(env.getenv), "kaimon", "sock", "kaimon-events.sock")
 	}
-	nc, err := b.Connect(nats.Name("shoal-bus"))
+	nc, err := connect("shoal-bus")
 	if err != nil {
 		return "", err
 	}
