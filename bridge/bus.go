@@ -131,7 +131,6 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	b.awaitSubscriber(ctx, pub)
-	fmt.Fprintf(os.Stderr, "DEBUG pid %d grace done topics %v\n", os.Getpid(), pub.(zmq4.Topics).Topics())
 	// Acknowledging one event acknowledges all before it, so the bus acks
 	// every ackEvery events and whenever it has caught up; the position
 	// file keeps a restart from repeating the few it had not acked.
@@ -151,7 +150,6 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 			msg.Ack()
 			return
 		}
-		fmt.Fprintf(os.Stderr, "DEBUG pid %d seq %d delivered %d pending %d last %d\n", os.Getpid(), meta.Sequence.Stream, meta.NumDelivered, meta.NumPending, pos.last)
 		if seq := meta.Sequence.Stream; seq > pos.last {
 			if id, ok := schemas.AgentFromSubject(msg.Subject()); ok {
 				channel := "agent:" + id
@@ -188,11 +186,12 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 
 // consumer opens the bus's durable consumer, creating it to start with
 // the events published from now on: the bus is live, not a replay of the
-// whole history.
+// whole history. An existing one is rewound to resume where the last bus
+// stopped.
 func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.Consumer, error) {
 	cons, err := stream.Consumer(ctx, b.cfg.Durable)
 	if err == nil {
-		return cons, nil
+		return cons, b.rewind(ctx, stream, cons)
 	}
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("open consumer %s: %w", b.cfg.Durable, err)
@@ -210,6 +209,44 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 		AckWait:       30 * time.Second,
 		MaxAckPending: 8192,
 	})
+}
+
+// rewind makes the durable deliver again, in order, every event a previous
+// bus was handed and did not acknowledge: those it held when it was
+// killed, and any the server handed to a pull request of a dead bus
+// before it noticed the connection was gone. Left alone, JetStream would
+// redeliver them only after AckWait, behind the newer events this bus is
+// handed at once, and acknowledging one of those (AckAll) would drop
+// them. Rewound to the ack floor, the bus is handed them first; the
+// position file skips the ones already sent.
+//
+// A pull request the server still holds for the durable would take
+// events after the rewind, so rewind waits for those to go: a dead bus's
+// expires within jetstream.DefaultExpires; one that lasts longer belongs
+// to a live process sharing the durable.
+func (b *Bus) rewind(ctx context.Context, stream jetstream.Stream, cons jetstream.Consumer) error {
+	deadline := time.Now().Add(jetstream.DefaultExpires + 5*time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", b.cfg.Durable, err)
+		}
+		if info.NumWaiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consumer %s is still pulled by another client; give each bus its own Durable", b.cfg.Durable)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := stream.ResetConsumer(ctx, b.cfg.Durable); err != nil {
+		return fmt.Errorf("rewind consumer %s to its ack floor: %w", b.cfg.Durable, err)
+	}
+	return nil
 }
 
 // awaitSubscriber gives subscribers up to the grace period to connect

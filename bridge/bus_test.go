@@ -226,20 +226,6 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 				seen = append(seen, r.Data)
 			case <-time.After(30 * time.Second):
 				running := current.Process.Signal(syscall.Signal(0)) == nil
-				idx := map[string]int{}
-				for i, e := range envs {
-					idx[string(e)] = i + 1
-				}
-				var got []int
-				for _, s := range seen {
-					got = append(got, idx[s])
-				}
-				ci, cerr := js.Consumer(context.Background(), schemas.StreamName, "shoal-bus")
-				if cerr == nil {
-					inf, _ := ci.Info(context.Background())
-					t.Logf("DEBUG consumer: delivered %+v ackfloor %+v ackpending %d redelivered %d pending %d waiting %d", inf.Delivered, inf.AckFloor, inf.NumAckPending, inf.NumRedelivered, inf.NumPending, inf.NumWaiting)
-				}
-				t.Logf("DEBUG seen %v", got)
 				t.Fatalf("event %d never reached the subscriber (published %d, bus process running: %v)", len(seen)+1, published, running)
 			}
 		}

@@ -119,13 +119,14 @@ func (c *command) execute(ctx context.Context, env *environment, args []string) 
 	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "read settings from this TOML file (default $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
 	r := c.flags(fs)
-	if err := parseSettings(fs, args, configPath, env.getenv); err != nil {
+	positional, err := parseSettings(fs, args, configPath, env.getenv)
+	if err != nil {
 		return err
 	}
-	if c.args == "" && fs.NArg() > 0 {
-		return usagef("unexpected argument %q (see shoal %s --help)", fs.Arg(0), c.name)
+	if c.args == "" && len(positional) > 0 {
+		return usagef("unexpected argument %q (see shoal %s --help)", positional[0], c.name)
 	}
-	return r(ctx, env, fs.Args())
+	return r(ctx, env, positional)
 }
 
 func printOverview(w io.Writer) {
@@ -142,7 +143,8 @@ Commands:
 	fmt.Fprint(w, `
 Every flag can also be set in the config file under the same name, or in
 the environment as SHOAL_<NAME> (upper case, '-' as '_'); flags win over
-the environment, which wins over the file.
+the environment, which wins over the file. Flags may come before or after
+the arguments; "--" ends them, for an argument that starts with a dash.
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)

@@ -17,10 +17,11 @@ import (
 // parseSettings fills fs from, in rising precedence, the config file, the
 // environment (SHOAL_<FLAG>) and the command line. The config file holds
 // flat keys named like the flags.
-func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv func(string) string) error {
+// It returns the positional arguments.
+func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv func(string) string) ([]string, error) {
 	// A first pass finds --config and rejects unknown flags early.
-	if err := fs.Parse(args); err != nil {
-		return flagError(fs, err)
+	if _, err := parseArgs(fs, args); err != nil {
+		return nil, flagError(fs, err)
 	}
 	path, explicit := *configPath, *configPath != ""
 	if !explicit {
@@ -30,7 +31,7 @@ func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv f
 		path = filepath.Join(configHome(getenv), "shoal", "config.toml")
 	}
 	if err := applyFile(fs, path, explicit); err != nil {
-		return err
+		return nil, err
 	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -45,13 +46,35 @@ func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv f
 		}
 	})
 	if envErr != nil {
-		return envErr
+		return nil, envErr
 	}
 	// The command line wins.
-	if err := fs.Parse(args); err != nil {
-		return flagError(fs, err)
+	positional, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, flagError(fs, err)
 	}
-	return nil
+	return positional, nil
+}
+
+// parseArgs parses flags wherever they stand among the arguments (shoal
+// creds node mac --out mac.creds) and returns the others; "--" ends the
+// flags, for an argument that starts with a dash.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {
