@@ -31,13 +31,16 @@ type BusConfig struct {
 	// when empty. A restarted bus resumes where it stopped.
 	Durable string
 	// StateFile keeps the stream sequence of the last event sent, so a
-	// restart repeats nothing; none when empty.
+	// restart repeats nothing; none when empty. An event being sent when
+	// the bus is killed may be lost, like anything a dying PUB socket
+	// had queued.
 	StateFile string
 	// HWM is how many messages may queue for subscribers before new ones
 	// are dropped (ZeroMQ's send high-water mark); 100000 when zero.
 	HWM int
 	// Grace is how long a starting bus waits for a subscriber to
-	// (re)connect before it sends what it missed; 2s when zero.
+	// (re)connect before it sends what it missed, and for a previous
+	// bus's pull requests on Durable to go; 2s when zero.
 	Grace time.Duration
 	// JuliaVersion is the Serialization header's version byte;
 	// DefaultJuliaVersion when zero.
@@ -151,15 +154,19 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 			return
 		}
 		if seq := meta.Sequence.Stream; seq > pos.last {
+			// Recorded before ZeroMQ has the event, which it may deliver
+			// at once: a bus killed right after must not send it again.
+			prev := pos.last
+			pos.record(seq)
 			if id, ok := schemas.AgentFromSubject(msg.Subject()); ok {
 				channel := "agent:" + id
 				payload := JuliaNamedTuple(channel, string(msg.Data()), "agent", b.cfg.JuliaVersion)
 				if err := pub.Send(zmq4.NewMsgFrom([]byte(channel), payload)); err != nil {
+					pos.record(prev)
 					fail(fmt.Errorf("send on the Kaimon bus: %w", err))
 					return
 				}
 			}
-			pos.record(seq)
 		}
 		if unacked++; unacked >= ackEvery || meta.NumPending == 0 {
 			msg.Ack()
@@ -220,12 +227,13 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 // them. Rewound to the ack floor, the bus is handed them first; the
 // position file skips the ones already sent.
 //
-// A pull request the server still holds for the durable would take
-// events after the rewind, so rewind waits for those to go: a dead bus's
-// expires within jetstream.DefaultExpires; one that lasts longer belongs
-// to a live process sharing the durable.
+// A pull request the server still holds for the durable would be handed
+// events after the rewind: a dead bus's lasts until the server notices
+// its connection is gone. rewind gives such requests up to the grace
+// period to go and warns of one that stays, most likely another bus
+// sharing the durable, which takes a share of the events.
 func (b *Bus) rewind(ctx context.Context, stream jetstream.Stream, cons jetstream.Consumer) error {
-	deadline := time.Now().Add(jetstream.DefaultExpires + 5*time.Second)
+	deadline := time.Now().Add(b.cfg.Grace)
 	for {
 		info, err := cons.Info(ctx)
 		if err != nil {
@@ -234,13 +242,15 @@ func (b *Bus) rewind(ctx context.Context, stream jetstream.Stream, cons jetstrea
 		if info.NumWaiting == 0 {
 			break
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("consumer %s is still pulled by another client; give each bus its own Durable", b.cfg.Durable)
+		if !time.Now().Before(deadline) {
+			b.log.Warn("another client pulls the bus's consumer; the events it is handed never reach this bus",
+				"durable", b.cfg.Durable, "pull-requests", info.NumWaiting)
+			break
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if _, err := stream.ResetConsumer(ctx, b.cfg.Durable); err != nil {

@@ -252,3 +252,89 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 }
+
+// Events a bus was handed but never sent, because it died holding them,
+// reach the subscriber from the next bus in order, before newer ones,
+// although JetStream would redeliver them only after AckWait.
+func TestBusResendsWhatADeadBusHeld(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	dir := t.TempDir()
+	address := "ipc://" + filepath.Join(dir, "kaimon-events.sock")
+	cfg := bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(dir, "bus.pos")}
+	sub := kaimonsub.Start(t, address)
+	envs := turnEnvelopes(t)[:6]
+	expect := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if r := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i+1)); r.Data != string(envs[i]) {
+				t.Fatalf("event %d on the bus is %.60q, want %.60q", i+1, r.Data, envs[i])
+			}
+		}
+	}
+
+	stop := runBus(t, cfg)
+	publish(t, js, "k1", 1, envs[0])
+	publish(t, js, "k1", 2, envs[1])
+	expect(0, 2)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(t.Context(), schemas.StreamName, "shoal-bus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumWaiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopped bus still pulls: %d requests", info.NumWaiting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A bus that is handed events 3 and 4, then dies before sending or
+	// acknowledging them.
+	publish(t, js, "k1", 3, envs[2])
+	publish(t, js, "k1", 4, envs[3])
+	dead, err := nats.Connect(b.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadJS, err := jetstream.New(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadCons, err := deadJS.Consumer(t.Context(), schemas.StreamName, "shoal-bus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := deadCons.Fetch(2, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for range batch.Messages() {
+		held++
+	}
+	if held != 2 {
+		t.Fatalf("the dying bus was handed %d events, want 2 (%v)", held, batch.Error())
+	}
+	dead.Close()
+	publish(t, js, "k1", 5, envs[4])
+	publish(t, js, "k1", 6, envs[5])
+
+	runBus(t, cfg)
+	expect(2, 6)
+	select {
+	case r := <-sub:
+		t.Fatalf("an extra event on the bus: %.80q", r.Data)
+	case <-time.After(500 * time.Millisecond):
+	}
+}

@@ -78,13 +78,22 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if spec.Stderr != nil {
 		sink = io.MultiWriter(spec.Stderr, p.tail)
 	}
+	stderrDone := make(chan struct{})
 	go func() {
 		io.Copy(sink, errR)
 		errR.Close()
+		close(stderrDone)
 	}()
 	go func() {
 		p.err = cmd.Wait()
 		killGroup(cmd.Process.Pid)
+		// The last words on stderr explain the exit, so they are read
+		// before Done; a process that escaped the group and holds the
+		// pipe gets only a moment.
+		select {
+		case <-stderrDone:
+		case <-time.After(time.Second):
+		}
 		close(p.done)
 	}()
 	return p, outR, nil
@@ -93,7 +102,8 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
 
-// Done is closed once the process has exited and its group been killed.
+// Done is closed once the process has exited, its group been killed and
+// its stderr read to the end.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Err is how the process exited; valid once Done is closed.
