@@ -155,7 +155,7 @@ func New(cfg Config) (*Host, error) {
 	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Relay && cfg.Conn.Opts.InboxPrefix != want {
 		return nil, fmt.Errorf("a confined node's connection must use the inbox prefix %s (nats.CustomInboxPrefix)", want)
 	}
-	js, err := jetstream.New(cfg.Conn, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishWindow), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +214,20 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 		defer sp.close()
 	}
-	h.pub = newPublisher(h.js, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	// Events have their own connection, one that buffers nothing while it
+	// reconnects: a publish made then fails at once instead of reaching
+	// the stream after the reconnect, ahead of the events in flight when
+	// the connection broke, which the publisher sends again first.
+	events, err := eventConn(h.cfg.Conn)
+	if err != nil {
+		return err
+	}
+	defer events.Close()
+	ejs, err := jetstream.New(events, jetstream.WithPublishAsyncMaxPending(2*h.cfg.PublishWindow), jetstream.WithPublishAsyncTimeout(publishAckWait))
+	if err != nil {
+		return err
+	}
+	h.pub = newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
 	h.pub.onFull = h.outboxFull
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
@@ -263,6 +276,28 @@ func (h *Host) Run(ctx context.Context) error {
 	stopBG()
 	wg.Wait()
 	return nil
+}
+
+// publishAckWait is how long an event may wait for the stream's
+// acknowledgement before it counts as lost. It is shorter than a NATS
+// cluster takes to elect a new stream leader after losing one (4 to 9
+// seconds by default), so the publisher stops at a lost event before a
+// new leader could store the events sent after it.
+const publishAckWait = 2 * time.Second
+
+// eventConn opens a second connection with nc's options, for events: it
+// buffers nothing while reconnecting.
+func eventConn(nc *nats.Conn) (*nats.Conn, error) {
+	opts := nc.Opts
+	opts.ReconnectBufSize = -1
+	if opts.Name != "" {
+		opts.Name += " (events)"
+	}
+	ec, err := opts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("open the node's event connection: %w", err)
+	}
+	return ec, nil
 }
 
 func (h *Host) kinds() []string {

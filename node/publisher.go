@@ -31,8 +31,11 @@ type outMsg struct {
 //
 // Messages on one connection reach the server in order, and the sender
 // stops at the first publish that fails to leave, so the stream keeps each
-// agent's order; the one case it cannot rule out is the server refusing a
-// message it received while storing the next.
+// agent's order. After a failure it sends one event at a time until the
+// stream takes one: while a cluster elects a new stream leader, events
+// sent together could straddle the moment it starts storing, the first
+// lost and the next stored. What it cannot rule out is a leader handing
+// over to another (a planned step-down) while events are in flight.
 type publisher struct {
 	js     jetstream.JetStream
 	last   func(context.Context, []string) (map[string]uint64, error)
@@ -53,6 +56,7 @@ type publisher struct {
 	inflight int  // futures the acker has yet to take
 	failed   bool // a publish failed: drain the window, then go back
 	halted   bool // a publish failed to leave: send nothing more until the retry
+	probing  bool // after a failure, one event at a time until the stream takes one
 	stopped  bool
 	drained  chan struct{}             // closed and replaced whenever the queue empties
 	stored   map[string]uint64         // each agent's last event the stream acknowledged
@@ -158,7 +162,7 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window) {
+		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window || (p.probing && p.sent > 0)) {
 			if p.sent >= len(p.queue) && p.refill() {
 				continue
 			}
@@ -223,6 +227,7 @@ func (p *publisher) ack(ctx context.Context) {
 				p.drained = make(chan struct{})
 			}
 			backoff = 50 * time.Millisecond
+			p.probing = false
 		default:
 			p.failed, firstErr = true, err
 		}
@@ -247,7 +252,7 @@ func (p *publisher) ack(ctx context.Context) {
 		backoff = min(2*backoff, 2*time.Second)
 		p.skipStored(ctx)
 		p.mu.Lock()
-		p.failed, p.halted, p.sent = false, false, 0
+		p.failed, p.halted, p.probing, p.sent = false, false, true, 0
 		p.mu.Unlock()
 		firstErr = nil
 		p.cond.Broadcast()

@@ -199,3 +199,72 @@ func testStore(t *testing.T, nc *nats.Conn, js jetstream.JetStream) *directStore
 	}
 	return s
 }
+
+// electingJS answers every publish "no responders", a little later, as
+// a server would, until its upAfter-th publish; then it stores them: a
+// cluster electing a new stream leader.
+type electingJS struct {
+	jetstream.JetStream
+	upAfter int64
+	n       atomic.Int64
+}
+
+func (e *electingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if e.n.Add(1) <= e.upAfter {
+		return lateFailure{msg: m, err: jetstream.ErrNoStreamResponse, after: 20 * time.Millisecond}, nil
+	}
+	return e.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// lateFailure is a publish that fails after a while.
+type lateFailure struct {
+	msg   *nats.Msg
+	err   error
+	after time.Duration
+}
+
+func (f lateFailure) Ok() <-chan *jetstream.PubAck { return nil }
+func (f lateFailure) Msg() *nats.Msg               { return f.msg }
+func (f lateFailure) Err() <-chan error {
+	c := make(chan error, 1)
+	time.AfterFunc(f.after, func() { c <- f.err })
+	return c
+}
+
+// A stream that starts storing again in the middle of a retry gets the
+// events in order: after a failure the publisher sends one at a time
+// until the stream takes one.
+func TestPublisherRetryStraddlesANewLeader(t *testing.T) {
+	b := natstest.Start(t)
+	nc, js := natstest.JetStream(t, b)
+	const window = 16
+	e := &electingJS{JetStream: js, upAfter: window + 4} // up within the first retry
+	p := newPublisher(e, testStore(t, nc, js).lastEvents, window, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	const n = 50
+	for i := uint64(1); i <= n; i++ {
+		p.enqueue(&outMsg{agent: "e", seq: i, msg: eventMsg(schemas.EventSubject("e"), "n", "e", i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())})
+	}
+	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer fcancel()
+	if err := p.flush(fctx); err != nil {
+		t.Fatalf("flush: %v (pending %d)", err, p.pending())
+	}
+	s, _ := js.Stream(ctx, schemas.StreamName)
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject("e")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(1); want <= n; want++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("event %d missing: %v", want, err)
+		}
+		if _, got, _ := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); got != want {
+			t.Fatalf("event %d stored where %d belongs", got, want)
+		}
+	}
+}

@@ -72,6 +72,9 @@ func startShoal(t *testing.T, dir string, env []string, args ...string) *shoalPr
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		<-p.done
+		if t.Failed() {
+			t.Logf("shoal %s wrote on stderr:\n%s", strings.Join(args, " "), p.stderrText())
+		}
 	})
 	return p
 }
@@ -90,7 +93,13 @@ func baseEnv(dir string) []string {
 // waitLine returns the first stdout line with prefix.
 func (p *shoalProc) waitLine(prefix string) string {
 	p.t.Helper()
-	timeout := time.After(30 * time.Second)
+	return p.waitLineWithin(prefix, 30*time.Second)
+}
+
+// waitLineWithin is waitLine with its own deadline.
+func (p *shoalProc) waitLineWithin(prefix string, d time.Duration) string {
+	p.t.Helper()
+	timeout := time.After(d)
 	for {
 		select {
 		case l, ok := <-p.lines:
