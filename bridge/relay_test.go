@@ -72,7 +72,7 @@ type securedFabric struct {
 	f    *bridge.Fabric
 }
 
-func startSecured(t *testing.T, mutate ...func(*broker.Config)) *securedFabric {
+func startSecured(t testing.TB, mutate ...func(*broker.Config)) *securedFabric {
 	t.Helper()
 	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
 	if err != nil {
@@ -121,7 +121,7 @@ func startSecured(t *testing.T, mutate ...func(*broker.Config)) *securedFabric {
 }
 
 // creds issues credentials and returns the file's path.
-func (s *securedFabric) creds(t *testing.T, role broker.Role, name string) string {
+func (s *securedFabric) creds(t testing.TB, role broker.Role, name string) string {
 	t.Helper()
 	b, err := s.auth.Issue(role, name, 0)
 	if err != nil {
@@ -135,9 +135,10 @@ func (s *securedFabric) creds(t *testing.T, role broker.Role, name string) strin
 }
 
 // connect issues credentials and connects with them.
-func (s *securedFabric) connect(t *testing.T, role broker.Role, name string) *nats.Conn {
+func (s *securedFabric) connect(t testing.TB, role broker.Role, name string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	return natstest.Connect(t, s.b, nats.UserCredentials(s.creds(t, role, name)), nats.CustomInboxPrefix(schemas.InboxPrefix(string(role), name)))
+	opts = append(opts, nats.UserCredentials(s.creds(t, role, name)), nats.CustomInboxPrefix(schemas.InboxPrefix(string(role), name)))
+	return natstest.Connect(t, s.b, opts...)
 }
 
 // startNode runs a confined node with the echo backend.
@@ -146,11 +147,14 @@ func (s *securedFabric) startNode(t *testing.T, name string) {
 	s.runNode(t, name, s.connect(t, broker.RoleNode, name))
 }
 
-// runNode runs a confined node with the echo backend on nc.
-func (s *securedFabric) runNode(t *testing.T, name string, nc *nats.Conn) {
+// runNode runs a confined node on nc, with the echo backend unless bs
+// are given.
+func (s *securedFabric) runNode(t testing.TB, name string, nc *nats.Conn, bs ...backend.Backend) {
 	t.Helper()
-	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(),
-		Backends: []backend.Backend{echoBackend{}}, Relay: true})
+	if len(bs) == 0 {
+		bs = []backend.Backend{echoBackend{}}
+	}
+	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(), Backends: bs, Relay: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,15 +214,15 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 		defer sp.close()
 	}
-	// Events have their own connection, one that buffers nothing while it
-	// reconnects: a publish made then fails at once instead of reaching
-	// the stream after the reconnect, ahead of the events in flight when
-	// the connection broke, which the publisher sends again first.
-	events, err := eventConn(h.cfg.Conn)
+	// Events go on a connection that buffers nothing while it reconnects:
+	// a publish made then fails at once instead of reaching the stream
+	// after the reconnect, ahead of the events in flight when the
+	// connection broke, which the publisher sends again first.
+	events, closeEvents, err := eventConn(h.cfg.Conn)
 	if err != nil {
 		return err
 	}
-	defer events.Close()
+	defer closeEvents()
 	ejs, err := jetstream.New(events, jetstream.WithPublishAsyncMaxPending(2*h.cfg.PublishWindow), jetstream.WithPublishAsyncTimeout(publishAckWait))
 	if err != nil {
 		return err
@@ -285,19 +285,22 @@ func (h *Host) Run(ctx context.Context) error {
 // new leader could store the events sent after it.
 const publishAckWait = 2 * time.Second
 
-// eventConn opens a second connection with nc's options, for events: it
-// buffers nothing while reconnecting.
-func eventConn(nc *nats.Conn) (*nats.Conn, error) {
+// eventConn returns a connection for events that buffers nothing while
+// reconnecting: nc itself when it is one, else a second connection with
+// nc's options but that.
+func eventConn(nc *nats.Conn) (ec *nats.Conn, close func(), err error) {
+	if nc.Opts.ReconnectBufSize < 0 {
+		return nc, func() {}, nil
+	}
 	opts := nc.Opts
 	opts.ReconnectBufSize = -1
 	if opts.Name != "" {
 		opts.Name += " (events)"
 	}
-	ec, err := opts.Connect()
-	if err != nil {
-		return nil, fmt.Errorf("open the node's event connection: %w", err)
+	if ec, err = opts.Connect(); err != nil {
+		return nil, nil, fmt.Errorf("open the node's event connection: %w", err)
 	}
-	return ec, nil
+	return ec, ec.Close, nil
 }
 
 func (h *Host) kinds() []string {
