@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/node/backend/ollama"
 	"github.com/shoalfabric/shoal/node/backend/openai"
@@ -29,6 +31,7 @@ type nodeOptions struct {
 	name           string
 	dir            string
 	claude         string
+	acpCommands    map[string]*string
 	mcpURL         string
 	mcpToken       string
 	turnIdle       time.Duration
@@ -46,6 +49,10 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	fs.StringVar(&o.name, nameFlag, "", "the node's `name` in the fabric (default: this machine's host name)")
 	fs.StringVar(&o.dir, "dir", "", "`directory` for agent event logs, stderr logs and pids.json (default $XDG_CACHE_HOME/shoal/agents/<name>)")
 	fs.StringVar(&o.claude, "claude", "claude", "the claude CLI to run, a `path` or a name looked up on PATH")
+	o.acpCommands = map[string]*string{}
+	for _, a := range []struct{ agent, flag string }{{acp.AgentOpencode, "opencode"}, {acp.AgentClaude, "claude-agent-acp"}, {acp.AgentGemini, "gemini"}} {
+		o.acpCommands[a.agent] = fs.String(a.flag, acp.DefaultCommands[a.agent][0], "the command that runs acp:"+a.agent+" agents, a `path` or a name looked up on PATH")
+	}
 	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (up: its own endpoint)")
 	durationFlag(fs, &o.turnIdle, "turn-idle-timeout", 10*time.Minute, "interrupt a turn that produced no output for this `duration` (0: never)")
 	durationFlag(fs, &o.turnTimeout, "turn-timeout", 2*time.Hour, "interrupt a turn that ran this `duration` (0: never)")
@@ -71,15 +78,16 @@ func parseLabels(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// detect finds what else this machine has for agents: ACP agent CLIs on
-// PATH, and Ollama and MLX servers with their models.
-func detect(env *environment) func(context.Context) []schemas.BackendInfo {
+// detect finds what else this machine has for agents: the ACP agents it
+// can run, and Ollama and MLX servers with their models.
+func detect(env *environment, acpb *acp.Backend) func(context.Context) []schemas.BackendInfo {
 	const noBackend = "this build of Shoal cannot run %s agents"
 	return func(ctx context.Context) []schemas.BackendInfo {
 		var out []schemas.BackendInfo
-		for _, a := range []struct{ agent, bin string }{{"claude", "claude-agent-acp"}, {"opencode", "opencode"}, {"gemini", "gemini"}} {
-			if p, err := exec.LookPath(a.bin); err == nil {
-				out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a.agent, Path: p, Problem: fmt.Sprintf(noBackend, "ACP")})
+		avail := acpb.Available()
+		for _, a := range acp.Agents {
+			if p, ok := avail[a]; ok {
+				out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a, Path: p, Ready: true})
 			}
 		}
 		if host := ollama.Host(env.getenv("OLLAMA_HOST")); host != "" {
@@ -134,15 +142,22 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	if dir == "" {
 		dir = filepath.Join(cacheHome(env.getenv), "shoal", "agents", name)
 	}
-	var backends []backend.Backend
-	found := detect(env)
+	commands := map[string][]string{}
+	for agent, c := range o.acpCommands {
+		cmd := slices.Clone(acp.DefaultCommands[agent])
+		cmd[0] = *c
+		commands[agent] = cmd
+	}
+	acpb := acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait})
+	backends := []backend.Backend{acpb}
+	found := detect(env, acpb)
 	if path, err := exec.LookPath(o.claude); err == nil {
 		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
 	} else {
 		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
 		missing := schemas.BackendInfo{Kind: backend.KindClaude, Path: o.claude, Problem: "the claude CLI was not found (" + o.claude + ")"}
 		found = func(ctx context.Context) []schemas.BackendInfo {
-			return append([]schemas.BackendInfo{missing}, detect(env)(ctx)...)
+			return append([]schemas.BackendInfo{missing}, detect(env, acpb)(ctx)...)
 		}
 	}
 	labels, err := parseLabels(o.labels)

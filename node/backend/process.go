@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -117,19 +118,23 @@ func (p *Process) StderrTail() string { return p.tail.String() }
 
 // WriteLine writes one line to the process's stdin.
 func (p *Process) WriteLine(b []byte) error {
+	buf := make([]byte, 0, len(b)+1)
+	_, err := p.Write(append(append(buf, b...), '\n'))
+	return err
+}
+
+// Write writes b to the process's stdin as it is.
+func (p *Process) Write(b []byte) (int, error) {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
 	select {
 	case <-p.stopping:
-		return errors.New("the agent is stopping")
+		return 0, errors.New("the agent is stopping")
 	case <-p.done:
-		return errors.New("the agent process has exited")
+		return 0, errors.New("the agent process has exited")
 	default:
 	}
-	buf := make([]byte, 0, len(b)+1)
-	buf = append(append(buf, b...), '\n')
-	_, err := p.stdin.Write(buf)
-	return err
+	return p.stdin.Write(b)
 }
 
 // Step is one rung of a stop ladder: send Signal (CloseStdin closes
@@ -251,4 +256,25 @@ func LastLine(s string) string {
 		return strings.TrimSpace(s[i+1:])
 	}
 	return s
+}
+
+// ReadLine reads one line of at most max bytes. A longer line is consumed
+// to its end; its length is returned as tooLong along with its first KiB.
+func ReadLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if tooLong == 0 && len(line)+len(chunk) <= max {
+			line = append(line, chunk...)
+		} else {
+			if tooLong == 0 {
+				tooLong = len(line)
+				line = line[:min(len(line), 1<<10)]
+			}
+			tooLong += len(chunk)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, tooLong, err
+	}
 }

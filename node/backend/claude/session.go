@@ -247,7 +247,7 @@ func (s *session) read(stdout io.ReadCloser) {
 	defer close(s.readerDone)
 	r := bufio.NewReaderSize(stdout, 256<<10)
 	for {
-		line, tooLong, err := readLine(r, s.cfg.MaxLine)
+		line, tooLong, err := backend.ReadLine(r, s.cfg.MaxLine)
 		if len(line) > 0 || tooLong > 0 {
 			s.handle(line, tooLong)
 		}
@@ -333,27 +333,6 @@ func (s *session) exited() {
 		s.emit(s.turn(), schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
 	}
 	s.emit(s.turn(), schemas.Status{Status: schemas.StatusDead})
-}
-
-// readLine reads one line of at most max bytes. A longer line is consumed
-// to its end; its length is returned as tooLong along with its first KiB.
-func readLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if tooLong == 0 && len(line)+len(chunk) <= max {
-			line = append(line, chunk...)
-		} else {
-			if tooLong == 0 {
-				tooLong = len(line)
-				line = line[:min(len(line), 1<<10)]
-			}
-			tooLong += len(chunk)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return line, tooLong, err
-	}
 }
 
 func envValue(env []string, key string) string {

@@ -1,0 +1,322 @@
+package acp_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/acp"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// recorder is a sink that keeps every event and lets a test wait for one.
+type recorder struct {
+	t      *testing.T
+	mu     sync.Mutex
+	events []schemas.Event
+	more   chan struct{}
+}
+
+func newRecorder(t *testing.T) *recorder { return &recorder{t: t, more: make(chan struct{}, 1)} }
+
+func (r *recorder) Emit(ev schemas.Event) {
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		r.t.Errorf("an event does not encode: %v", err)
+	} else {
+		schematest.Event(r.t, b)
+	}
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	select {
+	case r.more <- struct{}{}:
+	default:
+	}
+}
+
+// since returns the events from index i on.
+func (r *recorder) since(i int) []schemas.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]schemas.Event(nil), r.events[min(i, len(r.events)):]...)
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+// waitFor waits for an event from index i on that match accepts, and
+// returns the events up to it.
+func (r *recorder) waitFor(i int, what string, match func(schemas.Event) bool) []schemas.Event {
+	r.t.Helper()
+	deadline := time.After(90 * time.Second)
+	for {
+		evs := r.since(i)
+		for j, ev := range evs {
+			if match(ev) {
+				return evs[:j+1]
+			}
+		}
+		select {
+		case <-r.more:
+		case <-deadline:
+			r.t.Fatalf("no %s; events: %s", what, summary(evs))
+		}
+	}
+}
+
+// result waits for turn n's result and returns the turn's events.
+func (r *recorder) result(i, n int) []schemas.Event {
+	r.t.Helper()
+	return r.waitFor(i, "result of turn", func(ev schemas.Event) bool {
+		_, ok := ev.Payload.(schemas.Result)
+		return ok && ev.Turn == n
+	})
+}
+
+func summary(evs []schemas.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		if ev.IsDelta() {
+			continue
+		}
+		b.WriteString(string(ev.Kind()))
+		switch p := ev.Payload.(type) {
+		case schemas.Error:
+			b.WriteString("(" + p.Message + ")")
+		case schemas.Result:
+			b.WriteString("(" + string(p.StopReason) + ")")
+		case schemas.AssistantText:
+			b.WriteString("(" + p.Content.Text + ")")
+		}
+		b.WriteString(" ")
+	}
+	return b.String()
+}
+
+// finalText is the turn's authoritative assistant text.
+func finalText(evs []schemas.Event) string {
+	text := ""
+	for _, ev := range evs {
+		if a, ok := ev.Payload.(schemas.AssistantText); ok && !a.Delta {
+			text = a.Content.Text
+		}
+	}
+	return text
+}
+
+func errorsIn(evs []schemas.Event) []string {
+	var out []string
+	for _, ev := range evs {
+		if e, ok := ev.Payload.(schemas.Error); ok {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+func has[T schemas.Payload](evs []schemas.Event) bool {
+	for _, ev := range evs {
+		if _, ok := ev.Payload.(T); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// agentRig is one ACP agent run by the backend against a fake model.
+type agentRig struct {
+	t    *testing.T
+	sess backend.Session
+	rec  *recorder
+	cwd  string
+	fake *fakemodel.Server
+	turn int
+}
+
+func startAgent(t *testing.T, agent, preset string, env peers.Env, command []string, fake *fakemodel.Server) *agentRig {
+	t.Helper()
+	pol, err := schemas.ComposePolicy(preset, "", nil, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := acp.New(acp.Config{Commands: map[string][]string{agent: command}, Env: env, StopWait: time.Second})
+	rec := newRecorder(t)
+	cwd := t.TempDir()
+	cwd, _ = filepath.EvalSymlinks(cwd)
+	var stderr strings.Builder
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	sess, err := b.Start(ctx, backend.Spec{
+		AgentID: "a1", CWD: cwd, Model: agent, Policy: pol, Dir: t.TempDir(),
+		Stderr: writerFunc(func(p []byte) { mu.Lock(); stderr.Write(p); mu.Unlock() }),
+	}, rec)
+	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("start acp:%s: %v\n%s", agent, err, stderr.String())
+	}
+	r := &agentRig{t: t, sess: sess, rec: rec, cwd: cwd, fake: fake}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+		sess.Close(ctx)
+	})
+	return r
+}
+
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// send sends a turn and returns its events up to its result.
+func (r *agentRig) send(text string) []schemas.Event {
+	r.t.Helper()
+	from := r.rec.len()
+	n, err := r.sess.Send(r.t.Context(), text)
+	if err != nil {
+		r.t.Fatalf("send: %v", err)
+	}
+	if n != r.turn+1 {
+		r.t.Fatalf("turn %d, want %d", n, r.turn+1)
+	}
+	r.turn = n
+	return r.rec.result(from, n)
+}
+
+// closeAndCheck closes the agent and checks nothing of it is left.
+func (r *agentRig) closeAndCheck() {
+	r.t.Helper()
+	pid := r.sess.Info().PID
+	ctx, cancel := context.WithTimeout(r.t.Context(), time.Minute)
+	defer cancel()
+	if err := r.sess.Close(ctx); err != nil {
+		r.t.Fatalf("close: %v", err)
+	}
+	evs := r.rec.since(0)
+	if st, ok := evs[len(evs)-1].Payload.(schemas.Status); !ok || st.Status != schemas.StatusDead {
+		r.t.Fatalf("the last event after close is %s, want status dead", summary(evs[len(evs)-1:]))
+	}
+	if err := syscall.Kill(-pid, 0); err == nil || err != syscall.ESRCH {
+		r.t.Fatalf("the agent's process group %d is still there after close (%v)", pid, err)
+	}
+}
+
+// The opencode ACP agent, pinned, against the fake model: a turn; a tool
+// call that asks permission, allowed under default; a write through
+// fs/write_text_file inside the directory; one outside it and one through
+// a symlink refused; a model switch; an interrupted turn that reports
+// cancelled, and a next turn whose output is its own; a close that leaves
+// no process.
+func TestOpencode(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	home := t.TempDir()
+	env := peers.OpencodeEnv(t, home, fake.URL()+"/v1")
+	r := startAgent(t, acp.AgentOpencode, "default", env, append(peers.Opencode.Command(t), "acp"), fake)
+
+	fake.Script(fakemodel.Reply{Text: "hello from the fake"})
+	if evs := r.send("say hello"); finalText(evs) != "hello from the fake" {
+		t.Fatalf("turn 1: %s", summary(evs))
+	}
+
+	// A shell command asks permission; default allows it.
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "bash", Input: json.RawMessage(`{"command":"echo hi-from-bash","description":"echo"}`)}}},
+		fakemodel.Reply{Text: "ran it"},
+	)
+	evs := r.send("run echo")
+	if !has[schemas.Permission](evs) || !has[schemas.ToolUse](evs) || finalText(evs) != "ran it" {
+		t.Fatalf("turn 2: %s", summary(evs))
+	}
+	if errs := errorsIn(evs); len(errs) > 0 {
+		t.Fatalf("turn 2 errors: %q", errs)
+	}
+
+	// A write inside the directory goes through fs/write_text_file.
+	inside := filepath.Join(r.cwd, "notes", "inside.txt")
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write", Input: mustJSON(t, map[string]string{"filePath": inside, "content": "written by the agent"})}}},
+		fakemodel.Reply{Text: "wrote it"},
+	)
+	evs = r.send("write a file")
+	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by the agent" {
+		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
+	}
+
+	// A write outside it, and one through a symlink that leads outside,
+	// are refused with an error event, and nothing is written.
+	outsideDir := t.TempDir()
+	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
+		// A refused call may end the turn without another model request.
+		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write", Input: mustJSON(t, map[string]string{"filePath": target, "content": "must not land"})}}})
+		evs = r.send("write outside")
+		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
+			t.Fatalf("%s was written; events %s", target, summary(evs))
+		}
+		if !anyContains(errorsIn(evs), "outside this agent's workspace") {
+			t.Fatalf("no refusal for %s: %s", target, summary(evs))
+		}
+	}
+
+	// The model can be switched in place.
+	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "fake/fake-model"); !ok || err != nil {
+		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	}
+
+	// An interrupted turn reports cancelled; the next turn's output is its own.
+	fake.Script(fakemodel.Reply{Text: strings.Repeat("slow ", 200), ChunkSize: 5, Delay: 50 * time.Millisecond})
+	from := r.rec.len()
+	n, err := r.sess.Send(t.Context(), "go slowly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.turn = n
+	r.rec.waitFor(from, "a streamed chunk", func(ev schemas.Event) bool { return ev.IsDelta() && ev.Turn == n })
+	if ok, err := r.sess.Interrupt(t.Context()); !ok || err != nil {
+		t.Fatalf("interrupt: %v %v", ok, err)
+	}
+	evs = r.rec.result(from, n)
+	if res := evs[len(evs)-1].Payload.(schemas.Result); res.StopReason != schemas.StopCancelled {
+		t.Fatalf("the interrupted turn ended %s: %s", res.StopReason, summary(evs))
+	}
+	fake.Script(fakemodel.Reply{Text: "after the interrupt"})
+	if evs := r.send("and now"); finalText(evs) != "after the interrupt" {
+		t.Fatalf("the turn after the interrupt: %s", summary(evs))
+	}
+	r.closeAndCheck()
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func anyContains(xs []string, sub string) bool {
+	for _, x := range xs {
+		if strings.Contains(x, sub) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,290 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/shoalfabric/shoal/node/backend"
+)
+
+// The ACP agents Shoal knows, by the name acp:<agent> gives them.
+const (
+	AgentOpencode = "opencode"
+	AgentClaude   = "claude"
+	AgentGemini   = "gemini"
+)
+
+// Agents lists them.
+var Agents = []string{AgentOpencode, AgentClaude, AgentGemini}
+
+// DefaultCommands are the commands that run each agent, looked up on PATH.
+var DefaultCommands = map[string][]string{
+	AgentOpencode: {"opencode", "acp"},
+	AgentClaude:   {"claude-agent-acp"},
+	AgentGemini:   {"gemini", "--acp"},
+}
+
+// Config configures the ACP backend.
+type Config struct {
+	// Commands overrides the command of an agent (DefaultCommands).
+	Commands map[string][]string
+	// Env is the environment every agent starts from; the node's own when nil.
+	Env []string
+	// StopWait is how long each rung of the stop ladder waits; 3s when zero.
+	StopWait time.Duration
+	// MaxLine is the longest stdout line accepted; 64 MiB when zero.
+	MaxLine int
+	// HandshakeTimeout bounds initialize and session/new; 2 minutes when zero.
+	HandshakeTimeout time.Duration
+}
+
+// Backend starts ACP agents.
+type Backend struct {
+	cfg Config
+
+	bridgeOnce sync.Once
+	bridge     *bridge
+	bridgeErr  error
+}
+
+// New returns an ACP backend.
+func New(cfg Config) *Backend {
+	if cfg.Env == nil {
+		cfg.Env = os.Environ()
+	}
+	if cfg.StopWait == 0 {
+		cfg.StopWait = 3 * time.Second
+	}
+	if cfg.MaxLine == 0 {
+		cfg.MaxLine = 64 << 20
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 2 * time.Minute
+	}
+	return &Backend{cfg: cfg}
+}
+
+// Kind implements backend.Backend.
+func (b *Backend) Kind() string { return backend.KindACP }
+
+// Command is the command that runs agent.
+func (b *Backend) Command(agent string) []string {
+	if c, ok := b.cfg.Commands[agent]; ok && len(c) > 0 {
+		return c
+	}
+	return DefaultCommands[agent]
+}
+
+// Available reports which agents this machine can run, with the path of
+// each one's command.
+func (b *Backend) Available() map[string]string {
+	out := map[string]string{}
+	for _, a := range Agents {
+		if p, err := exec.LookPath(b.Command(a)[0]); err == nil {
+			out[a] = p
+		}
+	}
+	return out
+}
+
+// SplitModel separates acp:<agent>[:<model>]'s agent from its model, the
+// prefix already removed.
+func SplitModel(s string) (agent, model string, err error) {
+	agent, model, _ = strings.Cut(s, ":")
+	if !slices.Contains(Agents, agent) {
+		return "", "", fmt.Errorf("unknown ACP agent %q in acp:%s (want acp:opencode, acp:claude or acp:gemini, optionally followed by :<model>)", agent, s)
+	}
+	return agent, model, nil
+}
+
+// Start implements backend.Backend: it launches the agent, and returns
+// once initialize and session/new have been answered.
+func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+	agent, model, err := SplitModel(spec.Model)
+	if err != nil {
+		return nil, err
+	}
+	log := spec.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ws, err := newWorkspace(spec.CWD)
+	if err != nil {
+		return nil, err
+	}
+	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
+	env = append(env, policyEnv(spec)...)
+	s := &session{
+		cfg: b.cfg, agent: agent, spec: spec, sink: sink, log: log, ws: ws,
+		m: newMapper(), exited: make(chan struct{}),
+	}
+	if agent == AgentOpencode {
+		dir, extra, err := b.opencodeConfig(s, model, env)
+		if err != nil {
+			return nil, err
+		}
+		s.configDir, s.bridge = dir, b.bridge
+		env = append(env, extra...)
+	}
+	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
+		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr,
+	})
+	if err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	s.proc = proc
+	pr, pw := io.Pipe()
+	w := &wire{in: stdout, out: pw, log: spec.Stderr, maxLine: b.cfg.MaxLine,
+		update: s.onUpdate, permission: s.onPermission, garbage: s.onGarbage}
+	s.conn = acpsdk.NewConnection(s.handle, procWriter{proc}, pr)
+	s.conn.SetLogger(log)
+	go func() {
+		w.run()
+		stdout.Close()
+		<-proc.Done()
+		s.onExit()
+	}()
+	if err := s.handshake(ctx, model); err != nil {
+		s.mu.Lock()
+		s.closing, s.quiet = true, true
+		s.mu.Unlock()
+		s.stop(context.WithoutCancel(ctx))
+		<-s.exited
+		if last := backend.LastLine(proc.StderrTail()); last != "" {
+			err = fmt.Errorf("%w (%s)", err, last)
+		}
+		return nil, fmt.Errorf("acp:%s: %w", agent, err)
+	}
+	return s, nil
+}
+
+// procWriter writes the JSON-RPC connection's output to the agent's stdin.
+type procWriter struct{ p *backend.Process }
+
+func (w procWriter) Write(b []byte) (int, error) { return w.p.Write(b) }
+
+// policyEnv tells the agent, and a plugin running in it, its policy.
+func policyEnv(spec backend.Spec) []string {
+	env := []string{
+		"SHOAL_AGENT_PERMISSION=" + string(spec.Policy.Preset),
+		"SHOAL_AGENT_DENY_TOOLS=" + strings.Join(spec.Policy.Disallowed, ","),
+	}
+	if len(spec.Policy.CallerAllowed) > 0 {
+		env = append(env, "SHOAL_AGENT_ALLOW_TOOLS="+strings.Join(spec.Policy.CallerAllowed, ","))
+	}
+	if spec.SystemPrompt != "" {
+		env = append(env, "SHOAL_AGENT_SYSTEM_PROMPT="+spec.SystemPrompt)
+	}
+	return env
+}
+
+// opencodeConfig writes opencode's per-agent configuration directory: the
+// user's provider block, the model, and Shoal's plugin. It returns the
+// directory and the environment that points opencode at it.
+func (b *Backend) opencodeConfig(s *session, model string, env []string) (string, []string, error) {
+	spec := s.spec
+	br, err := b.bridgeServer()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp(spec.Dir, "acp-"+spec.AgentID+"-")
+	if err != nil {
+		return "", nil, fmt.Errorf("opencode's config directory: %w", err)
+	}
+	cfg := map[string]any{"$schema": "https://opencode.ai/config.json"}
+	user := userConfig(env)
+	for _, k := range []string{"provider", "model", "small_model"} {
+		if v, ok := user[k]; ok {
+			cfg[k] = v
+		}
+	}
+	if model != "" {
+		cfg["model"] = model
+	}
+	// opencode asks its client before edits and commands, so each one
+	// is a durable permission event decided by the agent's preset; under
+	// bypass nothing is asked.
+	ask := "ask"
+	if spec.Policy.Dangerous {
+		ask = "allow"
+	}
+	cfg["permission"] = map[string]string{"edit": ask, "bash": ask}
+	body, _ := json.MarshalIndent(cfg, "", "  ")
+	files := map[string][]byte{
+		filepath.Join("opencode", "opencode.json"):             body,
+		filepath.Join("opencode", "plugin", "shoal-bridge.js"): pluginJS,
+	}
+	for name, b := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			os.RemoveAll(dir)
+			return "", nil, err
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return "", nil, fmt.Errorf("opencode's config: %w", err)
+		}
+	}
+	token := br.add(spec.AgentID, s)
+	return dir, []string{
+		"XDG_CONFIG_HOME=" + dir,
+		"SHOAL_BRIDGE_PORT=" + br.port(),
+		"SHOAL_BRIDGE_TOKEN=" + token,
+	}, nil
+}
+
+// userConfig is what an agent's config carries of the user's own
+// opencode.json: its providers, and its default models, without which
+// opencode would fall back to its hosted default.
+func userConfig(env []string) map[string]json.RawMessage {
+	dir := envValue(env, "XDG_CONFIG_HOME")
+	if dir == "" {
+		if home := envValue(env, "HOME"); home != "" {
+			dir = filepath.Join(home, ".config")
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "opencode", "opencode.json"))
+	if err != nil {
+		return nil
+	}
+	var cfg map[string]json.RawMessage
+	json.Unmarshal(b, &cfg)
+	return cfg
+}
+
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// bridgeServer starts the loopback endpoint opencode's plugin asks, once.
+func (b *Backend) bridgeServer() (*bridge, error) {
+	b.bridgeOnce.Do(func() { b.bridge, b.bridgeErr = startBridge() })
+	if b.bridgeErr != nil {
+		return nil, fmt.Errorf("the loopback endpoint opencode's plugin asks: %w", b.bridgeErr)
+	}
+	return b.bridge, nil
+}
+
+var errNotRunning = errors.New("agent process is not running")

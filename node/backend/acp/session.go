@@ -1,0 +1,748 @@
+package acp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	acpsdk "github.com/coder/acp-go-sdk"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// maxGarbage bounds the error events one turn's unreadable lines produce.
+const maxGarbage = 50
+
+// session is one ACP agent process and its one ACP session.
+type session struct {
+	cfg       Config
+	agent     string
+	spec      backend.Spec
+	sink      backend.Sink
+	log       *slog.Logger
+	ws        *workspace
+	proc      *backend.Process
+	conn      *acpsdk.Connection
+	ctx       context.Context // ends when the agent does
+	cancel    context.CancelFunc
+	configDir string
+	bridge    *bridge
+	exited    chan struct{}
+
+	// Learnt in the handshake.
+	sid        string
+	claudeMeta bool // the agent takes _meta.claudeCode options
+
+	mu          sync.Mutex
+	m           *mapper
+	turns       int      // the last turn numbered
+	active      int      // the turn running; 0 when idle
+	queue       []queued // turns sent while another ran
+	interrupted int      // the turn a cancel was sent for
+	afterCancel bool     // the last turn ended cancelled
+	deferred    int      // a turn answered early, which ends with its output
+	output      bool     // the running turn has streamed something
+	garbage     int
+	closing     bool
+	quiet       bool // the agent never started: its end is not reported
+	dead        bool
+}
+
+// queued is a turn waiting for the running one to end.
+type queued struct {
+	n    int
+	text string
+}
+
+func (s *session) emit(turn int, p schemas.Payload) {
+	if s.quiet {
+		return
+	}
+	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
+}
+
+// turn is the number events are stamped with: the running turn, or the
+// last one when idle; s.mu is held.
+func (s *session) turn() int {
+	if s.active != 0 {
+		return s.active
+	}
+	return s.turns
+}
+
+// handshake runs initialize and session/new, then applies the model and
+// the plan mode.
+func (s *session) handshake(ctx context.Context, model string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
+	defer cancel()
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	initRaw, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "initialize", map[string]any{
+		"protocolVersion": 1,
+		"clientCapabilities": map[string]any{
+			"fs":       map[string]bool{"readTextFile": true, "writeTextFile": true},
+			"terminal": false,
+		},
+		"clientInfo": map[string]string{"name": "shoal", "version": "1"},
+	})
+	if err != nil {
+		return fmt.Errorf("initialize: %w", s.rpcError(err))
+	}
+	var init struct {
+		AgentCapabilities struct {
+			Meta struct {
+				ClaudeCode json.RawMessage `json:"claudeCode"`
+			} `json:"_meta"`
+		} `json:"agentCapabilities"`
+		AuthMethods []struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		} `json:"authMethods"`
+	}
+	json.Unmarshal(initRaw, &init)
+	cc := strings.TrimSpace(string(init.AgentCapabilities.Meta.ClaudeCode))
+	s.claudeMeta = strings.HasPrefix(cc, "{")
+
+	newRaw, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "session/new", s.newSessionParams())
+	if err != nil {
+		err = fmt.Errorf("session/new: %w", s.rpcError(err))
+		if len(init.AuthMethods) > 0 {
+			var ms []string
+			for _, m := range init.AuthMethods {
+				ms = append(ms, fmt.Sprintf("%s (%s)", m.ID, m.Name))
+			}
+			err = fmt.Errorf("%w; the agent offers to log in with %s, which Shoal does not do: log the agent in on this node first", err, strings.Join(ms, ", "))
+		}
+		return err
+	}
+	var sess struct {
+		SessionID string `json:"sessionId"`
+	}
+	if json.Unmarshal(newRaw, &sess) != nil || sess.SessionID == "" {
+		return fmt.Errorf("session/new answered without a sessionId: %.200s", newRaw)
+	}
+	s.sid = sess.SessionID
+
+	if model != "" && s.agent != AgentOpencode {
+		if err := s.set(ctx, "model", model); err != nil {
+			s.emit(0, schemas.ErrorWith(fmt.Sprintf("could not select model '%s'; the agent is running its own default", model), map[string]string{"error": err.Error()}))
+		}
+	}
+	if notice := s.unenforceable(); notice != "" {
+		s.emit(0, schemas.Errorf("%s", notice))
+	}
+	if s.spec.Policy.Mode == "plan" {
+		if err := s.set(ctx, "mode", "plan"); err != nil {
+			s.emit(0, schemas.ErrorWith("could not put the agent in plan mode", map[string]string{"error": err.Error()}))
+		}
+	}
+	return nil
+}
+
+// newSessionParams are session/new's: the directory, the coordinator's
+// MCP server, and the deny list as claude-agent-acp's options.
+func (s *session) newSessionParams() map[string]any {
+	servers := []any{}
+	if mcp := s.spec.MCP; mcp.URL != "" {
+		headers := []map[string]string{{"name": schemas.AgentIDHeader, "value": s.spec.AgentID}}
+		if mcp.Token != "" {
+			headers = append(headers, map[string]string{"name": "Authorization", "value": "Bearer " + mcp.Token})
+		}
+		servers = append(servers, map[string]any{"type": "http", "name": schemas.MCPServerName, "url": mcp.URL, "headers": headers})
+	}
+	p := map[string]any{"cwd": s.ws.root, "mcpServers": servers}
+	pol := s.spec.Policy
+	strict := pol.Preset == schemas.PresetNotebook || pol.Preset == schemas.PresetSpecialist
+	if len(pol.Disallowed) > 0 || strict {
+		opts := map[string]any{"disallowedTools": nonNil(pol.Disallowed)}
+		if strict {
+			opts["settingSources"] = []string{}
+			opts["strictMcpConfig"] = true
+		}
+		p["_meta"] = map[string]any{"claudeCode": map[string]any{"options": opts}}
+	}
+	return p
+}
+
+func nonNil(xs []string) []string {
+	if xs == nil {
+		return []string{}
+	}
+	return xs
+}
+
+// unenforceable says when the policy names the agent's own tools but the
+// agent takes neither Shoal's plugin nor claude-agent-acp's options, so
+// those entries bind only where it asks permission.
+func (s *session) unenforceable() string {
+	if s.agent == AgentOpencode || s.claudeMeta {
+		return ""
+	}
+	var native []string
+	for _, e := range s.spec.Policy.Disallowed {
+		if !strings.Contains(e, "__") && !strings.Contains(e, "/") && !slicesContains(schemas.RecursionGuard, e) {
+			native = append(native, e)
+		}
+	}
+	var what string
+	switch {
+	case len(native) > 0:
+		what = "the deny list (" + strings.Join(native, ", ") + ")"
+	case len(s.spec.Policy.CallerAllowed) > 0:
+		what = "this agent's allowlist"
+	default:
+		return ""
+	}
+	return fmt.Sprintf("acp:%s loads neither Shoal's plugin nor the _meta.claudeCode options, so %s binds its own tools only where it asks permission; use acp:opencode or acp:claude where the policy must bind every tool", s.agent, what)
+}
+
+func slicesContains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// set sets the session's model or mode: session/set_<key>, then
+// session/set_config_option with value, then with optionId. Each try has
+// 15 seconds; a timeout stops the tries.
+func (s *session) set(ctx context.Context, key, value string) error {
+	tries := []struct {
+		method string
+		params map[string]any
+	}{
+		{"session/set_" + key, map[string]any{"sessionId": s.sid, key + "Id": value}},
+		{"session/set_config_option", map[string]any{"sessionId": s.sid, "configId": key, "value": value}},
+		{"session/set_config_option", map[string]any{"sessionId": s.sid, "configId": key, "optionId": value}},
+	}
+	var errs []string
+	for _, t := range tries {
+		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err := acpsdk.SendRequest[json.RawMessage](s.conn, tctx, t.method, t.params)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, t.method+": "+s.rpcError(err).Error())
+		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("could not set %s=%s: %s", key, value, strings.Join(errs, "; "))
+}
+
+// rpcError words an error from the agent for a person.
+func (s *session) rpcError(err error) error {
+	var re *acpsdk.RequestError
+	if errors.As(err, &re) {
+		if re.Data != nil {
+			if b, _ := json.Marshal(re.Data); len(b) > 0 && string(b) != "null" {
+				return fmt.Errorf("%s (%s)", re.Message, b)
+			}
+		}
+		return errors.New(re.Message)
+	}
+	select {
+	case <-s.exited:
+		return fmt.Errorf("the agent exited: %s", backend.ExitDescription(s.proc.Err()))
+	default:
+	}
+	return err
+}
+
+// Send implements backend.Session. A turn sent while another runs waits
+// for it (every ACP agent is queued by Shoal), and starts with its own
+// turn_started.
+func (s *session) Send(_ context.Context, text string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead || s.closing {
+		return 0, errNotRunning
+	}
+	s.turns++
+	n := s.turns
+	if s.active == 0 {
+		s.begin(n, text)
+	} else {
+		s.queue = append(s.queue, queued{n, text})
+	}
+	return n, nil
+}
+
+// begin starts turn n; s.mu is held.
+func (s *session) begin(n int, text string) {
+	s.active, s.output, s.garbage = n, false, 0
+	s.m.clearTurnText()
+	s.emit(n, schemas.TurnStarted{})
+	go s.prompt(n, text)
+}
+
+// prompt runs one session/prompt, for as long as the agent takes.
+func (s *session) prompt(n int, text string) {
+	raw, err := acpsdk.SendRequest[json.RawMessage](s.conn, s.ctx, "session/prompt", map[string]any{
+		"sessionId": s.sid,
+		"prompt":    []map[string]string{{"type": "text", "text": text}},
+	})
+	s.answered(n, raw, err)
+}
+
+// promptResult is session/prompt's answer.
+type promptResult struct {
+	StopReason string          `json:"stopReason"`
+	Usage      json.RawMessage `json:"usage"`
+}
+
+// answered takes session/prompt's answer for turn n.
+func (s *session) answered(n int, raw json.RawMessage, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active != n {
+		return // ended already: the agent exited
+	}
+	var r promptResult
+	if err == nil {
+		json.Unmarshal(raw, &r)
+	}
+	// claude-agent-acp 0.23.1 answers the prompt after a cancel at once,
+	// end_turn with no usage, and streams its output afterwards: the turn
+	// stays open until that output has ended.
+	if err == nil && s.afterCancel && !s.output && r.StopReason == "end_turn" && zeroUsage(r.Usage) {
+		s.afterCancel = false
+		s.deferred = n
+		return
+	}
+	s.afterCancel = false
+	if err != nil {
+		s.emit(n, schemas.Errorf("turn failed: %v", s.rpcError(err)))
+		stop := schemas.StopRefusal
+		select {
+		case <-s.exited:
+			stop = schemas.StopCancelled
+		default:
+			if s.ctx.Err() != nil {
+				stop = schemas.StopCancelled
+			}
+		}
+		s.end(n, stop, nil)
+		return
+	}
+	stop := schemas.ParseStopReason(r.StopReason)
+	if s.interrupted == n && stop != schemas.StopCancelled {
+		s.log.Info("the agent finished a turn it was asked to cancel", "turn", n, "stopReason", r.StopReason)
+	}
+	s.end(n, stop, s.usage(r.Usage))
+}
+
+// end closes turn n: the streamed thought and text again as authoritative
+// events, then its result; then the next queued turn starts. s.mu is held.
+func (s *session) end(n int, stop schemas.StopReason, usage *schemas.Usage) {
+	thought, text := s.m.takeTurnText()
+	if strings.TrimSpace(thought) != "" {
+		s.emit(n, schemas.Thought{Content: schemas.Text(thought)})
+	}
+	if strings.TrimSpace(text) != "" {
+		s.emit(n, schemas.AssistantText{Content: schemas.Text(text)})
+	}
+	s.emit(n, schemas.Result{StopReason: stop, Usage: usage})
+	s.afterCancel = stop == schemas.StopCancelled
+	s.active, s.deferred = 0, 0
+	if s.interrupted == n {
+		s.interrupted = 0
+	}
+	if len(s.queue) > 0 && !s.dead {
+		q := s.queue[0]
+		s.queue = s.queue[1:]
+		s.begin(q.n, q.text)
+	}
+}
+
+// usage reads a prompt's usage leniently, with the last cost the agent
+// reported; nil when there is neither.
+func (s *session) usage(raw json.RawMessage) *schemas.Usage {
+	var u map[string]json.RawMessage
+	json.Unmarshal(raw, &u)
+	cost := s.m.cost()
+	if len(u) == 0 && cost == nil {
+		return nil
+	}
+	return &schemas.Usage{
+		InputTokens:     lenient(u["inputTokens"]),
+		OutputTokens:    lenient(u["outputTokens"]) + lenient(u["thoughtTokens"]),
+		CacheReadTokens: lenient(u["cachedReadTokens"]),
+		CostUSD:         cost,
+	}
+}
+
+// lenient reads a token count: a number (floats rounded), a numeric
+// string, anything else 0.
+func lenient(raw json.RawMessage) int64 {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return 0
+	}
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+			return 0
+		}
+		return int64(math.Round(x))
+	case string:
+		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil && f >= 0 && !math.IsInf(f, 0) {
+			return int64(math.Round(f))
+		}
+	}
+	return 0
+}
+
+func zeroUsage(raw json.RawMessage) bool {
+	var u map[string]json.RawMessage
+	if json.Unmarshal(raw, &u) != nil {
+		return true
+	}
+	for _, v := range u {
+		if lenient(v) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// onUpdate maps a session/update in wire order.
+func (s *session) onUpdate(raw json.RawMessage) {
+	var k struct {
+		Kind string `json:"sessionUpdate"`
+	}
+	json.Unmarshal(raw, &k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	turn := s.turn()
+	for _, p := range s.m.update(raw) {
+		s.emit(turn, p)
+		s.output = true
+	}
+	switch k.Kind {
+	case "current_mode_update":
+		s.log.Info("the agent changed mode", "update", string(raw))
+	case "usage_update":
+		if s.deferred != 0 && s.deferred == s.active && s.output {
+			s.end(s.active, schemas.StopEndTurn, s.usage(nil))
+		}
+	}
+}
+
+// onPermission announces a permission request, in wire order, before it
+// is answered.
+func (s *session) onPermission(id, params json.RawMessage) {
+	var p struct {
+		ToolCall struct {
+			ToolCallID string `json:"toolCallId"`
+		} `json:"toolCall"`
+		Options []schemas.PermissionOption `json:"options"`
+	}
+	json.Unmarshal(params, &p)
+	reqID := strings.Trim(string(id), `"`)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.Options == nil {
+		p.Options = []schemas.PermissionOption{}
+	}
+	s.emit(s.turn(), schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: p.ToolCall.ToolCallID}, Options: p.Options, RequestID: reqID})
+}
+
+// onGarbage reports a stdout line that is not a JSON-RPC message.
+func (s *session) onGarbage(line []byte, tooLong int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.garbage++
+	switch {
+	case s.garbage > maxGarbage:
+		return
+	case s.garbage == maxGarbage:
+		s.emit(s.turn(), schemas.Errorf("acp:%s keeps printing lines Shoal cannot read; further ones in this turn are not reported", s.agent))
+		return
+	}
+	if tooLong > 0 {
+		s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("acp:%s printed a %d-byte line, longer than the %d-byte limit; it was dropped", s.agent, tooLong, s.cfg.MaxLine), string(line)))
+		return
+	}
+	s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("acp:%s printed a line that is not JSON-RPC; it was ignored", s.agent), string(line[:min(len(line), 1<<10)])))
+}
+
+// handle answers the agent's requests.
+func (s *session) handle(ctx context.Context, method string, params json.RawMessage) (any, *acpsdk.RequestError) {
+	switch method {
+	case "session/request_permission":
+		return s.requestPermission(params), nil
+	case "fs/read_text_file":
+		return s.readTextFile(params)
+	case "fs/write_text_file":
+		return s.writeTextFile(params)
+	case "session/update":
+		return nil, nil // the wire maps these; none reaches here
+	}
+	return nil, &acpsdk.RequestError{Code: -32601, Message: "unsupported client method " + method}
+}
+
+// requestPermission decides a tool call by the agent's policy: the deny
+// list by the call's title and kind, then every path it names must be in
+// the agent's directory. Nobody is asked: Shoal runs agents headless.
+func (s *session) requestPermission(params json.RawMessage) any {
+	var p struct {
+		ToolCall struct {
+			ToolCallID string          `json:"toolCallId"`
+			Title      string          `json:"title"`
+			Kind       string          `json:"kind"`
+			RawInput   json.RawMessage `json:"rawInput"`
+			Locations  []struct {
+				Path string `json:"path"`
+			} `json:"locations"`
+			Meta struct {
+				ClaudeCode struct {
+					ToolName string `json:"toolName"`
+				} `json:"claudeCode"`
+			} `json:"_meta"`
+		} `json:"toolCall"`
+		Options []struct {
+			OptionID string `json:"optionId"`
+			Kind     string `json:"kind"`
+		} `json:"options"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return map[string]any{"outcome": map[string]string{"outcome": "cancelled"}}
+	}
+	tc := p.ToolCall
+	var why string
+	if entry, denied := deniedAtAsk(s.spec.Policy.Disallowed, tc.Title, tc.Kind); denied {
+		why = "denied by this agent's policy (" + entry + ")"
+	} else if name := tc.Meta.ClaudeCode.ToolName; name != "" {
+		if ok, w := decide(s.spec.Policy, name); !ok {
+			why = w
+		}
+	}
+	if why == "" {
+		var locs []string
+		for _, l := range tc.Locations {
+			locs = append(locs, l.Path)
+		}
+		paths := callPaths(tc.RawInput, locs)
+		if len(paths) == 0 {
+			s.mu.Lock()
+			paths = s.m.paths(tc.ToolCallID)
+			s.mu.Unlock()
+		}
+		for _, path := range paths {
+			if _, err := s.ws.resolve(path); err != nil {
+				why = err.Error()
+				break
+			}
+		}
+	}
+	pick := func(kinds ...string) any {
+		for _, k := range kinds {
+			for _, o := range p.Options {
+				if o.Kind == k {
+					return map[string]any{"outcome": map[string]string{"outcome": "selected", "optionId": o.OptionID}}
+				}
+			}
+		}
+		return map[string]any{"outcome": map[string]string{"outcome": "cancelled"}}
+	}
+	if why != "" {
+		s.mu.Lock()
+		s.emit(s.turn(), schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": tc.ToolCallID}))
+		s.mu.Unlock()
+		return pick("reject_once", "reject_always")
+	}
+	return pick("allow_once", "allow_always")
+}
+
+// refuse reports a refused file request as an error event and answers it.
+func (s *session) refuse(what string, err error) *acpsdk.RequestError {
+	s.mu.Lock()
+	s.emit(s.turn(), schemas.Errorf("refused %s: %v", what, err))
+	s.mu.Unlock()
+	return &acpsdk.RequestError{Code: -32000, Message: err.Error()}
+}
+
+func (s *session) readTextFile(params json.RawMessage) (any, *acpsdk.RequestError) {
+	var p struct {
+		Path  string `json:"path"`
+		Line  *int   `json:"line"`
+		Limit *int   `json:"limit"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &acpsdk.RequestError{Code: -32602, Message: "fs/read_text_file: " + err.Error()}
+	}
+	if ok, why := decide(s.spec.Policy, "fs/read_text_file"); !ok {
+		return nil, s.refuse("a file read of "+p.Path, errors.New(why))
+	}
+	content, err := readText(s.ws, p.Path, p.Line, p.Limit)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist) && s.agent == AgentGemini:
+		// gemini 0.61.0 does not recognise an error for a missing file
+		// and then cannot create it; an empty file it handles.
+		content = ""
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &acpsdk.RequestError{Code: -32000, Message: err.Error()}
+	default:
+		return nil, s.refuse("a file read of "+p.Path, err)
+	}
+	return map[string]string{"content": content}, nil
+}
+
+func (s *session) writeTextFile(params json.RawMessage) (any, *acpsdk.RequestError) {
+	var p struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &acpsdk.RequestError{Code: -32602, Message: "fs/write_text_file: " + err.Error()}
+	}
+	if ok, why := decide(s.spec.Policy, "fs/write_text_file"); !ok {
+		return nil, s.refuse("a file write to "+p.Path, errors.New(why))
+	}
+	if err := writeText(s.ws, p.Path, p.Content); err != nil {
+		return nil, s.refuse("a file write to "+p.Path, err)
+	}
+	return nil, nil
+}
+
+// Interrupt implements backend.Session with session/cancel; the tool
+// calls still open are retired as cancelled.
+func (s *session) Interrupt(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	if s.dead || s.active == 0 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	n := s.active
+	if s.deferred == n {
+		// The agent has already answered this turn; only its output is
+		// awaited, so the turn ends here.
+		for _, p := range s.m.retire("cancelled") {
+			s.emit(n, p)
+		}
+		s.end(n, schemas.StopCancelled, nil)
+		s.mu.Unlock()
+		return true, nil
+	}
+	s.interrupted = n
+	s.mu.Unlock()
+	if err := s.conn.SendNotification(ctx, "session/cancel", map[string]string{"sessionId": s.sid}); err != nil {
+		return false, fmt.Errorf("send session/cancel: %w", err)
+	}
+	s.mu.Lock()
+	for _, p := range s.m.retire("cancelled") {
+		s.emit(n, p)
+	}
+	s.mu.Unlock()
+	return true, nil
+}
+
+// SetModel implements backend.ModelSetter. model is a model id, or a
+// whole acp:<agent>:<model> naming this agent.
+func (s *session) SetModel(ctx context.Context, model string) (bool, error) {
+	if rest, ok := strings.CutPrefix(model, backend.KindACP+":"); ok {
+		agent, m, err := SplitModel(rest)
+		if err != nil {
+			return false, err
+		}
+		if agent != s.agent {
+			return false, fmt.Errorf("this agent is acp:%s; it cannot become acp:%s", s.agent, agent)
+		}
+		model = m
+	}
+	if model == "" {
+		return false, errors.New("no model given")
+	}
+	if err := s.set(ctx, "model", model); err != nil {
+		s.mu.Lock()
+		s.emit(s.turn(), schemas.Errorf("%v", err))
+		s.mu.Unlock()
+		return false, nil
+	}
+	return true, nil
+}
+
+// Info implements backend.Session.
+func (s *session) Info() backend.Info {
+	return backend.Info{PID: s.proc.PID(), SessionID: s.sid, QueuesPrompts: true}
+}
+
+// Close implements backend.Session: close stdin (opencode and gemini
+// exit), then SIGTERM (claude-agent-acp ignores stdin's end; gemini
+// ignores SIGTERM), then SIGKILL for the whole process group, which also
+// takes whatever the agent started.
+func (s *session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.stop(ctx)
+	select {
+	case <-s.exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *session) stop(ctx context.Context) {
+	w := s.cfg.StopWait
+	s.proc.Stop(ctx, []backend.Step{
+		{Signal: backend.CloseStdin, Wait: w},
+		{Signal: syscall.SIGTERM, Wait: w},
+	})
+}
+
+// onExit reports the end of the process: an error unless Close asked for
+// it, the open tool calls retired, a running turn ended, then status dead.
+func (s *session) onExit() {
+	s.mu.Lock()
+	s.dead = true
+	turn := s.turn()
+	if !s.closing {
+		msg := fmt.Sprintf("acp:%s exited: %s", s.agent, backend.ExitDescription(s.proc.Err()))
+		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
+			msg += ": " + last
+		}
+		s.emit(turn, schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
+	}
+	for _, p := range s.m.retire("agent exited") {
+		s.emit(turn, p)
+	}
+	s.queue = nil
+	if s.active != 0 {
+		s.end(s.active, schemas.StopCancelled, nil)
+	}
+	s.emit(turn, schemas.Status{Status: schemas.StatusDead})
+	s.mu.Unlock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	close(s.exited)
+	s.cleanup()
+}
+
+// cleanup removes the agent's generated configuration and forgets its
+// plugin credential.
+func (s *session) cleanup() {
+	if s.bridge != nil {
+		s.bridge.remove(s.spec.AgentID)
+	}
+	if s.configDir != "" {
+		os.RemoveAll(s.configDir)
+	}
+}
