@@ -172,11 +172,28 @@ func startAgent(t *testing.T, agent, preset string, env peers.Env, command []str
 	}
 	r := &agentRig{t: t, sess: sess, rec: rec, cwd: cwd, fake: fake}
 	t.Cleanup(func() {
+		if t.Failed() {
+			for i, q := range fake.Requests() {
+				t.Logf("model request %d: %s %q", i+1, q.Path, q.UserText)
+			}
+			mu.Lock()
+			t.Logf("acp:%s wrote (stderr and stdout):\n%s", agent, tail(stderr.String(), 6000))
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
 		sess.Close(ctx)
 	})
 	return r
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 type writerFunc func([]byte)
@@ -211,8 +228,16 @@ func (r *agentRig) closeAndCheck() {
 	if st, ok := evs[len(evs)-1].Payload.(schemas.Status); !ok || st.Status != schemas.StatusDead {
 		r.t.Fatalf("the last event after close is %s, want status dead", summary(evs[len(evs)-1:]))
 	}
-	if err := syscall.Kill(-pid, 0); err == nil || err != syscall.ESRCH {
-		r.t.Fatalf("the agent's process group %d is still there after close (%v)", pid, err)
+	// What the group's SIGKILL hit is gone once its parent, or init, has
+	// reaped it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := syscall.Kill(-pid, 0)
+		if err == syscall.ESRCH {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the agent's process group %d is still there 10s after close (%v)", pid, err)
+		}
 	}
 }
 
@@ -304,6 +329,16 @@ func TestOpencode(t *testing.T) {
 	r.closeAndCheck()
 }
 
+// failedTool reports whether a tool call of the turn failed.
+func failedTool(evs []schemas.Event) bool {
+	for _, ev := range evs {
+		if r, ok := ev.Payload.(schemas.ToolResult); ok && r.Update.Status != nil && *r.Update.Status == schemas.ToolFailed {
+			return true
+		}
+	}
+	return false
+}
+
 func mustJSON(t *testing.T, v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -319,4 +354,152 @@ func anyContains(xs []string, sub string) bool {
 		}
 	}
 	return false
+}
+
+// Under notebook, opencode's shell is refused, with an error event that
+// says why, and the command never runs.
+func TestOpencodeNotebookRefusesTheShell(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	env := peers.OpencodeEnv(t, t.TempDir(), fake.URL()+"/v1")
+	r := startAgent(t, acp.AgentOpencode, "notebook", env, append(peers.Opencode.Command(t), "acp"), fake)
+	marker := filepath.Join(r.cwd, "ran")
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "bash", Input: mustJSON(t, map[string]string{"command": "touch " + marker, "description": "touch"})}}})
+	evs := r.send("run it")
+	if !anyContains(errorsIn(evs), "refused a tool call") {
+		t.Fatalf("no refusal: %s", summary(evs))
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the refused command ran")
+	}
+	r.closeAndCheck()
+}
+
+// claude-agent-acp, pinned, against the fake model: a turn; a Write,
+// which asks permission, allowed inside the directory and refused outside
+// it and through a symlink (claude does its own file IO, so the refusal
+// is the permission answer); notebook refusing the shell; a model switch;
+// an interrupt, after which each turn's output is its own despite the
+// agent answering the next prompt early; a close that leaves no process.
+func TestClaudeAgentACP(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	env := peers.ClaudeEnv(t.TempDir(), fake.URL())
+	r := startAgent(t, acp.AgentClaude, "default", env, peers.ClaudeACP.Command(t), fake)
+
+	fake.Script(fakemodel.Reply{Text: "hello from the fake"})
+	if evs := r.send("say hello"); finalText(evs) != "hello from the fake" {
+		t.Fatalf("turn 1: %s", summary(evs))
+	}
+
+	inside := filepath.Join(r.cwd, "inside.txt")
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: mustJSON(t, map[string]string{"file_path": inside, "content": "written by claude"})}}},
+		fakemodel.Reply{Text: "wrote it"},
+	)
+	evs := r.send("write a file")
+	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by claude" || !has[schemas.Permission](evs) {
+		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
+	}
+
+	outsideDir := t.TempDir()
+	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
+		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
+		evs = r.send("write outside")
+		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
+			t.Fatalf("%s was written; events %s", target, summary(evs))
+		}
+		if !anyContains(errorsIn(evs), "outside this agent's workspace") {
+			t.Fatalf("no refusal for %s: %s", target, summary(evs))
+		}
+	}
+
+	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "default"); !ok || err != nil {
+		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	}
+
+	interruptThenTwoTurns(t, r)
+	r.closeAndCheck()
+}
+
+// interruptThenTwoTurns interrupts a slow turn, then checks that each of
+// the next two turns ends with its own answer.
+func interruptThenTwoTurns(t *testing.T, r *agentRig) {
+	t.Helper()
+	r.fake.Script(fakemodel.Reply{Text: strings.Repeat("slow ", 200), ChunkSize: 5, Delay: 50 * time.Millisecond})
+	from := r.rec.len()
+	n, err := r.sess.Send(t.Context(), "go slowly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.turn = n
+	r.rec.waitFor(from, "a streamed chunk", func(ev schemas.Event) bool { return ev.IsDelta() && ev.Turn == n })
+	if ok, err := r.sess.Interrupt(t.Context()); !ok || err != nil {
+		t.Fatalf("interrupt: %v %v", ok, err)
+	}
+	evs := r.rec.result(from, n)
+	if res := evs[len(evs)-1].Payload.(schemas.Result); res.StopReason != schemas.StopCancelled {
+		t.Fatalf("the interrupted turn ended %s: %s", res.StopReason, summary(evs))
+	}
+	for _, answer := range []string{"first after the interrupt", "second after the interrupt"} {
+		r.fake.Script(fakemodel.Reply{Text: answer})
+		if evs := r.send("next"); finalText(evs) != answer {
+			t.Fatalf("turn %d: want %q, got %s", r.turn, answer, summary(evs))
+		}
+	}
+}
+
+// gemini, pinned, against the fake model: a turn; a write, which asks
+// permission and goes through fs/write_text_file (after a read of the
+// missing file), inside the directory; refused outside it and through a
+// symlink; a model switch; an interrupt; a close that leaves no process
+// although gemini ignores SIGTERM.
+func TestGemini(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	env := peers.GeminiEnv(t, t.TempDir(), fake.URL())
+	r := startAgent(t, acp.AgentGemini, "default", env, append(peers.Gemini.Command(t), "--acp"), fake)
+
+	fake.Script(fakemodel.Reply{Text: "hello from the fake"})
+	if evs := r.send("say hello"); finalText(evs) != "hello from the fake" {
+		t.Fatalf("turn 1: %s", summary(evs))
+	}
+
+	inside := filepath.Join(r.cwd, "inside.txt")
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write_file", Input: mustJSON(t, map[string]string{"file_path": inside, "content": "written by gemini"})}}},
+		fakemodel.Reply{Text: "wrote it"},
+	)
+	evs := r.send("write a file")
+	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by gemini" || !has[schemas.Permission](evs) {
+		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
+	}
+
+	outsideDir := t.TempDir()
+	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
+		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write_file", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
+		evs = r.send("write outside")
+		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
+			t.Fatalf("%s was written; events %s", target, summary(evs))
+		}
+		// gemini keeps to its workspace on its own: a path outside it
+		// fails the call before anything reaches Shoal. Through the
+		// symlink, Shoal's confinement refuses it.
+		if !anyContains(errorsIn(evs), "outside this agent's workspace") && !failedTool(evs) {
+			t.Fatalf("no refusal for %s: %s", target, summary(evs))
+		}
+	}
+
+	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "gemini-3.8-flash"); !ok || err != nil {
+		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	}
+
+	interruptThenTwoTurns(t, r)
+	r.closeAndCheck()
 }

@@ -147,6 +147,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		return nil, err
 	}
 	s.proc = proc
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	pr, pw := io.Pipe()
 	w := &wire{in: stdout, out: pw, log: spec.Stderr, maxLine: b.cfg.MaxLine,
 		update: s.onUpdate, permission: s.onPermission, garbage: s.onGarbage}

@@ -118,8 +118,11 @@ func (m *mapper) update(raw json.RawMessage) []schemas.Payload {
 			m.lastCost = u.Cost.Amount
 		}
 		return nil
-	case "current_mode_update", "available_commands_update":
-		return nil // the session logs mode changes; commands are not Shoal's
+	case "current_mode_update", "available_commands_update", "config_option_update", "session_info_update":
+		// The session logs mode changes; commands, the config options a
+		// model or mode switch re-announces, and session titles are not
+		// events of Shoal's.
+		return nil
 	}
 	return []schemas.Payload{schemas.ErrorWith("unmapped session/update: "+kind, json.RawMessage(raw))}
 }

@@ -48,7 +48,7 @@ func FuzzMapperUpdate(f *testing.F) {
 				SessionUpdate string `json:"sessionUpdate"`
 			}
 			json.Unmarshal(raw, &head)
-			if !slices.Contains([]string{"usage_update", "current_mode_update", "available_commands_update"}, head.SessionUpdate) {
+			if !slices.Contains([]string{"usage_update", "current_mode_update", "available_commands_update", "config_option_update", "session_info_update"}, head.SessionUpdate) {
 				t.Fatalf("%q yielded nothing", raw)
 			}
 		}

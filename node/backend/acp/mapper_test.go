@@ -687,13 +687,15 @@ func TestMapperIgnoredAndUnknown(t *testing.T) {
 	for _, u := range []string{
 		`{"sessionUpdate":"current_mode_update","currentModeId":"plan"}`,
 		`{"sessionUpdate":"available_commands_update","availableCommands":[{"name":"init"}]}`,
+		`{"sessionUpdate":"config_option_update","configOptions":[]}`,
+		`{"sessionUpdate":"session_info_update","title":"x"}`,
 	} {
 		if out := mapperFeed(t, m, u); len(out) != 0 {
 			t.Errorf("%s gave %v, want nothing", u, out)
 		}
 	}
 	for _, c := range []struct{ update, kind string }{
-		{`{"sessionUpdate":"session_info_update", "title": "x"}`, "session_info_update"},
+		{`{"sessionUpdate":"session_mood_update", "mood": "x"}`, "session_mood_update"},
 		{`{"sessionUpdate":""}`, ""},
 		{`{"sessionUpdate":"Agent_Message_Chunk","content":{"type":"text","text":"hi"}}`, "Agent_Message_Chunk"},
 	} {

@@ -50,9 +50,8 @@ type session struct {
 	active      int      // the turn running; 0 when idle
 	queue       []queued // turns sent while another ran
 	interrupted int      // the turn a cancel was sent for
-	afterCancel bool     // the last turn ended cancelled
-	deferred    int      // a turn answered early, which ends with its output
-	output      bool     // the running turn has streamed something
+	draining    bool     // claude-agent-acp is replacing a session a cancel spoilt
+	model       string   // the model last set, "" for the agent's default
 	garbage     int
 	closing     bool
 	quiet       bool // the agent never started: its end is not reported
@@ -86,7 +85,6 @@ func (s *session) turn() int {
 func (s *session) handshake(ctx context.Context, model string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	defer cancel()
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	initRaw, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "initialize", map[string]any{
 		"protocolVersion": 1,
 		"clientCapabilities": map[string]any{
@@ -131,11 +129,17 @@ func (s *session) handshake(ctx context.Context, model string) error {
 	if json.Unmarshal(newRaw, &sess) != nil || sess.SessionID == "" {
 		return fmt.Errorf("session/new answered without a sessionId: %.200s", newRaw)
 	}
+	s.mu.Lock()
 	s.sid = sess.SessionID
+	s.mu.Unlock()
 
 	if model != "" && s.agent != AgentOpencode {
 		if err := s.set(ctx, "model", model); err != nil {
 			s.emit(0, schemas.ErrorWith(fmt.Sprintf("could not select model '%s'; the agent is running its own default", model), map[string]string{"error": err.Error()}))
+		} else {
+			s.mu.Lock()
+			s.model = model
+			s.mu.Unlock()
 		}
 	}
 	if notice := s.unenforceable(); notice != "" {
@@ -273,7 +277,7 @@ func (s *session) Send(_ context.Context, text string) (int, error) {
 	}
 	s.turns++
 	n := s.turns
-	if s.active == 0 {
+	if s.active == 0 && !s.draining {
 		s.begin(n, text)
 	} else {
 		s.queue = append(s.queue, queued{n, text})
@@ -283,7 +287,7 @@ func (s *session) Send(_ context.Context, text string) (int, error) {
 
 // begin starts turn n; s.mu is held.
 func (s *session) begin(n int, text string) {
-	s.active, s.output, s.garbage = n, false, 0
+	s.active, s.garbage = n, 0
 	s.m.clearTurnText()
 	s.emit(n, schemas.TurnStarted{})
 	go s.prompt(n, text)
@@ -302,6 +306,14 @@ func (s *session) prompt(n int, text string) {
 type promptResult struct {
 	StopReason string          `json:"stopReason"`
 	Usage      json.RawMessage `json:"usage"`
+	Meta       struct {
+		Quota struct {
+			TokenCount struct {
+				Input  json.RawMessage `json:"input_tokens"`
+				Output json.RawMessage `json:"output_tokens"`
+			} `json:"token_count"`
+		} `json:"quota"`
+	} `json:"_meta"`
 }
 
 // answered takes session/prompt's answer for turn n.
@@ -315,15 +327,6 @@ func (s *session) answered(n int, raw json.RawMessage, err error) {
 	if err == nil {
 		json.Unmarshal(raw, &r)
 	}
-	// claude-agent-acp 0.23.1 answers the prompt after a cancel at once,
-	// end_turn with no usage, and streams its output afterwards: the turn
-	// stays open until that output has ended.
-	if err == nil && s.afterCancel && !s.output && r.StopReason == "end_turn" && zeroUsage(r.Usage) {
-		s.afterCancel = false
-		s.deferred = n
-		return
-	}
-	s.afterCancel = false
 	if err != nil {
 		s.emit(n, schemas.Errorf("turn failed: %v", s.rpcError(err)))
 		stop := schemas.StopRefusal
@@ -342,7 +345,14 @@ func (s *session) answered(n int, raw json.RawMessage, err error) {
 	if s.interrupted == n && stop != schemas.StopCancelled {
 		s.log.Info("the agent finished a turn it was asked to cancel", "turn", n, "stopReason", r.StopReason)
 	}
-	s.end(n, stop, s.usage(r.Usage))
+	usage := r.Usage
+	if len(usage) == 0 {
+		// gemini reports a turn's tokens in its result's _meta.
+		if tc := r.Meta.Quota.TokenCount; len(tc.Input) > 0 || len(tc.Output) > 0 {
+			usage, _ = json.Marshal(map[string]json.RawMessage{"inputTokens": tc.Input, "outputTokens": tc.Output})
+		}
+	}
+	s.end(n, stop, s.usage(usage))
 }
 
 // end closes turn n: the streamed thought and text again as authoritative
@@ -356,15 +366,70 @@ func (s *session) end(n int, stop schemas.StopReason, usage *schemas.Usage) {
 		s.emit(n, schemas.AssistantText{Content: schemas.Text(text)})
 	}
 	s.emit(n, schemas.Result{StopReason: stop, Usage: usage})
-	s.afterCancel = stop == schemas.StopCancelled
-	s.active, s.deferred = 0, 0
+	s.active = 0
 	if s.interrupted == n {
 		s.interrupted = 0
 	}
+	if stop == schemas.StopCancelled && s.agent == AgentClaude && !s.dead {
+		s.draining = true
+		go s.refresh()
+		return
+	}
+	s.next()
+}
+
+// next starts the first queued turn; s.mu is held.
+func (s *session) next() {
 	if len(s.queue) > 0 && !s.dead {
 		q := s.queue[0]
 		s.queue = s.queue[1:]
 		s.begin(q.n, q.text)
+	}
+}
+
+// refresh works around claude-agent-acp 0.23.1 after a cancel: the
+// cancelled turn's result stays inside its session, so the next prompt
+// would be answered with it at once and its own output would arrive with
+// the prompt after. The session is forked into a fresh one holding the
+// same conversation, and the old one closed; whatever the old one still
+// streams is dropped, since it names the old session. Turns sent
+// meanwhile wait.
+func (s *session) refresh() {
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	defer cancel()
+	old := s.sid
+	params := s.newSessionParams()
+	params["sessionId"] = old
+	raw, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "session/fork", params)
+	var fork struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err == nil {
+		json.Unmarshal(raw, &fork)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() {
+		s.draining = false
+		s.m.clearTurnText()
+		s.next()
+	}()
+	if err != nil || fork.SessionID == "" {
+		s.emit(s.turn(), schemas.Errorf("could not start a fresh session after the interrupt (%v); the next turn may be answered with the interrupted one's output", s.rpcError(err)))
+		return
+	}
+	s.sid = fork.SessionID
+	go func() {
+		if _, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "session/close", map[string]string{"sessionId": old}); err != nil {
+			s.log.Warn("closing the interrupted session failed", "session", old, "err", err)
+		}
+	}()
+	if s.model != "" {
+		go func() {
+			if err := s.set(s.ctx, "model", s.model); err != nil {
+				s.log.Warn("the fresh session kept its default model", "err", err)
+			}
+		}()
 	}
 }
 
@@ -406,39 +471,26 @@ func lenient(raw json.RawMessage) int64 {
 	return 0
 }
 
-func zeroUsage(raw json.RawMessage) bool {
-	var u map[string]json.RawMessage
-	if json.Unmarshal(raw, &u) != nil {
-		return true
-	}
-	for _, v := range u {
-		if lenient(v) != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// onUpdate maps a session/update in wire order.
-func (s *session) onUpdate(raw json.RawMessage) {
+// onUpdate maps a session/update in wire order. An update of another
+// session than the agent's is dropped: after a refresh, the old session
+// may still be talking.
+func (s *session) onUpdate(sessionID string, raw json.RawMessage) {
 	var k struct {
 		Kind string `json:"sessionUpdate"`
 	}
 	json.Unmarshal(raw, &k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.draining || (s.sid != "" && sessionID != "" && sessionID != s.sid) {
+		s.log.Debug("dropped an update of a replaced session", "update", k.Kind, "session", sessionID)
+		return
+	}
 	turn := s.turn()
 	for _, p := range s.m.update(raw) {
 		s.emit(turn, p)
-		s.output = true
 	}
-	switch k.Kind {
-	case "current_mode_update":
+	if k.Kind == "current_mode_update" {
 		s.log.Info("the agent changed mode", "update", string(raw))
-	case "usage_update":
-		if s.deferred != 0 && s.deferred == s.active && s.output {
-			s.end(s.active, schemas.StopEndTurn, s.usage(nil))
-		}
 	}
 }
 
@@ -629,16 +681,6 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	n := s.active
-	if s.deferred == n {
-		// The agent has already answered this turn; only its output is
-		// awaited, so the turn ends here.
-		for _, p := range s.m.retire("cancelled") {
-			s.emit(n, p)
-		}
-		s.end(n, schemas.StopCancelled, nil)
-		s.mu.Unlock()
-		return true, nil
-	}
 	s.interrupted = n
 	s.mu.Unlock()
 	if err := s.conn.SendNotification(ctx, "session/cancel", map[string]string{"sessionId": s.sid}); err != nil {
@@ -674,6 +716,9 @@ func (s *session) SetModel(ctx context.Context, model string) (bool, error) {
 		s.mu.Unlock()
 		return false, nil
 	}
+	s.mu.Lock()
+	s.model = model
+	s.mu.Unlock()
 	return true, nil
 }
 

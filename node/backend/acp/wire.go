@@ -19,7 +19,7 @@ type wire struct {
 	log     io.Writer // the agent's log, which keeps every stdout line
 	maxLine int
 
-	update     func(raw json.RawMessage)
+	update     func(sessionID string, raw json.RawMessage)
 	permission func(id, params json.RawMessage)
 	garbage    func(line []byte, tooLong int)
 }
@@ -69,10 +69,11 @@ func (w *wire) line(line []byte, tooLong int) {
 	switch {
 	case m.Method == "session/update" && len(m.ID) == 0:
 		var p struct {
-			Update json.RawMessage `json:"update"`
+			SessionID string          `json:"sessionId"`
+			Update    json.RawMessage `json:"update"`
 		}
 		json.Unmarshal(m.Params, &p)
-		w.update(p.Update)
+		w.update(p.SessionID, p.Update)
 		return
 	case m.Method == "session/request_permission" && len(m.ID) > 0:
 		w.permission(m.ID, m.Params)
