@@ -35,15 +35,11 @@ func newMapper() *mapper {
 	return &mapper{callPaths: map[string][]string{}}
 }
 
-// updateHead is the one field every session/update has.
+// updateHead is the one field every session/update has, with the
+// content of the chunks, the commonest updates, read in the same pass.
 type updateHead struct {
-	SessionUpdate *string `json:"sessionUpdate"`
-}
-
-// chunkUpdate is agent_message_chunk, agent_thought_chunk and
-// user_message_chunk.
-type chunkUpdate struct {
-	Content json.RawMessage `json:"content"`
+	SessionUpdate *string         `json:"sessionUpdate"`
+	Content       json.RawMessage `json:"content"`
 }
 
 // toolCallFields is tool_call and tool_call_update. A nil field was absent
@@ -95,7 +91,7 @@ func (m *mapper) update(raw json.RawMessage) []schemas.Payload {
 	defer m.mu.Unlock()
 	switch kind {
 	case "agent_message_chunk", "agent_thought_chunk", "user_message_chunk":
-		return m.chunk(kind, raw)
+		return m.chunk(kind, head.Content, raw)
 	case "tool_call":
 		return m.toolCall(raw)
 	case "tool_call_update":
@@ -127,15 +123,11 @@ func (m *mapper) update(raw json.RawMessage) []schemas.Payload {
 	return []schemas.Payload{schemas.ErrorWith("unmapped session/update: "+kind, json.RawMessage(raw))}
 }
 
-func (m *mapper) chunk(kind string, raw json.RawMessage) []schemas.Payload {
-	var u chunkUpdate
-	if err := json.Unmarshal(raw, &u); err != nil {
-		return malformed(kind, err.Error(), raw)
-	}
-	if isAbsent(u.Content) {
+func (m *mapper) chunk(kind string, content, raw json.RawMessage) []schemas.Payload {
+	if isAbsent(content) {
 		return malformed(kind, "no content", raw)
 	}
-	block := contentBlock(u.Content)
+	block := contentBlock(content)
 	switch kind {
 	case "agent_message_chunk":
 		if block.Type == schemas.ContentText {

@@ -24,11 +24,15 @@ type wire struct {
 	garbage    func(line []byte, tooLong int)
 }
 
-// envelope is what the wire needs of a JSON-RPC message.
+// envelope is what the wire needs of a JSON-RPC message, read in one
+// pass: a session update's session and update object.
 type envelope struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
-	Params json.RawMessage `json:"params"`
+	Params struct {
+		SessionID string          `json:"sessionId"`
+		Update    json.RawMessage `json:"update"`
+	} `json:"params"`
 }
 
 // run reads until the agent's stdout ends, then closes the pipe.
@@ -63,20 +67,32 @@ func (w *wire) line(line []byte, tooLong int) {
 	}
 	var m envelope
 	if err := json.Unmarshal(line, &m); err != nil {
-		w.garbage(line, 0)
-		return
+		// Not JSON, or params of another shape than an update's: only
+		// an update needs its params read here.
+		var other struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(line, &other) != nil {
+			w.garbage(line, 0)
+			return
+		}
+		m.ID, m.Method = other.ID, other.Method
+		if m.Method == "session/update" {
+			w.update("", nil)
+			return
+		}
 	}
 	switch {
 	case m.Method == "session/update" && len(m.ID) == 0:
-		var p struct {
-			SessionID string          `json:"sessionId"`
-			Update    json.RawMessage `json:"update"`
-		}
-		json.Unmarshal(m.Params, &p)
-		w.update(p.SessionID, p.Update)
+		w.update(m.Params.SessionID, m.Params.Update)
 		return
 	case m.Method == "session/request_permission" && len(m.ID) > 0:
-		w.permission(m.ID, m.Params)
+		var p struct {
+			Params json.RawMessage `json:"params"`
+		}
+		json.Unmarshal(line, &p)
+		w.permission(m.ID, p.Params)
 	}
 	w.out.Write(append(line, '\n'))
 }
