@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shoalfabric/shoal/node/backend"
@@ -17,7 +18,8 @@ import (
 // What the node can run is detected again every refresh.
 type advertiser struct {
 	h        *Host
-	rec      schemas.NodeRecord
+	mu       sync.Mutex
+	rec      schemas.NodeRecord // under mu
 	interval time.Duration
 	changed  chan struct{}
 }
@@ -52,7 +54,9 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) (*advertiser
 func (a *advertiser) detect(ctx context.Context) {
 	var infos []schemas.BackendInfo
 	for _, b := range a.h.cfg.Backends {
-		if d, ok := b.(backend.Describer); ok {
+		if d, ok := b.(backend.ManyDescriber); ok {
+			infos = append(infos, d.DescribeAll(ctx)...)
+		} else if d, ok := b.(backend.Describer); ok {
 			infos = append(infos, d.Describe(ctx))
 		} else {
 			infos = append(infos, schemas.BackendInfo{Kind: b.Kind(), Ready: true})
@@ -68,13 +72,19 @@ func (a *advertiser) detect(ctx context.Context) {
 	if infos == nil {
 		infos = []schemas.BackendInfo{}
 	}
+	a.mu.Lock()
 	a.rec.Backends = infos
+	a.mu.Unlock()
 }
 
+// write publishes the node's entry; it is called by the heartbeat and by
+// opens and closes, concurrently.
 func (a *advertiser) write(ctx context.Context) error {
+	a.mu.Lock()
 	a.rec.Agents = a.h.liveAgents()
 	a.rec.Heartbeat = unixSeconds(time.Now())
 	b, _ := json.Marshal(a.rec)
+	a.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return a.h.store.beat(wctx, b)

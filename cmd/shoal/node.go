@@ -78,18 +78,12 @@ func parseLabels(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// detect finds what else this machine has for agents: the ACP agents it
-// can run, and Ollama and MLX servers with their models.
-func detect(env *environment, acpb *acp.Backend) func(context.Context) []schemas.BackendInfo {
+// detect finds what else this machine has for agents: Ollama and MLX
+// servers with their models.
+func detect(env *environment) func(context.Context) []schemas.BackendInfo {
 	const noBackend = "this build of Shoal cannot run %s agents"
 	return func(ctx context.Context) []schemas.BackendInfo {
 		var out []schemas.BackendInfo
-		avail := acpb.Available()
-		for _, a := range acp.Agents {
-			if p, ok := avail[a]; ok {
-				out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a, Path: p, Ready: true})
-			}
-		}
 		if host := ollama.Host(env.getenv("OLLAMA_HOST")); host != "" {
 			if models, err := ollama.Models(ctx, host); err == nil {
 				out = append(out, schemas.BackendInfo{Kind: backend.KindOllama, Host: host, Models: models, Problem: fmt.Sprintf(noBackend, "Ollama")})
@@ -148,18 +142,18 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		cmd[0] = *c
 		commands[agent] = cmd
 	}
-	acpb := acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait})
-	backends := []backend.Backend{acpb}
-	found := detect(env, acpb)
+	var backends []backend.Backend
+	found := detect(env)
 	if path, err := exec.LookPath(o.claude); err == nil {
 		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
 	} else {
 		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
 		missing := schemas.BackendInfo{Kind: backend.KindClaude, Path: o.claude, Problem: "the claude CLI was not found (" + o.claude + ")"}
 		found = func(ctx context.Context) []schemas.BackendInfo {
-			return append([]schemas.BackendInfo{missing}, detect(env, acpb)(ctx)...)
+			return append([]schemas.BackendInfo{missing}, detect(env)(ctx)...)
 		}
 	}
+	backends = append(backends, acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait}))
 	labels, err := parseLabels(o.labels)
 	if err != nil {
 		return nil, err

@@ -117,3 +117,10 @@ func Route(model string) (kind, rest string) {
 type Describer interface {
 	Describe(ctx context.Context) schemas.BackendInfo
 }
+
+// ManyDescriber is implemented by backends that run several agents (the
+// ACP backend: opencode, claude-agent-acp, gemini): a description of each
+// one this machine has.
+type ManyDescriber interface {
+	DescribeAll(ctx context.Context) []schemas.BackendInfo
+}

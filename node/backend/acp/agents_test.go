@@ -372,6 +372,23 @@ func TestOpencodeNotebookRefusesTheShell(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the refused command ran")
 	}
+
+	// opencode reads files without asking; Shoal's plugin refuses the
+	// read before it runs, and the content never reaches the stream.
+	secret := filepath.Join(r.cwd, "secret.txt")
+	if err := os.WriteFile(secret, []byte("the-secret-content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "read", Input: mustJSON(t, map[string]string{"filePath": secret})}}})
+	evs = r.send("read it")
+	if !anyContains(errorsIn(evs), "refused a tool call: read") {
+		t.Fatalf("the plugin did not refuse the read: %s", summary(evs))
+	}
+	for _, ev := range evs {
+		if b, _ := schemas.Encode(ev); strings.Contains(string(b), "the-secret-content") {
+			t.Fatalf("the refused read's content reached the stream: %s", b)
+		}
+	}
 	r.closeAndCheck()
 }
 
@@ -422,6 +439,54 @@ func TestClaudeAgentACP(t *testing.T) {
 	}
 
 	interruptThenTwoTurns(t, r)
+	r.closeAndCheck()
+}
+
+// Under notebook, gemini's write is refused with an error event; since gemini takes neither Shoal's plugin nor claude's
+// options, an error says at open that its own tools are bound only where
+// it asks.
+func TestGeminiNotebook(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	env := peers.GeminiEnv(t, t.TempDir(), fake.URL())
+	r := startAgent(t, acp.AgentGemini, "notebook", env, append(peers.Gemini.Command(t), "--acp"), fake)
+	if !anyContains(errorsIn(r.rec.since(0)), "acp:gemini loads neither Shoal's plugin nor the _meta.claudeCode options") {
+		t.Fatalf("no notice that the preset binds only asked tools: %s", summary(r.rec.since(0)))
+	}
+	target := filepath.Join(r.cwd, "notebook.txt")
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write_file", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
+	evs := r.send("write it")
+	if _, err := os.Stat(target); err == nil {
+		t.Fatalf("notebook let gemini write: %s", summary(evs))
+	}
+	// gemini first checks whether the file exists, a read the preset
+	// refuses too.
+	if !anyContains(errorsIn(evs), "refused a") {
+		t.Fatalf("nothing refused: %s", summary(evs))
+	}
+	r.closeAndCheck()
+}
+
+// Under notebook, claude-agent-acp is started without its file and shell
+// tools (the deny list goes in _meta.claudeCode.options): a Write the
+// model asks for fails and writes nothing.
+func TestClaudeAgentACPNotebook(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+	env := peers.ClaudeEnv(t.TempDir(), fake.URL())
+	r := startAgent(t, acp.AgentClaude, "notebook", env, peers.ClaudeACP.Command(t), fake)
+	target := filepath.Join(r.cwd, "notebook.txt")
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
+	evs := r.send("write it")
+	if _, err := os.Stat(target); err == nil {
+		t.Fatalf("notebook let claude write: %s", summary(evs))
+	}
+	if !failedTool(evs) && !anyContains(errorsIn(evs), "refused a tool call") {
+		t.Fatalf("nothing says the write failed: %s", summary(evs))
+	}
+	if errs := errorsIn(r.rec.since(0)); anyContains(errs, "loads neither") {
+		t.Fatalf("claude-agent-acp takes the options, yet: %q", errs)
+	}
 	r.closeAndCheck()
 }
 

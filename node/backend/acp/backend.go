@@ -18,6 +18,7 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // The ACP agents Shoal knows, by the name acp:<agent> gives them.
@@ -100,6 +101,19 @@ func (b *Backend) Available() map[string]string {
 	return out
 }
 
+// DescribeAll implements backend.ManyDescriber: each agent this machine
+// has, ready.
+func (b *Backend) DescribeAll(context.Context) []schemas.BackendInfo {
+	var out []schemas.BackendInfo
+	avail := b.Available()
+	for _, a := range Agents {
+		if p, ok := avail[a]; ok {
+			out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a, Path: p, Ready: true})
+		}
+	}
+	return out
+}
+
 // SplitModel separates acp:<agent>[:<model>]'s agent from its model, the
 // prefix already removed.
 func SplitModel(s string) (agent, model string, err error) {
@@ -137,6 +151,8 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 			return nil, err
 		}
 		s.configDir, s.bridge = dir, b.bridge
+		// OPENCODE_PURE turns every external plugin off, Shoal's too.
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OPENCODE_PURE=") })
 		env = append(env, extra...)
 	}
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
@@ -243,6 +259,7 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	token := br.add(spec.AgentID, s)
 	return dir, []string{
 		"XDG_CONFIG_HOME=" + dir,
+		"SHOAL_AGENT_ID=" + spec.AgentID,
 		"SHOAL_BRIDGE_PORT=" + br.port(),
 		"SHOAL_BRIDGE_TOKEN=" + token,
 	}, nil
