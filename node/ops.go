@@ -313,6 +313,15 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 		return schemas.CloseReply{Closed: false}, nil
 	}
 	h.closeAgent(ctx, a)
+	// Whoever replays the agent next finds its closing events there.
+	a.mu.Lock()
+	seq := a.seq
+	a.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, storedWait)
+	defer cancel()
+	if err := h.pub.waitStored(wctx, a.id, seq); err != nil {
+		h.log.Warn("answering a close before its events are stored", "agent", a.id, "err", err)
+	}
 	return schemas.CloseReply{Closed: true}, nil
 }
 
