@@ -37,9 +37,16 @@ func startPool(t *testing.T) *pool {
 // node starts `shoal node` with its own home; claude talks to the fake.
 func (p *pool) node(name string, args ...string) *shoalProc {
 	p.t.Helper()
+	return p.nodeWith(name, nil, args...)
+}
+
+// nodeWith is node with more environment.
+func (p *pool) nodeWith(name string, extra []string, args ...string) *shoalProc {
+	p.t.Helper()
 	home := filepath.Join(p.dir, name)
 	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), p.fake.URL()),
 		"XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+	env = append(env, extra...)
 	all := append([]string{"node", "--nats", p.url, "--name", name, "--claude", p.claude, "--stop-wait", "500ms"}, args...)
 	n := startShoal(p.t, home, env, all...)
 	n.waitLine("shoal: node " + name + " joined")

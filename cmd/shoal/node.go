@@ -20,8 +20,7 @@ import (
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
-	"github.com/shoalfabric/shoal/node/backend/ollama"
-	"github.com/shoalfabric/shoal/node/backend/openai"
+	"github.com/shoalfabric/shoal/node/backend/llm"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -78,26 +77,6 @@ func parseLabels(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// detect finds what else this machine has for agents: Ollama and MLX
-// servers with their models.
-func detect(env *environment) func(context.Context) []schemas.BackendInfo {
-	const noBackend = "this build of Shoal cannot run %s agents"
-	return func(ctx context.Context) []schemas.BackendInfo {
-		var out []schemas.BackendInfo
-		if host := ollama.Host(env.getenv("OLLAMA_HOST")); host != "" {
-			if models, err := ollama.Models(ctx, host); err == nil {
-				out = append(out, schemas.BackendInfo{Kind: backend.KindOllama, Host: host, Models: models, Problem: fmt.Sprintf(noBackend, "Ollama")})
-			}
-		}
-		if host := openai.Host(env.getenv("VMLX_HOST")); host != "" {
-			if models, err := openai.Models(ctx, host); err == nil {
-				out = append(out, schemas.BackendInfo{Kind: backend.KindVMLX, Host: host, Models: models, Problem: fmt.Sprintf(noBackend, "MLX")})
-			}
-		}
-		return out
-	}
-}
-
 // hostName derives a node name from the machine's host name.
 func hostName() string {
 	h, _ := os.Hostname()
@@ -143,17 +122,28 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		commands[agent] = cmd
 	}
 	var backends []backend.Backend
-	found := detect(env)
+	var found func(context.Context) []schemas.BackendInfo
 	if path, err := exec.LookPath(o.claude); err == nil {
 		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
 	} else {
 		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
 		missing := schemas.BackendInfo{Kind: backend.KindClaude, Path: o.claude, Problem: "the claude CLI was not found (" + o.claude + ")"}
-		found = func(ctx context.Context) []schemas.BackendInfo {
-			return append([]schemas.BackendInfo{missing}, detect(env)(ctx)...)
-		}
+		found = func(context.Context) []schemas.BackendInfo { return []schemas.BackendInfo{missing} }
 	}
 	backends = append(backends, acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait}))
+	// Local models: the servers at OLLAMA_HOST and VMLX_HOST (or their
+	// defaults on loopback), each advertised with its models when it
+	// answers.
+	for _, l := range []struct{ kind, host string }{
+		{backend.KindOllama, llm.OllamaHost(env.getenv("OLLAMA_HOST"))},
+		{backend.KindVMLX, llm.VMLXHost(env.getenv("VMLX_HOST"))},
+	} {
+		b, err := llm.New(llm.Config{Kind: l.kind, Host: l.host})
+		if err != nil {
+			return nil, err
+		}
+		backends = append(backends, b)
+	}
 	labels, err := parseLabels(o.labels)
 	if err != nil {
 		return nil, err

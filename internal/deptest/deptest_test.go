@@ -181,7 +181,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		"node/backend":        {m("node")},
 		"node/backend/claude": {m("node/backend/acp"), m("node")},
 		"broker":              {m("node")},
-		"node/backend/ollama": {m("internal/fakemodel")},
+		"node/backend/llm":    {m("internal/fakemodel")},
 		"internal/natstest":   {m("cmd/shoal")},
 	}
 	got := violations(bad)

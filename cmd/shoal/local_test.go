@@ -1,0 +1,56 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A node whose VMLX_HOST serves MLX models advertises them; agent_open
+// with vmlx:<tag> is placed on it and not on a node without them, and
+// the agent answers through that node. A tag no node serves is refused
+// with every node's reason.
+func TestVMLXPlacedWhereTheModelIs(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	mlx := fakemodel.Start(t, fakemodel.Config{MLX: true, Models: []string{"mlx-community/qwen3-8b"}})
+	mlx.Script(fakemodel.Reply{Thinking: "short", Text: "hello from mlx"})
+	p.nodeWith("mac", []string{"VMLX_HOST=" + mlx.URL(), "OLLAMA_HOST=127.0.0.1:1"})
+	p.nodeWith("linux", []string{"VMLX_HOST=127.0.0.1:1", "OLLAMA_HOST=127.0.0.1:1"})
+
+	var listed schemas.NodesReply
+	eventually(t, 30*time.Second, "the mac node advertises its MLX model", func() bool {
+		code, out, _ := p.shoal("nodes", "--json")
+		if code != 0 || json.Unmarshal([]byte(out), &listed) != nil {
+			return false
+		}
+		for _, n := range listed.Nodes {
+			for _, b := range n.Backends {
+				if n.Name == "mac" && b.Kind == "vmlx" && b.Ready && slices.Contains(b.Models, "mlx-community/qwen3-8b") {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	for range 3 {
+		id, node := p.openOn("--model", "vmlx:mlx-community/qwen3-8b")
+		if node != "mac" {
+			t.Fatalf("vmlx agent %s placed on %s", id, node)
+		}
+		p.must("close", id)
+	}
+	id, _ := p.openOn("--model", "vmlx:mlx-community/qwen3-8b")
+	if got := p.must("run", id, "say", "hello"); got != "hello from mlx" {
+		t.Fatalf("run printed %q", got)
+	}
+	code, _, errOut := p.shoal("open", "--model", "vmlx:absent-model", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "mac") || !strings.Contains(errOut, "linux") {
+		t.Fatalf("open of a model nobody serves: %d %s", code, errOut)
+	}
+}

@@ -1,0 +1,349 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// DefaultMaxRounds bounds the model rounds of one turn: each round that
+// ends in tool calls is followed by another with their results.
+const DefaultMaxRounds = 24
+
+// defaultSystemPrompt frames a local model when the caller gives none.
+const defaultSystemPrompt = "You are a tool-using agent run by Shoal. Call the tools you are given, by their names, when they help; answer plainly when you are done."
+
+// Config configures a local-model backend.
+type Config struct {
+	// Kind is backend.KindOllama or backend.KindVMLX.
+	Kind string
+	// Host is the model server's base URL (OllamaHost, VMLXHost).
+	Host string
+	// MaxRounds bounds a turn's rounds; DefaultMaxRounds when zero.
+	MaxRounds int
+}
+
+// Backend runs agents whose model a local server serves: Ollama's
+// /api/chat, or an OpenAI-compatible server such as mlx_lm.server. There
+// is no agent process; the node holds the conversation and calls the
+// tools.
+type Backend struct {
+	cfg Config
+	d   dialect
+}
+
+// New returns a backend for cfg.Kind at cfg.Host.
+func New(cfg Config) (*Backend, error) {
+	if cfg.MaxRounds == 0 {
+		cfg.MaxRounds = DefaultMaxRounds
+	}
+	b := &Backend{cfg: cfg}
+	switch cfg.Kind {
+	case backend.KindOllama:
+		b.d = newOllama(cfg.Host)
+	case backend.KindVMLX:
+		b.d = newOpenAI(cfg.Host)
+	default:
+		return nil, fmt.Errorf("no local-model backend of kind %q (want %s or %s)", cfg.Kind, backend.KindOllama, backend.KindVMLX)
+	}
+	return b, nil
+}
+
+// Kind implements backend.Backend.
+func (b *Backend) Kind() string { return b.cfg.Kind }
+
+// Describe implements backend.Describer: the server and its models, or
+// why it cannot be reached.
+func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
+	info := schemas.BackendInfo{Kind: b.cfg.Kind, Host: b.cfg.Host, Models: []string{}}
+	var models []string
+	var err error
+	if b.cfg.Kind == backend.KindOllama {
+		models, err = OllamaModels(ctx, b.cfg.Host)
+	} else {
+		models, err = OpenAIModels(ctx, b.cfg.Host)
+	}
+	if err != nil {
+		info.Problem = fmt.Sprintf("the model server at %s does not answer: %v", b.cfg.Host, err)
+		return info
+	}
+	info.Models, info.Ready = models, true
+	return info
+}
+
+// Start implements backend.Backend: it connects to the MCP servers the
+// agent's tools come from and holds the conversation's start.
+func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+	servers, err := agentServers(spec)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := openToolbox(ctx, servers, spec.Policy)
+	if err != nil {
+		return nil, err
+	}
+	prompt := spec.SystemPrompt
+	if prompt == "" {
+		prompt = defaultSystemPrompt
+	}
+	s := &session{
+		b: b, spec: spec, sink: sink, tb: tb, model: spec.Model,
+		history: []message{{Role: "system", Content: prompt}},
+	}
+	s.ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
+	return s, nil
+}
+
+// agentServers are the MCP servers an agent's tools come from: the
+// coordinator's, when the node knows it, and those of the caller's
+// mcp_config.
+func agentServers(spec backend.Spec) ([]mcpServer, error) {
+	var servers []mcpServer
+	if spec.MCP.URL != "" {
+		h := map[string]string{schemas.AgentIDHeader: spec.AgentID}
+		if spec.MCP.Token != "" {
+			h["Authorization"] = "Bearer " + spec.MCP.Token
+		}
+		servers = append(servers, mcpServer{Name: schemas.MCPServerName, URL: spec.MCP.URL, Headers: h})
+	}
+	if spec.MCPConfig != "" {
+		b, err := os.ReadFile(spec.MCPConfig)
+		if err != nil {
+			return nil, fmt.Errorf("mcp_config: %w", err)
+		}
+		more, err := parseMCPConfig(b)
+		if err != nil {
+			return nil, fmt.Errorf("mcp_config %s: %w", spec.MCPConfig, err)
+		}
+		servers = append(servers, more...)
+	}
+	return servers, nil
+}
+
+// session is one conversation with a local model.
+type session struct {
+	b    *Backend
+	spec backend.Spec
+	sink backend.Sink
+	tb   toolbox
+	ctx  context.Context // ends when the agent closes
+	stop context.CancelFunc
+
+	mu        sync.Mutex
+	model     string
+	history   []message
+	turns     int
+	active    int
+	queue     []queued
+	interrupt context.CancelFunc // ends the running turn
+	dead      bool
+	running   sync.WaitGroup // the turn goroutine, while one runs
+}
+
+type queued struct {
+	n    int
+	text string
+}
+
+func (s *session) emit(turn int, p schemas.Payload) {
+	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
+}
+
+// Send implements backend.Session. A turn sent while another runs waits
+// for it.
+func (s *session) Send(_ context.Context, text string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return 0, errors.New("the agent is closed")
+	}
+	s.turns++
+	n := s.turns
+	if s.active == 0 {
+		s.begin(n, text)
+	} else {
+		s.queue = append(s.queue, queued{n, text})
+	}
+	return n, nil
+}
+
+// begin starts turn n; s.mu is held.
+func (s *session) begin(n int, text string) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.active, s.interrupt = n, cancel
+	s.history = append(s.history, message{Role: "user", Content: text})
+	s.emit(n, schemas.TurnStarted{})
+	s.running.Add(1)
+	go s.turn(ctx, n)
+}
+
+// turn runs turn n's rounds: the model answers, its tool calls run and
+// their results go back to it, until it answers without calling a tool.
+func (s *session) turn(ctx context.Context, n int) {
+	defer s.running.Done()
+	label := s.b.cfg.Kind
+	var usage schemas.Usage
+	usage.CostUSD = schemas.Cost(0)
+	stop, failure := schemas.StopRefusal, ""
+	for round := 1; round <= s.b.cfg.MaxRounds; round++ {
+		done, err := s.round(ctx, n, round, &usage)
+		switch {
+		case ctx.Err() != nil:
+			stop = schemas.StopCancelled
+		case err != nil:
+			failure = fmt.Sprintf("%s: %v", label, err)
+		case done:
+			stop = schemas.StopEndTurn
+		default:
+			continue
+		}
+		break
+	}
+	if stop == schemas.StopRefusal && failure == "" {
+		failure = fmt.Sprintf("%s: hit max tool rounds (%d)", label, s.b.cfg.MaxRounds)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failure != "" {
+		s.emit(n, schemas.Errorf("%s", failure))
+	}
+	s.emit(n, schemas.Result{StopReason: stop, Usage: &usage})
+	s.active, s.interrupt = 0, nil
+	if len(s.queue) > 0 && !s.dead {
+		q := s.queue[0]
+		s.queue = s.queue[1:]
+		s.begin(q.n, q.text)
+	}
+}
+
+// round asks the model once, streams its answer, then runs its tool
+// calls. done says the model answered without calling a tool.
+func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage) (done bool, err error) {
+	s.mu.Lock()
+	req := chatRequest{Model: s.model, Messages: append([]message(nil), s.history...), Tools: s.tb.tools()}
+	s.mu.Unlock()
+	var text, thinking strings.Builder
+	var calls []toolCall
+	err = s.b.d.chat(ctx, req, func(d delta) error {
+		if d.Thinking != "" {
+			thinking.WriteString(d.Thinking)
+			s.emit(n, schemas.Thought{Delta: true, Content: schemas.Text(d.Thinking)})
+		}
+		if d.Text != "" {
+			text.WriteString(d.Text)
+			s.emit(n, schemas.AssistantText{Delta: true, Content: schemas.Text(d.Text)})
+		}
+		calls = append(calls, d.ToolCalls...)
+		if d.Usage != nil {
+			usage.InputTokens += d.Usage.InputTokens
+			usage.OutputTokens += d.Usage.OutputTokens
+			usage.CacheReadTokens += d.Usage.CacheReadTokens
+		}
+		return nil
+	})
+	// What streamed is repeated as the authoritative copy, even when the
+	// round was cut short.
+	if strings.TrimSpace(thinking.String()) != "" {
+		s.emit(n, schemas.Thought{Content: schemas.Text(thinking.String())})
+	}
+	if text.Len() > 0 {
+		s.emit(n, schemas.AssistantText{Content: schemas.Text(text.String())})
+	}
+	if err != nil || ctx.Err() != nil {
+		return false, err
+	}
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("%s-%d-%d-%d", s.b.cfg.Kind, n, round, i)
+		}
+		if len(calls[i].Arguments) == 0 {
+			calls[i].Arguments = json.RawMessage(`{}`)
+		}
+	}
+	s.mu.Lock()
+	s.history = append(s.history, message{Role: "assistant", Content: text.String(), Thinking: thinking.String(), ToolCalls: calls})
+	s.mu.Unlock()
+	if len(calls) == 0 {
+		return true, nil
+	}
+	for _, c := range calls {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		s.emit(n, schemas.ToolUse{Call: schemas.ToolCall{
+			ToolCallID: c.ID, Title: c.Name, Kind: schemas.ToolKindForName(c.Name),
+			Status: schemas.ToolInProgress, RawInput: c.Arguments,
+		}})
+		res := s.tb.call(ctx, c.Name, c.Arguments)
+		status := schemas.ToolCompleted
+		if res.Failed {
+			status = schemas.ToolFailed
+		}
+		content := res.Content
+		if content == nil {
+			content = []schemas.ToolCallContent{schemas.ToolText(res.Text)}
+		}
+		s.emit(n, schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: c.ID, Status: &status, Content: content}})
+		s.mu.Lock()
+		s.history = append(s.history, message{Role: "tool", Content: res.Text, ToolName: c.Name, ToolID: c.ID})
+		s.mu.Unlock()
+	}
+	return false, nil
+}
+
+// Interrupt implements backend.Session: the running round stops, and the
+// turn ends cancelled.
+func (s *session) Interrupt(context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == 0 || s.interrupt == nil {
+		return false, nil
+	}
+	s.interrupt()
+	return true, nil
+}
+
+// SetModel implements backend.ModelSetter: the next round asks the new
+// model, which may be given with its kind's prefix.
+func (s *session) SetModel(_ context.Context, model string) (bool, error) {
+	if kind, rest := backend.Route(model); kind == s.b.cfg.Kind {
+		model = rest
+	} else if kind != backend.KindClaude {
+		return false, fmt.Errorf("this agent runs %s models; it cannot switch to %s", s.b.cfg.Kind, model)
+	}
+	s.mu.Lock()
+	s.model = model
+	s.mu.Unlock()
+	return true, nil
+}
+
+// Info implements backend.Session: no process, no vendor session.
+func (s *session) Info() backend.Info { return backend.Info{QueuesPrompts: true} }
+
+// Close implements backend.Session: the running turn ends cancelled, the
+// MCP sessions close, then status dead.
+func (s *session) Close(context.Context) error {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return nil
+	}
+	s.dead = true
+	s.queue = nil
+	s.mu.Unlock()
+	s.stop()
+	s.running.Wait()
+	s.tb.close()
+	s.mu.Lock()
+	turn := s.turns
+	s.mu.Unlock()
+	s.emit(turn, schemas.Status{Status: schemas.StatusDead})
+	return nil
+}
