@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func tuiCommand() *command {
+	return verbCommand("tui", "", "a live terminal monitor of every agent and node",
+		`Shows every agent of the fabric, live: its status (working pulses, and
+turns amber when it has been silent for --silent), grouped by node, and for
+the selected one its record and its events, newest first, one line each:
+text, thoughts, a tool call with its result, turn boundaries, errors,
+permission requests. It works against a local or remote coordinator, with
+the same --nats, --creds and TLS flags as every client command (an
+observer's credentials are enough to watch).
+
+Keys: ↑/↓ select, tab moves to the event feed, enter shows an event in
+full, t the agent's whole transcript from the stream, x closes a live agent
+(after asking) or dismisses a dead one, / filters, g groups by node, n
+shows the nodes, ? lists the keys, q quits. The mouse selects and scrolls.`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var silent, poll time.Duration
+			durationFlag(fs, &silent, "silent", 30*time.Second, "show a working agent amber after this `duration` without events")
+			durationFlag(fs, &poll, "poll", time.Second, "read the agent list again every `duration`")
+			return func(ctx context.Context, v *verb, args []string) error {
+				if len(args) > 0 {
+					return usagef("tui takes no arguments")
+				}
+				f, err := v.fabric()
+				if err != nil {
+					return err
+				}
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				m := tui.New(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent})
+				opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithMouseCellMotion(),
+					tea.WithInput(v.env.io.in), tea.WithOutput(v.env.io.out)}
+				if in, ok := v.env.io.in.(*os.File); !ok || !isTerminal(in) {
+					return errors.New("shoal tui needs a terminal; use shoal tail or shoal ls to watch without one")
+				}
+				_, err = tea.NewProgram(m, opts...).Run()
+				if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		})
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// fabricSource reads the monitor's data through the fabric client, so it
+// works with direct access and with scoped credentials alike.
+type fabricSource struct{ f *bridge.Fabric }
+
+func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error) {
+	return s.f.List(ctx)
+}
+
+func (s fabricSource) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) { return s.f.Nodes(ctx) }
+
+func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)) error {
+	return s.f.Replay(ctx, nil, bridge.From{New: true}, true, func(r bridge.Replayed, _ *bridge.Gap) error {
+		if ev, err := r.Event(); err == nil {
+			fn(r.Agent, ev)
+		}
+		return nil
+	})
+}
+
+func (s fabricSource) History(ctx context.Context, agent string, max int) ([]schemas.Event, error) {
+	var evs []schemas.Event
+	err := s.f.Replay(ctx, []string{agent}, bridge.From{}, false, func(r bridge.Replayed, _ *bridge.Gap) error {
+		if ev, err := r.Event(); err == nil {
+			evs = append(evs, ev)
+			if len(evs) > 2*max {
+				evs = append(evs[:0], evs[len(evs)-max:]...)
+			}
+		}
+		return nil
+	})
+	if len(evs) > max {
+		evs = evs[len(evs)-max:]
+	}
+	return evs, err
+}
+
+func (s fabricSource) Close(ctx context.Context, agent string) error {
+	_, err := s.f.Close(ctx, agent)
+	return err
+}
