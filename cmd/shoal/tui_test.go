@@ -122,7 +122,9 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 	// The feed, then the newest event in full.
 	scr.keys("Tab")
 	scr.keys("Enter")
-	scr.wait("an event in full", func(s string) bool { return strings.Contains(s, `"kind": "result"`) && strings.Contains(s, "esc closes") })
+	scr.wait("an event in full", func(s string) bool {
+		return strings.Contains(s, `"kind": "result"`) && strings.Contains(s, "esc closes")
+	})
 	scr.keys("Escape")
 	scr.keys("Escape")
 
