@@ -169,8 +169,15 @@ func (f *feed) stream(ev schemas.Event, chunk string) {
 	if len(f.streamed) > 2048 {
 		f.streamed = f.streamed[len(f.streamed)-1024:]
 	}
-	l := &f.lines[f.streaming]
-	l.text, l.ev = tail(strings.Join(strings.Fields(f.streamed), " "), 200), ev
+	f.lines[f.streaming].ev = ev // its text is made when it is shown
+}
+
+// text is what a line shows.
+func (f *feed) text(i int) string {
+	if i == f.streaming {
+		return tail(strings.Join(strings.Fields(f.streamed), " "), 200)
+	}
+	return f.lines[i].text
 }
 
 // tail is the last n runes of s, marked when cut.

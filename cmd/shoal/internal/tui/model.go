@@ -92,6 +92,7 @@ type Model struct {
 	events        chan incoming
 
 	sel       int // the selected agent among those shown
+	listTop   int // the first line of the list on screen
 	feedFocus bool
 	feedSel   int // the selected line, counted from the newest
 	nodesView bool
@@ -371,19 +372,25 @@ func (m *Model) clamp() {
 	m.sel = max(0, min(m.sel, n-1))
 }
 
-// feedLines are the selected agent's lines, newest first.
-func (m *Model) feedLines() []line {
+// feedLines are the selected agent's lines, newest first, at most n.
+func (m *Model) feedLines(n int) []line {
 	a, ok := m.selected()
 	if !ok {
 		return nil
 	}
-	f := m.feeds[a.ID]
+	return m.feedOfShown(a.ID, n)
+}
+
+func (m *Model) feedOfShown(id string, n int) []line {
+	f := m.feeds[id]
 	if f == nil {
 		return nil
 	}
-	out := make([]line, len(f.lines))
-	for i, l := range f.lines {
-		out[len(f.lines)-1-i] = l
+	out := make([]line, 0, min(n, len(f.lines)))
+	for i := len(f.lines) - 1; i >= 0 && len(out) < n; i-- {
+		l := f.lines[i]
+		l.text = f.text(i)
+		out = append(out, l)
 	}
 	return out
 }
@@ -468,7 +475,7 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 			m.feedFocus, m.feedSel = true, 0
 			return nil
 		}
-		lines := m.feedLines()
+		lines := m.feedLines(maxFeed)
 		if m.feedSel < len(lines) {
 			m.detail = eventDetail(lines[m.feedSel])
 			m.overlay = detailOverlay
@@ -495,7 +502,7 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 
 func (m *Model) move(d int) {
 	if m.feedFocus {
-		m.feedSel = max(0, min(m.feedSel+d, len(m.feedLines())-1))
+		m.feedSel = max(0, min(m.feedSel+d, len(m.feedLines(maxFeed))-1))
 		return
 	}
 	m.sel += d
@@ -555,7 +562,8 @@ func transcript(evs []schemas.Event) []string {
 		f.add(ev, time.Time{})
 	}
 	out := make([]string, 0, len(f.lines))
-	for _, l := range f.lines {
+	for i, l := range f.lines {
+		l.text = f.text(i)
 		if l.kind == "text" || l.kind == "thought" {
 			// The whole text, not a line of it.
 			switch p := l.ev.Payload.(type) {

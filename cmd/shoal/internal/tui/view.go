@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -36,18 +37,35 @@ func (m *Model) View() string {
 	if m.width == 0 {
 		return "starting…"
 	}
-	header := m.header()
-	var body string
+	shown := m.shown()
+	header := m.header(shown)
+	h := m.bodyHeight()
+	var body []string
 	if m.nodesView {
-		body = m.nodesTable()
+		body = strings.Split(m.nodesTable(), "\n")
 	} else {
-		body = lipgloss.JoinHorizontal(lipgloss.Top,
-			lipgloss.NewStyle().Width(m.listWidth()).MaxWidth(m.listWidth()).Render(strings.Join(m.listLines(), "\n")),
-			" ",
-			lipgloss.NewStyle().Width(m.width-m.listWidth()-1).MaxWidth(m.width-m.listWidth()-1).Render(m.detailPane()))
+		// Two columns, joined line by line: each line is clipped and
+		// padded to its column once, so a frame costs what it shows.
+		left, right := m.listLines(shown, h), m.detailLines(shown, h)
+		lw := m.listWidth()
+		for i := range h {
+			var l, r string
+			if i < len(left) {
+				l = left[i]
+			}
+			if i < len(right) {
+				r = right[i]
+			}
+			body = append(body, pad(l, lw)+" "+r)
+		}
 	}
-	body = lipgloss.NewStyle().Height(m.bodyHeight()).MaxHeight(m.bodyHeight()).Render(body)
-	screen := header + "\n" + body + "\n" + m.footer()
+	if len(body) > h {
+		body = body[:h]
+	}
+	for len(body) < h {
+		body = append(body, "")
+	}
+	screen := header + "\n" + strings.Join(body, "\n") + "\n" + m.footer()
 	switch m.overlay {
 	case detailOverlay:
 		return m.popup("event", m.detail)
@@ -77,9 +95,9 @@ func (m *Model) bodyHeight() int { return max(3, m.height-2) }
 
 func (m *Model) listWidth() int { return max(24, min(48, m.width*2/5)) }
 
-func (m *Model) header() string {
+func (m *Model) header(shown []schemas.AgentRecord) string {
 	working := 0
-	for _, a := range m.shown() {
+	for _, a := range shown {
 		if a.Status == schemas.StatusWorking {
 			working++
 		}
@@ -88,7 +106,7 @@ func (m *Model) header() string {
 	if m.nodesView {
 		view = "nodes"
 	}
-	h := fmt.Sprintf("shoal · %d agents (%d working) · %d nodes · %s", len(m.shown()), working, len(m.nodes), view)
+	h := fmt.Sprintf("shoal · %d agents (%d working) · %d nodes · %s", len(shown), working, len(m.nodes), view)
 	if m.byNode && !m.nodesView {
 		h += " · by node"
 	}
@@ -108,52 +126,87 @@ func (m *Model) footer() string {
 	return styleDim.Render("? keys · tab feed · enter detail · t transcript · x close · / filter · n nodes · q quit")
 }
 
-// listLines are the agent list's lines; rowAt maps a screen row back.
-func (m *Model) listLines() []string {
-	var out []string
+// entries are the agent list's lines before rendering: a node's header
+// (agent -1) or an agent.
+type entry struct {
+	agent int
+	node  string
+}
+
+func (m *Model) entries(shown []schemas.AgentRecord) []entry {
+	var out []entry
 	node := "\x00"
-	w := m.listWidth()
-	for i, a := range m.shown() {
+	for i, a := range shown {
 		if m.byNode && a.Node != node {
 			node = a.Node
-			out = append(out, styleHeader.Render(clip(node, w)))
+			out = append(out, entry{agent: -1, node: node})
+		}
+		out = append(out, entry{agent: i})
+	}
+	return out
+}
+
+// top is the first entry the list shows, so that the selection is on
+// screen; it moves only when the selection leaves the window.
+func (m *Model) top(es []entry, h int) int {
+	at := 0
+	for i, e := range es {
+		if e.agent == m.sel {
+			at = i
+		}
+	}
+	if at < m.listTop {
+		m.listTop = max(0, at-1)
+	}
+	if at >= m.listTop+h {
+		m.listTop = at - h + 1
+	}
+	m.listTop = max(0, min(m.listTop, len(es)-h))
+	return m.listTop
+}
+
+// listLines are the agent list's lines that fit in h rows.
+func (m *Model) listLines(shown []schemas.AgentRecord, h int) []string {
+	w := m.listWidth()
+	es := m.entries(shown)
+	if len(es) == 0 {
+		if m.filter.Value() != "" {
+			return []string{styleDim.Render("no agent matches the filter")}
+		}
+		return []string{styleDim.Render("no agents yet: shoal open DIR")}
+	}
+	var out []string
+	for _, e := range es[m.top(es, h):] {
+		if len(out) == h {
+			break
+		}
+		if e.agent < 0 {
+			out = append(out, styleHeader.Render(clip(e.node, w)))
+			continue
+		}
+		a := shown[e.agent]
+		text := fmt.Sprintf("%-8s %-8s %s", a.ID, a.Status, a.Model)
+		if !m.byNode {
+			text += " " + a.Node
+		}
+		if e.agent == m.sel && !m.feedFocus {
+			out = append(out, styleSelected.Render(clip("● "+text, w)))
+			continue
 		}
 		dot := lipgloss.NewStyle().Foreground(m.color(a)).Render("●")
-		row := fmt.Sprintf("%s %-8s %-8s %s", dot, a.ID, a.Status, a.Model)
-		if !m.byNode {
-			row += " " + styleDim.Render(a.Node)
-		}
-		if i == m.sel && !m.feedFocus {
-			row = styleSelected.Render(clip(fmt.Sprintf("● %-8s %-8s %s", a.ID, a.Status, a.Model), w))
-		}
-		out = append(out, clip(row, w))
-	}
-	if len(out) == 0 {
-		if m.filter.Value() != "" {
-			out = append(out, styleDim.Render("no agent matches the filter"))
-		} else {
-			out = append(out, styleDim.Render("no agents yet: shoal open DIR"))
-		}
+		out = append(out, dot+" "+clip(text, w-2))
 	}
 	return out
 }
 
 // rowAt is the agent shown on screen row y.
 func (m *Model) rowAt(y int) (int, bool) {
-	row := y - 1 // below the header
-	node := "\x00"
-	line := 0
-	for i, a := range m.shown() {
-		if m.byNode && a.Node != node {
-			node = a.Node
-			line++
-		}
-		if line == row {
-			return i, true
-		}
-		line++
+	es := m.entries(m.shown())
+	i := m.listTop + y - 1 // below the header
+	if i < 0 || i >= len(es) || es[i].agent < 0 {
+		return 0, false
 	}
-	return 0, false
+	return es[i].agent, true
 }
 
 // color is an agent's status colour: working pulses, and turns amber
@@ -173,11 +226,11 @@ func (m *Model) color(a schemas.AgentRecord) lipgloss.Color {
 	return "7"
 }
 
-func (m *Model) detailPane() string {
-	a, ok := m.selected()
-	if !ok {
-		return ""
+func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
+	if m.sel < 0 || m.sel >= len(shown) {
+		return nil
 	}
+	a := shown[m.sel]
 	w := m.width - m.listWidth() - 1
 	last := "—"
 	if f := m.feeds[a.ID]; f != nil && !f.lastActivity.IsZero() {
@@ -193,8 +246,8 @@ func (m *Model) detailPane() string {
 		styleDim.Render("last activity " + last),
 		styleDim.Render(strings.Repeat("─", max(1, w-2))),
 	}
-	for i, l := range m.feedLines() {
-		if len(lines) >= m.bodyHeight() {
+	for i, l := range m.feedOfShown(a.ID, h) {
+		if len(lines) >= h {
 			break
 		}
 		text := clip(l.text, w)
@@ -217,7 +270,7 @@ func (m *Model) detailPane() string {
 		}
 		lines = append(lines, text)
 	}
-	return strings.Join(lines, "\n")
+	return lines
 }
 
 func (m *Model) nodesTable() string {
@@ -276,17 +329,19 @@ func (m *Model) transcriptView() string {
 	return head + "\n" + lipgloss.NewStyle().Height(h).Render(strings.Join(body, "\n")) + "\n" + styleDim.Render("↑/↓ PgUp/PgDn g/G · esc closes")
 }
 
-// clip cuts s to w cells.
+// clip cuts s, which may hold styles, to w cells.
 func clip(s string, w int) string {
 	if w <= 0 {
 		return ""
 	}
-	if lipgloss.Width(s) <= w {
-		return s
+	return ansi.Truncate(s, w, "…")
+}
+
+// pad clips s to w cells and fills it to w with spaces.
+func pad(s string, w int) string {
+	s = clip(s, w)
+	if n := ansi.StringWidth(s); n < w {
+		s += strings.Repeat(" ", w-n)
 	}
-	r := []rune(s)
-	for len(r) > 0 && lipgloss.Width(string(r)) > w-1 {
-		r = r[:len(r)-1]
-	}
-	return string(r) + "…"
+	return s
 }
