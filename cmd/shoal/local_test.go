@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/schemas"
@@ -38,12 +42,26 @@ func TestVMLXPlacedWhereTheModelIs(t *testing.T) {
 		}
 		return false
 	})
+	// agent_open over MCP, as Claude Code would call it.
+	cmd := exec.Command(os.Args[0], "mcp", "--nats", p.url)
+	cmd.Env = baseEnv(t.TempDir())
+	c := mcp.NewClient(&mcp.Implementation{Name: "placement-test", Version: "1"}, nil)
+	sess, err := c.Connect(t.Context(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect over stdio: %v", err)
+	}
+	defer sess.Close()
 	for range 3 {
-		id, node := p.openOn("--model", "vmlx:mlx-community/qwen3-8b")
-		if node != "mac" {
-			t.Fatalf("vmlx agent %s placed on %s", id, node)
+		res, err := sess.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_open", Arguments: map[string]any{
+			"cwd": t.TempDir(), "model": "vmlx:mlx-community/qwen3-8b"}})
+		if err != nil || res.IsError {
+			t.Fatalf("agent_open: %v %+v", err, res)
 		}
-		p.must("close", id)
+		var open schemas.OpenReply
+		if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &open); err != nil || open.Node != "mac" {
+			t.Fatalf("agent_open placed %+v (%v), want node mac", open, err)
+		}
+		p.must("close", open.AgentID)
 	}
 	id, _ := p.openOn("--model", "vmlx:mlx-community/qwen3-8b")
 	if got := p.must("run", id, "say", "hello"); got != "hello from mlx" {
