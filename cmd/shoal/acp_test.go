@@ -13,7 +13,7 @@ import (
 
 // A node advertises the ACP agents it can run; placement sends acp:opencode
 // to it, and the command line drives the agent like any other: run,
-// output, close.
+// set-model, output, close.
 func TestACPAgentThroughTheFabric(t *testing.T) {
 	t.Parallel()
 	fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
@@ -47,6 +47,12 @@ func TestACPAgentThroughTheFabric(t *testing.T) {
 	id := must("open", "--model", "acp:opencode", t.TempDir())
 	if got := must("run", id, "say", "hello"); got != "hello over ACP" {
 		t.Fatalf("run printed %q", got)
+	}
+	if got := must("set-model", id, "acp:opencode:fake/fake-model"); got != "switched to acp:opencode:fake/fake-model" {
+		t.Fatalf("set-model printed %q", got)
+	}
+	if got := must("set-model", id, "acp:gemini"); !strings.HasPrefix(got, "not switched") {
+		t.Fatalf("set-model to another ACP agent printed %q", got)
 	}
 	if got := must("output", id); got != "hello over ACP" {
 		t.Fatalf("output printed %q", got)

@@ -46,7 +46,7 @@ func commands() []*command {
 	return []*command{
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
-		lsCommand(), nodesCommand(), interruptCommand(), closeCommand(), tailCommand(), tuiCommand(), mcpCommand(),
+		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), tailCommand(), tuiCommand(), mcpCommand(),
 		versionCommand(),
 	}
 }

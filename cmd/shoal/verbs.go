@@ -350,6 +350,40 @@ func interruptCommand() *command {
 		})
 }
 
+func setModelCommand() *command {
+	return verbCommand("set-model", "<agent> <model>", "switch an agent's model, keeping its conversation",
+		`Switches a live agent to another model for its next turns, where its
+backend can do it in place: ACP agents (session/set_model) and local
+models (the next round asks the new model). The model may carry the
+backend's prefix (acp:opencode:anthropic/claude-sonnet-5, ollama:qwen3:8b).
+Prints whether the agent switched; a claude CLI agent does not (open a new
+one with --model).`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) != 1 || strings.TrimSpace(rest[0]) == "" {
+					return usagef("give the agent id and one model")
+				}
+				f, err := v.fabric()
+				if err != nil {
+					return err
+				}
+				rep, err := f.SetModel(ctx, schemas.SetModelRequest{AgentID: id, Model: rest[0]})
+				if err != nil {
+					return err
+				}
+				line := "switched to " + rest[0]
+				if !rep.Switched {
+					line = "not switched: the agent is not live, or its backend cannot switch in place (see the agent's events for why)"
+				}
+				return v.reply(rep, line)
+			}
+		})
+}
+
 func closeCommand() *command {
 	return verbCommand("close", "<agent>", "close an agent",
 		"Stops the agent and everything it started; it is kept as dead for review.",
