@@ -272,34 +272,8 @@ func TestOpencode(t *testing.T) {
 		t.Fatalf("turn 2 errors: %q", errs)
 	}
 
-	// A write inside the directory goes through fs/write_text_file.
-	inside := filepath.Join(r.cwd, "notes", "inside.txt")
-	fake.Script(
-		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write", Input: mustJSON(t, map[string]string{"filePath": inside, "content": "written by the agent"})}}},
-		fakemodel.Reply{Text: "wrote it"},
-	)
-	evs = r.send("write a file")
-	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by the agent" {
-		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
-	}
-
-	// A write outside it, and one through a symlink that leads outside,
-	// are refused with an error event, and nothing is written.
-	outsideDir := t.TempDir()
-	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
-		t.Fatal(err)
-	}
-	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
-		// A refused call may end the turn without another model request.
-		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write", Input: mustJSON(t, map[string]string{"filePath": target, "content": "must not land"})}}})
-		evs = r.send("write outside")
-		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
-			t.Fatalf("%s was written; events %s", target, summary(evs))
-		}
-		if !anyContains(errorsIn(evs), "outside this agent's workspace") {
-			t.Fatalf("no refusal for %s: %s", target, summary(evs))
-		}
-	}
+	// Writes go through fs/write_text_file, confined to the directory.
+	writes(t, r, "write", "filePath", false, false)
 
 	// The model can be switched in place.
 	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "fake/fake-model"); !ok || err != nil {
@@ -409,30 +383,9 @@ func TestClaudeAgentACP(t *testing.T) {
 		t.Fatalf("turn 1: %s", summary(evs))
 	}
 
-	inside := filepath.Join(r.cwd, "inside.txt")
-	fake.Script(
-		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: mustJSON(t, map[string]string{"file_path": inside, "content": "written by claude"})}}},
-		fakemodel.Reply{Text: "wrote it"},
-	)
-	evs := r.send("write a file")
-	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by claude" || !has[schemas.Permission](evs) {
-		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
-	}
-
-	outsideDir := t.TempDir()
-	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
-		t.Fatal(err)
-	}
-	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
-		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
-		evs = r.send("write outside")
-		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
-			t.Fatalf("%s was written; events %s", target, summary(evs))
-		}
-		if !anyContains(errorsIn(evs), "outside this agent's workspace") {
-			t.Fatalf("no refusal for %s: %s", target, summary(evs))
-		}
-	}
+	// claude does its own file IO: a Write asks permission, and Shoal's
+	// answer confines it.
+	writes(t, r, "Write", "file_path", true, false)
 
 	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "default"); !ok || err != nil {
 		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
@@ -490,6 +443,39 @@ func TestClaudeAgentACPNotebook(t *testing.T) {
 	r.closeAndCheck()
 }
 
+// writes checks an agent's file writes by its write tool (the argument
+// naming the file is pathKey): one inside the directory lands; one
+// outside it and one through a symlink that leads outside are refused,
+// with an error event unless the agent refuses them itself (a failed
+// tool call), and write nothing.
+func writes(t *testing.T, r *agentRig, tool, pathKey string, wantPermission, agentMayRefuse bool) {
+	t.Helper()
+	inside := filepath.Join(r.cwd, "notes", "inside.txt")
+	r.fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: tool, Input: mustJSON(t, map[string]string{pathKey: inside, "content": "written by the agent"})}}},
+		fakemodel.Reply{Text: "wrote it"},
+	)
+	evs := r.send("write a file")
+	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by the agent" || (wantPermission && !has[schemas.Permission](evs)) {
+		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
+	}
+	outsideDir := t.TempDir()
+	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
+		// A refused call may end the turn without another model request.
+		r.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: tool, Input: mustJSON(t, map[string]string{pathKey: target, "content": "must not land"})}}})
+		evs = r.send("write outside")
+		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
+			t.Fatalf("%s was written; events %s", target, summary(evs))
+		}
+		if !anyContains(errorsIn(evs), "outside this agent's workspace") && !(agentMayRefuse && failedTool(evs)) {
+			t.Fatalf("no refusal for %s: %s", target, summary(evs))
+		}
+	}
+}
+
 // interruptThenTwoTurns interrupts a slow turn, then checks that each of
 // the next two turns ends with its own answer.
 func interruptThenTwoTurns(t *testing.T, r *agentRig) {
@@ -533,33 +519,10 @@ func TestGemini(t *testing.T) {
 		t.Fatalf("turn 1: %s", summary(evs))
 	}
 
-	inside := filepath.Join(r.cwd, "inside.txt")
-	fake.Script(
-		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write_file", Input: mustJSON(t, map[string]string{"file_path": inside, "content": "written by gemini"})}}},
-		fakemodel.Reply{Text: "wrote it"},
-	)
-	evs := r.send("write a file")
-	if b, err := os.ReadFile(inside); err != nil || string(b) != "written by gemini" || !has[schemas.Permission](evs) {
-		t.Fatalf("the file inside: %q %v; events %s", b, err, summary(evs))
-	}
-
-	outsideDir := t.TempDir()
-	if err := os.Symlink(outsideDir, filepath.Join(r.cwd, "escape")); err != nil {
-		t.Fatal(err)
-	}
-	for _, target := range []string{filepath.Join(outsideDir, "outside.txt"), filepath.Join(r.cwd, "escape", "through-link.txt")} {
-		fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "write_file", Input: mustJSON(t, map[string]string{"file_path": target, "content": "must not land"})}}})
-		evs = r.send("write outside")
-		if _, err := os.Stat(filepath.Join(outsideDir, filepath.Base(target))); err == nil {
-			t.Fatalf("%s was written; events %s", target, summary(evs))
-		}
-		// gemini keeps to its workspace on its own: a path outside it
-		// fails the call before anything reaches Shoal. Through the
-		// symlink, Shoal's confinement refuses it.
-		if !anyContains(errorsIn(evs), "outside this agent's workspace") && !failedTool(evs) {
-			t.Fatalf("no refusal for %s: %s", target, summary(evs))
-		}
-	}
+	// gemini asks permission, reads the missing file, then writes through
+	// fs/write_text_file; it keeps to its workspace on its own too, so a
+	// path outside fails before anything reaches Shoal.
+	writes(t, r, "write_file", "file_path", true, true)
 
 	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "gemini-3.8-flash"); !ok || err != nil {
 		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
