@@ -73,21 +73,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	if code, _, errOut := runShoal(t, t.TempDir(), client, "send", id, "Keep going."); code != 0 {
 		t.Fatalf("send: %s", errOut)
 	}
-	streamed := func() bool {
-		nc, err := nats.Connect(urls[1])
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		s, err := js.Stream(t.Context(), schemas.StreamName)
-		if err != nil {
-			return false
-		}
-		m, err := s.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
-		return err == nil && strings.Contains(string(m.Data), `"delta":true`)
-	}
-	eventually(t, 60*time.Second, "the turn streams", streamed)
+	eventually(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, urls[1], id) })
 
 	members[0].stop(syscall.SIGKILL)
 
@@ -186,4 +172,21 @@ func storedEvents(t *testing.T, url, id string) ([]schemas.Event, error) {
 			return evs, batch.Error()
 		}
 	}
+}
+
+// streaming reports whether the agent's last stored event, read through
+// url, is a streamed chunk: its turn is under way.
+func streaming(t *testing.T, url, id string) bool {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		return false
+	}
+	m, err := s.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
+	return err == nil && strings.Contains(string(m.Data), `"delta":true`)
 }

@@ -57,21 +57,7 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	if code, _, errOut := runShoal(t, t.TempDir(), client, "send", id, "Keep going."); code != 0 {
 		t.Fatalf("send: %s", errOut)
 	}
-	streamed := func() bool {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		js, _ := jetstream.New(nc)
-		s, err := js.Stream(t.Context(), schemas.StreamName)
-		if err != nil {
-			return false
-		}
-		m, err := s.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
-		return err == nil && strings.Contains(string(m.Data), `"delta":true`)
-	}
-	eventually(t, 60*time.Second, "the turn streams", streamed)
+	eventually(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, url, id) })
 
 	if code := up.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the coordinator exited %d", code)
