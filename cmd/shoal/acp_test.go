@@ -27,7 +27,8 @@ func TestACPAgentThroughTheFabric(t *testing.T) {
 	up.waitLine("shoal: node acp-node ready")
 	must := func(args ...string) string {
 		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, args...)
+		// opencode can take a while to start on a busy machine.
+		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_TIMEOUT=3m"}, args...)
 		if code != 0 {
 			t.Fatalf("shoal %v: exit %d\n%s%s\nshoal up said:\n%s", args, code, out, errOut, up.stderrText())
 		}
