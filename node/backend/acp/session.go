@@ -299,6 +299,14 @@ func (s *session) prompt(n int, text string) {
 		"sessionId": s.sid,
 		"prompt":    []map[string]string{{"type": "text", "text": text}},
 	})
+	if err != nil {
+		// An agent going away fails its prompt first; its exit, which
+		// ends the turn and says why, follows at once.
+		select {
+		case <-s.exited:
+		case <-time.After(2 * time.Second):
+		}
+	}
 	s.answered(n, raw, err)
 }
 
