@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -309,7 +308,7 @@ func connectMCP(ctx context.Context, s mcpServer) (c *mcpConn, tools []mcp.Tool,
 				cmd := exec.Command(command, args...)
 				cmd.Env = append(os.Environ(), env...)
 				cmd.Dir = s.Dir
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+				cmd.SysProcAttr = backend.ProcAttr()
 				c.cmd = cmd
 				return cmd, nil
 			}),

@@ -122,6 +122,11 @@ func agentServers(spec backend.Spec) ([]mcpServer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mcp_config %s: %w", spec.MCPConfig, err)
 		}
+		for i := range more {
+			if more[i].Command != "" && more[i].Dir == "" {
+				more[i].Dir = spec.CWD // stdio servers work where the agent does
+			}
+		}
 		servers = append(servers, more...)
 	}
 	return servers, nil
