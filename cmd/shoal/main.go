@@ -8,9 +8,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/shoalfabric/shoal/node/backend"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == keeperArg {
+		// This process holds one agent for a node (see backend.Keeper).
+		os.Exit(backend.RunKeeper(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)
 	stop()

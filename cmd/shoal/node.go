@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,9 @@ import (
 	"github.com/shoalfabric/shoal/node/backend/llm"
 	"github.com/shoalfabric/shoal/schemas"
 )
+
+// keeperArg makes the shoal binary a keeper of one agent.
+const keeperArg = "__keeper"
 
 // nodeOptions are the settings of an agent host, shared by `shoal node`
 // and the local node of `shoal up`.
@@ -120,6 +124,15 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		cmd := slices.Clone(acp.DefaultCommands[agent])
 		cmd[0] = *c
 		commands[agent] = cmd
+	}
+	if runtime.GOOS == "darwin" {
+		// No parent-death signal here: each agent is held by a keeper, a
+		// copy of this binary that ends it when the node dies.
+		if exe, err := os.Executable(); err == nil {
+			backend.Keeper = []string{exe, keeperArg}
+		} else {
+			log.Warn("cannot find this binary to keep agents with; agents may outlive a killed node until it restarts", "err", err)
+		}
 	}
 	var backends []backend.Backend
 	var found func(context.Context) []schemas.BackendInfo

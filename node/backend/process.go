@@ -51,6 +51,13 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	cmd.Dir = spec.Dir
 	cmd.Env = spec.Env
 	cmd.SysProcAttr = sysProcAttr()
+	lifeline, keeperEnd, err := keep(cmd, spec.Argv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keeperEnd != nil {
+		defer keeperEnd.Close() // the keeper has its own copy
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, err
@@ -72,6 +79,9 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if err != nil {
 		outR.Close()
 		errR.Close()
+		if lifeline != nil {
+			lifeline.Close()
+		}
 		return nil, nil, launchError(spec.Argv[0], err)
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), stdin: stdin, stopping: make(chan struct{}), tail: NewTail(4 << 10)}
@@ -87,6 +97,9 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	}()
 	go func() {
 		p.err = cmd.Wait()
+		if lifeline != nil {
+			lifeline.Close()
+		}
 		killGroup(cmd.Process.Pid)
 		// The last words on stderr explain the exit, so they are read
 		// before Done; a process that escaped the group and holds the
