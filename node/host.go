@@ -377,7 +377,7 @@ func (h *Host) retire(a *agent) {
 	}
 	h.mu.Unlock()
 	for _, x := range drop {
-		h.recs.forget(h.ctx, x.id)
+		h.recs.forget(h.ctx, x)
 		h.pub.forget(x.id)
 	}
 }

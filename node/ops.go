@@ -91,7 +91,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		h.mu.Unlock()
 		return schemas.OpenReply{}, err
 	}
-	release, err := h.recs.claim(ctx, a.rec)
+	release, err := h.recs.claim(ctx, a)
 	if err != nil {
 		return fail(err)
 	}

@@ -28,6 +28,7 @@ type records struct {
 	urgent bool
 	rev    map[string]uint64 // last revision written or read, per agent
 	lost   map[string]bool   // agents whose record another owner holds
+	life   map[string]*agent // the life of each id that owns its record
 	wake   chan struct{}
 	// abandon is told about an agent the fabric has declared dead while
 	// this node still ran it (the node was cut off and taken for lost).
@@ -36,7 +37,7 @@ type records struct {
 
 func newRecords(kv store, node string, log *slog.Logger, abandon func(string)) *records {
 	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
-		lost: map[string]bool{}, wake: make(chan struct{}, 1), abandon: abandon}
+		lost: map[string]bool{}, life: map[string]*agent{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
 
 // claim takes the key of a new or reopened agent: create-only, or a
@@ -44,12 +45,21 @@ func newRecords(kv store, node string, log *slog.Logger, abandon func(string)) *
 // it crashed). It returns a conflict error naming the owner when the id
 // is live elsewhere, and a release that undoes the claim if the open
 // fails: a new key is deleted, a reopened one is dead again.
-func (r *records) claim(ctx context.Context, rec schemas.AgentRecord) (release func(context.Context), err error) {
+func (r *records) claim(ctx context.Context, a *agent) (release func(context.Context), err error) {
+	rec := a.rec
 	val := encodeRecord(rec)
+	// From here on only this life writes the id's record: a write still
+	// pending for a previous life (its death) must not land on this one.
+	r.mu.Lock()
+	r.life[rec.ID] = a
+	if d := r.dirty[rec.ID]; d != nil && d != a {
+		delete(r.dirty, rec.ID)
+	}
+	r.mu.Unlock()
 	rev, err := r.kv.create(ctx, rec.ID, val)
 	if err == nil {
 		r.setRev(rec.ID, rev)
-		return func(ctx context.Context) { r.forget(ctx, rec.ID) }, nil
+		return func(ctx context.Context) { r.forget(ctx, a) }, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
@@ -96,9 +106,16 @@ func (r *records) mark(a *agent, urgent bool) {
 	}
 }
 
-// forget deletes the record of an agent the node no longer keeps.
-func (r *records) forget(ctx context.Context, id string) {
+// forget deletes the record of an agent the node no longer keeps, unless
+// the id has a newer life.
+func (r *records) forget(ctx context.Context, a *agent) {
+	id := a.id
 	r.mu.Lock()
+	if r.life[id] != a {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.life, id)
 	delete(r.dirty, id)
 	rev, lost := r.rev[id], r.lost[id]
 	delete(r.rev, id)
@@ -152,9 +169,9 @@ func (r *records) write(ctx context.Context, a *agent) error {
 	val := encodeRecord(rec)
 	for range 3 {
 		r.mu.Lock()
-		rev, lost := r.rev[a.id], r.lost[a.id]
+		rev, lost, current := r.rev[a.id], r.lost[a.id], r.life[a.id] == a
 		r.mu.Unlock()
-		if lost {
+		if lost || !current {
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
