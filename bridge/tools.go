@@ -120,7 +120,7 @@ func (m *MCP) tools() []tool {
 		{
 			name:   "agent_set_model",
 			failed: "setting agent model",
-			desc:   "Repoint a live agent at another model, keeping its conversation. ACP agents only; false everywhere else.",
+			desc:   "Repoint a live agent at another model, keeping its conversation. ACP and local-model (ollama:, vmlx:) agents only; false everywhere else.",
 			params: []param{agentIDParam, {name: "model", kind: "string", required: true, desc: "The full model string, e.g. acp:opencode:opencode/glm-5.3-flash."}},
 			run: func(ctx context.Context, a args) (any, error) {
 				return f.SetModel(ctx, schemas.SetModelRequest{AgentID: a.str("agent_id"), Model: a.str("model")})

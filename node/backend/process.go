@@ -296,3 +296,13 @@ func ReadLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
 		return line, tooLong, err
 	}
 }
+
+// EnvValue is the value of key in env, the last one set winning, or "".
+func EnvValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -269,9 +269,9 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 // opencode.json: its providers, and its default models, without which
 // opencode would fall back to its hosted default.
 func userConfig(env []string) map[string]json.RawMessage {
-	dir := envValue(env, "XDG_CONFIG_HOME")
+	dir := backend.EnvValue(env, "XDG_CONFIG_HOME")
 	if dir == "" {
-		if home := envValue(env, "HOME"); home != "" {
+		if home := backend.EnvValue(env, "HOME"); home != "" {
 			dir = filepath.Join(home, ".config")
 		}
 	}
@@ -285,15 +285,6 @@ func userConfig(env []string) map[string]json.RawMessage {
 	var cfg map[string]json.RawMessage
 	json.Unmarshal(b, &cfg)
 	return cfg
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // bridgeServer starts the loopback endpoint opencode's plugin asks, once.

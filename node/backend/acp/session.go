@@ -1,6 +1,7 @@
 package acp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,7 +196,7 @@ func (s *session) unenforceable() string {
 	}
 	var native []string
 	for _, e := range s.spec.Policy.Disallowed {
-		if !strings.Contains(e, "__") && !strings.Contains(e, "/") && !slicesContains(schemas.RecursionGuard, e) {
+		if !strings.Contains(e, "__") && !strings.Contains(e, "/") && !slices.Contains(schemas.RecursionGuard, e) {
 			native = append(native, e)
 		}
 	}
@@ -208,15 +210,6 @@ func (s *session) unenforceable() string {
 		return ""
 	}
 	return fmt.Sprintf("acp:%s loads neither Shoal's plugin nor the _meta.claudeCode options, so %s binds its own tools only where it asks permission; use acp:opencode or acp:claude where the policy must bind every tool", s.agent, what)
-}
-
-func slicesContains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // set sets the session's model or mode: session/set_<key>, then
@@ -483,21 +476,19 @@ func lenient(raw json.RawMessage) int64 {
 // session than the agent's is dropped: after a refresh, the old session
 // may still be talking.
 func (s *session) onUpdate(sessionID string, raw json.RawMessage) {
-	var k struct {
-		Kind string `json:"sessionUpdate"`
-	}
-	json.Unmarshal(raw, &k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining || (s.sid != "" && sessionID != "" && sessionID != s.sid) {
-		s.log.Debug("dropped an update of a replaced session", "update", k.Kind, "session", sessionID)
+		s.log.Debug("dropped an update of a replaced session", "session", sessionID)
 		return
 	}
 	turn := s.turn()
 	for _, p := range s.m.update(raw) {
 		s.emit(turn, p)
 	}
-	if k.Kind == "current_mode_update" {
+	// The mapper maps mode changes to nothing; they are only logged. The
+	// rare kind is told by its name, not by reading the update again.
+	if bytes.Contains(raw, []byte(`"current_mode_update"`)) {
 		s.log.Info("the agent changed mode", "update", string(raw))
 	}
 }

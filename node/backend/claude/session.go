@@ -94,7 +94,7 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 		cfg:        b.cfg,
 		proc:       proc,
 		sink:       sink,
-		home:       envValue(env, "HOME"),
+		home:       backend.EnvValue(env, "HOME"),
 		cwd:        spec.CWD,
 		log:        log,
 		readerDone: make(chan struct{}),
@@ -333,15 +333,6 @@ func (s *session) exited() {
 		s.emit(s.turn(), schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
 	}
 	s.emit(s.turn(), schemas.Status{Status: schemas.StatusDead})
-}
-
-func envValue(env []string, key string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // Describe implements backend.Describer: the CLI's path and its version.
