@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
@@ -86,25 +87,21 @@ func transcript(tb testing.TB, copies int) [][]byte {
 	return lines
 }
 
-// BenchmarkPipelineVsRawJetStream replays a recorded claude transcript
-// through a node (decode, envelope, numbering, event log, ordered async
-// JetStream publish) and, in the same run, publishes the very payloads the
-// node published with raw JetStream async publishes. Both are watched by
-// the same kind of core subscriber, which is how each run sees its last
-// event arrive. It reports both rates and their ratio (node/raw).
-func BenchmarkPipelineVsRawJetStream(b *testing.B) {
-	lines := transcript(b, 20)
-	srv := natstest.Start(b)
-	nc := natstest.Connect(b, srv)
-	h, err := node.New(node.Config{Name: "bench", Conn: nc, Dir: b.TempDir(), Backends: []backend.Backend{&replayBackend{lines: lines}}})
+// watchedAgent runs a node with be on srv, opens an agent of model on it,
+// and returns what a benchmark drives it with: the node's context, the
+// node, the open's reply, an observer connection and the agent's events
+// as that observer sees them.
+func watchedAgent(b *testing.B, srv *broker.Broker, be backend.Backend, model string) (context.Context, *node.Host, schemas.OpenReply, *nats.Conn, chan *nats.Msg) {
+	b.Helper()
+	h, err := node.New(node.Config{Name: "bench", Conn: natstest.Connect(b, srv), Dir: b.TempDir(), Backends: []backend.Backend{be}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(b.Context())
-	defer cancel()
+	b.Cleanup(cancel)
 	go h.Run(ctx)
 	<-h.Ready()
-	rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: b.TempDir()})
+	rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: b.TempDir(), Model: model})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,10 +111,23 @@ func BenchmarkPipelineVsRawJetStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	b.Cleanup(func() { sub.Unsubscribe() })
 	if err := obs.Flush(); err != nil { // the server has the subscription before anything is published
 		b.Fatal(err)
 	}
+	return ctx, h, rep, obs, msgs
+}
+
+// BenchmarkPipelineVsRawJetStream replays a recorded claude transcript
+// through a node (decode, envelope, numbering, event log, ordered async
+// JetStream publish) and, in the same run, publishes the very payloads the
+// node published with raw JetStream async publishes. Both are watched by
+// the same kind of core subscriber, which is how each run sees its last
+// event arrive. It reports both rates and their ratio (node/raw).
+func BenchmarkPipelineVsRawJetStream(b *testing.B) {
+	lines := transcript(b, 20)
+	srv := natstest.Start(b)
+	ctx, h, rep, obs, msgs := watchedAgent(b, srv, &replayBackend{lines: lines}, "")
 	turn := func() []*nats.Msg {
 		if _, err := h.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "go"}); err != nil {
 			b.Fatal(err)

@@ -3,17 +3,13 @@ package node_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
-	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/llm"
 	"github.com/shoalfabric/shoal/schemas"
@@ -47,34 +43,11 @@ func BenchmarkOllamaTokensVsRawStream(b *testing.B) {
 		return n
 	}
 
-	srv := natstest.Start(b)
-	nc := natstest.Connect(b, srv)
 	be, err := llm.New(llm.Config{Kind: backend.KindOllama, Host: fake.URL()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := node.New(node.Config{Name: "bench", Conn: nc, Dir: b.TempDir(), Backends: []backend.Backend{be}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(b.Context())
-	defer cancel()
-	go h.Run(ctx)
-	<-h.Ready()
-	rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: b.TempDir(), Model: "ollama:fake-model"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	obs := natstest.Connect(b, srv)
-	msgs := make(chan *nats.Msg, 1<<16)
-	sub, err := obs.ChanSubscribe(schemas.EventSubject(rep.AgentID), msgs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := obs.Flush(); err != nil {
-		b.Fatal(err)
-	}
+	ctx, h, rep, _, msgs := watchedAgent(b, natstest.Start(b), be, "ollama:fake-model")
 	viaNode := func() int {
 		if _, err := h.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "go"}); err != nil {
 			b.Fatal(err)
