@@ -149,30 +149,12 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
 		return nil // its owner or another coordinator wrote first
 	}
-	last, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(rec.ID))
-	var n uint64
-	var lastEv schemas.Event
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
+	tail, err := streamTail(ctx, stream, rec.ID)
+	if err != nil {
 		return err
-	default:
-		if _, n, err = schemas.ParseMsgID(last.Header.Get(schemas.HeaderMsgID)); err != nil {
-			return err
-		}
-		lastEv, _ = schemas.Decode(last.Data)
 	}
-	turn := rec.Turn
-	var events []schemas.Event
-	if lastEv.Payload != nil && turnOpen(lastEv) {
-		turn = lastEv.Turn
-		events = append(events,
-			schemas.Event{Turn: turn, Payload: schemas.Errorf("node %s was lost during turn %d; the turn cannot finish", rec.Node, turn)},
-			schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopCancelled}})
-	} else {
-		events = append(events, schemas.Event{Turn: turn, Payload: schemas.Errorf("node %s was lost; the agent is gone with it", rec.Node)})
-	}
-	events = append(events, schemas.Event{Turn: turn, Payload: schemas.Status{Status: schemas.StatusDead}})
+	n := tail.Last
+	events := tail.Orphaned(rec.Turn, "node "+rec.Node+" was lost")
 	for _, ev := range events {
 		n++
 		env, err := schemas.Encode(ev)
@@ -190,17 +172,4 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	}
 	m.log.Info("closed a lost node's agent", "agent", rec.ID, "node", rec.Node)
 	return nil
-}
-
-// turnOpen reports whether the last event of a stream leaves a turn open:
-// anything but a result, a status other than working, or a user's echo
-// (sent just before a turn starts).
-func turnOpen(ev schemas.Event) bool {
-	switch p := ev.Payload.(type) {
-	case schemas.Result, schemas.UserText:
-		return false
-	case schemas.Status:
-		return p.Status == schemas.StatusWorking
-	}
-	return true
 }

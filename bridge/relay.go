@@ -392,7 +392,8 @@ func (r *Relay) owned(ctx context.Context, m *nats.Msg) {
 	replyJSON(r.nc, m.Reply, rep)
 }
 
-// last answers the last stored event number of each agent the node owns.
+// last answers the last stored event number of each agent the node
+// owns, and how its stream ends.
 func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 	node, _, ok := r.from(m)
 	if !ok {
@@ -403,33 +404,38 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
 		return
 	}
-	rep := schemas.RelayLastReply{Last: map[string]uint64{}}
+	rep := schemas.RelayLastReply{Last: map[string]uint64{}, Tails: map[string]schemas.Tail{}}
 	for _, id := range req.Agents {
 		if schemas.ValidID(id) != nil || !r.owns(ctx, node, id) {
 			continue
 		}
-		n, err := lastEventNumber(ctx, r.events, id)
+		t, err := streamTail(ctx, r.events, id)
 		if err != nil {
 			replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's last event: %v", id, err)})
 			return
 		}
-		rep.Last[id] = n
+		rep.Last[id], rep.Tails[id] = t.Last, t
 	}
 	replyJSON(r.nc, m.Reply, rep)
 }
 
-// lastEventNumber is the number of an agent's last stored event, 0 when
-// none is stored.
-func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (uint64, error) {
+// streamTail reads how an agent's stream ends.
+func streamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return schemas.Tail{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return schemas.Tail{}, err
 	}
 	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
-	return n, err
+	if err != nil {
+		return schemas.Tail{}, err
+	}
+	// An event that does not decode leaves nothing open that could be
+	// closed; its number is what counts.
+	t, _ := schemas.TailOf(n, m.Data)
+	return t, nil
 }
 
 // hello tells a starting node whether its name is taken and how often

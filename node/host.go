@@ -234,12 +234,12 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.ctx = ctx
 	h.recs = newRecords(h.store, h.cfg.Name, h.log, h.abandon)
-	h.reconcileRecords(ctx)
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	var wg sync.WaitGroup
 	wg.Go(func() { h.pub.run(bg) })
+	h.reconcileRecords(ctx)
 	wg.Go(func() { h.recs.run(bg) })
 	wg.Go(func() { h.watch(bg) })
 
@@ -312,22 +312,69 @@ func (h *Host) kinds() []string {
 	return ks
 }
 
-// reconcileRecords marks dead the records this node owns whose agents did
-// not survive its restart, so none is silently resurrected.
+// reconcileRecords closes what a previous run of this node left open:
+// the agents its records still call alive did not survive the restart.
+// Each gets the closing events a lost node's agents get from the
+// coordinator (which never sees a node that restarts within its
+// heartbeat's lifetime as lost), then its record is marked dead, so none
+// is silently resurrected. It waits, within limits, for those events to
+// be stored, so an id reopened right away numbers its events after them.
 func (h *Host) reconcileRecords(ctx context.Context) {
 	owned, err := h.store.owned(ctx)
 	if err != nil {
 		h.log.Warn("cannot list this node's agent records", "err", err)
 		return
 	}
+	type orphan struct {
+		e   entry
+		rec schemas.AgentRecord
+	}
+	var orphans []orphan
+	var ids []string
 	for _, e := range owned {
 		rec, err := decodeRecord(e.value)
 		if err != nil || rec.Node != h.cfg.Name || rec.Status == schemas.StatusDead {
 			continue
 		}
-		rec.Status = schemas.StatusDead
-		if _, err := h.store.update(ctx, e.id, encodeRecord(rec), e.rev); err != nil {
-			h.log.Warn("cannot mark a lost agent dead", "agent", e.id, "err", err)
+		orphans = append(orphans, orphan{e, rec})
+		ids = append(ids, e.id)
+	}
+	if len(orphans) == 0 {
+		return
+	}
+	tails, err := h.store.tails(ctx, ids)
+	if err != nil {
+		h.log.Warn("cannot read the streams of agents a previous run left open; they are marked dead without closing events", "err", err)
+	}
+	wait := map[string]uint64{}
+	now := time.Now()
+	for _, o := range orphans {
+		if tail, ok := tails[o.e.id]; ok {
+			seq := tail.Last
+			for _, ev := range tail.Orphaned(o.rec.Turn, "node "+h.cfg.Name+" restarted") {
+				wire, err := schemas.Encode(ev)
+				if err != nil {
+					h.log.Error("cannot encode a closing event", "agent", o.e.id, "err", err)
+					break
+				}
+				seq++
+				h.pub.enqueue(&outMsg{agent: o.e.id, seq: seq, msg: eventMsg(h.store.eventSubject(o.e.id), h.cfg.Name, o.e.id, seq, wire, now)})
+			}
+			if seq > tail.Last {
+				wait[o.e.id] = seq
+			}
+		}
+		o.rec.Status = schemas.StatusDead
+		if _, err := h.store.update(ctx, o.e.id, encodeRecord(o.rec), o.e.rev); err != nil {
+			h.log.Warn("cannot mark a lost agent dead", "agent", o.e.id, "err", err)
+		}
+		h.log.Info("closed an agent a previous run of this node left open", "agent", o.e.id)
+	}
+	stored, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for id, seq := range wait {
+		if err := h.pub.waitStored(stored, id, seq); err != nil {
+			h.log.Warn("the closing events of an agent a previous run left open are not stored yet", "agent", id, "err", err)
 		}
 	}
 }

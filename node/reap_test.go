@@ -81,3 +81,98 @@ func TestKilledNodeIsReaped(t *testing.T) {
 		t.Errorf("pids.json after reaping: %s", b2)
 	}
 }
+
+// startNodeProcess runs a node in a child process (this test binary,
+// re-executed) whose fake claude CLI behaves as mode, and returns it with
+// a channel closed when it exits.
+func startNodeProcess(t *testing.T, natsURL, dir, mode string, env ...string) (*exec.Cmd, <-chan struct{}, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "SHOAL_TEST_NODE=1", "SHOAL_TEST_NATS="+natsURL,
+		"SHOAL_TEST_DIR="+dir, "SHOAL_TEST_MODE="+mode), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	return cmd, exited, &stderr
+}
+
+// A node killed with SIGKILL mid-turn and restarted at once, before its
+// heartbeat entry expires, so no coordinator ever sees it lost (none runs
+// here at all): the restarted node closes the turn its previous run left
+// open, on the stream, in order after the last stored event, and the id
+// can be opened again with its events numbered after those.
+func TestRestartedNodeClosesWhatItLeftOpen(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	dir := t.TempDir()
+	cmd, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "chatty")
+
+	client := natstest.Connect(t, b)
+	fabric, err := bridge.NewFabric(client, bridge.FabricConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	eventually(t, 30*time.Second, "the node process is up", func() bool {
+		nodes, _ := fabric.Nodes(ctx)
+		return len(nodes) == 1
+	})
+	rep, err := fabric.Open(ctx, schemas.OpenRequest{ID: "left-open", CWD: t.TempDir()})
+	if err != nil {
+		t.Fatalf("open: %v; node stderr:\n%s", err, stderr.String())
+	}
+	w := (&fixture{t: t, js: fabric.JetStream()}).watch(rep.AgentID)
+	if _, err := fabric.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "talk until stopped"}); err != nil {
+		t.Fatal(err)
+	}
+	w.until(w.until(0, "the turn starting", isKind(schemas.KindTurnStarted)), "streamed text", isKind(schemas.KindAssistantText))
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	before := len(w.events())
+
+	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, broker: b})
+	end := w.until(before, "the agent's death", isStatus(schemas.StatusDead))
+	evs := w.events()
+	if end < 2 {
+		t.Fatalf("the stream ends too soon: %s", strings.Join(w.summary(0), " "))
+	}
+	closing := evs[end-2 : end+1]
+	e, ok := closing[0].Payload.(schemas.Error)
+	if !ok || e.Message != "node n1 restarted during turn 1; the turn cannot finish" || closing[0].Turn != 1 {
+		t.Errorf("the first closing event: %s", closing[0].raw)
+	}
+	if r, ok := closing[1].Payload.(schemas.Result); !ok || r.StopReason != schemas.StopCancelled || closing[1].Turn != 1 {
+		t.Errorf("the turn's result: %s", closing[1].raw)
+	}
+	for _, ev := range evs[:end-2] {
+		if ev.Kind() == schemas.KindResult {
+			t.Errorf("the killed turn had a result before the restart: %s", ev.raw)
+		}
+	}
+	if got := g.host; got == nil {
+		t.Fatal("no restarted node")
+	}
+	rec, _, err := g.fabric.Record(ctx, rep.AgentID)
+	if err != nil || rec.Status != schemas.StatusDead {
+		t.Errorf("the left-open agent's record: %+v %v", rec, err)
+	}
+
+	// The id opens again; its new life's events follow the closing ones.
+	if _, err := g.fabric.Open(ctx, schemas.OpenRequest{ID: rep.AgentID, CWD: t.TempDir()}); err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if _, err := g.fabric.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "hello again"}); err != nil {
+		t.Fatal(err)
+	}
+	w.until(end+1, "the new life's result", isResult(1))
+	if got := w.events()[end+1].seq; got != evs[end].seq+1 {
+		t.Errorf("the new life's first event is number %d, after %d", got, evs[end].seq)
+	}
+}

@@ -25,6 +25,8 @@ type store interface {
 	eventSubject(agent string) string
 	// lastEvents reports the last stored event number of each agent.
 	lastEvents(ctx context.Context, ids []string) (map[string]uint64, error)
+	// tails reports how each agent's stream ends.
+	tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error)
 
 	// Agent records, with compare-and-set. create fails with
 	// jetstream.ErrKeyExists when the key is live, update with the
@@ -79,15 +81,27 @@ func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 func (s *directStore) eventSubject(agent string) string { return schemas.EventSubject(agent) }
 
 func (s *directStore) lastEvents(ctx context.Context, ids []string) (map[string]uint64, error) {
-	last := map[string]uint64{}
+	tails, err := s.tails(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	last := make(map[string]uint64, len(tails))
+	for id, t := range tails {
+		last[id] = t.Last
+	}
+	return last, nil
+}
+
+func (s *directStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
+	tails := map[string]schemas.Tail{}
 	for _, id := range ids {
-		n, err := lastEventNumber(ctx, s.events, id)
+		t, err := streamTail(ctx, s.events, id)
 		if err != nil {
 			return nil, err
 		}
-		last[id] = n
+		tails[id] = t
 	}
-	return last, nil
+	return tails, nil
 }
 
 func (s *directStore) create(ctx context.Context, id string, val []byte) (uint64, error) {
@@ -171,6 +185,20 @@ func (s *relayStore) lastEvents(ctx context.Context, ids []string) (map[string]u
 		return nil, err
 	}
 	return rep.Last, nil
+}
+
+func (s *relayStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
+	var rep schemas.RelayLastReply
+	if err := s.ask(ctx, schemas.RelayLast, schemas.RelayLastRequest{Agents: ids}, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Tails == nil { // a coordinator that only reports numbers
+		rep.Tails = map[string]schemas.Tail{}
+		for id, n := range rep.Last {
+			rep.Tails[id] = schemas.Tail{Last: n}
+		}
+	}
+	return rep.Tails, nil
 }
 
 func (s *relayStore) create(ctx context.Context, id string, val []byte) (uint64, error) {
@@ -291,19 +319,21 @@ func refused(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.Code == schemas.RelayRefused
 }
 
-// lastEventNumber is the event number of the last stored event of an
-// agent, 0 when it has none.
-func lastEventNumber(ctx context.Context, stream jetstream.Stream, id string) (uint64, error) {
+// streamTail reads how an agent's stream ends.
+func streamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return schemas.Tail{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return schemas.Tail{}, err
 	}
 	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
 	if err != nil {
-		return 0, err
+		return schemas.Tail{}, err
 	}
-	return n, nil
+	// An event that does not decode leaves nothing open that could be
+	// closed; its number is what counts.
+	t, _ := schemas.TailOf(n, m.Data)
+	return t, nil
 }

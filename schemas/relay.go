@@ -29,9 +29,11 @@ type RelayLastRequest struct {
 }
 
 // RelayLastReply maps each agent the node owns to its last stored event
-// number (0 when none is stored). Agents it does not own are left out.
+// number (0 when none is stored) and to how its stream ends. Agents it
+// does not own are left out.
 type RelayLastReply struct {
-	Last map[string]uint64 `json:"last"`
+	Last  map[string]uint64 `json:"last"`
+	Tails map[string]Tail   `json:"tails,omitempty"`
 }
 
 // RelayRefused is the JetStream API error code the relay answers a write

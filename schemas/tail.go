@@ -1,0 +1,58 @@
+package schemas
+
+// Tail is how an agent's stream ends: the number of its last stored
+// event, and what that event leaves behind. Whoever closes the stream of
+// an agent whose process is gone (the coordinator for a lost node, a
+// restarted node for its previous life) reads it first.
+type Tail struct {
+	// Last is the last stored event number, 0 when none is stored.
+	Last uint64 `json:"last"`
+	// Turn is the turn of the last event.
+	Turn int `json:"turn,omitempty"`
+	// Open says the last event leaves a turn open: anything but a result,
+	// a status other than working, or a user's echo (sent just before a
+	// turn starts).
+	Open bool `json:"open,omitempty"`
+	// Ended says the last event is a dead or closed status: the stream is
+	// closed already.
+	Ended bool `json:"ended,omitempty"`
+}
+
+// TailOf is the tail of a stream whose last event, number n, is env
+// (an encoded envelope).
+func TailOf(n uint64, env []byte) (Tail, error) {
+	ev, err := Decode(env)
+	if err != nil {
+		return Tail{Last: n}, err
+	}
+	t := Tail{Last: n, Turn: ev.Turn, Open: true}
+	switch p := ev.Payload.(type) {
+	case Result, UserText:
+		t.Open = false
+	case Status:
+		t.Open = p.Status == StatusWorking
+		t.Ended = p.Status == StatusDead || p.Status == StatusClosed
+	}
+	return t, nil
+}
+
+// Orphaned returns the events that close the stream of an agent whose
+// process is gone: an error saying why (what happened, such as "node mac
+// was lost"), a cancelled result when a turn was open, and status dead.
+// turn is the agent's current turn, used when the stream leaves none
+// open. Nothing is returned for a stream that is closed already.
+func (t Tail) Orphaned(turn int, what string) []Event {
+	if t.Ended {
+		return nil
+	}
+	var evs []Event
+	if t.Open {
+		turn = t.Turn
+		evs = append(evs,
+			Event{Turn: turn, Payload: Errorf("%s during turn %d; the turn cannot finish", what, turn)},
+			Event{Turn: turn, Payload: Result{StopReason: StopCancelled}})
+	} else {
+		evs = append(evs, Event{Turn: turn, Payload: Errorf("%s; the agent is gone with it", what)})
+	}
+	return append(evs, Event{Turn: turn, Payload: Status{Status: StatusDead}})
+}
