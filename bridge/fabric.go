@@ -172,10 +172,28 @@ func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, er
 	return rep, err
 }
 
+// CallOption sets an optional part of a control request.
+type CallOption func(*schemas.AgentRequest)
+
+// WithRequestID names the request, so that a retry carrying the same id
+// gets the first reply and acts once. Without it every call is new.
+func WithRequestID(id string) CallOption {
+	return func(r *schemas.AgentRequest) { r.RequestID = id }
+}
+
+func agentRequest(id string, opts []CallOption) schemas.AgentRequest {
+	req := schemas.AgentRequest{AgentID: id}
+	for _, o := range opts {
+		o(&req)
+	}
+	req.RequestID = requestID(req.RequestID)
+	return req
+}
+
 // Interrupt cancels an agent's running turn.
-func (f *Fabric) Interrupt(ctx context.Context, id string) (schemas.InterruptReply, error) {
+func (f *Fabric) Interrupt(ctx context.Context, id string, opts ...CallOption) (schemas.InterruptReply, error) {
 	var rep schemas.InterruptReply
-	req := schemas.AgentRequest{RequestID: requestID(""), AgentID: id}
+	req := agentRequest(id, opts)
 	if f.remote {
 		return rep, f.viaCoordinator(ctx, "interrupt", req, &rep, 0)
 	}
@@ -183,9 +201,9 @@ func (f *Fabric) Interrupt(ctx context.Context, id string) (schemas.InterruptRep
 }
 
 // Close stops an agent; an unknown id answers closed false.
-func (f *Fabric) Close(ctx context.Context, id string) (schemas.CloseReply, error) {
+func (f *Fabric) Close(ctx context.Context, id string, opts ...CallOption) (schemas.CloseReply, error) {
 	var rep schemas.CloseReply
-	req := schemas.AgentRequest{RequestID: requestID(""), AgentID: id}
+	req := agentRequest(id, opts)
 	if f.remote {
 		return rep, f.viaCoordinator(ctx, "close", req, &rep, 0)
 	}

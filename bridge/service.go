@@ -52,8 +52,12 @@ func Serve(ctx context.Context, nc *nats.Conn, f *Fabric, version string) error 
 			rec, _, err := f.Record(ctx, id)
 			return rec, err
 		})),
-		"interrupt": serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Interrupt(ctx, id) })),
-		"close":     serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Close(ctx, id) })),
+		"interrupt": serveJSON(ctx, func(ctx context.Context, r schemas.AgentRequest) (schemas.InterruptReply, error) {
+			return f.Interrupt(ctx, r.AgentID, WithRequestID(r.RequestID))
+		}),
+		"close": serveJSON(ctx, func(ctx context.Context, r schemas.AgentRequest) (schemas.CloseReply, error) {
+			return f.Close(ctx, r.AgentID, WithRequestID(r.RequestID))
+		}),
 		"list": serveJSON(ctx, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
 			return schemas.ListReply{Agents: recs}, err

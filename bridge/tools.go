@@ -10,6 +10,8 @@ import (
 var (
 	agentIDParam = param{name: "agent_id", kind: "string", required: true, desc: "The agent's id, as agent_open returned it."}
 	presetWords  = []string{"default", "notebook", "specialist", "lab", "auto", "bypass"}
+	requestParam = param{name: "request_id", kind: "string", desc: "An id of your choosing for this call (a Shoal addition): " +
+		"a retry that carries the same id within two minutes gets the first reply and does not act twice."}
 )
 
 // tools are Kaimon's nine agent tools with its argument names, defaults
@@ -37,6 +39,7 @@ func (m *MCP) tools() []tool {
 				{name: "id", kind: "string", desc: "Caller-chosen agent id; reopening a dead id reuses it."},
 				{name: "node", kind: "string", desc: "The node to run on (a Shoal addition)."},
 				{name: "labels", kind: "map", desc: "Labels the node must carry, e.g. {\"gpu\": \"yes\"} (a Shoal addition)."},
+				requestParam,
 			},
 			run: func(ctx context.Context, a args) (any, error) {
 				req := schemas.OpenRequest{
@@ -44,7 +47,7 @@ func (m *MCP) tools() []tool {
 					Permission: a.str("permission"), PermissionMode: a.str("permission_mode"),
 					AllowedTools: a.strings("allowed_tools"), Only: a.boolean("only"),
 					MCPConfig: a.str("mcp_config"), SystemPrompt: a.str("system_prompt"),
-					ID: a.str("id"), Node: a.str("node"),
+					ID: a.str("id"), Node: a.str("node"), RequestID: a.str("request_id"),
 				}
 				if a.has("disallowed_tools") {
 					d := a.strings("disallowed_tools")
@@ -63,9 +66,9 @@ func (m *MCP) tools() []tool {
 			name:   "agent_send",
 			failed: "sending to agent",
 			desc:   "Write a user turn to an agent and return at once with the turn's number; events stream on agent:<id>.",
-			params: []param{agentIDParam, {name: "text", kind: "string", required: true, desc: "The user's message."}},
+			params: []param{agentIDParam, {name: "text", kind: "string", required: true, desc: "The user's message."}, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
-				return f.Send(ctx, schemas.SendRequest{AgentID: a.str("agent_id"), Text: a.str("text")})
+				return f.Send(ctx, schemas.SendRequest{AgentID: a.str("agent_id"), Text: a.str("text"), RequestID: a.str("request_id")})
 			},
 		},
 		{
@@ -74,12 +77,12 @@ func (m *MCP) tools() []tool {
 			desc:   "Send a turn and block until it ends, returning the assistant's text. One synchronous run per agent at a time.",
 			params: []param{agentIDParam,
 				{name: "text", kind: "string", required: true, desc: "The user's message."},
-				{name: "timeout", kind: "number", desc: "Seconds to wait (default 600)."}},
+				{name: "timeout", kind: "number", desc: "Seconds to wait (default 600)."}, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
 				if a.has("timeout") && a.num("timeout") <= 0 {
 					return nil, errors.New("timeout must be positive")
 				}
-				return f.Run(ctx, schemas.RunRequest{AgentID: a.str("agent_id"), Text: a.str("text"), Timeout: a.num("timeout")})
+				return f.Run(ctx, schemas.RunRequest{AgentID: a.str("agent_id"), Text: a.str("text"), Timeout: a.num("timeout"), RequestID: a.str("request_id")})
 			},
 		},
 		{
@@ -139,18 +142,18 @@ func (m *MCP) tools() []tool {
 			name:   "agent_interrupt",
 			failed: "interrupting agent",
 			desc:   "Cancel an agent's running turn; it ends with stop reason cancelled. Returns whether a turn was interrupted.",
-			params: []param{agentIDParam},
+			params: []param{agentIDParam, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
-				return f.Interrupt(ctx, a.str("agent_id"))
+				return f.Interrupt(ctx, a.str("agent_id"), WithRequestID(a.str("request_id")))
 			},
 		},
 		{
 			name:   "agent_close",
 			failed: "closing agent",
 			desc:   "Close an agent: stop its process and everything it started. It is kept as dead for review. false for an unknown id.",
-			params: []param{agentIDParam},
+			params: []param{agentIDParam, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
-				return f.Close(ctx, a.str("agent_id"))
+				return f.Close(ctx, a.str("agent_id"), WithRequestID(a.str("request_id")))
 			},
 		},
 		{

@@ -25,15 +25,25 @@ func (h *Host) endpoints() []endpoint {
 	d := newDedupe(2 * time.Minute)
 	return []endpoint{
 		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return r.RequestID }, h.OpenAgent)},
-		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return r.RequestID }, h.Send)},
-		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return r.RequestID }, h.RunTurn)},
+		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
+		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
 		{schemas.VerbOutput, handle(h, nil, schemas.VerbOutput, nil, h.Output)},
 		{schemas.VerbStatus, handle(h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
 		{schemas.VerbList, handle(h, nil, schemas.VerbList, nil, h.ListAgents)},
-		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return r.RequestID }, h.Interrupt)},
-		{schemas.VerbClose, handle(h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return r.RequestID }, h.CloseAgent)},
-		{schemas.VerbSetModel, handle(h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return r.RequestID }, h.SetModel)},
+		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
+		{schemas.VerbClose, handle(h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
+		{schemas.VerbSetModel, handle(h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
 	}
+}
+
+// onAgent keys a request id by the agent it acts on, since callers (an
+// MCP client, say) choose request ids themselves and may reuse one for
+// another agent; "" when there is no request id.
+func onAgent(agent, requestID string) string {
+	if requestID == "" {
+		return ""
+	}
+	return agent + "/" + requestID
 }
 
 // handle adapts an operation to a micro handler: strict JSON decoding,

@@ -1,0 +1,192 @@
+package bridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// countingBackend answers every turn at once and counts what it was
+// asked to do, across all its agents.
+type countingBackend struct {
+	starts, sends, interrupts, closes atomic.Int32
+}
+
+func (*countingBackend) Kind() string { return backend.KindClaude }
+
+func (b *countingBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
+	b.starts.Add(1)
+	sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusIdle}})
+	return &countingSession{b: b, sink: sink}, nil
+}
+
+type countingSession struct {
+	b    *countingBackend
+	sink backend.Sink
+	mu   sync.Mutex
+	turn int
+}
+
+func (s *countingSession) Send(_ context.Context, text string) (int, error) {
+	s.b.sends.Add(1)
+	s.mu.Lock()
+	s.turn++
+	turn := s.turn
+	s.mu.Unlock()
+	go func() {
+		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
+		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Content: schemas.Text("got: " + text)}})
+		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn}})
+	}()
+	return turn, nil
+}
+
+func (s *countingSession) Interrupt(context.Context) (bool, error) {
+	s.b.interrupts.Add(1)
+	return false, nil
+}
+
+func (s *countingSession) Close(context.Context) error {
+	s.b.closes.Add(1)
+	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
+	return nil
+}
+
+func (*countingSession) Info() backend.Info { return backend.Info{} }
+
+// An MCP client that retries a call with the same request_id (after a
+// timeout, a reconnect) gets the first reply, and nothing acts twice:
+// one agent for two opens, one turn for two sends, one interrupt and one
+// close. Without a request_id every call is new.
+func TestMCPRetriesActOnce(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	be := &countingBackend{}
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
+	s := fb.client(nil)
+	cwd := t.TempDir()
+
+	var first, again schemas.OpenReply
+	ok(t, s, "agent_open", map[string]any{"cwd": cwd, "request_id": "open-1"}, &first)
+	// A second client (a reconnected one) retries.
+	ok(t, fb.client(nil), "agent_open", map[string]any{"cwd": cwd, "request_id": "open-1"}, &again)
+	if again != first {
+		t.Fatalf("a retried open answered %+v, the first %+v", again, first)
+	}
+	var list schemas.ListReply
+	ok(t, s, "agent_list", map[string]any{}, &list)
+	if len(list.Agents) != 1 || be.starts.Load() != 1 {
+		t.Fatalf("%d agents listed, %d started after a retried open; want 1 and 1", len(list.Agents), be.starts.Load())
+	}
+	id := first.AgentID
+
+	send := func(rid string) schemas.SendReply {
+		var rep schemas.SendReply
+		args := map[string]any{"agent_id": id, "text": "hello"}
+		if rid != "" {
+			args["request_id"] = rid
+		}
+		ok(t, s, "agent_send", args, &rep)
+		return rep
+	}
+	waitIdle := func() {
+		pollUntil(t, 30*time.Second, "the agent idle", func() bool {
+			rec, err := fb.f.Status(t.Context(), id)
+			return err == nil && rec.Status == schemas.StatusIdle
+		})
+	}
+	one := send("send-1")
+	waitIdle()
+	if two := send("send-1"); two != one || be.sends.Load() != 1 {
+		t.Fatalf("a retried send answered %+v (first %+v) after %d turns; want the first reply and 1 turn", two, one, be.sends.Load())
+	}
+	// The same request id on another agent is another request.
+	var other schemas.OpenReply
+	ok(t, s, "agent_open", map[string]any{"cwd": cwd}, &other)
+	var elsewhere schemas.SendReply
+	ok(t, s, "agent_send", map[string]any{"agent_id": other.AgentID, "text": "hi", "request_id": "send-1"}, &elsewhere)
+	if be.sends.Load() != 2 {
+		t.Fatalf("a request id reused for another agent did not act: %d sends", be.sends.Load())
+	}
+	waitIdle()
+	if fresh := send(""); fresh.Turn != one.Turn+1 {
+		t.Fatalf("a send without a request id is turn %d, want %d", fresh.Turn, one.Turn+1)
+	}
+	waitIdle()
+
+	var ir1, ir2 schemas.InterruptReply
+	ok(t, s, "agent_interrupt", map[string]any{"agent_id": id, "request_id": "int-1"}, &ir1)
+	ok(t, s, "agent_interrupt", map[string]any{"agent_id": id, "request_id": "int-1"}, &ir2)
+	if ir1 != ir2 {
+		t.Errorf("a retried interrupt answered %+v, the first %+v", ir2, ir1)
+	}
+	var c1, c2 schemas.CloseReply
+	ok(t, s, "agent_close", map[string]any{"agent_id": id, "request_id": "close-1"}, &c1)
+	ok(t, s, "agent_close", map[string]any{"agent_id": id, "request_id": "close-1"}, &c2)
+	if !c1.Closed || c2 != c1 || be.closes.Load() != 1 {
+		t.Errorf("close then its retry answered %+v and %+v with %d closes; want closed twice, one close", c1, c2, be.closes.Load())
+	}
+}
+
+// A retry of an interrupt or a close through the coordinator's service
+// (shoal.fabric.<verb>, what a scoped client uses) keeps its request id
+// on the way to the node, so it acts once too.
+func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	be := &countingBackend{}
+	h, err := node.New(node.Config{Name: "n1", Conn: natstest.Connect(t, srv), Dir: t.TempDir(), Backends: []backend.Backend{be}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-h.Ready()
+	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcCtx, stopSvc := context.WithCancel(context.Background())
+	svcDone := make(chan error, 1)
+	go func() { svcDone <- bridge.Serve(svcCtx, natstest.Connect(t, srv), f, "0.0.0-test") }()
+	t.Cleanup(func() { stopSvc(); <-svcDone })
+
+	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, srv)
+	ask := func(verb string, req schemas.AgentRequest) []byte {
+		t.Helper()
+		b, _ := json.Marshal(req)
+		var m *nats.Msg
+		pollUntil(t, 30*time.Second, "the fabric service answering "+verb, func() bool {
+			m, err = nc.Request(bridge.FabricSubject(verb), b, 10*time.Second)
+			return err == nil
+		})
+		return m.Data
+	}
+	ir := schemas.AgentRequest{AgentID: open.AgentID, RequestID: "svc-int-1"}
+	if first, second := ask("interrupt", ir), ask("interrupt", ir); string(first) != string(second) || be.interrupts.Load() != 1 {
+		t.Fatalf("interrupt and its retry through the service answered %s and %s with %d interrupts; want one", first, second, be.interrupts.Load())
+	}
+	req := schemas.AgentRequest{AgentID: open.AgentID, RequestID: "svc-close-1"}
+	first := ask("close", req)
+	second := ask("close", req)
+	if string(first) != string(second) || be.closes.Load() != 1 {
+		t.Fatalf("close and its retry through the service answered %s and %s with %d closes; want one close and the first reply twice", first, second, be.closes.Load())
+	}
+}
