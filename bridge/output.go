@@ -48,8 +48,12 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 	if req.Turn != nil {
 		target = *req.Turn
 		if f := life.first; f.N > 1 && target > 0 && (life.started == 0 || target < life.started) {
+			whole := "holds no whole turn"
+			if life.started > 0 {
+				whole = fmt.Sprintf("turn %d is the first it holds whole", life.started)
+			}
 			return schemas.OutputReply{}, schemas.Errf(schemas.CodeNotFound,
-				"turn %d of agent %s is past the stream's retention; its history now starts at event %d, in turn %d", target, req.AgentID, f.N, f.Turn)
+				"turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and %s", target, req.AgentID, f.N, whole)
 		}
 	}
 	live := working && target >= current

@@ -90,18 +90,14 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 	case from.New:
 		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	case from.Event > 0:
-		seq, err := seekEvent(ctx, stream, ids[0], from.Event)
+		seq, found, err := seekEvent(ctx, stream, ids[0], from.Event)
 		if err != nil {
 			return err
 		}
-		if seq == 0 {
-			if !follow {
-				return nil // nothing at or after that event yet
-			}
-			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-		} else {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+		if !found && !follow {
+			return nil // nothing at or after that event yet
 		}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
 	case !from.Time.IsZero():
 		t := from.Time
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
@@ -127,12 +123,11 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 	}
 	defer closeIt()
 
-	next := map[string]uint64{} // the event number each agent should show next
+	rs := &replayState{turn: from.Turn, started: from.Turn == 0, next: map[string]uint64{}, fn: fn,
+		fromStart: !from.New && from.Event == 0 && from.Turn == 0 && from.Time.IsZero()}
 	if from.Event > 0 {
-		next[ids[0]] = from.Event
+		rs.next[ids[0]] = from.Event
 	}
-	var pending *Replayed // a user's text held back while looking for the turn it starts
-	started := from.Turn == 0
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -143,7 +138,7 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 		}
 		r, ok := replayed(msg)
 		if ok {
-			if err := f.replayOne(&r, from.Turn, &started, &pending, next, fn); err != nil {
+			if err := rs.add(&r); err != nil {
 				return done(err)
 			}
 		}
@@ -197,18 +192,38 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 	}, nil
 }
 
-// replayOne delivers r, or holds it back while a replay from a turn has
-// not reached that turn yet.
-func (f *Fabric) replayOne(r *Replayed, turn int, started *bool, pending **Replayed, next map[string]uint64, fn func(Replayed, *Gap) error) error {
-	if !*started {
+// replayState is what a replay remembers between events.
+type replayState struct {
+	turn      int               // the turn a replay from a turn starts at
+	started   bool              // that turn has begun (always, for other replays)
+	pending   *Replayed         // a user's text held back while looking for the turn it starts
+	first     uint64            // the number of the first event seen (a replay from a turn names one agent)
+	fromStart bool              // the replay asked for every stored event
+	next      map[string]uint64 // the event number each agent should show next
+	fn        func(Replayed, *Gap) error
+}
+
+// add delivers r, or holds it back while a replay from a turn has not
+// reached that turn yet. A turn that begins past the one asked for, in a
+// history whose first events are gone, means the turn asked for is past
+// the stream's retention: an error, rather than a silent skip ahead.
+func (rs *replayState) add(r *Replayed) error {
+	if rs.first == 0 {
+		rs.first = r.N
+	}
+	if !rs.started {
 		switch {
 		case r.Kind == schemas.KindUserText:
-			*pending = r
+			rs.pending = r
 			return nil
-		case r.Turn >= turn && (r.Kind == schemas.KindTurnStarted || isWorking(*r)):
-			*started = true
-			if p := *pending; p != nil && p.Turn == turn-1 {
-				if err := f.deliver(p, next, fn); err != nil {
+		case r.Turn >= rs.turn && (r.Kind == schemas.KindTurnStarted || isWorking(*r)):
+			if r.Turn > rs.turn && rs.first > 1 {
+				return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and turn %d is the first it holds whole",
+					rs.turn, r.Agent, rs.first, r.Turn)
+			}
+			rs.started = true
+			if p := rs.pending; p != nil && p.Turn == rs.turn-1 {
+				if err := rs.deliver(p); err != nil {
 					return err
 				}
 			}
@@ -216,7 +231,7 @@ func (f *Fabric) replayOne(r *Replayed, turn int, started *bool, pending **Repla
 			return nil
 		}
 	}
-	return f.deliver(r, next, fn)
+	return rs.deliver(r)
 }
 
 // lastOf is the last stored message on any of the subjects, or nil.
@@ -254,10 +269,14 @@ func isWorking(r Replayed) bool {
 }
 
 // deliver hands an event to fn, with the gap before it if its number is
-// not the one expected; a number already delivered is a duplicate and is
-// skipped.
-func (f *Fabric) deliver(r *Replayed, next map[string]uint64, fn func(Replayed, *Gap) error) error {
-	want, seen := next[r.Agent]
+// not the one expected (for a replay from the start, an agent's first
+// stored event should be its first event); a number already delivered is
+// a duplicate and is skipped.
+func (rs *replayState) deliver(r *Replayed) error {
+	want, seen := rs.next[r.Agent]
+	if !seen && rs.fromStart {
+		want, seen = 1, true
+	}
 	if seen && r.N < want {
 		return nil
 	}
@@ -265,8 +284,8 @@ func (f *Fabric) deliver(r *Replayed, next map[string]uint64, fn func(Replayed, 
 	if seen && r.N > want {
 		gap = &Gap{Agent: r.Agent, From: want, To: r.N - 1}
 	}
-	next[r.Agent] = r.N + 1
-	return fn(*r, gap)
+	rs.next[r.Agent] = r.N + 1
+	return rs.fn(*r, gap)
 }
 
 // replayed reads what a replay needs of a message; its Seq is set even
@@ -295,13 +314,16 @@ func replayed(msg jetstream.Msg) (Replayed, bool) {
 }
 
 // seekEvent finds the stream sequence of an agent's event n, by binary
-// search over the stream with next-by-subject reads; 0 when the agent has
-// no event n or later yet. An event older than the stream keeps is an
-// error that says where the agent's history now starts.
-func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64) (uint64, error) {
+// search over the stream with next-by-subject reads. When the agent has no
+// event n or later yet, found is false and seq is the stream's next
+// sequence as it was before the search began, so a reader that starts
+// there misses no event stored since (starting at "new" could). An event
+// older than the stream keeps is an error that says where the agent's
+// history now starts.
+func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64) (seq uint64, found bool, err error) {
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return 0, schemas.Errf(schemas.CodeUnavailable, "read stream %s: %v", schemas.StreamName, err)
+		return 0, false, schemas.Errf(schemas.CodeUnavailable, "read stream %s: %v", schemas.StreamName, err)
 	}
 	subject := schemas.EventSubject(id)
 	nextFrom := func(seq uint64) (*jetstream.RawStreamMsg, uint64, error) {
@@ -320,20 +342,20 @@ func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64
 	}
 	first, firstN, err := nextFrom(info.State.FirstSeq)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if first == nil {
-		return 0, schemas.Errf(schemas.CodeNotFound, "agent %s has no events in the stream", id)
+		return 0, false, schemas.Errf(schemas.CodeNotFound, "agent %s has no events in the stream", id)
 	}
 	if n < firstN {
-		return 0, schemas.Errf(schemas.CodeNotFound, "agent %s's events before %d are past the stream's retention; its history now starts at event %d", id, firstN, firstN)
+		return 0, false, schemas.Errf(schemas.CodeNotFound, "agent %s's events before %d are past the stream's retention; its history now starts at event %d", id, firstN, firstN)
 	}
 	lo, hi := first.Sequence, info.State.LastSeq+1
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		m, num, err := nextFrom(mid)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if m == nil || num >= n {
 			hi = mid
@@ -342,8 +364,11 @@ func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64
 		}
 	}
 	m, _, err := nextFrom(lo)
-	if err != nil || m == nil {
-		return 0, err
+	switch {
+	case err != nil:
+		return 0, false, err
+	case m == nil:
+		return info.State.LastSeq + 1, false, nil
 	}
-	return m.Sequence, nil
+	return m.Sequence, true, nil
 }

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -51,10 +53,13 @@ func (a *agentStream) turn(t int, text string) {
 	a.emit(t, schemas.Result{StopReason: schemas.StopEndTurn})
 }
 
+// collected keeps what a replay delivered, and every delivered event
+// that does not fit the JSON Schema; check reports those.
 type collected struct {
-	mu   sync.Mutex
-	evs  []bridge.Replayed
-	gaps []bridge.Gap
+	mu      sync.Mutex
+	evs     []bridge.Replayed
+	gaps    []bridge.Gap
+	invalid []error
 }
 
 func (c *collected) fn(r bridge.Replayed, g *bridge.Gap) error {
@@ -63,8 +68,21 @@ func (c *collected) fn(r bridge.Replayed, g *bridge.Gap) error {
 	if g != nil {
 		c.gaps = append(c.gaps, *g)
 	}
+	if err := schematest.ValidateEvent(r.Raw); err != nil {
+		c.invalid = append(c.invalid, fmt.Errorf("event %d of %s %s: %w", r.N, r.Agent, r.Raw, err))
+	}
 	c.evs = append(c.evs, r)
 	return nil
+}
+
+// check fails the test for each replayed event the schema rejected.
+func (c *collected) check(t *testing.T) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, err := range c.invalid {
+		t.Errorf("replayed an invalid event: %v", err)
+	}
 }
 
 func (c *collected) numbers() []uint64 {
@@ -118,6 +136,7 @@ func TestReplayStartingPoints(t *testing.T) {
 		if err := f.Replay(t.Context(), []string{"r1"}, from, false, c.fn); err != nil {
 			t.Fatalf("replay from %+v: %v", from, err)
 		}
+		c.check(t)
 		return &c
 	}
 	if got := run(bridge.From{}).numbers(); !equal(got, seq(1, 22)) {
@@ -140,6 +159,7 @@ func TestReplayStartingPoints(t *testing.T) {
 	if err := f.Replay(t.Context(), nil, bridge.From{}, false, all.fn); err != nil || len(all.evs) != 22+14 {
 		t.Errorf("every agent: %d events, %v", len(all.evs), err)
 	}
+	all.check(t)
 	if err := f.Replay(t.Context(), nil, bridge.From{Event: 3}, false, all.fn); err == nil || !strings.Contains(err.Error(), "names one agent") {
 		t.Errorf("from an event number without an agent: %v", err)
 	}
@@ -215,6 +235,8 @@ func TestReplayFollowAndResume(t *testing.T) {
 	if !equal(all, seq(1, 58)) || len(first.gaps)+len(second.gaps) != 0 {
 		t.Fatalf("events seen across the disconnect: %v (gaps %v %v)", all, first.gaps, second.gaps)
 	}
+	first.check(t)
+	second.check(t)
 }
 
 // agent_output's reading of a turn the stream no longer keeps says so.
@@ -233,7 +255,7 @@ func TestOutputPastRetention(t *testing.T) {
 	s.Purge(t.Context(), jetstream.WithPurgeSequence(9)) // turn 1 is gone
 	turn := 1
 	_, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
-	if err == nil || !strings.Contains(err.Error(), "turn 1 of agent old is past the stream's retention; its history now starts at event 9, in turn 1") {
+	if err == nil || !strings.Contains(err.Error(), "turn 1 of agent old is past the stream's retention; its stored history now starts at event 9, and turn 2 is the first it holds whole") {
 		t.Fatalf("output of a trimmed turn: %v", err)
 	}
 	turn = 2
@@ -241,4 +263,5 @@ func TestOutputPastRetention(t *testing.T) {
 	if err != nil || out.Text != "second" {
 		t.Fatalf("output of a kept turn: %+v %v", out, err)
 	}
+	schematest.ControlValue(t, "output_reply", out)
 }
