@@ -16,6 +16,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -59,6 +60,7 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, url, id) })
 
+	killed := time.Now()
 	if code := up.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the coordinator exited %d", code)
 	}
@@ -66,13 +68,15 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	eventually(t, 30*time.Second, "the node keeps events for later", func() bool {
 		return strings.Contains(node.stderrText(), "storing events failed; retrying")
 	})
+	back := time.Now()
 	coordinator()
 
 	// The turn finishes; its stream is whole.
 	var evs []schemas.Event
 	var raws []string
+	var whileDown int // events the node made while the coordinator was away
 	eventually(t, 90*time.Second, "the turn's result is stored", func() bool {
-		evs, raws = nil, nil
+		evs, raws, whileDown = nil, nil, 0
 		nc, err := nats.Connect(url)
 		if err != nil {
 			return false
@@ -98,6 +102,10 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 				t.Fatalf("event %d follows %d in the stream (%v)", n, last, err)
 			}
 			last = n
+			if at, err := time.Parse(time.RFC3339Nano, m.Headers().Get(schemas.HeaderTime)); err == nil && at.After(killed) && at.Before(back) {
+				whileDown++
+			}
+			schematest.Event(t, m.Data())
 			ev, err := schemas.Decode(m.Data())
 			if err != nil {
 				t.Fatal(err)
@@ -119,9 +127,13 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	if r := evs[len(evs)-1].Payload.(schemas.Result); r.StopReason != schemas.StopEndTurn {
 		t.Errorf("the turn ended %s", r.StopReason)
 	}
+	if whileDown == 0 {
+		t.Errorf("no stored event was made while the coordinator was down; the outbox was never used")
+	}
 	// The Kaimon bus carried every event once, in order, across the restart.
 	for i, raw := range raws {
 		m := kaimonsub.Next(t, sub, fmt.Sprintf("event %d of %d", i+1, len(raws)))
+		schematest.Event(t, []byte(m.Data))
 		if m.Data != raw || m.Channel != "agent:"+id {
 			t.Fatalf("bus event %d is %.80q, want %.80q", i+1, m.Data, raw)
 		}
