@@ -1,0 +1,52 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A retry that arrives while the first request still runs (or after)
+// gets the first reply; the operation runs once. Another key runs on its
+// own, and a key past the window runs again.
+func TestDedupeRetryWhileRunning(t *testing.T) {
+	d := newDedupe(time.Hour)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{})
+	slow := func() []byte {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return []byte("first")
+	}
+	var wg sync.WaitGroup
+	replies := make([]string, 4)
+	wg.Go(func() { replies[0] = string(d.do("send/a/r1", slow)) })
+	<-started
+	for i := 1; i < len(replies); i++ {
+		wg.Go(func() { replies[i] = string(d.do("send/a/r1", func() []byte { runs.Add(1); return []byte("again") })) })
+	}
+	close(release)
+	wg.Wait()
+	for i, r := range replies {
+		if r != "first" {
+			t.Errorf("call %d got %q, want the first reply", i, r)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the operation ran %d times, want once", n)
+	}
+	if got := string(d.do("send/b/r1", func() []byte { return []byte("other") })); got != "other" {
+		t.Errorf("another key got %q", got)
+	}
+
+	short := newDedupe(time.Nanosecond)
+	short.do("k", func() []byte { return []byte("one") })
+	time.Sleep(time.Millisecond) // past a one-nanosecond window
+	if got := string(short.do("k", func() []byte { return []byte("two") })); got != "two" {
+		t.Errorf("a request past the window got %q, want a fresh run", got)
+	}
+}
