@@ -21,6 +21,7 @@ import (
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -63,6 +64,7 @@ func turnEnvelopes(t testing.TB) [][]byte {
 	}
 	var out [][]byte
 	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		schematest.Event(t, l)
 		out = append(out, l)
 	}
 	return out
@@ -96,6 +98,7 @@ func TestBusDeliversTurnInOrder(t *testing.T) {
 	}
 	for i, env := range envs {
 		r := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i+1))
+		schematest.Event(t, []byte(r.Data))
 		if r.Topic != "agent:9f3a1c20" || r.Channel != r.Topic || r.SessionName != "agent" || r.Data != string(env) {
 			t.Fatalf("event %d: topic %q channel %q session %q data %.80q, want %.80q", i+1, r.Topic, r.Channel, r.SessionName, r.Data, env)
 		}
@@ -245,6 +248,7 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 		if seen[i] != string(env) {
 			t.Fatalf("event %d on the bus is %.60q, want %.60q", i+1, seen[i], env)
 		}
+		schematest.Event(t, []byte(seen[i]))
 	}
 	select {
 	case r := <-sub:
@@ -268,9 +272,11 @@ func TestBusResendsWhatADeadBusHeld(t *testing.T) {
 	expect := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
-			if r := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i+1)); r.Data != string(envs[i]) {
+			r := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i+1))
+			if r.Data != string(envs[i]) {
 				t.Fatalf("event %d on the bus is %.60q, want %.60q", i+1, r.Data, envs[i])
 			}
+			schematest.Event(t, []byte(r.Data))
 		}
 	}
 

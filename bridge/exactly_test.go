@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -37,6 +38,7 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	if err != nil || first.Node != "a" {
 		t.Fatalf("first open: %+v %v", first, err)
 	}
+	schematest.ControlValue(t, "open_reply", first)
 	// Node a is busier now, so placement would pick b for a new agent.
 	if other, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "a"}); err != nil || other.Node != "a" {
 		t.Fatalf("filler: %+v %v", other, err)
@@ -45,10 +47,11 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	if err != nil || again != first {
 		t.Fatalf("the retry opened %+v (%v), want %+v", again, err, first)
 	}
-	recs, _ := f.List(ctx)
-	if len(recs) != 2 {
-		t.Fatalf("%d agents after a retried open, want 2", len(recs))
+	recs, err := f.List(ctx)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("%d agents after a retried open (%v), want 2", len(recs), err)
 	}
+	schematest.ControlValue(t, "list_reply", schemas.ListReply{Agents: recs})
 	// A new request is placed afresh.
 	fresh, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
 	if err != nil || fresh.Node != "b" {

@@ -194,14 +194,17 @@ func TestConfinedNodeRunsAgents(t *testing.T) {
 	if err != nil || len(nodes) != 1 || nodes[0].Name != "a" {
 		t.Fatalf("nodes %+v %v", nodes, err)
 	}
+	schematest.ControlValue(t, "nodes_reply", schemas.NodesReply{Nodes: nodes})
 	open, err := s.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "pal"})
 	if err != nil || open.Node != "a" {
 		t.Fatalf("open: %+v %v", open, err)
 	}
+	schematest.ControlValue(t, "open_reply", open)
 	run, err := s.f.Run(ctx, schemas.RunRequest{AgentID: "pal", Text: "hi"})
 	if err != nil || run.Text != "echo: hi" {
 		t.Fatalf("run: %+v %v", run, err)
 	}
+	schematest.ControlValue(t, "run_reply", run)
 	if _, err := s.f.Close(ctx, "pal"); err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +219,7 @@ func TestConfinedNodeRunsAgents(t *testing.T) {
 	if err != nil || rec.Node != "a" || rec.Status != schemas.StatusIdle {
 		t.Fatalf("record %+v %v", rec, err)
 	}
+	schematest.ControlValue(t, "agent_record", rec)
 	// The stream holds both lives, numbered on from one to the other.
 	var kinds []string
 	var want uint64 = 1
@@ -329,9 +333,11 @@ func TestRelayRefusesWhatANodeDoesNotOwn(t *testing.T) {
 		t.Fatalf("mallory's own event: %v", err)
 	}
 	stream, _ := s.f.JetStream().Stream(ctx, schemas.StreamName)
-	if _, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject("mine")); err != nil {
+	stored, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject("mine"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	schematest.Event(t, stored.Data)
 	info, _ := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
 	if n := info.State.Subjects[schemas.EventSubject("mine")]; n != 1 {
 		t.Fatalf("agent mine has %d stored events, want only the legitimate one", n)

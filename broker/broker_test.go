@@ -266,3 +266,77 @@ func TestNodeEntriesExpire(t *testing.T) {
 		}
 	}
 }
+
+// Changing the duplicate window of the stream and the TTL of the nodes
+// bucket on an existing store takes effect at the next Start, and at a
+// Provision on a running server, and keeps what was stored.
+func TestChangedDuplicatesAndNodeTTLAreApplied(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func(dup, ttl time.Duration) *broker.Broker {
+		return natstest.Start(t, func(c *broker.Config) {
+			c.StoreDir = dir
+			c.Assets.Duplicates = dup
+			c.Assets.NodeTTL = ttl
+		})
+	}
+	ctx := natstest.Context(t, 30*time.Second)
+	check := func(js jetstream.JetStream, dup, ttl time.Duration, msgs uint64) {
+		t.Helper()
+		s, err := js.Stream(ctx, schemas.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Config.Duplicates != dup {
+			t.Errorf("stream duplicate window = %s, want %s", info.Config.Duplicates, dup)
+		}
+		if info.State.Msgs != msgs {
+			t.Errorf("stream holds %d messages, want %d", info.State.Msgs, msgs)
+		}
+		kv, err := js.KeyValue(ctx, schemas.NodesBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.TTL() != ttl {
+			t.Errorf("nodes bucket TTL = %s, want %s", st.TTL(), ttl)
+		}
+		if cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config; cfg.SubjectDeleteMarkerTTL != ttl {
+			t.Errorf("nodes bucket limit marker TTL = %s, want %s", cfg.SubjectDeleteMarkerTTL, ttl)
+		}
+		if _, err := kv.Get(ctx, "n1"); err != nil {
+			t.Errorf("node entry n1 lost: %v", err)
+		}
+	}
+
+	b := start(time.Minute, 30*time.Second)
+	_, js := natstest.JetStream(t, b)
+	if _, err := js.Publish(ctx, "agent.x", []byte("kept"), jetstream.WithMsgID("m1")); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "n1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	check(js, time.Minute, 30*time.Second, 1)
+	b.Shutdown()
+
+	b2 := start(5*time.Minute, 45*time.Second)
+	_, js2 := natstest.JetStream(t, b2)
+	check(js2, 5*time.Minute, 45*time.Second, 1)
+
+	if err := broker.Provision(ctx, js2, broker.Assets{MaxBytes: 256 << 20, Duplicates: 10 * time.Second, NodeTTL: 20 * time.Second}); err != nil {
+		t.Fatalf("provision with new limits: %v", err)
+	}
+	check(js2, 10*time.Second, 20*time.Second, 1)
+}

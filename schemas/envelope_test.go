@@ -48,6 +48,7 @@ func samples() []schemas.Event {
 			Content: []schemas.ToolCallContent{schemas.ToolText("ok"), schemas.ToolBlock(schemas.Image("AA==", "image/png"))}}}},
 		{Turn: 1, Payload: schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "tu1", Title: str("Read a.go"), Kind: &kind,
 			Locations: []schemas.Location{{Path: "/p"}}, RawInput: json.RawMessage(`{}`), RawOutput: json.RawMessage(`[1,2]`)}}},
+		{Turn: 1, Payload: schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "tu2", Content: []schemas.ToolCallContent{}, Locations: []schemas.Location{}}}},
 		{Turn: 1, Payload: schemas.ToolInputDelta{ToolCallID: "tu1", PartialJSON: `{"file_`}},
 		{Turn: 1, Payload: schemas.Plan{Entries: []schemas.PlanEntry{{Content: "read", Priority: schemas.PriorityHigh, Status: schemas.PlanInProgress}}}},
 		{Turn: 1, Payload: schemas.Plan{}},
@@ -93,6 +94,9 @@ func TestRoundTrip(t *testing.T) {
 		if got.Turn != ev.Turn || got.Kind() != ev.Kind() {
 			t.Fatalf("decode %s: got turn %d kind %s", b, got.Turn, got.Kind())
 		}
+		if want := decodedForm(ev.Payload); !reflect.DeepEqual(got.Payload, want) {
+			t.Errorf("decode %s:\n got %#v\nwant %#v", b, got.Payload, want)
+		}
 		again, err := schemas.Encode(got)
 		if err != nil {
 			t.Fatal(err)
@@ -101,6 +105,28 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("re-encode differs:\n first %s\nsecond %s", b, again)
 		}
 	}
+}
+
+// decodedForm is p as Decode returns it: the lists a tool_use or a plan
+// always carries are written as [] when nil, and so come back empty, not
+// nil. Every other value must come back exactly as it was encoded.
+func decodedForm(p schemas.Payload) schemas.Payload {
+	switch p := p.(type) {
+	case schemas.ToolUse:
+		if p.Call.Content == nil {
+			p.Call.Content = []schemas.ToolCallContent{}
+		}
+		if p.Call.Locations == nil {
+			p.Call.Locations = []schemas.Location{}
+		}
+		return p
+	case schemas.Plan:
+		if p.Entries == nil {
+			p.Entries = []schemas.PlanEntry{}
+		}
+		return p
+	}
+	return p
 }
 
 // The examples of Kaimon's documentation decode and re-encode to the same
@@ -146,6 +172,28 @@ func TestStatusBytes(t *testing.T) {
 	if want := `{"kind":"status","turn":0,"data":{"status":"idle"}}`; string(b) != want {
 		t.Fatalf("got %s, want %s", b, want)
 	}
+}
+
+// A status event carries idle, working, dead or closed. An agent is
+// starting only in its record: agent_open publishes status idle when it
+// completes, and starting is never published (Kaimon §1.6).
+func TestStatusEventIsNeverStarting(t *testing.T) {
+	for _, s := range []schemas.AgentStatus{schemas.StatusIdle, schemas.StatusWorking, schemas.StatusDead, schemas.StatusClosed} {
+		schematest.Event(t, []byte(`{"kind":"status","turn":0,"data":{"status":"`+string(s)+`"}}`))
+	}
+	starting := []byte(`{"kind":"status","turn":0,"data":{"status":"starting"}}`)
+	if err := schematest.Validate("envelope", starting); err == nil {
+		t.Errorf("the JSON Schema accepts a status event %s", starting)
+	}
+	if err := schematest.Validate("kinds/status", []byte(`{"status":"starting"}`)); err == nil {
+		t.Errorf("kinds/status.json accepts starting")
+	}
+	record := schemas.AgentRecord{ID: "a1", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/p", Node: "n1"}
+	b, err := json.Marshal(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schematest.Control(t, "agent_record", b)
 }
 
 func TestToolUseCarriesEveryKey(t *testing.T) {

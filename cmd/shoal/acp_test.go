@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -34,8 +35,10 @@ func TestACPAgentThroughTheFabric(t *testing.T) {
 		}
 		return strings.TrimSpace(out)
 	}
+	listed := must("nodes", "--json")
+	schematest.Control(t, "nodes_reply", []byte(listed))
 	var nodes schemas.NodesReply
-	if err := json.Unmarshal([]byte(must("nodes", "--json")), &nodes); err != nil {
+	if err := json.Unmarshal([]byte(listed), &nodes); err != nil {
 		t.Fatal(err)
 	}
 	ready := false

@@ -16,6 +16,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -162,6 +163,7 @@ func storedEvents(t *testing.T, url, id string) ([]schemas.Event, error) {
 				t.Fatalf("event %d follows %d in the stream (%v)", n, last, err)
 			}
 			last = n
+			schematest.Event(t, m.Data())
 			ev, err := schemas.Decode(m.Data())
 			if err != nil {
 				t.Fatal(err)
@@ -188,5 +190,9 @@ func streaming(t *testing.T, url, id string) bool {
 		return false
 	}
 	m, err := s.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
-	return err == nil && strings.Contains(string(m.Data), `"delta":true`)
+	if err != nil {
+		return false
+	}
+	schematest.Event(t, m.Data)
+	return strings.Contains(string(m.Data), `"delta":true`)
 }

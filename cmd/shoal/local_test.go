@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -33,6 +34,7 @@ func TestVMLXPlacedWhereTheModelIs(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(out), &listed) != nil {
 			return false
 		}
+		schematest.Control(t, "nodes_reply", []byte(out))
 		for _, n := range listed.Nodes {
 			for _, b := range n.Backends {
 				if n.Name == "mac" && b.Kind == "vmlx" && b.Ready && slices.Contains(b.Models, "mlx-community/qwen3-8b") {
@@ -57,8 +59,10 @@ func TestVMLXPlacedWhereTheModelIs(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("agent_open: %v %+v", err, res)
 		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		schematest.Control(t, "open_reply", []byte(text))
 		var open schemas.OpenReply
-		if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &open); err != nil || open.Node != "mac" {
+		if err := json.Unmarshal([]byte(text), &open); err != nil || open.Node != "mac" {
 			t.Fatalf("agent_open placed %+v (%v), want node mac", open, err)
 		}
 		p.must("close", open.AgentID)

@@ -12,6 +12,7 @@ import (
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -35,8 +36,14 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 		}
 		return out
 	}
-	id := strings.TrimSpace(must("open", t.TempDir()))
-	must("run", id, "first")
+	opened := must("open", "--json", t.TempDir())
+	schematest.Control(t, "open_reply", []byte(opened))
+	var open schemas.OpenReply
+	if err := json.Unmarshal([]byte(opened), &open); err != nil {
+		t.Fatal(err)
+	}
+	id := open.AgentID
+	schematest.Control(t, "run_reply", []byte(must("run", "--json", id, "first")))
 	mid := time.Now()
 	must("run", id, "second")
 	must("run", id, "third")
@@ -45,9 +52,15 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 	if len(all) < 20 {
 		t.Fatalf("tail --no-follow printed %d events", len(all))
 	}
+	for _, line := range all {
+		schematest.Event(t, []byte(line))
+	}
 	from5 := strings.Split(strings.TrimSpace(must("tail", "--no-follow", "--json", "--from", "5", id)), "\n")
 	if len(from5) != len(all)-4 || from5[0] != all[4] {
 		t.Errorf("--from 5: %d events starting %q", len(from5), from5[0])
+	}
+	for _, line := range from5 {
+		schematest.Event(t, []byte(line))
 	}
 	turn2 := must("tail", "--no-follow", "--from", "turn:2", id)
 	if strings.Contains(turn2, "One.") || !strings.HasPrefix(turn2, "» second") || !strings.Contains(turn2, "Three.") {
@@ -84,9 +97,13 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		schematest.Control(t, "events_reply", msg.Data)
 		var rep schemas.EventsReply
 		if err := schemas.DecodeReply(msg.Data, &rep); err != nil {
 			t.Fatal(err)
+		}
+		for _, e := range rep.Events {
+			schematest.Event(t, e.Event)
 		}
 		pages = append(pages, rep.Events...)
 		if !rep.More {
@@ -97,7 +114,11 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 	if len(pages) != len(all) || pages[len(pages)-1].N != uint64(len(all)) || string(pages[3].Event) != all[3] {
 		t.Errorf("paged %d events, tail saw %d", len(pages), len(all))
 	}
-	msg, _ := nc.Request(bridge.FabricSubject("events"), []byte(`{"agent_id":"`+id+`","from_event":2,"since":"2026-01-01T00:00:00Z"}`), 10*time.Second)
+	msg, err := nc.Request(bridge.FabricSubject("events"), []byte(`{"agent_id":"`+id+`","from_event":2,"since":"2026-01-01T00:00:00Z"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schematest.Control(t, "error_reply", msg.Data)
 	if !strings.Contains(string(msg.Data), "give at most one of from_event, from_turn and since") {
 		t.Errorf("two starting points: %s", msg.Data)
 	}

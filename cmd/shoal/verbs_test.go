@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -60,7 +61,9 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the second turn never ended: %+v", rec)
 		}
-		if err := json.Unmarshal([]byte(must("status", id)), &rec); err != nil {
+		status := must("status", id)
+		schematest.Control(t, "agent_record", []byte(status))
+		if err := json.Unmarshal([]byte(status), &rec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,6 +79,7 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 	if ls := must("ls"); !strings.Contains(ls, "cli-agent") || !strings.Contains(ls, "cli-node") || !strings.Contains(ls, "idle") {
 		t.Errorf("ls:\n%s", ls)
 	}
+	schematest.Control(t, "list_reply", []byte(must("ls", "--json")))
 	if got := must("interrupt", id); got != "no turn was running" {
 		t.Errorf("interrupt printed %q", got)
 	}
@@ -92,7 +96,7 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 	}
 	raw := must("tail", "--json", id)
 	for _, line := range strings.Split(raw, "\n") {
-		if _, err := schemas.Decode([]byte(line)); err != nil {
+		if err := schematest.ValidateEvent([]byte(line)); err != nil {
 			t.Errorf("tail --json printed %q: %v", line, err)
 		}
 	}

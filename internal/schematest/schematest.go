@@ -5,6 +5,7 @@ package schematest
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -122,4 +123,16 @@ func Control(tb testing.TB, name string, raw []byte) {
 	if err := Validate("control/"+name, raw); err != nil {
 		tb.Fatalf("invalid %s %s: %v", name, raw, err)
 	}
+}
+
+// ControlValue fails the test when v, encoded as JSON, does not match the
+// named control schema: for a reply a test holds as a Go value, such as
+// what a bridge.Fabric method returned.
+func ControlValue(tb testing.TB, name string, v any) {
+	tb.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("encode %s %+v: %v", name, v, err)
+	}
+	Control(tb, name, raw)
 }
