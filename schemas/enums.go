@@ -206,6 +206,10 @@ func (s AgentStatus) Valid() bool {
 	return false
 }
 
+// Published reports whether a status event may carry s: every status but
+// starting, which only an agent's record holds (Kaimon never publishes it).
+func (s AgentStatus) Published() bool { return s != StatusStarting && s.Valid() }
+
 // coerce decodes a JSON string (or null, as the empty string) and maps it
 // through parse, so an unknown enum value takes its fallback.
 func coerce[T ~string](b []byte, dst *T, parse func(string) T) error {

@@ -295,6 +295,7 @@ func TestMalformedNamesTheField(t *testing.T) {
 		{`{"kind":"status","turn":1}`, `"data"`},
 		{`{"kind":"status","turn":1,"data":[]}`, `"data"`},
 		{`{"kind":"status","turn":1,"data":{"status":"asleep"}}`, `"data.status"`},
+		{`{"kind":"status","turn":1,"data":{"status":"starting"}}`, `"data.status"`},
 		{`{"kind":"assistant_text","turn":1,"data":{"delta":"yes","content":{"type":"text","text":"a"}}}`, `"data.delta"`},
 		{`{"kind":"assistant_text","turn":1,"data":{"delta":true}}`, `"data.content"`},
 		{`{"kind":"assistant_text","turn":1,"data":{"content":{"type":"hologram"}}}`, `"data.content.type"`},

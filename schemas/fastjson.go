@@ -140,7 +140,7 @@ func decodeFast(b []byte) (Event, bool) {
 		}
 	case "status":
 		s, rest, ok := cutField(rest, `{"status":`)
-		if ok && string(rest) == "}}" && AgentStatus(s).Valid() {
+		if ok && string(rest) == "}}" && AgentStatus(s).Published() {
 			return Event{Turn: turn, Payload: Status{Status: AgentStatus(s)}}, true
 		}
 	case "tool_input_delta":

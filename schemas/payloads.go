@@ -211,8 +211,8 @@ func (Status) Kind() Kind { return KindStatus }
 
 func (p *Status) decode(f *fields) {
 	p.Status = AgentStatus(f.str("status"))
-	if !p.Status.Valid() {
-		f.fail("status", fmt.Sprintf("unknown status %q (want starting, idle, working, dead or closed)", p.Status))
+	if !p.Status.Published() {
+		f.fail("status", fmt.Sprintf("status %q is not one a status event carries (want idle, working, dead or closed)", p.Status))
 	}
 }
 
