@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"slices"
 	"sync"
 	"time"
 
@@ -24,8 +23,9 @@ type advertiser struct {
 	changed  chan struct{}
 }
 
-// ttl is how long the node's entry lives without a beat.
-func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) (*advertiser, error) {
+// newAdvertiser detects what the node can run; it writes nothing yet. ttl
+// is how long the node's entry lives without a beat.
+func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser {
 	interval := ttl / 3
 	if interval <= 0 || interval > 5*time.Second {
 		interval = 5 * time.Second
@@ -46,11 +46,19 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) (*advertiser
 		a.rec.Labels = map[string]string{}
 	}
 	a.detect(ctx)
-	return a, a.write(ctx)
+	return a
 }
 
-// detect refreshes what the node can run: its backends' own descriptions
-// and whatever else the node's configuration detects.
+// record is the node's entry as it stands.
+func (a *advertiser) record() schemas.NodeRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rec := a.rec
+	rec.Agents = a.h.liveAgents()
+	return rec
+}
+
+// detect refreshes what the node can run: its backends' own descriptions.
 func (a *advertiser) detect(ctx context.Context) {
 	var infos []schemas.BackendInfo
 	for _, b := range a.h.cfg.Backends {
@@ -60,13 +68,6 @@ func (a *advertiser) detect(ctx context.Context) {
 			infos = append(infos, d.Describe(ctx))
 		} else {
 			infos = append(infos, schemas.BackendInfo{Kind: b.Kind(), Ready: true})
-		}
-	}
-	if a.h.cfg.Detect != nil {
-		for _, d := range a.h.cfg.Detect(ctx) {
-			if !slices.ContainsFunc(infos, func(i schemas.BackendInfo) bool { return i.Kind == d.Kind && i.Agent == d.Agent }) {
-				infos = append(infos, d)
-			}
 		}
 	}
 	if infos == nil {

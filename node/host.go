@@ -69,10 +69,8 @@ type Config struct {
 	Labels map[string]string
 	// MaxAgents limits the live agents the node runs; 0 means no limit.
 	MaxAgents int
-	// Detect reports what else the node can find (agent CLIs on PATH, model
-	// servers), called at start and every RefreshInterval.
-	Detect func(context.Context) []schemas.BackendInfo
-	// RefreshInterval is how often the node detects again; 1m when zero.
+	// RefreshInterval is how often the node asks its backends again what
+	// they can run (a CLI installed since, a model pulled); 1m when zero.
 	RefreshInterval time.Duration
 	// Relay confines the node to its own subjects: it reaches the stream
 	// and buckets only through the coordinator's relay, as scoped node
@@ -243,6 +241,9 @@ func (h *Host) Run(ctx context.Context) error {
 	wg.Go(func() { h.recs.run(bg) })
 	wg.Go(func() { h.watch(bg) })
 
+	// What the node can run is known before its endpoints answer (the
+	// describe verb tells, an open updates the record).
+	h.ads = newAdvertiser(ctx, h, ttl)
 	svc, err := h.serve()
 	if err != nil {
 		return err
@@ -255,7 +256,7 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	// Advertised only once it answers, so placement never picks a node
 	// that cannot take the request yet.
-	if h.ads, err = newAdvertiser(ctx, h, ttl); err != nil {
+	if err := h.ads.write(ctx); err != nil {
 		svc.Stop()
 		return fmt.Errorf("advertise the node: %w", err)
 	}

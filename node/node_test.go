@@ -71,9 +71,41 @@ func TestTurnLifecycle(t *testing.T) {
 		return err == nil && r.Status == schemas.StatusIdle && r.Turn == 1
 	})
 
-	// A second turn, then close: status closed, then dead; the process is gone.
+	// A second turn. Its result carries that turn's usage; the agent's
+	// usage is the sum of both turns' (Kaimon §7.4), claude's cost 0.0.
 	f.send(id, "again")
-	w.until(end+1, "the second result", isResult(2))
+	end2 := w.until(end+1, "the second result", isResult(2))
+	if r := w.events()[end2].Payload.(schemas.Result); r.Usage == nil || r.Usage.InputTokens != 10 || r.Usage.OutputTokens != 3 {
+		t.Errorf("turn 2's result carries usage %s, want the turn's own", mustJSON(r.Usage))
+	}
+	want2 := schemas.Usage{InputTokens: 20, OutputTokens: 6, CacheReadTokens: 2, CacheCreationTokens: 0, CostUSD: schemas.Cost(0)}
+	rec, err = f.fabric.Status(f.ctx(10*time.Second), id)
+	if err != nil || mustJSON(rec.Usage) != mustJSON(want2) || rec.Turn != 2 {
+		t.Errorf("status after two turns: usage %s turn %d (%v), want usage %s", mustJSON(rec.Usage), rec.Turn, err, mustJSON(want2))
+	}
+	listed := false
+	for _, r := range nodeList(t, f) {
+		if r.ID == id {
+			listed = true
+			if mustJSON(r.Usage) != mustJSON(want2) {
+				t.Errorf("the node's list after two turns: usage %s, want %s", mustJSON(r.Usage), mustJSON(want2))
+			}
+		}
+	}
+	if !listed {
+		t.Errorf("the node's list lacks %s", id)
+	}
+	eventually(t, 10*time.Second, "the KV record (agent_list) has both turns' usage", func() bool {
+		recs, err := f.fabric.List(f.ctx(5 * time.Second))
+		for _, r := range recs {
+			if r.ID == id {
+				return err == nil && mustJSON(r.Usage) == mustJSON(want2)
+			}
+		}
+		return false
+	})
+
+	// Close: status closed, then dead; the process is gone.
 	pid := pidOf(t, f, id)
 	rep, err := f.fabric.Close(f.ctx(30*time.Second), id)
 	if err != nil || !rep.Closed {
@@ -220,6 +252,13 @@ func TestMisbehavingCLI(t *testing.T) {
 				r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
 				return err == nil && r.Status == c.status
 			})
+			if c.mode == "die" {
+				// What the CLI said on stderr is in <id>.log (Kaimon §4.1).
+				log, err := os.ReadFile(filepath.Join(f.dir, id+".log"))
+				if err != nil || !strings.Contains(string(log), "fatal: the fake CLI fell over\n") {
+					t.Errorf("%s.log: %q %v, want the CLI's complaint", id, log, err)
+				}
+			}
 			if c.mode == "garbage" {
 				// The raw line travels with the error.
 				for _, e := range w.events() {
@@ -268,10 +307,10 @@ func TestControlRejectsBadInput(t *testing.T) {
 	if _, err := f.fabric.Send(ctx, schemas.SendRequest{AgentID: "ghost", Text: "x"}); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("send to unknown: %v", err)
 	}
-	if _, err := f.fabric.Status(ctx, "ghost"); schemas.CodeOf(err) != schemas.CodeNotFound {
+	if _, err := f.fabric.Status(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("status of unknown: %v", err)
 	}
-	if _, err := f.fabric.Interrupt(ctx, "ghost"); schemas.CodeOf(err) != schemas.CodeNotFound {
+	if _, err := f.fabric.Interrupt(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("interrupt unknown: %v", err)
 	}
 	if rep, err := f.fabric.Close(ctx, "ghost"); err != nil || rep.Closed {
@@ -305,6 +344,91 @@ func TestControlRejectsBadInput(t *testing.T) {
 	// set_model is not something the claude CLI can do live.
 	if rep, err := f.fabric.SetModel(ctx, schemas.SetModelRequest{AgentID: id, Model: "opus"}); err != nil || rep.Switched {
 		t.Errorf("set_model on claude: %+v %v", rep, err)
+	}
+}
+
+// Requests about an agent the node does not know, or one that is dead,
+// are answered by the node itself with an error code and Kaimon's wording
+// (§3; the MCP door adds the "Error <verb>:" prefix), or with the false
+// reply Kaimon gives where it gives no error.
+func TestRequestsAboutUnknownAndDeadAgents(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo")})
+	type reply = map[string]any
+	unknown := []struct {
+		verb schemas.Verb
+		req  any
+	}{
+		{schemas.VerbStatus, schemas.AgentRequest{AgentID: "ghost"}},
+		{schemas.VerbInterrupt, schemas.AgentRequest{AgentID: "ghost"}},
+		{schemas.VerbOutput, schemas.OutputRequest{AgentID: "ghost"}},
+		{schemas.VerbRun, schemas.RunRequest{AgentID: "ghost", Text: "x"}},
+		{schemas.VerbSend, schemas.SendRequest{AgentID: "ghost", Text: "x"}},
+	}
+	for _, c := range unknown {
+		var rep reply
+		err := f.ask(c.verb, c.req, &rep)
+		if err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+			t.Errorf("%s of an unknown agent: %v (%s), reply %v", c.verb, err, schemas.CodeOf(err), rep)
+		}
+	}
+	// Kaimon: agent_set_model answers switched false for an unknown agent.
+	var sm schemas.SetModelReply
+	if err := f.ask(schemas.VerbSetModel, schemas.SetModelRequest{AgentID: "ghost", Model: "opus"}, &sm); err != nil || sm.Switched {
+		t.Errorf("set_model of an unknown agent: %+v %v", sm, err)
+	}
+	// The same through the fabric, which answers from the agent records.
+	ctx := f.ctx(60 * time.Second)
+	if _, err := f.fabric.Status(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("fabric status of an unknown agent: %v", err)
+	}
+	if _, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: "ghost", Text: "x"}); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("fabric run of an unknown agent: %v", err)
+	}
+	if rep, err := f.fabric.SetModel(ctx, schemas.SetModelRequest{AgentID: "ghost", Model: "opus"}); err != nil || rep.Switched {
+		t.Errorf("fabric set_model of an unknown agent: %+v %v", rep, err)
+	}
+
+	// A dead agent: a turn is refused as dead; interrupt and set_model say
+	// false; status and output still answer.
+	id := f.open(schemas.OpenRequest{ID: "corpse"})
+	w := f.watch(id)
+	f.send(id, "last words")
+	w.until(0, "the result", isResult(1))
+	if rep, err := f.fabric.Close(ctx, id); err != nil || !rep.Closed {
+		t.Fatalf("close: %+v %v", rep, err)
+	}
+	w.until(0, "status dead", isStatus(schemas.StatusDead))
+	for _, c := range []struct {
+		verb schemas.Verb
+		req  any
+	}{
+		{schemas.VerbRun, schemas.RunRequest{AgentID: id, Text: "x"}},
+		{schemas.VerbSend, schemas.SendRequest{AgentID: id, Text: "x"}},
+	} {
+		var rep reply
+		err := f.ask(c.verb, c.req, &rep)
+		if err == nil || err.Error() != "agent 'corpse' is dead" || schemas.CodeOf(err) != schemas.CodeUnavailable {
+			t.Errorf("%s to a dead agent: %v (%s), reply %v", c.verb, err, schemas.CodeOf(err), rep)
+		}
+	}
+	if _, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: id, Text: "x"}); err == nil || err.Error() != "agent 'corpse' is dead" || schemas.CodeOf(err) != schemas.CodeUnavailable {
+		t.Errorf("fabric run to a dead agent: %v", err)
+	}
+	var ir schemas.InterruptReply
+	if err := f.ask(schemas.VerbInterrupt, schemas.AgentRequest{AgentID: id}, &ir); err != nil || ir.Interrupted {
+		t.Errorf("interrupt of a dead agent: %+v %v", ir, err)
+	}
+	if err := f.ask(schemas.VerbSetModel, schemas.SetModelRequest{AgentID: id, Model: "opus"}, &sm); err != nil || sm.Switched {
+		t.Errorf("set_model of a dead agent: %+v %v", sm, err)
+	}
+	var rec schemas.AgentRecord
+	if err := f.ask(schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rec); err != nil || rec.Status != schemas.StatusDead {
+		t.Errorf("status of a dead agent: %s %v", mustJSON(rec), err)
+	}
+	var out schemas.OutputReply
+	if err := f.ask(schemas.VerbOutput, schemas.OutputRequest{AgentID: id}, &out); err != nil || out.Status != schemas.StatusDead || out.Text != "echo: last words" || !out.Done || out.Usage != nil {
+		t.Errorf("output of a dead agent: %s %v", mustJSON(out), err)
 	}
 }
 
@@ -354,12 +478,29 @@ func TestReopenDeadID(t *testing.T) {
 	w.until(0, "result", isResult(1))
 	f.fabric.Close(f.ctx(30*time.Second), id)
 	dead := w.until(0, "dead", isStatus(schemas.StatusDead))
+	logPath := filepath.Join(f.dir, id+".events.jsonl")
+	if log, err := os.ReadFile(logPath); err != nil || !bytes.Contains(log, []byte("echo: first life")) || !bytes.Contains(log, []byte(`"status":"dead"`)) {
+		t.Fatalf("the first life's event log: %s %v", log, err)
+	}
 	f.open(schemas.OpenRequest{ID: id})
 	f.send(id, "second life")
 	w.until(dead, "the second life's result", isResult(1))
 	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id})
 	if err != nil || out.Text != "echo: second life" {
 		t.Errorf("output after reopening: %+v %v", out, err)
+	}
+	// The event log is truncated at every open (Kaimon §7.3): the new life
+	// starts a fresh one, and agent_output reads only it.
+	log, err := os.ReadFile(logPath)
+	if err != nil || bytes.Contains(log, []byte("first life")) || !bytes.Contains(log, []byte("echo: second life")) {
+		t.Errorf("the reopened agent's event log:\n%s %v", log, err)
+	}
+	if first, _, _ := bytes.Cut(log, []byte("\n")); !bytes.Contains(first, []byte(`"kind":"user_text"`)) || !bytes.Contains(first, []byte("second life")) {
+		t.Errorf("the reopened agent's log starts with %s, want the second life's first turn", first)
+	}
+	all, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id, Which: schemas.WhichAll})
+	if err != nil || strings.Contains(all.Text, "first life") {
+		t.Errorf("output all after reopening: %+v %v", all, err)
 	}
 	// MaxDead 1: closing two more agents forgets the oldest dead one.
 	a := f.open(schemas.OpenRequest{})
@@ -430,6 +571,42 @@ func TestTurnTimeoutInterrupts(t *testing.T) {
 	})
 }
 
+// A turn that goes quiet past the inactivity limit is interrupted: an
+// error says why, the turn ends cancelled, and a CLI that obeys the
+// interrupt keeps running and takes the next turn.
+func TestTurnIdleTimeoutInterrupts(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("stall"), node: func(c *node.Config) {
+		c.TurnIdleTimeout, c.InterruptGrace = 300*time.Millisecond, time.Minute
+	}})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	w.until(0, "status idle", isStatus(schemas.StatusIdle))
+	pid := pidOf(t, f, id)
+	f.send(id, "stall now")
+	i := w.until(0, "the result", isResult(1))
+	if r := w.events()[i].Payload.(schemas.Result); r.StopReason != schemas.StopCancelled {
+		t.Errorf("turn ended %s", r.StopReason)
+	}
+	if errs := errorsOf(w.events()); len(errs) != 1 || errs[0] != "turn 1 produced no output for 300ms; interrupting it" {
+		t.Errorf("errors %q", errs)
+	}
+	rep, err := f.fabric.Run(f.ctx(30*time.Second), schemas.RunRequest{AgentID: id, Text: "still there?"})
+	if err != nil || rep.Text != "echo: still there?" {
+		t.Fatalf("the turn after the watchdog: %+v %v", rep, err)
+	}
+	rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
+	if err != nil || rec.Status != schemas.StatusIdle || rec.Turn != 2 {
+		t.Errorf("status after the next turn: %s %v", mustJSON(rec), err)
+	}
+	if now := pidOf(t, f, id); now != pid || !alive(pid) {
+		t.Errorf("the agent's process changed or died: pid %d then %d", pid, now)
+	}
+	if errs := errorsOf(w.events()); len(errs) != 1 {
+		t.Errorf("errors after the next turn %q", errs)
+	}
+}
+
 // A CLI that cannot be launched is reported without the environment, which
 // may hold secrets.
 func TestLaunchErrorsHideTheEnvironment(t *testing.T) {
@@ -437,7 +614,7 @@ func TestLaunchErrorsHideTheEnvironment(t *testing.T) {
 	f := startNode(t, fixtureOptions{claude: claude.Config{Path: "/no/such/claude", Env: []string{"ANTHROPIC_API_KEY=sk-secret-123"}}})
 	// Placement already knows the node cannot run claude, and says why.
 	_, err := f.fabric.Open(f.ctx(10*time.Second), schemas.OpenRequest{CWD: t.TempDir()})
-	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "n1: cannot run claude agents: `/no/such/claude --version` failed") {
+	if err == nil || strings.Contains(err.Error(), "sk-secret") || !strings.Contains(err.Error(), "n1: cannot run claude agents: the claude CLI was not found (/no/such/claude)") {
 		t.Fatalf("open with a missing CLI: %v", err)
 	}
 	// Asked directly, the node's launch error names the CLI and not the environment.

@@ -33,6 +33,7 @@ func (h *Host) endpoints() []endpoint {
 		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
 		{schemas.VerbClose, handle(h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
 		{schemas.VerbSetModel, handle(h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
+		{schemas.VerbDescribe, handle(h, nil, schemas.VerbDescribe, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
 	}
 }
 

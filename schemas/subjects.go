@@ -104,7 +104,7 @@ const ServiceName = "shoal-node"
 // Verb names a control operation.
 type Verb string
 
-// The control verbs a node answers, one per Kaimon tool.
+// The control verbs a node answers, one per Kaimon tool, and describe.
 const (
 	VerbOpen      Verb = "open"
 	VerbSend      Verb = "send"
@@ -115,10 +115,13 @@ const (
 	VerbInterrupt Verb = "interrupt"
 	VerbClose     Verb = "close"
 	VerbSetModel  Verb = "set_model"
+	// VerbDescribe answers the node's record as it stands: what it can
+	// run (detected again every refresh), its labels, load and host.
+	VerbDescribe Verb = "describe"
 )
 
 // Verbs lists every control verb.
-var Verbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbOutput, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel}
+var Verbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbOutput, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel, VerbDescribe}
 
 // NodeGroup is the subject prefix of a node's control endpoints.
 func NodeGroup(node string) string { return "shoal.node." + node }

@@ -46,6 +46,7 @@ type nodeOptions struct {
 	maxAgents      int
 	outboxMemory   int64
 	outboxDisk     int64
+	refresh        time.Duration
 }
 
 func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
@@ -66,6 +67,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most this many live agents (0: no limit)")
 	sizeFlag(fs, &o.outboxMemory, "outbox-memory", 64<<20, "events kept in memory while the coordinator is away, in `bytes`")
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
+	durationFlag(fs, &o.refresh, "refresh", time.Minute, "detect again what this node can run (CLIs, model servers and their models) every `duration`")
 }
 
 // parseLabels reads k=v,k=v.
@@ -134,15 +136,14 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 			log.Warn("cannot find this binary to keep agents with; agents may outlive a killed node until it restarts", "err", err)
 		}
 	}
-	var backends []backend.Backend
-	var found func(context.Context) []schemas.BackendInfo
-	if path, err := exec.LookPath(o.claude); err == nil {
-		backends = append(backends, claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait}))
-	} else {
-		log.Warn("claude CLI not found; this node cannot run claude agents (give --claude PATH)", "looked-for", o.claude)
-		missing := schemas.BackendInfo{Kind: backend.KindClaude, Path: o.claude, Problem: "the claude CLI was not found (" + o.claude + ")"}
-		found = func(context.Context) []schemas.BackendInfo { return []schemas.BackendInfo{missing} }
+	// A claude CLI missing now is looked for again at every refresh, so
+	// one installed later is found without a restart.
+	path, err := exec.LookPath(o.claude)
+	if err != nil {
+		log.Warn("claude CLI not found; this node cannot run claude agents until it is installed (or give --claude PATH)", "looked-for", o.claude)
+		path = o.claude
 	}
+	backends := []backend.Backend{claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait})}
 	backends = append(backends, acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait}))
 	// Local models: the servers at OLLAMA_HOST and VMLX_HOST (or their
 	// defaults on loopback), each advertised with its models when it
@@ -161,6 +162,9 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	if err != nil {
 		return nil, err
 	}
+	if o.refresh <= 0 {
+		return nil, usagef("--refresh %s is not a positive duration", o.refresh)
+	}
 	if o.maxAgents < 0 {
 		return nil, usagef("--max-agents %d is negative", o.maxAgents)
 	}
@@ -172,7 +176,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		MaxAgents:        o.maxAgents,
 		OutboxMemory:     int(o.outboxMemory),
 		OutboxDisk:       negativeIfZero(o.outboxDisk),
-		Detect:           found,
+		RefreshInterval:  o.refresh,
 		Name:             name,
 		Conn:             nc,
 		Dir:              dir,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -343,7 +344,11 @@ func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
 	cmd := exec.CommandContext(ctx, b.cfg.Path, "--version")
 	cmd.Env = b.cfg.Env
 	out, err := cmd.Output()
-	if err != nil {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		info.Ready, info.Problem = false, "the claude CLI was not found ("+b.cfg.Path+")"
+		return info
+	case err != nil:
 		info.Ready, info.Problem = false, "`"+b.cfg.Path+" --version` failed: "+err.Error()
 		return info
 	}

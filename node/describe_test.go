@@ -1,0 +1,78 @@
+package node_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/schematest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A node answers describe with what it can run as it stands, and finds a
+// claude CLI installed after it started at its next refresh: in its
+// answer, in its record in shoal_nodes, and for opens.
+func TestDescribeAndRefresh(t *testing.T) {
+	t.Parallel()
+	cli := fakeCLI("echo")
+	cli.Path = filepath.Join(t.TempDir(), "claude") // not there yet
+	f := startNode(t, fixtureOptions{claude: cli, node: func(c *node.Config) {
+		c.Labels = map[string]string{"site": "lab"}
+		c.RefreshInterval = 100 * time.Millisecond
+	}})
+	nc := natstest.Connect(t, f.b)
+	describe := func() schemas.NodeRecord {
+		t.Helper()
+		m, err := nc.Request(schemas.ControlSubject("n1", schemas.VerbDescribe), nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec schemas.NodeRecord
+		if err := json.Unmarshal(m.Data, &rec); err != nil {
+			t.Fatalf("describe answered %s: %v", m.Data, err)
+		}
+		return rec
+	}
+	claudeOf := func(rec schemas.NodeRecord) schemas.BackendInfo {
+		for _, b := range rec.Backends {
+			if b.Kind == "claude" {
+				return b
+			}
+		}
+		t.Fatalf("no claude backend in %+v", rec.Backends)
+		return schemas.BackendInfo{}
+	}
+	rec := describe()
+	if c := claudeOf(rec); c.Ready || c.Problem != "the claude CLI was not found ("+cli.Path+")" {
+		t.Errorf("a missing CLI is described as %+v", c)
+	}
+	if rec.Name != "n1" || rec.Labels["site"] != "lab" || rec.Host.CPUs == 0 {
+		t.Errorf("describe: %+v", rec)
+	}
+	if _, err := f.fabric.Open(f.ctx(30*time.Second), schemas.OpenRequest{CWD: t.TempDir()}); err == nil {
+		t.Error("a claude agent opened on a node without the CLI")
+	}
+
+	if err := os.Symlink(os.Args[0], cli.Path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the node finds the CLI installed since", func() bool {
+		return claudeOf(describe()).Ready
+	})
+	if c := claudeOf(describe()); c.Version != "0.0.0 (fake claude, echo)" {
+		t.Errorf("the CLI found later: %+v", c)
+	}
+	eventually(t, 30*time.Second, "the node's record says so too", func() bool {
+		nodes, err := f.fabric.Nodes(f.ctx(10 * time.Second))
+		return err == nil && len(nodes) == 1 && claudeOf(nodes[0]).Ready
+	})
+	id := f.open(schemas.OpenRequest{})
+	if turn := f.send(id, "hello"); turn != 1 {
+		t.Errorf("the first turn is %d", turn)
+	}
+	schematest.ControlValue(t, "nodes_reply", schemas.NodesReply{Nodes: []schemas.NodeRecord{describe()}})
+}
