@@ -147,7 +147,10 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 // runShoal runs shoal to completion and returns its exit code and output.
 func runShoal(t *testing.T, dir string, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	// A safety net only: the command's own timeouts (SHOAL_TIMEOUT, a
+	// run's --timeout) decide, and on a loaded machine a slow agent CLI
+	// start must not be cut short by the test.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(baseEnv(dir), env...)
