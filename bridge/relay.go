@@ -428,14 +428,7 @@ func streamTail(ctx context.Context, stream jetstream.Stream, id string) (schema
 	if err != nil {
 		return schemas.Tail{}, err
 	}
-	_, n, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
-	if err != nil {
-		return schemas.Tail{}, err
-	}
-	// An event that does not decode leaves nothing open that could be
-	// closed; its number is what counts.
-	t, _ := schemas.TailOf(n, m.Data)
-	return t, nil
+	return schemas.TailOf(m.Header.Get(schemas.HeaderMsgID), m.Data)
 }
 
 // hello tells a starting node whether its name is taken and how often

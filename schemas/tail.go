@@ -18,12 +18,18 @@ type Tail struct {
 	Ended bool `json:"ended,omitempty"`
 }
 
-// TailOf is the tail of a stream whose last event, number n, is env
-// (an encoded envelope).
-func TailOf(n uint64, env []byte) (Tail, error) {
+// TailOf is the tail of a stream whose last message carries msgID (its
+// Nats-Msg-Id) and env (an encoded envelope). An envelope that does not
+// decode leaves nothing open that could be closed; its number is what
+// counts.
+func TailOf(msgID string, env []byte) (Tail, error) {
+	_, n, err := ParseMsgID(msgID)
+	if err != nil {
+		return Tail{}, err
+	}
 	ev, err := Decode(env)
 	if err != nil {
-		return Tail{Last: n}, err
+		return Tail{Last: n}, nil
 	}
 	t := Tail{Last: n, Turn: ev.Turn, Open: true}
 	switch p := ev.Payload.(type) {
