@@ -1,13 +1,12 @@
-// Package deploy holds the deployment files; its test loads compose.yaml
-// with compose-go, the library `docker compose config` uses.
+// Package deploy holds the deployment files; its tests load compose.yaml
+// with compose-go, the library `docker compose config` uses, parse the
+// systemd units and read the launchd plist with encoding/xml.
 package deploy_test
 
 import (
 	"context"
-	"encoding/xml"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/compose-spec/compose-go/v2/cli"
@@ -41,26 +40,5 @@ func TestComposeConfig(t *testing.T) {
 		if s.Image != coord.Image || s.NetworkMode != "service:coordinator" || s.Command[0] != "node" {
 			t.Errorf("%s: image %q network %q command %v", n, s.Image, s.NetworkMode, s.Command)
 		}
-	}
-}
-
-// The launchd plist is well-formed XML and runs `shoal node`.
-func TestLaunchdPlist(t *testing.T) {
-	b, err := os.ReadFile("launchd/dev.shoal.node.plist")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := xml.NewDecoder(strings.NewReader(string(b)))
-	for {
-		_, err := d.Token()
-		if err != nil {
-			if err.Error() == "EOF" {
-				break
-			}
-			t.Fatalf("plist: %v", err)
-		}
-	}
-	if !strings.Contains(string(b), "<string>node</string>") || !strings.Contains(string(b), "VMLX_HOST") {
-		t.Error("the plist does not run a node with VMLX_HOST")
 	}
 }

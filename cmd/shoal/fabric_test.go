@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
@@ -23,14 +24,23 @@ type pool struct {
 	url    string
 	fake   *fakemodel.Server
 	claude string
+	// ready is when the coordinator said it was ready: its node-loss
+	// monitor was started before.
+	ready time.Time
 }
+
+// poolNodeTTL is the heartbeat TTL a pool's coordinator gives its nodes;
+// its node-loss monitor waits 3× this after starting before it takes a
+// node that never showed up for lost (bridge.MonitorConfig.Grace).
+const poolNodeTTL = 2 * time.Second
 
 func startPool(t *testing.T) *pool {
 	t.Helper()
 	p := &pool{t: t, dir: t.TempDir(), fake: fakemodel.Start(t, fakemodel.Config{}), claude: peers.Claude.Command(t)[0]}
-	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", poolNodeTTL.String())
 	p.url = strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	up.waitLine("shoal: ready")
+	p.ready = time.Now()
 	return p
 }
 
@@ -193,16 +203,15 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Fatalf("pids.json before the kill: %q %v", b, err)
 	}
 	agentPID := pids[id].PID
+	killed := time.Now()
 	if code := n.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the node exited %d", code)
 	}
-	killed := time.Now()
 	var rec schemas.AgentRecord
-	eventually(t, 30*time.Second, "the agent is dead", func() bool {
+	eventually(t, 60*time.Second, "the agent is dead", func() bool {
 		code, out, _ := p.shoal("status", id)
 		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusDead
 	})
-	t.Logf("the agent was declared dead %s after its node was killed (TTL 2s)", time.Since(killed).Round(100*time.Millisecond))
 
 	// Replay from the start: gapless, ordered, ending in the closing events.
 	cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
@@ -210,6 +219,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	var evs []schemas.Event
+	var hdrs []nats.Header
 	var last uint64
 	for {
 		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
@@ -226,6 +236,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 		evs = append(evs, ev)
+		hdrs = append(hdrs, m.Headers())
 	}
 	if len(evs) < 6 {
 		t.Fatalf("%d events replayed", len(evs))
@@ -238,8 +249,99 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		!isStatus || s.Status != schemas.StatusDead || tail[1].Turn != 1 {
 		t.Fatalf("the stream ends with %+v", tail)
 	}
+	for _, h := range hdrs[len(hdrs)-3:] {
+		if h.Get(schemas.HeaderNode) != "coordinator" {
+			t.Errorf("a closing event was published by %q, not the coordinator's monitor", h.Get(schemas.HeaderNode))
+		}
+	}
+
+	// The turn was closed within the heartbeat TTL of the kill. The node
+	// heartbeats every TTL/3, so its entry expires at most a TTL after the
+	// kill; the monitor acts on the expiry at once, unless it is still in
+	// its start-up grace (3× TTL from before the pool was ready), when it
+	// acts at the grace's end. The margin of 5s, generous against a TTL of
+	// 2s, covers the server noticing the expiry and the monitor's KV writes
+	// and publishes on a loaded 2-core machine under -race.
+	closed, err := time.Parse(time.RFC3339Nano, hdrs[len(hdrs)-3].Get(schemas.HeaderTime))
+	if err != nil {
+		t.Fatalf("the closing error's time: %v", err)
+	}
+	const margin = 5 * time.Second
+	due := killed.Add(poolNodeTTL)
+	if settled := p.ready.Add(3 * poolNodeTTL); settled.After(due) {
+		due = settled
+	}
+	if late := closed.Sub(due); late > margin {
+		t.Errorf("the turn was closed %s after the kill, %s after it was due (TTL %s, margin %s)",
+			closed.Sub(killed).Round(10*time.Millisecond), late.Round(10*time.Millisecond), poolNodeTTL, margin)
+	}
+	if closed.Before(killed) {
+		t.Errorf("the turn was closed at %s, before the kill at %s", closed, killed)
+	}
+	t.Logf("the turn was closed %s after its node was killed (TTL %s)", closed.Sub(killed).Round(10*time.Millisecond), poolNodeTTL)
+
+	// Requests for the lost agent answer unavailable at once, through the
+	// coordinator's fabric service and through a direct client alike:
+	// well within a tenth of their timeout, so not by waiting on a node
+	// that will never answer.
 	if code, _, errOut := p.shoal("send", id, "are you there?"); code == 0 || !strings.Contains(errOut, "agent '"+id+"' is dead") {
 		t.Errorf("a send to the lost agent: %q", errOut)
+	}
+	const reqTimeout = 30 * time.Second
+	direct, err := bridge.NewFabric(nc, bridge.FabricConfig{Timeout: reqTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		verb string
+		req  any
+		call func() error
+	}{
+		{"send", schemas.SendRequest{AgentID: id, Text: "are you there?"}, func() error {
+			_, err := direct.Send(t.Context(), schemas.SendRequest{AgentID: id, Text: "are you there?"})
+			return err
+		}},
+		{"run", schemas.RunRequest{AgentID: id, Text: "are you there?", Timeout: 20}, func() error {
+			_, err := direct.Run(t.Context(), schemas.RunRequest{AgentID: id, Text: "are you there?", Timeout: 20})
+			return err
+		}},
+		{"interrupt", schemas.AgentRequest{AgentID: id}, func() error {
+			_, err := direct.Interrupt(t.Context(), id)
+			return err
+		}},
+	} {
+		body, _ := json.Marshal(r.req)
+		start := time.Now()
+		m, err := nc.Request(bridge.FabricSubject(r.verb), body, reqTimeout)
+		took := time.Since(start)
+		var reply schemas.ErrorReply
+		switch {
+		case err != nil:
+			t.Errorf("%s through the coordinator: %v after %s", r.verb, err, took)
+		case json.Unmarshal(m.Data, &reply) != nil || reply.Error == nil || reply.Error.Code != schemas.CodeUnavailable:
+			t.Errorf("%s through the coordinator answered %s, want the code %q", r.verb, m.Data, schemas.CodeUnavailable)
+		}
+		if took > reqTimeout/10 {
+			t.Errorf("%s through the coordinator took %s to answer", r.verb, took)
+		}
+		start = time.Now()
+		err = r.call()
+		took = time.Since(start)
+		if schemas.CodeOf(err) != schemas.CodeUnavailable {
+			t.Errorf("%s from a direct client: %v (code %q), want the code %q", r.verb, err, schemas.CodeOf(err), schemas.CodeUnavailable)
+		}
+		if took > reqTimeout/10 {
+			t.Errorf("%s from a direct client took %s to answer", r.verb, took)
+		}
+	}
+	// Its status is the record's: dead, not an error.
+	var status schemas.AgentRecord
+	m, err := nc.Request(bridge.FabricSubject("status"), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
+	if err == nil {
+		err = schemas.DecodeReply(m.Data, &status)
+	}
+	if err != nil || status.Status != schemas.StatusDead || status.Node != "victim" {
+		t.Errorf("status through the coordinator: %v %+v", err, status)
 	}
 
 	// The node comes back under its name: nothing is left running and
