@@ -293,16 +293,28 @@ func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, ui
 	return rec, e.Revision(), nil
 }
 
-// toOwner sends a request about an agent to the node that owns it. A turn
-// for an agent whose record says dead is refused without asking a node
-// that may be gone.
+// toOwner sends a request about an agent to the node that owns it. An
+// agent whose record says dead is answered without asking a node that
+// may be gone (or restarted, and no longer keeping it), as its node
+// answers for a dead agent it keeps: a turn is refused, an interrupt
+// interrupts nothing, a close finds it closed.
 func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	rec, _, err := f.Record(ctx, id)
 	if err != nil {
 		return err
 	}
-	if rec.Status == schemas.StatusDead && (verb == schemas.VerbSend || verb == schemas.VerbRun) {
-		return schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
+	if rec.Status == schemas.StatusDead {
+		switch r := rep.(type) {
+		case *schemas.InterruptReply:
+			*r = schemas.InterruptReply{Interrupted: false}
+			return nil
+		case *schemas.CloseReply:
+			*r = schemas.CloseReply{Closed: true}
+			return nil
+		}
+		if verb == schemas.VerbSend || verb == schemas.VerbRun {
+			return schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
+		}
 	}
 	return f.request(ctx, rec.Node, verb, req, rep, timeout)
 }

@@ -305,10 +305,6 @@ func TestNodeLossClosesTurns(t *testing.T) {
 			_, err := direct.Run(t.Context(), schemas.RunRequest{AgentID: id, Text: "are you there?", Timeout: 20})
 			return err
 		}},
-		{"interrupt", schemas.AgentRequest{AgentID: id}, func() error {
-			_, err := direct.Interrupt(t.Context(), id)
-			return err
-		}},
 	} {
 		body, _ := json.Marshal(r.req)
 		start := time.Now()
@@ -333,6 +329,18 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		if took > reqTimeout/10 {
 			t.Errorf("%s from a direct client took %s to answer", r.verb, took)
 		}
+	}
+	// An interrupt interrupts nothing and a close finds it closed, as its
+	// node would answer for a dead agent, without waiting on the node.
+	for _, r := range []struct{ verb, want string }{{"interrupt", `{"interrupted":false}`}, {"close", `{"closed":true}`}} {
+		start := time.Now()
+		m, err := nc.Request(bridge.FabricSubject(r.verb), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
+		if took := time.Since(start); err != nil || string(m.Data) != r.want || took > reqTimeout/10 {
+			t.Errorf("%s of the lost agent through the coordinator: %v %s after %s, want %s", r.verb, err, msgData(m), took, r.want)
+		}
+	}
+	if ir, err := direct.Interrupt(t.Context(), id); err != nil || ir.Interrupted {
+		t.Errorf("interrupt of the lost agent from a direct client: %+v %v", ir, err)
 	}
 	// Its status is the record's: dead, not an error.
 	var status schemas.AgentRecord
@@ -366,4 +374,12 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Errorf("a second node named victim: exit %d %q", code, errOut)
 	}
 	n2.stop(syscall.SIGTERM)
+}
+
+// msgData is a message's body, or "" for none.
+func msgData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
 }
