@@ -8,14 +8,41 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
-// Exit codes.
+// Exit codes. A control error's code has its own, so a script can tell a
+// missing agent from a gone node or a slow one.
 const (
-	exitOK    = 0
-	exitError = 1 // the command failed
-	exitUsage = 2 // the command line or configuration is wrong
+	exitOK          = 0
+	exitError       = 1 // the command failed
+	exitUsage       = 2 // the command line, configuration or request is wrong
+	exitNotFound    = 3 // no such agent or node
+	exitUnavailable = 4 // the agent is dead, its node gone, or nothing can take it
+	exitTimeout     = 5 // the operation did not finish in time
+	exitConflict    = 6 // the id is taken, or a run is already in flight
 )
+
+// exitFor is the exit code of a command that failed with err.
+func exitFor(err error) int {
+	if _, ok := errors.AsType[*usageError](err); ok {
+		return exitUsage
+	}
+	switch schemas.CodeOf(err) {
+	case schemas.CodeInvalid:
+		return exitUsage
+	case schemas.CodeNotFound:
+		return exitNotFound
+	case schemas.CodeUnavailable:
+		return exitUnavailable
+	case schemas.CodeTimeout:
+		return exitTimeout
+	case schemas.CodeConflict:
+		return exitConflict
+	}
+	return exitError
+}
 
 type stdio struct {
 	in       io.Reader
@@ -106,11 +133,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		return exitOK
 	}
 	fmt.Fprintf(io.err, "shoal %s: %s\n", c.name, oneLine(err.Error()))
-	var ue *usageError
-	if errors.As(err, &ue) {
-		return exitUsage
-	}
-	return exitError
+	return exitFor(err)
 }
 
 // execute parses the command's flags over its configuration and runs it.
@@ -145,6 +168,11 @@ Every flag can also be set in the config file under the same name, or in
 the environment as SHOAL_<NAME> (upper case, '-' as '_'); flags win over
 the environment, which wins over the file. Flags may come before or after
 the arguments; "--" ends them, for an argument that starts with a dash.
+
+Exit status: 0 success, 1 failure, 2 a wrong command line, configuration
+or request, 3 no such agent or node, 4 unavailable (the agent is dead, its
+node gone, or no node can take it), 5 timed out, 6 conflict (the id is
+taken, or a run is already in flight).
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)
