@@ -56,26 +56,44 @@ func startFabric(t *testing.T, cfg bridge.HTTPConfig) *fabric {
 // startNode runs a node with the real claude CLI against a fake model,
 // pointed at the fabric's MCP endpoint.
 func (fb *fabric) startNode(fake *fakemodel.Server) func() {
+	return fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fb.claudeBackend(fake)}})
+}
+
+// claudeBackend runs the pinned claude CLI against a fake model.
+func (fb *fabric) claudeBackend(fake *fakemodel.Server) backend.Backend {
+	argv := peers.Claude.Command(fb.t)
+	return claude.New(claude.Config{Path: argv[0], Env: peers.ClaudeEnv(fb.t.TempDir(), fake.URL()), StopWait: time.Second})
+}
+
+// runNode runs a node on the fabric's broker, its agents pointed at the
+// fabric's MCP endpoint, until the returned stop (or the test's end).
+func (fb *fabric) runNode(cfg node.Config) func() {
 	t := fb.t
-	argv := peers.Claude.Command(t)
-	h, err := node.New(node.Config{
-		Name: "n1", Conn: natstest.Connect(t, fb.b), Dir: t.TempDir(),
-		Backends: []backend.Backend{claude.New(claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second})},
-		MCP:      backend.MCPEndpoint{URL: fb.url},
-	})
+	t.Helper()
+	cfg.Conn = natstest.Connect(t, fb.b)
+	cfg.Dir = t.TempDir()
+	cfg.MCP = backend.MCPEndpoint{URL: fb.url}
+	h, err := node.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
-	<-h.Ready()
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("node %s: %v", cfg.Name, err)
+	}
 	stopped := false
 	stop := func() {
 		if !stopped {
 			stopped = true
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				t.Errorf("node %s: %v", cfg.Name, err)
+			}
 		}
 	}
 	t.Cleanup(stop)
@@ -105,10 +123,13 @@ func (fb *fabric) client(headers map[string]string) *mcp.ClientSession {
 	return s
 }
 
-// call calls a tool and returns its text and whether it is an error.
+// call calls a tool and returns its text and whether it is an error. No
+// call in these tests may take two minutes.
 func call(t *testing.T, s *mcp.ClientSession, name string, args map[string]any) (string, bool) {
 	t.Helper()
-	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: name, Arguments: args})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -183,13 +204,10 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 		t.Fatalf("agent_send returned %+v", sent)
 	}
 	var out schemas.OutputReply
-	deadline := time.Now().Add(60 * time.Second)
-	for !out.Done || out.Text == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn never finished: %+v", out)
-		}
+	pollUntil(t, 60*time.Second, "turn 1 to finish", func() bool {
 		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
-	}
+		return out.Done && out.Text != ""
+	})
 	if out.Text != "Hello over MCP." || out.Turn != 1 || out.Which != "last_message" || out.Usage == nil {
 		t.Errorf("agent_output %+v", out)
 	}
@@ -214,9 +232,10 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 		t.Error("agent_interrupt with no turn running said true")
 	}
 	ok(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "Go slowly."}, &sent)
-	for out.Turn != 3 || out.Text == "" {
+	pollUntil(t, 60*time.Second, "turn 3 to stream some text", func() bool {
 		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
-	}
+		return out.Turn == 3 && out.Text != ""
+	})
 	if out.Done {
 		t.Fatalf("a streaming turn reads done: %+v", out)
 	}
@@ -224,9 +243,10 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 	if !ir.Interrupted {
 		t.Fatal("agent_interrupt of a running turn said false")
 	}
-	for rec.Status != schemas.StatusIdle || rec.Turn != 3 {
+	pollUntil(t, 60*time.Second, "the interrupted turn 3 to end", func() bool {
 		ok(t, s, "agent_status", map[string]any{"agent_id": "mcp-1"}, &rec)
-	}
+		return rec.Status == schemas.StatusIdle && rec.Turn == 3
+	})
 	var closed schemas.CloseReply
 	ok(t, s, "agent_close", map[string]any{"agent_id": "mcp-1"}, &closed)
 	if !closed.Closed {
@@ -275,50 +295,237 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 	}
 }
 
-// Every tool rejects unknown and missing arguments and wrong types with a
-// message that says which.
+// toolArg is one argument of a tool as Kaimon §3 (and Shoal's additions)
+// define it: its JSON type, whether it is required, and its enum.
+type toolArg struct {
+	name     string
+	kind     string // string, number, integer, boolean, string[], map
+	required bool
+	enum     []string
+}
+
+// kaimonArgs are the arguments of every tool, from Kaimon §3 plus Shoal's
+// additive ones (node and labels on agent_open, agent_events,
+// agent_nodes). A tool may grow optional arguments beyond these.
+var kaimonArgs = map[string][]toolArg{
+	"agent_open": {{name: "cwd", kind: "string", required: true}, {name: "model", kind: "string"}, {name: "effort", kind: "string"},
+		{name: "permission", kind: "string", enum: []string{"default", "notebook", "specialist", "lab", "auto", "bypass"}},
+		{name: "permission_mode", kind: "string"}, {name: "allowed_tools", kind: "string[]"}, {name: "only", kind: "boolean"},
+		{name: "disallowed_tools", kind: "string[]"}, {name: "mcp_config", kind: "string"}, {name: "system_prompt", kind: "string"},
+		{name: "id", kind: "string"}, {name: "node", kind: "string"}, {name: "labels", kind: "map"}},
+	"agent_send": {{name: "agent_id", kind: "string", required: true}, {name: "text", kind: "string", required: true}},
+	"agent_run": {{name: "agent_id", kind: "string", required: true}, {name: "text", kind: "string", required: true},
+		{name: "timeout", kind: "number"}},
+	"agent_output": {{name: "agent_id", kind: "string", required: true}, {name: "turn", kind: "integer"},
+		{name: "which", kind: "string", enum: []string{"last_message", "full_turn", "all"}},
+		{name: "include_tools", kind: "boolean"}, {name: "max_chars", kind: "integer"}},
+	"agent_status":    {{name: "agent_id", kind: "string", required: true}},
+	"agent_set_model": {{name: "agent_id", kind: "string", required: true}, {name: "model", kind: "string", required: true}},
+	"agent_list":      nil,
+	"agent_interrupt": {{name: "agent_id", kind: "string", required: true}},
+	"agent_close":     {{name: "agent_id", kind: "string", required: true}},
+	"agent_events": {{name: "agent_id", kind: "string", required: true}, {name: "from_event", kind: "integer"},
+		{name: "from_turn", kind: "integer"}, {name: "since", kind: "string"}, {name: "max", kind: "integer"},
+		{name: "include_deltas", kind: "boolean"}},
+	"agent_nodes": nil,
+}
+
+// advertisedArgs reads each tool's arguments from its advertised input
+// schema.
+func advertisedArgs(t *testing.T, s *mcp.ClientSession) map[string][]toolArg {
+	t.Helper()
+	tools, err := s.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]toolArg{}
+	for _, tl := range tools.Tools {
+		b, _ := json.Marshal(tl.InputSchema)
+		var schema struct {
+			Properties map[string]struct {
+				Type  string   `json:"type"`
+				Enum  []string `json:"enum"`
+				Items *struct {
+					Type string `json:"type"`
+				} `json:"items"`
+				AdditionalProperties *struct {
+					Type string `json:"type"`
+				} `json:"additionalProperties"`
+			} `json:"properties"`
+			Required []string `json:"required"`
+		}
+		if err := json.Unmarshal(b, &schema); err != nil {
+			t.Fatalf("%s's input schema %s: %v", tl.Name, b, err)
+		}
+		args := []toolArg{}
+		for name, p := range schema.Properties {
+			kind := p.Type
+			switch {
+			case p.Type == "array" && p.Items != nil && p.Items.Type == "string":
+				kind = "string[]"
+			case p.Type == "object" && p.AdditionalProperties != nil && p.AdditionalProperties.Type == "string":
+				kind = "map"
+			}
+			args = append(args, toolArg{name: name, kind: kind, required: slices.Contains(schema.Required, name), enum: p.Enum})
+		}
+		slices.SortFunc(args, func(a, b toolArg) int { return strings.Compare(a.name, b.name) })
+		out[tl.Name] = args
+	}
+	return out
+}
+
+// validArgs are well-typed values for a tool's required arguments.
+func validArgs(args []toolArg) map[string]any {
+	m := map[string]any{}
+	for _, a := range args {
+		if a.required {
+			m[a.name] = "a"
+		}
+	}
+	return m
+}
+
+// wrongValues are values of the wrong type for an argument of kind, with
+// how the message names their type.
+func wrongValues(kind string) map[string]any {
+	switch kind {
+	case "string":
+		return map[string]any{"the number 7": 7, "a boolean": true}
+	case "number":
+		return map[string]any{"a string": "soon", "an array": []any{1}}
+	case "integer":
+		return map[string]any{"the number 1.5": 1.5, "a string": "3"}
+	case "boolean":
+		return map[string]any{"a string": "yes", "the number 1": 1}
+	case "string[]":
+		return map[string]any{"a string": "Read", "an array": []any{"Read", 3}}
+	case "map":
+		return map[string]any{"an object": map[string]any{"gpu": 1}, "a string": "gpu=yes"}
+	}
+	return nil
+}
+
+func kindWords(kind string) string {
+	switch kind {
+	case "string[]":
+		return "an array of strings"
+	case "map":
+		return "an object of strings"
+	case "integer":
+		return "an integer"
+	}
+	return "a " + kind
+}
+
+// Every tool rejects an unknown argument, each missing required argument
+// and a wrong type or value for each argument, with Kaimon's wording and a
+// message that names the argument.
 func TestMCPValidation(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
 	s := fb.client(nil)
-	cases := []struct {
-		tool string
-		args map[string]any
-		want string
-	}{
-		{"agent_open", map[string]any{}, "Missing required parameter(s): cwd"},
-		{"agent_open", map[string]any{"cwd": "/x", "colour": "red", "age": 3}, "Unknown parameter(s): age, colour. Valid parameters are: allowed_tools, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, system_prompt"},
-		{"agent_open", map[string]any{"colour": "red"}, "Unknown parameter(s): colour. Valid parameters are: allowed_tools, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, system_prompt. Missing required parameter(s): cwd"},
-		{"agent_open", map[string]any{"cwd": 7}, "Invalid parameter(s): cwd must be a string, not the number 7"},
-		{"agent_open", map[string]any{"cwd": "/x", "only": "yes"}, "only must be a boolean, not a string"},
-		{"agent_open", map[string]any{"cwd": "/x", "allowed_tools": "Read"}, "allowed_tools must be an array of strings, not a string"},
-		{"agent_open", map[string]any{"cwd": "/x", "allowed_tools": []any{"Read", 3}}, "allowed_tools must be an array of strings, not an array"},
-		{"agent_open", map[string]any{"cwd": "/x", "permission": "yolo"}, `permission must be one of default, notebook, specialist, lab, auto, bypass, not "yolo"`},
-		{"agent_open", map[string]any{"cwd": "/x", "labels": map[string]any{"gpu": true}}, "labels must be an object of strings, not an object"},
-		{"agent_send", map[string]any{"agent_id": "a"}, "Missing required parameter(s): text"},
-		{"agent_send", map[string]any{}, "Missing required parameter(s): agent_id, text"},
-		{"agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": "soon"}, "timeout must be a number, not a string"},
-		{"agent_output", map[string]any{"agent_id": "a", "turn": 1.5}, "turn must be an integer, not the number 1.5"},
-		{"agent_output", map[string]any{"agent_id": "a", "which": "everything"}, `which must be one of last_message, full_turn, all, not "everything"`},
-		{"agent_output", map[string]any{"agent_id": "a", "max_chars": true}, "max_chars must be an integer, not a boolean"},
-		{"agent_status", map[string]any{"id": "a"}, "Unknown parameter(s): id. Valid parameters are: agent_id. Missing required parameter(s): agent_id"},
-		{"agent_set_model", map[string]any{"agent_id": "a"}, "Missing required parameter(s): model"},
-		{"agent_list", map[string]any{"all": true}, "Unknown parameter(s): all. Valid parameters are: "},
-		{"agent_interrupt", map[string]any{"agent_id": []any{"a"}}, "agent_id must be a string, not an array"},
-		{"agent_close", map[string]any{}, "Missing required parameter(s): agent_id"},
-		{"agent_nodes", map[string]any{"x": 1}, "Unknown parameter(s): x."},
+	advertised := advertisedArgs(t, s)
+	if len(advertised) != len(toolNames) {
+		t.Errorf("%d tools advertised, want %d", len(advertised), len(toolNames))
 	}
-	for _, c := range cases {
-		text, isErr := call(t, s, c.tool, c.args)
-		if !isErr || !strings.Contains(text, c.want) {
-			t.Errorf("%s %v: got %q (error %v), want %q", c.tool, c.args, text, isErr, c.want)
+	type row struct {
+		tool, what string
+		args       map[string]any
+		want       string
+		partOf     bool // want is part of the message, not all of it
+	}
+	var rows []row
+	for _, tool := range toolNames {
+		args, found := advertised[tool]
+		if !found {
+			t.Errorf("%s is not advertised", tool)
+			continue
+		}
+		// The advertised schema has Kaimon's arguments, with their types
+		// and required set; it may have more, all optional.
+		for _, want := range kaimonArgs[tool] {
+			i := slices.IndexFunc(args, func(a toolArg) bool { return a.name == want.name })
+			if i < 0 {
+				t.Errorf("%s does not advertise %s", tool, want.name)
+				continue
+			}
+			if got := args[i]; got.kind != want.kind || got.required != want.required || !slices.Equal(got.enum, want.enum) {
+				t.Errorf("%s advertises %s as %+v, want %+v", tool, want.name, got, want)
+			}
+		}
+		var names []string
+		for _, a := range args {
+			names = append(names, a.name)
+			if a.required && !slices.ContainsFunc(kaimonArgs[tool], func(k toolArg) bool { return k.name == a.name }) {
+				t.Errorf("%s requires %s, which Kaimon does not", tool, a.name)
+			}
+		}
+
+		unknown := validArgs(args)
+		unknown["bogus_arg"] = 1
+		rows = append(rows, row{tool, "an unknown argument", unknown,
+			"Unknown parameter(s): bogus_arg. Valid parameters are: " + strings.Join(names, ", "), false})
+
+		for _, a := range args {
+			if a.required {
+				missing := validArgs(args)
+				delete(missing, a.name)
+				rows = append(rows, row{tool, "no " + a.name, missing, "Missing required parameter(s): " + a.name, false})
+				null := validArgs(args)
+				null[a.name] = nil
+				rows = append(rows, row{tool, a.name + " null", null, "Missing required parameter(s): " + a.name, false})
+			}
+			wrong := wrongValues(a.kind)
+			if wrong == nil {
+				t.Errorf("%s's %s has a type no row covers: %q", tool, a.name, a.kind)
+			}
+			for typeWords, v := range wrong {
+				bad := validArgs(args)
+				bad[a.name] = v
+				rows = append(rows, row{tool, a.name + " as " + typeWords, bad,
+					"Invalid parameter(s): " + a.name + " must be " + kindWords(a.kind) + ", not " + typeWords, false})
+			}
+			if a.enum != nil {
+				bad := validArgs(args)
+				bad[a.name] = "bogus"
+				rows = append(rows, row{tool, a.name + " outside its enum", bad,
+					"Invalid parameter(s): " + a.name + " must be one of " + strings.Join(a.enum, ", ") + `, not "bogus"`, false})
+			}
 		}
 	}
+	// Several problems at once are all reported, joined Kaimon's way.
+	rows = append(rows,
+		row{"agent_open", "two unknown", map[string]any{"cwd": "/x", "colour": "red", "age": 3}, "Unknown parameter(s): age, colour. Valid parameters are: ", true},
+		row{"agent_open", "unknown and missing", map[string]any{"colour": "red"}, ". Missing required parameter(s): cwd", true},
+		row{"agent_send", "both missing", map[string]any{}, "Missing required parameter(s): agent_id, text", false},
+		row{"agent_status", "unknown and missing", map[string]any{"id": "a"}, "Unknown parameter(s): id. Valid parameters are: agent_id", true},
+		row{"agent_run", "missing and wrong", map[string]any{"agent_id": "a", "timeout": "soon"}, "Missing required parameter(s): text. Invalid parameter(s): timeout must be a number, not a string", false},
+	)
+	for _, r := range rows {
+		text, isErr := call(t, s, r.tool, r.args)
+		if !isErr || (!r.partOf && text != r.want) || (r.partOf && !strings.Contains(text, r.want)) {
+			t.Errorf("%s with %s %s:\n got %q (error %v)\nwant %q", r.tool, r.what, mustJSON(r.args), text, isErr, r.want)
+		}
+	}
+	t.Logf("%d validation rows", len(rows))
 	if text, isErr := call(t, s, "agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": -1}); !isErr || text != "Error running agent turn: timeout must be positive" {
 		t.Errorf("negative timeout: %q", text)
 	}
 	if text, isErr := call(t, s, "agent_open", map[string]any{"cwd": t.TempDir()}); !isErr || !strings.HasPrefix(text, "Error opening agent: no node is running") {
 		t.Errorf("open with no node: %q", text)
+	}
+}
+
+// pollUntil calls cond every 20ms until it holds, and fails the test,
+// naming what it waited for, if it does not within d.
+func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
