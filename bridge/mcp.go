@@ -264,6 +264,7 @@ func (m *MCP) handler(t tool) server.ToolHandlerFunc {
 			return mcp.NewToolResultError(problem), nil
 		}
 		if refused := m.door(ctx, t.name, a); refused != "" {
+			m.log.Info("MCP call refused", "tool", t.name, "agent", callingAgent(ctx), "observer", observing(ctx), "why", refused)
 			return mcp.NewToolResultError(refused), nil
 		}
 		out, err := t.run(ctx, a)
