@@ -381,4 +381,13 @@ func TestMCPSetModel(t *testing.T) {
 	if rec.Model != "ollama:other-model:7b" {
 		t.Errorf("a refused agent_set_model changed the model to %q", rec.Model)
 	}
+	// A bare tag is this agent's kind of model; its record keeps a string
+	// that routes back to the same backend, never to claude.
+	if text, isErr := call(t, s, "agent_set_model", map[string]any{"agent_id": "sm-1", "model": "fake-model"}); isErr || text != `{"switched":true}` {
+		t.Fatalf("agent_set_model to a bare tag: %q (error %v)", text, isErr)
+	}
+	ok(t, s, "agent_status", map[string]any{"agent_id": "sm-1"}, &rec)
+	if rec.Model != "ollama:fake-model" {
+		t.Errorf("after switching to a bare tag the record says %q, want ollama:fake-model", rec.Model)
+	}
 }

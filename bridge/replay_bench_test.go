@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,9 +15,12 @@ import (
 )
 
 // BenchmarkReplayVsOrderedConsumer replays one agent's stored events
-// through Fabric.Replay (decoding each envelope, checking its number) and,
-// in the same run, reads the same messages with a raw JetStream ordered
-// consumer. It reports both rates and their ratio (replay/raw).
+// through Fabric.Replay (reading each one's number, kind, turn and delta,
+// checking the number for gaps), both as a read of what is stored (a pull
+// consumer deleted after the read) and as a following replay catching up
+// (an ordered consumer, as the baseline), and, in the same run, reads the
+// same messages with a raw JetStream ordered consumer. It reports the
+// rates and their ratios to the raw rate.
 func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 	srv := natstest.Start(b)
 	_, js := natstest.JetStream(b, srv)
@@ -39,7 +43,8 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 	f, _ := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
 	stream, _ := js.Stream(b.Context(), schemas.StreamName)
 
-	var replayTime, rawTime time.Duration
+	var replayTime, followTime, rawTime time.Duration
+	errCaughtUp := errors.New("caught up")
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
@@ -55,6 +60,22 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 			b.Fatalf("replayed %d of %d: %v", n, m, err)
 		}
 		replayTime += time.Since(start)
+
+		start = time.Now()
+		n = 0
+		err = f.Replay(b.Context(), []string{"replay"}, bridge.From{}, true, func(r bridge.Replayed, g *bridge.Gap) error {
+			if g != nil {
+				return fmt.Errorf("gap %v", g)
+			}
+			if n++; n == m {
+				return errCaughtUp
+			}
+			return nil
+		})
+		if !errors.Is(err, errCaughtUp) {
+			b.Fatalf("a following replay caught up %d of %d: %v", n, m, err)
+		}
+		followTime += time.Since(start)
 
 		start = time.Now()
 		cons, err := stream.OrderedConsumer(b.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{"agent.replay"}})
@@ -76,9 +97,12 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 	b.StopTimer()
 	replayRate := float64(m*b.N) / replayTime.Seconds()
 	rawRate := float64(m*b.N) / rawTime.Seconds()
+	followRate := float64(m*b.N) / followTime.Seconds()
 	b.ReportMetric(replayRate, "replay-events/s")
+	b.ReportMetric(followRate, "follow-events/s")
 	b.ReportMetric(rawRate, "raw-events/s")
 	b.ReportMetric(replayRate/rawRate, "ratio")
+	b.ReportMetric(followRate/rawRate, "follow-ratio")
 }
 
 // BenchmarkReplaySeam measures the seam between history and live: a

@@ -205,32 +205,71 @@ func BenchmarkPipelineVsRawJetStream(b *testing.B) {
 	b.ReportMetric(nodeRate/rawRate, "ratio")
 }
 
-// BenchmarkIdleAgentMemory reports the node's heap per idle agent, the
-// agent's own process excluded.
+// BenchmarkIdleAgentMemory reports what an idle claude agent costs its
+// node: the Go heap plus goroutine stacks (runtime.MemStats HeapAlloc +
+// StackInuse) per agent, for agents of the real claude backend driving
+// the fake CLI, each idle after one turn. Not counted: the CLI processes,
+// and the NATS server, which runs in a process of its own here. Each
+// iteration opens a batch of agents and keeps them: a closed agent's
+// goroutine stacks would be cached for the next ones and hide their cost.
 func BenchmarkIdleAgentMemory(b *testing.B) {
-	srv := natstest.Start(b)
-	nc := natstest.Connect(b, srv)
-	h, err := node.New(node.Config{Name: "mem", Conn: nc, Dir: b.TempDir(), MaxDead: 1 << 20,
-		Backends: []backend.Backend{&replayBackend{}}})
+	const batch = 16
+	nc, err := nats.Connect(startBrokerProcess(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	h, err := node.New(node.Config{Name: "mem", Conn: nc, Dir: b.TempDir(), Backends: []backend.Backend{claude.New(fakeCLI("echo"))}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(b.Context())
-	defer cancel()
-	go h.Run(ctx)
-	<-h.Ready()
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		b.Fatalf("node did not start: %v", err)
+	}
 	cwd := b.TempDir()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	b.ResetTimer()
-	for range b.N {
-		if _, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: cwd}); err != nil {
-			b.Fatal(err)
+	open := func() {
+		for range batch {
+			rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: cwd})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out, err := h.RunTurn(ctx, schemas.RunRequest{AgentID: rep.AgentID, Text: "hello"}); err != nil || out.Text != "echo: hello" {
+				b.Fatalf("a turn: %+v %v", out, err)
+			}
 		}
 	}
+	measure := func() (heap, stack int64, goroutines int) {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC() // the second sweeps what the first freed, and empties sync.Pools
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc), int64(m.StackInuse), runtime.NumGoroutine()
+	}
+	open() // warm up: what the node allocates once is not per agent
+	var heap, stack int64
+	var goroutines int
+	b.ResetTimer()
+	for range b.N {
+		heap0, stack0, g0 := measure()
+		open()
+		heap1, stack1, g1 := measure()
+		heap += heap1 - heap0
+		stack += stack1 - stack0
+		goroutines += g1 - g0
+	}
 	b.StopTimer()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "heap-bytes/agent")
+	n := float64(b.N * batch)
+	b.ReportMetric(float64(heap)/n, "heap-bytes/agent")
+	b.ReportMetric(float64(stack)/n, "stack-bytes/agent")
+	b.ReportMetric(float64(heap+stack)/n, "bytes/agent")
+	b.ReportMetric(float64(goroutines)/n, "goroutines/agent")
 }

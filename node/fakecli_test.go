@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -31,11 +32,19 @@ import (
 //	orphan   starts a child that sleeps in its process group (its pid goes
 //	         to $SHOAL_FAKE_PIDFILE), then behaves like echo
 //	sleep    sleeps (the orphan's child)
+//	signals  like echo, but stays up when stdin ends and ignores SIGINT
+//	         and SIGTERM; it appends "ready", "eof" and each signal it gets,
+//	         with the time in unix nanoseconds, to $SHOAL_FAKE_SIGFILE
+//	sigint   like signals, but a SIGINT makes it exit 0 (as the real CLI
+//	         does) 300ms later; a signal in between is still recorded
+//	stall    like echo, but a turn whose text starts with "stall" sends a
+//	         first chunk and then nothing until it is interrupted
 func fakeClaude(mode string) {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		fmt.Println("0.0.0 (fake claude, " + mode + ")")
 		return
 	}
+	record := func(string) {}
 	out := bufio.NewWriter(os.Stdout)
 	var mu = make(chan struct{}, 1)
 	emit := func(v any) {
@@ -51,6 +60,19 @@ func fakeClaude(mode string) {
 		return
 	case "hang":
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	case "signals", "sigint":
+		record = recorder(os.Getenv("SHOAL_FAKE_SIGFILE"))
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			for s := range sigs {
+				record(s.String())
+				if s == syscall.SIGINT && mode == "sigint" {
+					time.AfterFunc(300*time.Millisecond, func() { os.Exit(0) })
+				}
+			}
+		}()
+		record("ready")
 	case "orphan":
 		child := exec.Command(os.Args[0])
 		child.Env = append(os.Environ(), "SHOAL_FAKE_CLAUDE=sleep")
@@ -96,6 +118,7 @@ func fakeClaude(mode string) {
 				}
 			}
 		}
+		record("eof")
 		close(turns)
 	}()
 	for text := range turns {
@@ -119,6 +142,14 @@ func fakeClaude(mode string) {
 				break
 			}
 			continue
+		case "stall":
+			if strings.HasPrefix(text, "stall") {
+				delta("let me think")
+				<-interrupted
+				emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": "[Request interrupted by user]"}}}})
+				result("", true, "error_during_execution")
+				continue
+			}
 		case "die":
 			delta("about to ")
 			fmt.Fprintln(os.Stderr, "fatal: the fake CLI fell over")
@@ -165,6 +196,28 @@ func fakeClaude(mode string) {
 		}
 		emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": reply}}}})
 		result("end_turn", false, "success")
+	}
+	if mode == "signals" || mode == "sigint" {
+		for { // stdin has ended; only a signal ends this one
+			time.Sleep(time.Hour)
+		}
+	}
+}
+
+// recorder returns a function that appends a line "<what> <unix nanos>"
+// to path, each with its own write, so a line recorded is on disk even if
+// the process is killed right after.
+func recorder(path string) func(string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var mu sync.Mutex
+	return func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(f, "%s %d\n", what, time.Now().UnixNano())
 	}
 }
 

@@ -1,10 +1,13 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +34,9 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv("SHOAL_TEST_NODE") == "1" {
 		os.Exit(nodeProcess())
+	}
+	if dir := os.Getenv("SHOAL_TEST_BROKER"); dir != "" {
+		os.Exit(brokerProcess(dir))
 	}
 	os.Exit(m.Run())
 }
@@ -307,6 +313,55 @@ func nodeProcess() int {
 	return 0
 }
 
+// brokerProcess runs a test broker, its store in dir, until its stdin
+// ends: for measurements of the node alone, with the server in another
+// process. It prints the broker's client URL on its first line.
+func brokerProcess(dir string) int {
+	b, err := broker.New(broker.Config{Port: -1, StoreDir: dir, Assets: broker.Assets{MaxBytes: 256 << 20, NodeTTL: 2 * time.Second}})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = b.Start(ctx)
+		cancel()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(b.ClientURL())
+	io.Copy(io.Discard, os.Stdin)
+	b.Shutdown()
+	return 0
+}
+
+// startBrokerProcess runs brokerProcess in a child and returns its URL;
+// the child stops when tb ends.
+func startBrokerProcess(tb testing.TB) string {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "SHOAL_TEST_BROKER="+tb.TempDir())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	url, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		tb.Fatalf("the broker process did not start: %v", err)
+	}
+	return strings.TrimSpace(url)
+}
+
 // alive reports whether pid is a running (not zombie) process.
 func alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -343,4 +398,25 @@ func mustJSON(v any) string {
 
 func newFabric(t *testing.T, b *broker.Broker) (*bridge.Fabric, error) {
 	return bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+}
+
+// ask sends a control request straight to node n1, past the fabric's own
+// checks, and decodes its reply into rep; the error is the node's.
+func (f *fixture) ask(verb schemas.Verb, req, rep any) error {
+	f.t.Helper()
+	msg, err := natstest.Connect(f.t, f.b).Request(schemas.ControlSubject("n1", verb), []byte(mustJSON(req)), 30*time.Second)
+	if err != nil {
+		f.t.Fatalf("%s request: %v", verb, err)
+	}
+	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// nodeList is node n1's own agent_list: the agents it keeps in memory.
+func nodeList(t *testing.T, f *fixture) []schemas.AgentRecord {
+	t.Helper()
+	var rep schemas.ListReply
+	if err := f.ask(schemas.VerbList, schemas.ListRequest{}, &rep); err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	return rep.Agents
 }

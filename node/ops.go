@@ -54,10 +54,14 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
 
-	if max := h.cfg.MaxAgents; max > 0 && h.liveAgents() >= max {
+	// The limit is checked and the id reserved under one lock, so
+	// concurrent opens cannot all see room for themselves. An agent still
+	// starting holds its slot.
+	h.mu.Lock()
+	if max := h.cfg.MaxAgents; max > 0 && h.liveAgentsLocked() >= max {
+		h.mu.Unlock()
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s is full (%d of %d agents)", h.cfg.Name, max, max)
 	}
-	h.mu.Lock()
 	if old, ok := h.agents[id]; ok && !old.isDead() {
 		h.mu.Unlock()
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", id)
@@ -142,6 +146,18 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	a.log.Info("agent opened", "model", model, "cwd", cwd)
 	return schemas.OpenReply{AgentID: id, Node: h.cfg.Name}, nil
+}
+
+// liveAgentsLocked counts the agents that are not dead, starting ones
+// included; h.mu is held.
+func (h *Host) liveAgentsLocked() int {
+	n := 0
+	for _, a := range h.agents {
+		if !a.isDead() {
+			n++
+		}
+	}
+	return n
 }
 
 // lookup finds an agent this node keeps.
@@ -386,8 +402,16 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	if err != nil || !switched {
 		return schemas.SetModelReply{Switched: false}, nil
 	}
+	// The record keeps a model string that routes to this agent's
+	// backend: a local model's bare tag ("qwen3:8b") gets its prefix.
+	model := req.Model
 	a.mu.Lock()
-	a.rec.Model = req.Model
+	if kind, _ := backend.Route(a.rec.Model); kind != backend.KindClaude {
+		if k, _ := backend.Route(model); k != kind {
+			model = kind + ":" + model
+		}
+	}
+	a.rec.Model = model
 	a.mu.Unlock()
 	h.recs.mark(a, true)
 	return schemas.SetModelReply{Switched: true}, nil

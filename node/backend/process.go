@@ -91,7 +91,10 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	}
 	stderrDone := make(chan struct{})
 	go func() {
-		io.Copy(sink, errR)
+		// A small buffer: io.Copy would hold 32 KiB per agent for a
+		// stream that is mostly quiet. The wrappers keep it from being
+		// bypassed.
+		io.CopyBuffer(struct{ io.Writer }{sink}, struct{ io.Reader }{errR}, make([]byte, 4<<10))
 		errR.Close()
 		close(stderrDone)
 	}()

@@ -19,7 +19,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // transcriptLines returns a transcript's stdout lines, and for each
 // whether an interrupt had been requested and not yet answered by a
 // result when it was read.
-func transcriptLines(t *testing.T, path string) (lines [][]byte, interrupted []bool) {
+func transcriptLines(t testing.TB, path string) (lines [][]byte, interrupted []bool) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -292,24 +292,97 @@ func TestToolResultContent(t *testing.T) {
 	}
 }
 
+// FuzzDecoder feeds a stream of stdout lines to one Decoder, as a session
+// does, so the state a decoder carries from line to line (which content
+// block index is which tool call, the session id) is fuzzed along with
+// each line. Bit i%64 of interrupts says whether an interrupt was pending
+// when line i was read. Whatever the stream, the decoder does not panic,
+// every event it yields is a valid envelope, and a streamed tool input
+// fragment names the tool call its content block index was started with
+// in the same message (the CLI numbers blocks per message), or none.
 func FuzzDecoder(f *testing.F) {
-	for _, path := range []string{"testdata/claude-stream-json.jsonl"} {
-		b, _ := os.ReadFile(path)
-		for _, l := range bytes.Split(b, []byte("\n"))[:40] {
-			f.Add(l, false)
+	paths, _ := filepath.Glob("testdata/claude-*.jsonl")
+	if len(paths) < 4 {
+		f.Fatalf("found %d claude transcripts in testdata, want 4", len(paths))
+	}
+	for _, path := range paths {
+		lines, interrupted := transcriptLines(f, path)
+		// Overlapping windows of each transcript: streams that cross lines
+		// and stay short enough to mutate quickly. (The golden tests decode
+		// each whole transcript through one decoder.)
+		const window = 8
+		for i := 0; i < len(lines); i += window / 2 {
+			j := min(i+window, len(lines))
+			var mask uint64
+			for k, on := range interrupted[i:j] {
+				if on {
+					mask |= 1 << (k % 64)
+				}
+			}
+			f.Add(bytes.Join(lines[i:j], []byte("\n")), mask)
 		}
 	}
-	f.Add([]byte(`{"type":"result","is_error":true}`), true)
-	f.Fuzz(func(t *testing.T, line []byte, interrupted bool) {
+	// Two messages reusing block index 1 for different tool calls, and a
+	// fragment for a block no message started.
+	f.Add([]byte(`{"type":"stream_event","event":{"type":"message_start"}}
+{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"a","name":"Bash"}}}
+{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}}
+{"type":"stream_event","event":{"type":"message_start"}}
+{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{"}}}
+{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"b","name":"Read"}}}
+{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"}"}}}
+{"type":"result","is_error":true}
+{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"x"}}}`), uint64(1<<7))
+	f.Fuzz(func(t *testing.T, stream []byte, interrupts uint64) {
 		var d Decoder
-		for i, p := range d.Line(line, interrupted) {
-			b, err := schemas.Encode(schemas.Event{Turn: 1, Payload: p})
-			if err != nil {
-				t.Fatalf("event %d of %q does not encode: %v", i, line, err)
+		blocks := map[int]string{} // tool calls started in the current message, by block index
+		for i, raw := range bytes.Split(stream, []byte("\n")) {
+			out := d.Line(raw, interrupts>>(i%64)&1 == 1)
+			for j, p := range out {
+				b, err := schemas.Encode(schemas.Event{Turn: 1, Payload: p})
+				if err != nil {
+					t.Fatalf("line %d, event %d (%q) does not encode: %v", i, j, raw, err)
+				}
+				if err := schematest.ValidateEvent(b); err != nil {
+					t.Fatalf("line %d, event %d (%q) is invalid: %v\n%s", i, j, raw, err, b)
+				}
 			}
-			if err := schematest.ValidateEvent(b); err != nil {
-				t.Fatalf("event %d of %q is invalid: %v\n%s", i, line, err, b)
+			if e, ok := firstError(out); ok && e.Message == "stream-json parse error" {
+				continue // the decoder could not read the line, so it changed nothing
+			}
+			var l struct {
+				Type  string `json:"type"`
+				Event struct {
+					Type         string `json:"type"`
+					Index        int    `json:"index"`
+					ContentBlock struct {
+						Type string `json:"type"`
+						ID   string `json:"id"`
+					} `json:"content_block"`
+				} `json:"event"`
+			}
+			json.Unmarshal(bytes.TrimSpace(raw), &l)
+			switch {
+			case l.Type == "result", l.Type == "stream_event" && l.Event.Type == "message_start":
+				clear(blocks)
+			case l.Type == "stream_event" && l.Event.Type == "content_block_start" && l.Event.ContentBlock.Type == "tool_use":
+				blocks[l.Event.Index] = l.Event.ContentBlock.ID
+			}
+			for _, p := range out {
+				if delta, ok := p.(schemas.ToolInputDelta); ok && delta.ToolCallID != blocks[l.Event.Index] {
+					t.Fatalf("line %d (%q): a fragment for tool call %q, but block %d of this message is %q",
+						i, raw, delta.ToolCallID, l.Event.Index, blocks[l.Event.Index])
+				}
 			}
 		}
 	})
+}
+
+func firstError(ps []schemas.Payload) (schemas.Error, bool) {
+	for _, p := range ps {
+		if e, ok := p.(schemas.Error); ok {
+			return e, true
+		}
+	}
+	return schemas.Error{}, false
 }

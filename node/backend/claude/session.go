@@ -62,6 +62,9 @@ func (b *Backend) Kind() string { return backend.KindClaude }
 // Path is the CLI the backend runs.
 func (b *Backend) Path() string { return b.cfg.Path }
 
+// readBuffer is the size of the buffer stdout is read through.
+const readBuffer = 16 << 10
+
 // maxParseErrors bounds the error events one turn's garbage produces.
 const maxParseErrors = 50
 
@@ -246,7 +249,9 @@ func (s *session) Info() backend.Info {
 // read decodes stdout until EOF, then reports how the process ended.
 func (s *session) read(stdout io.ReadCloser) {
 	defer close(s.readerDone)
-	r := bufio.NewReaderSize(stdout, 256<<10)
+	// A small buffer: it is held for the agent's whole life, mostly idle,
+	// and ReadLine gathers a longer line from several reads.
+	r := bufio.NewReaderSize(stdout, readBuffer)
 	for {
 		line, tooLong, err := backend.ReadLine(r, s.cfg.MaxLine)
 		if len(line) > 0 || tooLong > 0 {

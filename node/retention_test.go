@@ -1,0 +1,63 @@
+package node_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// With the default config a node keeps ten dead agents for review
+// (Kaimon §7.2); past ten, the oldest by last activity are forgotten, by
+// the node and in the fabric's records.
+func TestTenDeadAgentsKeptByDefault(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo")})
+	var ids []string
+	for i := range 12 {
+		id := f.open(schemas.OpenRequest{ID: fmt.Sprintf("dead-%02d", i)})
+		ids = append(ids, id)
+		if rep, err := f.fabric.Close(f.ctx(30*time.Second), id); err != nil || !rep.Closed {
+			t.Fatalf("close %s: %+v %v", id, rep, err)
+		}
+		// Close returns once the agent is dead and retired, so the node's
+		// list is settled.
+		var kept []string
+		for _, r := range nodeList(t, f) {
+			kept = append(kept, r.ID)
+			if r.Status != schemas.StatusDead {
+				t.Errorf("%s is %s after its close", r.ID, r.Status)
+			}
+		}
+		slices.Sort(kept)
+		want := ids[max(0, len(ids)-10):]
+		if !slices.Equal(kept, want) {
+			t.Fatalf("after closing %d agents the node keeps %v, want the newest ten %v", len(ids), kept, want)
+		}
+	}
+	for _, id := range ids[:2] {
+		var rec schemas.AgentRecord
+		err := f.ask(schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rec)
+		if schemas.CodeOf(err) != schemas.CodeNotFound || err.Error() != "no such agent: "+id {
+			t.Errorf("status of forgotten %s: %v", id, err)
+		}
+		eventually(t, 10*time.Second, "the fabric forgets "+id, func() bool {
+			_, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+			return schemas.CodeOf(err) == schemas.CodeNotFound
+		})
+	}
+	for _, id := range ids[2:] {
+		rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
+		if err != nil || rec.Status != schemas.StatusDead {
+			t.Errorf("status of kept %s: %+v %v", id, rec, err)
+		}
+	}
+	// The node still answers agent_output for a forgotten agent from its
+	// event log (Kaimon §3 agent_output).
+	var direct schemas.OutputReply
+	if err := f.ask(schemas.VerbOutput, schemas.OutputRequest{AgentID: ids[0]}, &direct); err != nil || direct.Status != schemas.StatusDead {
+		t.Errorf("the node's output of a forgotten agent: %+v %v", direct, err)
+	}
+}
