@@ -398,20 +398,13 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	if !ok {
 		return schemas.SetModelReply{Switched: false}, nil
 	}
-	switched, err := ms.SetModel(ctx, req.Model)
-	if err != nil || !switched {
+	model, err := ms.SetModel(ctx, req.Model)
+	if err != nil {
+		a.log.Info("set_model refused", "model", req.Model, "err", err)
 		return schemas.SetModelReply{Switched: false}, nil
 	}
-	// The record keeps a model string that routes to this agent's
-	// backend: a local model's bare tag ("qwen3:8b") gets its prefix.
-	model := req.Model
 	a.mu.Lock()
-	if kind, _ := backend.Route(a.rec.Model); kind != backend.KindClaude {
-		if k, _ := backend.Route(model); k != kind {
-			model = kind + ":" + model
-		}
-	}
-	a.rec.Model = model
+	a.rec.Model = model // as the backend reads it back, prefix and all
 	a.mu.Unlock()
 	h.recs.mark(a, true)
 	return schemas.SetModelReply{Switched: true}, nil

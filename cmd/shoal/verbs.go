@@ -402,7 +402,7 @@ func closeCommand() *command {
 					return err
 				}
 				if !rep.Closed && !v.json {
-					return fmt.Errorf("no such agent: %s", id)
+					return schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 				}
 				return v.reply(rep, "closed")
 			}

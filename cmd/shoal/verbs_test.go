@@ -107,13 +107,13 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"send", "ghost", "hi"}, 1, "shoal send: no such agent: ghost"},
-		{[]string{"send", id, "hi"}, 1, "shoal send: agent 'cli-agent' is dead"},
-		{[]string{"send"}, 2, "shoal send: missing the agent id"},
-		{[]string{"send", "Bad!"}, 2, "shoal send: agent id \"Bad!\""},
-		{[]string{"open", "/does/not/exist"}, 1, "shoal open: agent cwd does not exist: /does/not/exist"},
-		{[]string{"open", "--permission", "yolo", work}, 1, `unknown permission preset "yolo"`},
-		{[]string{"close", "ghost"}, 1, "shoal close: no such agent: ghost"},
+		{[]string{"send", "ghost", "hi"}, exitNotFound, "shoal send: no such agent: ghost"},
+		{[]string{"send", id, "hi"}, exitUnavailable, "shoal send: agent 'cli-agent' is dead"},
+		{[]string{"send"}, exitUsage, "shoal send: missing the agent id"},
+		{[]string{"send", "Bad!"}, exitUsage, "shoal send: agent id \"Bad!\""},
+		{[]string{"open", "/does/not/exist"}, exitUsage, "shoal open: agent cwd does not exist: /does/not/exist"},
+		{[]string{"open", "--permission", "yolo", work}, exitUsage, `unknown permission preset "yolo"`},
+		{[]string{"close", "ghost"}, exitNotFound, "shoal close: no such agent: ghost"},
 		{[]string{"status", "--nats", "nats://127.0.0.1:1", "x"}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
 	} {
 		code, _, errOut := shoal(c.args...)

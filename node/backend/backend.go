@@ -38,7 +38,10 @@ type Session interface {
 // ModelSetter is implemented by sessions that can switch models while
 // keeping their conversation.
 type ModelSetter interface {
-	SetModel(ctx context.Context, model string) (bool, error)
+	// SetModel switches to model, given as the caller gave it, and returns
+	// the full model string the agent now runs (with its backend's prefix,
+	// as Route reads it), or an error saying why it did not switch.
+	SetModel(ctx context.Context, model string) (string, error)
 }
 
 // Info describes a running session.

@@ -276,8 +276,11 @@ func TestOpencode(t *testing.T) {
 	writes(t, r, "write", "filePath", false, false)
 
 	// The model can be switched in place.
-	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "fake/fake-model"); !ok || err != nil {
-		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	if m, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "acp:opencode:fake/fake-model"); m != "acp:opencode:fake/fake-model" || err != nil {
+		t.Fatalf("set_model: %q %v; events %s", m, err, summary(r.rec.since(0)))
+	}
+	if m, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "fake/fake-model"); m != "" || err == nil {
+		t.Errorf("set_model without acp:opencode: switched to %q (%v); Kaimon requires the full id", m, err)
 	}
 
 	// An interrupted turn reports cancelled; the next turn's output is its own.
@@ -387,8 +390,8 @@ func TestClaudeAgentACP(t *testing.T) {
 	// answer confines it.
 	writes(t, r, "Write", "file_path", true, false)
 
-	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "default"); !ok || err != nil {
-		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	if m, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "acp:"+acp.AgentClaude+":default"); m != "acp:"+acp.AgentClaude+":default" || err != nil {
+		t.Fatalf("set_model: %q %v; events %s", m, err, summary(r.rec.since(0)))
 	}
 
 	interruptThenTwoTurns(t, r)
@@ -524,8 +527,8 @@ func TestGemini(t *testing.T) {
 	// path outside fails before anything reaches Shoal.
 	writes(t, r, "write_file", "file_path", true, true)
 
-	if ok, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "gemini-3.8-flash"); !ok || err != nil {
-		t.Fatalf("set_model: %v %v; events %s", ok, err, summary(r.rec.since(0)))
+	if m, err := r.sess.(backend.ModelSetter).SetModel(t.Context(), "acp:"+acp.AgentGemini+":gemini-3.8-flash"); m != "acp:"+acp.AgentGemini+":gemini-3.8-flash" || err != nil {
+		t.Fatalf("set_model: %q %v; events %s", m, err, summary(r.rec.since(0)))
 	}
 
 	interruptThenTwoTurns(t, r)

@@ -695,30 +695,31 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 
 // SetModel implements backend.ModelSetter. model is a model id, or a
 // whole acp:<agent>:<model> naming this agent.
-func (s *session) SetModel(ctx context.Context, model string) (bool, error) {
-	if rest, ok := strings.CutPrefix(model, backend.KindACP+":"); ok {
-		agent, m, err := SplitModel(rest)
-		if err != nil {
-			return false, err
-		}
-		if agent != s.agent {
-			return false, fmt.Errorf("this agent is acp:%s; it cannot become acp:%s", s.agent, agent)
-		}
-		model = m
+func (s *session) SetModel(ctx context.Context, model string) (string, error) {
+	rest, ok := strings.CutPrefix(model, backend.KindACP+":")
+	if !ok {
+		return "", fmt.Errorf("%q is not an ACP model (acp:%s:<model>)", model, s.agent)
 	}
-	if model == "" {
-		return false, errors.New("no model given")
+	agent, m, err := SplitModel(rest)
+	if err != nil {
+		return "", err
 	}
-	if err := s.set(ctx, "model", model); err != nil {
+	if agent != s.agent {
+		return "", fmt.Errorf("this agent is acp:%s; it cannot become acp:%s", s.agent, agent)
+	}
+	if m == "" {
+		return "", errors.New("no model given")
+	}
+	if err := s.set(ctx, "model", m); err != nil {
 		s.mu.Lock()
 		s.emit(s.turn(), schemas.Errorf("%v", err))
 		s.mu.Unlock()
-		return false, nil
+		return "", err
 	}
 	s.mu.Lock()
-	s.model = model
+	s.model = m
 	s.mu.Unlock()
-	return true, nil
+	return backend.KindACP + ":" + s.agent + ":" + m, nil
 }
 
 // Info implements backend.Session.

@@ -316,17 +316,20 @@ func (s *session) Interrupt(context.Context) (bool, error) {
 }
 
 // SetModel implements backend.ModelSetter: the next round asks the new
-// model, which may be given with its kind's prefix.
-func (s *session) SetModel(_ context.Context, model string) (bool, error) {
+// model, which may be given with its kind's prefix or as a bare tag.
+func (s *session) SetModel(_ context.Context, model string) (string, error) {
 	if kind, rest := backend.Route(model); kind == s.b.cfg.Kind {
 		model = rest
 	} else if kind != backend.KindClaude {
-		return false, fmt.Errorf("this agent runs %s models; it cannot switch to %s", s.b.cfg.Kind, model)
+		return "", fmt.Errorf("this agent runs %s models; it cannot switch to %s", s.b.cfg.Kind, model)
+	}
+	if model == "" {
+		return "", errors.New("no model given")
 	}
 	s.mu.Lock()
 	s.model = model
 	s.mu.Unlock()
-	return true, nil
+	return s.b.cfg.Kind + ":" + model, nil
 }
 
 // Info implements backend.Session: no process, no vendor session.
