@@ -311,6 +311,9 @@ func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req,
 		case *schemas.CloseReply:
 			*r = schemas.CloseReply{Closed: true}
 			return nil
+		case *schemas.SetModelReply:
+			*r = schemas.SetModelReply{Switched: false}
+			return nil
 		}
 		if verb == schemas.VerbSend || verb == schemas.VerbRun {
 			return schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)

@@ -154,7 +154,7 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 		return err
 	}
 	n := tail.Last
-	events := tail.Orphaned(rec.Turn, "node "+rec.Node+" was lost")
+	events := tail.Orphaned(rec.Turn, rec.Status == schemas.StatusWorking, "node "+rec.Node+" was lost")
 	for _, ev := range events {
 		n++
 		env, err := schemas.Encode(ev)

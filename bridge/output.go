@@ -47,7 +47,7 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 	target := current
 	if req.Turn != nil {
 		target = *req.Turn
-		if f := life.first; f.N > 1 && target > 0 && (life.started == 0 || target < life.started) {
+		if f := life.first; f.N > 0 && !life.whole && target > 0 && (life.started == 0 || target < life.started) {
 			whole := "holds no whole turn"
 			if life.started > 0 {
 				whole = fmt.Sprintf("turn %d is the first it holds whole", life.started)
@@ -96,6 +96,7 @@ func (f *Fabric) OutputFromStream(ctx context.Context, req schemas.OutputRequest
 // life is what agent_output needs of one life of an agent.
 type life struct {
 	first   Replayed // the oldest event the stream still has
+	whole   bool     // the stream still has this life's beginning
 	started int      // the first turn whose start the stream still has
 	turns   map[int]*turnLog
 	partial map[int]string  // each turn's streamed text
@@ -130,6 +131,7 @@ func (f *Fabric) readLife(ctx context.Context, id string) (*life, error) {
 	err := f.Replay(ctx, []string{id}, From{}, false, func(r Replayed, _ *Gap) error {
 		if first.N == 0 {
 			first = r
+			l.whole = r.N == 1
 		}
 		if ev, err := r.Event(); err == nil {
 			l.add(ev)
@@ -160,7 +162,8 @@ func (l *life) add(ev schemas.Event) {
 		}
 	case schemas.Status:
 		if p.Status == schemas.StatusIdle && ev.Turn == 0 {
-			*l = *newLife() // a new life of the id
+			*l = *newLife() // a new life of the id, from its beginning
+			l.whole = true
 		}
 	case schemas.AssistantText:
 		if p.Content.Type != schemas.ContentText {

@@ -142,6 +142,15 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 				return done(err)
 			}
 		}
+		caughtUp := !follow && r.Seq >= end
+		if meta, err := msg.Metadata(); err == nil && follow {
+			caughtUp = meta.NumPending == 0
+		}
+		if caughtUp {
+			if err := rs.missed(); err != nil {
+				return err
+			}
+		}
 		if !follow && r.Seq >= end {
 			return nil
 		}
@@ -198,6 +207,8 @@ type replayState struct {
 	started   bool              // that turn has begun (always, for other replays)
 	pending   *Replayed         // a user's text held back while looking for the turn it starts
 	first     uint64            // the number of the first event seen (a replay from a turn names one agent)
+	whole     bool              // the life being read began in the stored history
+	passed    *Replayed         // the start of a later turn, where the turn asked for was dropped
 	fromStart bool              // the replay asked for every stored event
 	next      map[string]uint64 // the event number each agent should show next
 	fn        func(Replayed, *Gap) error
@@ -205,21 +216,28 @@ type replayState struct {
 
 // add delivers r, or holds it back while a replay from a turn has not
 // reached that turn yet. A turn that begins past the one asked for, in a
-// history whose first events are gone, means the turn asked for is past
-// the stream's retention: an error, rather than a silent skip ahead.
+// life whose beginning the stream no longer has, means the turn asked
+// for was dropped by retention; a later life of the id may still have
+// it, so the replay reads on, and says so (missed) once it has caught up
+// without finding it, rather than skipping ahead in silence.
 func (rs *replayState) add(r *Replayed) error {
 	if rs.first == 0 {
-		rs.first = r.N
+		rs.first, rs.whole = r.N, r.N == 1
 	}
 	if !rs.started {
 		switch {
+		case r.Turn == 0 && isIdle(*r):
+			rs.whole = true // a new life of the id, from its beginning
+			return nil
 		case r.Kind == schemas.KindUserText:
 			rs.pending = r
 			return nil
 		case r.Turn >= rs.turn && (r.Kind == schemas.KindTurnStarted || isWorking(*r)):
-			if r.Turn > rs.turn && rs.first > 1 {
-				return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and turn %d is the first it holds whole",
-					rs.turn, r.Agent, rs.first, r.Turn)
+			if r.Turn > rs.turn && !rs.whole {
+				if rs.passed == nil {
+					rs.passed = r
+				}
+				return nil
 			}
 			rs.started = true
 			if p := rs.pending; p != nil && p.Turn == rs.turn-1 {
@@ -232,6 +250,17 @@ func (rs *replayState) add(r *Replayed) error {
 		}
 	}
 	return rs.deliver(r)
+}
+
+// missed is the error of a replay from a turn that has caught up with
+// the stream without finding the turn, which retention dropped; nil
+// otherwise.
+func (rs *replayState) missed() error {
+	if rs.started || rs.passed == nil {
+		return nil
+	}
+	return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and turn %d is the first it holds whole",
+		rs.turn, rs.passed.Agent, rs.first, rs.passed.Turn)
 }
 
 // lastOf is the last stored message on any of the subjects, or nil.
@@ -259,13 +288,17 @@ func done(err error) error {
 	return err
 }
 
-func isWorking(r Replayed) bool {
+func isWorking(r Replayed) bool { return hasStatus(r, schemas.StatusWorking) }
+
+func isIdle(r Replayed) bool { return hasStatus(r, schemas.StatusIdle) }
+
+func hasStatus(r Replayed, status schemas.AgentStatus) bool {
 	if r.Kind != schemas.KindStatus {
 		return false
 	}
 	ev, err := r.Event()
 	st, ok := ev.Payload.(schemas.Status)
-	return err == nil && ok && st.Status == schemas.StatusWorking
+	return err == nil && ok && st.Status == status
 }
 
 // deliver hands an event to fn, with the gap before it if its number is
@@ -345,7 +378,7 @@ func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64
 		return 0, false, err
 	}
 	if first == nil {
-		return 0, false, schemas.Errf(schemas.CodeNotFound, "agent %s has no events in the stream", id)
+		return info.State.LastSeq + 1, false, nil // none yet, or none kept
 	}
 	if n < firstN {
 		return 0, false, schemas.Errf(schemas.CodeNotFound, "agent %s's events before %d are past the stream's retention; its history now starts at event %d", id, firstN, firstN)

@@ -100,3 +100,54 @@ func TestFollowFromAnEventNotStoredYet(t *testing.T) {
 		}
 	}
 }
+
+// A reused id whose first life lost its first turn to retention: a
+// replay from turn 1 finds the second life's turn 1 instead of failing,
+// and agent_output reads the second life's turns; a following replay
+// from a turn no life still has says so once it has caught up.
+func TestReplayFromATurnOfAReusedID(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	a := &agentStream{t: t, js: js, id: "reused"}
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
+	a.turn(1, "first")  // events 2-8
+	a.turn(2, "second") // events 9-15
+	a.emit(2, schemas.Status{Status: schemas.StatusDead})
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle}) // 17: the second life
+	a.turn(1, "again")                                    // 18-24
+	s, _ := js.Stream(t.Context(), schemas.StreamName)
+	if err := s.Purge(t.Context(), jetstream.WithPurgeSequence(10)); err != nil { // events 1-9 are gone
+		t.Fatal(err)
+	}
+	var c collected
+	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 1}, false, c.fn); err != nil || !equal(c.numbers(), seq(18, 24)) {
+		t.Errorf("replay from turn 1: %v %v, want the second life's turn, events 18-24", c.numbers(), err)
+	}
+	kv, _ := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	kv.Put(t.Context(), "reused", []byte(`{"id":"reused","status":"idle","turn":1,"node":"n1"}`))
+	turn := 1
+	out, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "reused", Turn: &turn})
+	if err != nil || out.Text != "again" {
+		t.Errorf("agent_output of the second life's turn 1: %+v %v", out, err)
+	}
+
+	// Another agent loses its turn 1 (and nothing else has one).
+	l := &agentStream{t: t, js: js, id: "lost"}
+	l.emit(0, schemas.Status{Status: schemas.StatusIdle})
+	l.turn(1, "first")
+	l.turn(2, "second")
+	info, _ := s.Info(t.Context())
+	if err := s.Purge(t.Context(), jetstream.WithPurgeSubject("agent.lost"), jetstream.WithPurgeSequence(info.State.LastSeq-6)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var followed collected
+	err = f.Replay(ctx, []string{"lost"}, bridge.From{Turn: 1}, true, followed.fn)
+	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), "turn 1 of agent lost is past the stream's retention") || len(followed.evs) != 0 {
+		t.Errorf("a following replay from a dropped turn: %v (%v), after %v", err, ctx.Err(), followed.numbers())
+	}
+	c.check(t)
+}

@@ -9,25 +9,28 @@ import (
 
 // A retry that arrives while the first request still runs (or after)
 // gets the first reply; the operation runs once. Another key runs on its
-// own, and a key past the window runs again.
+// own, a key past the window runs again, and so does one whose reply was
+// not kept (a failure that may pass).
 func TestDedupeRetryWhileRunning(t *testing.T) {
 	d := newDedupe(time.Hour)
 	var runs atomic.Int32
 	release := make(chan struct{})
 	started := make(chan struct{})
-	slow := func() []byte {
+	slow := func() ([]byte, bool) {
 		if runs.Add(1) == 1 {
 			close(started)
 		}
 		<-release
-		return []byte("first")
+		return []byte("first"), true
 	}
 	var wg sync.WaitGroup
 	replies := make([]string, 4)
 	wg.Go(func() { replies[0] = string(d.do("send/a/r1", slow)) })
 	<-started
 	for i := 1; i < len(replies); i++ {
-		wg.Go(func() { replies[i] = string(d.do("send/a/r1", func() []byte { runs.Add(1); return []byte("again") })) })
+		wg.Go(func() {
+			replies[i] = string(d.do("send/a/r1", func() ([]byte, bool) { runs.Add(1); return []byte("again"), true }))
+		})
 	}
 	close(release)
 	wg.Wait()
@@ -39,14 +42,21 @@ func TestDedupeRetryWhileRunning(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the operation ran %d times, want once", n)
 	}
-	if got := string(d.do("send/b/r1", func() []byte { return []byte("other") })); got != "other" {
+	if got := string(d.do("send/b/r1", func() ([]byte, bool) { return []byte("other"), true })); got != "other" {
 		t.Errorf("another key got %q", got)
 	}
 
+	if got := string(d.do("open/x/r2", func() ([]byte, bool) { return []byte("unavailable"), false })); got != "unavailable" {
+		t.Errorf("a failure that may pass answered %q", got)
+	}
+	if got := string(d.do("open/x/r2", func() ([]byte, bool) { return []byte("opened"), true })); got != "opened" {
+		t.Errorf("the retry of a failure that may pass got %q, want a fresh run", got)
+	}
+
 	short := newDedupe(time.Nanosecond)
-	short.do("k", func() []byte { return []byte("one") })
+	short.do("k", func() ([]byte, bool) { return []byte("one"), true })
 	time.Sleep(time.Millisecond) // past a one-nanosecond window
-	if got := string(short.do("k", func() []byte { return []byte("two") })); got != "two" {
+	if got := string(short.do("k", func() ([]byte, bool) { return []byte("two"), true })); got != "two" {
 		t.Errorf("a request past the window got %q, want a fresh run", got)
 	}
 }

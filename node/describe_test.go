@@ -74,5 +74,6 @@ func TestDescribeAndRefresh(t *testing.T) {
 	if turn := f.send(id, "hello"); turn != 1 {
 		t.Errorf("the first turn is %d", turn)
 	}
+	schematest.ControlValue(t, "node_record", describe())
 	schematest.ControlValue(t, "nodes_reply", schemas.NodesReply{Nodes: []schemas.NodeRecord{describe()}})
 }

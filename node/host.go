@@ -315,11 +315,13 @@ func (h *Host) kinds() []string {
 
 // reconcileRecords closes what a previous run of this node left open:
 // the agents its records still call alive did not survive the restart.
-// Each gets the closing events a lost node's agents get from the
-// coordinator (which never sees a node that restarts within its
-// heartbeat's lifetime as lost), then its record is marked dead, so none
-// is silently resurrected. It waits, within limits, for those events to
-// be stored, so an id reopened right away numbers its events after them.
+// Each record is marked dead (so none is silently resurrected), and the
+// agent's stream gets the closing events a lost node's agents get from
+// the coordinator, which never sees a node that restarts within its
+// heartbeat's lifetime as lost. As with the coordinator, whoever marks
+// the record dead closes the stream. It waits, within limits, for those
+// events to be stored, so an id reopened right away numbers its events
+// after them.
 func (h *Host) reconcileRecords(ctx context.Context) {
 	owned, err := h.store.owned(ctx)
 	if err != nil {
@@ -350,9 +352,18 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 	wait := map[string]uint64{}
 	now := time.Now()
 	for _, o := range orphans {
+		// Marking the record dead first decides who closes the stream: a
+		// coordinator that judged this node lost meanwhile has written
+		// it, and closed the stream itself.
+		dead := o.rec
+		dead.Status = schemas.StatusDead
+		if _, err := h.store.update(ctx, o.e.id, encodeRecord(dead), o.e.rev); err != nil {
+			h.log.Warn("cannot mark a lost agent dead; leaving its stream to whoever did", "agent", o.e.id, "err", err)
+			continue
+		}
 		if tail, ok := tails[o.e.id]; ok {
 			seq := tail.Last
-			for _, ev := range tail.Orphaned(o.rec.Turn, "node "+h.cfg.Name+" restarted") {
+			for _, ev := range tail.Orphaned(o.rec.Turn, o.rec.Status == schemas.StatusWorking, "node "+h.cfg.Name+" restarted") {
 				wire, err := schemas.Encode(ev)
 				if err != nil {
 					h.log.Error("cannot encode a closing event", "agent", o.e.id, "err", err)
@@ -364,10 +375,6 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 			if seq > tail.Last {
 				wait[o.e.id] = seq
 			}
-		}
-		o.rec.Status = schemas.StatusDead
-		if _, err := h.store.update(ctx, o.e.id, encodeRecord(o.rec), o.e.rev); err != nil {
-			h.log.Warn("cannot mark a lost agent dead", "agent", o.e.id, "err", err)
 		}
 		h.log.Info("closed an agent a previous run of this node left open", "agent", o.e.id)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,7 +126,11 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	sess, err := be.Start(ctx, spec, a)
 	if err != nil {
 		a.closeFiles()
-		return unclaim(schemas.Errf(schemas.CodeInvalid, "%v", err))
+		code := schemas.CodeInvalid
+		if _, ok := errors.AsType[*backend.LaunchError](err); ok {
+			code = schemas.CodeUnavailable // this node cannot run it
+		}
+		return unclaim(schemas.Errf(code, "%v", err))
 	}
 	a.sess = sess
 	if pid := sess.Info().PID; pid > 0 {

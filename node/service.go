@@ -24,7 +24,7 @@ type endpoint struct {
 func (h *Host) endpoints() []endpoint {
 	d := newDedupe(2 * time.Minute)
 	return []endpoint{
-		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return r.RequestID }, h.OpenAgent)},
+		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
 		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
 		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
 		{schemas.VerbOutput, handle(h, nil, schemas.VerbOutput, nil, h.Output)},
@@ -58,15 +58,19 @@ func handle[Req, Rep any](h *Host, d *dedupe, verb schemas.Verb, requestID func(
 				respond(r, nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err))
 				return
 			}
-			do := func() []byte {
+			do := func() ([]byte, bool) {
 				rep, err := op(h.ctx, req)
-				return reply(rep, err)
+				code := schemas.CodeOf(err)
+				// A failure that may pass (a node busy or away, a
+				// timeout) is not kept: a retry tries again.
+				return reply(rep, err), code != schemas.CodeUnavailable && code != schemas.CodeTimeout
 			}
 			if d != nil && requestID != nil && requestID(req) != "" {
 				r.Respond(d.do(string(verb)+"/"+requestID(req), do))
 				return
 			}
-			r.Respond(do())
+			rep, _ := do()
+			r.Respond(rep)
 		}()
 	})
 }
@@ -124,7 +128,7 @@ func newDedupe(window time.Duration) *dedupe {
 	return &dedupe{window: window, entries: map[string]*dedupeEntry{}}
 }
 
-func (d *dedupe) do(key string, fn func() []byte) []byte {
+func (d *dedupe) do(key string, fn func() (reply []byte, keep bool)) []byte {
 	d.mu.Lock()
 	now := time.Now()
 	for k, e := range d.entries {
@@ -140,9 +144,12 @@ func (d *dedupe) do(key string, fn func() []byte) []byte {
 	e := &dedupeEntry{done: make(chan struct{})}
 	d.entries[key] = e
 	d.mu.Unlock()
-	rep := fn()
+	rep, keep := fn()
 	d.mu.Lock()
 	e.reply, e.at = rep, time.Now()
+	if !keep {
+		delete(d.entries, key) // those waiting have it; later retries run again
+	}
 	d.mu.Unlock()
 	close(e.done)
 	return rep

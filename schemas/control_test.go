@@ -44,13 +44,14 @@ func controlSamples() map[string]any {
 		"events_reply": schemas.EventsReply{AgentID: "a", NextEvent: 4, More: true,
 			Events: []schemas.StoredEvent{{N: 3, Time: "2026-11-29T10:00:00Z", Node: "n1", Event: json.RawMessage(`{"kind":"turn_started","turn":1,"data":{}}`)}},
 			Gaps:   []schemas.EventGap{{From: 1, To: 2}}},
-		"nodes_reply":        schemas.NodesReply{Nodes: []schemas.NodeRecord{{Name: "n1"}}},
+		"nodes_reply":        schemas.NodesReply{Nodes: []schemas.NodeRecord{sampleNode}},
+		"node_record":        sampleNode,
 		"replay_request":     schemas.ReplayRequest{Agents: []string{"a"}, FromEvent: 3, FromTurn: 2, Since: "2026-11-29T10:00:00Z", New: true, Follow: true},
 		"relay_hello_reply":  schemas.RelayHelloReply{NameTaken: true, NodeTTLMS: 15000},
 		"relay_entry":        schemas.RelayEntry{Found: true, Revision: 3, Value: recordJSON},
 		"relay_owned_reply":  schemas.RelayOwnedReply{Records: []schemas.RelayEntry{{Found: true, Revision: 3, Value: recordJSON}}},
 		"relay_last_request": schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},
-		"relay_last_reply":   schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}},
+		"relay_last_reply":   schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}, Tails: map[string]schemas.Tail{"9f3a1c20": {Last: 42, Turn: 3, Open: true, Errored: true}}},
 	}
 }
 
@@ -143,4 +144,15 @@ func jsonFields(t reflect.Type) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+var sampleNode = schemas.NodeRecord{
+	Name: "n1", Version: "0.1.0", Instance: "c0ffee", Labels: map[string]string{"gpu": "yes"},
+	Backends: []schemas.BackendInfo{
+		{Kind: "claude", Path: "/usr/bin/claude", Version: "2.1.197", Ready: true},
+		{Kind: "ollama", Host: "http://127.0.0.1:11434", Models: []string{"qwen3:8b"}, Ready: true},
+		{Kind: "acp", Agent: "gemini", Problem: "gemini was not found", Ready: false},
+	},
+	Host:   schemas.HostInfo{Hostname: "box", OS: "linux", Arch: "amd64", CPUs: 2, MemoryBytes: 1 << 30, GPUs: []string{}},
+	Agents: 1, MaxAgents: 4, StartedAt: 1.5e9, Heartbeat: 1.5e9,
 }

@@ -16,6 +16,10 @@ type Tail struct {
 	// Ended says the last event is a dead or closed status: the stream is
 	// closed already.
 	Ended bool `json:"ended,omitempty"`
+	// Errored says the last event is an error, which comes inside a turn
+	// or between turns (an unreadable line, the outbox's notice): whether
+	// a turn is open is then the agent record's to say.
+	Errored bool `json:"errored,omitempty"`
 }
 
 // TailOf is the tail of a stream whose last message carries msgID (its
@@ -38,6 +42,8 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 	case Status:
 		t.Open = p.Status == StatusWorking
 		t.Ended = p.Status == StatusDead || p.Status == StatusClosed
+	case Error:
+		t.Errored = true
 	}
 	return t, nil
 }
@@ -46,13 +52,18 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // process is gone: an error saying why (what happened, such as "node mac
 // was lost"), a cancelled result when a turn was open, and status dead.
 // turn is the agent's current turn, used when the stream leaves none
-// open. Nothing is returned for a stream that is closed already.
-func (t Tail) Orphaned(turn int, what string) []Event {
+// open, and working what its record says, used when the stream cannot
+// tell. Nothing is returned for a stream that is closed already.
+func (t Tail) Orphaned(turn int, working bool, what string) []Event {
 	if t.Ended {
 		return nil
 	}
+	open := t.Open
+	if t.Errored {
+		open = working
+	}
 	var evs []Event
-	if t.Open {
+	if open {
 		turn = t.Turn
 		evs = append(evs,
 			Event{Turn: turn, Payload: Errorf("%s during turn %d; the turn cannot finish", what, turn)},

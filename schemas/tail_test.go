@@ -11,25 +11,28 @@ func TestTailOrphaned(t *testing.T) {
 		return b
 	}
 	cases := []struct {
-		name  string
-		last  Event
-		kinds []Kind // what Orphaned(5, ...) returns
-		turn  int    // the turn of what it returns
+		name    string
+		last    Event
+		working bool   // what the agent's record says
+		kinds   []Kind // what Orphaned(5, ...) returns
+		turn    int    // the turn of what it returns
 	}{
-		{"mid-turn", Event{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("x")}}, []Kind{KindError, KindResult, KindStatus}, 3},
-		{"working", Event{Turn: 3, Payload: Status{Status: StatusWorking}}, []Kind{KindError, KindResult, KindStatus}, 3},
-		{"after a result", Event{Turn: 3, Payload: Result{StopReason: StopEndTurn}}, []Kind{KindError, KindStatus}, 5},
-		{"idle", Event{Turn: 3, Payload: Status{Status: StatusIdle}}, []Kind{KindError, KindStatus}, 5},
-		{"a user's text", Event{Turn: 3, Payload: UserText{Content: Text("q")}}, []Kind{KindError, KindStatus}, 5},
-		{"dead", Event{Turn: 3, Payload: Status{Status: StatusDead}}, nil, 0},
-		{"closed", Event{Turn: 3, Payload: Status{Status: StatusClosed}}, nil, 0},
+		{"mid-turn", Event{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("x")}}, false, []Kind{KindError, KindResult, KindStatus}, 3},
+		{"working", Event{Turn: 3, Payload: Status{Status: StatusWorking}}, false, []Kind{KindError, KindResult, KindStatus}, 3},
+		{"after a result", Event{Turn: 3, Payload: Result{StopReason: StopEndTurn}}, false, []Kind{KindError, KindStatus}, 5},
+		{"idle", Event{Turn: 3, Payload: Status{Status: StatusIdle}}, false, []Kind{KindError, KindStatus}, 5},
+		{"a user's text", Event{Turn: 3, Payload: UserText{Content: Text("q")}}, false, []Kind{KindError, KindStatus}, 5},
+		{"dead", Event{Turn: 3, Payload: Status{Status: StatusDead}}, false, nil, 0},
+		{"closed", Event{Turn: 3, Payload: Status{Status: StatusClosed}}, false, nil, 0},
+		{"an error between turns", Event{Turn: 3, Payload: Errorf("unreadable")}, false, []Kind{KindError, KindStatus}, 5},
+		{"an error in a turn", Event{Turn: 3, Payload: Errorf("unreadable")}, true, []Kind{KindError, KindResult, KindStatus}, 3},
 	}
 	for _, c := range cases {
 		tail, err := TailOf(MsgID("a", 42), enc(c.last))
 		if err != nil || tail.Last != 42 {
 			t.Fatalf("%s: %+v %v", c.name, tail, err)
 		}
-		evs := tail.Orphaned(5, "node x was lost")
+		evs := tail.Orphaned(5, c.working, "node x was lost")
 		if len(evs) != len(c.kinds) {
 			t.Errorf("%s: %d closing events, want %d", c.name, len(evs), len(c.kinds))
 			continue
@@ -60,7 +63,7 @@ func TestTailOrphaned(t *testing.T) {
 	if tail, err := TailOf(MsgID("a", 7), []byte("not an envelope")); err != nil || tail != (Tail{Last: 7}) {
 		t.Errorf("an undecodable last event: %+v %v", tail, err)
 	}
-	if evs := (Tail{}).Orphaned(0, "node x restarted"); len(evs) != 2 {
+	if evs := (Tail{}).Orphaned(0, false, "node x restarted"); len(evs) != 2 {
 		t.Errorf("an empty stream closes with %d events, want an error and status dead", len(evs))
 	}
 }

@@ -216,16 +216,23 @@ func (p *Process) exited(ctx context.Context, d time.Duration) bool {
 func launchError(name string, err error) error {
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("could not launch `%s`: not found on PATH; install it on this node or give its path", name)
+		return &LaunchError{fmt.Sprintf("could not launch `%s`: not found on PATH; install it on this node or give its path", name)}
 	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("could not launch `%s`: permission denied", name)
+		return &LaunchError{fmt.Sprintf("could not launch `%s`: permission denied", name)}
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return fmt.Errorf("could not launch `%s` (%s)", name, errno.Error())
+		return &LaunchError{fmt.Sprintf("could not launch `%s` (%s)", name, errno.Error())}
 	}
-	return fmt.Errorf("could not launch `%s`", name)
+	return &LaunchError{fmt.Sprintf("could not launch `%s`", name)}
 }
+
+// LaunchError says an agent's program could not be started on this
+// machine (missing, not executable): the node cannot run it, whatever
+// the request. It never carries the environment.
+type LaunchError struct{ msg string }
+
+func (e *LaunchError) Error() string { return e.msg }
 
 // ExitDescription says how a process ended: "exit status 1", "killed by
 // signal: terminated".
