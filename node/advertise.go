@@ -130,11 +130,5 @@ func (a *advertiser) leave(ctx context.Context) {
 func (h *Host) liveAgents() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, a := range h.agents {
-		if !a.isDead() {
-			n++
-		}
-	}
-	return n
+	return h.liveAgentsLocked()
 }

@@ -85,11 +85,16 @@ func (s *directStore) lastEvents(ctx context.Context, ids []string) (map[string]
 	if err != nil {
 		return nil, err
 	}
+	return lastOfTails(tails), nil
+}
+
+// lastOfTails is each agent's last event number.
+func lastOfTails(tails map[string]schemas.Tail) map[string]uint64 {
 	last := make(map[string]uint64, len(tails))
 	for id, t := range tails {
 		last[id] = t.Last
 	}
-	return last, nil
+	return last
 }
 
 func (s *directStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
@@ -180,11 +185,11 @@ func (s *relayStore) eventSubject(agent string) string {
 }
 
 func (s *relayStore) lastEvents(ctx context.Context, ids []string) (map[string]uint64, error) {
-	var rep schemas.RelayLastReply
-	if err := s.ask(ctx, schemas.RelayLast, schemas.RelayLastRequest{Agents: ids}, &rep); err != nil {
+	tails, err := s.tails(ctx, ids)
+	if err != nil {
 		return nil, err
 	}
-	return rep.Last, nil
+	return lastOfTails(tails), nil
 }
 
 func (s *relayStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
