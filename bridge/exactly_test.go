@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/shoalfabric/shoal/bridge"
@@ -18,15 +17,7 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	for _, name := range []string{"a", "b"} {
-		h, err := node.New(node.Config{Name: name, Conn: natstest.Connect(t, srv), Dir: t.TempDir(), Backends: []backend.Backend{instantBackend{}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { h.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
-		<-h.Ready()
+		runNodeOn(t, srv, node.Config{Name: name, Backends: []backend.Backend{instantBackend{}}})
 	}
 	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
@@ -146,15 +147,7 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	be := &countingBackend{}
-	h, err := node.New(node.Config{Name: "n1", Conn: natstest.Connect(t, srv), Dir: t.TempDir(), Backends: []backend.Backend{be}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-h.Ready()
+	runNodeOn(t, srv, node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -188,5 +181,32 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	second := ask("close", req)
 	if string(first) != string(second) || be.closes.Load() != 1 {
 		t.Fatalf("close and its retry through the service answered %s and %s with %d closes; want one close and the first reply twice", first, second, be.closes.Load())
+	}
+}
+
+// runNodeOn runs a node on srv, in process, until the test ends.
+func runNodeOn(t *testing.T, srv *broker.Broker, cfg node.Config) {
+	t.Helper()
+	cfg.Conn = natstest.Connect(t, srv)
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	h, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node %s: %v", cfg.Name, err)
+		}
+	})
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		t.Fatalf("node %s did not start: %v", cfg.Name, err)
 	}
 }

@@ -23,17 +23,7 @@ func TestKilledNodeIsReaped(t *testing.T) {
 	b := natstest.Start(t)
 	dir := t.TempDir()
 	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SHOAL_TEST_NODE=1", "SHOAL_TEST_NATS="+b.ClientURL(),
-		"SHOAL_TEST_DIR="+dir, "SHOAL_TEST_MODE=orphan", "SHOAL_FAKE_PIDFILE="+pidfile)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
+	cmd, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "orphan", "SHOAL_FAKE_PIDFILE="+pidfile)
 
 	client := natstest.Connect(t, b)
 	fabric, err := bridge.NewFabric(client, bridge.FabricConfig{})
