@@ -125,6 +125,10 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 
 // mcpConfig is the config that points the agent at the coordinator's MCP
 // server, with the header that tells the door which agent is calling.
+// alwaysLoad makes the CLI connect to it before its first request and
+// offer its tools directly (not deferred behind ToolSearch): without it
+// the CLI connects in the background, and a turn sent right after the
+// open could go to the model without Shoal's tools.
 func mcpConfig(spec backend.Spec) []byte {
 	headers := map[string]string{schemas.AgentIDHeader: spec.AgentID}
 	if spec.MCP.Token != "" {
@@ -132,7 +136,7 @@ func mcpConfig(spec backend.Spec) []byte {
 	}
 	b, _ := json.MarshalIndent(map[string]any{
 		"mcpServers": map[string]any{
-			schemas.MCPServerName: map[string]any{"type": "http", "url": spec.MCP.URL, "headers": headers},
+			schemas.MCPServerName: map[string]any{"type": "http", "url": spec.MCP.URL, "headers": headers, "alwaysLoad": true},
 		},
 	}, "", "  ")
 	return b

@@ -46,16 +46,17 @@ func TestPlanKaimonOrder(t *testing.T) {
 	}
 	var cfg struct {
 		MCPServers map[string]struct {
-			Type    string            `json:"type"`
-			URL     string            `json:"url"`
-			Headers map[string]string `json:"headers"`
+			Type       string            `json:"type"`
+			URL        string            `json:"url"`
+			Headers    map[string]string `json:"headers"`
+			AlwaysLoad bool              `json:"alwaysLoad"`
 		} `json:"mcpServers"`
 	}
 	if err := json.Unmarshal(l.MCPConfig, &cfg); err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.MCPServers["shoal"]
-	if s.Type != "http" || s.URL != "http://127.0.0.1:7777/mcp" || s.Headers[schemas.AgentIDHeader] != "a1" || s.Headers["Authorization"] != "Bearer tok" {
+	if s.Type != "http" || s.URL != "http://127.0.0.1:7777/mcp" || s.Headers[schemas.AgentIDHeader] != "a1" || s.Headers["Authorization"] != "Bearer tok" || !s.AlwaysLoad {
 		t.Fatalf("MCP config %s", l.MCPConfig)
 	}
 }
