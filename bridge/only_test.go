@@ -1,0 +1,56 @@
+package bridge_test
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// With only, the real claude CLI offers the model exactly the agent's
+// allowlist: the built-in tools it names and, from Shoal's MCP server
+// (loaded before the first request), the Shoal tools it names, which
+// work through the door; nothing else, built in or from Shoal.
+func TestRealClaudeOnly(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb, door := startRecordedFabric(t)
+	fb.startNode(fake)
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_list", Input: json.RawMessage(`{}`)}}},
+		fakemodel.Reply{Text: "Listed."},
+	)
+	rep, err := fb.f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir(), Node: "n1", Only: true,
+		AllowedTools: []string{"Read", schemas.MCPToolPrefix + "agent_list"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, err := fb.f.Run(t.Context(), schemas.RunRequest{AgentID: rep.AgentID, Text: "List the agents.", Timeout: 60})
+	if err != nil || ran.Text != "Listed." {
+		t.Fatalf("run: %+v %v", ran, err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("the model was asked %d times: %s", len(reqs), toolResults(reqs))
+	}
+	offered := reqs[0].Tools
+	for _, want := range []string{"Read", schemas.MCPToolPrefix + "agent_list"} {
+		if !slices.Contains(offered, want) {
+			t.Errorf("the CLI did not offer %s: %v", want, offered)
+		}
+	}
+	for _, tool := range offered {
+		if !slices.Contains([]string{"Read", "ToolSearch", schemas.MCPToolPrefix + "agent_list"}, tool) {
+			t.Errorf("the CLI offered %s, which the allowlist does not name (offered %v)", tool, offered)
+		}
+	}
+	calls := door.toolCalls()
+	if len(calls) != 1 || calls[0].Tool != "agent_list" || calls[0].AgentID != rep.AgentID {
+		t.Fatalf("the door saw %s; want one agent_list from %s", mustJSON(calls), rep.AgentID)
+	}
+	if got := reqs[1].ToolResults; len(got) != 1 || got[0].IsError {
+		t.Errorf("agent_list's result to the model: %+v", got)
+	}
+}
