@@ -142,13 +142,14 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 				return done(err)
 			}
 		}
-		caughtUp := !follow && r.Seq >= end
-		if meta, err := msg.Metadata(); err == nil && follow {
-			caughtUp = meta.NumPending == 0
-		}
-		if caughtUp {
-			if err := rs.missed(); err != nil {
-				return err
+		if rs.passedOver() {
+			// Only then does it matter whether the replay has caught up.
+			caughtUp := !follow && r.Seq >= end
+			if meta, err := msg.Metadata(); err == nil && follow {
+				caughtUp = meta.NumPending == 0
+			}
+			if caughtUp {
+				return rs.missed()
 			}
 		}
 		if !follow && r.Seq >= end {
@@ -252,13 +253,13 @@ func (rs *replayState) add(r *Replayed) error {
 	return rs.deliver(r)
 }
 
+// passedOver reports whether a replay from a turn has passed where the
+// turn would be without finding it.
+func (rs *replayState) passedOver() bool { return !rs.started && rs.passed != nil }
+
 // missed is the error of a replay from a turn that has caught up with
-// the stream without finding the turn, which retention dropped; nil
-// otherwise.
+// the stream without finding the turn, which retention dropped.
 func (rs *replayState) missed() error {
-	if rs.started || rs.passed == nil {
-		return nil
-	}
 	return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and turn %d is the first it holds whole",
 		rs.turn, rs.passed.Agent, rs.first, rs.passed.Turn)
 }
