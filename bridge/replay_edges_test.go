@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
-	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -19,9 +18,7 @@ import (
 // events it can no longer show as a gap before the first one it has.
 func TestReplayPastRetentionSaysSo(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "trimmed"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	a.turn(1, "first")  // events 2-8
@@ -62,9 +59,7 @@ func TestReplayPastRetentionSaysSo(t *testing.T) {
 // stored while the replay is being set up.
 func TestFollowFromAnEventNotStoredYet(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "resume"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	for trial := range 20 {
@@ -107,9 +102,7 @@ func TestFollowFromAnEventNotStoredYet(t *testing.T) {
 // from a turn no life still has says so once it has caught up.
 func TestReplayFromATurnOfAReusedID(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "reused"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	a.turn(1, "first")  // events 2-8

@@ -117,9 +117,7 @@ func equal(a, b []uint64) bool {
 
 func TestReplayStartingPoints(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "r1"}
 	other := &agentStream{t: t, js: js, id: "r2"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle}) // 1
@@ -187,9 +185,7 @@ func TestReplayStartingPoints(t *testing.T) {
 // number and misses nothing.
 func TestReplayFollowAndResume(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "live"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	a.turn(1, "history")
@@ -242,9 +238,7 @@ func TestReplayFollowAndResume(t *testing.T) {
 // agent_output's reading of a turn the stream no longer keeps says so.
 func TestOutputPastRetention(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, js := streamFabric(t)
 	a := &agentStream{t: t, js: js, id: "old"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	a.turn(1, "first")
@@ -264,4 +258,17 @@ func TestOutputPastRetention(t *testing.T) {
 		t.Fatalf("output of a kept turn: %+v %v", out, err)
 	}
 	schematest.ControlValue(t, "output_reply", out)
+}
+
+// streamFabric is a fabric on a fresh broker, with a JetStream client to
+// write agents' streams as nodes would.
+func streamFabric(t *testing.T) (*bridge.Fabric, jetstream.JetStream) {
+	t.Helper()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	f, err := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, js
 }
