@@ -377,7 +377,8 @@ one with --model).`,
 				}
 				line := "switched to " + rest[0]
 				if !rep.Switched {
-					line = "not switched: the agent is not live, or its backend cannot switch in place (see the agent's events for why)"
+					line = "not switched: the agent is not live, cannot switch in place (claude CLI agents), or does not take that model " +
+						"(an ACP agent takes acp:<its agent>:<model>, a local-model agent ollama:<tag> or vmlx:<tag>, or a bare tag of its kind)"
 				}
 				return v.reply(rep, line)
 			}
