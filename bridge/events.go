@@ -42,18 +42,18 @@ func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 	if set > 1 {
 		return rep, schemas.Errf(schemas.CodeInvalid, "give at most one of from_event, from_turn and since")
 	}
-	max := req.Max
+	limit := req.Max
 	switch {
-	case max < 0 || max > MaxEventsPage:
+	case limit < 0 || limit > MaxEventsPage:
 		return rep, schemas.Errf(schemas.CodeInvalid, "max must be between 1 and %d", MaxEventsPage)
-	case max == 0:
-		max = 200
+	case limit == 0:
+		limit = 200
 	}
 	if _, _, err := f.Record(ctx, req.AgentID); err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
 		return rep, err
 	}
 	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
-		if len(rep.Events) >= max {
+		if len(rep.Events) >= limit {
 			rep.More = true
 			return errStop
 		}
@@ -67,5 +67,22 @@ func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 		rep.Events = append(rep.Events, schemas.StoredEvent{N: r.N, Time: r.Time.UTC().Format(time.RFC3339Nano), Node: r.Node, Event: r.Raw})
 		return nil
 	})
+	if err != nil || rep.NextEvent > 0 {
+		return rep, err
+	}
+	// Caught up: a poller goes on from where it asked, or after the last
+	// event stored; next_event never moves backwards.
+	last, err := f.lastEvent(ctx, req.AgentID)
+	rep.NextEvent = max(req.FromEvent, last+1)
 	return rep, err
+}
+
+// lastEvent is the number of an agent's last stored event, 0 when none.
+func (f *Fabric) lastEvent(ctx context.Context, id string) (uint64, error) {
+	stream, err := f.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return 0, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+	}
+	tail, _, err := agentTail(ctx, stream, id)
+	return tail.Last, err
 }

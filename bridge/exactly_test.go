@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
@@ -17,7 +18,7 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	for _, name := range []string{"a", "b"} {
-		runNodeOn(t, srv, node.Config{Name: name, Backends: []backend.Backend{instantBackend{}}})
+		runNodeOn(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 	}
 	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
 	if err != nil {

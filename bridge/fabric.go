@@ -124,27 +124,77 @@ func (f *Fabric) Send(ctx context.Context, req schemas.SendRequest) (schemas.Sen
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbSend, req, &rep, 0)
 }
 
-// Run sends a turn and waits for its end.
+// Run sends a turn and waits for its end. It watches the agent's record
+// while it waits, not only its node: a node that dies or restarts during
+// the turn never answers, and the fabric marks its agents dead within
+// the node heartbeat's lifetime, which ends the wait as unavailable.
 func (f *Fabric) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
-	req.RequestID = requestID(req.RequestID)
-	timeout := 600 * time.Second
-	if req.Timeout > 0 {
-		timeout = time.Duration(req.Timeout * float64(time.Second))
+	timeout, err := schemas.RunTimeout(req.Timeout)
+	if err != nil {
+		return schemas.RunReply{}, err
 	}
+	req.RequestID = requestID(req.RequestID)
 	var rep schemas.RunReply
 	if f.remote {
 		return rep, f.viaCoordinator(ctx, "run", req, &rep, timeout+60*time.Second)
 	}
-	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbRun, req, &rep, timeout+30*time.Second)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := f.watchLoss(ctx, req.AgentID)
+	answered := make(chan error, 1)
+	go func() { answered <- f.toOwner(ctx, req.AgentID, schemas.VerbRun, req, &rep, timeout+30*time.Second) }()
+	select {
+	case err := <-answered:
+		return rep, err
+	case node := <-lost:
+		// An agent that died on a live node is answered by its node at
+		// once, with what became of the turn; give that a moment.
+		select {
+		case err := <-answered:
+			return rep, err
+		case <-time.After(lossGrace):
+		}
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead: its node %s was lost during the turn", req.AgentID, node)
+	}
 }
 
-// Output reads an agent's output.
-func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
-	var rep schemas.OutputReply
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "output", req, &rep, 0)
+// lossGrace is how long a run whose agent's record turned dead waits for
+// its node's own answer.
+const lossGrace = 3 * time.Second
+
+// watchLoss reports, once, the node of an agent whose record turns dead
+// (or is taken by another life) while it is watched, until ctx ends.
+func (f *Fabric) watchLoss(ctx context.Context, id string) <-chan string {
+	lost := make(chan string, 1)
+	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return lost // the node's answer, or the timeout, ends the run
 	}
-	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbOutput, req, &rep, 0)
+	w, err := kv.Watch(ctx, id)
+	if err != nil {
+		return lost
+	}
+	go func() {
+		defer w.Stop()
+		var first *schemas.AgentRecord
+		for e := range w.Updates() {
+			if e == nil {
+				continue // the initial values are in
+			}
+			var rec schemas.AgentRecord
+			if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &rec) != nil {
+				continue
+			}
+			if first == nil {
+				first = &rec
+			}
+			if rec.Status == schemas.StatusDead || rec.CreatedAt != first.CreatedAt {
+				lost <- rec.Node
+				return
+			}
+		}
+	}()
+	return lost
 }
 
 // Status returns an agent's record from its node, or from KV when the
@@ -154,8 +204,11 @@ func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, er
 		var rep schemas.AgentRecord
 		return rep, f.viaCoordinator(ctx, "status", schemas.AgentRequest{AgentID: id}, &rep, 0)
 	}
-	if rec, _, err := f.Record(ctx, id); err == nil && rec.Status == schemas.StatusDead {
+	switch rec, _, err := f.Record(ctx, id); {
+	case err == nil && rec.Status == schemas.StatusDead:
 		return rec, nil // its record has the last word
+	case schemas.CodeOf(err) == schemas.CodeNotFound:
+		return f.recordFromStream(ctx, id) // pruned, or never opened
 	}
 	var rep schemas.AgentRecord
 	err := f.toOwner(ctx, id, schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rep, 0)

@@ -49,7 +49,7 @@ func TestLeafNodeJoinsThePool(t *testing.T) {
 	if err != nil || run.Text != "echo: from the hub" {
 		t.Fatalf("run on the leaf node: %+v %v", run, err)
 	}
-	out, err := s.f.OutputFromStream(ctx, schemas.OutputRequest{AgentID: open.AgentID})
+	out, err := s.f.Output(ctx, schemas.OutputRequest{AgentID: open.AgentID})
 	if err != nil || out.Text != "echo: from the hub" {
 		t.Fatalf("the hub's stream: %+v %v", out, err)
 	}

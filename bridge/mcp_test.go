@@ -601,11 +601,10 @@ func TestMCPDoor(t *testing.T) {
 	if text, _ := call(t, fr, "agent_open", map[string]any{"cwd": "/work/c/sub"}); strings.Contains(text, "refused") {
 		t.Errorf("agent_open inside the workspace was refused: %q", text)
 	}
-	// Output of a turn with no events yet reads empty, not an error.
-	var out schemas.OutputReply
-	ok(t, fb.client(nil), "agent_output", map[string]any{"agent_id": "guarded", "turn": 5}, &out)
-	if out.Text != "" || out.Turn != 5 || out.Status != schemas.StatusIdle {
-		t.Errorf("output of an empty turn: %+v", out)
+	// Output of a turn that does not exist is not found.
+	if text, isErr := call(t, fb.client(nil), "agent_output", map[string]any{"agent_id": "guarded", "turn": 5}); !isErr ||
+		text != "Error reading agent output: agent guarded has no turn 5 (it has no turns yet)" {
+		t.Errorf("output of a turn that does not exist: %q", text)
 	}
 	ghost := fb.client(map[string]string{schemas.AgentIDHeader: "ghost"})
 	if text, isErr := call(t, ghost, "agent_list", nil); !isErr || !strings.Contains(text, "the calling agent ghost is unknown") {

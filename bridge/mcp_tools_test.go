@@ -320,7 +320,7 @@ func TestMCPRunTimeoutAndOneRunAtATime(t *testing.T) {
 	case r := <-first:
 		if r.err != nil || r.res.IsError {
 			t.Errorf("the first run, interrupted: %v %s", r.err, mustJSON(r.res))
-		} else if text := r.res.Content[0].(*mcp.TextContent).Text; text != `{"text":"held"}` {
+		} else if text := r.res.Content[0].(*mcp.TextContent).Text; text != `{"text":"held","turn":2,"stop_reason":"cancelled"}` {
 			t.Errorf("the first run, interrupted, returned %s", text)
 		}
 	case <-time.After(30 * time.Second):

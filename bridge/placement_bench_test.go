@@ -12,31 +12,12 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// instantBackend starts agents with no process, so an open measures the
-// fabric and not a CLI's start-up.
-type instantBackend struct{}
-
-func (instantBackend) Kind() string { return backend.KindClaude }
-
-func (instantBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &instantSession{sink: sink}, nil
-}
-
-type instantSession struct{ sink backend.Sink }
-
-func (*instantSession) Send(context.Context, string) (int, error) { return 1, nil }
-func (*instantSession) Interrupt(context.Context) (bool, error)   { return false, nil }
-func (*instantSession) Info() backend.Info                        { return backend.Info{} }
-func (s *instantSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
 
 // BenchmarkOpenThroughPlacement measures agent_open through placement (a
 // cached view of the nodes, the choice, the request to the node, its
@@ -57,7 +38,7 @@ func BenchmarkOpenThroughPlacement(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			srv := natstest.Start(b, func(c *broker.Config) { c.Assets.NodeTTL = time.Hour })
 			h, err := node.New(node.Config{Name: "real", Conn: natstest.Connect(b, srv), Dir: b.TempDir(), MaxDead: 1 << 20,
-				Labels: map[string]string{"pool": "bench"}, Backends: []backend.Backend{instantBackend{}}})
+				Labels: map[string]string{"pool": "bench"}, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,51 +17,13 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// echoBackend answers every turn with "echo: <text>", streamed in two
-// chunks, with no process behind it.
-type echoBackend struct{}
-
-func (echoBackend) Kind() string { return backend.KindClaude }
-
-func (echoBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &echoSession{sink: sink}, nil
-}
-
-type echoSession struct {
-	sink backend.Sink
-	mu   sync.Mutex
-	turn int
-}
-
-func (s *echoSession) Send(_ context.Context, text string) (int, error) {
-	s.mu.Lock()
-	s.turn++
-	turn := s.turn
-	s.mu.Unlock()
-	go func() {
-		reply := "echo: " + text
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text(reply[:3])}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text(reply[3:])}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Content: schemas.Text(reply)}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn}})
-	}()
-	return turn, nil
-}
-
-func (*echoSession) Interrupt(context.Context) (bool, error) { return false, nil }
-func (*echoSession) Info() backend.Info                      { return backend.Info{} }
-func (s *echoSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
 
 // securedFabric is a broker with authentication on, the coordinator's
 // relay, and a fabric client with the coordinator's rights.
@@ -152,7 +113,7 @@ func (s *securedFabric) startNode(t *testing.T, name string) {
 func (s *securedFabric) runNode(t testing.TB, name string, nc *nats.Conn, bs ...backend.Backend) {
 	t.Helper()
 	if len(bs) == 0 {
-		bs = []backend.Backend{echoBackend{}}
+		bs = []backend.Backend{fakebackend.New(fakebackend.Config{})}
 	}
 	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(), Backends: bs, Relay: true})
 	if err != nil {

@@ -85,6 +85,9 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 	if err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
 	}
+	if err := f.checkFrom(ctx, stream, ids, from); err != nil {
+		return err
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
 	switch {
 	case from.New:
@@ -156,6 +159,47 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 			return nil
 		}
 	}
+}
+
+// checkFrom refuses a replay of an agent the fabric does not know (no
+// record and no stored event), and one that starts past an agent's end:
+// an event number beyond the next one, a turn beyond the next one.
+func (f *Fabric) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) error {
+	for _, id := range ids {
+		tail, found, err := agentTail(ctx, stream, id)
+		if err != nil {
+			return err
+		}
+		if !found {
+			if _, _, err := f.Record(ctx, id); schemas.CodeOf(err) == schemas.CodeNotFound {
+				return schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+			}
+		}
+		switch {
+		case from.Event > tail.Last+1:
+			return schemas.Errf(schemas.CodeNotFound, "agent %s has %d events; event %d is past the end (the next one is %d)", id, tail.Last, from.Event, tail.Last+1)
+		case from.Turn > tail.Turn+1:
+			return schemas.Errf(schemas.CodeNotFound, "agent %s has no turn %d yet (its last is turn %d)", id, from.Turn, tail.Turn)
+		}
+	}
+	return nil
+}
+
+// agentTail reads how an agent's stored events end; found is false when
+// none is stored.
+func agentTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, bool, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return schemas.Tail{}, false, nil
+	}
+	if err != nil {
+		return schemas.Tail{}, false, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+	}
+	t, err := schemas.TailOf(m.Header.Get(schemas.HeaderMsgID), m.Data)
+	if err != nil {
+		return schemas.Tail{}, true, nil // a stranger at the end: what it holds is read as it comes
+	}
+	return t, true, nil
 }
 
 // openReplay starts the consumer of a replay. One that follows is an

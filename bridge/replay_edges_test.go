@@ -96,10 +96,12 @@ func TestFollowFromAnEventNotStoredYet(t *testing.T) {
 	}
 }
 
-// A reused id whose first life lost its first turn to retention: a
-// replay from turn 1 finds the second life's turn 1 instead of failing,
-// and agent_output reads the second life's turns; a following replay
-// from a turn no life still has says so once it has caught up.
+// A reused id's lives share one turn numbering: its second life goes on
+// from its first's last turn. A replay from a turn of the second life
+// finds it past the first life's death, agent_output reads it, and a turn
+// of the first life that retention dropped is an error, not a skip; a
+// following replay from a turn no life still has says so once it has
+// caught up.
 func TestReplayFromATurnOfAReusedID(t *testing.T) {
 	t.Parallel()
 	f, js := streamFabric(t)
@@ -108,22 +110,31 @@ func TestReplayFromATurnOfAReusedID(t *testing.T) {
 	a.turn(1, "first")  // events 2-8
 	a.turn(2, "second") // events 9-15
 	a.emit(2, schemas.Status{Status: schemas.StatusDead})
-	a.emit(0, schemas.Status{Status: schemas.StatusIdle}) // 17: the second life
-	a.turn(1, "again")                                    // 18-24
+	a.emit(2, schemas.Status{Status: schemas.StatusIdle}) // 17: the second life
+	a.turn(3, "again")                                    // 18-24
 	s, _ := js.Stream(t.Context(), schemas.StreamName)
 	if err := s.Purge(t.Context(), jetstream.WithPurgeSequence(10)); err != nil { // events 1-9 are gone
 		t.Fatal(err)
 	}
 	var c collected
-	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 1}, false, c.fn); err != nil || !equal(c.numbers(), seq(18, 24)) {
-		t.Errorf("replay from turn 1: %v %v, want the second life's turn, events 18-24", c.numbers(), err)
+	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 3}, false, c.fn); err != nil || !equal(c.numbers(), seq(18, 24)) {
+		t.Errorf("replay from turn 3: %v %v, want the second life's turn, events 18-24", c.numbers(), err)
 	}
 	kv, _ := js.KeyValue(t.Context(), schemas.AgentsBucket)
-	kv.Put(t.Context(), "reused", []byte(`{"id":"reused","status":"idle","turn":1,"node":"n1"}`))
-	turn := 1
-	out, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "reused", Turn: &turn})
-	if err != nil || out.Text != "again" {
-		t.Errorf("agent_output of the second life's turn 1: %+v %v", out, err)
+	kv.Put(t.Context(), "reused", []byte(`{"id":"reused","status":"idle","turn":3,"node":"n1"}`))
+	turn := 3
+	out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "reused", Turn: &turn})
+	if err != nil || out.Text != "again" || out.Turn != 3 {
+		t.Errorf("agent_output of the second life's turn 3: %+v %v", out, err)
+	}
+	turn = 1
+	if out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "reused", Turn: &turn}); schemas.CodeOf(err) != schemas.CodeNotFound ||
+		!strings.Contains(err.Error(), "turn 1 of agent reused is past the stream's retention") {
+		t.Errorf("agent_output of a dropped turn: %+v %v", out, err)
+	}
+	var dropped collected
+	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 1}, false, dropped.fn); schemas.CodeOf(err) != schemas.CodeNotFound || len(dropped.evs) != 0 {
+		t.Errorf("replay from a dropped turn: %v %v", dropped.numbers(), err)
 	}
 
 	// Another agent loses its turn 1 (and nothing else has one).

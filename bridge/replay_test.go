@@ -150,8 +150,16 @@ func TestReplayStartingPoints(t *testing.T) {
 	if got := run(bridge.From{Time: mid}).numbers(); !equal(got, seq(9, 22)) {
 		t.Errorf("from a time: %v", got)
 	}
-	if got := run(bridge.From{Event: 99}).numbers(); len(got) != 0 {
-		t.Errorf("from beyond the end: %v", got)
+	if err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 23}, false, func(bridge.Replayed, *bridge.Gap) error { return nil }); err != nil {
+		t.Errorf("from the next event: %v", err)
+	}
+	if err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 99}, false, func(bridge.Replayed, *bridge.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
+		err.Error() != "agent r1 has 22 events; event 99 is past the end (the next one is 23)" {
+		t.Errorf("from beyond the end: %v", err)
+	}
+	if err := f.Replay(t.Context(), []string{"nobody"}, bridge.From{}, true, func(bridge.Replayed, *bridge.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
+		err.Error() != "no such agent: nobody" {
+		t.Errorf("an unknown agent: %v", err)
 	}
 	var all collected
 	if err := f.Replay(t.Context(), nil, bridge.From{}, false, all.fn); err != nil || len(all.evs) != 22+14 {
@@ -248,12 +256,12 @@ func TestOutputPastRetention(t *testing.T) {
 	s, _ := js.Stream(t.Context(), schemas.StreamName)
 	s.Purge(t.Context(), jetstream.WithPurgeSequence(9)) // turn 1 is gone
 	turn := 1
-	_, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
+	_, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
 	if err == nil || !strings.Contains(err.Error(), "turn 1 of agent old is past the stream's retention; its stored history now starts at event 9, and turn 2 is the first it holds whole") {
 		t.Fatalf("output of a trimmed turn: %v", err)
 	}
 	turn = 2
-	out, err := f.OutputFromStream(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
+	out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "old", Turn: &turn})
 	if err != nil || out.Text != "second" {
 		t.Fatalf("output of a kept turn: %+v %v", out, err)
 	}

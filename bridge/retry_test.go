@@ -3,8 +3,6 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,59 +10,12 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// countingBackend answers every turn at once and counts what it was
-// asked to do, across all its agents.
-type countingBackend struct {
-	starts, sends, interrupts, closes atomic.Int32
-}
-
-func (*countingBackend) Kind() string { return backend.KindClaude }
-
-func (b *countingBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	b.starts.Add(1)
-	sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusIdle}})
-	return &countingSession{b: b, sink: sink}, nil
-}
-
-type countingSession struct {
-	b    *countingBackend
-	sink backend.Sink
-	mu   sync.Mutex
-	turn int
-}
-
-func (s *countingSession) Send(_ context.Context, text string) (int, error) {
-	s.b.sends.Add(1)
-	s.mu.Lock()
-	s.turn++
-	turn := s.turn
-	s.mu.Unlock()
-	go func() {
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Content: schemas.Text("got: " + text)}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn}})
-	}()
-	return turn, nil
-}
-
-func (s *countingSession) Interrupt(context.Context) (bool, error) {
-	s.b.interrupts.Add(1)
-	return false, nil
-}
-
-func (s *countingSession) Close(context.Context) error {
-	s.b.closes.Add(1)
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
-func (*countingSession) Info() backend.Info { return backend.Info{} }
 
 // An MCP client that retries a call with the same request_id (after a
 // timeout, a reconnect) gets the first reply, and nothing acts twice:
@@ -73,7 +24,7 @@ func (*countingSession) Info() backend.Info { return backend.Info{} }
 func TestMCPRetriesActOnce(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &countingBackend{}
+	be := fakebackend.New(fakebackend.Config{})
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	s := fb.client(nil)
 	cwd := t.TempDir()
@@ -87,8 +38,8 @@ func TestMCPRetriesActOnce(t *testing.T) {
 	}
 	var list schemas.ListReply
 	ok(t, s, "agent_list", map[string]any{}, &list)
-	if len(list.Agents) != 1 || be.starts.Load() != 1 {
-		t.Fatalf("%d agents listed, %d started after a retried open; want 1 and 1", len(list.Agents), be.starts.Load())
+	if len(list.Agents) != 1 || be.Starts.Load() != 1 {
+		t.Fatalf("%d agents listed, %d started after a retried open; want 1 and 1", len(list.Agents), be.Starts.Load())
 	}
 	id := first.AgentID
 
@@ -109,16 +60,16 @@ func TestMCPRetriesActOnce(t *testing.T) {
 	}
 	one := send("send-1")
 	waitIdle()
-	if two := send("send-1"); two != one || be.sends.Load() != 1 {
-		t.Fatalf("a retried send answered %+v (first %+v) after %d turns; want the first reply and 1 turn", two, one, be.sends.Load())
+	if two := send("send-1"); two != one || be.Prompts.Load() != 1 {
+		t.Fatalf("a retried send answered %+v (first %+v) after %d turns; want the first reply and 1 turn", two, one, be.Prompts.Load())
 	}
 	// The same request id on another agent is another request.
 	var other schemas.OpenReply
 	ok(t, s, "agent_open", map[string]any{"cwd": cwd}, &other)
 	var elsewhere schemas.SendReply
 	ok(t, s, "agent_send", map[string]any{"agent_id": other.AgentID, "text": "hi", "request_id": "send-1"}, &elsewhere)
-	if be.sends.Load() != 2 {
-		t.Fatalf("a request id reused for another agent did not act: %d sends", be.sends.Load())
+	if be.Prompts.Load() != 2 {
+		t.Fatalf("a request id reused for another agent did not act: %d sends", be.Prompts.Load())
 	}
 	waitIdle()
 	if fresh := send(""); fresh.Turn != one.Turn+1 {
@@ -135,8 +86,8 @@ func TestMCPRetriesActOnce(t *testing.T) {
 	var c1, c2 schemas.CloseReply
 	ok(t, s, "agent_close", map[string]any{"agent_id": id, "request_id": "close-1"}, &c1)
 	ok(t, s, "agent_close", map[string]any{"agent_id": id, "request_id": "close-1"}, &c2)
-	if !c1.Closed || c2 != c1 || be.closes.Load() != 1 {
-		t.Errorf("close then its retry answered %+v and %+v with %d closes; want closed twice, one close", c1, c2, be.closes.Load())
+	if !c1.Closed || c2 != c1 || be.Closes.Load() != 1 {
+		t.Errorf("close then its retry answered %+v and %+v with %d closes; want closed twice, one close", c1, c2, be.Closes.Load())
 	}
 }
 
@@ -146,7 +97,7 @@ func TestMCPRetriesActOnce(t *testing.T) {
 func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	be := &countingBackend{}
+	be := fakebackend.New(fakebackend.Config{})
 	runNodeOn(t, srv, node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
 	if err != nil {
@@ -172,15 +123,23 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 		})
 		return m.Data
 	}
+	// An interrupt reaches the backend only when a turn runs.
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "hang on"}); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 30*time.Second, "the turn running", func() bool {
+		rec, err := f.Status(t.Context(), open.AgentID)
+		return err == nil && rec.Status == schemas.StatusWorking
+	})
 	ir := schemas.AgentRequest{AgentID: open.AgentID, RequestID: "svc-int-1"}
-	if first, second := ask("interrupt", ir), ask("interrupt", ir); string(first) != string(second) || be.interrupts.Load() != 1 {
-		t.Fatalf("interrupt and its retry through the service answered %s and %s with %d interrupts; want one", first, second, be.interrupts.Load())
+	if first, second := ask("interrupt", ir), ask("interrupt", ir); string(first) != string(second) || be.Interrupts.Load() != 1 {
+		t.Fatalf("interrupt and its retry through the service answered %s and %s with %d interrupts; want one", first, second, be.Interrupts.Load())
 	}
 	req := schemas.AgentRequest{AgentID: open.AgentID, RequestID: "svc-close-1"}
 	first := ask("close", req)
 	second := ask("close", req)
-	if string(first) != string(second) || be.closes.Load() != 1 {
-		t.Fatalf("close and its retry through the service answered %s and %s with %d closes; want one close and the first reply twice", first, second, be.closes.Load())
+	if string(first) != string(second) || be.Closes.Load() != 1 {
+		t.Fatalf("close and its retry through the service answered %s and %s with %d closes; want one close and the first reply twice", first, second, be.Closes.Load())
 	}
 }
 

@@ -3,9 +3,8 @@ package bridge_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/tlstest"
 	"github.com/shoalfabric/shoal/node"
@@ -20,61 +20,21 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// burstBackend answers every turn with chunks streamed text deltas of
-// about 40 bytes each, as fast as the node takes them.
-type burstBackend struct{ chunks int }
-
-func (burstBackend) Kind() string { return backend.KindClaude }
-
-func (b burstBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &burstSession{chunks: b.chunks, sink: sink}, nil
-}
-
-type burstSession struct {
-	chunks int
-	sink   backend.Sink
-	mu     sync.Mutex
-	turn   int
-}
-
-func (s *burstSession) Send(context.Context, string) (int, error) {
-	s.mu.Lock()
-	s.turn++
-	turn := s.turn
-	s.mu.Unlock()
-	go func() {
-		chunk := "a steady stream of tokens, forty bytes. "
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
-		for range s.chunks {
-			s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text(chunk)}})
-		}
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.AssistantText{Content: schemas.Text(strings.Repeat(chunk, s.chunks))}})
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn}})
-	}()
-	return turn, nil
-}
-
-func (*burstSession) Interrupt(context.Context) (bool, error) { return false, nil }
-func (*burstSession) Info() backend.Info                      { return backend.Info{} }
-func (s *burstSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
 // turnRig drives turns of one agent and watches its events arrive.
 type turnRig struct {
-	f    *bridge.Fabric
-	id   string
-	seen chan *nats.Msg
+	f      *bridge.Fabric
+	id     string
+	chunks int
+	seen   chan *nats.Msg
 }
 
-func newTurnRig(b *testing.B, f *bridge.Fabric, observer *nats.Conn) *turnRig {
+func newTurnRig(b *testing.B, f *bridge.Fabric, observer *nats.Conn, chunks int) *turnRig {
 	ctx := natstest.Context(b, time.Minute)
 	open, err := f.Open(ctx, schemas.OpenRequest{CWD: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &turnRig{f: f, id: open.AgentID, seen: make(chan *nats.Msg, 1<<16)}
+	r := &turnRig{f: f, id: open.AgentID, chunks: chunks, seen: make(chan *nats.Msg, 1<<16)}
 	sub, err := observer.ChanSubscribe(schemas.EventSubject(r.id), r.seen)
 	if err != nil {
 		b.Fatal(err)
@@ -90,7 +50,7 @@ func newTurnRig(b *testing.B, f *bridge.Fabric, observer *nats.Conn) *turnRig {
 // up to its result.
 func (r *turnRig) turn(b *testing.B) int {
 	ctx := natstest.Context(b, time.Minute)
-	if _, err := r.f.Send(ctx, schemas.SendRequest{AgentID: r.id, Text: "go"}); err != nil {
+	if _, err := r.f.Send(ctx, schemas.SendRequest{AgentID: r.id, Text: fmt.Sprintf("burst %d", r.chunks)}); err != nil {
 		b.Fatal(err)
 	}
 	n := 0
@@ -119,7 +79,7 @@ func (r *turnRig) turn(b *testing.B) int {
 // and their ratio (secured/plain).
 func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 	const chunks = 2000
-	bs := []backend.Backend{burstBackend{chunks: chunks}}
+	bs := []backend.Backend{fakebackend.New(fakebackend.Config{})}
 
 	// Plain.
 	pb := natstest.Start(b)
@@ -141,7 +101,7 @@ func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	waitNode(b, pf, "plain")
-	plain := newTurnRig(b, pf, natstest.Connect(b, pb))
+	plain := newTurnRig(b, pf, natstest.Connect(b, pb), chunks)
 
 	// Secured.
 	ca := tlstest.NewCA(b, "bench")
@@ -150,7 +110,7 @@ func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 		c.TLS = broker.TLSConfig{Cert: pair.Cert, Key: pair.Key, CA: ca.File}
 	})
 	s.runNode(b, "secured", s.connect(b, broker.RoleNode, "secured", nats.RootCAs(ca.File)), bs...)
-	secured := newTurnRig(b, s.f, s.connect(b, broker.RoleObserver, "watcher", nats.RootCAs(ca.File)))
+	secured := newTurnRig(b, s.f, s.connect(b, broker.RoleObserver, "watcher", nats.RootCAs(ca.File)), chunks)
 
 	plain.turn(b) // warm up both
 	secured.turn(b)

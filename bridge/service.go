@@ -45,7 +45,7 @@ func Serve(ctx context.Context, nc *nats.Conn, f *Fabric, version string) error 
 		"open":      serveJSON(ctx, f.Open),
 		"send":      serveJSON(ctx, f.Send),
 		"run":       serveJSON(ctx, f.Run),
-		"output":    serveJSON(ctx, f.outputAnywhere),
+		"output":    serveJSON(ctx, f.Output),
 		"set_model": serveJSON(ctx, f.SetModel),
 		"status":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
 		"record": serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) {
@@ -115,15 +115,3 @@ func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) 
 	})
 }
 
-// outputAnywhere reads an agent's output from its node, or from the
-// stream when the node is gone or no longer keeps the agent.
-func (f *Fabric) outputAnywhere(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
-	rep, err := f.Output(ctx, req)
-	switch schemas.CodeOf(err) {
-	case schemas.CodeUnavailable, schemas.CodeNotFound, schemas.CodeTimeout:
-		if _, _, rerr := f.Record(ctx, req.AgentID); rerr == nil {
-			return f.OutputFromStream(ctx, req)
-		}
-	}
-	return rep, err
-}

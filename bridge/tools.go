@@ -105,7 +105,7 @@ func (m *MCP) tools() []tool {
 					n := int(a.num("max_chars"))
 					req.MaxChars = &n
 				}
-				return f.OutputFromStream(ctx, req)
+				return f.Output(ctx, req)
 			},
 		},
 		{

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,9 +16,12 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// agent is one session the node owns. Events from its backend and from the
-// node itself go through one queue to a relay goroutine, which runs the
-// status machine and publishes, logs and records each event in order.
+// agent is one session the node owns. Its state is touched only through
+// its own methods, under mu. Everything that happens to it becomes an item
+// in one queue, in the order it happened; its relay goroutine, the only
+// publisher of its events, stamps each backend event with the turn it
+// belongs to, runs the turn and status machine, and publishes, logs and
+// records each event in order.
 type agent struct {
 	h    *Host
 	id   string
@@ -26,103 +30,109 @@ type agent struct {
 
 	queue *eventQueue
 	done  chan struct{} // closed when the relay has handled status dead
-
-	sendMu sync.Mutex // serialises sends, so turn numbers follow their order
+	work  sync.WaitGroup
 
 	mu            sync.Mutex
 	rec           schemas.AgentRecord
+	turns         turns
+	text          turnText
 	seq           uint64 // the last event number used
-	turnOpen      bool
-	openTurn      int
-	turnStarted   time.Time
+	stamp         int    // the turn the relay stamps backend events with
 	lastEvent     time.Time
-	watchdog      string // why the watchdog fired for the open turn, "" if it has not
+	lastActivity  time.Time
 	closing       bool
 	dead          bool
 	muted         bool // the fabric closed this agent's stream; publish nothing more
 	outboxTurn    int  // the turn interrupted when the outbox filled
 	droppedChunks int  // streamed chunks not kept while the outbox was full
 	syncRun       bool
-	thinking      strings.Builder // this block's streamed thought, for an empty authoritative copy
-	partial       strings.Builder // this turn's streamed assistant text, for agent_output
-	turnText      []string        // this turn's authoritative assistant texts, for agent_run
-	waiters       map[int][]chan runOutcome
 	eventLog      *os.File
 	stderrLog     *os.File
-	lastActivity  time.Time
 }
 
-// runOutcome is how a turn a synchronous run waits for ended.
-type runOutcome struct {
-	text string
-	died bool
-	seq  uint64 // the turn's last event
+// item is one thing the relay handles: an event (from the backend, or the
+// node's own with its turn set), or the start of a turn.
+type item struct {
+	ev      schemas.Event
+	backend bool         // the backend's: stamped with the turn it belongs to
+	begin   *pendingTurn // the node begins this turn
+	failed  *promptFailure
 }
 
-// Emit implements backend.Sink: it queues the event for the relay.
-func (a *agent) Emit(ev schemas.Event) { a.queue.push(ev) }
+// promptFailure says the backend could not be given a turn.
+type promptFailure struct {
+	n   int
+	err error
+}
 
-// relay handles queued events until the agent is dead.
+// Emit implements backend.Sink: the backend's events queue for the relay.
+func (a *agent) Emit(ev schemas.Event) { a.queue.push(item{ev: ev, backend: true}) }
+
+// emit queues one of the node's own events.
+func (a *agent) emit(turn int, p schemas.Payload) {
+	a.queue.push(item{ev: schemas.Event{Turn: turn, Payload: p}})
+}
+
+// relay handles queued items until the agent is dead.
 func (a *agent) relay() {
 	defer close(a.done)
 	for {
-		ev, ok := a.queue.pop()
+		it, ok := a.queue.pop()
 		if !ok {
 			return
 		}
-		if a.process(ev) {
+		if a.handle(it) {
+			a.queue.close()
 			return
 		}
 	}
 }
 
-// process handles one event and reports whether the agent is now dead.
-func (a *agent) process(ev schemas.Event) bool {
+// handle handles one item and reports whether the agent is now dead.
+func (a *agent) handle(it item) bool {
 	now := time.Now()
 	a.mu.Lock()
-	a.lastEvent = now
-	a.lastActivity = now
+	a.lastEvent, a.lastActivity = now, now
 	a.rec.LastActivity = unixSeconds(now)
 	a.mu.Unlock()
-
+	switch {
+	case it.begin != nil:
+		a.begun(*it.begin)
+		return false
+	case it.failed != nil:
+		a.promptFailed(*it.failed)
+		return false
+	}
+	ev := it.ev
+	if it.backend {
+		a.mu.Lock()
+		ev.Turn = a.stamp
+		a.mu.Unlock()
+	}
 	switch p := ev.Payload.(type) {
 	case schemas.TurnStarted:
-		a.mu.Lock()
-		stale := a.turnOpen
-		a.mu.Unlock()
-		if stale {
-			a.closeTurn("the backend started turn %d before ending turn %d", ev.Turn, a.openTurnNumber())
-		}
-		a.mu.Lock()
-		a.turnOpen, a.openTurn, a.turnStarted, a.watchdog = true, ev.Turn, now, ""
-		a.thinking.Reset()
-		a.partial.Reset()
-		a.turnText = nil
-		a.rec.Status, a.rec.Turn = schemas.StatusWorking, ev.Turn
-		a.mu.Unlock()
-		a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Status{Status: schemas.StatusWorking}}, false)
-		a.publish(ev, true)
-		a.h.recs.mark(a, true)
+		return false // turns are the node's to start
 	case schemas.Result:
 		a.mu.Lock()
-		open := a.turnOpen && a.openTurn == ev.Turn
+		running := a.turns.running
 		a.mu.Unlock()
-		if !open {
-			a.log.Debug("dropping the result of a turn already closed", "turn", ev.Turn)
+		if running == 0 {
+			a.log.Debug("dropping a result when no turn runs")
 			return false
 		}
-		a.endTurn(ev)
+		ev.Turn = running
+		a.finish(ev, p)
 	case schemas.Thought:
 		if p.Delta {
 			a.mu.Lock()
-			a.thinking.WriteString(textOf(p.Content))
+			a.text.thinking.WriteString(textOf(p.Content))
 			a.mu.Unlock()
 			a.publish(ev, false)
 			break
 		}
 		a.mu.Lock()
-		streamed := a.thinking.String()
-		a.thinking.Reset()
+		streamed := a.text.thinking.String()
+		a.text.thinking.Reset()
 		a.mu.Unlock()
 		if p.Content.Type == schemas.ContentText && strings.TrimSpace(p.Content.Text) == "" {
 			if strings.TrimSpace(streamed) == "" {
@@ -134,9 +144,9 @@ func (a *agent) process(ev schemas.Event) bool {
 	case schemas.AssistantText:
 		a.mu.Lock()
 		if p.Delta {
-			a.partial.WriteString(textOf(p.Content))
+			a.text.partial.WriteString(textOf(p.Content))
 		} else if p.Content.Type == schemas.ContentText {
-			a.turnText = append(a.turnText, p.Content.Text)
+			a.text.texts = append(a.text.texts, p.Content.Text)
 		}
 		a.mu.Unlock()
 		a.publish(ev, !p.Delta)
@@ -160,66 +170,185 @@ func (a *agent) process(ev schemas.Event) bool {
 	return false
 }
 
-func (a *agent) openTurnNumber() int {
+// begun publishes the start of turn p: status working, then turn_started.
+func (a *agent) begun(p pendingTurn) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.openTurn
+	a.stamp = p.n
+	a.text.reset()
+	a.rec.Status = schemas.StatusWorking
+	a.mu.Unlock()
+	a.publish(schemas.Event{Turn: p.n, Payload: schemas.Status{Status: schemas.StatusWorking}}, false)
+	a.publish(schemas.Event{Turn: p.n, Payload: schemas.TurnStarted{}}, true)
+	a.h.recs.mark(a, true)
 }
 
-// endTurn publishes status idle then the result, and wakes a synchronous
-// run waiting for the turn.
-func (a *agent) endTurn(ev schemas.Event) {
+// finish ends the running turn with its result (status idle, then the
+// result), wakes the runs waiting for it, then begins the next held turn,
+// publishing in their place the turns that were dropped.
+func (a *agent) finish(ev schemas.Event, r schemas.Result) {
 	a.mu.Lock()
-	a.turnOpen = false
-	if r, ok := ev.Payload.(schemas.Result); ok && r.Usage != nil {
+	if r.Usage != nil {
 		a.rec.Usage.Add(*r.Usage)
 	}
-	if a.rec.Status == schemas.StatusWorking {
+	// A turn that ends while the agent closes leaves it closing, not idle.
+	idle := !a.closing
+	if idle {
 		a.rec.Status = schemas.StatusIdle
 	}
-	text := strings.Join(a.turnText, "\n")
-	waiters := a.waiters[ev.Turn]
-	delete(a.waiters, ev.Turn)
+	text := strings.Join(a.text.texts, "\n")
 	a.mu.Unlock()
-	a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Status{Status: schemas.StatusIdle}}, false)
+	if idle {
+		a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Status{Status: schemas.StatusIdle}}, false)
+	}
 	a.publish(ev, true)
-	a.h.recs.mark(a, true)
 	a.mu.Lock()
+	waiters := a.turns.end(ev.Turn)
 	seq := a.seq
 	a.mu.Unlock()
 	for _, w := range waiters {
-		w <- runOutcome{text: text, seq: seq}
+		w <- runOutcome{text: text, stop: r.StopReason, seq: seq}
+	}
+	a.h.recs.mark(a, true)
+	a.advance()
+}
+
+// advance begins the next held turn; a dropped one is published as begun
+// and cancelled, in its place, and the one after is looked at.
+func (a *agent) advance() {
+	for {
+		a.mu.Lock()
+		if a.turns.running != 0 || a.dead || a.closing {
+			a.mu.Unlock()
+			return
+		}
+		p, ok := a.turns.next()
+		if !ok {
+			a.mu.Unlock()
+			return
+		}
+		if p.dropped != "" {
+			a.turns.begin(p, time.Now())
+			a.mu.Unlock()
+			a.begun(p)
+			a.publish(schemas.Event{Turn: p.n, Payload: schemas.Errorf("%s", p.dropped)}, true)
+			a.finish(schemas.Event{Turn: p.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
+			return // finish advanced past it
+		}
+		a.turns.begin(p, time.Now())
+		a.mu.Unlock()
+		a.begun(p)
+		a.prompt(p)
+		return
 	}
 }
 
-// closeTurn ends the open turn on the node's authority: an error saying
-// why, then a cancelled result.
-func (a *agent) closeTurn(format string, args ...any) {
-	turn := a.openTurnNumber()
-	a.publish(schemas.Event{Turn: turn, Payload: schemas.Errorf(format, args...)}, true)
-	a.endTurn(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopCancelled}})
+// prompt gives the backend the running turn's text, on its own goroutine,
+// so neither the relay nor the caller waits on the agent. A failure comes
+// back to the relay in order.
+func (a *agent) prompt(p pendingTurn) {
+	a.work.Go(func() {
+		ctx, cancel := context.WithTimeout(a.h.ctx, promptWait)
+		defer cancel()
+		err := a.sess.Prompt(ctx, p.n, p.text)
+		if err != nil {
+			a.queue.push(item{failed: &promptFailure{n: p.n, err: err}})
+			return
+		}
+		a.mu.Lock()
+		asked := a.turns.running == p.n && a.turns.interruptAsked
+		if a.turns.running == p.n {
+			a.turns.delivered = true
+		}
+		a.mu.Unlock()
+		if asked {
+			a.interruptRunning(ctx)
+		}
+	})
 }
 
-// die closes any open turn, publishes status dead and retires the agent.
+// promptWait bounds how long the backend may take to take a turn.
+const promptWait = 2 * time.Minute
+
+// promptFailed ends a turn the backend could not be given. An agent that
+// stopped reading its input is stopped: nothing more can reach it.
+func (a *agent) promptFailed(f promptFailure) {
+	a.mu.Lock()
+	running := a.turns.running == f.n
+	a.mu.Unlock()
+	if !running {
+		return
+	}
+	if errors.Is(f.err, backend.ErrStalled) {
+		a.stopFor(fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
+		return
+	}
+	a.publish(schemas.Event{Turn: f.n, Payload: schemas.Errorf("turn %d could not be given to the agent: %v", f.n, f.err)}, true)
+	a.finish(schemas.Event{Turn: f.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
+}
+
+// stopFor stops the agent on the node's own authority, saying why: the
+// running turn is closed with that reason when the agent is gone.
+func (a *agent) stopFor(why string) {
+	a.mu.Lock()
+	if a.dead {
+		a.mu.Unlock()
+		return
+	}
+	first := a.turns.stopping == ""
+	if first {
+		a.turns.stopping = why
+	}
+	running, turn := a.turns.running, max(a.turns.running, a.stamp)
+	a.mu.Unlock()
+	if first {
+		a.log.Warn("stopping the agent", "why", why)
+		if running == 0 { // otherwise the running turn's end says why
+			a.emit(turn, schemas.Errorf("%s; the agent is stopped", why))
+		}
+	}
+	a.work.Go(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.h.ctx), 30*time.Second)
+		defer cancel()
+		if err := a.sess.Close(ctx); err != nil {
+			a.log.Warn("stopping the agent", "err", err)
+		}
+	})
+}
+
+// die closes the running turn and every held one, publishes status dead
+// and retires the agent.
 func (a *agent) die(ev schemas.Event) {
 	a.mu.Lock()
-	open, closing, turn, why := a.turnOpen, a.closing, a.openTurn, a.watchdog
+	running, closing, why := a.turns.running, a.closing, a.turns.stopping
+	held := a.turns.queue
+	a.turns.queue = nil
 	a.mu.Unlock()
-	if open {
+	if running != 0 {
+		var msg string
 		switch {
 		case why != "":
-			a.closeTurn("turn %d was stopped: %s", turn, why)
+			msg = fmt.Sprintf("turn %d was stopped: %s", running, why)
 		case closing:
-			a.closeTurn("the agent was closed during turn %d", turn)
+			msg = fmt.Sprintf("the agent was closed during turn %d", running)
 		default:
-			a.closeTurn("the agent process exited during turn %d", turn)
+			msg = fmt.Sprintf("the agent process exited during turn %d", running)
 		}
+		a.closeTurn(running, msg)
+	}
+	for _, p := range held {
+		why := p.dropped
+		if why == "" {
+			why = fmt.Sprintf("turn %d was dropped: the agent ended before it began", p.n)
+		}
+		a.publish(schemas.Event{Turn: p.n, Payload: schemas.TurnStarted{}}, true)
+		a.closeTurn(p.n, why)
 	}
 	a.mu.Lock()
 	a.dead = true
 	a.rec.Status = schemas.StatusDead
-	waiters := a.waiters
-	a.waiters = nil
+	ev.Turn = max(a.stamp, a.turns.last)
+	waiters := a.turns.waiters
+	a.turns.waiters = nil
 	a.mu.Unlock()
 	a.publish(ev, true)
 	a.h.recs.mark(a, true)
@@ -230,6 +359,21 @@ func (a *agent) die(ev schemas.Event) {
 	}
 	a.closeFiles()
 	a.h.retire(a)
+}
+
+// closeTurn ends turn n of an agent that is gone: an error saying why and
+// a cancelled result, with no status idle, since the agent is not.
+func (a *agent) closeTurn(n int, why string) {
+	a.mu.Lock()
+	a.stamp = max(a.stamp, n)
+	a.mu.Unlock()
+	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("%s", why)}, true)
+	a.publish(schemas.Event{Turn: n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, true)
+	a.mu.Lock()
+	if a.turns.running == n {
+		a.turns.running = 0
+	}
+	a.mu.Unlock()
 }
 
 // publish numbers an event, logs it when it is not a liveness-only chunk or
@@ -332,7 +476,8 @@ func (a *agent) record() schemas.AgentRecord {
 		t := info.Transcript
 		a.rec.Transcript = &t
 	}
-	a.rec.QueuesPrompts = info.QueuesPrompts
+	a.rec.Turn = a.turns.last
+	a.rec.QueuesPrompts = true // the node holds a turn sent while another runs, for every backend
 	r := a.rec
 	if r.Policy != nil {
 		p := *r.Policy
@@ -351,22 +496,93 @@ func (a *agent) status() schemas.AgentStatus {
 	return a.rec.Status
 }
 
-// fire is the watchdog acting on an open turn: it says why, interrupts
-// the turn, and stops the agent if the turn has not ended after the grace
-// period.
+func (a *agent) isDead() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dead
+}
+
+func (a *agent) lastActivityTime() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastActivity
+}
+
+// outboxFilled notes the running turn as the one the full outbox
+// interrupts, and reports whether there is one.
+func (a *agent) outboxFilled() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.turns.running == 0 {
+		return false
+	}
+	a.outboxTurn = a.turns.running
+	return true
+}
+
+// outboxDrained returns, and forgets, the turn the full outbox interrupted
+// and the streamed chunks it did not keep.
+func (a *agent) outboxDrained() (turn, dropped int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	turn, dropped = a.outboxTurn, a.droppedChunks
+	a.outboxTurn, a.droppedChunks = 0, 0
+	return turn, dropped
+}
+
+// currentTurn is the turn the agent's own notices are stamped with.
+func (a *agent) currentTurn() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(a.stamp, a.turns.running)
+}
+
+// mute stops publishing for an agent whose stream the fabric closed.
+func (a *agent) mute() {
+	a.mu.Lock()
+	a.muted = true
+	a.mu.Unlock()
+}
+
+// due reports why the watchdog should act on the running turn, "" when
+// it should not.
+func (a *agent) due(now time.Time, idle, limit time.Duration) (turn int, why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := &a.turns
+	if t.running == 0 || t.stopping != "" || a.dead {
+		return 0, ""
+	}
+	switch {
+	case limit > 0 && now.Sub(t.started) > limit:
+		return t.running, fmt.Sprintf("ran longer than %s", limit)
+	case idle > 0 && now.Sub(a.lastEvent) > idle:
+		return t.running, fmt.Sprintf("produced no output for %s", idle)
+	}
+	return 0, ""
+}
+
+// fire is the watchdog acting on a running turn: it says why, interrupts
+// the turn, and stops the agent if the interrupt cannot be delivered or
+// the turn has not ended after the grace period.
 func (a *agent) fire(ctx context.Context, turn int, why string) {
 	a.mu.Lock()
-	if !a.turnOpen || a.openTurn != turn || a.watchdog != "" {
+	if a.turns.running != turn || a.turns.stopping != "" {
 		a.mu.Unlock()
 		return
 	}
-	a.watchdog = why
+	a.turns.stopping = why
 	a.mu.Unlock()
-	a.Emit(schemas.Event{Turn: turn, Payload: schemas.Errorf("turn %d %s; interrupting it", turn, why)})
+	a.emit(turn, schemas.Errorf("turn %d %s; interrupting it", turn, why))
 	ok, err := a.sess.Interrupt(ctx)
 	if !ok || err != nil {
-		a.log.Warn("watchdog: interrupt failed; stopping the agent", "turn", turn, "err", err)
-		a.sess.Close(ctx)
+		a.mu.Lock()
+		still := a.turns.running == turn
+		a.turns.stopping = ""
+		a.mu.Unlock()
+		if still {
+			a.stopFor(fmt.Sprintf("%s, and it could not be interrupted (%s)", why, orNone(err)))
+		}
 		return
 	}
 	t := time.NewTimer(a.h.cfg.InterruptGrace)
@@ -379,15 +595,21 @@ func (a *agent) fire(ctx context.Context, turn int, why string) {
 		return
 	}
 	a.mu.Lock()
-	still := a.turnOpen && a.openTurn == turn
+	still := a.turns.running == turn
 	if still {
-		a.watchdog = fmt.Sprintf("%s, and it did not end within %s of the interrupt", why, a.h.cfg.InterruptGrace)
+		a.turns.stopping = ""
 	}
 	a.mu.Unlock()
 	if still {
-		a.log.Warn("watchdog: the turn did not end after the interrupt; stopping the agent", "turn", turn)
-		a.sess.Close(ctx)
+		a.stopFor(fmt.Sprintf("%s, and it did not end within %s of the interrupt", why, a.h.cfg.InterruptGrace))
 	}
+}
+
+func orNone(err error) string {
+	if err == nil {
+		return "the agent said no turn was running"
+	}
+	return err.Error()
 }
 
 func textOf(c schemas.ContentBlock) string {
@@ -402,20 +624,20 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // eventQueue is an unbounded FIFO, so a backend never waits for the relay.
 type eventQueue struct {
 	mu     sync.Mutex
-	items  []schemas.Event
+	items  []item
 	wake   chan struct{}
 	closed bool
 }
 
 func newEventQueue() *eventQueue { return &eventQueue{wake: make(chan struct{}, 1)} }
 
-func (q *eventQueue) push(ev schemas.Event) {
+func (q *eventQueue) push(it item) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return
 	}
-	q.items = append(q.items, ev)
+	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -423,29 +645,31 @@ func (q *eventQueue) push(ev schemas.Event) {
 	}
 }
 
-// pop waits for the next event; false once the queue is closed and empty.
-func (q *eventQueue) pop() (schemas.Event, bool) {
+// pop waits for the next item; false once the queue is closed and empty.
+func (q *eventQueue) pop() (item, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.items) > 0 {
-			ev := q.items[0]
-			q.items[0] = schemas.Event{}
+			it := q.items[0]
+			q.items[0] = item{}
 			q.items = q.items[1:]
 			q.mu.Unlock()
-			return ev, true
+			return it, true
 		}
 		closed := q.closed
 		q.mu.Unlock()
 		if closed {
-			return schemas.Event{}, false
+			return item{}, false
 		}
 		<-q.wake
 	}
 }
 
+// close drops what is left: nothing is published after status dead.
 func (q *eventQueue) close() {
 	q.mu.Lock()
 	q.closed = true
+	q.items = nil
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:

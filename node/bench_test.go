@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,18 +35,11 @@ func (r *replayBackend) Start(_ context.Context, spec backend.Spec, sink backend
 type replaySession struct {
 	lines [][]byte
 	sink  backend.Sink
-	mu    sync.Mutex
-	turn  int
 }
 
-func (s *replaySession) Send(_ context.Context, _ string) (int, error) {
-	s.mu.Lock()
-	s.turn++
-	turn := s.turn
-	s.mu.Unlock()
+func (s *replaySession) Prompt(context.Context, int, string) error {
 	go func() {
 		var d claude.Decoder
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: schemas.TurnStarted{}})
 		var last schemas.Payload
 		for _, l := range s.lines {
 			for _, p := range d.Line(l, false) {
@@ -55,12 +47,12 @@ func (s *replaySession) Send(_ context.Context, _ string) (int, error) {
 					last = p // one result, at the end
 					continue
 				}
-				s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
+				s.sink.Emit(schemas.Event{Payload: p})
 			}
 		}
-		s.sink.Emit(schemas.Event{Turn: turn, Payload: last})
+		s.sink.Emit(schemas.Event{Payload: last})
 	}()
-	return turn, nil
+	return nil
 }
 
 func (s *replaySession) Interrupt(context.Context) (bool, error) { return false, nil }

@@ -94,7 +94,7 @@ func truncateLongest(tree any, cut int) bool {
 	for keep > 0 && keep < len(s) && s[keep]&0xC0 == 0x80 {
 		keep-- // do not split a UTF-8 sequence
 	}
-	set(parent, key, s[:keep]+fmt.Sprintf("…[%d bytes truncated by shoal: the event exceeded the message size limit]", len(s)-keep))
+	set(parent, key, s[:keep]+schemas.TruncationMarker(len(s)-keep))
 	return true
 }
 

@@ -404,12 +404,6 @@ func (h *Host) closeAll(ctx context.Context) {
 	wg.Wait()
 }
 
-func (a *agent) isDead() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.dead
-}
-
 // retire is called by an agent's relay once it is dead: it leaves the
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(a *agent) {
@@ -437,12 +431,6 @@ func (h *Host) retire(a *agent) {
 	}
 }
 
-func (a *agent) lastActivityTime() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lastActivity
-}
-
 // watch runs the per-turn watchdogs.
 func (h *Host) watch(ctx context.Context) {
 	tick := time.Second
@@ -465,22 +453,9 @@ func (h *Host) watch(ctx context.Context) {
 			}
 			h.mu.Unlock()
 			for _, a := range agents {
-				a.mu.Lock()
-				open, turn, last, started, fired := a.turnOpen, a.openTurn, a.lastEvent, a.turnStarted, a.watchdog != ""
-				a.mu.Unlock()
-				if !open || fired {
-					continue
+				if turn, why := a.due(now, h.cfg.TurnIdleTimeout, h.cfg.TurnTimeout); why != "" {
+					a.work.Go(func() { a.fire(ctx, turn, why) })
 				}
-				var why string
-				switch {
-				case h.cfg.TurnTimeout > 0 && now.Sub(started) > h.cfg.TurnTimeout:
-					why = fmt.Sprintf("ran longer than %s", h.cfg.TurnTimeout)
-				case h.cfg.TurnIdleTimeout > 0 && now.Sub(last) > h.cfg.TurnIdleTimeout:
-					why = fmt.Sprintf("produced no output for %s", h.cfg.TurnIdleTimeout)
-				default:
-					continue
-				}
-				go a.fire(ctx, turn, why)
 			}
 		}
 	}
@@ -517,9 +492,7 @@ func (h *Host) abandon(id string) {
 	if a == nil || a.isDead() {
 		return
 	}
-	a.mu.Lock()
-	a.muted = true
-	a.mu.Unlock()
+	a.mute()
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
 	h.closeAgent(ctx, a)
@@ -556,23 +529,14 @@ func (h *Host) outboxFull(full bool) {
 		h.log.Error("the outbox is full: the fabric has been unreachable too long; interrupting running turns",
 			"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk)
 		for _, a := range agents {
-			a.mu.Lock()
-			open, turn := a.turnOpen, a.openTurn
-			if open {
-				a.outboxTurn = turn
-			}
-			a.mu.Unlock()
-			if open {
-				go a.sess.Interrupt(h.ctx)
+			if a.outboxFilled() {
+				a.work.Go(func() { a.interrupt(h.ctx) })
 			}
 		}
 		return
 	}
 	for _, a := range agents {
-		a.mu.Lock()
-		turn, dropped := a.outboxTurn, a.droppedChunks
-		a.outboxTurn, a.droppedChunks = 0, 0
-		a.mu.Unlock()
+		turn, dropped := a.outboxDrained()
 		if turn == 0 && dropped == 0 {
 			continue
 		}
@@ -587,10 +551,7 @@ func (h *Host) outboxFull(full bool) {
 		if dropped > 0 {
 			msg += fmt.Sprintf("; %d streamed chunks were not kept (the complete copies were)", dropped)
 		}
-		a.mu.Lock()
-		now := a.rec.Turn
-		a.mu.Unlock()
-		a.Emit(schemas.Event{Turn: now, Payload: schemas.Errorf("%s", msg)})
+		a.emit(a.currentTurn(), schemas.Errorf("%s", msg))
 	}
 }
 

@@ -325,8 +325,8 @@ func TestControlRejectsBadInput(t *testing.T) {
 		{"send", `{"agent_id":"taken","text":"x","colour":"red"}`, `invalid send request: json: unknown field "colour"`},
 		{"send", `{"agent_id":7}`, "cannot unmarshal number"},
 		{"open", `not json`, "invalid open request"},
-		{"output", `{"agent_id":"taken","which":"everything"}`, "which must be last_message, full_turn or all"},
-		{"run", `{"agent_id":"taken","text":"x","timeout":-2}`, "timeout must be positive"},
+		{"run", `{"agent_id":"taken","text":"x","timeout":-2}`, "timeout must be more than 0 and at most 86400 seconds (24 hours), got -2"},
+		{"run", `{"agent_id":"taken","text":"x","timeout":1e308}`, "timeout must be more than 0 and at most 86400 seconds (24 hours), got 1e+308"},
 		{"set_model", `{"agent_id":"taken"}`, "model is required"},
 	}
 	for _, r := range raw {
@@ -361,7 +361,6 @@ func TestRequestsAboutUnknownAndDeadAgents(t *testing.T) {
 	}{
 		{schemas.VerbStatus, schemas.AgentRequest{AgentID: "ghost"}},
 		{schemas.VerbInterrupt, schemas.AgentRequest{AgentID: "ghost"}},
-		{schemas.VerbOutput, schemas.OutputRequest{AgentID: "ghost"}},
 		{schemas.VerbRun, schemas.RunRequest{AgentID: "ghost", Text: "x"}},
 		{schemas.VerbSend, schemas.SendRequest{AgentID: "ghost", Text: "x"}},
 	}
@@ -377,8 +376,12 @@ func TestRequestsAboutUnknownAndDeadAgents(t *testing.T) {
 	if err := f.ask(schemas.VerbSetModel, schemas.SetModelRequest{AgentID: "ghost", Model: "opus"}, &sm); err != nil || sm.Switched {
 		t.Errorf("set_model of an unknown agent: %+v %v", sm, err)
 	}
-	// The same through the fabric, which answers from the agent records.
+	// The same through the fabric, which answers from the agent records
+	// and the stream.
 	ctx := f.ctx(60 * time.Second)
+	if _, err := f.fabric.Output(ctx, schemas.OutputRequest{AgentID: "ghost"}); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("fabric output of an unknown agent: %v", err)
+	}
 	if _, err := f.fabric.Status(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("fabric status of an unknown agent: %v", err)
 	}
@@ -426,8 +429,8 @@ func TestRequestsAboutUnknownAndDeadAgents(t *testing.T) {
 	if err := f.ask(schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rec); err != nil || rec.Status != schemas.StatusDead {
 		t.Errorf("status of a dead agent: %s %v", mustJSON(rec), err)
 	}
-	var out schemas.OutputReply
-	if err := f.ask(schemas.VerbOutput, schemas.OutputRequest{AgentID: id}, &out); err != nil || out.Status != schemas.StatusDead || out.Text != "echo: last words" || !out.Done || out.Usage != nil {
+	out, err := f.fabric.Output(ctx, schemas.OutputRequest{AgentID: id})
+	if err != nil || out.Status != schemas.StatusDead || out.Text != "echo: last words" || !out.Done || out.Usage != nil {
 		t.Errorf("output of a dead agent: %s %v", mustJSON(out), err)
 	}
 }
@@ -467,8 +470,9 @@ func TestDuplicateRequestsActOnce(t *testing.T) {
 	}
 }
 
-// A dead id can be reopened; its events continue the same numbering, so
-// the stream keeps both lives without a gap or a clash.
+// A dead id can be reopened; its events and its turns continue the same
+// numbering, so the stream keeps both lives without a gap or a clash, and
+// turn 2 means the second life's first turn everywhere.
 func TestReopenDeadID(t *testing.T) {
 	t.Parallel()
 	f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(c *node.Config) { c.MaxDead = 1 }})
@@ -484,13 +488,18 @@ func TestReopenDeadID(t *testing.T) {
 	}
 	f.open(schemas.OpenRequest{ID: id})
 	f.send(id, "second life")
-	w.until(dead, "the second life's result", isResult(1))
+	w.until(dead, "the second life's result", isResult(2))
 	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id})
-	if err != nil || out.Text != "echo: second life" {
+	if err != nil || out.Text != "echo: second life" || out.Turn != 2 {
 		t.Errorf("output after reopening: %+v %v", out, err)
 	}
+	one := 1
+	out, err = f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id, Turn: &one})
+	if err != nil || out.Text != "echo: first life" || out.Status != schemas.StatusIdle {
+		t.Errorf("turn 1's output after reopening: %+v %v", out, err)
+	}
 	// The event log is truncated at every open (Kaimon §7.3): the new life
-	// starts a fresh one, and agent_output reads only it.
+	// starts a fresh one; agent_output reads the stream, every life.
 	log, err := os.ReadFile(logPath)
 	if err != nil || bytes.Contains(log, []byte("first life")) || !bytes.Contains(log, []byte("echo: second life")) {
 		t.Errorf("the reopened agent's event log:\n%s %v", log, err)
@@ -499,7 +508,7 @@ func TestReopenDeadID(t *testing.T) {
 		t.Errorf("the reopened agent's log starts with %s, want the second life's first turn", first)
 	}
 	all, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: id, Which: schemas.WhichAll})
-	if err != nil || strings.Contains(all.Text, "first life") {
+	if err != nil || all.Text != "— turn 1 —\n\necho: first life\n\n— turn 2 —\n\necho: second life" {
 		t.Errorf("output all after reopening: %+v %v", all, err)
 	}
 	// MaxDead 1: closing two more agents forgets the oldest dead one.
@@ -508,9 +517,13 @@ func TestReopenDeadID(t *testing.T) {
 	b := f.open(schemas.OpenRequest{})
 	f.fabric.Close(f.ctx(30*time.Second), b)
 	eventually(t, 10*time.Second, "the oldest dead agent is forgotten", func() bool {
-		_, err := f.fabric.Status(f.ctx(5*time.Second), a)
+		_, _, err := f.fabric.Record(f.ctx(5*time.Second), a)
 		return schemas.CodeOf(err) == schemas.CodeNotFound
 	})
+	// Its status still answers, from its events in the stream.
+	if rec, err := f.fabric.Status(f.ctx(5*time.Second), a); err != nil || rec.Status != schemas.StatusDead {
+		t.Errorf("the forgotten agent's status: %+v %v", rec, err)
+	}
 	if _, err := f.fabric.Status(f.ctx(5*time.Second), b); err != nil {
 		t.Errorf("the newest dead agent: %v", err)
 	}

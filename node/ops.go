@@ -2,19 +2,19 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// DefaultModel is the model of an agent opened without one.
-const DefaultModel = "sonnet"
 
 // OpenAgent starts an agent (agent_open) and returns its id once it is ready.
 func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
@@ -37,7 +37,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	model := req.Model
 	if model == "" {
-		model = DefaultModel
+		model = schemas.DefaultModel
 	}
 	kind, rest := backend.Route(model)
 	be, ok := h.backends[kind]
@@ -68,12 +68,11 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", id)
 	}
 	a := &agent{
-		h:       h,
-		id:      id,
-		log:     h.log.With("agent", id),
-		queue:   newEventQueue(),
-		done:    make(chan struct{}),
-		waiters: map[int][]chan runOutcome{},
+		h:     h,
+		id:    id,
+		log:   h.log.With("agent", id),
+		queue: newEventQueue(),
+		done:  make(chan struct{}),
 	}
 	now := time.Now()
 	a.lastActivity, a.lastEvent = now, now
@@ -104,11 +103,14 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		release(context.WithoutCancel(ctx))
 		return fail(err)
 	}
-	last, err := h.store.lastEvents(ctx, []string{id})
+	// A reopened id goes on where its previous life ended: its event
+	// numbers and its turn numbers continue.
+	tails, err := h.store.tails(ctx, []string{id})
 	if err != nil {
 		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
 	}
-	a.seq = last[id]
+	a.seq, a.turns.last, a.stamp = tails[id].Last, tails[id].Turn, tails[id].Turn
+	a.rec.Turn = a.turns.last
 	if a.eventLog, err = os.OpenFile(a.rec.EventLog, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
 		return unclaim(schemas.Errf(schemas.CodeInternal, "open the event log: %v", err))
 	}
@@ -142,7 +144,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	a.mu.Lock()
 	a.rec.Status = schemas.StatusIdle
 	a.mu.Unlock()
-	a.Emit(schemas.Event{Turn: 0, Payload: schemas.Status{Status: schemas.StatusIdle}})
+	a.emit(a.turns.last, schemas.Status{Status: schemas.StatusIdle})
 	h.recs.mark(a, true)
 	// Placement reads the node's load from its record: it is current before
 	// the reply goes out.
@@ -191,73 +193,63 @@ func (h *Host) live(id string) (*agent, error) {
 	return a, nil
 }
 
-// Send writes a user turn (agent_send) and returns its number.
-func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+// Send writes a user turn (agent_send) and returns its number at once.
+// The turn begins when the running one ends; what becomes of it is on the
+// agent's stream.
+func (h *Host) Send(_ context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
 	a, err := h.live(req.AgentID)
 	if err != nil {
 		return schemas.SendReply{}, err
 	}
-	turn, err := a.send(ctx, req.Text, nil)
+	turn, err := a.send(req.Text, nil)
 	return schemas.SendReply{Turn: turn}, err
 }
 
-// send echoes the text (stamped with the previous turn, as Kaimon does)
-// and hands it to the backend. A waiter, when given, is registered for
-// the turn before it can end. Sends to one agent are serialised so turn
-// numbers follow their order.
-func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (int, error) {
-	a.sendMu.Lock()
-	defer a.sendMu.Unlock()
+// send numbers a turn, echoes its text (stamped with the previous turn,
+// as Kaimon does) and begins it, or holds it while another runs. A waiter,
+// when given, is registered for the turn before it can end.
+func (a *agent) send(text string, waiter chan runOutcome) (int, error) {
 	a.mu.Lock()
-	prev := a.rec.Turn
+	switch {
+	case a.dead:
+		a.mu.Unlock()
+		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", a.id)
+	case a.closing:
+		a.mu.Unlock()
+		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is closing", a.id)
+	}
+	p, now := a.turns.number(text)
 	if waiter != nil {
-		a.waiters[prev+1] = append(a.waiters[prev+1], waiter)
+		a.turns.wait(p.n, waiter)
 	}
+	// Queued under the lock, so the stream has the echoes in the order
+	// the turns were numbered.
+	a.queue.push(item{ev: schemas.Event{Turn: p.n - 1, Payload: schemas.UserText{Content: schemas.Text(text)}}})
+	if now {
+		a.turns.begin(p, time.Now())
+		a.queue.push(item{begin: &p})
+	}
+	a.rec.Turn = p.n
 	a.mu.Unlock()
-	a.Emit(schemas.Event{Turn: prev, Payload: schemas.UserText{Content: schemas.Text(text)}})
-	turn, err := a.sess.Send(ctx, text)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if waiter != nil && (err != nil || turn != prev+1) {
-		ws := a.waiters[prev+1]
-		for i, w := range ws {
-			if w == waiter {
-				a.waiters[prev+1] = append(ws[:i], ws[i+1:]...)
-				break
-			}
-		}
-		if err == nil {
-			a.waiters[turn] = append(a.waiters[turn], waiter)
-		}
+	if now {
+		a.prompt(p)
 	}
-	if err != nil {
-		return 0, schemas.Errf(schemas.CodeUnavailable, "%v", err)
-	}
-	if turn > a.rec.Turn {
-		a.rec.Turn = turn
-	}
-	return turn, nil
+	return p.n, nil
 }
 
 // storedWait bounds how long a run's reply waits for its turn to be stored.
 const storedWait = 10 * time.Second
 
-// DefaultRunTimeout is agent_run's timeout when the caller gives none.
-const DefaultRunTimeout = 600 * time.Second
-
 // RunTurn sends a turn and waits for it to end (agent_run), returning its
 // authoritative assistant text. One synchronous run per agent at a time.
 func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
-	a, err := h.live(req.AgentID)
+	timeout, err := schemas.RunTimeout(req.Timeout)
 	if err != nil {
 		return schemas.RunReply{}, err
 	}
-	timeout := DefaultRunTimeout
-	if req.Timeout < 0 {
-		return schemas.RunReply{}, schemas.Errf(schemas.CodeInvalid, "timeout must be positive, got %v", req.Timeout)
-	}
-	if req.Timeout > 0 {
-		timeout = time.Duration(req.Timeout * float64(time.Second))
+	a, err := h.live(req.AgentID)
+	if err != nil {
+		return schemas.RunReply{}, err
 	}
 	a.mu.Lock()
 	if a.syncRun {
@@ -272,7 +264,8 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 		a.mu.Unlock()
 	}()
 	ch := make(chan runOutcome, 1)
-	if _, err := a.send(ctx, req.Text, ch); err != nil {
+	turn, err := a.send(req.Text, ch)
+	if err != nil {
 		return schemas.RunReply{}, err
 	}
 	t := time.NewTimer(timeout)
@@ -290,11 +283,30 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 		if err := h.pub.waitStored(wctx, a.id, out.seq); err != nil {
 			h.log.Warn("answering a run before its turn is stored", "agent", a.id, "err", err)
 		}
-		return schemas.RunReply{Text: out.text}, nil
+		return fitRunReply(schemas.RunReply{Text: out.text, Turn: turn, StopReason: out.stop}, h.maxEvent), nil
 	case <-t.C:
 		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run timed out after %ss", a.id, juliaFloat(timeout.Seconds()))
 	case <-ctx.Done():
 		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run abandoned: %v", a.id, ctx.Err())
+	}
+}
+
+// fitRunReply cuts a run's text so that its reply fits in a message, with
+// the marker the stream uses where it cuts an event.
+func fitRunReply(rep schemas.RunReply, limit int) schemas.RunReply {
+	for {
+		b, _ := json.Marshal(rep)
+		over := len(b) - limit
+		if over <= 0 || rep.Text == "" {
+			return rep
+		}
+		keep := max(0, len(rep.Text)-over-256)
+		for keep > 0 && !utf8.RuneStart(rep.Text[keep]) {
+			keep-- // do not split a UTF-8 sequence
+		}
+		cut := len(rep.Text) - keep
+		rep.Text = rep.Text[:keep] + schemas.TruncationMarker(cut+rep.DroppedBytes)
+		rep.Truncated, rep.DroppedBytes = true, rep.DroppedBytes+cut
 	}
 }
 
@@ -307,20 +319,50 @@ func juliaFloat(x float64) string {
 	return s
 }
 
-// Interrupt cancels an agent's running turn (agent_interrupt).
+// Interrupt cancels an agent's running turn and the turns held behind it
+// (agent_interrupt). Each held turn is still published in its place, as
+// begun and cancelled.
 func (h *Host) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
 	a, err := h.lookup(req.AgentID)
 	if err != nil {
 		return schemas.InterruptReply{}, err
 	}
-	if a.isDead() {
-		return schemas.InterruptReply{Interrupted: false}, nil
+	return schemas.InterruptReply{Interrupted: a.interrupt(ctx)}, nil
+}
+
+// interrupt ends the running turn and drops the held ones, reporting
+// whether there was anything to end.
+func (a *agent) interrupt(ctx context.Context) bool {
+	a.mu.Lock()
+	if a.dead {
+		a.mu.Unlock()
+		return false
 	}
+	dropped := a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was interrupted before it began", n) })
+	running, delivered := a.turns.running, a.turns.delivered
+	if running != 0 && !delivered {
+		a.turns.interruptAsked = true // sent once the prompt is delivered
+	}
+	a.mu.Unlock()
+	switch {
+	case running == 0:
+		return dropped
+	case !delivered:
+		return true
+	}
+	return a.interruptRunning(ctx) || dropped
+}
+
+// interruptRunning asks the backend to cancel the running turn. A cancel
+// that cannot be delivered (an agent that stopped reading) stops the agent,
+// which ends the turn all the same.
+func (a *agent) interruptRunning(ctx context.Context) bool {
 	ok, err := a.sess.Interrupt(ctx)
 	if err != nil {
-		return schemas.InterruptReply{}, schemas.Errf(schemas.CodeUnavailable, "%v", err)
+		a.stopFor(fmt.Sprintf("the interrupt could not be delivered (%v)", err))
+		return true
 	}
-	return schemas.InterruptReply{Interrupted: ok}, nil
+	return ok
 }
 
 // CloseAgent stops an agent (agent_close); the slot is kept as dead for review.
@@ -346,14 +388,17 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	return schemas.CloseReply{Closed: true}, nil
 }
 
+// closeAgent closes an agent: status closed, the held turns dropped, and
+// the backend stopped, whatever its stdin does.
 func (h *Host) closeAgent(ctx context.Context, a *agent) {
 	a.mu.Lock()
 	already := a.dead || a.closing
 	a.closing = true
-	turn := a.rec.Turn
+	a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was dropped: the agent was closed before it began", n) })
+	turn := a.turns.last
 	a.mu.Unlock()
 	if !already {
-		a.Emit(schemas.Event{Turn: turn, Payload: schemas.Status{Status: schemas.StatusClosed}})
+		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})
 	}
 	if err := a.sess.Close(ctx); err != nil {
 		a.log.Warn("closing the agent", "err", err)

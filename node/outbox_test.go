@@ -44,13 +44,17 @@ func TestOutboxFullInterruptsAndSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	live, err := natstest.Connect(t, b).SubscribeSync(schemas.EventSubject(rep.AgentID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := h.Send(t.Context(), schemas.SendRequest{AgentID: rep.AgentID, Text: "talk"}); err != nil {
 		t.Fatal(err)
 	}
 	// Let it stream, then take the coordinator away.
 	eventually(t, 30*time.Second, "the turn streams", func() bool {
-		out, err := h.Output(t.Context(), schemas.OutputRequest{AgentID: rep.AgentID})
-		return err == nil && strings.Contains(out.Text, "chatter")
+		m, err := live.NextMsg(time.Second)
+		return err == nil && strings.Contains(string(m.Data), "chatter")
 	})
 	b.Shutdown()
 	eventually(t, 60*time.Second, "the turn is interrupted", func() bool {

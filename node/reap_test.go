@@ -161,7 +161,7 @@ func TestRestartedNodeClosesWhatItLeftOpen(t *testing.T) {
 	if _, err := g.fabric.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "hello again"}); err != nil {
 		t.Fatal(err)
 	}
-	w.until(end+1, "the new life's result", isResult(1))
+	w.until(end+1, "the new life's result", isResult(2))
 	if got := w.events()[end+1].seq; got != evs[end].seq+1 {
 		t.Errorf("the new life's first event is number %d, after %d", got, evs[end].seq)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -54,10 +55,15 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 			t.Errorf("status of kept %s: %+v %v", id, rec, err)
 		}
 	}
-	// The node still answers agent_output for a forgotten agent from its
-	// event log (Kaimon §3 agent_output).
-	var direct schemas.OutputReply
-	if err := f.ask(schemas.VerbOutput, schemas.OutputRequest{AgentID: ids[0]}, &direct); err != nil || direct.Status != schemas.StatusDead {
-		t.Errorf("the node's output of a forgotten agent: %+v %v", direct, err)
+	// agent_output and agent_status of a forgotten agent answer from its
+	// events in the stream, as Kaimon's do from its event log.
+	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: ids[0]})
+	if err != nil || out.Status != schemas.StatusDead || !out.Done {
+		t.Errorf("output of a forgotten agent: %+v %v", out, err)
 	}
+	rec, err := f.fabric.Status(f.ctx(10*time.Second), ids[0])
+	if err != nil || rec.Status != schemas.StatusDead || rec.ID != ids[0] || rec.Turn != 0 || rec.Node != "n1" {
+		t.Errorf("status of a forgotten agent: %s %v", mustJSON(rec), err)
+	}
+	schematest.ControlValue(t, "agent_record", rec)
 }

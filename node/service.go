@@ -27,7 +27,6 @@ func (h *Host) endpoints() []endpoint {
 		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
 		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
 		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
-		{schemas.VerbOutput, handle(h, nil, schemas.VerbOutput, nil, h.Output)},
 		{schemas.VerbStatus, handle(h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
 		{schemas.VerbList, handle(h, nil, schemas.VerbList, nil, h.ListAgents)},
 		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},

@@ -109,9 +109,24 @@ type RunRequest struct {
 	Timeout   float64 `json:"timeout,omitempty"`
 }
 
-// RunReply carries the turn's authoritative assistant text.
+// RunReply carries the turn's authoritative assistant text. Turn,
+// StopReason and the truncation fields are fabric additions to Kaimon's
+// {"text"}: the turn the run started and how it ended, and, for an answer
+// too large for one message, how much of the text was cut (the text then
+// ends with TruncationMarker).
 type RunReply struct {
-	Text string `json:"text"`
+	Text         string     `json:"text"`
+	Turn         int        `json:"turn,omitempty"`
+	StopReason   StopReason `json:"stop_reason,omitempty"`
+	Truncated    bool       `json:"truncated,omitempty"`
+	DroppedBytes int        `json:"dropped_bytes,omitempty"`
+}
+
+// TruncationMarker is what Shoal puts where it cut text to fit a message
+// (an event, a reply): "…[<n> bytes truncated by shoal: the message size
+// limit]".
+func TruncationMarker(n int) string {
+	return fmt.Sprintf("…[%d bytes truncated by shoal: the message size limit]", n)
 }
 
 // Output selections for OutputRequest.Which.

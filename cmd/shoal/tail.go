@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -26,9 +25,12 @@ next), an event number (42), a turn ("turn:3"), a time (RFC 3339, e.g.
 2026-11-29T10:00:00Z) or an age ("10m" ago). History is replayed and then
 live events follow on the same consumer, with nothing missed or repeated
 in between. A gap in an agent's numbering (events past the stream's
-retention) is reported. tail stops once the agents it follows are dead,
-at the end of what is stored with --no-follow, or on Ctrl-C. --json prints
-the raw {kind, turn, data} envelopes, one per line.`,
+retention) is reported. A following tail goes on past an agent's death,
+since a dead id may be reopened and its next life's turns are numbered on
+from its last; it stops on Ctrl-C, or with --no-follow at the end of what
+is stored. An agent the fabric does not know, or a --from past an
+agent's end, is an error. --json prints the raw {kind, turn, data}
+envelopes, one per line.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var thoughts, noFollow bool
 			var fromFlag string
@@ -53,19 +55,6 @@ the raw {kind, turn, data} envelopes, one per line.`,
 					return err
 				}
 				follow := !noFollow
-				live := map[string]bool{}
-				if len(ids) > 0 && follow {
-					// Agents already dead have nothing more to say.
-					follow = false
-					for _, id := range ids {
-						rec, _, err := f.Record(ctx, id)
-						if err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
-							return err
-						}
-						live[id] = err != nil || rec.Status != schemas.StatusDead
-						follow = follow || live[id]
-					}
-				}
 				p := render.New(v.out(), render.Options{
 					Color:        !v.json && colorful(v.env),
 					ShowThoughts: thoughts,
@@ -86,31 +75,11 @@ the raw {kind, turn, data} envelopes, one per line.`,
 					default:
 						p.Event(r.Agent, ev)
 					}
-					if st, ok := ev.Payload.(schemas.Status); ok && st.Status == schemas.StatusDead && len(ids) > 0 {
-						live[r.Agent] = false
-						if !anyLive(live) {
-							return errDone
-						}
-					}
 					return nil
 				})
-				if errors.Is(err, errDone) {
-					return nil
-				}
 				return err
 			}
 		})
-}
-
-var errDone = errors.New("done")
-
-func anyLive(live map[string]bool) bool {
-	for _, l := range live {
-		if l {
-			return true
-		}
-	}
-	return false
 }
 
 // parseFrom reads --from: start, new, an event number, turn:N, an RFC

@@ -86,15 +86,16 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 	if got := must("close", id); got != "closed" {
 		t.Errorf("close printed %q", got)
 	}
-	// tail replays the agent's life and stops at its death.
-	tail := must("tail", id)
+	// tail --no-follow replays the agent's life and stops at the end of
+	// what is stored.
+	tail := must("tail", "--no-follow", id)
 	for _, want := range []string{"── turn 1 ──", "» Run a command.", "▶ Bash  echo from-the-cli", "↳ completed  from-the-cli",
 		"It printed from-the-cli.", "── turn 1 ended: end_turn", "── turn 2 ──", "Second reply.", "■ agent closed", "■ agent dead"} {
 		if !strings.Contains(tail, want) {
 			t.Errorf("tail lacks %q:\n%s", want, tail)
 		}
 	}
-	raw := must("tail", "--json", id)
+	raw := must("tail", "--no-follow", "--json", id)
 	for _, line := range strings.Split(raw, "\n") {
 		if err := schematest.ValidateEvent([]byte(line)); err != nil {
 			t.Errorf("tail --json printed %q: %v", line, err)

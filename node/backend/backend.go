@@ -19,14 +19,23 @@ type Backend interface {
 	Start(ctx context.Context, spec Spec, sink Sink) (Session, error)
 }
 
-// Session is one live agent.
+// Session is one live agent. The node owns its turns: it numbers them,
+// holds a turn sent while another runs, and hands the session one turn at
+// a time, only once the previous one's Result has been emitted. A session
+// never numbers turns, never queues them and never emits TurnStarted; the
+// node stamps every event it emits with the turn it belongs to.
 type Session interface {
-	// Send writes a user turn and returns its number, counted from 1. The
-	// backend emits turn_started when the turn actually begins, which for
-	// a backend that queues prompts may be after the running turn's result.
-	Send(ctx context.Context, text string) (turn int, err error)
+	// Prompt gives the agent turn n's text (n only names things, such as
+	// tool call ids). It returns once the agent has it (the line written
+	// to the CLI's stdin, the request sent), or with an error saying why it
+	// could not be given, in which case the turn never began. From then on
+	// the session's events belong to the turn, until it emits the turn's
+	// Result.
+	Prompt(ctx context.Context, n int, text string) error
 	// Interrupt cancels the running turn, reporting whether a cancel was
-	// delivered; false when no turn is running.
+	// delivered; false when no turn is running. An error says the cancel
+	// could not be delivered (the agent stopped reading, say): the node
+	// then stops the agent.
 	Interrupt(ctx context.Context) (bool, error)
 	// Close stops the agent and everything it started. It is idempotent,
 	// and once it returns the session has emitted status dead.
@@ -46,14 +55,14 @@ type ModelSetter interface {
 
 // Info describes a running session.
 type Info struct {
-	PID           int    // the agent process, 0 when there is none
-	SessionID     string // the vendor's conversation id, "" until known
-	Transcript    string // the vendor's own transcript file, "" when none
-	QueuesPrompts bool   // a turn sent during another is queued, not destructive
+	PID        int    // the agent process, 0 when there is none
+	SessionID  string // the vendor's conversation id, "" until known
+	Transcript string // the vendor's own transcript file, "" when none
 }
 
 // Sink receives a session's events in the order the backend produced them.
-// Emit never blocks for long and is safe for concurrent use.
+// Emit never blocks for long and is safe for concurrent use. The Turn of
+// an event a session emits is ignored: the node knows which turn runs.
 type Sink interface {
 	Emit(schemas.Event)
 }

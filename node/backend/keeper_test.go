@@ -78,7 +78,7 @@ func TestKeeperIsTransparent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.WriteLine([]byte("hello through the keeper")); err != nil {
+	if err := p.WriteLine(t.Context(), []byte("hello through the keeper")); err != nil {
 		t.Fatal(err)
 	}
 	line, err := bufio.NewReader(out).ReadString('\n')

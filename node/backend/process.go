@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,9 +25,15 @@ type Process struct {
 	done chan struct{}
 	err  error // the exit error, valid once done is closed
 
-	stdin    io.WriteCloser
-	stdinMu  sync.Mutex
-	stopOnce sync.Once
+	// stdin is the write end of the agent's standard input. It is a
+	// pollable pipe, so every write has a deadline: an agent that stops
+	// reading can never hold up whoever writes to it, and closing stdin
+	// never waits for a write in progress.
+	stdin        *os.File
+	writeTimeout time.Duration
+	writing      chan struct{} // held by the one write in progress
+	stalled      atomic.Bool   // a write missed its deadline
+	stopOnce     sync.Once
 	stopping chan struct{}
 	tail     *Tail
 }
@@ -37,7 +44,19 @@ type ProcessSpec struct {
 	Dir    string
 	Env    []string
 	Stderr io.Writer // also kept in the tail StderrTail returns
+	// WriteTimeout bounds each write to the process's stdin;
+	// DefaultWriteTimeout when zero.
+	WriteTimeout time.Duration
 }
+
+// DefaultWriteTimeout is how long an agent may leave a line written to
+// its stdin unread before it counts as stalled.
+const DefaultWriteTimeout = 10 * time.Second
+
+// ErrStalled says an agent did not read its standard input within the
+// write timeout. Half a line may be left in the pipe, so nothing more is
+// written to it: the agent can only be stopped.
+var ErrStalled = errors.New("the agent stopped reading its input")
 
 // StartProcess runs spec and returns its stdout. The reader reaches EOF
 // once the process and everything in its group are gone; the process is
@@ -58,33 +77,27 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if keeperEnd != nil {
 		defer keeperEnd.Close() // the keeper has its own copy
 	}
-	stdin, err := cmd.StdinPipe()
+	pipes, err := newPipes()
 	if err != nil {
 		return nil, nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, nil, err
-	}
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes.inR, pipes.outW, pipes.errW
 	err = cmd.Start()
-	outW.Close() // the child has its own copies
-	errW.Close()
+	pipes.closeChildEnds() // the child has its own copies
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		pipes.closeOurEnds()
 		if lifeline != nil {
 			lifeline.Close()
 		}
 		return nil, nil, launchError(spec.Argv[0], err)
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{}), stdin: stdin, stopping: make(chan struct{}), tail: NewTail(4 << 10)}
+	stdin, outR, errR := pipes.inW, pipes.outR, pipes.errR
+	timeout := spec.WriteTimeout
+	if timeout <= 0 {
+		timeout = DefaultWriteTimeout
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{}), stdin: stdin, writeTimeout: timeout, writing: make(chan struct{}, 1),
+		stopping: make(chan struct{}), tail: NewTail(4 << 10)}
 	var sink io.Writer = p.tail
 	if spec.Stderr != nil {
 		sink = io.MultiWriter(spec.Stderr, p.tail)
@@ -137,26 +150,85 @@ func (p *Process) Stopping() <-chan struct{} { return p.stopping }
 // StderrTail returns the last few KiB the process wrote to stderr.
 func (p *Process) StderrTail() string { return p.tail.String() }
 
-// WriteLine writes one line to the process's stdin.
-func (p *Process) WriteLine(b []byte) error {
+// WriteLine writes one line to the process's stdin, within ctx and the
+// write timeout (waiting for a write in progress included). An agent that
+// does not take the line in time is stalled: the error wraps ErrStalled,
+// and every later write fails at once.
+func (p *Process) WriteLine(ctx context.Context, b []byte) error {
 	buf := make([]byte, 0, len(b)+1)
-	_, err := p.Write(append(append(buf, b...), '\n'))
+	_, err := p.write(ctx, append(append(buf, b...), '\n'))
 	return err
 }
 
-// Write writes b to the process's stdin as it is.
+// Write writes b to the process's stdin as it is, within the write
+// timeout; for a protocol library that writes its own lines.
 func (p *Process) Write(b []byte) (int, error) {
-	p.stdinMu.Lock()
-	defer p.stdinMu.Unlock()
+	return p.write(nil, b)
+}
+
+// write writes b within the write timeout and ctx, when there is one.
+func (p *Process) write(ctx context.Context, b []byte) (int, error) {
+	start := time.Now()
+	deadline, byCaller := start.Add(p.writeTimeout), false
+	var cancelled <-chan struct{}
+	if ctx != nil {
+		cancelled = ctx.Done()
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline, byCaller = d, true
+		}
+	}
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
 	select {
-	case <-p.stopping:
-		return 0, errors.New("the agent is stopping")
+	case p.writing <- struct{}{}:
+		defer func() { <-p.writing }()
+	case <-wait.C:
+		if byCaller {
+			return 0, context.DeadlineExceeded
+		}
+		p.stalled.Store(true)
+		return 0, fmt.Errorf("%w: a write before this one was not read within %s", ErrStalled, p.writeTimeout)
+	case <-cancelled:
+		return 0, ctx.Err()
+	}
+	if err := p.writable(); err != nil {
+		return 0, err
+	}
+	p.stdin.SetWriteDeadline(deadline)
+	n, err := p.stdin.Write(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if byCaller && n == 0 {
+			return 0, context.DeadlineExceeded // nothing half written: the agent may still read later
+		}
+		p.stalled.Store(true)
+		return n, fmt.Errorf("%w: it read %d of %d bytes in %s", ErrStalled, n, len(b), time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		if werr := p.writable(); werr != nil {
+			return n, werr
+		}
+		return n, fmt.Errorf("write to the agent: %w", err)
+	}
+	return n, nil
+}
+
+// writable says why nothing can be written to the process, or nil.
+func (p *Process) writable() error {
+	select {
 	case <-p.done:
-		return 0, errors.New("the agent process has exited")
+		return errors.New("the agent process has exited")
+	case <-p.stopping:
+		return errors.New("the agent is stopping")
 	default:
 	}
-	return p.stdin.Write(b)
+	if p.stalled.Load() {
+		return fmt.Errorf("%w earlier; nothing more is written to it", ErrStalled)
+	}
+	return nil
 }
+
+// Stalled reports whether a write to the process missed its deadline.
+func (p *Process) Stalled() bool { return p.stalled.Load() }
 
 // Step is one rung of a stop ladder: send Signal (CloseStdin closes
 // stdin instead), then give the process Wait to exit.
@@ -181,9 +253,8 @@ func (p *Process) Stop(ctx context.Context, ladder []Step) {
 		close(p.stopping)
 		for _, s := range ladder {
 			if s.Signal == CloseStdin {
-				p.stdinMu.Lock()
+				// A write in progress fails at once; it never delays this.
 				p.stdin.Close()
-				p.stdinMu.Unlock()
 			} else {
 				p.cmd.Process.Signal(s.Signal)
 			}
@@ -192,6 +263,7 @@ func (p *Process) Stop(ctx context.Context, ladder []Step) {
 			}
 		}
 		killGroup(p.PID())
+		p.stdin.Close()
 	})
 	<-p.done
 }
@@ -315,4 +387,46 @@ func EnvValue(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// pipes are a process's stdin, stdout and stderr. The node's end of stdin
+// is pollable (os.Pipe), so writes to it can have deadlines; the child's
+// ends are handed over blocking, as programs expect.
+type pipes struct {
+	inR, inW, outR, outW, errR, errW *os.File
+}
+
+func newPipes() (*pipes, error) {
+	var p pipes
+	var err error
+	if p.inR, p.inW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		p.inR.Close()
+		p.inW.Close()
+		return nil, err
+	}
+	if p.errR, p.errW, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeOurEnds()
+		return nil, err
+	}
+	return &p, nil
+}
+
+func (p *pipes) closeChildEnds() {
+	for _, f := range []*os.File{p.inR, p.outW, p.errW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *pipes) closeOurEnds() {
+	for _, f := range []*os.File{p.inW, p.outR, p.errR} {
+		if f != nil {
+			f.Close()
+		}
+	}
 }

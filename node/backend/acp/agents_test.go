@@ -25,6 +25,17 @@ type recorder struct {
 	mu     sync.Mutex
 	events []schemas.Event
 	more   chan struct{}
+	turn   int // the turn events are stamped with, as the node does
+}
+
+// send gives the session the next turn, numbered and stamped as the
+// node would.
+func (r *recorder) send(sess backend.Session, text string) (int, error) {
+	r.mu.Lock()
+	r.turn++
+	n := r.turn
+	r.mu.Unlock()
+	return n, sess.Prompt(r.t.Context(), n, text)
 }
 
 func newRecorder(t *testing.T) *recorder { return &recorder{t: t, more: make(chan struct{}, 1)} }
@@ -37,6 +48,7 @@ func (r *recorder) Emit(ev schemas.Event) {
 		schematest.Event(r.t, b)
 	}
 	r.mu.Lock()
+	ev.Turn = r.turn
 	r.events = append(r.events, ev)
 	r.mu.Unlock()
 	select {
@@ -204,7 +216,7 @@ func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
 func (r *agentRig) send(text string) []schemas.Event {
 	r.t.Helper()
 	from := r.rec.len()
-	n, err := r.sess.Send(r.t.Context(), text)
+	n, err := r.rec.send(r.sess, text)
 	if err != nil {
 		r.t.Fatalf("send: %v", err)
 	}
@@ -286,7 +298,7 @@ func TestOpencode(t *testing.T) {
 	// An interrupted turn reports cancelled; the next turn's output is its own.
 	fake.Script(fakemodel.Reply{Text: strings.Repeat("slow ", 200), ChunkSize: 5, Delay: 50 * time.Millisecond})
 	from := r.rec.len()
-	n, err := r.sess.Send(t.Context(), "go slowly")
+	n, err := r.rec.send(r.sess, "go slowly")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +497,7 @@ func interruptThenTwoTurns(t *testing.T, r *agentRig) {
 	t.Helper()
 	r.fake.Script(fakemodel.Reply{Text: strings.Repeat("slow ", 200), ChunkSize: 5, Delay: 50 * time.Millisecond})
 	from := r.rec.len()
-	n, err := r.sess.Send(t.Context(), "go slowly")
+	n, err := r.rec.send(r.sess, "go slowly")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func (s *session) judgeTool(tool string, args json.RawMessage) (bool, string) {
 	}
 	if !ok {
 		s.mu.Lock()
-		s.emit(s.turn(), schemas.ErrorWith("refused a tool call: "+tool+": "+why, map[string]string{"tool": tool}))
+		s.emit(schemas.ErrorWith("refused a tool call: "+tool+": "+why, map[string]string{"tool": tool}))
 		s.mu.Unlock()
 	}
 	return ok, why

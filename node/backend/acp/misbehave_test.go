@@ -103,7 +103,7 @@ func startFake(t *testing.T, mode string) (backend.Session, *recorder) {
 func TestACPAgentPrintsGarbage(t *testing.T) {
 	t.Parallel()
 	sess, rec := startFake(t, "garbage")
-	n, err := sess.Send(t.Context(), "go")
+	n, err := rec.send(sess, "go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestACPAgentPrintsGarbage(t *testing.T) {
 func TestACPAgentCrashes(t *testing.T) {
 	t.Parallel()
 	sess, rec := startFake(t, "crash")
-	n, err := sess.Send(t.Context(), "go")
+	n, err := rec.send(sess, "go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestACPAgentCrashes(t *testing.T) {
 		st, ok := ev.Payload.(schemas.Status)
 		return ok && st.Status == schemas.StatusDead
 	})
-	if _, err := sess.Send(t.Context(), "again"); err == nil {
+	if _, err := rec.send(sess, "again"); err == nil {
 		t.Fatal("a dead agent took a turn")
 	}
 }
@@ -147,7 +147,7 @@ func TestACPAgentHangs(t *testing.T) {
 	t.Parallel()
 	sess, rec := startFake(t, "hang")
 	from := rec.len()
-	n, err := sess.Send(t.Context(), "go")
+	n, err := rec.send(sess, "go")
 	if err != nil {
 		t.Fatal(err)
 	}

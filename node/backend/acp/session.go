@@ -48,38 +48,23 @@ type session struct {
 
 	mu          sync.Mutex
 	m           *mapper
-	turns       int      // the last turn numbered
-	active      int      // the turn running; 0 when idle
-	queue       []queued // turns sent while another ran
-	interrupted int      // the turn a cancel was sent for
-	draining    bool     // claude-agent-acp is replacing a session a cancel spoilt
-	model       string   // the model last set, "" for the agent's default
+	prompts     int           // session/prompt requests made, to tell a late answer from the running one's
+	active      int           // the prompt running; 0 when idle
+	interrupted int           // the prompt a cancel was sent for
+	draining    bool          // claude-agent-acp is replacing a session a cancel spoilt
+	drained     chan struct{} // closed when draining ends
+	model       string        // the model last set, "" for the agent's default
 	garbage     int
 	closing     bool
 	quiet       bool // the agent never started: its end is not reported
 	dead        bool
 }
 
-// queued is a turn waiting for the running one to end.
-type queued struct {
-	n    int
-	text string
-}
-
-func (s *session) emit(turn int, p schemas.Payload) {
+func (s *session) emit(p schemas.Payload) {
 	if s.quiet {
 		return
 	}
-	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
-}
-
-// turn is the number events are stamped with: the running turn, or the
-// last one when idle; s.mu is held.
-func (s *session) turn() int {
-	if s.active != 0 {
-		return s.active
-	}
-	return s.turns
+	s.sink.Emit(schemas.Event{Payload: p})
 }
 
 // handshake runs initialize and session/new, then applies the model and
@@ -137,7 +122,7 @@ func (s *session) handshake(ctx context.Context, model string) error {
 
 	if model != "" && s.agent != AgentOpencode {
 		if err := s.set(ctx, "model", model); err != nil {
-			s.emit(0, schemas.ErrorWith(fmt.Sprintf("could not select model '%s'; the agent is running its own default", model), map[string]string{"error": err.Error()}))
+			s.emit(schemas.ErrorWith(fmt.Sprintf("could not select model '%s'; the agent is running its own default", model), map[string]string{"error": err.Error()}))
 		} else {
 			s.mu.Lock()
 			s.model = model
@@ -145,11 +130,11 @@ func (s *session) handshake(ctx context.Context, model string) error {
 		}
 	}
 	if notice := s.unenforceable(); notice != "" {
-		s.emit(0, schemas.Errorf("%s", notice))
+		s.emit(schemas.Errorf("%s", notice))
 	}
 	if s.spec.Policy.Mode == "plan" {
 		if err := s.set(ctx, "mode", "plan"); err != nil {
-			s.emit(0, schemas.ErrorWith("could not put the agent in plan mode", map[string]string{"error": err.Error()}))
+			s.emit(schemas.ErrorWith("could not put the agent in plan mode", map[string]string{"error": err.Error()}))
 		}
 	}
 	return nil
@@ -259,31 +244,35 @@ func (s *session) rpcError(err error) error {
 	return err
 }
 
-// Send implements backend.Session. A turn sent while another runs waits
-// for it (every ACP agent is queued by Shoal), and starts with its own
-// turn_started.
-func (s *session) Send(_ context.Context, text string) (int, error) {
+// Prompt implements backend.Session with a session/prompt request that
+// runs, on its own, for as long as the agent takes. After an interrupt of
+// claude-agent-acp it first waits, within ctx, for the fresh session that
+// replaces the spoilt one.
+func (s *session) Prompt(ctx context.Context, _ int, text string) error {
 	s.mu.Lock()
+	for s.draining && !s.dead {
+		drained := s.drained
+		s.mu.Unlock()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			return fmt.Errorf("acp:%s is still replacing its session after the interrupt: %w", s.agent, ctx.Err())
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
-	if s.dead || s.closing {
-		return 0, errNotRunning
+	switch {
+	case s.dead || s.closing:
+		return errNotRunning
+	case s.active != 0:
+		return fmt.Errorf("acp:%s is still running a turn", s.agent)
 	}
-	s.turns++
-	n := s.turns
-	if s.active == 0 && !s.draining {
-		s.begin(n, text)
-	} else {
-		s.queue = append(s.queue, queued{n, text})
-	}
-	return n, nil
-}
-
-// begin starts turn n; s.mu is held.
-func (s *session) begin(n int, text string) {
+	s.prompts++
+	n := s.prompts
 	s.active, s.garbage = n, 0
 	s.m.clearTurnText()
-	s.emit(n, schemas.TurnStarted{})
 	go s.prompt(n, text)
+	return nil
 }
 
 // prompt runs one session/prompt, for as long as the agent takes.
@@ -317,7 +306,7 @@ type promptResult struct {
 	} `json:"_meta"`
 }
 
-// answered takes session/prompt's answer for turn n.
+// answered takes the answer of prompt n.
 func (s *session) answered(n int, raw json.RawMessage, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -329,7 +318,7 @@ func (s *session) answered(n int, raw json.RawMessage, err error) {
 		json.Unmarshal(raw, &r)
 	}
 	if err != nil {
-		s.emit(n, schemas.Errorf("turn failed: %v", s.rpcError(err)))
+		s.emit(schemas.Errorf("turn failed: %v", s.rpcError(err)))
 		stop := schemas.StopRefusal
 		select {
 		case <-s.exited:
@@ -356,35 +345,26 @@ func (s *session) answered(n int, raw json.RawMessage, err error) {
 	s.end(n, stop, s.usage(usage))
 }
 
-// end closes turn n: the streamed thought and text again as authoritative
-// events, then its result; then the next queued turn starts. s.mu is held.
+// end closes prompt n's turn: the streamed thought and text again as
+// authoritative events, then its result. s.mu is held.
 func (s *session) end(n int, stop schemas.StopReason, usage *schemas.Usage) {
 	thought, text := s.m.takeTurnText()
 	if strings.TrimSpace(thought) != "" {
-		s.emit(n, schemas.Thought{Content: schemas.Text(thought)})
+		s.emit(schemas.Thought{Content: schemas.Text(thought)})
 	}
 	if strings.TrimSpace(text) != "" {
-		s.emit(n, schemas.AssistantText{Content: schemas.Text(text)})
+		s.emit(schemas.AssistantText{Content: schemas.Text(text)})
 	}
-	s.emit(n, schemas.Result{StopReason: stop, Usage: usage})
+	if stop == schemas.StopCancelled && s.agent == AgentClaude && !s.dead {
+		// Set before the result goes out, so the node's next prompt
+		// waits for the fresh session.
+		s.draining, s.drained = true, make(chan struct{})
+		go s.refresh()
+	}
+	s.emit(schemas.Result{StopReason: stop, Usage: usage})
 	s.active = 0
 	if s.interrupted == n {
 		s.interrupted = 0
-	}
-	if stop == schemas.StopCancelled && s.agent == AgentClaude && !s.dead {
-		s.draining = true
-		go s.refresh()
-		return
-	}
-	s.next()
-}
-
-// next starts the first queued turn; s.mu is held.
-func (s *session) next() {
-	if len(s.queue) > 0 && !s.dead {
-		q := s.queue[0]
-		s.queue = s.queue[1:]
-		s.begin(q.n, q.text)
 	}
 }
 
@@ -411,12 +391,14 @@ func (s *session) refresh() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() {
-		s.draining = false
+		if s.draining {
+			s.draining = false
+			close(s.drained)
+		}
 		s.m.clearTurnText()
-		s.next()
 	}()
 	if err != nil || fork.SessionID == "" {
-		s.emit(s.turn(), schemas.Errorf("could not start a fresh session after the interrupt (%v); the next turn may be answered with the interrupted one's output", s.rpcError(err)))
+		s.emit(schemas.Errorf("could not start a fresh session after the interrupt (%v); the next turn may be answered with the interrupted one's output", s.rpcError(err)))
 		return
 	}
 	s.sid = fork.SessionID
@@ -482,9 +464,8 @@ func (s *session) onUpdate(sessionID string, raw json.RawMessage) {
 		s.log.Debug("dropped an update of a replaced session", "session", sessionID)
 		return
 	}
-	turn := s.turn()
 	for _, p := range s.m.update(raw) {
-		s.emit(turn, p)
+		s.emit(p)
 	}
 	// The mapper maps mode changes to nothing; they are only logged. The
 	// rare kind is told by its name, not by reading the update again.
@@ -509,7 +490,7 @@ func (s *session) onPermission(id, params json.RawMessage) {
 	if p.Options == nil {
 		p.Options = []schemas.PermissionOption{}
 	}
-	s.emit(s.turn(), schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: p.ToolCall.ToolCallID}, Options: p.Options, RequestID: reqID})
+	s.emit(schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: p.ToolCall.ToolCallID}, Options: p.Options, RequestID: reqID})
 }
 
 // onGarbage reports a stdout line that is not a JSON-RPC message.
@@ -521,14 +502,14 @@ func (s *session) onGarbage(line []byte, tooLong int) {
 	case s.garbage > maxGarbage:
 		return
 	case s.garbage == maxGarbage:
-		s.emit(s.turn(), schemas.Errorf("acp:%s keeps printing lines Shoal cannot read; further ones in this turn are not reported", s.agent))
+		s.emit(schemas.Errorf("acp:%s keeps printing lines Shoal cannot read; further ones in this turn are not reported", s.agent))
 		return
 	}
 	if tooLong > 0 {
-		s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("acp:%s printed a %d-byte line, longer than the %d-byte limit; it was dropped", s.agent, tooLong, s.cfg.MaxLine), string(line)))
+		s.emit(schemas.ErrorWith(fmt.Sprintf("acp:%s printed a %d-byte line, longer than the %d-byte limit; it was dropped", s.agent, tooLong, s.cfg.MaxLine), string(line)))
 		return
 	}
-	s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("acp:%s printed a line that is not JSON-RPC; it was ignored", s.agent), string(line[:min(len(line), 1<<10)])))
+	s.emit(schemas.ErrorWith(fmt.Sprintf("acp:%s printed a line that is not JSON-RPC; it was ignored", s.agent), string(line[:min(len(line), 1<<10)])))
 }
 
 // handle answers the agent's requests.
@@ -612,7 +593,7 @@ func (s *session) requestPermission(params json.RawMessage) any {
 	}
 	if why != "" {
 		s.mu.Lock()
-		s.emit(s.turn(), schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": tc.ToolCallID}))
+		s.emit(schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": tc.ToolCallID}))
 		s.mu.Unlock()
 		return pick("reject_once", "reject_always")
 	}
@@ -622,7 +603,7 @@ func (s *session) requestPermission(params json.RawMessage) any {
 // refuse reports a refused file request as an error event and answers it.
 func (s *session) refuse(what string, err error) *acpsdk.RequestError {
 	s.mu.Lock()
-	s.emit(s.turn(), schemas.Errorf("refused %s: %v", what, err))
+	s.emit(schemas.Errorf("refused %s: %v", what, err))
 	s.mu.Unlock()
 	return &acpsdk.RequestError{Code: -32000, Message: err.Error()}
 }
@@ -679,15 +660,14 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 		s.mu.Unlock()
 		return false, nil
 	}
-	n := s.active
-	s.interrupted = n
+	s.interrupted = s.active
 	s.mu.Unlock()
 	if err := s.conn.SendNotification(ctx, "session/cancel", map[string]string{"sessionId": s.sid}); err != nil {
 		return false, fmt.Errorf("send session/cancel: %w", err)
 	}
 	s.mu.Lock()
 	for _, p := range s.m.retire("cancelled") {
-		s.emit(n, p)
+		s.emit(p)
 	}
 	s.mu.Unlock()
 	return true, nil
@@ -712,7 +692,7 @@ func (s *session) SetModel(ctx context.Context, model string) (string, error) {
 	}
 	if err := s.set(ctx, "model", m); err != nil {
 		s.mu.Lock()
-		s.emit(s.turn(), schemas.Errorf("%v", err))
+		s.emit(schemas.Errorf("%v", err))
 		s.mu.Unlock()
 		return "", err
 	}
@@ -724,7 +704,7 @@ func (s *session) SetModel(ctx context.Context, model string) (string, error) {
 
 // Info implements backend.Session.
 func (s *session) Info() backend.Info {
-	return backend.Info{PID: s.proc.PID(), SessionID: s.sid, QueuesPrompts: true}
+	return backend.Info{PID: s.proc.PID(), SessionID: s.sid}
 }
 
 // Close implements backend.Session: close stdin (opencode and gemini
@@ -757,22 +737,24 @@ func (s *session) stop(ctx context.Context) {
 func (s *session) onExit() {
 	s.mu.Lock()
 	s.dead = true
-	turn := s.turn()
 	if !s.closing {
 		msg := fmt.Sprintf("acp:%s exited: %s", s.agent, backend.ExitDescription(s.proc.Err()))
 		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
 			msg += ": " + last
 		}
-		s.emit(turn, schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
+		s.emit(schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
 	}
 	for _, p := range s.m.retire("agent exited") {
-		s.emit(turn, p)
+		s.emit(p)
 	}
-	s.queue = nil
 	if s.active != 0 {
 		s.end(s.active, schemas.StopCancelled, nil)
 	}
-	s.emit(turn, schemas.Status{Status: schemas.StatusDead})
+	if s.draining {
+		s.draining = false
+		close(s.drained)
+	}
+	s.emit(schemas.Status{Status: schemas.StatusDead})
 	s.mu.Unlock()
 	if s.cancel != nil {
 		s.cancel()

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -143,14 +145,57 @@ func mcpConfig(spec backend.Spec) []byte {
 }
 
 // Transcript is where the CLI keeps its own transcript of a session:
-// ~/.claude/projects/<realpath(cwd) with '/' and '.' as '-'>/<session>.jsonl.
-func Transcript(home, cwd, sessionID string) string {
-	if sessionID == "" || home == "" {
+// <config dir>/projects/<project dir>/<session>.jsonl, the config dir being
+// $CLAUDE_CONFIG_DIR or ~/.claude (ConfigDir). The project dir is the CLI's
+// own: realpath(cwd) with every character that is not an ASCII letter or
+// digit replaced by '-' (per UTF-16 unit, as JavaScript counts them), cut
+// to 200 characters and suffixed with a hash of the path when longer.
+func Transcript(configDir, cwd, sessionID string) string {
+	if sessionID == "" || configDir == "" {
 		return ""
 	}
 	if real, err := filepath.EvalSymlinks(cwd); err == nil {
 		cwd = real
 	}
-	munged := strings.NewReplacer("/", "-", ".", "-").Replace(cwd)
-	return filepath.Join(home, ".claude", "projects", munged, sessionID+".jsonl")
+	return filepath.Join(configDir, "projects", ProjectDir(cwd), sessionID+".jsonl")
+}
+
+// ConfigDir is the claude CLI's configuration directory in env.
+func ConfigDir(env []string) string {
+	if d := backend.EnvValue(env, "CLAUDE_CONFIG_DIR"); d != "" {
+		return d
+	}
+	if home := backend.EnvValue(env, "HOME"); home != "" {
+		return filepath.Join(home, ".claude")
+	}
+	return ""
+}
+
+// projectDirMax is the longest project directory name the CLI writes
+// before it cuts the name and adds a hash.
+const projectDirMax = 200
+
+// ProjectDir is the CLI's name for a project's directory under projects/.
+func ProjectDir(path string) string {
+	units := utf16.Encode([]rune(path))
+	b := make([]byte, len(units))
+	for i, u := range units {
+		if u < 0x80 && (u >= 'a' && u <= 'z' || u >= 'A' && u <= 'Z' || u >= '0' && u <= '9') {
+			b[i] = byte(u)
+		} else {
+			b[i] = '-'
+		}
+	}
+	if len(b) <= projectDirMax {
+		return string(b)
+	}
+	var h int32
+	for _, u := range units {
+		h = h*31 + int32(u)
+	}
+	abs := int64(h)
+	if abs < 0 {
+		abs = -abs
+	}
+	return string(b[:projectDirMax]) + "-" + strconv.FormatInt(abs, 36)
 }

@@ -168,7 +168,7 @@ func TestPlanOnlyRefusals(t *testing.T) {
 }
 
 func TestTranscriptPath(t *testing.T) {
-	if got := Transcript("/home/u", "/tmp/peers.work", "abc"); got != "/home/u/.claude/projects/-tmp-peers-work/abc.jsonl" {
+	if got := Transcript("/home/u/.claude", "/tmp/peers.work", "abc"); got != "/home/u/.claude/projects/-tmp-peers-work/abc.jsonl" {
 		t.Errorf("got %q", got)
 	}
 	if Transcript("/home/u", "/tmp", "") != "" {

@@ -98,7 +98,7 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 		cfg:        b.cfg,
 		proc:       proc,
 		sink:       sink,
-		home:       backend.EnvValue(env, "HOME"),
+		configDir:  ConfigDir(env),
 		cwd:        spec.CWD,
 		log:        log,
 		readerDone: make(chan struct{}),
@@ -112,31 +112,22 @@ type session struct {
 	cfg        Config
 	proc       *backend.Process
 	sink       backend.Sink
-	home, cwd  string
+	configDir  string // the CLI's, where its transcripts are
+	cwd        string
 	log        *slog.Logger
 	readerDone chan struct{}
 
 	mu          sync.Mutex
 	dec         Decoder
-	sent        int // the last turn written
-	active      int // the turn producing output; 0 when idle
-	interrupted int // the turn an interrupt was requested for
+	running     bool // a turn is producing output
+	interrupted bool // an interrupt was requested for the running turn
 	interrupts  int
 	parseErrs   int
 	dead        bool
 }
 
-func (s *session) emit(turn int, p schemas.Payload) {
-	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
-}
-
-// turn is the number events are stamped with: the running turn, or the
-// last one when idle.
-func (s *session) turn() int {
-	if s.active != 0 {
-		return s.active
-	}
-	return s.sent
+func (s *session) emit(p schemas.Payload) {
+	s.sink.Emit(schemas.Event{Payload: p})
 }
 
 type userLine struct {
@@ -150,9 +141,10 @@ type userLine struct {
 	} `json:"message"`
 }
 
-// Send implements backend.Session. The CLI queues a turn written while
-// another runs; its turn_started follows the running turn's result.
-func (s *session) Send(_ context.Context, text string) (int, error) {
+// Prompt implements backend.Session: one user line on stdin. The node
+// writes a turn only once the previous one has ended, since the CLI folds
+// a line written during a tool call into the running turn.
+func (s *session) Prompt(ctx context.Context, _ int, text string) error {
 	var u userLine
 	u.Type = "user"
 	u.Message.Role = "user"
@@ -162,55 +154,47 @@ func (s *session) Send(_ context.Context, text string) (int, error) {
 	}{"text", text})
 	line, err := json.Marshal(u)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s.mu.Lock()
-	if s.dead {
+	switch {
+	case s.dead:
 		s.mu.Unlock()
-		return 0, errors.New("agent process is not running")
+		return errNotRunning
+	case s.running:
+		s.mu.Unlock()
+		return errors.New("claude is still running a turn")
 	}
-	s.sent++
-	n := s.sent
-	if s.active == 0 {
-		s.start(n)
-	}
+	s.running, s.interrupted, s.parseErrs = true, false, 0
 	s.mu.Unlock()
-	if err := s.proc.WriteLine(line); err != nil {
+	if err := s.proc.WriteLine(ctx, line); err != nil {
 		s.mu.Lock()
-		s.emit(n, schemas.Errorf("could not write turn %d to claude: %v", n, err))
+		s.running = false
 		s.mu.Unlock()
-		return n, errors.New("agent process is not running")
+		return fmt.Errorf("write the turn to claude: %w", err)
 	}
-	return n, nil
+	return nil
 }
 
-// start begins turn n; s.mu is held.
-func (s *session) start(n int) {
-	s.active = n
-	s.parseErrs = 0
-	s.emit(n, schemas.TurnStarted{})
-}
+var errNotRunning = errors.New("agent process is not running")
 
 // Interrupt implements backend.Session with the CLI's interrupt control
 // request; the turn's result then reports cancelled.
-func (s *session) Interrupt(context.Context) (bool, error) {
+func (s *session) Interrupt(ctx context.Context) (bool, error) {
 	s.mu.Lock()
-	if s.dead || s.active == 0 {
+	if s.dead || !s.running {
 		s.mu.Unlock()
 		return false, nil
 	}
 	s.interrupts++
-	turn := s.active
-	s.interrupted = turn
+	s.interrupted = true
 	line := fmt.Sprintf(`{"type":"control_request","request_id":"int-%d","request":{"subtype":"interrupt"}}`, s.interrupts)
 	s.mu.Unlock()
-	if err := s.proc.WriteLine([]byte(line)); err != nil {
+	if err := s.proc.WriteLine(ctx, []byte(line)); err != nil {
 		s.mu.Lock()
-		if s.interrupted == turn {
-			s.interrupted = 0
-		}
+		s.interrupted = false
 		s.mu.Unlock()
-		return false, fmt.Errorf("write the interrupt: %w", err)
+		return false, fmt.Errorf("write the interrupt to claude: %w", err)
 	}
 	return true, nil
 }
@@ -239,10 +223,9 @@ func (s *session) Info() backend.Info {
 	sid := s.dec.SessionID()
 	s.mu.Unlock()
 	return backend.Info{
-		PID:           s.proc.PID(),
-		SessionID:     sid,
-		Transcript:    Transcript(s.home, s.cwd, sid),
-		QueuesPrompts: true,
+		PID:        s.proc.PID(),
+		SessionID:  sid,
+		Transcript: Transcript(s.configDir, s.cwd, sid),
 	}
 }
 
@@ -270,34 +253,26 @@ func (s *session) handle(line []byte, tooLong int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if tooLong > 0 {
-		s.emit(s.turn(), schemas.ErrorWith(fmt.Sprintf("claude printed a %d-byte line, longer than the %d-byte limit; it was dropped", tooLong, s.cfg.MaxLine), string(line)))
+		s.emit(schemas.ErrorWith(fmt.Sprintf("claude printed a %d-byte line, longer than the %d-byte limit; it was dropped", tooLong, s.cfg.MaxLine), string(line)))
 		return
 	}
-	interrupted := s.active != 0 && s.interrupted == s.active
-	for _, p := range s.dec.Line(line, interrupted) {
+	for _, p := range s.dec.Line(line, s.running && s.interrupted) {
 		if e, ok := p.(schemas.Error); ok && isUnmapped(e) {
 			s.parseErrs++
 			if s.parseErrs > maxParseErrors {
 				continue
 			}
 			if s.parseErrs == maxParseErrors {
-				s.emit(s.turn(), p)
+				s.emit(p)
 				p = schemas.Errorf("claude keeps printing lines Shoal cannot read; further ones in this turn are not reported")
 			}
 		}
-		s.emit(s.turn(), p)
+		s.emit(p)
 		if perm, ok := p.(schemas.Permission); ok {
 			s.refuse(perm)
 		}
-		if _, ok := p.(schemas.Result); ok && s.active != 0 {
-			if s.interrupted == s.active {
-				s.interrupted = 0
-			}
-			if s.active < s.sent {
-				s.start(s.active + 1)
-			} else {
-				s.active = 0
-			}
+		if _, ok := p.(schemas.Result); ok {
+			s.running, s.interrupted = false, false
 		}
 	}
 }
@@ -307,7 +282,7 @@ func (s *session) handle(line []byte, tooLong int) {
 // agent must never wait forever. s.mu is held; the write happens off it.
 func (s *session) refuse(perm schemas.Permission) {
 	const why = "Shoal runs this agent headless: its permissions come from its preset, and nobody is here to approve a prompt"
-	s.emit(s.turn(), schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": perm.ToolCall.ToolCallID}))
+	s.emit(schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": perm.ToolCall.ToolCallID}))
 	reply, _ := json.Marshal(map[string]any{
 		"type": "control_response",
 		"response": map[string]any{
@@ -316,7 +291,7 @@ func (s *session) refuse(perm schemas.Permission) {
 			"response":   map[string]any{"behavior": "deny", "message": why},
 		},
 	})
-	go s.proc.WriteLine(reply)
+	go s.proc.Write(append(reply, '\n'))
 }
 
 func isUnmapped(e schemas.Error) bool {
@@ -336,9 +311,9 @@ func (s *session) exited() {
 		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
 			msg += ": " + last
 		}
-		s.emit(s.turn(), schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
+		s.emit(schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
 	}
-	s.emit(s.turn(), schemas.Status{Status: schemas.StatusDead})
+	s.emit(schemas.Status{Status: schemas.StatusDead})
 }
 
 // Describe implements backend.Describer: the CLI's path and its version.

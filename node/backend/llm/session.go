@@ -144,49 +144,31 @@ type session struct {
 	mu        sync.Mutex
 	model     string
 	history   []message
-	turns     int
-	active    int
-	queue     []queued
-	interrupt context.CancelFunc // ends the running turn
+	interrupt context.CancelFunc // ends the running turn; nil when idle
 	dead      bool
 	running   sync.WaitGroup // the turn goroutine, while one runs
 }
 
-type queued struct {
-	n    int
-	text string
+func (s *session) emit(p schemas.Payload) {
+	s.sink.Emit(schemas.Event{Payload: p})
 }
 
-func (s *session) emit(turn int, p schemas.Payload) {
-	s.sink.Emit(schemas.Event{Turn: turn, Payload: p})
-}
-
-// Send implements backend.Session. A turn sent while another runs waits
-// for it.
-func (s *session) Send(_ context.Context, text string) (int, error) {
+// Prompt implements backend.Session: the turn's rounds run on their own.
+func (s *session) Prompt(_ context.Context, n int, text string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
-		return 0, errors.New("the agent is closed")
+	switch {
+	case s.dead:
+		return errors.New("agent is not alive")
+	case s.interrupt != nil:
+		return errors.New("the agent is still running a turn")
 	}
-	s.turns++
-	n := s.turns
-	if s.active == 0 {
-		s.begin(n, text)
-	} else {
-		s.queue = append(s.queue, queued{n, text})
-	}
-	return n, nil
-}
-
-// begin starts turn n; s.mu is held.
-func (s *session) begin(n int, text string) {
 	ctx, cancel := context.WithCancel(s.ctx)
-	s.active, s.interrupt = n, cancel
+	s.interrupt = cancel
 	s.history = append(s.history, message{Role: "user", Content: text})
-	s.emit(n, schemas.TurnStarted{})
 	s.running.Add(1)
 	go s.turn(ctx, n)
+	return nil
 }
 
 // turn runs turn n's rounds: the model answers, its tool calls run and
@@ -217,15 +199,11 @@ func (s *session) turn(ctx context.Context, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if failure != "" {
-		s.emit(n, schemas.Errorf("%s", failure))
+		s.emit(schemas.Errorf("%s", failure))
 	}
-	s.emit(n, schemas.Result{StopReason: stop, Usage: &usage})
-	s.active, s.interrupt = 0, nil
-	if len(s.queue) > 0 && !s.dead {
-		q := s.queue[0]
-		s.queue = s.queue[1:]
-		s.begin(q.n, q.text)
-	}
+	s.interrupt()
+	s.interrupt = nil
+	s.emit(schemas.Result{StopReason: stop, Usage: &usage})
 }
 
 // round asks the model once, streams its answer, then runs its tool
@@ -239,11 +217,11 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 	err = s.b.d.chat(ctx, req, func(d delta) error {
 		if d.Thinking != "" {
 			thinking.WriteString(d.Thinking)
-			s.emit(n, schemas.Thought{Delta: true, Content: schemas.Text(d.Thinking)})
+			s.emit(schemas.Thought{Delta: true, Content: schemas.Text(d.Thinking)})
 		}
 		if d.Text != "" {
 			text.WriteString(d.Text)
-			s.emit(n, schemas.AssistantText{Delta: true, Content: schemas.Text(d.Text)})
+			s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text(d.Text)})
 		}
 		calls = append(calls, d.ToolCalls...)
 		if d.Usage != nil {
@@ -256,10 +234,10 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 	// What streamed is repeated as the authoritative copy, even when the
 	// round was cut short.
 	if strings.TrimSpace(thinking.String()) != "" {
-		s.emit(n, schemas.Thought{Content: schemas.Text(thinking.String())})
+		s.emit(schemas.Thought{Content: schemas.Text(thinking.String())})
 	}
 	if text.Len() > 0 {
-		s.emit(n, schemas.AssistantText{Content: schemas.Text(text.String())})
+		s.emit(schemas.AssistantText{Content: schemas.Text(text.String())})
 	}
 	if err != nil || ctx.Err() != nil {
 		return false, err
@@ -282,7 +260,7 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		s.emit(n, schemas.ToolUse{Call: schemas.ToolCall{
+		s.emit(schemas.ToolUse{Call: schemas.ToolCall{
 			ToolCallID: c.ID, Title: c.Name, Kind: schemas.ToolKindForName(c.Name),
 			Status: schemas.ToolInProgress, RawInput: c.Arguments,
 		}})
@@ -295,7 +273,7 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 		if content == nil {
 			content = []schemas.ToolCallContent{schemas.ToolText(res.Text)}
 		}
-		s.emit(n, schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: c.ID, Status: &status, Content: content}})
+		s.emit(schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: c.ID, Status: &status, Content: content}})
 		s.mu.Lock()
 		s.history = append(s.history, message{Role: "tool", Content: res.Text, ToolName: c.Name, ToolID: c.ID})
 		s.mu.Unlock()
@@ -308,7 +286,7 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 func (s *session) Interrupt(context.Context) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.active == 0 || s.interrupt == nil {
+	if s.interrupt == nil {
 		return false, nil
 	}
 	s.interrupt()
@@ -333,7 +311,7 @@ func (s *session) SetModel(_ context.Context, model string) (string, error) {
 }
 
 // Info implements backend.Session: no process, no vendor session.
-func (s *session) Info() backend.Info { return backend.Info{QueuesPrompts: true} }
+func (s *session) Info() backend.Info { return backend.Info{} }
 
 // Close implements backend.Session: the running turn ends cancelled, the
 // MCP sessions close, then status dead.
@@ -344,14 +322,10 @@ func (s *session) Close(context.Context) error {
 		return nil
 	}
 	s.dead = true
-	s.queue = nil
 	s.mu.Unlock()
 	s.stop()
 	s.running.Wait()
 	s.tb.close()
-	s.mu.Lock()
-	turn := s.turns
-	s.mu.Unlock()
-	s.emit(turn, schemas.Status{Status: schemas.StatusDead})
+	s.emit(schemas.Status{Status: schemas.StatusDead})
 	return nil
 }

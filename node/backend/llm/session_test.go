@@ -21,6 +21,7 @@ type events struct {
 	mu   sync.Mutex
 	all  []schemas.Event
 	more chan struct{}
+	turn int // the turn events are stamped with, as the node does
 }
 
 func (e *events) Emit(ev schemas.Event) {
@@ -31,6 +32,7 @@ func (e *events) Emit(ev schemas.Event) {
 		schematest.Event(e.t, b)
 	}
 	e.mu.Lock()
+	ev.Turn = e.turn
 	e.all = append(e.all, ev)
 	e.mu.Unlock()
 	select {
@@ -135,11 +137,16 @@ func policy(t *testing.T, preset string, disallowed ...string) schemas.Policy {
 	return pol
 }
 
-func send(t *testing.T, s backend.Session, text string) int {
-	t.Helper()
-	n, err := s.Send(t.Context(), text)
-	if err != nil {
-		t.Fatal(err)
+// send gives the session the next turn, numbered and stamped as the node
+// would.
+func (e *events) send(s backend.Session, text string) int {
+	e.t.Helper()
+	e.mu.Lock()
+	e.turn++
+	n := e.turn
+	e.mu.Unlock()
+	if err := s.Prompt(e.t.Context(), n, text); err != nil {
+		e.t.Fatal(err)
 	}
 	return n
 }
@@ -161,7 +168,7 @@ func TestLocalTurnWithTools(t *testing.T) {
 				fakemodel.Reply{Text: "The tool said ping-42.", Usage: fakemodel.Usage{Input: 150, Output: 8}},
 			)
 			s, ev := startLocal(t, d.kind, fake, policy(t, "default"))
-			evs := ev.result(send(t, s, "use the tools"))
+			evs := ev.result(ev.send(s, "use the tools"))
 			got := kinds(evs)
 			for _, want := range []string{"thought~", "thought ", "assistant_text~", "tool_use", "tool_result", "result(end_turn)"} {
 				if !strings.Contains(got+" ", want) {
@@ -213,7 +220,7 @@ func TestLocalPresetFiltersTools(t *testing.T) {
 				fakemodel.Reply{Text: "done"},
 			)
 			s, ev := startLocal(t, d.kind, fake, policy(t, "default", "mcp__tools__picture"))
-			evs := ev.result(send(t, s, "draw"))
+			evs := ev.result(ev.send(s, "draw"))
 			offered := string(fake.Requests()[0].Body)
 			if strings.Contains(offered, `"picture"`) || !strings.Contains(offered, `"echo"`) {
 				t.Fatalf("the tools offered: %s", offered)
@@ -254,7 +261,7 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 			s, ev := startLocal(t, d.kind, fake, policy(t, "default"))
 
 			fake.Script(fakemodel.Reply{Text: "half an answer", MidStreamError: "the GPU fell over"})
-			evs := ev.result(send(t, s, "try"))
+			evs := ev.result(ev.send(s, "try"))
 			if got := kinds(evs); !strings.Contains(got, "error(") || !strings.HasSuffix(got, "result(refusal)") {
 				t.Fatalf("mid-stream error: %s", got)
 			}
@@ -263,7 +270,7 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 			looping = true
 			mu.Unlock()
 			before := len(fake.Requests())
-			evs = ev.result(send(t, s, "loop"))
+			evs = ev.result(ev.send(s, "loop"))
 			if got := kinds(evs); !strings.Contains(got, "hit max tool rounds (24)") || !strings.HasSuffix(got, "result(refusal)") {
 				t.Fatalf("round limit: %s", got)
 			}
@@ -275,7 +282,7 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 			mu.Unlock()
 
 			fake.Script(fakemodel.Reply{Text: "slow and endless", Hang: true})
-			n := send(t, s, "hang")
+			n := ev.send(s, "hang")
 			waitRequests(t, fake, before+DefaultMaxRounds+1)
 			if ok, err := s.Interrupt(t.Context()); !ok || err != nil {
 				t.Fatalf("interrupt: %v %v", ok, err)
@@ -283,7 +290,7 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 			if got := kinds(ev.result(n)); !strings.HasSuffix(got, "result(cancelled)") {
 				t.Fatalf("interrupted turn: %s", got)
 			}
-			evs = ev.result(send(t, s, "and now"))
+			evs = ev.result(ev.send(s, "and now"))
 			if got := kinds(evs); !strings.HasSuffix(got, "result(end_turn)") {
 				t.Fatalf("after the interrupt: %s", got)
 			}

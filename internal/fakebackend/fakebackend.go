@@ -1,0 +1,192 @@
+// Package fakebackend is an agent backend with no process, for tests: the
+// first-class fake every test of the node, the coordinator and the
+// clients can run agents on without a CLI. What a turn does is read from
+// its text:
+//
+//	hang …    streams a first chunk, then nothing until it is interrupted
+//	die …     streams a first chunk, then the agent dies (as a CLI that crashed)
+//	burst N   streams N chunks of 40 bytes as fast as the node takes them
+//	anything  answers "echo: <text>" in word-sized chunks, then its result
+//
+// Close ends a running turn's agent at once; a hung turn never ends on its
+// own.
+package fakebackend
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Config configures the fake; its zero value is a claude-kind backend
+// that answers at once.
+type Config struct {
+	// Kind is what the backend says it is; backend.KindClaude when empty.
+	Kind string
+	// Delay is the pause between two chunks of an answer.
+	Delay time.Duration
+}
+
+// Backend starts fake agents. Its counters say what its agents were
+// asked to do, across all of them.
+type Backend struct {
+	cfg                                 Config
+	Starts, Prompts, Interrupts, Closes atomic.Int32
+}
+
+// New returns a fake backend.
+func New(cfg Config) *Backend {
+	if cfg.Kind == "" {
+		cfg.Kind = backend.KindClaude
+	}
+	return &Backend{cfg: cfg}
+}
+
+// Kind implements backend.Backend.
+func (b *Backend) Kind() string { return b.cfg.Kind }
+
+// Start implements backend.Backend.
+func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+	b.Starts.Add(1)
+	return &Session{b: b, cfg: b.cfg, sink: sink, id: spec.AgentID}, nil
+}
+
+// Session is one fake agent.
+type Session struct {
+	b    *Backend
+	cfg  Config
+	sink backend.Sink
+	id   string
+
+	mu        sync.Mutex
+	prompts   int
+	running   bool
+	interrupt chan struct{}
+	dead      bool
+	wg        sync.WaitGroup
+}
+
+var errDead = errors.New("agent process is not running")
+
+// Prompt implements backend.Session.
+func (s *Session) Prompt(_ context.Context, _ int, text string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.dead:
+		return errDead
+	case s.running:
+		return errors.New("the fake agent is still running a turn")
+	}
+	s.prompts++
+	s.b.Prompts.Add(1)
+	s.running, s.interrupt = true, make(chan struct{})
+	s.wg.Add(1)
+	go s.turn(text, s.interrupt)
+	return nil
+}
+
+// Prompts is how many turns the session has been given.
+func (s *Session) Prompts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prompts
+}
+
+func (s *Session) emit(p schemas.Payload) { s.sink.Emit(schemas.Event{Payload: p}) }
+
+func (s *Session) turn(text string, interrupted <-chan struct{}) {
+	defer s.wg.Done()
+	verb, _, _ := strings.Cut(text, " ")
+	switch verb {
+	case "hang":
+		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text("thinking about it")})
+		<-interrupted
+		s.end(schemas.StopCancelled)
+		return
+	case "burst":
+		n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(text, verb)))
+		const chunk = "a steady stream of tokens, forty bytes. "
+		for range n {
+			s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text(chunk)})
+		}
+		s.emit(schemas.AssistantText{Content: schemas.Text(strings.Repeat(chunk, n))})
+		s.end(schemas.StopEndTurn)
+		return
+	case "die":
+		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text("about to ")})
+		s.mu.Lock()
+		s.dead, s.running = true, false
+		s.mu.Unlock()
+		s.emit(schemas.Errorf("the fake agent fell over"))
+		s.emit(schemas.Status{Status: schemas.StatusDead})
+		return
+	}
+	reply := "echo: " + text
+	for _, w := range strings.SplitAfter(reply, " ") {
+		select {
+		case <-interrupted:
+			s.end(schemas.StopCancelled)
+			return
+		case <-time.After(s.cfg.Delay):
+		}
+		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text(w)})
+	}
+	s.emit(schemas.AssistantText{Content: schemas.Text(reply)})
+	s.end(schemas.StopEndTurn)
+}
+
+func (s *Session) end(stop schemas.StopReason) {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+	s.emit(schemas.Result{StopReason: stop, Usage: &schemas.Usage{InputTokens: 10, OutputTokens: 3, CostUSD: schemas.Cost(0)}})
+}
+
+// Interrupt implements backend.Session.
+func (s *Session) Interrupt(context.Context) (bool, error) {
+	s.b.Interrupts.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running || s.dead {
+		return false, nil
+	}
+	select {
+	case <-s.interrupt:
+	default:
+		close(s.interrupt)
+	}
+	return true, nil
+}
+
+// Close implements backend.Session: a running turn ends, then status dead.
+func (s *Session) Close(ctx context.Context) error {
+	s.b.Closes.Add(1)
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return nil
+	}
+	s.dead = true
+	if s.running {
+		select {
+		case <-s.interrupt:
+		default:
+			close(s.interrupt)
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.emit(schemas.Status{Status: schemas.StatusDead})
+	return nil
+}
+
+// Info implements backend.Session.
+func (s *Session) Info() backend.Info { return backend.Info{} }
