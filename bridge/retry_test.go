@@ -124,7 +124,7 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 		return m.Data
 	}
 	// An interrupt reaches the backend only when a turn runs.
-	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "hang on"}); err != nil {
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "stall on"}); err != nil {
 		t.Fatal(err)
 	}
 	pollUntil(t, 30*time.Second, "the turn running", func() bool {

@@ -50,7 +50,7 @@ func newTurnRig(b *testing.B, f *bridge.Fabric, observer *nats.Conn, chunks int)
 // up to its result.
 func (r *turnRig) turn(b *testing.B) int {
 	ctx := natstest.Context(b, time.Minute)
-	if _, err := r.f.Send(ctx, schemas.SendRequest{AgentID: r.id, Text: fmt.Sprintf("burst %d", r.chunks)}); err != nil {
+	if _, err := r.f.Send(ctx, schemas.SendRequest{AgentID: r.id, Text: fmt.Sprintf("stream %d", r.chunks)}); err != nil {
 		b.Fatal(err)
 	}
 	n := 0

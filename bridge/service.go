@@ -114,4 +114,3 @@ func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) 
 		}()
 	})
 }
-

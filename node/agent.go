@@ -273,10 +273,10 @@ const promptWait = 2 * time.Minute
 // stopped reading its input is stopped: nothing more can reach it.
 func (a *agent) promptFailed(f promptFailure) {
 	a.mu.Lock()
-	running := a.turns.running == f.n
+	running, closing := a.turns.running == f.n, a.closing
 	a.mu.Unlock()
-	if !running {
-		return
+	if !running || closing {
+		return // a closing agent's death ends the turn, saying so
 	}
 	if errors.Is(f.err, backend.ErrStalled) {
 		a.stopFor(fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
@@ -574,7 +574,16 @@ func (a *agent) fire(ctx context.Context, turn int, why string) {
 	a.turns.stopping = why
 	a.mu.Unlock()
 	a.emit(turn, schemas.Errorf("turn %d %s; interrupting it", turn, why))
-	ok, err := a.sess.Interrupt(ctx)
+	a.mu.Lock()
+	delivered := a.turns.delivered
+	if !delivered {
+		a.turns.interruptAsked = true // sent once the prompt is delivered
+	}
+	a.mu.Unlock()
+	ok, err := true, error(nil)
+	if delivered {
+		ok, err = a.sess.Interrupt(ctx)
+	}
 	if !ok || err != nil {
 		a.mu.Lock()
 		still := a.turns.running == turn

@@ -39,6 +39,11 @@ import (
 //	         does) 300ms later; a signal in between is still recorded
 //	stall    like echo, but a turn whose text starts with "stall" sends a
 //	         first chunk and then nothing until it is interrupted
+//	contract like stall, and a turn whose text starts with "slow" streams a
+//	         word every 40ms; what every backend's contract test sends
+//	deaf     never reads stdin, and ignores SIGINT and SIGTERM: a CLI that
+//	         has stopped reading its input
+//	huge     answers each turn with 20 MB of text
 func fakeClaude(mode string) {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		fmt.Println("0.0.0 (fake claude, " + mode + ")")
@@ -58,6 +63,9 @@ func fakeClaude(mode string) {
 	case "sleep":
 		time.Sleep(time.Hour)
 		return
+	case "deaf":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+		select {}
 	case "hang":
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
 	case "signals", "sigint":
@@ -142,7 +150,7 @@ func fakeClaude(mode string) {
 				break
 			}
 			continue
-		case "stall":
+		case "stall", "contract":
 			if strings.HasPrefix(text, "stall") {
 				delta("let me think")
 				<-interrupted
@@ -167,6 +175,10 @@ func fakeClaude(mode string) {
 			}
 			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "tool_use", "id": "tu1", "name": "Screenshot", "input": map[string]any{}}}}})
 			emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "tool_result", "tool_use_id": "tu1", "content": content}}}})
+		case "huge":
+			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": strings.Repeat("big answer ", 2<<20)}}}})
+			result("end_turn", false, "success")
+			continue
 		case "garbage":
 			fmt.Fprintln(out, "Welcome to the fake CLI!")
 			fmt.Fprintln(out, "{half a json")
@@ -177,11 +189,15 @@ func fakeClaude(mode string) {
 		words := strings.SplitAfter(reply, " ")
 		cut := false
 		for _, w := range words {
-			if mode == "slow" {
+			if mode == "slow" || mode == "contract" && strings.HasPrefix(text, "slow") {
+				pause := 100 * time.Millisecond
+				if mode == "contract" {
+					pause = 40 * time.Millisecond
+				}
 				select {
 				case <-interrupted:
 					cut = true
-				case <-time.After(100 * time.Millisecond):
+				case <-time.After(pause):
 				}
 			}
 			if cut {

@@ -3,9 +3,10 @@
 // clients can run agents on without a CLI. What a turn does is read from
 // its text:
 //
-//	hang …    streams a first chunk, then nothing until it is interrupted
+//	stall …   streams a first chunk, then nothing until it is interrupted
+//	slow …    answers like anything else, a word every 40ms
 //	die …     streams a first chunk, then the agent dies (as a CLI that crashed)
-//	burst N   streams N chunks of 40 bytes as fast as the node takes them
+//	stream N  streams N chunks of 40 bytes as fast as the node takes them
 //	anything  answers "echo: <text>" in word-sized chunks, then its result
 //
 // Close ends a running turn's agent at once; a hung turn never ends on its
@@ -39,6 +40,9 @@ type Config struct {
 type Backend struct {
 	cfg                                 Config
 	Starts, Prompts, Interrupts, Closes atomic.Int32
+
+	mu       sync.Mutex
+	sessions map[string]*Session
 }
 
 // New returns a fake backend.
@@ -55,7 +59,25 @@ func (b *Backend) Kind() string { return b.cfg.Kind }
 // Start implements backend.Backend.
 func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
 	b.Starts.Add(1)
-	return &Session{b: b, cfg: b.cfg, sink: sink, id: spec.AgentID}, nil
+	s := &Session{b: b, cfg: b.cfg, sink: sink, id: spec.AgentID}
+	b.mu.Lock()
+	if b.sessions == nil {
+		b.sessions = map[string]*Session{}
+	}
+	b.sessions[spec.AgentID] = s
+	b.mu.Unlock()
+	return s, nil
+}
+
+// Kill makes an agent die at once, as a CLI killed mid-turn would: an
+// error, then status dead, and no result for a running turn.
+func (b *Backend) Kill(agent string) {
+	b.mu.Lock()
+	s := b.sessions[agent]
+	b.mu.Unlock()
+	if s != nil {
+		s.die()
+	}
 }
 
 // Session is one fake agent.
@@ -106,12 +128,12 @@ func (s *Session) turn(text string, interrupted <-chan struct{}) {
 	defer s.wg.Done()
 	verb, _, _ := strings.Cut(text, " ")
 	switch verb {
-	case "hang":
+	case "stall":
 		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text("thinking about it")})
 		<-interrupted
 		s.end(schemas.StopCancelled)
 		return
-	case "burst":
+	case "stream":
 		n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(text, verb)))
 		const chunk = "a steady stream of tokens, forty bytes. "
 		for range n {
@@ -122,25 +144,36 @@ func (s *Session) turn(text string, interrupted <-chan struct{}) {
 		return
 	case "die":
 		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text("about to ")})
-		s.mu.Lock()
-		s.dead, s.running = true, false
-		s.mu.Unlock()
-		s.emit(schemas.Errorf("the fake agent fell over"))
-		s.emit(schemas.Status{Status: schemas.StatusDead})
+		s.die()
 		return
 	}
-	reply := "echo: " + text
+	reply, delay := "echo: "+text, s.cfg.Delay
+	if verb == "slow" {
+		delay = max(delay, 40*time.Millisecond)
+	}
 	for _, w := range strings.SplitAfter(reply, " ") {
 		select {
 		case <-interrupted:
 			s.end(schemas.StopCancelled)
 			return
-		case <-time.After(s.cfg.Delay):
+		case <-time.After(delay):
 		}
 		s.emit(schemas.AssistantText{Delta: true, Content: schemas.Text(w)})
 	}
 	s.emit(schemas.AssistantText{Content: schemas.Text(reply)})
 	s.end(schemas.StopEndTurn)
+}
+
+func (s *Session) die() {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return
+	}
+	s.dead, s.running = true, false
+	s.mu.Unlock()
+	s.emit(schemas.Errorf("the fake agent fell over"))
+	s.emit(schemas.Status{Status: schemas.StatusDead})
 }
 
 func (s *Session) end(stop schemas.StopReason) {

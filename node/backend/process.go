@@ -34,8 +34,8 @@ type Process struct {
 	writing      chan struct{} // held by the one write in progress
 	stalled      atomic.Bool   // a write missed its deadline
 	stopOnce     sync.Once
-	stopping chan struct{}
-	tail     *Tail
+	stopping     chan struct{}
+	tail         *Tail
 }
 
 // ProcessSpec describes a process to start.

@@ -748,7 +748,16 @@ func (s *session) onExit() {
 		s.emit(p)
 	}
 	if s.active != 0 {
-		s.end(s.active, schemas.StopCancelled, nil)
+		// What streamed is kept as authoritative; the node ends the turn,
+		// since the agent did not.
+		thought, text := s.m.takeTurnText()
+		if strings.TrimSpace(thought) != "" {
+			s.emit(schemas.Thought{Content: schemas.Text(thought)})
+		}
+		if strings.TrimSpace(text) != "" {
+			s.emit(schemas.AssistantText{Content: schemas.Text(text)})
+		}
+		s.active = 0
 	}
 	if s.draining {
 		s.draining = false

@@ -34,6 +34,10 @@ type Config struct {
 	StopWait time.Duration
 	// MaxLine is the longest stdout line accepted; 64 MiB when zero.
 	MaxLine int
+	// WriteTimeout is how long the CLI may leave a line on its stdin
+	// unread before it counts as stalled; backend.DefaultWriteTimeout
+	// when zero.
+	WriteTimeout time.Duration
 }
 
 // Backend starts claude CLI agents.
@@ -82,10 +86,11 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 	}
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
-		Argv:   append([]string{b.cfg.Path}, launch.Args...),
-		Dir:    spec.CWD,
-		Env:    env,
-		Stderr: spec.Stderr,
+		Argv:         append([]string{b.cfg.Path}, launch.Args...),
+		Dir:          spec.CWD,
+		Env:          env,
+		Stderr:       spec.Stderr,
+		WriteTimeout: b.cfg.WriteTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -203,6 +208,10 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 // exits), then SIGINT (it interrupts and exits), then SIGTERM, then
 // SIGKILL for the whole process group.
 func (s *session) Close(ctx context.Context) error {
+	// A turn the ladder cuts short was cancelled, whatever the CLI says.
+	s.mu.Lock()
+	s.interrupted = s.running
+	s.mu.Unlock()
 	w := s.cfg.StopWait
 	s.proc.Stop(ctx, []backend.Step{
 		{Signal: backend.CloseStdin, Wait: w},

@@ -1,0 +1,201 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// The real claude CLI folds a line written during a tool call into the
+// running turn; the node holds it instead, so a turn sent while a Bash
+// tool runs becomes its own turn, with its own turn_started and result,
+// and a run sent right after answers with its own text. Ten sends in a
+// burst are ten turns, in order.
+func TestRealClaudeTurnDuringToolCall(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fake.Script(
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: json.RawMessage(`{"command":"sleep 3; echo first","description":"Wait, then print"}`)}}},
+		fakemodel.Reply{Text: "The command printed first."},
+		fakemodel.Reply{Text: "The second answer."},
+	)
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
+	id := f.open(schemas.OpenRequest{Permission: "bypass"})
+	w := f.watch(id)
+	f.send(id, "Run the slow command.")
+	w.until(0, "the Bash call", func(ev schemas.Event) bool {
+		u, ok := ev.Payload.(schemas.ToolUse)
+		return ok && u.Call.RawInput != nil
+	})
+	rep, err := f.fabric.Run(f.ctx(90*time.Second), schemas.RunRequest{AgentID: id, Text: "second message"})
+	if err != nil || rep.Text != "The second answer." || rep.Turn != 2 || rep.StopReason != schemas.StopEndTurn {
+		t.Fatalf("the run sent during the tool call: %+v %v", rep, err)
+	}
+	w.until(0, "turn 2's result", isResult(2))
+	checkSequential(t, w, 2)
+	if got := turnText(w, 1); got != "The command printed first." {
+		t.Errorf("turn 1 answered %q", got)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 3 || reqs[1].ToolResults[0].Content != "first" || reqs[2].UserText != "second message" {
+		t.Errorf("the model saw %s", mustJSON(reqs))
+	}
+
+	for i := range 10 {
+		fake.Script(fakemodel.Reply{Text: fmt.Sprintf("answer %d", i+1)})
+	}
+	for i := range 10 {
+		if n := f.send(id, fmt.Sprintf("burst %d", i+1)); n != i+3 {
+			t.Fatalf("burst send %d was numbered turn %d", i+1, n)
+		}
+	}
+	w.until(0, "turn 12's result", isResult(12))
+	checkSequential(t, w, 12)
+	for i := range 10 {
+		if got, want := turnText(w, i+3), fmt.Sprintf("answer %d", i+1); got != want {
+			t.Errorf("turn %d answered %q, want %q", i+3, got, want)
+		}
+	}
+	for i, r := range fake.Requests()[3:] {
+		if want := fmt.Sprintf("burst %d", i+1); r.UserText != want {
+			t.Errorf("model request %d was for %q, want %q", i+4, r.UserText, want)
+		}
+	}
+	rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
+	if err != nil || !rec.QueuesPrompts || rec.Turn != 12 {
+		t.Errorf("status: %s %v", mustJSON(rec), err)
+	}
+}
+
+// A CLI that never reads its stdin never holds up anyone: a send larger
+// than the pipe answers at once, an interrupt and a close answer within
+// their deadlines, the agent is stopped with a turn that says why, and no
+// process remains; a close while the write waits ends the agent too. A small turn that fits the pipe is ended by the
+// watchdog, which climbs the stop ladder when the interrupt changes
+// nothing.
+func TestCLIThatStopsReading(t *testing.T) {
+	t.Parallel()
+	deaf := func(t *testing.T, idle time.Duration) *fixture {
+		cli := fakeCLI("deaf")
+		cli.WriteTimeout = time.Second
+		return startNode(t, fixtureOptions{claude: cli, node: func(c *node.Config) {
+			c.TurnIdleTimeout, c.InterruptGrace = idle, 500*time.Millisecond
+		}})
+	}
+
+	t.Run("a send larger than the pipe", func(t *testing.T) {
+		t.Parallel()
+		f := deaf(t, time.Minute)
+		id := f.open(schemas.OpenRequest{})
+		w := f.watch(id)
+		pid := pidOf(t, f, id)
+		if rep, err := f.fabric.Send(f.ctx(5*time.Second), schemas.SendRequest{AgentID: id, Text: strings.Repeat("x", 4<<20)}); err != nil || rep.Turn != 1 {
+			t.Fatalf("send: %+v %v", rep, err)
+		}
+		if rep, err := f.fabric.Interrupt(f.ctx(5*time.Second), id); err != nil || !rep.Interrupted {
+			t.Fatalf("interrupt: %+v %v", rep, err)
+		}
+		w.until(0, "status dead", isStatus(schemas.StatusDead))
+		if rep, err := f.fabric.Close(f.ctx(5*time.Second), id); err != nil || !rep.Closed {
+			t.Fatalf("close: %+v %v", rep, err)
+		}
+		if stop, errs := stopOf(w, 1), turnErrors(w, 1); stop != schemas.StopCancelled || len(errs) != 1 || !strings.Contains(errs[0], "the agent stopped reading its input") {
+			t.Errorf("turn 1 ended %s with %q", stop, errs)
+		}
+		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+	})
+	t.Run("a close while a write waits", func(t *testing.T) {
+		t.Parallel()
+		f := deaf(t, time.Minute)
+		id := f.open(schemas.OpenRequest{})
+		w := f.watch(id)
+		pid := pidOf(t, f, id)
+		f.send(id, strings.Repeat("y", 4<<20))
+		if rep, err := f.fabric.Close(f.ctx(30*time.Second), id); err != nil || !rep.Closed {
+			t.Fatalf("close: %+v %v", rep, err)
+		}
+		w.until(0, "status dead", isStatus(schemas.StatusDead))
+		if stop, errs := stopOf(w, 1), turnErrors(w, 1); stop != schemas.StopCancelled || len(errs) != 1 || errs[0] != "the agent was closed during turn 1" {
+			t.Errorf("turn 1 ended %s with %q", stop, errs)
+		}
+		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+	})
+	t.Run("the watchdog", func(t *testing.T) {
+		t.Parallel()
+		f := deaf(t, 500*time.Millisecond)
+		id := f.open(schemas.OpenRequest{})
+		w := f.watch(id)
+		pid := pidOf(t, f, id)
+		ran := make(chan error, 1)
+		go func() {
+			_, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "hello?"})
+			ran <- err
+		}()
+		w.until(0, "status dead", isStatus(schemas.StatusDead))
+		errs := turnErrors(w, 1)
+		if stopOf(w, 1) != schemas.StopCancelled || len(errs) != 2 || errs[0] != "turn 1 produced no output for 500ms; interrupting it" ||
+			errs[1] != "turn 1 was stopped: produced no output for 500ms, and it did not end within 500ms of the interrupt" {
+			t.Errorf("the watchdog's turn: %q %s", errs, strings.Join(w.summary(0), " "))
+		}
+		if err := <-ran; schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "died during the turn") {
+			t.Errorf("the run: %v", err)
+		}
+		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+	})
+}
+
+// An answer larger than the server's message limit comes back from a run
+// cut, with the marker the stream uses, instead of a lost reply.
+func TestRunAnswerLargerThanAMessage(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("huge")})
+	id := f.open(schemas.OpenRequest{})
+	rep, err := f.fabric.Run(f.ctx(90*time.Second), schemas.RunRequest{AgentID: id, Text: "say a lot"})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !rep.Truncated || rep.DroppedBytes == 0 || !strings.HasPrefix(rep.Text, "big answer big answer") ||
+		!strings.HasSuffix(rep.Text, schemas.TruncationMarker(rep.DroppedBytes)) || len(rep.Text) > 8<<20 {
+		t.Errorf("the run's answer: %d bytes, truncated %v, %d dropped, ends %q", len(rep.Text), rep.Truncated, rep.DroppedBytes, rep.Text[max(0, len(rep.Text)-80):])
+	}
+	if len(rep.Text)+rep.DroppedBytes != len(strings.Repeat("big answer ", 2<<20))+len(schemas.TruncationMarker(rep.DroppedBytes)) {
+		t.Errorf("kept %d and dropped %d bytes of %d", len(rep.Text), rep.DroppedBytes, len(strings.Repeat("big answer ", 2<<20)))
+	}
+}
+
+// agent_status points at the transcript the real CLI writes, for a cwd
+// whose name the CLI has to rewrite (an underscore, a dot, a space).
+func TestRealClaudeTranscriptPath(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := t.TempDir()
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second}})
+	cwd := filepath.Join(t.TempDir(), "my_project.v2 (copy)")
+	if err := os.Mkdir(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := f.open(schemas.OpenRequest{CWD: cwd})
+	if _, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
+	if err != nil || rec.Transcript == nil {
+		t.Fatalf("status: %s %v", mustJSON(rec), err)
+	}
+	eventually(t, 10*time.Second, "the transcript "+*rec.Transcript+" exists", func() bool {
+		_, err := os.Stat(*rec.Transcript)
+		return err == nil
+	})
+}
