@@ -399,7 +399,7 @@ func (h *Host) closeAll(ctx context.Context) {
 	h.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, a := range live {
-		wg.Go(func() { h.closeAgent(ctx, a) })
+		wg.Go(func() { a.close(ctx) })
 	}
 	wg.Wait()
 }
@@ -495,7 +495,7 @@ func (h *Host) abandon(id string) {
 	a.mute()
 	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
 	defer cancel()
-	h.closeAgent(ctx, a)
+	a.close(ctx)
 }
 
 // metadata is what the node's micro service tells `nats micro info`: its

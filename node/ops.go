@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -67,23 +66,13 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		h.mu.Unlock()
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", id)
 	}
-	a := &agent{
-		h:     h,
-		id:    id,
-		log:   h.log.With("agent", id),
-		queue: newEventQueue(),
-		done:  make(chan struct{}),
-	}
-	now := time.Now()
-	a.lastActivity, a.lastEvent = now, now
-	a.rec = schemas.AgentRecord{
+	a := newAgent(h, schemas.AgentRecord{
 		ID: id, Status: schemas.StatusStarting, Model: model, CWD: cwd,
-		CreatedAt: unixSeconds(now), LastActivity: unixSeconds(now),
 		EventLog: filepath.Join(h.cfg.Dir, id+".events.jsonl"),
 		Usage:    schemas.Usage{}, Node: h.cfg.Name,
 		Policy:    pol.Record(cwd),
 		RequestID: req.RequestID,
-	}
+	})
 	h.agents[id] = a // reserves the id on this node while it starts
 	h.mu.Unlock()
 
@@ -109,21 +98,17 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err != nil {
 		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
 	}
-	a.seq, a.turns.last, a.stamp = tails[id].Last, tails[id].Turn, tails[id].Turn
-	a.rec.Turn = a.turns.last
-	if a.eventLog, err = os.OpenFile(a.rec.EventLog, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
-		return unclaim(schemas.Errf(schemas.CodeInternal, "open the event log: %v", err))
-	}
-	if a.stderrLog, err = os.OpenFile(filepath.Join(h.cfg.Dir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
-		a.closeFiles()
-		return unclaim(schemas.Errf(schemas.CodeInternal, "open the stderr log: %v", err))
+	a.resume(tails[id])
+	stderr, err := a.openFiles(filepath.Join(h.cfg.Dir, id+".log"))
+	if err != nil {
+		return unclaim(schemas.Errf(schemas.CodeInternal, "%v", err))
 	}
 	spec := backend.Spec{
 		AgentID: id, CWD: cwd, Model: rest, Effort: req.Effort, Policy: pol,
 		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.cfg.MCP,
 		Dir:    h.cfg.Dir,
 		Env:    append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name, "SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid())),
-		Stderr: a.stderrLog, Logger: a.log,
+		Stderr: stderr, Logger: a.log,
 	}
 	sess, err := be.Start(ctx, spec, a)
 	if err != nil {
@@ -134,17 +119,12 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		}
 		return unclaim(schemas.Errf(code, "%v", err))
 	}
-	a.sess = sess
 	if pid := sess.Info().PID; pid > 0 {
 		if err := h.pids.add(id, pid); err != nil {
 			a.log.Warn("cannot record the agent's pid", "err", err)
 		}
 	}
-	go a.relay()
-	a.mu.Lock()
-	a.rec.Status = schemas.StatusIdle
-	a.mu.Unlock()
-	a.emit(a.turns.last, schemas.Status{Status: schemas.StatusIdle})
+	a.started(sess)
 	h.recs.mark(a, true)
 	// Placement reads the node's load from its record: it is current before
 	// the reply goes out.
@@ -205,38 +185,6 @@ func (h *Host) Send(_ context.Context, req schemas.SendRequest) (schemas.SendRep
 	return schemas.SendReply{Turn: turn}, err
 }
 
-// send numbers a turn, echoes its text (stamped with the previous turn,
-// as Kaimon does) and begins it, or holds it while another runs. A waiter,
-// when given, is registered for the turn before it can end.
-func (a *agent) send(text string, waiter chan runOutcome) (int, error) {
-	a.mu.Lock()
-	switch {
-	case a.dead:
-		a.mu.Unlock()
-		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", a.id)
-	case a.closing:
-		a.mu.Unlock()
-		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is closing", a.id)
-	}
-	p, now := a.turns.number(text)
-	if waiter != nil {
-		a.turns.wait(p.n, waiter)
-	}
-	// Queued under the lock, so the stream has the echoes in the order
-	// the turns were numbered.
-	a.queue.push(item{ev: schemas.Event{Turn: p.n - 1, Payload: schemas.UserText{Content: schemas.Text(text)}}})
-	if now {
-		a.turns.begin(p, time.Now())
-		a.queue.push(item{begin: &p})
-	}
-	a.rec.Turn = p.n
-	a.mu.Unlock()
-	if now {
-		a.prompt(p)
-	}
-	return p.n, nil
-}
-
 // storedWait bounds how long a run's reply waits for its turn to be stored.
 const storedWait = 10 * time.Second
 
@@ -251,18 +199,10 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	if err != nil {
 		return schemas.RunReply{}, err
 	}
-	a.mu.Lock()
-	if a.syncRun {
-		a.mu.Unlock()
+	if !a.startRun() {
 		return schemas.RunReply{}, schemas.Errf(schemas.CodeConflict, "agent '%s' already has a synchronous run in flight", a.id)
 	}
-	a.syncRun = true
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		a.syncRun = false
-		a.mu.Unlock()
-	}()
+	defer a.endRun()
 	ch := make(chan runOutcome, 1)
 	turn, err := a.send(req.Text, ch)
 	if err != nil {
@@ -330,41 +270,6 @@ func (h *Host) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas
 	return schemas.InterruptReply{Interrupted: a.interrupt(ctx)}, nil
 }
 
-// interrupt ends the running turn and drops the held ones, reporting
-// whether there was anything to end.
-func (a *agent) interrupt(ctx context.Context) bool {
-	a.mu.Lock()
-	if a.dead {
-		a.mu.Unlock()
-		return false
-	}
-	dropped := a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was interrupted before it began", n) })
-	running, delivered := a.turns.running, a.turns.delivered
-	if running != 0 && !delivered {
-		a.turns.interruptAsked = true // sent once the prompt is delivered
-	}
-	a.mu.Unlock()
-	switch {
-	case running == 0:
-		return dropped
-	case !delivered:
-		return true
-	}
-	return a.interruptRunning(ctx) || dropped
-}
-
-// interruptRunning asks the backend to cancel the running turn. A cancel
-// that cannot be delivered (an agent that stopped reading) stops the agent,
-// which ends the turn all the same.
-func (a *agent) interruptRunning(ctx context.Context) bool {
-	ok, err := a.sess.Interrupt(ctx)
-	if err != nil {
-		a.stopFor(fmt.Sprintf("the interrupt could not be delivered (%v)", err))
-		return true
-	}
-	return ok
-}
-
 // CloseAgent stops an agent (agent_close); the slot is kept as dead for review.
 // An unknown id is not an error: the reply says closed false.
 func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
@@ -375,38 +280,14 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	if err != nil {
 		return schemas.CloseReply{Closed: false}, nil
 	}
-	h.closeAgent(ctx, a)
+	a.close(ctx)
 	// Whoever replays the agent next finds its closing events there.
-	a.mu.Lock()
-	seq := a.seq
-	a.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, storedWait)
 	defer cancel()
-	if err := h.pub.waitStored(wctx, a.id, seq); err != nil {
+	if err := h.pub.waitStored(wctx, a.id, a.lastSeq()); err != nil {
 		h.log.Warn("answering a close before its events are stored", "agent", a.id, "err", err)
 	}
 	return schemas.CloseReply{Closed: true}, nil
-}
-
-// closeAgent closes an agent: status closed, the held turns dropped, and
-// the backend stopped, whatever its stdin does.
-func (h *Host) closeAgent(ctx context.Context, a *agent) {
-	a.mu.Lock()
-	already := a.dead || a.closing
-	a.closing = true
-	a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was dropped: the agent was closed before it began", n) })
-	turn := a.turns.last
-	a.mu.Unlock()
-	if !already {
-		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})
-	}
-	if err := a.sess.Close(ctx); err != nil {
-		a.log.Warn("closing the agent", "err", err)
-	}
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-	}
 }
 
 // AgentStatus returns an agent's record (agent_status).
@@ -453,9 +334,6 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 		a.log.Info("set_model refused", "model", req.Model, "err", err)
 		return schemas.SetModelReply{Switched: false}, nil
 	}
-	a.mu.Lock()
-	a.rec.Model = model // as the backend reads it back, prefix and all
-	a.mu.Unlock()
-	h.recs.mark(a, true)
+	a.setModel(model) // as the backend reads it back, prefix and all
 	return schemas.SetModelReply{Switched: true}, nil
 }

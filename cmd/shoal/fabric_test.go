@@ -24,6 +24,7 @@ type pool struct {
 	url    string
 	fake   *fakemodel.Server
 	claude string
+	up     *shoalProc
 	// ready is when the coordinator said it was ready: its node-loss
 	// monitor was started before.
 	ready time.Time
@@ -40,7 +41,7 @@ func startPool(t *testing.T) *pool {
 	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", poolNodeTTL.String())
 	p.url = strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	up.waitLine("shoal: ready")
-	p.ready = time.Now()
+	p.ready, p.up = time.Now(), up
 	return p
 }
 

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// mcpSession connects an MCP client (the official Go SDK's) to the pool's
+// coordinator.
+func (p *pool) mcpSession() *mcp.ClientSession {
+	p.t.Helper()
+	var endpoint string
+	p.up.mu.Lock()
+	for _, l := range p.up.stdout {
+		if e, ok := strings.CutPrefix(l, "shoal: MCP endpoint "); ok {
+			endpoint = e
+		}
+	}
+	p.up.mu.Unlock()
+	if endpoint == "" {
+		p.t.Fatal("the coordinator printed no MCP endpoint")
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "turns-test", Version: "1"}, nil)
+	s, err := c.Connect(p.t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{}}, nil)
+	if err != nil {
+		p.t.Fatalf("connect to %s: %v", endpoint, err)
+	}
+	p.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// callText calls an MCP tool and returns its text and whether it is an
+// error.
+func callText(ctx context.Context, s *mcp.ClientSession, tool string, args map[string]any) (string, bool, error) {
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return "", false, err
+	}
+	return res.Content[0].(*mcp.TextContent).Text, res.IsError, nil
+}
+
+// A run waits on its agent's record as well as its node: when the node is
+// killed mid-turn, `shoal run` and MCP agent_run both end unavailable
+// within the heartbeat TTL's bound, not after the run's timeout.
+func TestRunEndsWhenItsNodeDies(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: "never finishes", Hang: true}, fakemodel.Reply{Text: "never finishes", Hang: true})
+	n := p.node("doomed")
+	cli, _ := p.openOn()
+	viaMCP, _ := p.openOn()
+	s := p.mcpSession()
+
+	type ended struct {
+		code int
+		out  string
+	}
+	ranCLI := make(chan ended, 1)
+	go func() {
+		code, _, errOut := p.shoal("run", "--timeout", "10m", cli, "Take forever.")
+		ranCLI <- ended{code, errOut}
+	}()
+	ranMCP := make(chan ended, 1)
+	go func() {
+		text, isErr, err := callText(t.Context(), s, "agent_run", map[string]any{"agent_id": viaMCP, "text": "Take forever.", "timeout": 600})
+		if err != nil {
+			text = err.Error()
+		}
+		code := 0
+		if isErr {
+			code = 1
+		}
+		ranMCP <- ended{code, text}
+	}()
+	for _, id := range []string{cli, viaMCP} {
+		eventually(t, 60*time.Second, "agent "+id+" working", func() bool {
+			var rec schemas.AgentRecord
+			code, out, _ := p.shoal("status", id)
+			return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusWorking
+		})
+	}
+	n.stop(syscall.SIGKILL)
+	bound := time.After(poolNodeTTL + 5*time.Second + lossGraceForTests)
+	for _, c := range []struct {
+		name string
+		ran  chan ended
+		id   string
+		code int
+	}{{"shoal run", ranCLI, cli, 4}, {"agent_run", ranMCP, viaMCP, 1}} {
+		select {
+		case r := <-c.ran:
+			want := "agent '" + c.id + "' is dead: its node doomed was lost during the turn"
+			if r.code != c.code || !strings.Contains(r.out, want) {
+				t.Errorf("%s ended %d with %q, want %d and %q", c.name, r.code, r.out, c.code, want)
+			}
+		case <-bound:
+			t.Fatalf("%s still waits %s after its node was killed", c.name, poolNodeTTL+5*time.Second)
+		}
+	}
+}
+
+// lossGraceForTests is how long a run whose agent's record turned dead
+// gives its node to answer (bridge's lossGrace), which the bound allows.
+const lossGraceForTests = 3 * time.Second
+
+// A reopened id goes on with its turn numbers, and every reader agrees on
+// what turn 3 is: tail (stored and following, started before the reopen),
+// tail --from turn:3, output --turn 3 and agent_events.
+func TestReopenedLifeEverywhere(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: "One."}, fakemodel.Reply{Text: "Two."}, fakemodel.Reply{Text: "Three."})
+	p.node("n1")
+	id, _ := p.openOn("--id", "lives")
+	if out := p.must("run", id, "first"); out != "One." {
+		t.Fatalf("turn 1: %q", out)
+	}
+	p.must("run", id, "second")
+	p.must("close", id)
+	following := startShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + p.url}, "tail", id)
+	following.waitLine("── turn 2 ended")
+
+	p.openOn("--id", id)
+	var run schemas.RunReply
+	if err := json.Unmarshal([]byte(p.must("run", "--json", id, "third")), &run); err != nil || run.Text != "Three." || run.Turn != 3 {
+		t.Fatalf("the second life's turn: %+v %v", run, err)
+	}
+	following.waitLine("── turn 3 ──")
+	following.waitLine("Three.")
+
+	stored := p.must("tail", "--no-follow", id)
+	for _, want := range []string{"── turn 1 ──", "One.", "── turn 2 ──", "■ agent dead", "── turn 3 ──", "Three.", "── turn 3 ended"} {
+		if !strings.Contains(stored, want) {
+			t.Errorf("tail --no-follow lacks %q:\n%s", want, stored)
+		}
+	}
+	from3 := p.must("tail", "--no-follow", "--from", "turn:3", id)
+	if !strings.HasPrefix(from3, "» third") || strings.Contains(from3, "Two.") || !strings.Contains(from3, "Three.") {
+		t.Errorf("tail --from turn:3:\n%s", from3)
+	}
+	if out := p.must("output", "--turn", "3", id); out != "Three." {
+		t.Errorf("output --turn 3: %q", out)
+	}
+	if out := p.must("output", "--turn", "1", id); out != "One." {
+		t.Errorf("output --turn 1: %q", out)
+	}
+	var tailed []string
+	for _, l := range strings.Split(p.must("tail", "--no-follow", "--json", "--from", "turn:3", id), "\n") {
+		if !strings.Contains(l, `"delta":true`) && !strings.Contains(l, `"tool_input_delta"`) {
+			tailed = append(tailed, l)
+		}
+	}
+	text, isErr, err := callText(t.Context(), p.mcpSession(), "agent_events", map[string]any{"agent_id": id, "from_turn": 3})
+	if err != nil || isErr {
+		t.Fatalf("agent_events: %s %v", text, err)
+	}
+	var events schemas.EventsReply
+	if err := json.Unmarshal([]byte(text), &events); err != nil {
+		t.Fatal(err)
+	}
+	if len(events.Events) != len(tailed) {
+		t.Fatalf("agent_events from turn 3 has %d events, tail %d", len(events.Events), len(tailed))
+	}
+	for i, e := range events.Events {
+		if string(e.Event) != tailed[i] {
+			t.Errorf("event %d: agent_events %s, tail %s", i, e.Event, tailed[i])
+		}
+	}
+}
+
+// What does not exist is said so, never waited for: tail of an unknown
+// agent or from past an agent's end, agent_events of an unknown agent,
+// output of a turn the agent never had; and a poller that has caught up
+// keeps its place.
+func TestReadsOfWhatDoesNotExist(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.node("n1")
+	id, _ := p.openOn()
+	p.must("run", id, "hello")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tail", "ghost"}, "no such agent: ghost"},
+		{[]string{"tail", "--from", "500", id}, "event 500 is past the end"},
+		{[]string{"tail", "--no-follow", "--from", "turn:9", id}, "has no turn 9 yet"},
+		{[]string{"output", "--turn", "99999", id}, "has no turn 99999 (it has turns 1 to 1)"},
+	} {
+		if code, _, errOut := p.shoal(c.args...); code != 3 || !strings.Contains(errOut, c.want) {
+			t.Errorf("shoal %v: exit %d %q, want 3 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	events := func(req schemas.EventsRequest) (schemas.EventsReply, error) {
+		body, _ := json.Marshal(req)
+		msg, err := nc.Request(bridge.FabricSubject("events"), body, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep schemas.EventsReply
+		return rep, schemas.DecodeReply(msg.Data, &rep)
+	}
+	if _, err := events(schemas.EventsRequest{AgentID: "ghost"}); schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("agent_events of an unknown agent: %v", err)
+	}
+	all, err := events(schemas.EventsRequest{AgentID: id, IncludeDeltas: true})
+	if err != nil || all.NextEvent == 0 {
+		t.Fatalf("agent_events: %+v %v", all, err)
+	}
+	caughtUp, err := events(schemas.EventsRequest{AgentID: id, FromEvent: all.NextEvent})
+	if err != nil || len(caughtUp.Events) != 0 || caughtUp.NextEvent != all.NextEvent {
+		t.Errorf("a poller that caught up at %d: next %d, %d events, %v", all.NextEvent, caughtUp.NextEvent, len(caughtUp.Events), err)
+	}
+	fromTurn, err := events(schemas.EventsRequest{AgentID: id, FromTurn: 2})
+	if err != nil || len(fromTurn.Events) != 0 || fromTurn.NextEvent != all.NextEvent {
+		t.Errorf("from the next turn: next %d, %d events, %v; want %d", fromTurn.NextEvent, len(fromTurn.Events), err, all.NextEvent)
+	}
+}

@@ -1,0 +1,186 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// newAgent is an agent starting with the record rec.
+func newAgent(h *Host, rec schemas.AgentRecord) *agent {
+	now := time.Now()
+	rec.CreatedAt, rec.LastActivity = unixSeconds(now), unixSeconds(now)
+	return &agent{
+		h:     h,
+		id:    rec.ID,
+		log:   h.log.With("agent", rec.ID),
+		queue: newEventQueue(),
+		done:  make(chan struct{}),
+		rec:   rec, lastActivity: now, lastEvent: now,
+	}
+}
+
+// resume goes on where the id's previous life ended: its event numbers and
+// its turn numbers continue.
+func (a *agent) resume(tail schemas.Tail) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seq, a.turns.last, a.stamp = tail.Last, tail.Turn, tail.Turn
+	a.rec.Turn = tail.Turn
+}
+
+// openFiles opens the agent's event log (truncated, as Kaimon does at
+// every open) and its stderr log, which it returns for the backend.
+func (a *agent) openFiles(stderrPath string) (*os.File, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var err error
+	if a.eventLog, err = os.OpenFile(a.rec.EventLog, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
+		return nil, fmt.Errorf("open the event log: %w", err)
+	}
+	if a.stderrLog, err = os.OpenFile(stderrPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+		a.eventLog.Close()
+		a.eventLog = nil
+		return nil, fmt.Errorf("open the stderr log: %w", err)
+	}
+	return a.stderrLog, nil
+}
+
+// started takes the backend's session: the relay runs from now on, and
+// the agent is idle.
+func (a *agent) started(sess backend.Session) {
+	a.mu.Lock()
+	a.sess = sess
+	a.rec.Status = schemas.StatusIdle
+	turn := a.turns.last
+	a.mu.Unlock()
+	go a.relay()
+	a.emit(turn, schemas.Status{Status: schemas.StatusIdle})
+	a.h.recs.mark(a, true)
+}
+
+// send numbers a turn, echoes its text (stamped with the previous turn,
+// as Kaimon does) and begins it, or holds it while another runs. A waiter,
+// when given, is registered for the turn before it can end.
+func (a *agent) send(text string, waiter chan runOutcome) (int, error) {
+	a.mu.Lock()
+	switch {
+	case a.dead:
+		a.mu.Unlock()
+		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", a.id)
+	case a.closing:
+		a.mu.Unlock()
+		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is closing", a.id)
+	}
+	p, now := a.turns.number(text)
+	if waiter != nil {
+		a.turns.wait(p.n, waiter)
+	}
+	// Queued under the lock, so the stream has the echoes in the order
+	// the turns were numbered.
+	a.queue.push(item{ev: schemas.Event{Turn: p.n - 1, Payload: schemas.UserText{Content: schemas.Text(text)}}})
+	if now {
+		a.turns.begin(p, time.Now())
+		a.queue.push(item{begin: &p})
+	}
+	a.rec.Turn = p.n
+	a.mu.Unlock()
+	if now {
+		a.prompt(p)
+	}
+	return p.n, nil
+}
+
+// interrupt ends the running turn and drops the held ones, reporting
+// whether there was anything to end.
+func (a *agent) interrupt(ctx context.Context) bool {
+	a.mu.Lock()
+	if a.dead {
+		a.mu.Unlock()
+		return false
+	}
+	dropped := a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was interrupted before it began", n) })
+	running, delivered := a.turns.running, a.turns.delivered
+	if running != 0 && !delivered {
+		a.turns.interruptAsked = true // sent once the prompt is delivered
+	}
+	a.mu.Unlock()
+	switch {
+	case running == 0:
+		return dropped
+	case !delivered:
+		return true
+	}
+	return a.interruptRunning(ctx) || dropped
+}
+
+// interruptRunning asks the backend to cancel the running turn. A cancel
+// that cannot be delivered (an agent that stopped reading) stops the agent,
+// which ends the turn all the same.
+func (a *agent) interruptRunning(ctx context.Context) bool {
+	ok, err := a.sess.Interrupt(ctx)
+	if err != nil {
+		a.stopFor(fmt.Sprintf("the interrupt could not be delivered (%v)", err))
+		return true
+	}
+	return ok
+}
+
+// close closes the agent: status closed, the held turns dropped, and the
+// backend stopped, whatever its stdin does. It returns once the agent is
+// dead or ctx ends.
+func (a *agent) close(ctx context.Context) {
+	a.mu.Lock()
+	already := a.dead || a.closing
+	a.closing = true
+	a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was dropped: the agent was closed before it began", n) })
+	turn := a.turns.last
+	a.mu.Unlock()
+	if !already {
+		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})
+	}
+	if err := a.sess.Close(ctx); err != nil {
+		a.log.Warn("closing the agent", "err", err)
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+	}
+}
+
+// startRun takes the agent's one synchronous run, reporting whether it
+// was free.
+func (a *agent) startRun() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.syncRun {
+		return false
+	}
+	a.syncRun = true
+	return true
+}
+
+func (a *agent) endRun() {
+	a.mu.Lock()
+	a.syncRun = false
+	a.mu.Unlock()
+}
+
+// lastSeq is the number of the agent's last event.
+func (a *agent) lastSeq() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.seq
+}
+
+// setModel records the model the backend now runs.
+func (a *agent) setModel(model string) {
+	a.mu.Lock()
+	a.rec.Model = model
+	a.mu.Unlock()
+	a.h.recs.mark(a, true)
+}
