@@ -160,7 +160,7 @@ func (f *Fabric) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 
 // lossGrace is how long a run whose agent's record turned dead waits for
 // its node's own answer.
-const lossGrace = 3 * time.Second
+const lossGrace = 2 * time.Second
 
 // watchLoss reports, once, the node of an agent whose record turns dead
 // (or is taken by another life) while it is watched, until ctx ends.

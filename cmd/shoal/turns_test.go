@@ -92,7 +92,7 @@ func TestRunEndsWhenItsNodeDies(t *testing.T) {
 		})
 	}
 	n.stop(syscall.SIGKILL)
-	bound := time.After(poolNodeTTL + 5*time.Second + lossGraceForTests)
+	bound := time.After(poolNodeTTL + 5*time.Second)
 	for _, c := range []struct {
 		name string
 		ran  chan ended
@@ -110,10 +110,6 @@ func TestRunEndsWhenItsNodeDies(t *testing.T) {
 		}
 	}
 }
-
-// lossGraceForTests is how long a run whose agent's record turned dead
-// gives its node to answer (bridge's lossGrace), which the bound allows.
-const lossGraceForTests = 3 * time.Second
 
 // A reopened id goes on with its turn numbers, and every reader agrees on
 // what turn 3 is: tail (stored and following, started before the reopen),
