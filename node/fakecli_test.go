@@ -29,8 +29,9 @@ import (
 //	flood    streams 5000 chunks and one 2 MiB line, then ends the turn
 //	garbage  prints lines that are not JSON, then ends the turn
 //	chatty   streams 200-byte chunks every 5ms until interrupted
-//	orphan   starts a child that sleeps in its process group (its pid goes
-//	         to $SHOAL_FAKE_PIDFILE), then behaves like echo
+//	orphan   starts a child that sleeps in a session and process group of
+//	         its own, as the claude CLI runs a Bash tool (its pid goes to
+//	         $SHOAL_FAKE_PIDFILE), then behaves like echo
 //	sleep    sleeps (the orphan's child)
 //	signals  like echo, but stays up when stdin ends and ignores SIGINT
 //	         and SIGTERM; it appends "ready", "eof" and each signal it gets,
@@ -84,6 +85,7 @@ func fakeClaude(mode string) {
 	case "orphan":
 		child := exec.Command(os.Args[0])
 		child.Env = append(os.Environ(), "SHOAL_FAKE_CLAUDE=sleep")
+		child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := child.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -28,6 +28,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case backend.ReaperArg: // the node's reaper, as shoal __reaper is
+			os.Exit(backend.RunReaper())
+		case backend.KeeperArg:
+			os.Exit(backend.RunKeeper(os.Args[2:]))
+		}
+	}
 	if mode := os.Getenv("SHOAL_FAKE_CLAUDE"); mode != "" {
 		fakeClaude(mode)
 		return
@@ -86,6 +94,7 @@ func startNode(t *testing.T, o fixtureOptions) *fixture {
 		Conn:     nc,
 		Dir:      dir,
 		Backends: []backend.Backend{claude.New(o.claude)},
+		Reaper:   os.Args[0],
 	}
 	if o.node != nil {
 		o.node(&cfg)
@@ -301,6 +310,7 @@ func nodeProcess() int {
 	h, err := node.New(node.Config{
 		Name: "n1", Conn: nc, Dir: os.Getenv("SHOAL_TEST_DIR"),
 		Backends: []backend.Backend{claude.New(fakeCLI(os.Getenv("SHOAL_TEST_MODE")))},
+		Reaper:   os.Args[0],
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -77,6 +77,13 @@ type Config struct {
 	// credentials require. Its connection must use the inbox prefix
 	// schemas.InboxPrefix("node", Name).
 	Relay bool
+	// Reaper is a binary that holds agents' processes (a shoal binary):
+	// run as `Reaper __reaper` once per node on Linux, as `Reaper __keeper
+	// -- <agent>` once per agent on macOS (backend.Reaper). With it,
+	// everything an agent starts, in any session or group, ends with the
+	// agent and with the node, even one killed with SIGKILL; without it,
+	// an agent's own process group does.
+	Reaper string
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
 }
@@ -128,6 +135,7 @@ type Host struct {
 	recs     *records
 	ads      *advertiser
 	pids     *pidFile
+	reaper   *backend.Reaper
 	maxEvent int
 	backends map[string]backend.Backend
 	ready    chan struct{}
@@ -229,6 +237,14 @@ func (h *Host) Run(ctx context.Context) error {
 	h.pub.onFull = h.outboxFull
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
+	}
+	if h.cfg.Reaper != "" {
+		if h.reaper, err = backend.StartReaper(h.cfg.Reaper); err != nil {
+			return fmt.Errorf("start the node's reaper: %w", err)
+		}
+		defer h.reaper.Close() // last: it kills whatever the agents left
+	} else {
+		h.log.Warn("no reaper: an agent's processes that leave its process group may outlive it")
 	}
 	h.ctx = ctx
 	h.recs = newRecords(h.store, h.cfg.Name, h.log, h.abandon)

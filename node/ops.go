@@ -103,12 +103,16 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err != nil {
 		return unclaim(schemas.Errf(schemas.CodeInternal, "%v", err))
 	}
+	// Every process of this life of the agent carries its token, so a
+	// restarted node finds what a crash left, wherever it went.
+	life := backend.NewLifeToken()
 	spec := backend.Spec{
 		AgentID: id, CWD: cwd, Model: rest, Effort: req.Effort, Policy: pol,
 		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.cfg.MCP,
-		Dir:    h.cfg.Dir,
-		Env:    append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name, "SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid())),
-		Stderr: stderr, Logger: a.log,
+		Dir: h.cfg.Dir,
+		Env: append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name,
+			"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), backend.LifeEnv+"="+life),
+		Stderr: stderr, Reaper: h.reaper, Logger: a.log,
 	}
 	sess, err := be.Start(ctx, spec, a)
 	if err != nil {
@@ -119,10 +123,8 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		}
 		return unclaim(schemas.Errf(code, "%v", err))
 	}
-	if pid := sess.Info().PID; pid > 0 {
-		if err := h.pids.add(id, pid); err != nil {
-			a.log.Warn("cannot record the agent's pid", "err", err)
-		}
+	if err := h.pids.add(id, sess.Info().PID, life); err != nil {
+		a.log.Warn("cannot record the agent's pid", "err", err)
 	}
 	a.started(sess)
 	h.recs.mark(a, true)

@@ -3,6 +3,7 @@ package node
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"syscall"
@@ -20,8 +21,11 @@ type pidFile struct {
 }
 
 type pidEntry struct {
-	PID   int    `json:"pid"`
-	Start string `json:"start"`
+	PID   int    `json:"pid,omitempty"`
+	Start string `json:"start,omitempty"`
+	// Life is the token every process of the agent's life carries
+	// (backend.LifeEnv).
+	Life string `json:"life,omitempty"`
 }
 
 func (f *pidFile) load() map[string]pidEntry {
@@ -42,16 +46,21 @@ func (f *pidFile) save(m map[string]pidEntry) error {
 	return os.Rename(tmp, f.path)
 }
 
-// add records an agent's process.
-func (f *pidFile) add(agent string, pid int) error {
-	start, err := backend.StartTime(pid)
-	if err != nil {
-		return err
+// add records an agent's process (pid 0 when it has none) and its life's
+// token.
+func (f *pidFile) add(agent string, pid int, life string) error {
+	e := pidEntry{PID: pid, Life: life}
+	if pid > 0 {
+		start, err := backend.StartTime(pid)
+		if err != nil {
+			return err
+		}
+		e.Start = start
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.load()
-	m[agent] = pidEntry{PID: pid, Start: start}
+	m[agent] = e
 	return f.save(m)
 }
 
@@ -72,14 +81,19 @@ type reaped struct {
 }
 
 // reap kills the process group of every listed agent that is still
-// around, then empties the file. A leader that is still running is
-// killed only if its start time matches; a leader that is gone while its
-// group lives on (children it started) has its group killed.
+// around, and every process that carries the agent's life token, then
+// empties the file. A leader that is still running is killed only if its
+// start time matches; a leader that is gone while its group lives on
+// (children it started) has its group killed. A process without the token
+// is never killed by it, so a recycled pid is safe.
 func (f *pidFile) reap() []reaped {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []reaped
 	for id, e := range f.load() {
+		if n := backend.ReapLife(e.Life); n > 0 {
+			out = append(out, reaped{id, fmt.Sprintf("killed %d processes of its life", n), e.PID})
+		}
 		if e.PID <= 1 {
 			continue
 		}

@@ -11,22 +11,74 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// A node killed with SIGKILL while its agent runs: the agent CLI dies with
-// it (parent-death signal), and what the CLI started is reaped by the
-// restarted node from pids.json. The lost agent is not resurrected.
-func TestKilledNodeIsReaped(t *testing.T) {
+// A node killed with SIGKILL takes everything its agent started with it,
+// a tool in a session of its own included (the claude CLI starts its Bash
+// tools so): its reaper sees the lifeline end and kills its whole tree,
+// within seconds, with no restart needed.
+func TestKilledNodeLeavesNothing(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	dir := t.TempDir()
-	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
-	cmd, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "orphan", "SHOAL_FAKE_PIDFILE="+pidfile)
+	k := startKilledNode(t)
+	k.killNode()
+	eventually(t, 5*time.Second, "the agent CLI dies with its node", func() bool { return !alive(k.agent) })
+	eventually(t, 5*time.Second, "the tool in its own session dies with the node", func() bool { return !alive(k.tool) })
+	eventually(t, 5*time.Second, "the reaper is gone", func() bool { return !alive(k.reaper) })
+}
 
-	client := natstest.Connect(t, b)
-	fabric, err := bridge.NewFabric(client, bridge.FabricConfig{})
+// A node killed with SIGKILL together with its reaper: the agent CLI dies
+// with the reaper (a parent-death signal), and the tool in its own session,
+// an orphan of init, is reaped by the restarted node, found by the token
+// every process of the agent's life carries. The lost agent is not
+// resurrected.
+func TestKilledNodeAndReaperAreReaped(t *testing.T) {
+	t.Parallel()
+	k := startKilledNode(t)
+	if err := syscall.Kill(k.reaper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	k.killNode()
+	eventually(t, 10*time.Second, "the agent CLI dies with its reaper", func() bool { return !alive(k.agent) })
+	if !alive(k.tool) {
+		t.Fatal("the agent's tool died with the node and its reaper; this test needs it left behind to prove the reaping")
+	}
+	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: k.dir, broker: k.b})
+	eventually(t, 10*time.Second, "the restarted node reaps the tool", func() bool { return !alive(k.tool) })
+	ctx := t.Context()
+	rec, _, err := g.fabric.Record(ctx, k.id)
+	if err != nil || rec.Status != schemas.StatusDead {
+		t.Errorf("the lost agent's record: %+v %v", rec, err)
+	}
+	if _, err := g.fabric.Send(ctx, schemas.SendRequest{AgentID: k.id, Text: "hello?"}); err == nil || err.Error() != "agent '"+k.id+"' is dead" {
+		t.Errorf("a send to the lost agent: %v", err)
+	}
+	b2, _ := os.ReadFile(filepath.Join(k.dir, "pids.json"))
+	if strings.TrimSpace(string(b2)) != "{}" {
+		t.Errorf("pids.json after reaping: %s", b2)
+	}
+}
+
+// killedNode is a node process whose agent started a tool in a session of
+// its own.
+type killedNode struct {
+	b                   *broker.Broker
+	dir, id             string
+	cmd                 *exec.Cmd
+	exited              <-chan struct{}
+	agent, tool, reaper int
+}
+
+func startKilledNode(t *testing.T) *killedNode {
+	t.Helper()
+	k := &killedNode{b: natstest.Start(t), dir: t.TempDir()}
+	pidfile := filepath.Join(t.TempDir(), "tool.pid")
+	var stderr *strings.Builder
+	k.cmd, k.exited, stderr = startNodeProcess(t, k.b.ClientURL(), k.dir, "orphan", "SHOAL_FAKE_PIDFILE="+pidfile)
+	fabric, err := bridge.NewFabric(natstest.Connect(t, k.b), bridge.FabricConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,37 +91,53 @@ func TestKilledNodeIsReaped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("open: %v; node stderr:\n%s", err, stderr.String())
 	}
-	var grandchild int
-	eventually(t, 30*time.Second, "the agent started its child", func() bool {
+	k.id = rep.AgentID
+	eventually(t, 30*time.Second, "the agent started its tool", func() bool {
 		b, err := os.ReadFile(pidfile)
-		grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && grandchild > 0
+		k.tool, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && k.tool > 0
 	})
-	f := &fixture{t: t, dir: dir}
-	agentPID := pidOf(t, f, rep.AgentID)
+	k.agent = pidOf(t, &fixture{t: t, dir: k.dir}, k.id)
+	k.reaper = childWithArg(t, k.cmd.Process.Pid, backend.ReaperArg)
+	for _, pid := range []int{k.agent, k.tool, k.reaper} {
+		if !alive(pid) {
+			t.Fatalf("process %d is not running before the kill", pid)
+		}
+	}
+	return k
+}
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	eventually(t, 10*time.Second, "the agent CLI dies with its node", func() bool { return !alive(agentPID) })
-	if !alive(grandchild) {
-		t.Fatal("the agent's child died with the node; this test needs it left behind to prove the reaping")
-	}
+func (k *killedNode) killNode() {
+	k.cmd.Process.Signal(syscall.SIGKILL)
+	<-k.exited
+}
 
-	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, broker: b})
-	eventually(t, 10*time.Second, "the restarted node reaps the child", func() bool { return !alive(grandchild) })
-	rec, _, err := g.fabric.Record(ctx, rep.AgentID)
-	if err != nil || rec.Status != schemas.StatusDead {
-		t.Errorf("the lost agent's record: %+v %v", rec, err)
+// childWithArg finds the child of parent whose first argument is arg.
+func childWithArg(t *testing.T, parent int, arg string) int {
+	t.Helper()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(parent) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] == arg {
+			return pid
+		}
 	}
-	if _, err := g.fabric.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "hello?"}); err == nil || err.Error() != "agent '"+rep.AgentID+"' is dead" {
-		t.Errorf("a send to the lost agent: %v", err)
-	}
-	b2, _ := os.ReadFile(filepath.Join(dir, "pids.json"))
-	if strings.TrimSpace(string(b2)) != "{}" {
-		t.Errorf("pids.json after reaping: %s", b2)
-	}
+	t.Fatalf("process %d has no child run with %s", parent, arg)
+	return 0
 }
 
 // startNodeProcess runs a node in a child process (this test binary,

@@ -13,9 +13,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == keeperArg {
-		// This process holds one agent for a node (see backend.Keeper).
-		os.Exit(backend.RunKeeper(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case backend.KeeperArg: // this process holds one agent for a node (macOS)
+			os.Exit(backend.RunKeeper(os.Args[2:]))
+		case backend.ReaperArg: // this process holds a node's agents (Linux)
+			os.Exit(backend.RunReaper())
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -24,9 +23,6 @@ import (
 	"github.com/shoalfabric/shoal/node/backend/llm"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// keeperArg makes the shoal binary a keeper of one agent.
-const keeperArg = "__keeper"
 
 // nodeOptions are the settings of an agent host, shared by `shoal node`
 // and the local node of `shoal up`.
@@ -127,14 +123,12 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		cmd[0] = *c
 		commands[agent] = cmd
 	}
-	if runtime.GOOS == "darwin" {
-		// No parent-death signal here: each agent is held by a keeper, a
-		// copy of this binary that ends it when the node dies.
-		if exe, err := os.Executable(); err == nil {
-			backend.Keeper = []string{exe, keeperArg}
-		} else {
-			log.Warn("cannot find this binary to keep agents with; agents may outlive a killed node until it restarts", "err", err)
-		}
+	// This binary holds the agents' processes: the node's reaper on Linux,
+	// a keeper per agent on macOS.
+	reaper, err := os.Executable()
+	if err != nil {
+		log.Warn("cannot find this binary to hold agents with; an agent's processes that leave its process group may outlive it", "err", err)
+		reaper = ""
 	}
 	// A claude CLI missing now is looked for again at every refresh, so
 	// one installed later is found without a restart.
@@ -188,6 +182,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		ImageMaxLongEdge: int(negativeIfZero(int64(o.imageEdge))),
 		Version:          semver(),
 		Relay:            confined,
+		Reaper:           reaper,
 		Logger:           log,
 	})
 	if err != nil {

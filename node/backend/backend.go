@@ -94,6 +94,9 @@ type Spec struct {
 	Env []string
 	// Stderr receives the agent process's standard error.
 	Stderr io.Writer
+	// Reaper holds the agent's processes (ProcessSpec.Reaper); nil when
+	// the node has none.
+	Reaper *Reaper
 	Logger *slog.Logger
 }
 

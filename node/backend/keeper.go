@@ -13,18 +13,17 @@ import (
 	"time"
 )
 
-// Keeper, when set, is the command that holds each agent process, for
-// platforms without a parent-death signal (macOS): StartProcess runs
-// `Keeper... -- <agent argv>` with a lifeline as file descriptor 3, a pipe
-// whose other end only the node holds. When the node dies, however it
-// dies, the lifeline ends and the keeper ends the agent's process group.
-// cmd/shoal sets it, once, before any agent starts.
-var Keeper []string
+// KeeperArg is the argument that makes a shoal binary a keeper.
+const KeeperArg = "__keeper"
 
-// RunKeeper is the keeper: it runs the agent given after "--" in its own
-// process group (which the node created), hands on the signals it gets,
-// and exits as the agent did. If the lifeline on descriptor 3 ends first,
-// the node is gone: it sends the group SIGTERM, then SIGKILL.
+// RunKeeper is the keeper, which holds one agent process where there is
+// no subreaper (macOS): it runs the agent given after "--" in its own
+// process group (which the node created), marked with a token in its
+// environment that everything it starts inherits, hands on the signals it
+// gets, and exits as the agent did, once whatever carries the token is
+// gone. If the lifeline on descriptor 3 ends first, the node is gone: it
+// sends the group SIGTERM, then SIGKILLs the group and every process that
+// carries the token, wherever it went.
 func RunKeeper(args []string) int {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
@@ -36,6 +35,8 @@ func RunKeeper(args []string) int {
 	syscall.CloseOnExec(3) // the agent does not need the lifeline
 	lifeline := os.NewFile(3, "lifeline")
 	cmd := exec.Command(args[0], args[1:]...)
+	token := newToken()
+	cmd.Env = append(os.Environ(), procEnv+"="+token)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -61,9 +62,11 @@ func RunKeeper(args []string) int {
 			syscall.Kill(-os.Getpid(), syscall.SIGTERM)
 			go func() {
 				time.Sleep(3 * time.Second)
+				killWhere(marked(0, procEnv, token), nil)
 				syscall.Kill(-os.Getpid(), syscall.SIGKILL)
 			}()
 		case err := <-done:
+			killWhere(marked(0, procEnv, token), nil)
 			return exitLike(err)
 		}
 	}
@@ -87,11 +90,13 @@ func exitLike(err error) int {
 	return ee.ExitCode()
 }
 
-// keep wraps cmd in the keeper when there is one. It returns the node's
-// end of the lifeline, which the caller keeps until the keeper has
-// exited, and the keeper's, which the caller closes once cmd started.
-func keep(cmd *exec.Cmd, argv []string) (node, child *os.File, err error) {
-	if len(Keeper) == 0 {
+// keep wraps cmd in the keeper when there is one (`keeper... -- <agent
+// argv>`, with a lifeline as file descriptor 3, a pipe whose other end
+// only the node holds). It returns the node's end of the lifeline, which
+// the caller keeps until the keeper has exited, and the keeper's, which
+// the caller closes once cmd started.
+func keep(cmd *exec.Cmd, argv, keeper []string) (node, child *os.File, err error) {
+	if len(keeper) == 0 {
 		return nil, nil, nil
 	}
 	// A missing agent is said at once, not by the keeper's exit.
@@ -102,7 +107,7 @@ func keep(cmd *exec.Cmd, argv []string) (node, child *os.File, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	full := append(append(append([]string(nil), Keeper...), "--"), argv...)
+	full := append(append(append([]string(nil), keeper...), "--"), argv...)
 	cmd.Path, cmd.Args, cmd.Err = full[0], full, nil
 	if p, err := exec.LookPath(full[0]); err == nil {
 		cmd.Path = p

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,8 +23,10 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case "keeper":
+		case backend.KeeperArg:
 			os.Exit(backend.RunKeeper(os.Args[2:]))
+		case backend.ReaperArg:
+			os.Exit(backend.RunReaper())
 		case "sleeper":
 			time.Sleep(5 * time.Minute)
 			os.Exit(0)
@@ -35,29 +36,65 @@ func TestMain(m *testing.M) {
 		case "echo":
 			io.Copy(os.Stdout, os.Stdin)
 			os.Exit(0)
-		case "node":
+		case "forker", "forker-exit":
+			// Starts a sleeper in a session of its own, as the claude CLI
+			// starts a Bash tool, and says its pid.
 			exe, _ := os.Executable()
-			backend.Keeper = []string{exe, "keeper"}
-			p, _, err := backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "sleeper"}})
+			c := exec.Command(exe, "sleeper")
+			c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := c.Start(); err != nil {
+				fmt.Println("error", err)
+				os.Exit(1)
+			}
+			fmt.Println(c.Process.Pid)
+			if os.Args[1] == "forker-exit" {
+				os.Exit(0)
+			}
+			time.Sleep(5 * time.Minute)
+			os.Exit(0)
+		case "node":
+			// A node that starts an agent through a reaper or a keeper
+			// (node reaper|keeper [agent]; a sleeper by default), says the
+			// agent's pid and the reaper's, and, for an agent other than a
+			// sleeper, the agent's own first line, then waits to be killed.
+			exe, _ := os.Executable()
+			spec := backend.ProcessSpec{Argv: []string{exe, "sleeper"}, Env: append(os.Environ(), backend.LifeEnv+"=test-life")}
+			if len(os.Args) > 3 {
+				spec.Argv[1] = os.Args[3]
+			}
+			reaperPID := 0
+			if os.Args[2] == "keeper" {
+				spec.Keeper = []string{exe, backend.KeeperArg}
+			} else {
+				r, err := backend.StartReaper(exe)
+				if err != nil {
+					fmt.Println("error", err)
+					os.Exit(1)
+				}
+				spec.Reaper, reaperPID = r, r.PID()
+			}
+			p, out, err := backend.StartProcess(spec)
 			if err != nil {
 				fmt.Println("error", err)
 				os.Exit(1)
 			}
-			fmt.Println(p.PID())
+			fmt.Println(p.PID(), reaperPID)
+			if spec.Argv[1] != "sleeper" {
+				line, _ := bufio.NewReader(out).ReadString('\n')
+				fmt.Print(line)
+			}
 			select {}
 		}
 	}
 	os.Exit(m.Run())
 }
 
-func withKeeper(t *testing.T) string {
+func withKeeper(t *testing.T) (string, []string) {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	backend.Keeper = []string{exe, "keeper"}
-	t.Cleanup(func() { backend.Keeper = nil })
-	return exe
+	return exe, []string{exe, backend.KeeperArg}
 }
 
 func wait(t *testing.T, p *backend.Process) {
@@ -72,9 +109,9 @@ func wait(t *testing.T, p *backend.Process) {
 // Through the keeper an agent's stdin and stdout pass as they are, and
 // the agent's exit, by code or by signal, is the keeper's.
 func TestKeeperIsTransparent(t *testing.T) {
-	exe := withKeeper(t)
+	exe, keeper := withKeeper(t)
 
-	p, out, err := backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "echo"}})
+	p, out, err := backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "echo"}, Keeper: keeper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +127,7 @@ func TestKeeperIsTransparent(t *testing.T) {
 		t.Fatalf("echo ended %s", d)
 	}
 
-	p, _, err = backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "exit3"}})
+	p, _, err = backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "exit3"}, Keeper: keeper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +136,7 @@ func TestKeeperIsTransparent(t *testing.T) {
 		t.Fatalf("exit3 ended %s, stderr %q", d, p.StderrTail())
 	}
 
-	p, _, err = backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "sleeper"}})
+	p, _, err = backend.StartProcess(backend.ProcessSpec{Argv: []string{exe, "sleeper"}, Keeper: keeper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +147,7 @@ func TestKeeperIsTransparent(t *testing.T) {
 		t.Fatalf("the sleeper ended %s", d)
 	}
 
-	if _, _, err := backend.StartProcess(backend.ProcessSpec{Argv: []string{"/nonexistent/agent"}}); err == nil || !strings.Contains(err.Error(), "could not launch") {
+	if _, _, err := backend.StartProcess(backend.ProcessSpec{Argv: []string{"/nonexistent/agent"}, Keeper: keeper}); err == nil || !strings.Contains(err.Error(), "could not launch") {
 		t.Fatalf("a missing agent: %v", err)
 	}
 }
@@ -118,38 +155,72 @@ func TestKeeperIsTransparent(t *testing.T) {
 // A node killed with SIGKILL takes its agents with it: the lifeline ends
 // and the keeper ends the agent's process group.
 func TestKeeperEndsTheAgentWhenTheNodeDies(t *testing.T) {
+	n := startTestNode(t, "keeper", "sleeper")
+	if err := syscall.Kill(-n.agent, 0); err != nil {
+		t.Fatalf("the agent's group %d is not running: %v", n.agent, err)
+	}
+	n.kill()
+	waitGone(t, "the agent's group", func() bool { return syscall.Kill(-n.agent, 0) == syscall.ESRCH })
+}
+
+// testNode is a node process of this test binary holding one agent.
+type testNode struct {
+	cmd                  *exec.Cmd
+	agent, reaper, child int // child: the pid the agent printed, if any
+}
+
+func startTestNode(t *testing.T, holder, agent string) *testNode {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := exec.Command(exe, "node")
-	out, err := node.StdoutPipe()
+	cmd := exec.Command(exe, "node", holder, agent)
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := node.Start(); err != nil {
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer node.Process.Kill()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("the node said %q: %v", line, err)
+	n := &testNode{cmd: cmd}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	if _, perr := fmt.Sscan(line, &n.agent, &n.reaper); err != nil || perr != nil {
+		t.Fatalf("the node said %q: %v %v", line, err, perr)
 	}
-	pgid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatalf("the node said %q", line)
-	}
-	if err := syscall.Kill(-pgid, 0); err != nil {
-		t.Fatalf("the agent's group %d is not running: %v", pgid, err)
-	}
-	node.Process.Signal(syscall.SIGKILL)
-	node.Wait()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if err := syscall.Kill(-pgid, 0); err == syscall.ESRCH {
-			return
+	if agent != "sleeper" {
+		line, err := r.ReadString('\n')
+		if _, perr := fmt.Sscan(line, &n.child); err != nil || perr != nil {
+			t.Fatalf("the agent said %q: %v %v", line, err, perr)
 		}
+	}
+	return n
+}
+
+func (n *testNode) kill() {
+	n.cmd.Process.Signal(syscall.SIGKILL)
+	n.cmd.Wait()
+}
+
+func waitGone(t *testing.T, what string, gone func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !gone(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the agent's group %d outlived its node", pgid)
+			t.Fatalf("%s is still there 5s later", what)
 		}
 	}
+}
+
+// alive reports whether pid is a process that has not exited (a zombie
+// has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
 }

@@ -21,9 +21,12 @@ import (
 // anything it starts outlives its node. When the CLI exits, whatever is
 // left in its group is killed.
 type Process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // the exit error, valid once done is closed
+	pid        int
+	signal     func(os.Signal) error
+	kill       func() // SIGKILLs what is left of the process and what it started
+	done       chan struct{}
+	err        error // the exit error, valid once done is closed
+	stderrDone chan struct{}
 
 	// stdin is the write end of the agent's standard input. It is a
 	// pollable pipe, so every write has a deadline: an agent that stops
@@ -47,6 +50,12 @@ type ProcessSpec struct {
 	// WriteTimeout bounds each write to the process's stdin;
 	// DefaultWriteTimeout when zero.
 	WriteTimeout time.Duration
+	// Reaper holds the process, so that everything it starts ends with it
+	// and with the node; without one it is only its own process group.
+	Reaper *Reaper
+	// Keeper, when there is no Reaper, runs the process under a keeper
+	// (`Keeper... -- <argv>`, RunKeeper): what a Reaper does on macOS.
+	Keeper []string
 }
 
 // DefaultWriteTimeout is how long an agent may leave a line written to
@@ -61,16 +70,26 @@ var ErrStalled = errors.New("the agent stopped reading its input")
 // StartProcess runs spec and returns its stdout. The reader reaches EOF
 // once the process and everything in its group are gone; the process is
 // reaped independently of it, so a child holding the pipe open can never
-// keep a dead agent looking alive.
+// keep a dead agent looking alive. With a Reaper, everything the process
+// starts, in whatever session or group, ends with it and with its node.
 func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if len(spec.Argv) == 0 {
 		return nil, nil, errors.New("no command to run")
 	}
+	if spec.Reaper != nil {
+		return spec.Reaper.start(spec)
+	}
+	return startDirect(spec, spec.Keeper)
+}
+
+// startDirect runs spec as a child of the node, held by keeper when it is
+// given (see RunKeeper).
+func startDirect(spec ProcessSpec, keeper []string) (*Process, io.ReadCloser, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
 	cmd.Env = spec.Env
 	cmd.SysProcAttr = sysProcAttr()
-	lifeline, keeperEnd, err := keep(cmd, spec.Argv)
+	lifeline, keeperEnd, err := keep(cmd, spec.Argv, keeper)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,42 +110,55 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 		}
 		return nil, nil, launchError(spec.Argv[0], err)
 	}
-	stdin, outR, errR := pipes.inW, pipes.outR, pipes.errR
+	pid := cmd.Process.Pid
+	p := newProcess(spec, pid, pipes, cmd.Process.Signal, func() { killGroup(pid) })
+	go func() {
+		err := cmd.Wait()
+		if lifeline != nil {
+			lifeline.Close()
+		}
+		killGroup(pid)
+		p.exited(err)
+	}()
+	return p, pipes.outR, nil
+}
+
+// newProcess is the node's handle on a started process: its stdin with
+// deadlines, its stderr read into the tail (and spec.Stderr).
+func newProcess(spec ProcessSpec, pid int, pipes *pipes, signal func(os.Signal) error, kill func()) *Process {
 	timeout := spec.WriteTimeout
 	if timeout <= 0 {
 		timeout = DefaultWriteTimeout
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{}), stdin: stdin, writeTimeout: timeout, writing: make(chan struct{}, 1),
-		stopping: make(chan struct{}), tail: NewTail(4 << 10)}
+	p := &Process{pid: pid, signal: signal, kill: kill, done: make(chan struct{}), stdin: pipes.inW, writeTimeout: timeout,
+		writing: make(chan struct{}, 1), stopping: make(chan struct{}), tail: NewTail(4 << 10), stderrDone: make(chan struct{})}
 	var sink io.Writer = p.tail
 	if spec.Stderr != nil {
 		sink = io.MultiWriter(spec.Stderr, p.tail)
 	}
-	stderrDone := make(chan struct{})
+	errR := pipes.errR
 	go func() {
 		// A small buffer: io.Copy would hold 32 KiB per agent for a
 		// stream that is mostly quiet. The wrappers keep it from being
 		// bypassed.
 		io.CopyBuffer(struct{ io.Writer }{sink}, struct{ io.Reader }{errR}, make([]byte, 4<<10))
 		errR.Close()
-		close(stderrDone)
+		close(p.stderrDone)
 	}()
-	go func() {
-		p.err = cmd.Wait()
-		if lifeline != nil {
-			lifeline.Close()
-		}
-		killGroup(cmd.Process.Pid)
-		// The last words on stderr explain the exit, so they are read
-		// before Done; a process that escaped the group and holds the
-		// pipe gets only a moment.
-		select {
-		case <-stderrDone:
-		case <-time.After(time.Second):
-		}
-		close(p.done)
-	}()
-	return p, outR, nil
+	return p
+}
+
+// exited records how the process ended, once everything it started is
+// gone. The last words on stderr explain the exit, so they are read
+// before Done; a process that escaped and holds the pipe gets only a
+// moment.
+func (p *Process) exited(err error) {
+	p.err = err
+	select {
+	case <-p.stderrDone:
+	case <-time.After(time.Second):
+	}
+	close(p.done)
 }
 
 // ProcAttr is how a backend starts any process of an agent's (an MCP
@@ -135,7 +167,7 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 func ProcAttr() *syscall.SysProcAttr { return sysProcAttr() }
 
 // PID is the process id, which is also its process group id.
-func (p *Process) PID() int { return p.cmd.Process.Pid }
+func (p *Process) PID() int { return p.pid }
 
 // Done is closed once the process has exited, its group been killed and
 // its stderr read to the end.
@@ -227,6 +259,26 @@ func (p *Process) writable() error {
 	return nil
 }
 
+// Kill SIGKILLs the process and what it started, and returns once it is
+// gone.
+func (p *Process) Kill() {
+	p.stopOnce.Do(func() {
+		close(p.stopping)
+		p.kill()
+		p.stdin.Close()
+	})
+	<-p.done
+}
+
+// Stdin is the process's standard input for a library that writes its
+// own lines: writes have the write timeout, and Close closes it.
+func (p *Process) Stdin() io.WriteCloser { return stdinOf{p} }
+
+type stdinOf struct{ p *Process }
+
+func (s stdinOf) Write(b []byte) (int, error) { return s.p.Write(b) }
+func (s stdinOf) Close() error                { return s.p.stdin.Close() }
+
 // Stalled reports whether a write to the process missed its deadline.
 func (p *Process) Stalled() bool { return p.stalled.Load() }
 
@@ -256,21 +308,21 @@ func (p *Process) Stop(ctx context.Context, ladder []Step) {
 				// A write in progress fails at once; it never delays this.
 				p.stdin.Close()
 			} else {
-				p.cmd.Process.Signal(s.Signal)
+				p.signal(s.Signal)
 			}
-			if p.exited(ctx, s.Wait) {
+			if p.exitedWithin(ctx, s.Wait) {
 				break
 			}
 		}
-		killGroup(p.PID())
+		p.kill()
 		p.stdin.Close()
 	})
 	<-p.done
 }
 
-// exited waits up to d for the process to exit, and reports whether it
-// did or ctx ended.
-func (p *Process) exited(ctx context.Context, d time.Duration) bool {
+// exitedWithin waits up to d for the process to exit, and reports whether
+// it did or ctx ended.
+func (p *Process) exitedWithin(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -319,7 +371,29 @@ func ExitDescription(err error) string {
 		}
 		return fmt.Sprintf("exit status %d", ee.ExitCode())
 	}
+	var es *ExitStatus
+	if errors.As(err, &es) {
+		return es.Error()
+	}
 	return err.Error()
+}
+
+// ExitStatus is how a process the reaper held ended: its wait status.
+type ExitStatus struct{ Status syscall.WaitStatus }
+
+func (e *ExitStatus) Error() string {
+	if e.Status.Signaled() {
+		return "killed by signal: " + e.Status.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", e.Status.ExitStatus())
+}
+
+// exitErr is nil for a clean exit, else the ExitStatus.
+func exitErr(ws syscall.WaitStatus) error {
+	if ws.Exited() && ws.ExitStatus() == 0 {
+		return nil
+	}
+	return &ExitStatus{ws}
 }
 
 // Tail keeps the last n bytes written to it; safe for concurrent use.

@@ -156,7 +156,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		env = append(env, extra...)
 	}
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
-		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr,
+		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper,
 	})
 	if err != nil {
 		s.cleanup()

@@ -91,6 +91,7 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 		Env:          env,
 		Stderr:       spec.Stderr,
 		WriteTimeout: b.cfg.WriteTimeout,
+		Reaper:       spec.Reaper,
 	})
 	if err != nil {
 		return nil, err

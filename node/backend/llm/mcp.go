@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -213,7 +212,7 @@ type mcpConn struct {
 	name   string
 	client *client.Client
 	stop   context.CancelFunc // ends the transport's lifetime
-	cmd    *exec.Cmd          // a stdio server's process, leading its own group
+	proc   *backend.Process   // a stdio server's process, held as the agent's are
 	stderr *backend.Tail      // the end of a stdio server's standard error
 }
 
@@ -224,7 +223,7 @@ type mcpConn struct {
 // has no deadline); the sessions then last until close. A server that
 // cannot be reached, initialized or listed is an error naming it, and
 // then nothing stays open.
-func openToolbox(ctx context.Context, servers []mcpServer, pol schemas.Policy) (*mcpToolbox, error) {
+func openToolbox(ctx context.Context, servers []mcpServer, pol schemas.Policy, l launch) (*mcpToolbox, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, mcpConnectTimeout)
@@ -244,7 +243,7 @@ func openToolbox(ctx context.Context, servers []mcpServer, pol schemas.Policy) (
 			continue
 		}
 		wg.Go(func() {
-			conns[i], lists[i], errs[i] = connectMCP(ctx, s)
+			conns[i], lists[i], errs[i] = connectMCP(ctx, s, l)
 		})
 	}
 	wg.Wait()
@@ -289,9 +288,20 @@ func (tb *mcpToolbox) freeName(server, tool string) (name string, ok bool) {
 	return "", false
 }
 
+// mcpStopWait is how long a stdio server has to exit once its input ends.
+const mcpStopWait = 2 * time.Second
+
+// launch is how an agent's stdio servers are started: held by the node's
+// reaper, with the agent's own environment added (its life token among
+// it), as every process of the agent is.
+type launch struct {
+	reaper *backend.Reaper
+	env    []string
+}
+
 // connectMCP starts one server's transport, initializes the session and
 // lists the tools.
-func connectMCP(ctx context.Context, s mcpServer) (c *mcpConn, tools []mcp.Tool, err error) {
+func connectMCP(ctx context.Context, s mcpServer, l launch) (c *mcpConn, tools []mcp.Tool, err error) {
 	// The transport outlives ctx, which bounds only connecting: an SSE
 	// stream, say, lives as long as the context it starts with.
 	life, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -301,18 +311,19 @@ func connectMCP(ctx context.Context, s mcpServer) (c *mcpConn, tools []mcp.Tool,
 	switch {
 	case s.Command != "":
 		c.stderr = backend.NewTail(4 << 10)
-		t = transport.NewStdioWithOptions(s.Command, s.Env, s.Args,
-			transport.WithCommandFunc(func(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
-				// Not exec.CommandContext: the process lasts until close,
-				// which kills its whole group.
-				cmd := exec.Command(command, args...)
-				cmd.Env = append(os.Environ(), env...)
-				cmd.Dir = s.Dir
-				cmd.SysProcAttr = backend.ProcAttr()
-				c.cmd = cmd
-				return cmd, nil
-			}),
-			transport.WithCommandStderrWriter(c.stderr))
+		// The process lasts until close, which ends it and all it started.
+		proc, stdout, perr := backend.StartProcess(backend.ProcessSpec{
+			Argv: append([]string{s.Command}, s.Args...), Dir: s.Dir,
+			Env:    append(append(os.Environ(), l.env...), s.Env...),
+			Stderr: c.stderr, Reaper: l.reaper,
+		})
+		if perr != nil {
+			detach()
+			stop()
+			return nil, nil, fmt.Errorf("MCP server %q: %w", s.Name, perr)
+		}
+		c.proc = proc
+		t = transport.NewIO(stdout, proc.Stdin(), nil)
 	case s.SSE:
 		t, err = transport.NewSSE(s.URL, transport.WithHeaders(s.Headers))
 	default:
@@ -369,8 +380,15 @@ func (c *mcpConn) stderrNote() string {
 func (c *mcpConn) close() {
 	c.client.Close()
 	c.stop()
-	if c.cmd != nil && c.cmd.Process != nil {
-		backend.KillGroup(c.cmd.Process.Pid)
+	if c.proc != nil {
+		// A stdio server ends when its input does; one that does not is
+		// killed, with all it started.
+		c.proc.Stdin().Close()
+		select {
+		case <-c.proc.Done():
+		case <-time.After(mcpStopWait):
+			c.proc.Kill()
+		}
 	}
 }
 

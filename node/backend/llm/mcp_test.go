@@ -192,7 +192,7 @@ func openTestToolbox(t *testing.T, servers []mcpServer, pol schemas.Policy) *mcp
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	tb, err := openToolbox(ctx, servers, pol)
+	tb, err := openToolbox(ctx, servers, pol, launch{})
 	if err != nil {
 		t.Fatalf("openToolbox: %v", err)
 	}
@@ -530,7 +530,7 @@ func TestToolboxHTTP(t *testing.T) {
 			defer cancel()
 			srv.Headers = nil
 			srv.Name = "noheader"
-			tb2, err := openToolbox(ctx, []mcpServer{srv}, defaultPolicy(t))
+			tb2, err := openToolbox(ctx, []mcpServer{srv}, defaultPolicy(t), launch{})
 			if err == nil {
 				tb2.close()
 				t.Fatal("a server that refuses requests without the header was opened without it")
@@ -584,7 +584,7 @@ func TestToolboxCloseKillsServers(t *testing.T) {
 			syscall.Kill(childPID, syscall.SIGKILL)
 		}
 	})
-	if pid := tb.conns[0].cmd.Process.Pid; pid != serverPID {
+	if pid := tb.conns[0].proc.PID(); pid != serverPID {
 		t.Fatalf("the server says it is pid %d, the toolbox started %d", serverPID, pid)
 	}
 	if processGone(serverPID) || processGone(childPID) {
@@ -625,11 +625,11 @@ func TestToolboxConnectFailure(t *testing.T) {
 	notMCP := mcpServer{Name: "notmcp", Command: exe, Args: []string{"-test.run=^$"}, Env: []string{"GORACE=atexit_sleep_ms=0"}}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	tb, err := openToolbox(ctx, []mcpServer{good, missing, notMCP, good}, schemas.Policy{})
+	tb, err := openToolbox(ctx, []mcpServer{good, missing, notMCP, good}, schemas.Policy{}, launch{})
 	if err == nil || tb != nil {
 		t.Fatalf("openToolbox: got %v, %v; want an error", tb, err)
 	}
-	for _, want := range []string{`MCP server "missing": starting`, `MCP server "notmcp": initializing`, `MCP server "good" is named twice`} {
+	for _, want := range []string{`MCP server "missing": could not launch`, `MCP server "notmcp": initializing`, `MCP server "good" is named twice`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -669,7 +669,7 @@ func TestToolboxConnectTimeout(t *testing.T) {
 	t.Cleanup(func() { close(hang) })
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	_, err = openToolbox(ctx, []mcpServer{{Name: "slow", URL: ts.URL + "/mcp"}}, schemas.Policy{})
+	_, err = openToolbox(ctx, []mcpServer{{Name: "slow", URL: ts.URL + "/mcp"}}, schemas.Policy{}, launch{})
 	if err == nil || !strings.Contains(err.Error(), `MCP server "slow"`) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("openToolbox against a server that never answers: got %v, want a deadline error naming it", err)
 	}

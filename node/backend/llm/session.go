@@ -85,7 +85,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if err != nil {
 		return nil, err
 	}
-	tb, err := openToolbox(ctx, servers, spec.Policy)
+	tb, err := openToolbox(ctx, servers, spec.Policy, launch{reaper: spec.Reaper, env: spec.Env})
 	if err != nil {
 		return nil, err
 	}
