@@ -24,6 +24,7 @@ type Broker struct {
 	log *serverLog
 
 	shutdownOnce sync.Once
+	unlock       func() // releases the store dir
 }
 
 // New checks cfg and prepares a server; Start runs it.
@@ -102,6 +103,15 @@ func (b *Broker) Start(ctx context.Context) error {
 	if err := checkWritable(b.cfg.StoreDir); err != nil {
 		return err
 	}
+	unlock, err := lockStore(b.cfg.StoreDir)
+	if err != nil {
+		return err
+	}
+	if err := checkListeners(b.cfg); err != nil {
+		unlock()
+		return err
+	}
+	b.unlock = unlock
 	go b.srv.Start()
 	ready := make(chan bool, 1)
 	go func() { ready <- b.srv.ReadyForConnections(b.cfg.ReadyTimeout) }()
@@ -187,6 +197,9 @@ func (b *Broker) Shutdown() {
 	b.shutdownOnce.Do(func() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
+		if b.unlock != nil {
+			b.unlock()
+		}
 	})
 }
 

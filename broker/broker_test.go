@@ -179,10 +179,38 @@ func TestPortInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Shutdown()
+	store := b.StoreDir()
 	err = b.Start(natstest.Context(t, 20*time.Second))
-	want := "127.0.0.1:" + strconv.Itoa(port) + ": address already in use"
+	want := "the client port 127.0.0.1:" + strconv.Itoa(port) + " is in use by another process"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("got %v, want it to say %q", err, want)
+	}
+	// The store was not opened: nothing of JetStream's is in it.
+	if entries, _ := os.ReadDir(store); len(entries) > 1 {
+		t.Errorf("the store holds %v after a refused start", entries)
+	}
+}
+
+// One store, one server: a second server on a store in use is refused
+// before it opens anything, naming the process that holds it, and the
+// first keeps serving.
+func TestStoreInUse(t *testing.T) {
+	t.Parallel()
+	store := t.TempDir()
+	first := natstest.Start(t, func(c *broker.Config) { c.StoreDir = store })
+	second, err := broker.New(broker.Config{Port: -1, StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Shutdown()
+	err = second.Start(natstest.Context(t, 20*time.Second))
+	want := "store " + store + " is in use by process " + strconv.Itoa(os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) || schemas.CodeOf(err) != schemas.CodeInvalid {
+		t.Fatalf("got %v, want it to say %q", err, want)
+	}
+	nc := natstest.Connect(t, first)
+	if _, err := nc.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
+		t.Errorf("the first server after the refused second: %v", err)
 	}
 }
 

@@ -18,6 +18,9 @@ import (
 // The test binary doubles as the shoal binary: with SHOAL_TEST_MAIN=1 it
 // runs main, so tests drive real processes without a go build.
 func TestMain(m *testing.M) {
+	if os.Getenv(mcpServerMode) == "1" {
+		runTestMCPServer()
+	}
 	if os.Getenv("SHOAL_TEST_MAIN") == "1" {
 		main()
 		return

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -158,5 +160,54 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	if o.host != "127.0.0.2" || o.port != 2222 || o.maxAge != 72*time.Hour || o.nodeTTL != 11*time.Second {
 		t.Fatalf("got host %s port %d max-age %s node-ttl %s", o.host, o.port, o.maxAge, o.nodeTTL)
+	}
+}
+
+// One store, one server: a second `shoal up` on a store in use exits 2
+// naming the process that holds it, before its server opens anything; the
+// first keeps serving, its stream untouched.
+func TestSecondUpOnALiveStore(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
+	first := startShoal(t, dir, env, "up", "--port", "-1", "--store", store, "--no-bus", "--mcp-listen", "127.0.0.1:0", "--claude", peers.Claude.Command(t)[0])
+	url := strings.TrimPrefix(first.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	first.waitLine("shoal: ready")
+	client := []string{"SHOAL_NATS=" + url}
+	code, out, errOut := runShoal(t, t.TempDir(), client, "open", t.TempDir())
+	if code != 0 {
+		t.Fatalf("open: %s", errOut)
+	}
+	if code, _, errOut := runShoal(t, t.TempDir(), client, "run", strings.TrimSpace(out), "hello"); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	state := func() jetstream.StreamState {
+		t.Helper()
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := jetstream.New(nc)
+		s, err := js.Stream(t.Context(), schemas.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State
+	}
+	before := state()
+	code, _, errOut = runShoal(t, dir, env, "up", "--port", "-1", "--store", store, "--no-bus", "--no-mcp", "--no-node")
+	want := "store " + store + " is in use by process " + strconv.Itoa(first.cmd.Process.Pid)
+	if code != 2 || !strings.Contains(errOut, want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Errorf("the second shoal up: exit %d, said %q; want 2 and one line with %q", code, errOut, want)
+	}
+	if after := state(); after.Msgs != before.Msgs || after.LastSeq != before.LastSeq {
+		t.Errorf("the stream went from %d messages (last %d) to %d (last %d)", before.Msgs, before.LastSeq, after.Msgs, after.LastSeq)
 	}
 }
