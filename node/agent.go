@@ -66,7 +66,9 @@ type promptFailure struct {
 }
 
 // Emit implements backend.Sink: the backend's events queue for the relay.
-func (a *agent) Emit(ev schemas.Event) { a.queue.push(item{ev: ev, backend: true}) }
+// A backend far ahead of the relay waits here, so it cannot pile up
+// events the node has read but not yet numbered and journaled.
+func (a *agent) Emit(ev schemas.Event) { a.queue.pushWait(item{ev: ev, backend: true}, a.done) }
 
 // emit queues one of the node's own events.
 func (a *agent) emit(turn int, p schemas.Payload) {
@@ -407,7 +409,7 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 	a.seq++
 	seq := a.seq
 	a.mu.Unlock()
-	a.h.pub.enqueue(&outMsg{agent: a.id, seq: seq, msg: eventMsg(a.h.store.eventSubject(a.id), a.h.cfg.Name, a.id, seq, wire, now)})
+	a.h.enqueue(a.id, seq, wire, now)
 }
 
 // writeLog appends the event to <id>.events.jsonl as Kaimon's record
@@ -630,15 +632,41 @@ func textOf(c schemas.ContentBlock) string {
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
-// eventQueue is an unbounded FIFO, so a backend never waits for the relay.
+// eventQueue is the FIFO between an agent's backend and its relay. The
+// node's own items never wait; a backend's wait while the queue holds
+// queueAhead items.
 type eventQueue struct {
 	mu     sync.Mutex
 	items  []item
 	wake   chan struct{}
+	room   chan struct{} // signalled when the relay takes an item
 	closed bool
 }
 
-func newEventQueue() *eventQueue { return &eventQueue{wake: make(chan struct{}, 1)} }
+// queueAhead is how many events a backend may be ahead of its relay.
+const queueAhead = 1024
+
+func newEventQueue() *eventQueue {
+	return &eventQueue{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// pushWait is push, waiting while the queue is full, until done closes.
+func (q *eventQueue) pushWait(it item, done <-chan struct{}) {
+	for {
+		q.mu.Lock()
+		full := len(q.items) >= queueAhead && !q.closed
+		q.mu.Unlock()
+		if !full {
+			q.push(it)
+			return
+		}
+		select {
+		case <-q.room:
+		case <-done:
+			return
+		}
+	}
+}
 
 func (q *eventQueue) push(it item) {
 	q.mu.Lock()
@@ -663,6 +691,10 @@ func (q *eventQueue) pop() (item, bool) {
 			q.items[0] = item{}
 			q.items = q.items[1:]
 			q.mu.Unlock()
+			select {
+			case q.room <- struct{}{}:
+			default:
+			}
 			return it, true
 		}
 		closed := q.closed

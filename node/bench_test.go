@@ -83,15 +83,20 @@ func transcript(tb testing.TB, copies int) [][]byte {
 // and returns what a benchmark drives it with: the node's context, the
 // node, the open's reply, an observer connection and the agent's events
 // as that observer sees them.
-func watchedAgent(b *testing.B, srv *broker.Broker, be backend.Backend, model string) (context.Context, *node.Host, schemas.OpenReply, *nats.Conn, chan *nats.Msg) {
+func watchedAgent(b *testing.B, srv *broker.Broker, be backend.Backend, model string, mutate ...func(*node.Config)) (context.Context, *node.Host, schemas.OpenReply, *nats.Conn, chan *nats.Msg) {
 	b.Helper()
-	h, err := node.New(node.Config{Name: "bench", Conn: natstest.Connect(b, srv), Dir: b.TempDir(), Backends: []backend.Backend{be}})
+	cfg := node.Config{Name: "bench", Conn: natstest.Connect(b, srv), Dir: b.TempDir(), Backends: []backend.Backend{be}}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	h, err := node.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(b.Context())
-	b.Cleanup(cancel)
-	go h.Run(ctx)
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
 	<-h.Ready()
 	rep, err := h.OpenAgent(ctx, schemas.OpenRequest{CWD: b.TempDir(), Model: model})
 	if err != nil {
@@ -117,9 +122,17 @@ func watchedAgent(b *testing.B, srv *broker.Broker, be backend.Backend, model st
 // the same kind of core subscriber, which is how each run sees its last
 // event arrive. It reports both rates and their ratio (node/raw).
 func BenchmarkPipelineVsRawJetStream(b *testing.B) {
+	for _, journal := range []bool{true, false} {
+		b.Run(fmt.Sprintf("journal=%v", journal), func(b *testing.B) {
+			benchmarkPipeline(b, func(c *node.Config) { c.NoJournal = !journal })
+		})
+	}
+}
+
+func benchmarkPipeline(b *testing.B, mutate func(*node.Config)) {
 	lines := transcript(b, 20)
 	srv := natstest.Start(b)
-	ctx, h, rep, obs, msgs := watchedAgent(b, srv, &replayBackend{lines: lines}, "")
+	ctx, h, rep, obs, msgs := watchedAgent(b, srv, &replayBackend{lines: lines}, "", mutate)
 	turn := func() []*nats.Msg {
 		if _, err := h.Send(ctx, schemas.SendRequest{AgentID: rep.AgentID, Text: "go"}); err != nil {
 			b.Fatal(err)

@@ -45,6 +45,9 @@ import (
 //	deaf     never reads stdin, and ignores SIGINT and SIGTERM: a CLI that
 //	         has stopped reading its input
 //	huge     answers each turn with 20 MB of text
+//	firehose streams chunks "c1 ", "c2 ", … as fast as it can until
+//	         interrupted, writing the number of the last one it printed
+//	         to $SHOAL_FAKE_PRINTED after each
 func fakeClaude(mode string) {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		fmt.Println("0.0.0 (fake claude, " + mode + ")")
@@ -177,6 +180,25 @@ func fakeClaude(mode string) {
 			}
 			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "tool_use", "id": "tu1", "name": "Screenshot", "input": map[string]any{}}}}})
 			emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "tool_result", "tool_use_id": "tu1", "content": content}}}})
+		case "firehose":
+			printed, err := os.OpenFile(os.Getenv("SHOAL_FAKE_PRINTED"), os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			for n := 1; ; n++ {
+				select {
+				case <-interrupted:
+					emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": "[Request interrupted by user]"}}}})
+					result("", true, "error_during_execution")
+				default:
+					delta(fmt.Sprintf("c%d ", n))
+					printed.WriteAt([]byte(fmt.Sprintf("%-20d", n)), 0)
+					continue
+				}
+				break
+			}
+			continue
 		case "huge":
 			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": strings.Repeat("big answer ", 2<<20)}}}})
 			result("end_turn", false, "success")

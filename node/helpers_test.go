@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -66,6 +67,7 @@ type fixtureOptions struct {
 	node   func(*node.Config)
 	dir    string
 	broker *broker.Broker
+	url    string // a broker in another process, instead of broker
 }
 
 // fakeCLI is a claude backend config that runs this test binary as a fake
@@ -81,14 +83,20 @@ func fakeCLI(mode string, env ...string) claude.Config {
 func startNode(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	b := o.broker
-	if b == nil {
+	if b == nil && o.url == "" {
 		b = natstest.Start(t)
 	}
 	dir := o.dir
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	nc := natstest.Connect(t, b)
+	connect := func() *nats.Conn {
+		if o.url != "" {
+			return connectTo(t, o.url)
+		}
+		return natstest.Connect(t, b)
+	}
+	nc := connect()
 	cfg := node.Config{
 		Name:     "n1",
 		Conn:     nc,
@@ -114,7 +122,7 @@ func startNode(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal("node not ready")
 	}
 	t.Cleanup(f.shutdown)
-	client := natstest.Connect(t, b)
+	client := connect()
 	if f.fabric, err = bridge.NewFabric(client, bridge.FabricConfig{}); err != nil {
 		t.Fatal(err)
 	}
@@ -178,11 +186,19 @@ type watcher struct {
 	mu   sync.Mutex
 	evs  []stored
 	wake chan struct{}
+	// allowGaps lets the numbering jump, for a test that makes it.
+	allowGaps bool
 }
 
 func (f *fixture) watch(id string) *watcher {
 	f.t.Helper()
-	w := &watcher{t: f.t, id: id, wake: make(chan struct{}, 1)}
+	return f.watchWith(id, false)
+}
+
+// watchWith is watch, letting the numbering jump when allowGaps.
+func (f *fixture) watchWith(id string, allowGaps bool) *watcher {
+	f.t.Helper()
+	w := &watcher{t: f.t, id: id, wake: make(chan struct{}, 1), allowGaps: allowGaps}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
 	cons, err := f.js.OrderedConsumer(ctx, schemas.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
@@ -210,7 +226,7 @@ func (f *fixture) watch(id string) *watcher {
 				w.t.Errorf("invalid event on %s: %s: %v %v", msg.Subject(), data, derr, verr)
 			case merr != nil:
 				w.t.Errorf("event without a valid message id: %v", merr)
-			case len(w.evs) > 0 && n != w.evs[len(w.evs)-1].seq+1:
+			case len(w.evs) > 0 && n != w.evs[len(w.evs)-1].seq+1 && !(w.allowGaps && n > w.evs[len(w.evs)-1].seq):
 				w.t.Errorf("event number %d follows %d: not gapless", n, w.evs[len(w.evs)-1].seq)
 			}
 			w.evs = append(w.evs, stored{Event: ev, seq: n, node: msg.Headers().Get(schemas.HeaderNode), raw: data})
@@ -327,7 +343,11 @@ func nodeProcess() int {
 // ends: for measurements of the node alone, with the server in another
 // process. It prints the broker's client URL on its first line.
 func brokerProcess(dir string) int {
-	b, err := broker.New(broker.Config{Port: -1, StoreDir: dir, Assets: broker.Assets{MaxBytes: 256 << 20, NodeTTL: 2 * time.Second}})
+	port := -1
+	if p, err := strconv.Atoi(os.Getenv("SHOAL_TEST_BROKER_PORT")); err == nil {
+		port = p
+	}
+	b, err := broker.New(broker.Config{Port: port, StoreDir: dir, Assets: broker.Assets{MaxBytes: 256 << 20, NodeTTL: 2 * time.Second}})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = b.Start(ctx)
@@ -346,9 +366,23 @@ func brokerProcess(dir string) int {
 // startBrokerProcess runs brokerProcess in a child and returns its URL;
 // the child stops when tb ends.
 func startBrokerProcess(tb testing.TB) string {
+	return runBrokerProcess(tb, tb.TempDir(), 0).url
+}
+
+// brokerProc is a broker in a child process, which a test may kill.
+type brokerProc struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// runBrokerProcess starts brokerProcess on store, on port (any when 0).
+func runBrokerProcess(tb testing.TB, store string, port int) *brokerProc {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "SHOAL_TEST_BROKER="+tb.TempDir())
+	cmd.Env = append(os.Environ(), "SHOAL_TEST_BROKER="+store)
+	if port > 0 {
+		cmd.Env = append(cmd.Env, "SHOAL_TEST_BROKER_PORT="+strconv.Itoa(port))
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -369,7 +403,13 @@ func startBrokerProcess(tb testing.TB) string {
 	if err != nil {
 		tb.Fatalf("the broker process did not start: %v", err)
 	}
-	return strings.TrimSpace(url)
+	return &brokerProc{cmd: cmd, url: strings.TrimSpace(url)}
+}
+
+// kill kills the broker with SIGKILL.
+func (b *brokerProc) kill() {
+	b.cmd.Process.Signal(syscall.SIGKILL)
+	b.cmd.Wait()
 }
 
 // alive reports whether pid is a running (not zombie) process.
@@ -429,4 +469,12 @@ func nodeList(t *testing.T, f *fixture) []schemas.AgentRecord {
 		t.Fatalf("list: %v", err)
 	}
 	return rep.Agents
+}
+
+func jsonOf(v any, into any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
 }

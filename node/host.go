@@ -77,6 +77,12 @@ type Config struct {
 	// credentials require. Its connection must use the inbox prefix
 	// schemas.InboxPrefix("node", Name).
 	Relay bool
+	// NoJournal keeps events in memory only until the stream stores them:
+	// a node killed while the fabric is away loses what it held. Without
+	// it (the default) every event is written to the node's journal before
+	// it is published, and a restarted node publishes what the stream
+	// does not have.
+	NoJournal bool
 	// Reaper is a binary that holds agents' processes (a shoal binary):
 	// run as `Reaper __reaper` once per node on Linux, as `Reaper __keeper
 	// -- <agent>` once per agent on macOS (backend.Reaper). With it,
@@ -135,6 +141,7 @@ type Host struct {
 	recs     *records
 	ads      *advertiser
 	pids     *pidFile
+	nums     *numbers
 	reaper   *backend.Reaper
 	maxEvent int
 	backends map[string]backend.Backend
@@ -235,6 +242,24 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.pub = newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
 	h.pub.onFull = h.outboxFull
+	j, prev, err := openJournal(filepath.Join(h.cfg.Dir, "journal"), h.log)
+	if err != nil {
+		return err
+	}
+	var prevNums numbersFile
+	if h.nums, prevNums, err = openNumbers(filepath.Join(h.cfg.Dir, "numbers.json"), j.id); err != nil {
+		return err
+	}
+	if !h.cfg.NoJournal {
+		h.pub.useJournal(j)
+	}
+	journalDone := make(chan struct{})
+	go func() { j.run(); close(journalDone) }()
+	if err := h.resume(ctx, j, prev, prevNums); err != nil {
+		j.close()
+		<-journalDone
+		return err
+	}
 	for _, r := range h.pids.reap() {
 		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
 	}
@@ -286,8 +311,11 @@ func (h *Host) Run(ctx context.Context) error {
 	defer cancel()
 	h.closeAll(shutdown)
 	if err := h.pub.flush(shutdown); err != nil {
-		h.log.Warn("some events were not stored before the node stopped", "pending", h.pub.pending())
+		h.log.Warn("some events were not stored before the node stopped; the journal keeps them for the next start", "pending", h.pub.pending())
+	} else if err := h.nums.clear(); err != nil {
+		h.log.Warn("cannot clear the numbers file", "err", err)
 	}
+	defer func() { j.close(); <-journalDone }()
 	h.recs.flush(shutdown)
 	h.ads.leave(shutdown)
 	stopBG()
@@ -361,7 +389,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 	if len(orphans) == 0 {
 		return
 	}
-	tails, err := h.store.tails(ctx, ids)
+	tails, err := h.tails(ctx, ids)
 	if err != nil {
 		h.log.Warn("cannot read the streams of agents a previous run left open; they are marked dead without closing events", "err", err)
 	}
@@ -386,7 +414,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 					break
 				}
 				seq++
-				h.pub.enqueue(&outMsg{agent: o.e.id, seq: seq, msg: eventMsg(h.store.eventSubject(o.e.id), h.cfg.Name, o.e.id, seq, wire, now)})
+				h.enqueue(o.e.id, seq, wire, now)
 			}
 			if seq > tail.Last {
 				wait[o.e.id] = seq
@@ -424,6 +452,11 @@ func (h *Host) closeAll(ctx context.Context) {
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(a *agent) {
 	h.pids.remove(a.id)
+	// A dead agent numbers nothing more: its mark is its last number, so a
+	// journal lost later is told exactly.
+	if err := h.nums.settle(a.id, a.lastSeq()); err != nil {
+		h.log.Warn("cannot write the numbers file", "err", err)
+	}
 	h.ads.poke()
 	h.mu.Lock()
 	var dead []*agent

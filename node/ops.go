@@ -94,7 +94,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	// A reopened id goes on where its previous life ended: its event
 	// numbers and its turn numbers continue.
-	tails, err := h.store.tails(ctx, []string{id})
+	tails, err := h.tails(ctx, []string{id})
 	if err != nil {
 		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
 	}

@@ -18,6 +18,7 @@ import (
 type outMsg struct {
 	agent string
 	seq   uint64
+	jseq  uint64 // its record in the journal; 0 without one
 	msg   *nats.Msg
 }
 
@@ -62,6 +63,8 @@ type publisher struct {
 	stored   map[string]uint64         // each agent's last event the stream acknowledged
 	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
 	futures  chan jetstream.PubAckFuture
+	journal  *journal           // every event is written here before it is sent; nil for none
+	queued   map[string]*outMsg // each agent's last event not stored yet
 }
 
 // outboxLimits bound the events a node keeps while the fabric is away.
@@ -72,10 +75,35 @@ type outboxLimits struct {
 
 func newPublisher(js jetstream.JetStream, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{js: js, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
-		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{},
+		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
 		futures: make(chan jetstream.PubAckFuture, window)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
+}
+
+// useJournal writes every event to j before it is sent.
+func (p *publisher) useJournal(j *journal) {
+	p.journal = j
+	j.onWrite = func() {
+		// Taken and let go, so a sender that has just found the record
+		// unwritten is waiting before it is woken.
+		p.mu.Lock()
+		p.mu.Unlock()
+		p.cond.Broadcast()
+	}
+}
+
+// pendingTail is how an agent's events end when some are not stored yet:
+// the tail of its last event in the outbox; false when all are stored.
+func (p *publisher) pendingTail(agent string) (schemas.Tail, bool) {
+	p.mu.Lock()
+	m := p.queued[agent]
+	p.mu.Unlock()
+	if m == nil {
+		return schemas.Tail{}, false
+	}
+	t, err := schemas.TailOf(m.msg.Header.Get(schemas.HeaderMsgID), m.msg.Data)
+	return t, err == nil
 }
 
 func msgSize(m *outMsg) int { return len(m.msg.Data) + len(m.msg.Subject) + 128 }
@@ -85,6 +113,10 @@ func msgSize(m *outMsg) int { return len(m.msg.Data) + len(m.msg.Subject) + 128 
 // until the disk tier is read back); past both the outbox is full.
 func (p *publisher) enqueue(m *outMsg) {
 	p.mu.Lock()
+	if p.journal != nil {
+		m.jseq = p.journal.append(m)
+	}
+	p.queued[m.agent] = m
 	size := msgSize(m)
 	spilling := p.spill != nil && p.spill.count > 0
 	switch {
@@ -162,7 +194,8 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window || (p.probing && p.sent > 0)) {
+		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window || (p.probing && p.sent > 0) ||
+			(p.journal != nil && !p.journal.hasWritten(p.queue[p.sent].jseq))) {
 			if p.sent >= len(p.queue) && p.refill() {
 				continue
 			}
@@ -214,6 +247,12 @@ func (p *publisher) ack(ctx context.Context) {
 			}
 			m := p.queue[0]
 			p.stored[m.agent] = m.seq
+			if p.queued[m.agent] == m {
+				delete(p.queued, m.agent)
+			}
+			if p.journal != nil {
+				p.journal.retire(m.jseq)
+			}
 			if ws := p.waiters[m.agent]; len(ws) > 0 {
 				p.wake(m.agent, m.seq)
 			}
@@ -386,6 +425,17 @@ func (p *publisher) skipStored(ctx context.Context) {
 	for _, m := range p.queue {
 		if m.seq > last[m.agent] {
 			kept = append(kept, m)
+		} else if p.queued[m.agent] == m {
+			delete(p.queued, m.agent)
+		}
+	}
+	if p.journal != nil && len(p.queue) > 0 {
+		// The stored ones are done with; what is kept starts the journal's
+		// unacknowledged part.
+		if len(kept) > 0 {
+			p.journal.retire(kept[0].jseq - 1)
+		} else {
+			p.journal.retire(p.queue[len(p.queue)-1].jseq)
 		}
 	}
 	clear(p.queue[len(kept):])

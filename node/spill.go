@@ -33,9 +33,9 @@ func openSpill(path string) (*spill, error) {
 // unread is how many bytes the file holds that were not read back yet.
 func (s *spill) unread() int64 { return s.size - s.rpos }
 
-// push appends one message.
-func (s *spill) push(m *outMsg) error {
-	var b []byte
+// encodeSpilled appends m's agent, number, subject, headers and payload
+// to b: the record of the spill and of the journal.
+func encodeSpilled(b []byte, m *outMsg) []byte {
 	b = appendString(b, m.agent)
 	b = binary.LittleEndian.AppendUint64(b, m.seq)
 	b = appendString(b, m.msg.Subject)
@@ -47,7 +47,13 @@ func (s *spill) push(m *outMsg) error {
 			b = appendString(b, v)
 		}
 	}
-	b = appendString(b, string(m.msg.Data))
+	return appendString(b, string(m.msg.Data))
+}
+
+// push appends one message.
+func (s *spill) push(m *outMsg) error {
+	b := binary.LittleEndian.AppendUint64(nil, m.jseq)
+	b = encodeSpilled(b, m)
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
 	if _, err := s.w.Write(n[:]); err != nil {
@@ -79,10 +85,14 @@ func (s *spill) pop(max, maxBytes int) ([]*outMsg, error) {
 		if _, err := io.ReadFull(r, rec); err != nil {
 			return out, fmt.Errorf("outbox spill file is damaged: %w", err)
 		}
-		m, err := decodeSpilled(rec)
+		if len(rec) < 8 {
+			return out, errDamaged
+		}
+		m, err := decodeSpilled(rec[8:])
 		if err != nil {
 			return out, err
 		}
+		m.jseq = binary.LittleEndian.Uint64(rec)
 		out = append(out, m)
 		s.rpos += int64(4 + len(rec))
 		s.count--

@@ -1,0 +1,358 @@
+package node
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// journal is the outbox on disk: every event the node numbers is written
+// to it before it is published, so a node killed while the fabric is away
+// publishes it again after its restart, under the same Nats-Msg-Id.
+//
+// Records are appended in the order events are numbered, each with a
+// journal sequence (jseq) and a checksum, to segment files in a
+// directory; a segment is removed once the stream has acknowledged every
+// event in it. Writes are grouped: whatever was appended while the last
+// write ran is written with the next one, so the write does not slow the
+// node down, and the publisher sends only what has been written. A write
+// reaches the kernel, which keeps it if the node's process is killed; the
+// journal is synced to the disk every SyncInterval, which bounds what a
+// power loss takes.
+type journal struct {
+	dir  string
+	id   string // names this journal, so one that vanished is told from one that is empty
+	sync time.Duration
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	cond      *sync.Cond
+	buf       []byte // appended, not yet written
+	bufLast   uint64 // the jseq of the last record in buf
+	next      uint64 // the jseq the next record gets
+	written   uint64 // every record up to this jseq is written
+	dirty     bool   // written since the last sync
+	seg       *os.File
+	segFirst  uint64 // the first jseq in seg
+	segSize   int64
+	sealed    []segment // older segments, oldest first
+	retired   uint64    // every record up to this jseq is acknowledged
+	closed    bool
+	writeErr  error
+	wroteOnce chan struct{} // closed and replaced after each write
+	onWrite   func()        // called after each write, without j.mu
+}
+
+// segment is a closed segment file and the last jseq it holds.
+type segment struct {
+	path string
+	last uint64
+}
+
+// journalSegmentSize is the size at which a segment is closed and the
+// next one begun.
+const journalSegmentSize = 64 << 20
+
+// journalSyncInterval is how often written records are synced to the
+// disk: what a power loss can take.
+const journalSyncInterval = 200 * time.Millisecond
+
+// openJournal opens the journal in dir: what a previous run left in it
+// is returned (in order, cut at the first damaged record), and a fresh
+// journal begins with its own segments and id.
+func openJournal(dir string, log *slog.Logger) (*journal, previous, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, previous{}, fmt.Errorf("journal dir: %w", err)
+	}
+	old, err := readJournal(dir, log)
+	if err != nil {
+		return nil, previous{}, err
+	}
+	var idb [8]byte
+	rand.Read(idb[:])
+	j := &journal{dir: dir, id: hex.EncodeToString(idb[:]), sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{})}
+	j.cond = sync.NewCond(&j.mu)
+	if err := j.rotate(); err != nil {
+		return nil, previous{}, err
+	}
+	return j, old, nil
+}
+
+// previous is what a previous run left in a journal dir: its events, in
+// order, the segments that held them, and the ids of the journals they
+// belonged to.
+type previous struct {
+	events   []*outMsg
+	segments []string
+	ids      map[string]bool
+}
+
+// readJournal reads every segment a previous run left, in order, and
+// removes none of them: the caller removes them (removeOld) once their
+// events are in the new journal.
+func readJournal(dir string, log *slog.Logger) (previous, error) {
+	names, err := segmentNames(dir)
+	if err != nil {
+		return previous{}, err
+	}
+	prev := previous{segments: names, ids: map[string]bool{}}
+	var out []*outMsg
+	for _, name := range names {
+		prev.ids[strings.TrimSuffix(name[strings.LastIndexByte(name, '-')+1:], ".seg")] = true
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			return previous{}, fmt.Errorf("read the journal: %w", err)
+		}
+		r := bufio.NewReaderSize(f, 256<<10)
+		for {
+			m, err := readRecord(r)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				// A run killed while writing leaves half a record at the
+				// end; nothing after it is whole.
+				log.Warn("the journal ends with a damaged record; what follows it is not read", "segment", name, "err", err)
+				break
+			}
+			out = append(out, m)
+		}
+		f.Close()
+	}
+	prev.events = out
+	return prev, nil
+}
+
+// segmentNames lists a journal dir's segments in order.
+func segmentNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the journal: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".seg") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names) // names are zero-padded: time order
+	return names, nil
+}
+
+// removeOld removes the segments a previous run left, once the fresh
+// journal has their events and has synced them.
+func (j *journal) removeOld(names []string) {
+	for _, name := range names {
+		if err := os.Remove(filepath.Join(j.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			j.log.Warn("cannot remove a replayed journal segment", "segment", name, "err", err)
+		}
+	}
+}
+
+// rotate closes the open segment and begins a new one; j.mu is held or
+// the journal is not shared yet.
+func (j *journal) rotate() error {
+	if j.seg != nil {
+		if err := j.seg.Sync(); err != nil {
+			return err
+		}
+		j.seg.Close()
+		j.sealed = append(j.sealed, segment{path: j.seg.Name(), last: j.next - 1})
+	}
+	name := fmt.Sprintf("%020d-%s.seg", time.Now().UnixNano(), j.id)
+	f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("open a journal segment: %w", err)
+	}
+	j.seg, j.segFirst, j.segSize = f, j.next, 0
+	j.trim()
+	return nil
+}
+
+// append adds an event's record and returns its jseq. It never waits for
+// the disk.
+func (j *journal) append(m *outMsg) uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	jseq := j.next
+	j.next++
+	j.buf = appendRecord(j.buf, jseq, m)
+	j.bufLast = jseq
+	j.cond.Signal()
+	return jseq
+}
+
+// run writes appended records until closed, and syncs the journal every
+// j.sync.
+func (j *journal) run() {
+	go j.syncer()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for {
+		for len(j.buf) == 0 && !j.closed {
+			j.cond.Wait()
+		}
+		if len(j.buf) == 0 && j.closed {
+			return
+		}
+		buf, last := j.buf, j.bufLast
+		j.buf = nil
+		seg := j.seg
+		j.mu.Unlock()
+		_, err := seg.Write(buf)
+		j.mu.Lock()
+		if err != nil && j.writeErr == nil {
+			j.writeErr = err
+			j.log.Error("cannot write the journal; events are published without it", "err", err)
+		}
+		j.written, j.dirty = last, true
+		j.segSize += int64(len(buf))
+		close(j.wroteOnce)
+		j.wroteOnce = make(chan struct{})
+		if j.segSize >= journalSegmentSize {
+			if err := j.rotate(); err != nil {
+				j.log.Error("cannot begin a journal segment", "err", err)
+			}
+		}
+		if f := j.onWrite; f != nil {
+			j.mu.Unlock()
+			f()
+			j.mu.Lock()
+		}
+	}
+}
+
+// syncer syncs written records to the disk every j.sync.
+func (j *journal) syncer() {
+	t := time.NewTicker(j.sync)
+	defer t.Stop()
+	for range t.C {
+		j.mu.Lock()
+		closed, dirty, seg := j.closed, j.dirty, j.seg
+		j.dirty = false
+		j.mu.Unlock()
+		if dirty {
+			seg.Sync()
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+// hasWritten reports whether the record jseq is written (or the journal
+// cannot write, when events go on without it).
+func (j *journal) hasWritten(jseq uint64) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return jseq <= j.written || j.writeErr != nil
+}
+
+// syncNow writes and syncs everything appended so far.
+func (j *journal) syncNow() error {
+	j.mu.Lock()
+	target := j.next - 1
+	for j.written < target && j.writeErr == nil {
+		ch := j.wroteOnce
+		j.mu.Unlock()
+		<-ch
+		j.mu.Lock()
+	}
+	seg, err := j.seg, j.writeErr
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return seg.Sync()
+}
+
+// retire notes that every record up to jseq is acknowledged, and removes
+// the segments that hold nothing else.
+func (j *journal) retire(jseq uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if jseq > j.retired {
+		j.retired = jseq
+		j.trim()
+	}
+}
+
+// trim removes sealed segments whose records are all retired; j.mu is
+// held.
+func (j *journal) trim() {
+	for len(j.sealed) > 0 && j.sealed[0].last <= j.retired {
+		if err := os.Remove(j.sealed[0].path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			j.log.Warn("cannot remove a journal segment", "segment", j.sealed[0].path, "err", err)
+		}
+		j.sealed = j.sealed[1:]
+	}
+}
+
+// close writes what is left and closes the journal. With everything
+// retired (a clean stop), its files are removed.
+func (j *journal) close() {
+	j.mu.Lock()
+	j.closed = true
+	j.cond.Broadcast()
+	j.mu.Unlock()
+	j.syncNow()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.seg.Close()
+	if j.retired >= j.next-1 {
+		j.sealed = append(j.sealed, segment{path: j.seg.Name(), last: j.next - 1})
+		j.trim()
+	}
+}
+
+// A record: length (4 bytes, of what follows the checksum), CRC-32C of
+// it (4), jseq (8), then the event as spill encodes it.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+func appendRecord(b []byte, jseq uint64, m *outMsg) []byte {
+	body := binary.LittleEndian.AppendUint64(nil, jseq)
+	body = encodeSpilled(body, m)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(body, crcTable))
+	return append(b, body...)
+}
+
+func readRecord(r *bufio.Reader) (*outMsg, error) {
+	m, _, err := readRecordSeq(r)
+	return m, err
+}
+
+func readRecordSeq(r *bufio.Reader) (*outMsg, uint64, error) {
+	var head [8]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return nil, 0, errors.New("a record cut short")
+		}
+		return nil, 0, err
+	}
+	n := binary.LittleEndian.Uint32(head[:4])
+	if n < 8 || n > 256<<20 {
+		return nil, 0, fmt.Errorf("a record of %d bytes", n)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, 0, errors.New("a record cut short")
+	}
+	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(head[4:]) {
+		return nil, 0, errors.New("a record whose checksum is wrong")
+	}
+	m, err := decodeSpilled(body[8:])
+	return m, binary.LittleEndian.Uint64(body), err
+}

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// numbers records, in the node's dir apart from its journal, how far each
+// agent's event numbers may have gone: numbers are reserved a block at a
+// time, and the file is synced before any number of a block is used. If a
+// node's journal is ever lost (its files deleted, a disk replaced), the
+// restarted node knows which numbers may have been used by events that
+// are gone, says so on the agent's stream, and never uses them again.
+type numbers struct {
+	path string
+
+	mu      sync.Mutex
+	journal string            // the id of the journal these marks go with
+	marks   map[string]uint64 // each agent's highest reserved number
+}
+
+// numbersBlock is how many numbers are reserved at a time.
+const numbersBlock = 1024
+
+type numbersFile struct {
+	Journal string            `json:"journal"`
+	Marks   map[string]uint64 `json:"marks"`
+}
+
+// openNumbers reads what a previous run left in path (the journal it
+// went with and its marks) and starts afresh with journal, carrying the
+// marks over until they are settled.
+func openNumbers(path, journal string) (*numbers, numbersFile, error) {
+	var prev numbersFile
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &prev); err != nil {
+			return nil, prev, fmt.Errorf("the node's numbers file %s is damaged: %w", path, err)
+		}
+	case !os.IsNotExist(err):
+		return nil, prev, fmt.Errorf("read the node's numbers file: %w", err)
+	}
+	n := &numbers{path: path, journal: journal, marks: map[string]uint64{}}
+	for a, m := range prev.Marks {
+		n.marks[a] = m
+	}
+	if err := n.saveLocked(); err != nil {
+		return nil, prev, err
+	}
+	return n, prev, nil
+}
+
+// reserve makes sure seq is reserved for agent, reserving the next block
+// and syncing the file when it is not.
+func (n *numbers) reserve(agent string, seq uint64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if seq <= n.marks[agent] {
+		return nil
+	}
+	n.marks[agent] = seq + numbersBlock - 1
+	return n.saveLocked()
+}
+
+// settle sets an agent's mark to the last number it has used, once a
+// restart has accounted for what the previous run left.
+func (n *numbers) settle(agent string, last uint64) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if last == 0 {
+		delete(n.marks, agent)
+	} else {
+		n.marks[agent] = last
+	}
+	return n.saveLocked()
+}
+
+// forget drops the marks of agents none of whose events wait any more.
+func (n *numbers) forget(agents ...string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range agents {
+		delete(n.marks, a)
+	}
+	return n.saveLocked()
+}
+
+// clear drops every mark: every event is stored.
+func (n *numbers) clear() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.marks)
+	return n.saveLocked()
+}
+
+func (n *numbers) saveLocked() error {
+	b, _ := json.Marshal(numbersFile{Journal: n.journal, Marks: n.marks})
+	tmp := n.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("write the node's numbers file: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err == nil {
+		err = os.Rename(tmp, n.path)
+	}
+	if err != nil {
+		return fmt.Errorf("write the node's numbers file: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(n.path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
