@@ -126,6 +126,7 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 		return strings.Contains(s, `"kind": "result"`) && strings.Contains(s, "esc closes")
 	})
 	scr.keys("Escape")
+	scr.wait("the event closed", func(s string) bool { return !strings.Contains(s, `"kind": "result"`) })
 	scr.keys("Escape")
 
 	// The transcript, from the stream.
@@ -134,6 +135,8 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 		return strings.Contains(s, "transcript of watched") && strings.Contains(s, "» Run the marker.")
 	})
 	scr.keys("Escape")
+	// An x sent right behind the escape would read as alt+x.
+	scr.wait("the transcript closed", func(s string) bool { return !strings.Contains(s, "transcript of watched") })
 
 	// x asks, y closes.
 	scr.keys("x")

@@ -109,7 +109,7 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"unwritable store", nil, []string{"up", "--port", "-1", "--store", filepath.Join(file, "store")}, []string{"store dir", "not a directory"}},
 		// sysfs takes no files, even from root, so this holds in CI too.
 		{"store dir not writable", nil, []string{"up", "--port", "-1", "--store", "/sys"}, []string{"store dir /sys is not writable"}},
-		{"port in use", nil, []string{"up", "--port", busy, "--store", filepath.Join(dir, "s1")}, []string{"127.0.0.1:" + busy, "address already in use"}},
+		{"port in use", nil, []string{"up", "--port", busy, "--store", filepath.Join(dir, "s1")}, []string{"127.0.0.1:" + busy, "is in use by another process"}},
 		{"unknown flag", nil, []string{"up", "--prot", "4222"}, []string{"unknown flag --prot"}},
 		{"malformed config", nil, []string{"up", "--config", malformed}, []string{malformed, "line 2"}},
 		{"unknown config key", nil, []string{"up", "--config", unknownKey}, []string{unknownKey, `unknown setting "prot"`}},
