@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -46,7 +48,7 @@ func receive(b *testing.B, sub zmq4.Socket, n int) {
 func BenchmarkBusVsRawZMQ(b *testing.B) {
 	srv := natstest.Start(b)
 	_, js := natstest.JetStream(b, srv)
-	envs := turnEnvelopes(b)
+	envs := fabrictest.TurnEnvelopes(b)
 	const m = 5000
 	var frames [][2][]byte
 	for i := range m {
@@ -128,7 +130,7 @@ func BenchmarkBusVsRawZMQ(b *testing.B) {
 // the same run.
 func BenchmarkMCPStatusRoundTrip(b *testing.B) {
 	srv := natstest.Start(b)
-	f, err := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
+	f, err := client.NewDirect(natstest.Connect(b, srv), client.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func BenchmarkMCPStatusRoundTrip(b *testing.B) {
 	kv, _ := js.KeyValue(b.Context(), schemas.AgentsBucket)
 	kv.Put(b.Context(), "bench", body)
 
-	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f})
 	ctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
 	urls := make(chan string, 1)

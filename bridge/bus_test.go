@@ -2,7 +2,6 @@ package bridge_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
@@ -56,20 +56,6 @@ func runBus(t *testing.T, cfg bridge.BusConfig) (stop func() error) {
 	return stop
 }
 
-func turnEnvelopes(t testing.TB) [][]byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/turn.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]byte
-	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-		schematest.Event(t, l)
-		out = append(out, l)
-	}
-	return out
-}
-
 func publish(t *testing.T, js jetstream.JetStream, id string, n uint64, env []byte) {
 	t.Helper()
 	m := nats.NewMsg(schemas.EventSubject(id))
@@ -90,7 +76,7 @@ func TestBusDeliversTurnInOrder(t *testing.T) {
 	sub := kaimonsub.Start(t, address)
 	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos")})
 
-	envs := turnEnvelopes(t)
+	envs := fabrictest.TurnEnvelopes(t)
 	huge, _ := schemas.Encode(schemas.Event{Turn: 9, Payload: schemas.AssistantText{Content: schemas.Text(strings.Repeat("é", 40000))}})
 	envs = append(envs, huge)
 	for i, env := range envs {
@@ -213,7 +199,7 @@ func TestBusKilledMidTurnResumes(t *testing.T) {
 	bus := start()
 	current := bus
 
-	envs := turnEnvelopes(t)
+	envs := fabrictest.TurnEnvelopes(t)
 	published := 0
 	pub := func(n int) {
 		for ; n > 0 && published < len(envs); n-- {
@@ -268,7 +254,7 @@ func TestBusResendsWhatADeadBusHeld(t *testing.T) {
 	address := "ipc://" + filepath.Join(dir, "kaimon-events.sock")
 	cfg := bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(dir, "bus.pos")}
 	sub := kaimonsub.Start(t, address)
-	envs := turnEnvelopes(t)[:6]
+	envs := fabrictest.TurnEnvelopes(t)[:6]
 	expect := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {

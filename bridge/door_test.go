@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -239,11 +240,11 @@ func (w *teeWriter) Flush() {
 func startRecordedFabric(t *testing.T) (*fabric, *doorLog) {
 	t.Helper()
 	b := natstest.Start(t)
-	f, err := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f})
 	door := &doorLog{}
 	mux := http.NewServeMux()
 	mux.Handle(bridge.MCPPath, door.wrap(m.HTTPHandler(bridge.HTTPConfig{})))

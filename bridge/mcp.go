@@ -13,12 +13,13 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 // MCPConfig configures the MCP tools.
 type MCPConfig struct {
-	Fabric  *Fabric
+	Client  client.Client
 	Version string
 	Logger  *slog.Logger
 }
@@ -27,7 +28,7 @@ type MCPConfig struct {
 // fabric. A call that comes from an agent (its MCP config carries the
 // agent's id) passes the door first: it is judged by that agent's policy.
 type MCP struct {
-	f   *Fabric
+	f   client.Client
 	srv *server.MCPServer
 	log *slog.Logger
 }
@@ -40,7 +41,7 @@ func NewMCP(cfg MCPConfig) *MCP {
 	if cfg.Version == "" {
 		cfg.Version = "0.0.0"
 	}
-	m := &MCP{f: cfg.Fabric, log: cfg.Logger.With("component", "mcp")}
+	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp")}
 	m.srv = server.NewMCPServer("shoal", cfg.Version,
 		server.WithToolCapabilities(false),
 		server.WithRecovery(),
@@ -322,7 +323,7 @@ func (m *MCP) door(ctx context.Context, name string, a args) string {
 	if id == "" {
 		return ""
 	}
-	rec, _, err := m.f.Record(ctx, id)
+	rec, err := m.f.Record(ctx, id)
 	if err != nil {
 		return refused("the calling agent " + id + " is unknown")
 	}
@@ -360,7 +361,7 @@ func (m *MCP) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	if id == "" || len(tools) <= 1 {
 		return tools
 	}
-	rec, _, err := m.f.Record(ctx, id)
+	rec, err := m.f.Record(ctx, id)
 	if err != nil || rec.Policy == nil || !(rec.Policy.Only || rec.Policy.Preset == schemas.PresetSpecialist) {
 		return tools
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -27,18 +28,18 @@ import (
 type fabric struct {
 	t   *testing.T
 	b   *broker.Broker
-	f   *bridge.Fabric
+	f   *client.Direct
 	url string
 }
 
 func startFabric(t *testing.T, cfg bridge.HTTPConfig) *fabric {
 	t.Helper()
 	b := natstest.Start(t)
-	f, err := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f})
 	ctx, cancel := context.WithCancel(context.Background())
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
@@ -628,8 +629,8 @@ func argsFor(tool string) map[string]any {
 func TestMCPHTTPSecurity(t *testing.T) {
 	t.Parallel()
 	b := natstest.Start(t)
-	f, _ := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
-	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f})
+	f, _ := client.NewDirect(natstest.Connect(t, b), client.Config{})
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f})
 	err := m.ListenHTTP(t.Context(), "0.0.0.0:0", bridge.HTTPConfig{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "without a bearer token") {
 		t.Fatalf("an open listener without a token: %v", err)

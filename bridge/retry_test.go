@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -9,7 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/bridge"
-	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
@@ -98,15 +98,12 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	be := fakebackend.New(fakebackend.Config{})
-	runNodeOn(t, srv, node.Config{Name: "n1", Backends: []backend.Backend{be}})
-	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
+	fabrictest.Node(t, srv, node.Config{Name: "n1", Backends: []backend.Backend{be}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcCtx, stopSvc := context.WithCancel(context.Background())
-	svcDone := make(chan error, 1)
-	go func() { svcDone <- bridge.Serve(svcCtx, natstest.Connect(t, srv), f, "0.0.0-test") }()
-	t.Cleanup(func() { stopSvc(); <-svcDone })
+	fabrictest.FabricService(t, natstest.Connect(t, srv), f)
 
 	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
 	if err != nil {
@@ -118,7 +115,7 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 		b, _ := json.Marshal(req)
 		var m *nats.Msg
 		pollUntil(t, 30*time.Second, "the fabric service answering "+verb, func() bool {
-			m, err = nc.Request(bridge.FabricSubject(verb), b, 10*time.Second)
+			m, err = nc.Request(schemas.FabricSubject(verb), b, 10*time.Second)
 			return err == nil
 		})
 		return m.Data
@@ -140,32 +137,5 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	second := ask("close", req)
 	if string(first) != string(second) || be.Closes.Load() != 1 {
 		t.Fatalf("close and its retry through the service answered %s and %s with %d closes; want one close and the first reply twice", first, second, be.Closes.Load())
-	}
-}
-
-// runNodeOn runs a node on srv, in process, until the test ends.
-func runNodeOn(t *testing.T, srv *broker.Broker, cfg node.Config) {
-	t.Helper()
-	cfg.Conn = natstest.Connect(t, srv)
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
-	h, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node %s: %v", cfg.Name, err)
-		}
-	})
-	select {
-	case <-h.Ready():
-	case err := <-done:
-		t.Fatalf("node %s did not start: %v", cfg.Name, err)
 	}
 }

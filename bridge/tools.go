@@ -144,7 +144,7 @@ func (m *MCP) tools() []tool {
 			desc:   "Cancel an agent's running turn; it ends with stop reason cancelled. Returns whether a turn was interrupted.",
 			params: []param{agentIDParam, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
-				return f.Interrupt(ctx, a.str("agent_id"), WithRequestID(a.str("request_id")))
+				return f.Interrupt(ctx, schemas.AgentRequest{AgentID: a.str("agent_id"), RequestID: a.str("request_id")})
 			},
 		},
 		{
@@ -153,7 +153,7 @@ func (m *MCP) tools() []tool {
 			desc:   "Close an agent: stop its process and everything it started. It is kept as dead for review. false for an unknown id.",
 			params: []param{agentIDParam, requestParam},
 			run: func(ctx context.Context, a args) (any, error) {
-				return f.Close(ctx, a.str("agent_id"), WithRequestID(a.str("request_id")))
+				return f.Close(ctx, schemas.AgentRequest{AgentID: a.str("agent_id"), RequestID: a.str("request_id")})
 			},
 		},
 		{

@@ -82,7 +82,7 @@ func TestRealClaude(t *testing.T) {
 
 	f.send(id, "Take your time.")
 	w.until(end, "turn 3 streaming", func(ev schemas.Event) bool { return ev.Turn == 3 && ev.IsDelta() })
-	if ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), id); err != nil || !ir.Interrupted {
+	if ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !ir.Interrupted {
 		t.Fatalf("interrupt: %+v %v", ir, err)
 	}
 	i := w.until(end, "turn 3's result", isResult(3))
@@ -102,7 +102,7 @@ func TestRealClaude(t *testing.T) {
 	}
 
 	pid := pidOf(t, f, id)
-	if r, err := f.fabric.Close(f.ctx(30*time.Second), id); err != nil || !r.Closed {
+	if r, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !r.Closed {
 		t.Fatalf("close: %+v %v", r, err)
 	}
 	w.until(i, "status dead", isStatus(schemas.StatusDead))

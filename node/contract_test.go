@@ -178,7 +178,7 @@ func TestBackendContract(t *testing.T) {
 				f.send(id, "stall here")
 				f.send(id, "held back")
 				w.until(0, "turn 1 streaming", func(ev schemas.Event) bool { return ev.Turn == 1 && ev.IsDelta() })
-				if rep, err := f.fabric.Interrupt(f.ctx(30*time.Second), id); err != nil || !rep.Interrupted {
+				if rep, err := f.fabric.Interrupt(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Interrupted {
 					t.Fatalf("interrupt: %+v %v", rep, err)
 				}
 				w.until(0, "turn 2's result", isResult(2))
@@ -247,7 +247,7 @@ func TestBackendContract(t *testing.T) {
 				f.send(id, "stall until closed")
 				f.send(id, "never begins")
 				w.until(0, "turn 1 streaming", func(ev schemas.Event) bool { return ev.Turn == 1 && ev.IsDelta() })
-				if rep, err := f.fabric.Close(f.ctx(60*time.Second), id); err != nil || !rep.Closed {
+				if rep, err := f.fabric.Close(f.ctx(60*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Closed {
 					t.Fatalf("close: %+v %v", rep, err)
 				}
 				w.until(0, "status dead", isStatus(schemas.StatusDead))
@@ -270,7 +270,7 @@ func TestBackendContract(t *testing.T) {
 				id, w := open("")
 				f.send(id, "first life")
 				w.until(0, "turn 1's result", isResult(1))
-				f.fabric.Close(f.ctx(60*time.Second), id)
+				f.fabric.Close(f.ctx(60*time.Second), schemas.AgentRequest{AgentID: id})
 				dead := w.until(0, "status dead", isStatus(schemas.StatusDead))
 				open(id)
 				rep, err := f.fabric.Run(f.ctx(90*time.Second), schemas.RunRequest{AgentID: id, Text: "second life"})

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
@@ -55,7 +55,7 @@ type fixture struct {
 	t      *testing.T
 	b      *broker.Broker
 	host   *node.Host
-	fabric *bridge.Fabric
+	fabric *client.Direct
 	js     jetstream.JetStream
 	dir    string
 	stop   context.CancelFunc
@@ -122,8 +122,7 @@ func startNode(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal("node not ready")
 	}
 	t.Cleanup(f.shutdown)
-	client := connect()
-	if f.fabric, err = bridge.NewFabric(client, bridge.FabricConfig{}); err != nil {
+	if f.fabric, err = client.NewDirect(connect(), client.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	f.js = f.fabric.JetStream()
@@ -446,8 +445,8 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-func newFabric(t *testing.T, b *broker.Broker) (*bridge.Fabric, error) {
-	return bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+func newFabric(t *testing.T, b *broker.Broker) (*client.Direct, error) {
+	return client.NewDirect(natstest.Connect(t, b), client.Config{})
 }
 
 // ask sends a control request straight to node n1, past the fabric's own

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -37,7 +37,7 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			port := freePort(t)
 			b := runBrokerProcess(t, store, port)
 			node, exited, stderr := startNodeProcess(t, b.url, dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
-			f, err := bridge.NewFabric(connectTo(t, b.url), bridge.FabricConfig{})
+			f, err := client.NewDirect(connectTo(t, b.url), client.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,8 +115,8 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			if err := jsonOf(lost.Data, &rng); err != nil || rng.To+1 != lostAt || rng.From > rng.To {
 				t.Fatalf("the lost range %s, the error at %d: %v", lost.Data, lostAt, err)
 			}
-			var gaps []bridge.Gap
-			if err := g.fabric.Replay(t.Context(), []string{open.AgentID}, bridge.From{}, false, func(_ bridge.Replayed, gap *bridge.Gap) error {
+			var gaps []client.Gap
+			if err := g.fabric.Replay(t.Context(), []string{open.AgentID}, client.From{}, false, func(_ client.Replayed, gap *client.Gap) error {
 				if gap != nil {
 					gaps = append(gaps, *gap)
 				}

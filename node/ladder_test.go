@@ -71,7 +71,7 @@ func TestStopLadderOrder(t *testing.T) {
 	t.Parallel()
 	const wait = 400 * time.Millisecond
 	f, id, w, pid, file := ladderAgent(t, "signals", wait)
-	rep, err := f.fabric.Close(f.ctx(30*time.Second), id)
+	rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
 	if err != nil || !rep.Closed {
 		t.Fatalf("close: %+v %v", rep, err)
 	}
@@ -101,7 +101,7 @@ func TestStopLadderOrder(t *testing.T) {
 func TestStopLadderStopsAtSIGINT(t *testing.T) {
 	t.Parallel()
 	f, id, w, pid, file := ladderAgent(t, "sigint", 2*time.Second)
-	rep, err := f.fabric.Close(f.ctx(30*time.Second), id)
+	rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
 	if err != nil || !rep.Closed {
 		t.Fatalf("close: %+v %v", rep, err)
 	}

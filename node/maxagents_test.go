@@ -72,7 +72,7 @@ func TestMaxAgentsHoldsUnderConcurrentOpens(t *testing.T) {
 		t.Errorf("the node runs %d agents, limit 2", live)
 	}
 	// A close frees a slot; the next open takes it, and the one after is refused.
-	if rep, err := f.fabric.Close(f.ctx(30*time.Second), opened[0]); err != nil || !rep.Closed {
+	if rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: opened[0]}); err != nil || !rep.Closed {
 		t.Fatalf("close: %+v %v", rep, err)
 	}
 	var rep schemas.OpenReply

@@ -67,7 +67,7 @@ func TestTurnLifecycle(t *testing.T) {
 		t.Errorf("event log:\n%s", log)
 	}
 	eventually(t, 10*time.Second, "the KV record says idle at turn 1", func() bool {
-		r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+		r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 		return err == nil && r.Status == schemas.StatusIdle && r.Turn == 1
 	})
 
@@ -107,7 +107,7 @@ func TestTurnLifecycle(t *testing.T) {
 
 	// Close: status closed, then dead; the process is gone.
 	pid := pidOf(t, f, id)
-	rep, err := f.fabric.Close(f.ctx(30*time.Second), id)
+	rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
 	if err != nil || !rep.Closed {
 		t.Fatalf("close: %+v %v", rep, err)
 	}
@@ -118,7 +118,7 @@ func TestTurnLifecycle(t *testing.T) {
 		t.Errorf("send to a dead agent: %v", err)
 	}
 	eventually(t, 10*time.Second, "the KV record says dead", func() bool {
-		r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+		r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 		return err == nil && r.Status == schemas.StatusDead
 	})
 }
@@ -170,7 +170,7 @@ func TestRunAndInterrupt(t *testing.T) {
 		t.Errorf("second run: %v", err)
 	}
 	// An interrupt ends the turn as cancelled, and its run returns.
-	ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), id)
+	ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), schemas.AgentRequest{AgentID: id})
 	if err != nil || !ir.Interrupted {
 		t.Fatalf("interrupt: %+v %v", ir, err)
 	}
@@ -184,7 +184,7 @@ func TestRunAndInterrupt(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Errorf("the interrupted run: %v", err)
 	}
-	if ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), id); err != nil || ir.Interrupted {
+	if ir, err := f.fabric.Interrupt(f.ctx(10*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || ir.Interrupted {
 		t.Errorf("interrupt with no turn running: %+v %v", ir, err)
 	}
 	// The agent takes the next turn; a run that outlasts its timeout says so.
@@ -249,7 +249,7 @@ func TestMisbehavingCLI(t *testing.T) {
 				eventually(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
 			}
 			eventually(t, 10*time.Second, "the status", func() bool {
-				r, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+				r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 				return err == nil && r.Status == c.status
 			})
 			if c.mode == "die" {
@@ -310,10 +310,10 @@ func TestControlRejectsBadInput(t *testing.T) {
 	if _, err := f.fabric.Status(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("status of unknown: %v", err)
 	}
-	if _, err := f.fabric.Interrupt(ctx, "ghost"); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
+	if _, err := f.fabric.Interrupt(ctx, schemas.AgentRequest{AgentID: "ghost"}); err == nil || err.Error() != "no such agent: ghost" || schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Errorf("interrupt unknown: %v", err)
 	}
-	if rep, err := f.fabric.Close(ctx, "ghost"); err != nil || rep.Closed {
+	if rep, err := f.fabric.Close(ctx, schemas.AgentRequest{AgentID: "ghost"}); err != nil || rep.Closed {
 		t.Errorf("close unknown: %+v %v", rep, err)
 	}
 	if _, err := f.fabric.Send(ctx, schemas.SendRequest{AgentID: "no/pe", Text: "x"}); schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "agent id") {
@@ -398,7 +398,7 @@ func TestRequestsAboutUnknownAndDeadAgents(t *testing.T) {
 	w := f.watch(id)
 	f.send(id, "last words")
 	w.until(0, "the result", isResult(1))
-	if rep, err := f.fabric.Close(ctx, id); err != nil || !rep.Closed {
+	if rep, err := f.fabric.Close(ctx, schemas.AgentRequest{AgentID: id}); err != nil || !rep.Closed {
 		t.Fatalf("close: %+v %v", rep, err)
 	}
 	w.until(0, "status dead", isStatus(schemas.StatusDead))
@@ -480,7 +480,7 @@ func TestReopenDeadID(t *testing.T) {
 	w := f.watch(id)
 	f.send(id, "first life")
 	w.until(0, "result", isResult(1))
-	f.fabric.Close(f.ctx(30*time.Second), id)
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
 	dead := w.until(0, "dead", isStatus(schemas.StatusDead))
 	logPath := filepath.Join(f.dir, id+".events.jsonl")
 	if log, err := os.ReadFile(logPath); err != nil || !bytes.Contains(log, []byte("echo: first life")) || !bytes.Contains(log, []byte(`"status":"dead"`)) {
@@ -513,11 +513,11 @@ func TestReopenDeadID(t *testing.T) {
 	}
 	// MaxDead 1: closing two more agents forgets the oldest dead one.
 	a := f.open(schemas.OpenRequest{})
-	f.fabric.Close(f.ctx(30*time.Second), a)
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: a})
 	b := f.open(schemas.OpenRequest{})
-	f.fabric.Close(f.ctx(30*time.Second), b)
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: b})
 	eventually(t, 10*time.Second, "the oldest dead agent is forgotten", func() bool {
-		_, _, err := f.fabric.Record(f.ctx(5*time.Second), a)
+		_, err := f.fabric.Record(f.ctx(5*time.Second), a)
 		return schemas.CodeOf(err) == schemas.CodeNotFound
 	})
 	// Its status still answers, from its events in the stream.

@@ -38,7 +38,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if model == "" {
 		model = schemas.DefaultModel
 	}
-	kind, rest := backend.Route(model)
+	kind, rest := schemas.Route(model)
 	be, ok := h.backends[kind]
 	if !ok {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s cannot run %s agents (it runs: %s)", h.cfg.Name, kind, strings.Join(h.kinds(), ", "))

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -49,7 +49,7 @@ func TestKilledNodeAndReaperAreReaped(t *testing.T) {
 	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: k.dir, broker: k.b})
 	eventually(t, 10*time.Second, "the restarted node reaps the tool", func() bool { return !alive(k.tool) })
 	ctx := t.Context()
-	rec, _, err := g.fabric.Record(ctx, k.id)
+	rec, err := g.fabric.Record(ctx, k.id)
 	if err != nil || rec.Status != schemas.StatusDead {
 		t.Errorf("the lost agent's record: %+v %v", rec, err)
 	}
@@ -78,7 +78,7 @@ func startKilledNode(t *testing.T) *killedNode {
 	pidfile := filepath.Join(t.TempDir(), "tool.pid")
 	var stderr *strings.Builder
 	k.cmd, k.exited, stderr = startNodeProcess(t, k.b.ClientURL(), k.dir, "orphan", "SHOAL_FAKE_PIDFILE="+pidfile)
-	fabric, err := bridge.NewFabric(natstest.Connect(t, k.b), bridge.FabricConfig{})
+	fabric, err := client.NewDirect(natstest.Connect(t, k.b), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,8 +170,8 @@ func TestRestartedNodeClosesWhatItLeftOpen(t *testing.T) {
 	dir := t.TempDir()
 	cmd, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "chatty")
 
-	client := natstest.Connect(t, b)
-	fabric, err := bridge.NewFabric(client, bridge.FabricConfig{})
+	conn := natstest.Connect(t, b)
+	fabric, err := client.NewDirect(conn, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestRestartedNodeClosesWhatItLeftOpen(t *testing.T) {
 	if got := g.host; got == nil {
 		t.Fatal("no restarted node")
 	}
-	rec, _, err := g.fabric.Record(ctx, rep.AgentID)
+	rec, err := g.fabric.Record(ctx, rep.AgentID)
 	if err != nil || rec.Status != schemas.StatusDead {
 		t.Errorf("the left-open agent's record: %+v %v", rec, err)
 	}

@@ -20,7 +20,7 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 	for i := range 12 {
 		id := f.open(schemas.OpenRequest{ID: fmt.Sprintf("dead-%02d", i)})
 		ids = append(ids, id)
-		if rep, err := f.fabric.Close(f.ctx(30*time.Second), id); err != nil || !rep.Closed {
+		if rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Closed {
 			t.Fatalf("close %s: %+v %v", id, rep, err)
 		}
 		// Close returns once the agent is dead and retired, so the node's
@@ -45,7 +45,7 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 			t.Errorf("status of forgotten %s: %v", id, err)
 		}
 		eventually(t, 10*time.Second, "the fabric forgets "+id, func() bool {
-			_, _, err := f.fabric.Record(f.ctx(5*time.Second), id)
+			_, err := f.fabric.Record(f.ctx(5*time.Second), id)
 			return schemas.CodeOf(err) == schemas.CodeNotFound
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -100,7 +101,7 @@ func lastOfTails(tails map[string]schemas.Tail) map[string]uint64 {
 func (s *directStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
 	tails := map[string]schemas.Tail{}
 	for _, id := range ids {
-		t, err := streamTail(ctx, s.events, id)
+		t, err := tailOf(ctx, s.events, id)
 		if err != nil {
 			return nil, err
 		}
@@ -324,14 +325,8 @@ func refused(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.Code == schemas.RelayRefused
 }
 
-// streamTail reads how an agent's stream ends.
-func streamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
-	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return schemas.Tail{}, nil
-	}
-	if err != nil {
-		return schemas.Tail{}, err
-	}
-	return schemas.TailOf(m.Header.Get(schemas.HeaderMsgID), m.Data)
+// tailOf reads how an agent's stream ends.
+func tailOf(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, stream, id)
+	return t, err
 }

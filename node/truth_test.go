@@ -103,11 +103,11 @@ func TestCLIThatStopsReading(t *testing.T) {
 		if rep, err := f.fabric.Send(f.ctx(5*time.Second), schemas.SendRequest{AgentID: id, Text: strings.Repeat("x", 4<<20)}); err != nil || rep.Turn != 1 {
 			t.Fatalf("send: %+v %v", rep, err)
 		}
-		if rep, err := f.fabric.Interrupt(f.ctx(5*time.Second), id); err != nil || !rep.Interrupted {
+		if rep, err := f.fabric.Interrupt(f.ctx(5*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Interrupted {
 			t.Fatalf("interrupt: %+v %v", rep, err)
 		}
 		w.until(0, "status dead", isStatus(schemas.StatusDead))
-		if rep, err := f.fabric.Close(f.ctx(5*time.Second), id); err != nil || !rep.Closed {
+		if rep, err := f.fabric.Close(f.ctx(5*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Closed {
 			t.Fatalf("close: %+v %v", rep, err)
 		}
 		if stop, errs := stopOf(w, 1), turnErrors(w, 1); stop != schemas.StopCancelled || len(errs) != 1 || !strings.Contains(errs[0], "the agent stopped reading its input") {
@@ -122,7 +122,7 @@ func TestCLIThatStopsReading(t *testing.T) {
 		w := f.watch(id)
 		pid := pidOf(t, f, id)
 		f.send(id, strings.Repeat("y", 4<<20))
-		if rep, err := f.fabric.Close(f.ctx(30*time.Second), id); err != nil || !rep.Closed {
+		if rep, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Closed {
 			t.Fatalf("close: %+v %v", rep, err)
 		}
 		w.until(0, "status dead", isStatus(schemas.StatusDead))

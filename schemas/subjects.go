@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Names of the JetStream assets every part of the fabric agrees on.
@@ -219,3 +220,23 @@ func InboxPrefix(role, name string) string { return "_INBOX." + role + "-" + nam
 // FabricReadVerbs are the verbs of the coordinator's fabric service
 // (shoal.fabric.<verb>) that only read: all an observer may call.
 var FabricReadVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output"}
+
+// FabricService is the coordinator's NATS micro service, shoal-fabric:
+// the whole fabric behind one door, for clients whose credentials reach
+// neither the nodes nor the stream.
+const FabricService = "shoal-fabric"
+
+// FabricSubject is where the coordinator answers verb.
+func FabricSubject(verb string) string { return "shoal.fabric." + verb }
+
+// Flow control of a streamed replay (shoal.fabric.replay): the
+// coordinator asks the client to answer every ReplayAckEvery events and
+// after ReplayIdle without one, and stops when an answer takes longer
+// than ReplayAckWait. The client gives up when it hears nothing for
+// ReplayLost.
+const (
+	ReplayAckEvery = 256
+	ReplayIdle     = 5 * time.Second
+	ReplayAckWait  = 30 * time.Second
+	ReplayLost     = 3 * ReplayIdle
+)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
 )
 
 // clientOptions are how a command reaches the fabric.
@@ -134,12 +134,12 @@ func (o *clientOptions) refused(err error) error {
 	return nil
 }
 
-func (o *clientOptions) fabric(env *environment) (*bridge.Fabric, func(), error) {
+func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) {
 	nc, err := o.connect(env)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := bridge.FabricConfig{Timeout: o.timeout}
+	cfg := client.Config{Timeout: o.timeout}
 	if c := o.who; c != nil && c.Role != broker.RoleCoordinator {
 		// Scoped credentials reach neither the nodes nor the stream:
 		// everything goes through the coordinator.
@@ -150,7 +150,7 @@ func (o *clientOptions) fabric(env *environment) (*bridge.Fabric, func(), error)
 			return nil, nil, usagef("the credentials in %s are a node's (%s); a client needs `shoal creds client NAME` or `shoal creds observer NAME`", o.creds, c.Name)
 		}
 	}
-	f, err := bridge.NewFabric(nc, cfg)
+	f, err := client.New(nc, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

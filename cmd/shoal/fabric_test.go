@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
@@ -32,7 +32,7 @@ type pool struct {
 
 // poolNodeTTL is the heartbeat TTL a pool's coordinator gives its nodes;
 // its node-loss monitor waits 3× this after starting before it takes a
-// node that never showed up for lost (bridge.MonitorConfig.Grace).
+// node that never showed up for lost (coordinator.MonitorConfig.Grace).
 const poolNodeTTL = 2 * time.Second
 
 func startPool(t *testing.T) *pool {
@@ -289,7 +289,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Errorf("a send to the lost agent: %q", errOut)
 	}
 	const reqTimeout = 30 * time.Second
-	direct, err := bridge.NewFabric(nc, bridge.FabricConfig{Timeout: reqTimeout})
+	direct, err := client.NewDirect(nc, client.Config{Timeout: reqTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	} {
 		body, _ := json.Marshal(r.req)
 		start := time.Now()
-		m, err := nc.Request(bridge.FabricSubject(r.verb), body, reqTimeout)
+		m, err := nc.Request(schemas.FabricSubject(r.verb), body, reqTimeout)
 		took := time.Since(start)
 		var reply schemas.ErrorReply
 		switch {
@@ -335,17 +335,17 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	// node would answer for a dead agent, without waiting on the node.
 	for _, r := range []struct{ verb, want string }{{"interrupt", `{"interrupted":false}`}, {"close", `{"closed":true}`}} {
 		start := time.Now()
-		m, err := nc.Request(bridge.FabricSubject(r.verb), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
+		m, err := nc.Request(schemas.FabricSubject(r.verb), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
 		if took := time.Since(start); err != nil || string(m.Data) != r.want || took > reqTimeout/10 {
 			t.Errorf("%s of the lost agent through the coordinator: %v %s after %s, want %s", r.verb, err, msgData(m), took, r.want)
 		}
 	}
-	if ir, err := direct.Interrupt(t.Context(), id); err != nil || ir.Interrupted {
+	if ir, err := direct.Interrupt(t.Context(), schemas.AgentRequest{AgentID: id}); err != nil || ir.Interrupted {
 		t.Errorf("interrupt of the lost agent from a direct client: %+v %v", ir, err)
 	}
 	// Its status is the record's: dead, not an error.
 	var status schemas.AgentRecord
-	m, err := nc.Request(bridge.FabricSubject("status"), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
+	m, err := nc.Request(schemas.FabricSubject("status"), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
 	if err == nil {
 		err = schemas.DecodeReply(m.Data, &status)
 	}

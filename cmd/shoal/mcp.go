@@ -26,7 +26,7 @@ agent_nodes) over stdio, for an MCP client such as Claude Code:
 					return err
 				}
 				defer closeConn()
-				m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver()})
+				m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver()})
 				return m.ServeStdio(ctx, env.io.in, env.io.out)
 			}
 		},

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/schematest"
@@ -93,7 +92,7 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 	next := uint64(1)
 	for {
 		body, _ := json.Marshal(schemas.EventsRequest{AgentID: id, FromEvent: next, Max: 7, IncludeDeltas: true})
-		msg, err := nc.Request(bridge.FabricSubject("events"), body, 10*time.Second)
+		msg, err := nc.Request(schemas.FabricSubject("events"), body, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +113,7 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 	if len(pages) != len(all) || pages[len(pages)-1].N != uint64(len(all)) || string(pages[3].Event) != all[3] {
 		t.Errorf("paged %d events, tail saw %d", len(pages), len(all))
 	}
-	msg, err := nc.Request(bridge.FabricSubject("events"), []byte(`{"agent_id":"`+id+`","from_event":2,"since":"2026-01-01T00:00:00Z"}`), 10*time.Second)
+	msg, err := nc.Request(schemas.FabricSubject("events"), []byte(`{"agent_id":"`+id+`","from_event":2,"since":"2026-01-01T00:00:00Z"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -61,7 +61,7 @@ envelopes, one per line.`,
 					Prefix:       len(ids) != 1,
 				})
 				defer p.Flush()
-				err = f.Replay(ctx, ids, from, follow, func(r bridge.Replayed, gap *bridge.Gap) error {
+				err = f.Replay(ctx, ids, from, follow, func(r client.Replayed, gap *client.Gap) error {
 					if gap != nil {
 						p.Flush()
 						fmt.Fprintf(v.env.io.err, "shoal tail: %s\n", gap.Error())
@@ -84,33 +84,33 @@ envelopes, one per line.`,
 
 // parseFrom reads --from: start, new, an event number, turn:N, an RFC
 // 3339 time, or an age.
-func parseFrom(s string, now time.Time) (bridge.From, error) {
+func parseFrom(s string, now time.Time) (client.From, error) {
 	switch s = strings.TrimSpace(s); {
 	case s == "" || s == "start":
-		return bridge.From{}, nil
+		return client.From{}, nil
 	case s == "new" || s == "now":
-		return bridge.From{New: true}, nil
+		return client.From{New: true}, nil
 	case strings.HasPrefix(s, "turn:"):
 		n, err := strconv.Atoi(strings.TrimPrefix(s, "turn:"))
 		if err != nil || n < 1 {
-			return bridge.From{}, usagef("--from %q: a turn is turn:N with N from 1", s)
+			return client.From{}, usagef("--from %q: a turn is turn:N with N from 1", s)
 		}
-		return bridge.From{Turn: n}, nil
+		return client.From{Turn: n}, nil
 	}
 	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
 		if n == 0 {
-			return bridge.From{}, usagef("--from 0: event numbers start at 1")
+			return client.From{}, usagef("--from 0: event numbers start at 1")
 		}
-		return bridge.From{Event: n}, nil
+		return client.From{Event: n}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return bridge.From{Time: t}, nil
+		return client.From{Time: t}, nil
 	}
 	var d time.Duration
 	if err := (durationValue{&d}).Set(s); err == nil && d > 0 {
-		return bridge.From{Time: now.Add(-d)}, nil
+		return client.From{Time: now.Add(-d)}, nil
 	}
-	return bridge.From{}, usagef("--from %q is not start, new, an event number, turn:N, a time or an age", s)
+	return client.From{}, usagef("--from %q is not start, new, an event number, turn:N, a time or an age", s)
 }
 
 // colorful reports whether stdout is a terminal that wants colour.

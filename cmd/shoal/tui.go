@@ -9,7 +9,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -64,7 +64,7 @@ func isTerminal(f *os.File) bool {
 
 // fabricSource reads the monitor's data through the fabric client, so it
 // works with direct access and with scoped credentials alike.
-type fabricSource struct{ f *bridge.Fabric }
+type fabricSource struct{ f client.Client }
 
 func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error) {
 	return s.f.List(ctx)
@@ -73,7 +73,7 @@ func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error)
 func (s fabricSource) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) { return s.f.Nodes(ctx) }
 
 func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)) error {
-	return s.f.Replay(ctx, nil, bridge.From{New: true}, true, func(r bridge.Replayed, _ *bridge.Gap) error {
+	return s.f.Replay(ctx, nil, client.From{New: true}, true, func(r client.Replayed, _ *client.Gap) error {
 		if ev, err := r.Event(); err == nil {
 			fn(r.Agent, ev)
 		}
@@ -83,7 +83,7 @@ func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)
 
 func (s fabricSource) History(ctx context.Context, agent string, max int) ([]schemas.Event, error) {
 	var evs []schemas.Event
-	err := s.f.Replay(ctx, []string{agent}, bridge.From{}, false, func(r bridge.Replayed, _ *bridge.Gap) error {
+	err := s.f.Replay(ctx, []string{agent}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
 		if ev, err := r.Event(); err == nil {
 			evs = append(evs, ev)
 			if len(evs) > 2*max {
@@ -99,6 +99,6 @@ func (s fabricSource) History(ctx context.Context, agent string, max int) ([]sch
 }
 
 func (s fabricSource) Close(ctx context.Context, agent string) error {
-	_, err := s.f.Close(ctx, agent)
+	_, err := s.f.Close(ctx, schemas.AgentRequest{AgentID: agent})
 	return err
 }

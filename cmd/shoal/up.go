@@ -16,6 +16,8 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/coordinator"
 )
 
 // upOptions are the settings of `shoal up`.
@@ -299,7 +301,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	bridgeCtx, stopBridge := context.WithCancel(ctx)
 	defer stopBridge()
 	errc := make(chan error, 4)
-	if err := o.runRelay(bridgeCtx, connect, log, &workers, errc); err != nil {
+	if err := o.runCoordinator(bridgeCtx, connect, log, &workers, errc); err != nil {
 		return err
 	}
 	mcpURL := o.node.mcpURL
@@ -312,12 +314,6 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 		if mcpURL == "" {
 			mcpURL = url
 		}
-	}
-	if err := o.runMonitor(bridgeCtx, connect, log, &workers, errc); err != nil {
-		return err
-	}
-	if err := o.serveFabric(bridgeCtx, connect, &workers, errc); err != nil {
-		return err
 	}
 	if !o.noBus {
 		address, err := o.runBus(bridgeCtx, env, connect, log, &workers, errc)
@@ -371,23 +367,65 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	return nil
 }
 
-// runRelay starts the relay that confined nodes write through.
-func (o *upOptions) runRelay(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
-	nc, err := connect("shoal-relay")
-	if err != nil {
-		return err
+// service is one of the coordinator's own services, shaped alike: made
+// from a Config, run until its context ends, ready when it answers.
+type service interface {
+	Run(ctx context.Context) error
+	Ready() <-chan struct{}
+}
+
+// runCoordinator starts the coordinator's services, each on its own
+// connection, and returns once each is ready: the relay confined nodes
+// write through, the node-loss monitor, and the fabric service scoped
+// clients go through.
+func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+	services := []struct {
+		name string
+		make func(nc *nats.Conn) (service, error)
+	}{
+		{"relay", func(nc *nats.Conn) (service, error) {
+			return coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log})
+		}},
+		{"monitor", func(nc *nats.Conn) (service, error) {
+			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log})
+		}},
+		{"fabric", func(nc *nats.Conn) (service, error) {
+			f, err := client.NewDirect(nc, client.Config{})
+			if err == nil {
+				err = f.WatchNodes(ctx)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: semver()})
+		}},
 	}
-	r, err := bridge.NewRelay(ctx, bridge.RelayConfig{Conn: nc, Logger: log})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	workers.Go(func() {
-		defer nc.Close()
-		if err := r.Run(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("relay: %w", err)
+	for _, sv := range services {
+		nc, err := connect("shoal-" + sv.name)
+		if err != nil {
+			return err
 		}
-	})
+		s, err := sv.make(nc)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("%s: %w", sv.name, err)
+		}
+		failed := make(chan error, 1)
+		workers.Go(func() {
+			defer nc.Close()
+			if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+				failed <- err
+				errc <- fmt.Errorf("%s: %w", sv.name, err)
+			}
+		})
+		select {
+		case <-s.Ready():
+		case err := <-failed:
+			return fmt.Errorf("%s: %w", sv.name, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
@@ -397,14 +435,14 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	if err != nil {
 		return "", err
 	}
-	f, err := bridge.NewFabric(nc, bridge.FabricConfig{})
+	f, err := client.NewDirect(nc, client.Config{})
 	if err != nil {
 		return "", err
 	}
 	if err := f.WatchNodes(ctx); err != nil {
 		return "", err
 	}
-	m := bridge.NewMCP(bridge.MCPConfig{Fabric: f, Version: semver(), Logger: log})
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver(), Logger: log})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
 	workers.Go(func() {
@@ -421,49 +459,6 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	case err := <-done:
 		return "", usagef("%v", err)
 	}
-}
-
-// serveFabric answers shoal.fabric.* (replay pages, placement).
-func (o *upOptions) serveFabric(ctx context.Context, connect connector, workers *sync.WaitGroup, errc chan<- error) error {
-	nc, err := connect("shoal-fabric")
-	if err != nil {
-		return err
-	}
-	f, err := bridge.NewFabric(nc, bridge.FabricConfig{})
-	if err == nil {
-		err = f.WatchNodes(ctx)
-	}
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	workers.Go(func() {
-		defer nc.Close()
-		if err := bridge.Serve(ctx, nc, f, semver()); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("fabric service: %w", err)
-		}
-	})
-	return nil
-}
-
-// runMonitor starts the node-loss monitor.
-func (o *upOptions) runMonitor(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
-	nc, err := connect("shoal-monitor")
-	if err != nil {
-		return err
-	}
-	m, err := bridge.NewMonitor(bridge.MonitorConfig{Conn: nc, Logger: log})
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	workers.Go(func() {
-		defer nc.Close()
-		if err := m.Run(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("node monitor: %w", err)
-		}
-	})
-	return nil
 }
 
 // runBus starts the Kaimon bus and returns its address once it is bound.

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -38,13 +38,13 @@ type verb struct {
 	client clientOptions
 	json   bool
 	env    *environment
-	f      *bridge.Fabric
+	f      client.Client
 	closer func()
 }
 
 // fabric connects on first use; the command closes the connection when it
 // ends, so arguments are checked before anything is dialled.
-func (v *verb) fabric() (*bridge.Fabric, error) {
+func (v *verb) fabric() (client.Client, error) {
 	if v.f == nil {
 		f, closer, err := v.client.fabric(v.env)
 		if err != nil {
@@ -337,7 +337,7 @@ func interruptCommand() *command {
 				if err != nil {
 					return err
 				}
-				rep, err := f.Interrupt(ctx, id)
+				rep, err := f.Interrupt(ctx, schemas.AgentRequest{AgentID: id})
 				if err != nil {
 					return err
 				}
@@ -398,7 +398,7 @@ func closeCommand() *command {
 				if err != nil {
 					return err
 				}
-				rep, err := f.Close(ctx, id)
+				rep, err := f.Close(ctx, schemas.AgentRequest{AgentID: id})
 				if err != nil {
 					return err
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -106,26 +105,13 @@ type MCPEndpoint struct {
 	Token string // bearer token, when the endpoint needs one
 }
 
-// Backend kinds, as Route returns them.
+// Backend kinds (schemas.Route names them).
 const (
-	KindClaude = "claude"
-	KindACP    = "acp"
-	KindOllama = "ollama"
-	KindVMLX   = "vmlx"
+	KindClaude = schemas.KindClaude
+	KindACP    = schemas.KindACP
+	KindOllama = schemas.KindOllama
+	KindVMLX   = schemas.KindVMLX
 )
-
-// Route picks the backend for a model string, Kaimon's way (first match
-// wins): acp:<agent>[:<model>], vmlx:<tag>, ollama:<tag>, anything else
-// is the claude CLI. It returns the kind and the model with its prefix
-// removed.
-func Route(model string) (kind, rest string) {
-	for _, k := range []string{KindACP, KindVMLX, KindOllama} {
-		if r, ok := strings.CutPrefix(model, k+":"); ok {
-			return k, r
-		}
-	}
-	return KindClaude, model
-}
 
 // Describer is implemented by backends that can say what they run here:
 // the CLI's path and version, the models a server offers.

@@ -296,7 +296,7 @@ func (s *session) Interrupt(context.Context) (bool, error) {
 // SetModel implements backend.ModelSetter: the next round asks the new
 // model, which may be given with its kind's prefix or as a bare tag.
 func (s *session) SetModel(_ context.Context, model string) (string, error) {
-	if kind, rest := backend.Route(model); kind == s.b.cfg.Kind {
+	if kind, rest := schemas.Route(model); kind == s.b.cfg.Kind {
 		model = rest
 	} else if kind != backend.KindClaude {
 		return "", fmt.Errorf("this agent runs %s models; it cannot switch to %s", s.b.cfg.Kind, model)

@@ -1,4 +1,4 @@
-package bridge
+package client
 
 import (
 	"context"
@@ -64,12 +64,9 @@ var errStop = errors.New("stop")
 // consumer, so there is no gap and no duplicate at the seam between
 // history and live. It returns when ctx ends, fn returns an error, or,
 // without follow, once it has caught up.
-func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error {
+func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error {
 	if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
 		return schemas.Errf(schemas.CodeInvalid, "a replay from an event number or a turn names one agent")
-	}
-	if f.remote {
-		return f.replayViaCoordinator(ctx, ids, from, follow, fn)
 	}
 	subjects := []string{schemas.EventSubjects}
 	if len(ids) > 0 {
@@ -81,9 +78,9 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 			subjects = append(subjects, schemas.EventSubject(id))
 		}
 	}
-	stream, err := f.js.Stream(ctx, schemas.StreamName)
+	stream, err := f.events(ctx)
 	if err != nil {
-		return schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+		return err
 	}
 	if err := f.checkFrom(ctx, stream, ids, from); err != nil {
 		return err
@@ -164,14 +161,14 @@ func (f *Fabric) Replay(ctx context.Context, ids []string, from From, follow boo
 // checkFrom refuses a replay of an agent the fabric does not know (no
 // record and no stored event), and one that starts past an agent's end:
 // an event number beyond the next one, a turn beyond the next one.
-func (f *Fabric) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) error {
+func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) error {
 	for _, id := range ids {
-		tail, found, err := agentTail(ctx, stream, id)
+		tail, found, err := StreamTail(ctx, stream, id)
 		if err != nil {
 			return err
 		}
 		if !found {
-			if _, _, err := f.Record(ctx, id); schemas.CodeOf(err) == schemas.CodeNotFound {
+			if _, _, err := f.record(ctx, id); schemas.CodeOf(err) == schemas.CodeNotFound {
 				return schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 			}
 		}
@@ -185,9 +182,9 @@ func (f *Fabric) checkFrom(ctx context.Context, stream jetstream.Stream, ids []s
 	return nil
 }
 
-// agentTail reads how an agent's stored events end; found is false when
-// none is stored.
-func agentTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, bool, error) {
+// StreamTail reads how an agent's stored events end; found is false when
+// none is stored. The node, the coordinator and the clients read it alike.
+func StreamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, bool, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return schemas.Tail{}, false, nil

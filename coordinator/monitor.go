@@ -1,4 +1,4 @@
-package bridge
+package coordinator
 
 import (
 	"context"
@@ -33,9 +33,10 @@ type MonitorConfig struct {
 // status dead. Several coordinators may run one each; the compare-and-set
 // decides which closes an agent.
 type Monitor struct {
-	cfg MonitorConfig
-	log *slog.Logger
-	js  jetstream.JetStream
+	cfg   MonitorConfig
+	log   *slog.Logger
+	js    jetstream.JetStream
+	ready chan struct{}
 }
 
 // NewMonitor checks cfg.
@@ -53,8 +54,11 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Monitor{cfg: cfg, log: cfg.Logger.With("component", "monitor"), js: js}, nil
+	return &Monitor{cfg: cfg, log: cfg.Logger.With("component", "monitor"), js: js, ready: make(chan struct{})}, nil
 }
+
+// Ready is closed once the monitor watches the heartbeats.
+func (m *Monitor) Ready() <-chan struct{} { return m.ready }
 
 // Run watches until ctx ends.
 func (m *Monitor) Run(ctx context.Context) error {
@@ -91,6 +95,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
+	close(m.ready)
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,7 +154,7 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
 		return nil // its owner or another coordinator wrote first
 	}
-	tail, err := streamTail(ctx, stream, rec.ID)
+	tail, err := tailOf(ctx, stream, rec.ID)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package bridge_test
+package coordinator_test
 
 import (
 	"bytes"
@@ -10,8 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/tlstest"
@@ -22,13 +23,13 @@ import (
 
 // turnRig drives turns of one agent and watches its events arrive.
 type turnRig struct {
-	f      *bridge.Fabric
+	f      *client.Direct
 	id     string
 	chunks int
 	seen   chan *nats.Msg
 }
 
-func newTurnRig(b *testing.B, f *bridge.Fabric, observer *nats.Conn, chunks int) *turnRig {
+func newTurnRig(b *testing.B, f *client.Direct, observer *nats.Conn, chunks int) *turnRig {
 	ctx := natstest.Context(b, time.Minute)
 	open, err := f.Open(ctx, schemas.OpenRequest{CWD: b.TempDir()})
 	if err != nil {
@@ -93,7 +94,7 @@ func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 	go func() { done <- h.Run(ctx) }()
 	b.Cleanup(func() { cancel(); <-done })
 	<-h.Ready()
-	pf, err := bridge.NewFabric(natstest.Connect(b, pb), bridge.FabricConfig{})
+	pf, err := client.NewDirect(natstest.Connect(b, pb), client.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -106,11 +107,11 @@ func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 	// Secured.
 	ca := tlstest.NewCA(b, "bench")
 	pair := ca.Issue(b, "coordinator")
-	s := startSecured(b, func(c *broker.Config) {
+	s := fabrictest.StartSecured(b, func(c *broker.Config) {
 		c.TLS = broker.TLSConfig{Cert: pair.Cert, Key: pair.Key, CA: ca.File}
 	})
-	s.runNode(b, "secured", s.connect(b, broker.RoleNode, "secured", nats.RootCAs(ca.File)), bs...)
-	secured := newTurnRig(b, s.f, s.connect(b, broker.RoleObserver, "watcher", nats.RootCAs(ca.File)), chunks)
+	s.RunNode(b, "secured", s.Connect(b, broker.RoleNode, "secured", nats.RootCAs(ca.File)), bs...)
+	secured := newTurnRig(b, s.F, s.Connect(b, broker.RoleObserver, "watcher", nats.RootCAs(ca.File)), chunks)
 
 	plain.turn(b) // warm up both
 	secured.turn(b)
@@ -137,7 +138,7 @@ func BenchmarkSecuredVsPlainEvents(b *testing.B) {
 }
 
 // waitNode waits until f's view of the pool has the node.
-func waitNode(tb testing.TB, f *bridge.Fabric, name string) {
+func waitNode(tb testing.TB, f *client.Direct, name string) {
 	tb.Helper()
 	ctx := natstest.Context(tb, 10*time.Second)
 	for {

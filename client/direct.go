@@ -1,13 +1,11 @@
-package bridge
+package client
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -19,64 +17,94 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// Fabric is a client of the agent fabric over NATS: it finds nodes, sends
-// each request about an agent to the node that owns it, and reads agent
-// records from KV. The command line and the MCP tools both drive the
-// fabric through it.
-type Fabric struct {
+// Direct is a client with the coordinator's rights: it reads records and
+// the stream itself, places agents on nodes, and sends each request about
+// an agent to the node that owns it. The coordinator's own services and
+// the command line with full credentials use it.
+type Direct struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	timeout time.Duration
-	remote  bool
-	// readOnly names the credentials that may only observe, or "".
-	readOnly bool
 
-	mu    sync.Mutex
-	cache *nodeCache
+	mu     sync.Mutex
+	cache  *nodeCache
+	agents jetstream.KeyValue // opened once
+	nodes  jetstream.KeyValue
+	stream jetstream.Stream
 }
 
-// FabricConfig configures a Fabric; its zero value works.
-type FabricConfig struct {
-	// Timeout bounds a request when the caller's context has no deadline;
-	// 30s when zero.
-	Timeout time.Duration
-	// ViaCoordinator sends every request through the coordinator's
-	// fabric service (shoal.fabric.*) instead of reaching the nodes and
-	// the stream directly: what a client with scoped credentials does.
-	ViaCoordinator bool
-	// ReadOnly refuses, before asking anyone, what an observer's
-	// credentials may not do: open, send, run, interrupt, close and
-	// set_model. The server would refuse them anyway, but only by
-	// letting the request time out.
-	ReadOnly bool
-}
-
-// NewFabric returns a client on nc.
-func NewFabric(nc *nats.Conn, cfg FabricConfig) (*Fabric, error) {
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
-	}
+// NewDirect returns a direct client on nc.
+func NewDirect(nc *nats.Conn, cfg Config) (*Direct, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	return &Fabric{nc: nc, js: js, timeout: cfg.Timeout, remote: cfg.ViaCoordinator, readOnly: cfg.ReadOnly}, nil
+	return &Direct{nc: nc, js: js, timeout: cfg.timeout()}, nil
 }
 
-// Conn is the fabric client's NATS connection.
-func (f *Fabric) Conn() *nats.Conn { return f.nc }
+// Conn implements Client.
+func (f *Direct) Conn() *nats.Conn { return f.nc }
 
-// JetStream is the fabric client's JetStream handle.
-func (f *Fabric) JetStream() jetstream.JetStream { return f.js }
+// JetStream is the client's JetStream handle.
+func (f *Direct) JetStream() jetstream.JetStream { return f.js }
+
+// agentsKV is the agents bucket, opened once.
+func (f *Direct) agentsKV(ctx context.Context) (jetstream.KeyValue, error) {
+	f.mu.Lock()
+	kv := f.agents
+	f.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.AgentsBucket, err)
+	}
+	f.mu.Lock()
+	f.agents = kv
+	f.mu.Unlock()
+	return kv, nil
+}
+
+// nodesKV is the nodes bucket, opened once.
+func (f *Direct) nodesKV(ctx context.Context) (jetstream.KeyValue, error) {
+	f.mu.Lock()
+	kv := f.nodes
+	f.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.NodesBucket, err)
+	}
+	f.mu.Lock()
+	f.nodes = kv
+	f.mu.Unlock()
+	return kv, nil
+}
+
+// events is the stream, opened once.
+func (f *Direct) events(ctx context.Context) (jetstream.Stream, error) {
+	f.mu.Lock()
+	st := f.stream
+	f.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := f.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+	}
+	f.mu.Lock()
+	f.stream = st
+	f.mu.Unlock()
+	return st, nil
+}
 
 // Open starts an agent on the node req names or, through placement, on
 // the least loaded node that can run it.
-func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
-	if f.remote {
-		req.RequestID = requestID(req.RequestID)
-		var rep schemas.OpenReply
-		return rep, f.viaCoordinator(ctx, "open", req, &rep, 0)
-	}
+func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
 	if req.Node != "" {
 		if err := schemas.ValidID(req.Node); err != nil {
 			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
@@ -100,7 +128,7 @@ func (f *Fabric) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 	var rep schemas.OpenReply
 	err = f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeConflict {
-		if rec, _, rerr := f.Record(ctx, req.ID); rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead {
+		if rec, _, rerr := f.record(ctx, req.ID); rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead {
 			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil
 		}
 	}
@@ -115,12 +143,9 @@ func derivedID(requestID string) string {
 }
 
 // Send writes a user turn to an agent.
-func (f *Fabric) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+func (f *Direct) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SendReply
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "send", req, &rep, 0)
-	}
 	return rep, f.toOwner(ctx, req.AgentID, schemas.VerbSend, req, &rep, 0)
 }
 
@@ -128,16 +153,13 @@ func (f *Fabric) Send(ctx context.Context, req schemas.SendRequest) (schemas.Sen
 // while it waits, not only its node: a node that dies or restarts during
 // the turn never answers, and the fabric marks its agents dead within
 // the node heartbeat's lifetime, which ends the wait as unavailable.
-func (f *Fabric) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+func (f *Direct) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
 	timeout, err := schemas.RunTimeout(req.Timeout)
 	if err != nil {
 		return schemas.RunReply{}, err
 	}
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.RunReply
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "run", req, &rep, timeout+60*time.Second)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	lost := f.watchLoss(ctx, req.AgentID)
@@ -164,9 +186,9 @@ const lossGrace = 2 * time.Second
 
 // watchLoss reports, once, the node of an agent whose record turns dead
 // (or is taken by another life) while it is watched, until ctx ends.
-func (f *Fabric) watchLoss(ctx context.Context, id string) <-chan string {
+func (f *Direct) watchLoss(ctx context.Context, id string) <-chan string {
 	lost := make(chan string, 1)
-	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	kv, err := f.agentsKV(ctx)
 	if err != nil {
 		return lost // the node's answer, or the timeout, ends the run
 	}
@@ -199,12 +221,8 @@ func (f *Fabric) watchLoss(ctx context.Context, id string) <-chan string {
 
 // Status returns an agent's record from its node, or from KV when the
 // node does not answer or no longer keeps the agent.
-func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
-	if f.remote {
-		var rep schemas.AgentRecord
-		return rep, f.viaCoordinator(ctx, "status", schemas.AgentRequest{AgentID: id}, &rep, 0)
-	}
-	switch rec, _, err := f.Record(ctx, id); {
+func (f *Direct) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	switch rec, _, err := f.record(ctx, id); {
 	case err == nil && rec.Status == schemas.StatusDead:
 		return rec, nil // its record has the last word
 	case schemas.CodeOf(err) == schemas.CodeNotFound:
@@ -218,48 +236,26 @@ func (f *Fabric) Status(ctx context.Context, id string) (schemas.AgentRecord, er
 	case code == schemas.CodeUnavailable, code == schemas.CodeNotFound, code == schemas.CodeTimeout:
 		// The owner is gone, or restarted and no longer keeps the agent:
 		// its record has the last word.
-		if rec, _, kerr := f.Record(ctx, id); kerr == nil {
+		if rec, _, kerr := f.record(ctx, id); kerr == nil {
 			return rec, nil
 		}
 	}
 	return rep, err
 }
 
-// CallOption sets an optional part of a control request.
-type CallOption func(*schemas.AgentRequest)
-
-// WithRequestID names the request, so that a retry carrying the same id
-// gets the first reply and acts once. Without it every call is new.
-func WithRequestID(id string) CallOption {
-	return func(r *schemas.AgentRequest) { r.RequestID = id }
-}
-
-func agentRequest(id string, opts []CallOption) schemas.AgentRequest {
-	req := schemas.AgentRequest{AgentID: id}
-	for _, o := range opts {
-		o(&req)
-	}
-	req.RequestID = requestID(req.RequestID)
-	return req
-}
-
 // Interrupt cancels an agent's running turn.
-func (f *Fabric) Interrupt(ctx context.Context, id string, opts ...CallOption) (schemas.InterruptReply, error) {
+func (f *Direct) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
 	var rep schemas.InterruptReply
-	req := agentRequest(id, opts)
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "interrupt", req, &rep, 0)
-	}
+	req.RequestID = requestID(req.RequestID)
+	id := req.AgentID
 	return rep, f.toOwner(ctx, id, schemas.VerbInterrupt, req, &rep, 0)
 }
 
 // Close stops an agent; an unknown id answers closed false.
-func (f *Fabric) Close(ctx context.Context, id string, opts ...CallOption) (schemas.CloseReply, error) {
+func (f *Direct) Close(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
 	var rep schemas.CloseReply
-	req := agentRequest(id, opts)
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "close", req, &rep, 0)
-	}
+	req.RequestID = requestID(req.RequestID)
+	id := req.AgentID
 	err := f.toOwner(ctx, id, schemas.VerbClose, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
 		return schemas.CloseReply{Closed: false}, nil
@@ -268,12 +264,9 @@ func (f *Fabric) Close(ctx context.Context, id string, opts ...CallOption) (sche
 }
 
 // SetModel repoints an agent at another model.
-func (f *Fabric) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+func (f *Direct) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SetModelReply
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "set_model", req, &rep, 0)
-	}
 	err := f.toOwner(ctx, req.AgentID, schemas.VerbSetModel, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
 		return schemas.SetModelReply{Switched: false}, nil
@@ -283,14 +276,10 @@ func (f *Fabric) SetModel(ctx context.Context, req schemas.SetModelRequest) (sch
 
 // List returns every agent record in the fabric, dead ones included,
 // oldest first.
-func (f *Fabric) List(ctx context.Context) ([]schemas.AgentRecord, error) {
-	if f.remote {
-		var rep schemas.ListReply
-		return rep.Agents, f.viaCoordinator(ctx, "list", schemas.ListRequest{}, &rep, 0)
-	}
-	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
+	kv, err := f.agentsKV(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+		return nil, err
 	}
 	lister, err := kv.ListKeys(ctx)
 	if err != nil {
@@ -320,17 +309,20 @@ func (f *Fabric) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 }
 
 // Record reads an agent's record from KV, with its revision.
-func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
+// Record implements Client.
+func (f *Direct) Record(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	rec, _, err := f.record(ctx, id)
+	return rec, err
+}
+
+// record is Record with the record's revision.
+func (f *Direct) record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
 	if err := schemas.ValidID(id); err != nil {
 		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
-	if f.remote {
-		var rec schemas.AgentRecord
-		return rec, 0, f.viaCoordinator(ctx, "record", schemas.AgentRequest{AgentID: id}, &rec, 0)
-	}
-	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
+	kv, err := f.agentsKV(ctx)
 	if err != nil {
-		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.AgentsBucket, err)
+		return schemas.AgentRecord{}, 0, err
 	}
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -351,8 +343,8 @@ func (f *Fabric) Record(ctx context.Context, id string) (schemas.AgentRecord, ui
 // may be gone (or restarted, and no longer keeping it), as its node
 // answers for a dead agent it keeps: a turn is refused, an interrupt
 // interrupts nothing, a close finds it closed.
-func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
-	rec, _, err := f.Record(ctx, id)
+func (f *Direct) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
+	rec, _, err := f.record(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -379,7 +371,7 @@ func (f *Fabric) toOwner(ctx context.Context, id string, verb schemas.Verb, req,
 // request that carries a request id is sent again, under the same id,
 // when its reply is lost or the node is briefly away: the node answers a
 // retry with its first reply, so a retried request never acts twice.
-func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
+func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -404,7 +396,7 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 			attempt, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attempts-i))
 			defer cancel()
 		}
-		msg, err = requestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
+		msg, err = RequestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
 		if err == nil || ctx.Err() != nil || i == attempts-1 {
 			break
 		}
@@ -431,10 +423,10 @@ func (f *Fabric) request(ctx context.Context, node string, verb schemas.Verb, re
 	return schemas.DecodeReply(msg.Data, rep)
 }
 
-// requestNode sends a request to one of node's subjects with a reply
+// RequestNode sends a request to one of node's subjects with a reply
 // subject under schemas.NodeReplyPrefix(node), where the node's
 // credentials let it answer even from behind a leaf connection.
-func requestNode(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
+func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
 	inbox := nc.NewInbox()
 	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
 	sub, err := nc.SubscribeSync(reply)
@@ -458,15 +450,4 @@ func requestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // retryable verbs carry a request id the node dedupes, or only read.
 func retryable(verb schemas.Verb) bool {
 	return verb != schemas.VerbList
-}
-
-// requestID returns id, or a fresh one, so that a retried request is
-// recognised by its owner.
-func requestID(id string) string {
-	if id != "" {
-		return id
-	}
-	var b [12]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

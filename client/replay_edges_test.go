@@ -1,4 +1,4 @@
-package bridge_test
+package client_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -29,21 +29,21 @@ func TestReplayPastRetentionSaysSo(t *testing.T) {
 	}
 	want := "turn 1 of agent trimmed is past the stream's retention; its stored history now starts at event 10, and turn 2 is the first it holds whole"
 	var c collected
-	if err := f.Replay(t.Context(), []string{"trimmed"}, bridge.From{Turn: 1}, false, c.fn); err == nil || err.Error() != want || len(c.evs) != 0 {
+	if err := f.Replay(t.Context(), []string{"trimmed"}, client.From{Turn: 1}, false, c.fn); err == nil || err.Error() != want || len(c.evs) != 0 {
 		t.Errorf("replay from a dropped turn: %v, after %v", err, c.numbers())
 	}
 	if _, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: "trimmed", FromTurn: 1}); err == nil || err.Error() != want {
 		t.Errorf("a page from a dropped turn: %v", err)
 	}
 	var kept collected
-	if err := f.Replay(t.Context(), []string{"trimmed"}, bridge.From{Turn: 2}, false, kept.fn); err != nil || !equal(kept.numbers(), seq(10, 15)) {
+	if err := f.Replay(t.Context(), []string{"trimmed"}, client.From{Turn: 2}, false, kept.fn); err != nil || !equal(kept.numbers(), seq(10, 15)) {
 		t.Errorf("replay from a kept turn: %v %v", kept.numbers(), err)
 	}
 	var all collected
-	if err := f.Replay(t.Context(), []string{"trimmed"}, bridge.From{}, false, all.fn); err != nil || !equal(all.numbers(), seq(10, 15)) {
+	if err := f.Replay(t.Context(), []string{"trimmed"}, client.From{}, false, all.fn); err != nil || !equal(all.numbers(), seq(10, 15)) {
 		t.Fatalf("replay from the start: %v %v", all.numbers(), err)
 	}
-	if len(all.gaps) != 1 || all.gaps[0] != (bridge.Gap{Agent: "trimmed", From: 1, To: 9}) {
+	if len(all.gaps) != 1 || all.gaps[0] != (client.Gap{Agent: "trimmed", From: 1, To: 9}) {
 		t.Errorf("the dropped start is reported as %+v, want one gap of events 1-9", all.gaps)
 	}
 	page, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: "trimmed"})
@@ -64,11 +64,11 @@ func TestFollowFromAnEventNotStoredYet(t *testing.T) {
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	for trial := range 20 {
 		next := a.n + 1
-		got := make(chan bridge.Replayed, 4)
+		got := make(chan client.Replayed, 4)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() {
-			done <- f.Replay(ctx, []string{"resume"}, bridge.From{Event: next}, true, func(r bridge.Replayed, g *bridge.Gap) error {
+			done <- f.Replay(ctx, []string{"resume"}, client.From{Event: next}, true, func(r client.Replayed, g *client.Gap) error {
 				if g != nil {
 					t.Errorf("trial %d: a gap %+v", trial, *g)
 				}
@@ -117,7 +117,7 @@ func TestReplayFromATurnOfAReusedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c collected
-	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 3}, false, c.fn); err != nil || !equal(c.numbers(), seq(18, 24)) {
+	if err := f.Replay(t.Context(), []string{"reused"}, client.From{Turn: 3}, false, c.fn); err != nil || !equal(c.numbers(), seq(18, 24)) {
 		t.Errorf("replay from turn 3: %v %v, want the second life's turn, events 18-24", c.numbers(), err)
 	}
 	kv, _ := js.KeyValue(t.Context(), schemas.AgentsBucket)
@@ -133,7 +133,7 @@ func TestReplayFromATurnOfAReusedID(t *testing.T) {
 		t.Errorf("agent_output of a dropped turn: %+v %v", out, err)
 	}
 	var dropped collected
-	if err := f.Replay(t.Context(), []string{"reused"}, bridge.From{Turn: 1}, false, dropped.fn); schemas.CodeOf(err) != schemas.CodeNotFound || len(dropped.evs) != 0 {
+	if err := f.Replay(t.Context(), []string{"reused"}, client.From{Turn: 1}, false, dropped.fn); schemas.CodeOf(err) != schemas.CodeNotFound || len(dropped.evs) != 0 {
 		t.Errorf("replay from a dropped turn: %v %v", dropped.numbers(), err)
 	}
 
@@ -149,7 +149,7 @@ func TestReplayFromATurnOfAReusedID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var followed collected
-	err = f.Replay(ctx, []string{"lost"}, bridge.From{Turn: 1}, true, followed.fn)
+	err = f.Replay(ctx, []string{"lost"}, client.From{Turn: 1}, true, followed.fn)
 	if ctx.Err() != nil || err == nil || !strings.Contains(err.Error(), "turn 1 of agent lost is past the stream's retention") || len(followed.evs) != 0 {
 		t.Errorf("a following replay from a dropped turn: %v (%v), after %v", err, ctx.Err(), followed.numbers())
 	}

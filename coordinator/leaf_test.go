@@ -1,4 +1,4 @@
-package bridge_test
+package coordinator_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/tlstest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -21,11 +22,11 @@ func TestLeafNodeJoinsThePool(t *testing.T) {
 	t.Parallel()
 	ca := tlstest.NewCA(t, "hub")
 	pair := ca.Issue(t, "hub")
-	s := startSecured(t, func(c *broker.Config) {
+	s := fabrictest.StartSecured(t, func(c *broker.Config) {
 		c.Leaf.Port = -1
 		c.TLS = broker.TLSConfig{Cert: pair.Cert, Key: pair.Key, CA: ca.File}
 	})
-	leaf, err := broker.NewLeaf(broker.LeafRemote{URL: s.b.LeafURL(), Credentials: s.creds(t, broker.RoleNode, "mac"), TLS: broker.ClientTLS{CA: ca.File}})
+	leaf, err := broker.NewLeaf(broker.LeafRemote{URL: s.B.LeafURL(), Credentials: s.Creds(t, broker.RoleNode, "mac"), TLS: broker.ClientTLS{CA: ca.File}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,18 +39,18 @@ func TestLeafNodeJoinsThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	s.runNode(t, "mac", nc)
+	s.RunNode(t, "mac", nc)
 
 	ctx := natstest.Context(t, 60*time.Second)
-	open, err := s.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	open, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
 	if err != nil || open.Node != "mac" {
 		t.Fatalf("placement: %+v %v", open, err)
 	}
-	run, err := s.f.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "from the hub"})
+	run, err := s.F.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "from the hub"})
 	if err != nil || run.Text != "echo: from the hub" {
 		t.Fatalf("run on the leaf node: %+v %v", run, err)
 	}
-	out, err := s.f.Output(ctx, schemas.OutputRequest{AgentID: open.AgentID})
+	out, err := s.F.Output(ctx, schemas.OutputRequest{AgentID: open.AgentID})
 	if err != nil || out.Text != "echo: from the hub" {
 		t.Fatalf("the hub's stream: %+v %v", out, err)
 	}
@@ -58,9 +59,9 @@ func TestLeafNodeJoinsThePool(t *testing.T) {
 // A leaf whose credentials the hub does not accept says so.
 func TestLeafWithBadCredentials(t *testing.T) {
 	t.Parallel()
-	s := startSecured(t, func(c *broker.Config) { c.Leaf.Port = -1 })
-	other := startSecured(t)
-	leaf, err := broker.NewLeaf(broker.LeafRemote{URL: s.b.LeafURL(), Credentials: other.creds(t, broker.RoleNode, "mac")})
+	s := fabrictest.StartSecured(t, func(c *broker.Config) { c.Leaf.Port = -1 })
+	other := fabrictest.StartSecured(t)
+	leaf, err := broker.NewLeaf(broker.LeafRemote{URL: s.B.LeafURL(), Credentials: other.Creds(t, broker.RoleNode, "mac")})
 	if err != nil {
 		t.Fatal(err)
 	}

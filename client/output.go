@@ -1,4 +1,4 @@
-package bridge
+package client
 
 import (
 	"context"
@@ -10,16 +10,12 @@ import (
 // Output answers agent_output from the agent's events in the stream and
 // its record, so it answers the same whether its node runs, is gone, or
 // no longer keeps the agent: one path for every surface.
-func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
-	if f.remote {
-		var rep schemas.OutputReply
-		return rep, f.viaCoordinator(ctx, "output", req, &rep, 0)
-	}
+func (f *Direct) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
 	if err := schemas.ValidID(req.AgentID); err != nil {
 		return schemas.OutputReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
 	var rec *schemas.AgentRecord
-	switch r, _, err := f.Record(ctx, req.AgentID); {
+	switch r, _, err := f.record(ctx, req.AgentID); {
 	case err == nil:
 		rec = &r
 	case schemas.CodeOf(err) != schemas.CodeNotFound:
@@ -37,13 +33,13 @@ func (f *Fabric) Output(ctx context.Context, req schemas.OutputRequest) (schemas
 
 // stored reads an agent's events from the stream, every life of its id,
 // up to the last one stored now.
-func (f *Fabric) stored(ctx context.Context, id string) (*schemas.Stored, error) {
+func (f *Direct) stored(ctx context.Context, id string) (*schemas.Stored, error) {
 	s, _, err := f.storedWithEnds(ctx, id)
 	return s, err
 }
 
 // storedWithEnds is stored with the first and last events read.
-func (f *Fabric) storedWithEnds(ctx context.Context, id string) (*schemas.Stored, [2]Replayed, error) {
+func (f *Direct) storedWithEnds(ctx context.Context, id string) (*schemas.Stored, [2]Replayed, error) {
 	var s *schemas.Stored
 	var ends [2]Replayed
 	err := f.Replay(ctx, []string{id}, From{}, false, func(r Replayed, _ *Gap) error {
@@ -70,7 +66,7 @@ func (f *Fabric) storedWithEnds(ctx context.Context, id string) (*schemas.Stored
 // holds: dead, at its last turn, with its last life's usage, its last
 // node, and the times of its first and last stored events. What the
 // stream does not say (model, cwd, session) is empty.
-func (f *Fabric) recordFromStream(ctx context.Context, id string) (schemas.AgentRecord, error) {
+func (f *Direct) recordFromStream(ctx context.Context, id string) (schemas.AgentRecord, error) {
 	s, ends, err := f.storedWithEnds(ctx, id)
 	if err != nil {
 		return schemas.AgentRecord{}, err

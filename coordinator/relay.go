@@ -1,4 +1,4 @@
-package bridge
+package coordinator
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -35,6 +36,7 @@ type Relay struct {
 	events jetstream.Stream
 	recs   jetstream.Stream
 	log    *slog.Logger
+	ready  chan struct{}
 
 	mu     sync.Mutex
 	owners map[string]string // agent id -> owner node, from the agents bucket
@@ -54,8 +56,11 @@ type RelayConfig struct {
 // connected to, which keeps a node's events in order.
 const relayQueue = "shoal-relay"
 
-// NewRelay binds the fabric's stream and buckets.
-func NewRelay(ctx context.Context, cfg RelayConfig) (*Relay, error) {
+// NewRelay checks cfg; Run binds the fabric's stream and buckets.
+func NewRelay(cfg RelayConfig) (*Relay, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("the relay needs a NATS connection")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -63,25 +68,36 @@ func NewRelay(ctx context.Context, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"),
-		owners: map[string]string{}, warned: map[string]bool{}}
-	if r.agents, err = js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
-		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}),
+		owners: map[string]string{}, warned: map[string]bool{}}, nil
+}
+
+// Ready is closed once the relay forwards writes.
+func (r *Relay) Ready() <-chan struct{} { return r.ready }
+
+// bind opens the stream and buckets the relay writes to.
+func (r *Relay) bind(ctx context.Context) error {
+	var err error
+	if r.agents, err = r.js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
 	}
-	if r.nodes, err = js.KeyValue(ctx, schemas.NodesBucket); err != nil {
-		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	if r.nodes, err = r.js.KeyValue(ctx, schemas.NodesBucket); err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
 	}
-	if r.events, err = js.Stream(ctx, schemas.StreamName); err != nil {
-		return nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	if r.events, err = r.js.Stream(ctx, schemas.StreamName); err != nil {
+		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
-	if r.recs, err = js.Stream(ctx, "KV_"+schemas.AgentsBucket); err != nil {
-		return nil, fmt.Errorf("open the stream of %s: %w", schemas.AgentsBucket, err)
+	if r.recs, err = r.js.Stream(ctx, "KV_"+schemas.AgentsBucket); err != nil {
+		return fmt.Errorf("open the stream of %s: %w", schemas.AgentsBucket, err)
 	}
-	return r, nil
+	return nil
 }
 
 // Run relays until ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.bind(ctx); err != nil {
+		return err
+	}
 	w, err := r.agents.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", schemas.AgentsBucket, err)
@@ -127,6 +143,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.nc.Flush(); err != nil {
 		return err
 	}
+	close(r.ready)
 	<-ctx.Done()
 	return nil
 }
@@ -409,7 +426,7 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 		if schemas.ValidID(id) != nil || !r.owns(ctx, node, id) {
 			continue
 		}
-		t, err := streamTail(ctx, r.events, id)
+		t, err := tailOf(ctx, r.events, id)
 		if err != nil {
 			replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's last event: %v", id, err)})
 			return
@@ -417,18 +434,6 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 		rep.Last[id], rep.Tails[id] = t.Last, t
 	}
 	replyJSON(r.nc, m.Reply, rep)
-}
-
-// streamTail reads how an agent's stream ends.
-func streamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
-	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return schemas.Tail{}, nil
-	}
-	if err != nil {
-		return schemas.Tail{}, err
-	}
-	return schemas.TailOf(m.Header.Get(schemas.HeaderMsgID), m.Data)
 }
 
 // hello tells a starting node whether its name is taken and how often
@@ -445,7 +450,7 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = requestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
+	_, err = client.RequestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
 	replyJSON(r.nc, m.Reply, schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()})
 }
 
@@ -485,4 +490,10 @@ func pubAckError(code int, errCode jetstream.ErrorCode, description string) any 
 func replyJSON(nc *nats.Conn, reply string, v any) {
 	b, _ := json.Marshal(v)
 	nc.Publish(reply, b)
+}
+
+// tailOf reads how an agent's stream ends.
+func tailOf(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, stream, id)
+	return t, err
 }

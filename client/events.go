@@ -1,4 +1,4 @@
-package bridge
+package client
 
 import (
 	"context"
@@ -13,11 +13,8 @@ const MaxEventsPage = 5000
 // Events reads a page of an agent's events from the stream: from the
 // start, an event number, a turn or a time, with gaps reported and the
 // number to continue from.
-func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
+func (f *Direct) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
 	rep := schemas.EventsReply{AgentID: req.AgentID, Events: []schemas.StoredEvent{}, Gaps: []schemas.EventGap{}}
-	if f.remote {
-		return rep, f.viaCoordinator(ctx, "events", req, &rep, 0)
-	}
 	if err := schemas.ValidID(req.AgentID); err != nil {
 		return rep, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
@@ -49,7 +46,7 @@ func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 	case limit == 0:
 		limit = 200
 	}
-	if _, _, err := f.Record(ctx, req.AgentID); err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
+	if _, _, err := f.record(ctx, req.AgentID); err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
 		return rep, err
 	}
 	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
@@ -78,11 +75,11 @@ func (f *Fabric) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 }
 
 // lastEvent is the number of an agent's last stored event, 0 when none.
-func (f *Fabric) lastEvent(ctx context.Context, id string) (uint64, error) {
-	stream, err := f.js.Stream(ctx, schemas.StreamName)
+func (f *Direct) lastEvent(ctx context.Context, id string) (uint64, error) {
+	stream, err := f.events(ctx)
 	if err != nil {
-		return 0, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
+		return 0, err
 	}
-	tail, _, err := agentTail(ctx, stream, id)
+	tail, _, err := StreamTail(ctx, stream, id)
 	return tail.Last, err
 }

@@ -1,4 +1,4 @@
-package bridge_test
+package client_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
@@ -57,7 +57,7 @@ func BenchmarkOpenThroughPlacement(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f, err := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
+			f, err := client.NewDirect(natstest.Connect(b, srv), client.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func fakeNode(i int) schemas.NodeRecord {
 // placementSees fails the benchmark unless placement considers exactly
 // want nodes: asked for a label no node has, it must refuse and give a
 // reason for each of them, the real one included.
-func placementSees(b *testing.B, ctx context.Context, f *bridge.Fabric, want int) {
+func placementSees(b *testing.B, ctx context.Context, f *client.Direct, want int) {
 	b.Helper()
 	nodes, err := f.Nodes(ctx)
 	if err != nil || len(nodes) != want {

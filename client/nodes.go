@@ -1,10 +1,9 @@
-package bridge
+package client
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 
@@ -23,13 +22,10 @@ type nodeCache struct {
 
 // WatchNodes keeps the fabric's view of its nodes current until ctx ends;
 // without it, each Nodes call reads the bucket afresh.
-func (f *Fabric) WatchNodes(ctx context.Context) error {
-	if f.remote {
-		return nil // placement is the coordinator's
-	}
-	kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
+func (f *Direct) WatchNodes(ctx context.Context) error {
+	kv, err := f.nodesKV(ctx)
 	if err != nil {
-		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+		return err
 	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -81,11 +77,7 @@ func (c *nodeCache) list() []schemas.NodeRecord {
 }
 
 // Nodes lists the nodes whose heartbeat is current, by name.
-func (f *Fabric) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
-	if f.remote {
-		var rep schemas.NodesReply
-		return rep.Nodes, f.viaCoordinator(ctx, "nodes", struct{}{}, &rep, 0)
-	}
+func (f *Direct) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 	f.mu.Lock()
 	c := f.cache
 	f.mu.Unlock()
@@ -93,9 +85,9 @@ func (f *Fabric) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 	if c != nil {
 		nodes = c.list()
 	} else {
-		kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
+		kv, err := f.nodesKV(ctx)
 		if err != nil {
-			return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.NodesBucket, err)
+			return nil, err
 		}
 		w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 		if err != nil {

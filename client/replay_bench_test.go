@@ -1,4 +1,4 @@
-package bridge_test
+package client_test
 
 import (
 	"errors"
@@ -9,7 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -24,7 +25,7 @@ import (
 func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 	srv := natstest.Start(b)
 	_, js := natstest.JetStream(b, srv)
-	envs := turnEnvelopes(b)
+	envs := fabrictest.TurnEnvelopes(b)
 	const m = 10000
 	for i := range m {
 		msg := nats.NewMsg("agent.replay")
@@ -40,7 +41,7 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 		}
 	}
 	<-js.PublishAsyncComplete()
-	f, _ := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
+	f, _ := client.NewDirect(natstest.Connect(b, srv), client.Config{})
 	stream, _ := js.Stream(b.Context(), schemas.StreamName)
 
 	var replayTime, followTime, rawTime time.Duration
@@ -49,7 +50,7 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 	for range b.N {
 		start := time.Now()
 		n := 0
-		err := f.Replay(b.Context(), []string{"replay"}, bridge.From{}, false, func(r bridge.Replayed, g *bridge.Gap) error {
+		err := f.Replay(b.Context(), []string{"replay"}, client.From{}, false, func(r client.Replayed, g *client.Gap) error {
 			if g != nil {
 				return fmt.Errorf("gap %v", g)
 			}
@@ -63,7 +64,7 @@ func BenchmarkReplayVsOrderedConsumer(b *testing.B) {
 
 		start = time.Now()
 		n = 0
-		err = f.Replay(b.Context(), []string{"replay"}, bridge.From{}, true, func(r bridge.Replayed, g *bridge.Gap) error {
+		err = f.Replay(b.Context(), []string{"replay"}, client.From{}, true, func(r client.Replayed, g *client.Gap) error {
 			if g != nil {
 				return fmt.Errorf("gap %v", g)
 			}
@@ -118,9 +119,9 @@ func BenchmarkReplaySeam(b *testing.B) {
 		msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID("seam", uint64(i+1)))
 		js.PublishMsg(b.Context(), msg)
 	}
-	f, _ := bridge.NewFabric(natstest.Connect(b, srv), bridge.FabricConfig{})
+	f, _ := client.NewDirect(natstest.Connect(b, srv), client.Config{})
 	got := make(chan uint64, 1)
-	go f.Replay(b.Context(), []string{"seam"}, bridge.From{}, true, func(r bridge.Replayed, _ *bridge.Gap) error {
+	go f.Replay(b.Context(), []string{"seam"}, client.From{}, true, func(r client.Replayed, _ *client.Gap) error {
 		if r.N > 1000 {
 			got <- r.N
 		}

@@ -1,9 +1,10 @@
-package bridge_test
+package client_test
 
 import (
 	"testing"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
@@ -18,9 +19,9 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	for _, name := range []string{"a", "b"} {
-		runNodeOn(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+		fabrictest.Node(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 	}
-	f, err := bridge.NewFabric(natstest.Connect(t, srv), bridge.FabricConfig{})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bridge
+package client
 
 import (
 	"fmt"
@@ -8,18 +8,6 @@ import (
 
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// Route returns the backend kind a model string needs and what it names
-// within it, Kaimon's way: acp:<agent>[:<model>], vmlx:<tag>, ollama:<tag>,
-// anything else is the claude CLI.
-func Route(model string) (kind, rest string) {
-	for _, k := range []string{"acp", "vmlx", "ollama"} {
-		if r, ok := strings.CutPrefix(model, k+":"); ok {
-			return k, r
-		}
-	}
-	return "claude", model
-}
 
 // place chooses the node for an agent: the one named, or among the nodes
 // that can run its model and carry its labels and have room, the least
@@ -101,7 +89,7 @@ func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
 
 // cannotRun says why a node cannot run a model, or "".
 func cannotRun(n schemas.NodeRecord, model string) string {
-	kind, rest := Route(model)
+	kind, rest := schemas.Route(model)
 	agent := ""
 	if kind == "acp" {
 		agent, _, _ = strings.Cut(rest, ":")

@@ -1,4 +1,4 @@
-package bridge_test
+package client_test
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -22,9 +23,9 @@ import (
 // coordinator alone: every verb, a page of events and a followed replay.
 func TestClientDrivesThroughTheCoordinator(t *testing.T) {
 	t.Parallel()
-	s := startSecured(t)
-	s.startNode(t, "n1")
-	f, err := bridge.NewFabric(s.connect(t, broker.RoleClient, "cli"), bridge.FabricConfig{ViaCoordinator: true})
+	s := fabrictest.StartSecured(t)
+	s.StartNode(t, "n1")
+	f, err := client.New(s.Connect(t, broker.RoleClient, "cli"), client.Config{ViaCoordinator: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +43,11 @@ func TestClientDrivesThroughTheCoordinator(t *testing.T) {
 	id := open.AgentID
 
 	// A followed replay sees the turn as it happens.
-	seen := make(chan bridge.Replayed, 64)
+	seen := make(chan client.Replayed, 64)
 	rctx, stopReplay := context.WithCancel(ctx)
 	replayed := make(chan error, 1)
 	go func() {
-		replayed <- f.Replay(rctx, []string{id}, bridge.From{}, true, func(r bridge.Replayed, gap *bridge.Gap) error {
+		replayed <- f.Replay(rctx, []string{id}, client.From{}, true, func(r client.Replayed, gap *client.Gap) error {
 			if gap != nil {
 				return gap
 			}
@@ -114,14 +115,14 @@ func TestClientDrivesThroughTheCoordinator(t *testing.T) {
 	if _, err := f.Status(ctx, "nobody"); schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Fatalf("status of an unknown agent: %v", err)
 	}
-	c, err := f.Close(ctx, id)
+	c, err := f.Close(ctx, schemas.AgentRequest{AgentID: id})
 	if err != nil || !c.Closed {
 		t.Fatalf("close: %+v %v", c, err)
 	}
 	schematest.ControlValue(t, "close_reply", c)
 	// Without follow, the replay ends where the stream does.
-	var last bridge.Replayed
-	if err := f.Replay(ctx, []string{id}, bridge.From{Turn: 2}, false, func(r bridge.Replayed, _ *bridge.Gap) error {
+	var last client.Replayed
+	if err := f.Replay(ctx, []string{id}, client.From{Turn: 2}, false, func(r client.Replayed, _ *client.Gap) error {
 		last = r
 		return schematest.ValidateEvent(r.Raw)
 	}); err != nil {
@@ -137,23 +138,23 @@ func TestClientDrivesThroughTheCoordinator(t *testing.T) {
 // when a request is made anyway.
 func TestObserverReplaysButCannotDrive(t *testing.T) {
 	t.Parallel()
-	s := startSecured(t)
-	s.startNode(t, "n1")
+	s := fabrictest.StartSecured(t)
+	s.StartNode(t, "n1")
 	ctx := natstest.Context(t, 60*time.Second)
-	open, err := s.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	open, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.f.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "hi"}); err != nil {
+	if _, err := s.F.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "hi"}); err != nil {
 		t.Fatal(err)
 	}
-	nc := s.connect(t, broker.RoleObserver, "eyes")
-	f, err := bridge.NewFabric(nc, bridge.FabricConfig{ViaCoordinator: true, ReadOnly: true})
+	nc := s.Connect(t, broker.RoleObserver, "eyes")
+	f, err := client.New(nc, client.Config{ViaCoordinator: true, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var events int
-	if err := f.Replay(ctx, nil, bridge.From{}, false, func(r bridge.Replayed, _ *bridge.Gap) error {
+	if err := f.Replay(ctx, nil, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
 		events++
 		return schematest.ValidateEvent(r.Raw)
 	}); err != nil || events < 6 {
@@ -174,7 +175,7 @@ func TestObserverReplaysButCannotDrive(t *testing.T) {
 	// Made by hand, the request is refused by the server.
 	violations := make(chan error, 4)
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err })
-	if _, err := nc.Request(bridge.FabricSubject("send"), []byte(`{"agent_id":"`+open.AgentID+`","text":"x"}`), 2*time.Second); err == nil {
+	if _, err := nc.Request(schemas.FabricSubject("send"), []byte(`{"agent_id":"`+open.AgentID+`","text":"x"}`), 2*time.Second); err == nil {
 		t.Fatal("an observer's send request was answered")
 	}
 	select {
@@ -185,7 +186,7 @@ func TestObserverReplaysButCannotDrive(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no permissions violation was reported")
 	}
-	rec, _, err := s.f.Record(ctx, open.AgentID)
+	rec, err := s.F.Record(ctx, open.AgentID)
 	if err != nil || rec.Turn != 1 {
 		t.Fatalf("the agent after the observer's attempts: %+v %v", rec, err)
 	}
@@ -233,20 +234,13 @@ func TestNodeLossEventsFitTheSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := bridge.NewMonitor(bridge.MonitorConfig{Conn: natstest.Connect(t, b), Grace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(mctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	fabrictest.Monitor(t, natstest.Connect(t, b), 100*time.Millisecond)
 
-	f, err := bridge.NewFabric(nc, bridge.FabricConfig{})
+	f, err := client.NewDirect(nc, client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closing := func(id string, from uint64) []bridge.Replayed {
+	closing := func(id string, from uint64) []client.Replayed {
 		t.Helper()
 		for {
 			e, err := agents.Get(ctx, id)
@@ -259,7 +253,7 @@ func TestNodeLossEventsFitTheSchema(t *testing.T) {
 				t.Fatal(err)
 			}
 			var c collected
-			if err := f.Replay(ctx, []string{id}, bridge.From{Event: from}, false, c.fn); err != nil {
+			if err := f.Replay(ctx, []string{id}, client.From{Event: from}, false, c.fn); err != nil {
 				t.Fatal(err)
 			}
 			c.check(t)
@@ -267,8 +261,6 @@ func TestNodeLossEventsFitTheSchema(t *testing.T) {
 				return c.evs
 			}
 			select {
-			case err := <-done:
-				t.Fatalf("the monitor stopped: %v", err)
 			case <-ctx.Done():
 				t.Fatalf("agent %s was never closed (record %s, %d closing events)", id, rec.Status, len(c.evs))
 			case <-time.After(50 * time.Millisecond):

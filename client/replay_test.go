@@ -1,4 +1,4 @@
-package bridge_test
+package client_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -57,12 +57,12 @@ func (a *agentStream) turn(t int, text string) {
 // that does not fit the JSON Schema; check reports those.
 type collected struct {
 	mu      sync.Mutex
-	evs     []bridge.Replayed
-	gaps    []bridge.Gap
+	evs     []client.Replayed
+	gaps    []client.Gap
 	invalid []error
 }
 
-func (c *collected) fn(r bridge.Replayed, g *bridge.Gap) error {
+func (c *collected) fn(r client.Replayed, g *client.Gap) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g != nil {
@@ -128,7 +128,7 @@ func TestReplayStartingPoints(t *testing.T) {
 	other.turn(2, "more noise")
 	a.turn(3, "third") // 16-22
 
-	run := func(from bridge.From) *collected {
+	run := func(from client.From) *collected {
 		t.Helper()
 		var c collected
 		if err := f.Replay(t.Context(), []string{"r1"}, from, false, c.fn); err != nil {
@@ -137,36 +137,36 @@ func TestReplayStartingPoints(t *testing.T) {
 		c.check(t)
 		return &c
 	}
-	if got := run(bridge.From{}).numbers(); !equal(got, seq(1, 22)) {
+	if got := run(client.From{}).numbers(); !equal(got, seq(1, 22)) {
 		t.Errorf("from the start: %v", got)
 	}
-	if got := run(bridge.From{Event: 7}).numbers(); !equal(got, seq(7, 22)) {
+	if got := run(client.From{Event: 7}).numbers(); !equal(got, seq(7, 22)) {
 		t.Errorf("from event 7: %v", got)
 	}
-	c := run(bridge.From{Turn: 2})
+	c := run(client.From{Turn: 2})
 	if got := c.numbers(); !equal(got, seq(9, 22)) || c.evs[0].Kind != schemas.KindUserText {
 		t.Errorf("from turn 2: %v, first %s", got, c.evs[0].Kind)
 	}
-	if got := run(bridge.From{Time: mid}).numbers(); !equal(got, seq(9, 22)) {
+	if got := run(client.From{Time: mid}).numbers(); !equal(got, seq(9, 22)) {
 		t.Errorf("from a time: %v", got)
 	}
-	if err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 23}, false, func(bridge.Replayed, *bridge.Gap) error { return nil }); err != nil {
+	if err := f.Replay(t.Context(), []string{"r1"}, client.From{Event: 23}, false, func(client.Replayed, *client.Gap) error { return nil }); err != nil {
 		t.Errorf("from the next event: %v", err)
 	}
-	if err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 99}, false, func(bridge.Replayed, *bridge.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
+	if err := f.Replay(t.Context(), []string{"r1"}, client.From{Event: 99}, false, func(client.Replayed, *client.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
 		err.Error() != "agent r1 has 22 events; event 99 is past the end (the next one is 23)" {
 		t.Errorf("from beyond the end: %v", err)
 	}
-	if err := f.Replay(t.Context(), []string{"nobody"}, bridge.From{}, true, func(bridge.Replayed, *bridge.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
+	if err := f.Replay(t.Context(), []string{"nobody"}, client.From{}, true, func(client.Replayed, *client.Gap) error { return nil }); schemas.CodeOf(err) != schemas.CodeNotFound ||
 		err.Error() != "no such agent: nobody" {
 		t.Errorf("an unknown agent: %v", err)
 	}
 	var all collected
-	if err := f.Replay(t.Context(), nil, bridge.From{}, false, all.fn); err != nil || len(all.evs) != 22+14 {
+	if err := f.Replay(t.Context(), nil, client.From{}, false, all.fn); err != nil || len(all.evs) != 22+14 {
 		t.Errorf("every agent: %d events, %v", len(all.evs), err)
 	}
 	all.check(t)
-	if err := f.Replay(t.Context(), nil, bridge.From{Event: 3}, false, all.fn); err == nil || !strings.Contains(err.Error(), "names one agent") {
+	if err := f.Replay(t.Context(), nil, client.From{Event: 3}, false, all.fn); err == nil || !strings.Contains(err.Error(), "names one agent") {
 		t.Errorf("from an event number without an agent: %v", err)
 	}
 
@@ -175,14 +175,14 @@ func TestReplayStartingPoints(t *testing.T) {
 	if err := s.Purge(t.Context(), jetstream.WithPurgeSequence(10)); err != nil {
 		t.Fatal(err)
 	}
-	err := f.Replay(t.Context(), []string{"r1"}, bridge.From{Event: 2}, false, func(bridge.Replayed, *bridge.Gap) error { return nil })
+	err := f.Replay(t.Context(), []string{"r1"}, client.From{Event: 2}, false, func(client.Replayed, *client.Gap) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "events before 9 are past the stream's retention; its history now starts at event 9") {
 		t.Errorf("before retention: %v", err)
 	}
 	// A hole in the numbering is reported, not hidden.
 	a.n += 3
 	a.emit(3, schemas.Errorf("after a hole"))
-	c = run(bridge.From{Event: 20})
+	c = run(client.From{Event: 20})
 	if len(c.gaps) != 1 || c.gaps[0].From != 23 || c.gaps[0].To != 25 {
 		t.Errorf("gaps %+v", c.gaps)
 	}
@@ -213,7 +213,7 @@ func TestReplayFollowAndResume(t *testing.T) {
 	var first collected
 	ctx, cancel := context.WithCancel(t.Context())
 	got := make(chan struct{}, 1000)
-	go f.Replay(ctx, []string{"live"}, bridge.From{}, true, func(r bridge.Replayed, g *bridge.Gap) error {
+	go f.Replay(ctx, []string{"live"}, client.From{}, true, func(r client.Replayed, g *client.Gap) error {
 		first.fn(r, g)
 		got <- struct{}{}
 		return nil
@@ -232,7 +232,7 @@ func TestReplayFollowAndResume(t *testing.T) {
 	<-producerDone
 
 	var second collected
-	if err := f.Replay(t.Context(), []string{"live"}, bridge.From{Event: last + 1}, false, second.fn); err != nil {
+	if err := f.Replay(t.Context(), []string{"live"}, client.From{Event: last + 1}, false, second.fn); err != nil {
 		t.Fatal(err)
 	}
 	all := append(first.numbers(), second.numbers()...)
@@ -270,11 +270,11 @@ func TestOutputPastRetention(t *testing.T) {
 
 // streamFabric is a fabric on a fresh broker, with a JetStream client to
 // write agents' streams as nodes would.
-func streamFabric(t *testing.T) (*bridge.Fabric, jetstream.JetStream) {
+func streamFabric(t *testing.T) (*client.Direct, jetstream.JetStream) {
 	t.Helper()
 	b := natstest.Start(t)
 	_, js := natstest.JetStream(t, b)
-	f, err := bridge.NewFabric(natstest.Connect(t, b), bridge.FabricConfig{})
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

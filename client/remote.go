@@ -1,0 +1,241 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Remote is a client for credentials that reach neither the nodes nor the
+// stream (scoped client and observer credentials): every request goes
+// through the coordinator's fabric service, shoal.fabric.<verb>, which
+// acts with its own rights.
+type Remote struct {
+	nc       *nats.Conn
+	timeout  time.Duration
+	readOnly bool
+}
+
+// NewRemote returns a client on nc that goes through the coordinator.
+func NewRemote(nc *nats.Conn, cfg Config) *Remote {
+	return &Remote{nc: nc, timeout: cfg.timeout(), readOnly: cfg.ReadOnly}
+}
+
+// Conn implements Client.
+func (r *Remote) Conn() *nats.Conn { return r.nc }
+
+// Open implements Client: placement is the coordinator's.
+func (r *Remote) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.OpenReply
+	return rep, r.via(ctx, "open", req, &rep, 0)
+}
+
+// Send implements Client.
+func (r *Remote) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.SendReply
+	return rep, r.via(ctx, "send", req, &rep, 0)
+}
+
+// Run implements Client; the coordinator watches the agent's record.
+func (r *Remote) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+	timeout, err := schemas.RunTimeout(req.Timeout)
+	if err != nil {
+		return schemas.RunReply{}, err
+	}
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.RunReply
+	return rep, r.via(ctx, "run", req, &rep, timeout+60*time.Second)
+}
+
+// Interrupt implements Client.
+func (r *Remote) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.InterruptReply
+	return rep, r.via(ctx, "interrupt", req, &rep, 0)
+}
+
+// Close implements Client.
+func (r *Remote) Close(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.CloseReply
+	return rep, r.via(ctx, "close", req, &rep, 0)
+}
+
+// SetModel implements Client.
+func (r *Remote) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+	req.RequestID = requestID(req.RequestID)
+	var rep schemas.SetModelReply
+	return rep, r.via(ctx, "set_model", req, &rep, 0)
+}
+
+// Output implements Client.
+func (r *Remote) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
+	var rep schemas.OutputReply
+	return rep, r.via(ctx, "output", req, &rep, 0)
+}
+
+// Status implements Client.
+func (r *Remote) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	var rep schemas.AgentRecord
+	return rep, r.via(ctx, "status", schemas.AgentRequest{AgentID: id}, &rep, 0)
+}
+
+// Record implements Client.
+func (r *Remote) Record(ctx context.Context, id string) (schemas.AgentRecord, error) {
+	if err := schemas.ValidID(id); err != nil {
+		return schemas.AgentRecord{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	var rec schemas.AgentRecord
+	return rec, r.via(ctx, "record", schemas.AgentRequest{AgentID: id}, &rec, 0)
+}
+
+// List implements Client.
+func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
+	var rep schemas.ListReply
+	return rep.Agents, r.via(ctx, "list", schemas.ListRequest{}, &rep, 0)
+}
+
+// Nodes implements Client.
+func (r *Remote) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
+	var rep schemas.NodesReply
+	return rep.Nodes, r.via(ctx, "nodes", struct{}{}, &rep, 0)
+}
+
+// Events implements Client.
+func (r *Remote) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
+	rep := schemas.EventsReply{AgentID: req.AgentID, Events: []schemas.StoredEvent{}, Gaps: []schemas.EventGap{}}
+	return rep, r.via(ctx, "events", req, &rep, 0)
+}
+
+// via sends one request to the coordinator's fabric service.
+// A request the coordinator did not get (it was briefly away) is sent
+// again once; requests that change state carry their request id, so the
+// owner recognises a retry.
+func (r *Remote) via(ctx context.Context, verb string, req, rep any, timeout time.Duration) error {
+	if r.readOnly && !slices.Contains(schemas.FabricReadVerbs, verb) {
+		return schemas.Errf(schemas.CodeInvalid, "these credentials may only observe: %s needs client credentials (shoal creds client NAME)", verb)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok || timeout > 0 {
+		if timeout == 0 {
+			timeout = r.timeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var msg *nats.Msg
+	for attempt := 0; ; attempt++ {
+		msg, err = r.nc.RequestWithContext(ctx, schemas.FabricSubject(verb), body)
+		if !errors.Is(err, nats.ErrNoResponders) || attempt > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return schemas.Errf(schemas.CodeUnavailable, "no coordinator answers %s (is `shoal up` running?)", schemas.FabricSubject(verb))
+	case errors.Is(err, context.DeadlineExceeded):
+		return schemas.Errf(schemas.CodeTimeout, "the coordinator did not answer %s in time", verb)
+	case err != nil:
+		return schemas.Errf(schemas.CodeUnavailable, "%s request to the coordinator: %v", verb, err)
+	}
+	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// Replay implements Client: the coordinator replays and streams the
+// events to the client's inbox, with flow control.
+func (r *Remote) Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error {
+	if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
+		return schemas.Errf(schemas.CodeInvalid, "a replay from an event number or a turn names one agent")
+	}
+	req := schemas.ReplayRequest{Agents: ids, FromEvent: from.Event, FromTurn: from.Turn, New: from.New, Follow: follow}
+	if !from.Time.IsZero() {
+		req.Since = from.Time.UTC().Format(time.RFC3339Nano)
+	}
+	body, _ := json.Marshal(req)
+	inbox := r.nc.NewInbox()
+	msgs := make(chan *nats.Msg, 4*schemas.ReplayAckEvery)
+	sub, err := r.nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: schemas.FabricSubject("replay"), Reply: inbox, Data: body}); err != nil {
+		return err
+	}
+	lost := time.NewTimer(schemas.ReplayLost)
+	defer lost.Stop()
+	for {
+		var m *nats.Msg
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-lost.C:
+			return schemas.Errf(schemas.CodeUnavailable, "the coordinator stopped streaming the replay")
+		case m = <-msgs:
+		}
+		lost.Reset(schemas.ReplayLost)
+		if m.Header.Get("Status") == "503" {
+			return schemas.Errf(schemas.CodeUnavailable, "no coordinator answers %s (is `shoal up` running?)", schemas.FabricSubject("replay"))
+		}
+		switch m.Header.Get(schemas.HeaderReplay) {
+		case "ack":
+			m.Respond(nil)
+			continue
+		case "end":
+			return nil
+		case "error":
+			var rep struct{}
+			return schemas.DecodeReply(m.Data, &rep)
+		}
+		ev, gap, err := remoteReplayed(m)
+		if err != nil {
+			return err
+		}
+		if err := fn(ev, gap); err != nil {
+			return done(err)
+		}
+	}
+}
+
+// remoteReplayed reads an event of a streamed replay.
+func remoteReplayed(m *nats.Msg) (Replayed, *Gap, error) {
+	var r Replayed
+	var err error
+	if r.Agent, r.N, err = schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID)); err != nil {
+		return r, nil, fmt.Errorf("replay: %w", err)
+	}
+	r.Seq, _ = strconv.ParseUint(m.Header.Get(schemas.HeaderSeq), 10, 64)
+	r.Time, _ = time.Parse(time.RFC3339Nano, m.Header.Get(schemas.HeaderStored))
+	r.Node = m.Header.Get(schemas.HeaderNode)
+	r.Raw = m.Data
+	if r.Kind, r.Turn, r.Delta, err = schemas.Peek(m.Data); err != nil {
+		return r, nil, fmt.Errorf("replay: event %d of agent %s: %w", r.N, r.Agent, err)
+	}
+	var gap *Gap
+	if g := m.Header.Get(schemas.HeaderGap); g != "" {
+		a, b, _ := strings.Cut(g, "-")
+		gap = &Gap{Agent: r.Agent}
+		gap.From, _ = strconv.ParseUint(a, 10, 64)
+		gap.To, _ = strconv.ParseUint(b, 10, 64)
+	}
+	return r, gap, nil
+}

@@ -1,0 +1,260 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Service is the coordinator's NATS micro service, shoal-fabric
+// (schemas.FabricService): the whole fabric behind one door, for clients
+// whose credentials reach neither the nodes nor the stream. It answers
+// every verb of client.Client under shoal.fabric.<verb> by running it
+// with the coordinator's direct client, and streams replays.
+//
+// Replies go only to _INBOX subjects: a reply is published with the
+// coordinator's rights, and a requester may name any reply subject.
+type Service struct {
+	cfg   ServiceConfig
+	ready chan struct{}
+}
+
+// ServiceConfig configures the fabric service.
+type ServiceConfig struct {
+	// Conn is a connection with the coordinator's rights.
+	Conn *nats.Conn
+	// Client is the coordinator's own client, which does the work.
+	Client *client.Direct
+	// Version is reported to `nats micro info`.
+	Version string
+}
+
+// NewService checks cfg.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Conn == nil || cfg.Client == nil {
+		return nil, errors.New("the fabric service needs a connection and a client")
+	}
+	return &Service{cfg: cfg, ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the service answers.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	nc, f := s.cfg.Conn, s.cfg.Client
+	svc, err := micro.AddService(nc, micro.Config{
+		Name: schemas.FabricService, Version: s.cfg.Version,
+		Description: "Shoal coordinator: placement, control, replay",
+	})
+	if err != nil {
+		return fmt.Errorf("register %s: %w", schemas.FabricService, err)
+	}
+	g := svc.AddGroup("shoal.fabric")
+	agent := func(op func(context.Context, string) (any, error)) func(context.Context, schemas.AgentRequest) (any, error) {
+		return func(ctx context.Context, r schemas.AgentRequest) (any, error) { return op(ctx, r.AgentID) }
+	}
+	endpoints := map[string]micro.Handler{
+		"events":    serveJSON(ctx, f.Events),
+		"open":      serveJSON(ctx, f.Open),
+		"send":      serveJSON(ctx, f.Send),
+		"run":       serveJSON(ctx, f.Run),
+		"output":    serveJSON(ctx, f.Output),
+		"set_model": serveJSON(ctx, f.SetModel),
+		"status":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
+		"record":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
+		"interrupt": serveJSON(ctx, f.Interrupt),
+		"close":     serveJSON(ctx, f.Close),
+		"list": serveJSON(ctx, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
+			recs, err := f.List(ctx)
+			return schemas.ListReply{Agents: recs}, err
+		}),
+		"nodes": serveJSON(ctx, func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
+			nodes, err := f.Nodes(ctx)
+			return schemas.NodesReply{Nodes: nodes}, err
+		}),
+		"replay": micro.HandlerFunc(func(r micro.Request) {
+			if !toInbox(r) {
+				return
+			}
+			go serveReplay(ctx, nc, f, r)
+		}),
+	}
+	for name, h := range endpoints {
+		if err := g.AddEndpoint(name, h); err != nil {
+			return err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	close(s.ready)
+	<-ctx.Done()
+	return svc.Stop()
+}
+
+// toInbox reports whether a request's reply subject is an inbox, the only
+// kind of subject the coordinator answers on.
+func toInbox(r micro.Request) bool {
+	return strings.HasPrefix(r.Reply(), "_INBOX.")
+}
+
+func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) (Rep, error)) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		if !toInbox(r) {
+			return
+		}
+		go func() {
+			var req Req
+			var out []byte
+			if err := json.Unmarshal(r.Data(), &req); err != nil {
+				out, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
+			} else if rep, err := op(ctx, req); err != nil {
+				ce, ok := errors.AsType[*schemas.ControlError](err)
+				if !ok {
+					ce = schemas.Errf(schemas.CodeInternal, "%v", err)
+				}
+				out, _ = json.Marshal(schemas.ErrorReply{Error: ce})
+			} else {
+				out, _ = json.Marshal(rep)
+			}
+			r.Respond(out)
+		}()
+	})
+}
+
+// serveReplay streams a replay to the reply subject of r: each event with
+// its headers, the gaps, acknowledgement requests for flow control, and
+// an end or an error.
+func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.Request) {
+	to := r.Reply()
+	send := func(m *nats.Msg) error {
+		m.Subject = to
+		return nc.PublishMsg(m)
+	}
+	control := func(kind string, body []byte) *nats.Msg {
+		m := nats.NewMsg(to)
+		m.Header.Set(schemas.HeaderReplay, kind)
+		m.Data = body
+		return m
+	}
+	fail := func(err error) {
+		ce, ok := errors.AsType[*schemas.ControlError](err)
+		if !ok {
+			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
+		}
+		body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+		send(control("error", body))
+	}
+	var req schemas.ReplayRequest
+	if err := json.Unmarshal(r.Data(), &req); err != nil {
+		fail(schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err))
+		return
+	}
+	from, err := replayFrom(req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// ack asks the client to answer; a client that does not is gone.
+	ack := func() error {
+		actx, acancel := context.WithTimeout(ctx, schemas.ReplayAckWait)
+		defer acancel()
+		_, err := nc.RequestMsgWithContext(actx, control("ack", nil))
+		if err != nil {
+			cancel()
+		}
+		return err
+	}
+	// While the replay waits for live events, the client still hears from
+	// it, and a client that went away is noticed.
+	heard := make(chan struct{}, 1)
+	go func() {
+		t := time.NewTicker(schemas.ReplayIdle)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-heard:
+				t.Reset(schemas.ReplayIdle)
+			case <-t.C:
+				if ack() != nil {
+					return
+				}
+			}
+		}
+	}()
+	sent := 0
+	err = f.Replay(ctx, req.Agents, from, req.Follow, func(ev client.Replayed, gap *client.Gap) error {
+		m := nats.NewMsg(to)
+		m.Data = ev.Raw
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(ev.Agent, ev.N))
+		m.Header.Set(schemas.HeaderNode, ev.Node)
+		m.Header.Set(schemas.HeaderSeq, strconv.FormatUint(ev.Seq, 10))
+		m.Header.Set(schemas.HeaderStored, ev.Time.UTC().Format(time.RFC3339Nano))
+		if gap != nil {
+			m.Header.Set(schemas.HeaderGap, fmt.Sprintf("%d-%d", gap.From, gap.To))
+		}
+		if err := send(m); err != nil {
+			return err
+		}
+		select {
+		case heard <- struct{}{}:
+		default:
+		}
+		if sent++; sent%schemas.ReplayAckEvery == 0 {
+			return ack()
+		}
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		// The client went away, or the coordinator is stopping.
+	case err != nil:
+		fail(err)
+	default:
+		send(control("end", nil))
+	}
+}
+
+// replayFrom reads where a streamed replay starts.
+func replayFrom(req schemas.ReplayRequest) (client.From, error) {
+	var from client.From
+	set := 0
+	if req.FromEvent > 0 {
+		from.Event, set = req.FromEvent, set+1
+	}
+	if req.FromTurn < 0 {
+		return from, schemas.Errf(schemas.CodeInvalid, "from_turn must be positive")
+	}
+	if req.FromTurn > 0 {
+		from.Turn, set = req.FromTurn, set+1
+	}
+	if req.Since != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.Since)
+		if err != nil {
+			return from, schemas.Errf(schemas.CodeInvalid, "since %q is not an RFC 3339 time (e.g. 2026-11-29T10:00:00Z)", req.Since)
+		}
+		from.Time, set = t, set+1
+	}
+	if req.New {
+		from.New, set = true, set+1
+	}
+	if set > 1 {
+		return from, schemas.Errf(schemas.CodeInvalid, "give at most one of from_event, from_turn, since and new")
+	}
+	return from, nil
+}
