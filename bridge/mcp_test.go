@@ -715,3 +715,25 @@ func TestMCPTokenRights(t *testing.T) {
 		t.Error("a client without a token connected")
 	}
 }
+
+// The door judges an agent's calls by the same matcher as ACP agents and
+// local models: a deny of agent_* refuses every agent_ tool, observation
+// included, and nothing else.
+func TestMCPDoorRefusesAPrefixEntry(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	deny := []string{"agent_*"}
+	pol, _ := schemas.ComposePolicy("", "", nil, &deny, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "prefixed", Status: schemas.StatusIdle, Node: "n9", Policy: pol.Record("/work/p")})
+	c := fb.client(map[string]string{schemas.AgentIDHeader: "prefixed"})
+	for _, name := range []string{"agent_list", "agent_status", "agent_output", "agent_open", "agent_nodes", "agent_events"} {
+		args := argsFor(name)
+		if name == "agent_list" || name == "agent_nodes" {
+			args = nil
+		}
+		text, isErr := call(t, c, name, args)
+		if !isErr || text != name+" refused: denied by this agent's policy (agent_*)" {
+			t.Errorf("%s by an agent denied agent_*: %q", name, text)
+		}
+	}
+}

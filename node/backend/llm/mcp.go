@@ -413,54 +413,11 @@ func toolSchema(t mcp.Tool) json.RawMessage {
 }
 
 // mcpPermitted reports whether pol lets an agent call server's tool, by
-// Kaimon's rules for local models (_tool_permitted) with Shoal's names: a
-// deny entry wins; a non-empty allowlist, under only or the specialist
-// preset, is the whole tool set; anything else is allowed. See
-// mcpEntryNames for the entry forms.
+// Kaimon's rules for local models (_tool_permitted), which are the MCP
+// rules Shoal's door judges by (schemas.MCPRules).
 func mcpPermitted(pol schemas.Policy, server, tool string) bool {
-	for _, e := range pol.Disallowed {
-		// A claude CLI argument pattern cannot be checked here, so a
-		// deny entry "Bash(rm *)" denies Bash: refusing errs safe.
-		if name, _, ok := strings.Cut(e, "("); ok && strings.HasSuffix(strings.TrimSpace(e), ")") {
-			e = name
-		}
-		if mcpEntryNames(e, server, tool) {
-			return false
-		}
-	}
-	// Under only and specialist the allowlist is the whole tool set, an
-	// empty one allowing nothing, as the coordinator's door judges it.
-	if pol.Only || pol.Preset == schemas.PresetSpecialist {
-		return slices.ContainsFunc(pol.Allowed, func(e string) bool { return mcpEntryNames(e, server, tool) })
-	}
-	return true
-}
-
-// mcpEntryNames reports whether a policy entry names server's tool, in
-// any case: bare ("echo": that tool on any server), qualified
-// ("mcp__files__echo": on that server), a server ("mcp__files": all its
-// tools), or, as elsewhere in Shoal, a prefix ending in '*' of the
-// qualified name ("mcp__shoal__agent_*") or of the bare one ("read_*").
-func mcpEntryNames(entry, server, tool string) bool {
-	e := strings.ToLower(strings.TrimSpace(entry))
-	server, tool = strings.ToLower(server), strings.ToLower(tool)
-	if e == "" {
-		return false
-	}
-	if prefix, ok := strings.CutSuffix(e, "*"); ok {
-		if strings.HasPrefix(prefix, "mcp__") {
-			return strings.HasPrefix("mcp__"+server+"__"+tool, prefix)
-		}
-		return strings.HasPrefix(tool, prefix)
-	}
-	if rest, ok := strings.CutPrefix(e, "mcp__"); ok {
-		s, t, qualified := strings.Cut(rest, "__")
-		if !qualified {
-			return s == server
-		}
-		return s == server && t == tool
-	}
-	return e == tool
+	ok, _ := pol.Decide(schemas.ToolName{Server: strings.ToLower(server), Bare: strings.ToLower(tool)}, schemas.MCPRules)
+	return ok
 }
 
 // tools implements toolbox.
