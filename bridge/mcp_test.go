@@ -3,7 +3,9 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -509,8 +511,12 @@ func TestMCPValidation(t *testing.T) {
 		}
 	}
 	t.Logf("%d validation rows", len(rows))
-	if text, isErr := call(t, s, "agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": -1}); !isErr || text != "Error running agent turn: timeout must be positive" {
+	if text, isErr := call(t, s, "agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": -1}); !isErr || text != "Invalid parameter(s): timeout must be more than 0, not -1" {
 		t.Errorf("negative timeout: %q", text)
+	}
+	if text, isErr := call(t, s, "agent_run", map[string]any{"agent_id": "a", "text": "x", "timeout": 1e308}); !isErr ||
+		text != "Invalid parameter(s): timeout must be at most 86400, not 1e+308" {
+		t.Errorf("a timeout past a day: %q", text)
 	}
 	if text, isErr := call(t, s, "agent_open", map[string]any{"cwd": t.TempDir()}); !isErr || !strings.HasPrefix(text, "Error opening agent: no node is running") {
 		t.Errorf("open with no node: %q", text)
@@ -734,6 +740,73 @@ func TestMCPDoorRefusesAPrefixEntry(t *testing.T) {
 		text, isErr := call(t, c, name, args)
 		if !isErr || text != name+" refused: denied by this agent's policy (agent_*)" {
 			t.Errorf("%s by an agent denied agent_*: %q", name, text)
+		}
+	}
+}
+
+// The tools' input schemas are the embedded request schemas, each made
+// self-contained ($refs to defs.json inlined), and the hints say which
+// tools only read, which destroys and which a retry repeats safely.
+func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	tools, err := fb.client(nil).ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defs map[string]any
+	b, _ := fs.ReadFile(schemas.JSONSchemas, "jsonschema/defs.json")
+	json.Unmarshal(b, &defs)
+	var resolve func(v any) any
+	resolve = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			out := map[string]any{}
+			if ref, ok := x["$ref"].(string); ok {
+				for k, dv := range resolve(defs["$defs"].(map[string]any)[strings.TrimPrefix(ref, "../defs.json#/$defs/")]).(map[string]any) {
+					out[k] = dv
+				}
+			}
+			for k, c := range x {
+				if k != "$ref" && k != "$schema" && k != "$id" {
+					out[k] = resolve(c)
+				}
+			}
+			return out
+		case []any:
+			for i := range x {
+				x[i] = resolve(x[i])
+			}
+		}
+		return v
+	}
+	schemaOf := map[string]string{"agent_open": "open_request", "agent_send": "send_request", "agent_run": "run_request",
+		"agent_output": "output_request", "agent_status": "status_request", "agent_list": "list_request",
+		"agent_set_model": "set_model_request", "agent_interrupt": "agent_request", "agent_close": "agent_request",
+		"agent_events": "events_request", "agent_nodes": "nodes_request"}
+	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes"}
+	if len(tools.Tools) != len(schemaOf) {
+		t.Fatalf("%d tools, want %d", len(tools.Tools), len(schemaOf))
+	}
+	for _, tool := range tools.Tools {
+		raw, err := fs.ReadFile(schemas.JSONSchemas, "jsonschema/control/"+schemaOf[tool.Name]+".json")
+		if err != nil {
+			t.Fatalf("%s: %v", tool.Name, err)
+		}
+		var want, got any
+		json.Unmarshal(raw, &want)
+		gotRaw, _ := json.Marshal(tool.InputSchema)
+		json.Unmarshal(gotRaw, &got)
+		if !reflect.DeepEqual(resolve(want), got) {
+			t.Errorf("%s's input schema\n got %s\nwant %s", tool.Name, gotRaw, mustJSON(resolve(want)))
+		}
+		a := tool.Annotations
+		ro := slices.Contains(readOnly, tool.Name)
+		props, _ := got.(map[string]any)["properties"].(map[string]any)
+		_, takesRequestID := props["request_id"]
+		if a == nil || a.ReadOnlyHint != ro || a.DestructiveHint == nil || *a.DestructiveHint != (tool.Name == "agent_close") ||
+			a.IdempotentHint != (ro || takesRequestID) || a.OpenWorldHint == nil || *a.OpenWorldHint {
+			t.Errorf("%s's hints: %s", tool.Name, mustJSON(a))
 		}
 	}
 }

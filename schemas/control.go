@@ -158,6 +158,14 @@ type OutputReply struct {
 	Usage        *Usage      `json:"usage,omitempty"`
 }
 
+// StatusRequest asks for an agent's record (agent_status).
+type StatusRequest struct {
+	AgentID string `json:"agent_id"`
+}
+
+// NodesRequest asks for the fabric's nodes (agent_nodes).
+type NodesRequest struct{}
+
 // AgentRequest names one agent: the body of status, interrupt and close.
 type AgentRequest struct {
 	RequestID string `json:"request_id,omitempty"`

@@ -26,6 +26,8 @@ func controlSamples() map[string]any {
 			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}},
 		"open_reply":        schemas.OpenReply{AgentID: "9f3a1c20", Node: "n1"},
 		"send_request":      schemas.SendRequest{RequestID: "r2", AgentID: "9f3a1c20", Text: "hi"},
+		"status_request":    schemas.StatusRequest{AgentID: "9f3a1c20"},
+		"nodes_request":     schemas.NodesRequest{},
 		"send_reply":        schemas.SendReply{Turn: 1},
 		"run_request":       schemas.RunRequest{RequestID: "r3", AgentID: "9f3a1c20", Text: "hi", Timeout: 30},
 		"run_reply":         schemas.RunReply{Text: "hello"},
