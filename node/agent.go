@@ -28,9 +28,10 @@ type agent struct {
 	log  *slog.Logger
 	sess backend.Session
 
-	queue *eventQueue
-	done  chan struct{} // closed when the relay has handled status dead
-	work  sync.WaitGroup
+	queue   *eventQueue
+	done    chan struct{} // closed when the relay has handled status dead
+	work    sync.WaitGroup
+	endLife context.CancelFunc // ends the context the agent's goroutines run in
 
 	mu            sync.Mutex
 	rec           schemas.AgentRecord
@@ -75,15 +76,16 @@ func (a *agent) emit(turn int, p schemas.Payload) {
 	a.queue.push(item{ev: schemas.Event{Turn: turn, Payload: p}})
 }
 
-// relay handles queued items until the agent is dead.
-func (a *agent) relay() {
+// relay handles queued items until the agent is dead. ctx is the agent's
+// lifetime: what the relay starts (a turn's prompt, a stop) runs in it.
+func (a *agent) relay(ctx context.Context) {
 	defer close(a.done)
 	for {
 		it, ok := a.queue.pop()
 		if !ok {
 			return
 		}
-		if a.handle(it) {
+		if a.handle(ctx, it) {
 			a.queue.close()
 			return
 		}
@@ -91,7 +93,7 @@ func (a *agent) relay() {
 }
 
 // handle handles one item and reports whether the agent is now dead.
-func (a *agent) handle(it item) bool {
+func (a *agent) handle(ctx context.Context, it item) bool {
 	now := time.Now()
 	a.mu.Lock()
 	a.lastEvent, a.lastActivity = now, now
@@ -102,7 +104,7 @@ func (a *agent) handle(it item) bool {
 		a.begun(*it.begin)
 		return false
 	case it.failed != nil:
-		a.promptFailed(*it.failed)
+		a.promptFailed(ctx, *it.failed)
 		return false
 	}
 	ev := it.ev
@@ -123,7 +125,7 @@ func (a *agent) handle(it item) bool {
 			return false
 		}
 		ev.Turn = running
-		a.finish(ev, p)
+		a.finish(ctx, ev, p)
 	case schemas.Thought:
 		if p.Delta {
 			a.mu.Lock()
@@ -162,7 +164,7 @@ func (a *agent) handle(it item) bool {
 		a.publish(ev, true)
 	case schemas.Status:
 		if p.Status == schemas.StatusDead {
-			a.die(ev)
+			a.die(ctx, ev)
 			return true
 		}
 		a.publish(ev, p.Status != schemas.StatusIdle && p.Status != schemas.StatusWorking)
@@ -187,7 +189,7 @@ func (a *agent) begun(p pendingTurn) {
 // finish ends the running turn with its result (status idle, then the
 // result), wakes the runs waiting for it, then begins the next held turn,
 // publishing in their place the turns that were dropped.
-func (a *agent) finish(ev schemas.Event, r schemas.Result) {
+func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result) {
 	a.mu.Lock()
 	if r.Usage != nil {
 		a.rec.Usage.Add(*r.Usage)
@@ -211,12 +213,12 @@ func (a *agent) finish(ev schemas.Event, r schemas.Result) {
 		w <- runOutcome{text: text, stop: r.StopReason, seq: seq}
 	}
 	a.h.recs.mark(a, true)
-	a.advance()
+	a.advance(ctx)
 }
 
 // advance begins the next held turn; a dropped one is published as begun
 // and cancelled, in its place, and the one after is looked at.
-func (a *agent) advance() {
+func (a *agent) advance(ctx context.Context) {
 	for {
 		a.mu.Lock()
 		if a.turns.running != 0 || a.dead || a.closing {
@@ -233,23 +235,24 @@ func (a *agent) advance() {
 			a.mu.Unlock()
 			a.begun(p)
 			a.publish(schemas.Event{Turn: p.n, Payload: schemas.Errorf("%s", p.dropped)}, true)
-			a.finish(schemas.Event{Turn: p.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
+			a.finish(ctx, schemas.Event{Turn: p.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
 			return // finish advanced past it
 		}
 		a.turns.begin(p, time.Now())
 		a.mu.Unlock()
 		a.begun(p)
-		a.prompt(p)
+		a.prompt(ctx, p)
 		return
 	}
 }
 
 // prompt gives the backend the running turn's text, on its own goroutine,
-// so neither the relay nor the caller waits on the agent. A failure comes
-// back to the relay in order.
-func (a *agent) prompt(p pendingTurn) {
+// so neither the relay nor the caller waits on the agent; it is not
+// bounded by whoever sent the turn, which has its answer already, but by
+// promptWait. A failure comes back to the relay in order.
+func (a *agent) prompt(ctx context.Context, p pendingTurn) {
 	a.work.Go(func() {
-		ctx, cancel := context.WithTimeout(a.h.ctx, promptWait)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), promptWait)
 		defer cancel()
 		err := a.sess.Prompt(ctx, p.n, p.text)
 		if err != nil {
@@ -273,7 +276,7 @@ const promptWait = 2 * time.Minute
 
 // promptFailed ends a turn the backend could not be given. An agent that
 // stopped reading its input is stopped: nothing more can reach it.
-func (a *agent) promptFailed(f promptFailure) {
+func (a *agent) promptFailed(ctx context.Context, f promptFailure) {
 	a.mu.Lock()
 	running, closing := a.turns.running == f.n, a.closing
 	a.mu.Unlock()
@@ -281,16 +284,16 @@ func (a *agent) promptFailed(f promptFailure) {
 		return // a closing agent's death ends the turn, saying so
 	}
 	if errors.Is(f.err, backend.ErrStalled) {
-		a.stopFor(fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
+		a.stopFor(ctx, fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
 		return
 	}
 	a.publish(schemas.Event{Turn: f.n, Payload: schemas.Errorf("turn %d could not be given to the agent: %v", f.n, f.err)}, true)
-	a.finish(schemas.Event{Turn: f.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
+	a.finish(ctx, schemas.Event{Turn: f.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
 }
 
 // stopFor stops the agent on the node's own authority, saying why: the
 // running turn is closed with that reason when the agent is gone.
-func (a *agent) stopFor(why string) {
+func (a *agent) stopFor(ctx context.Context, why string) {
 	a.mu.Lock()
 	if a.dead {
 		a.mu.Unlock()
@@ -309,7 +312,8 @@ func (a *agent) stopFor(why string) {
 		}
 	}
 	a.work.Go(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(a.h.ctx), 30*time.Second)
+		// Not bounded by whoever asked: the stop goes to its end.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := a.sess.Close(ctx); err != nil {
 			a.log.Warn("stopping the agent", "err", err)
@@ -319,7 +323,7 @@ func (a *agent) stopFor(why string) {
 
 // die closes the running turn and every held one, publishes status dead
 // and retires the agent.
-func (a *agent) die(ev schemas.Event) {
+func (a *agent) die(ctx context.Context, ev schemas.Event) {
 	a.mu.Lock()
 	running, closing, why := a.turns.running, a.closing, a.turns.stopping
 	held := a.turns.queue
@@ -360,7 +364,7 @@ func (a *agent) die(ev schemas.Event) {
 		}
 	}
 	a.closeFiles()
-	a.h.retire(a)
+	a.h.retire(ctx, a)
 }
 
 // closeTurn ends turn n of an agent that is gone: an error saying why and
@@ -592,7 +596,7 @@ func (a *agent) fire(ctx context.Context, turn int, why string) {
 		a.turns.stopping = ""
 		a.mu.Unlock()
 		if still {
-			a.stopFor(fmt.Sprintf("%s, and it could not be interrupted (%s)", why, orNone(err)))
+			a.stopFor(ctx, fmt.Sprintf("%s, and it could not be interrupted (%s)", why, orNone(err)))
 		}
 		return
 	}
@@ -612,7 +616,7 @@ func (a *agent) fire(ctx context.Context, turn int, why string) {
 	}
 	a.mu.Unlock()
 	if still {
-		a.stopFor(fmt.Sprintf("%s, and it did not end within %s of the interrupt", why, a.h.cfg.InterruptGrace))
+		a.stopFor(ctx, fmt.Sprintf("%s, and it did not end within %s of the interrupt", why, a.h.cfg.InterruptGrace))
 	}
 }
 
@@ -644,7 +648,7 @@ type eventQueue struct {
 }
 
 // queueAhead is how many events a backend may be ahead of its relay.
-const queueAhead = 1024
+const queueAhead = 256
 
 func newEventQueue() *eventQueue {
 	return &eventQueue{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}

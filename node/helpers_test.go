@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -47,7 +49,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("SHOAL_TEST_BROKER"); dir != "" {
 		os.Exit(brokerProcess(dir))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // fixture is a broker, a node and a fabric client for one test.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -146,7 +147,9 @@ type Host struct {
 	maxEvent int
 	backends map[string]backend.Backend
 	ready    chan struct{}
-	ctx      context.Context // Run's context, for work that outlives a request
+	// agentWork is every goroutine of every agent, requests every
+	// request being answered: Run waits for both.
+	agentWork, requests sync.WaitGroup
 
 	mu     sync.Mutex
 	agents map[string]*agent
@@ -241,7 +244,6 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	h.pub = newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
-	h.pub.onFull = h.outboxFull
 	j, prev, err := openJournal(filepath.Join(h.cfg.Dir, "journal"), h.log)
 	if err != nil {
 		return err
@@ -271,11 +273,11 @@ func (h *Host) Run(ctx context.Context) error {
 	} else {
 		h.log.Warn("no reaper: an agent's processes that leave its process group may outlive it")
 	}
-	h.ctx = ctx
 	h.recs = newRecords(h.store, h.cfg.Name, h.log, h.abandon)
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
+	h.pub.onFull = func(full bool) { h.outboxFull(bg, full) }
 	var wg sync.WaitGroup
 	wg.Go(func() { h.pub.run(bg) })
 	h.reconcileRecords(ctx)
@@ -285,7 +287,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// What the node can run is known before its endpoints answer (the
 	// describe verb tells, an open updates the record).
 	h.ads = newAdvertiser(ctx, h, ttl)
-	svc, err := h.serve()
+	svc, err := h.serve(ctx)
 	if err != nil {
 		return err
 	}
@@ -308,8 +310,17 @@ func (h *Host) Run(ctx context.Context) error {
 
 	svc.Stop()
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer h.requests.Wait()
 	defer cancel()
 	h.closeAll(shutdown)
+	h.agentWork.Wait()
+	for _, b := range h.cfg.Backends {
+		if c, ok := b.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				h.log.Warn("closing a backend", "kind", b.Kind(), "err", err)
+			}
+		}
+	}
 	if err := h.pub.flush(shutdown); err != nil {
 		h.log.Warn("some events were not stored before the node stopped; the journal keeps them for the next start", "pending", h.pub.pending())
 	} else if err := h.nums.clear(); err != nil {
@@ -450,7 +461,7 @@ func (h *Host) closeAll(ctx context.Context) {
 
 // retire is called by an agent's relay once it is dead: it leaves the
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
-func (h *Host) retire(a *agent) {
+func (h *Host) retire(ctx context.Context, a *agent) {
 	h.pids.remove(a.id)
 	// A dead agent numbers nothing more: its mark is its last number, so a
 	// journal lost later is told exactly.
@@ -475,7 +486,7 @@ func (h *Host) retire(a *agent) {
 	}
 	h.mu.Unlock()
 	for _, x := range drop {
-		h.recs.forget(h.ctx, x)
+		h.recs.forget(ctx, x)
 		h.pub.forget(x.id)
 	}
 }
@@ -510,8 +521,8 @@ func (h *Host) watch(ctx context.Context) {
 	}
 }
 
-// serve registers the node's micro service.
-func (h *Host) serve() (micro.Service, error) {
+// serve registers the node's micro service; its requests run in ctx.
+func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
 		Name:        schemas.ServiceName,
 		Version:     h.cfg.Version,
@@ -522,7 +533,7 @@ func (h *Host) serve() (micro.Service, error) {
 		return nil, fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
 	}
 	g := svc.AddGroup(schemas.NodeGroup(h.cfg.Name), micro.WithGroupQueueGroupDisabled())
-	for _, e := range h.endpoints() {
+	for _, e := range h.endpoints(ctx) {
 		if err := g.AddEndpoint(string(e.verb), e.handler, micro.WithEndpointQueueGroupDisabled()); err != nil {
 			svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", e.verb, err)
@@ -534,7 +545,7 @@ func (h *Host) serve() (micro.Service, error) {
 // abandon stops an agent the fabric has declared dead while this node was
 // cut off from it: the process goes, and nothing more is published for it,
 // since its stream was closed without it.
-func (h *Host) abandon(id string) {
+func (h *Host) abandon(ctx context.Context, id string) {
 	h.mu.Lock()
 	a := h.agents[id]
 	h.mu.Unlock()
@@ -542,7 +553,7 @@ func (h *Host) abandon(id string) {
 		return
 	}
 	a.mute()
-	ctx, cancel := context.WithTimeout(h.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	a.close(ctx)
 }
@@ -567,7 +578,7 @@ func (h *Host) metadata() map[string]string {
 // enough): running turns are interrupted, so agents stop producing what
 // cannot be kept. Once it drains, each of those agents says on its stream
 // what happened.
-func (h *Host) outboxFull(full bool) {
+func (h *Host) outboxFull(ctx context.Context, full bool) {
 	h.mu.Lock()
 	agents := make([]*agent, 0, len(h.agents))
 	for _, a := range h.agents {
@@ -579,7 +590,7 @@ func (h *Host) outboxFull(full bool) {
 			"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk)
 		for _, a := range agents {
 			if a.outboxFilled() {
-				a.work.Go(func() { a.interrupt(h.ctx) })
+				a.work.Go(func() { a.interrupt(ctx) })
 			}
 		}
 		return

@@ -38,7 +38,8 @@ type journal struct {
 	log  *slog.Logger
 
 	mu        sync.Mutex
-	cond      *sync.Cond
+	cond      *sync.Cond // signalled when there is something to write
+	taken     *sync.Cond // broadcast when the writer takes the buffer
 	buf       []byte // appended, not yet written
 	bufLast   uint64 // the jseq of the last record in buf
 	next      uint64 // the jseq the next record gets
@@ -53,6 +54,8 @@ type journal struct {
 	writeErr  error
 	wroteOnce chan struct{} // closed and replaced after each write
 	onWrite   func()        // called after each write, without j.mu
+	stopSync  chan struct{} // closed to stop the syncer
+	synced    chan struct{} // closed when the syncer has stopped
 }
 
 // segment is a closed segment file and the last jseq it holds.
@@ -64,6 +67,9 @@ type segment struct {
 // journalSegmentSize is the size at which a segment is closed and the
 // next one begun.
 const journalSegmentSize = 64 << 20
+
+// journalBuffer bounds what is appended but not yet written.
+const journalBuffer = 64 << 10
 
 // journalSyncInterval is how often written records are synced to the
 // disk: what a power loss can take.
@@ -82,8 +88,10 @@ func openJournal(dir string, log *slog.Logger) (*journal, previous, error) {
 	}
 	var idb [8]byte
 	rand.Read(idb[:])
-	j := &journal{dir: dir, id: hex.EncodeToString(idb[:]), sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{})}
+	j := &journal{dir: dir, id: hex.EncodeToString(idb[:]), sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{}),
+		stopSync: make(chan struct{}), synced: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
+	j.taken = sync.NewCond(&j.mu)
 	if err := j.rotate(); err != nil {
 		return nil, previous{}, err
 	}
@@ -186,6 +194,12 @@ func (j *journal) rotate() error {
 func (j *journal) append(m *outMsg) uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// What waits to be written is bounded, which bounds what a kill can
+	// take: past it, appending waits for the writer to take the buffer
+	// (not for the write itself).
+	for len(j.buf) >= journalBuffer && !j.closed && j.writeErr == nil {
+		j.taken.Wait()
+	}
 	jseq := j.next
 	j.next++
 	j.buf = appendRecord(j.buf, jseq, m)
@@ -209,6 +223,7 @@ func (j *journal) run() {
 		}
 		buf, last := j.buf, j.bufLast
 		j.buf = nil
+		j.taken.Broadcast()
 		seg := j.seg
 		j.mu.Unlock()
 		_, err := seg.Write(buf)
@@ -236,18 +251,21 @@ func (j *journal) run() {
 
 // syncer syncs written records to the disk every j.sync.
 func (j *journal) syncer() {
+	defer close(j.synced)
 	t := time.NewTicker(j.sync)
 	defer t.Stop()
-	for range t.C {
+	for {
+		select {
+		case <-j.stopSync:
+			return
+		case <-t.C:
+		}
 		j.mu.Lock()
-		closed, dirty, seg := j.closed, j.dirty, j.seg
+		dirty, seg := j.dirty, j.seg
 		j.dirty = false
 		j.mu.Unlock()
 		if dirty {
 			seg.Sync()
-		}
-		if closed {
-			return
 		}
 	}
 }
@@ -306,8 +324,11 @@ func (j *journal) close() {
 	j.mu.Lock()
 	j.closed = true
 	j.cond.Broadcast()
+	j.taken.Broadcast()
 	j.mu.Unlock()
 	j.syncNow()
+	close(j.stopSync)
+	<-j.synced
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.seg.Close()

@@ -25,6 +25,7 @@ func TestJournalRecovery(t *testing.T) {
 		t.Fatalf("a new journal: %v %v", prev.events, err)
 	}
 	go j.run()
+	t.Cleanup(j.close) // the crash below leaves it open
 	for i := range 5 {
 		j.append(journalMsg("a", uint64(i+1)))
 	}

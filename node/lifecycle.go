@@ -50,15 +50,22 @@ func (a *agent) openFiles(stderrPath string) (*os.File, error) {
 	return a.stderrLog, nil
 }
 
-// started takes the backend's session: the relay runs from now on, and
-// the agent is idle.
-func (a *agent) started(sess backend.Session) {
+// started takes the backend's session: the relay runs from now on, in
+// the agent's own lifetime, which outlives the open that began it and ends
+// with the agent; and the agent is idle.
+func (a *agent) started(ctx context.Context, sess backend.Session) {
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
 	a.mu.Lock()
 	a.sess = sess
+	a.endLife = end
 	a.rec.Status = schemas.StatusIdle
 	turn := a.turns.last
 	a.mu.Unlock()
-	go a.relay()
+	a.h.agentWork.Go(func() {
+		defer end()
+		a.relay(life)
+		a.work.Wait()
+	})
 	a.emit(turn, schemas.Status{Status: schemas.StatusIdle})
 	a.h.recs.mark(a, true)
 }
@@ -66,7 +73,7 @@ func (a *agent) started(sess backend.Session) {
 // send numbers a turn, echoes its text (stamped with the previous turn,
 // as Kaimon does) and begins it, or holds it while another runs. A waiter,
 // when given, is registered for the turn before it can end.
-func (a *agent) send(text string, waiter chan runOutcome) (int, error) {
+func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (int, error) {
 	a.mu.Lock()
 	switch {
 	case a.dead:
@@ -90,7 +97,7 @@ func (a *agent) send(text string, waiter chan runOutcome) (int, error) {
 	a.rec.Turn = p.n
 	a.mu.Unlock()
 	if now {
-		a.prompt(p)
+		a.prompt(ctx, p)
 	}
 	return p.n, nil
 }
@@ -124,7 +131,7 @@ func (a *agent) interrupt(ctx context.Context) bool {
 func (a *agent) interruptRunning(ctx context.Context) bool {
 	ok, err := a.sess.Interrupt(ctx)
 	if err != nil {
-		a.stopFor(fmt.Sprintf("the interrupt could not be delivered (%v)", err))
+		a.stopFor(ctx, fmt.Sprintf("the interrupt could not be delivered (%v)", err))
 		return true
 	}
 	return ok

@@ -126,7 +126,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err := h.pids.add(id, sess.Info().PID, life); err != nil {
 		a.log.Warn("cannot record the agent's pid", "err", err)
 	}
-	a.started(sess)
+	a.started(ctx, sess)
 	h.recs.mark(a, true)
 	// Placement reads the node's load from its record: it is current before
 	// the reply goes out.
@@ -178,12 +178,12 @@ func (h *Host) live(id string) (*agent, error) {
 // Send writes a user turn (agent_send) and returns its number at once.
 // The turn begins when the running one ends; what becomes of it is on the
 // agent's stream.
-func (h *Host) Send(_ context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
 	a, err := h.live(req.AgentID)
 	if err != nil {
 		return schemas.SendReply{}, err
 	}
-	turn, err := a.send(req.Text, nil)
+	turn, err := a.send(ctx, req.Text, nil)
 	return schemas.SendReply{Turn: turn}, err
 }
 
@@ -206,7 +206,7 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	}
 	defer a.endRun()
 	ch := make(chan runOutcome, 1)
-	turn, err := a.send(req.Text, ch)
+	turn, err := a.send(ctx, req.Text, ch)
 	if err != nil {
 		return schemas.RunReply{}, err
 	}

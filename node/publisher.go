@@ -64,6 +64,7 @@ type publisher struct {
 	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
 	futures  chan jetstream.PubAckFuture
 	journal  *journal           // every event is written here before it is sent; nil for none
+	written  chan struct{}      // kicked after each journal write
 	queued   map[string]*outMsg // each agent's last event not stored yet
 }
 
@@ -81,10 +82,28 @@ func newPublisher(js jetstream.JetStream, last func(context.Context, []string) (
 	return p
 }
 
-// useJournal writes every event to j before it is sent.
+// useJournal writes every event to j before it is sent. The journal's
+// writer only kicks the publisher: it must never wait for the publisher's
+// lock, which an enqueue waiting for the journal may hold.
 func (p *publisher) useJournal(j *journal) {
 	p.journal = j
+	p.written = make(chan struct{}, 1)
 	j.onWrite = func() {
+		select {
+		case p.written <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeOnWrites wakes the sender after each journal write, until ctx ends.
+func (p *publisher) wakeOnWrites(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.written:
+		}
 		// Taken and let go, so a sender that has just found the record
 		// unwritten is waiting before it is woken.
 		p.mu.Lock()
@@ -186,6 +205,11 @@ func (p *publisher) run(ctx context.Context) {
 		p.cond.Broadcast()
 	})
 	defer stop()
+	if p.written != nil {
+		wakes, stopWakes := context.WithCancel(ctx)
+		defer stopWakes()
+		go p.wakeOnWrites(wakes)
+	}
 	go p.send()
 	p.ack(ctx)
 }

@@ -32,10 +32,11 @@ type records struct {
 	wake   chan struct{}
 	// abandon is told about an agent the fabric has declared dead while
 	// this node still ran it (the node was cut off and taken for lost).
-	abandon func(id string)
+	abandon func(ctx context.Context, id string)
+	work    sync.WaitGroup
 }
 
-func newRecords(kv store, node string, log *slog.Logger, abandon func(string)) *records {
+func newRecords(kv store, node string, log *slog.Logger, abandon func(context.Context, string)) *records {
 	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
 		lost: map[string]bool{}, life: map[string]*agent{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
@@ -132,6 +133,7 @@ func (r *records) forget(ctx context.Context, a *agent) {
 }
 
 func (r *records) run(ctx context.Context) {
+	defer r.work.Wait()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -203,7 +205,7 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			r.mu.Unlock()
 			r.log.Error("the fabric took this agent for lost; the node stops it and no longer writes its record", "agent", a.id, "owner", cur.Node)
 			if r.abandon != nil {
-				go r.abandon(a.id)
+				r.work.Go(func() { r.abandon(context.WithoutCancel(ctx), a.id) })
 			}
 			return nil
 		}

@@ -20,19 +20,20 @@ type endpoint struct {
 }
 
 // endpoints binds each verb to its operation. Every request is handled on
-// its own goroutine, so a long agent_run never holds up another request.
-func (h *Host) endpoints() []endpoint {
+// its own goroutine, so a long agent_run never holds up another request,
+// in a context of its own with the verb's deadline.
+func (h *Host) endpoints(ctx context.Context) []endpoint {
 	d := newDedupe(2 * time.Minute)
 	return []endpoint{
-		{schemas.VerbOpen, handle(h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
-		{schemas.VerbSend, handle(h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
-		{schemas.VerbRun, handle(h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
-		{schemas.VerbStatus, handle(h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
-		{schemas.VerbList, handle(h, nil, schemas.VerbList, nil, h.ListAgents)},
-		{schemas.VerbInterrupt, handle(h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
-		{schemas.VerbClose, handle(h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
-		{schemas.VerbSetModel, handle(h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
-		{schemas.VerbDescribe, handle(h, nil, schemas.VerbDescribe, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
+		{schemas.VerbOpen, handle(ctx, h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
+		{schemas.VerbSend, handle(ctx, h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
+		{schemas.VerbRun, handle(ctx, h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
+		{schemas.VerbStatus, handle(ctx, h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
+		{schemas.VerbList, handle(ctx, h, nil, schemas.VerbList, nil, h.ListAgents)},
+		{schemas.VerbInterrupt, handle(ctx, h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
+		{schemas.VerbClose, handle(ctx, h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
+		{schemas.VerbSetModel, handle(ctx, h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
+		{schemas.VerbDescribe, handle(ctx, h, nil, schemas.VerbDescribe, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
 	}
 }
 
@@ -49,16 +50,18 @@ func onAgent(agent, requestID string) string {
 // handle adapts an operation to a micro handler: strict JSON decoding,
 // replies with the result or {"error":{"code","message"}}, and, for
 // state-changing verbs, the first reply to every retry of a request id.
-func handle[Req, Rep any](h *Host, d *dedupe, verb schemas.Verb, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
+func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.Verb, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
-		go func() {
+		h.requests.Go(func() {
 			var req Req
 			if err := decodeStrict(r.Data(), &req); err != nil {
 				respond(r, nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err))
 				return
 			}
 			do := func() ([]byte, bool) {
-				rep, err := op(h.ctx, req)
+				rctx, cancel := context.WithTimeout(ctx, verbDeadline(verb, req))
+				defer cancel()
+				rep, err := op(rctx, req)
 				code := schemas.CodeOf(err)
 				// A failure that may pass (a node busy or away, a
 				// timeout) is not kept: a retry tries again.
@@ -70,8 +73,28 @@ func handle[Req, Rep any](h *Host, d *dedupe, verb schemas.Verb, requestID func(
 			}
 			rep, _ := do()
 			r.Respond(rep)
-		}()
+		})
 	})
+}
+
+// verbDeadline bounds a request of verb: a run waits its own timeout, an
+// open as long as an ACP agent's handshake may take, the rest briefly.
+func verbDeadline(verb schemas.Verb, req any) time.Duration {
+	switch verb {
+	case schemas.VerbRun:
+		timeout := schemas.DefaultRunTimeout
+		if r, ok := req.(schemas.RunRequest); ok {
+			if t, err := schemas.RunTimeout(r.Timeout); err == nil {
+				timeout = t
+			}
+		}
+		return timeout + 30*time.Second
+	case schemas.VerbOpen:
+		return 3 * time.Minute
+	case schemas.VerbClose, schemas.VerbSetModel:
+		return time.Minute
+	}
+	return 30 * time.Second
 }
 
 func decodeStrict(data []byte, v any) error {

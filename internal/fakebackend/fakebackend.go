@@ -92,6 +92,7 @@ type Session struct {
 	running   bool
 	interrupt chan struct{}
 	dead      bool
+	closing   bool
 	wg        sync.WaitGroup
 }
 
@@ -171,6 +172,13 @@ func (s *Session) die() {
 		return
 	}
 	s.dead, s.running = true, false
+	if s.interrupt != nil {
+		select {
+		case <-s.interrupt:
+		default:
+			close(s.interrupt) // a turn still waiting ends, saying nothing
+		}
+	}
 	s.mu.Unlock()
 	s.emit(schemas.Errorf("the fake agent fell over"))
 	s.emit(schemas.Status{Status: schemas.StatusDead})
@@ -178,8 +186,12 @@ func (s *Session) die() {
 
 func (s *Session) end(stop schemas.StopReason) {
 	s.mu.Lock()
+	died := s.dead && !s.closing
 	s.running = false
 	s.mu.Unlock()
+	if died {
+		return // a dead agent's turn has no result
+	}
 	s.emit(schemas.Result{StopReason: stop, Usage: &schemas.Usage{InputTokens: 10, OutputTokens: 3, CostUSD: schemas.Cost(0)}})
 }
 
@@ -207,7 +219,7 @@ func (s *Session) Close(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.dead = true
+	s.dead, s.closing = true, true
 	if s.running {
 		select {
 		case <-s.interrupt:

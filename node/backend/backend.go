@@ -8,7 +8,9 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// Backend starts agent sessions of one kind.
+// Backend starts agent sessions of one kind. A backend that holds
+// resources of its own (a server) also implements io.Closer; the node
+// closes it once its agents are gone.
 type Backend interface {
 	// Kind names the backend: "claude", "acp", "ollama", "vmlx".
 	Kind() string

@@ -166,6 +166,7 @@ func startAgent(t *testing.T, agent, preset string, env peers.Env, command []str
 		t.Fatal(err)
 	}
 	b := acp.New(acp.Config{Commands: map[string][]string{agent: command}, Env: env, StopWait: time.Second})
+	t.Cleanup(func() { b.Close() })
 	rec := newRecorder(t)
 	cwd := t.TempDir()
 	cwd, _ = filepath.EvalSymlinks(cwd)

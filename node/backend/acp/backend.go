@@ -56,9 +56,9 @@ type Config struct {
 type Backend struct {
 	cfg Config
 
-	bridgeOnce sync.Once
-	bridge     *bridge
-	bridgeErr  error
+	permitsOnce sync.Once
+	permits     *permits
+	permitsErr  error
 }
 
 // New returns an ACP backend.
@@ -150,7 +150,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		if err != nil {
 			return nil, err
 		}
-		s.configDir, s.bridge = dir, b.bridge
+		s.configDir, s.permits = dir, b.permits
 		// OPENCODE_PURE turns every external plugin off, Shoal's too.
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OPENCODE_PURE=") })
 		env = append(env, extra...)
@@ -214,7 +214,7 @@ func policyEnv(spec backend.Spec) []string {
 // directory and the environment that points opencode at it.
 func (b *Backend) opencodeConfig(s *session, model string, env []string) (string, []string, error) {
 	spec := s.spec
-	br, err := b.bridgeServer()
+	br, err := b.permitServer()
 	if err != nil {
 		return "", nil, err
 	}
@@ -287,13 +287,24 @@ func userConfig(env []string) map[string]json.RawMessage {
 	return cfg
 }
 
-// bridgeServer starts the loopback endpoint opencode's plugin asks, once.
-func (b *Backend) bridgeServer() (*bridge, error) {
-	b.bridgeOnce.Do(func() { b.bridge, b.bridgeErr = startBridge() })
-	if b.bridgeErr != nil {
-		return nil, fmt.Errorf("the loopback endpoint opencode's plugin asks: %w", b.bridgeErr)
+// permitServer starts the loopback endpoint opencode's plugin asks, once.
+func (b *Backend) permitServer() (*permits, error) {
+	b.permitsOnce.Do(func() { b.permits, b.permitsErr = startPermits() })
+	if b.permitsErr != nil {
+		return nil, fmt.Errorf("the loopback endpoint opencode's plugin asks: %w", b.permitsErr)
 	}
-	return b.bridge, nil
+	return b.permits, nil
+}
+
+// Close implements io.Closer: the loopback endpoint stops. The node
+// closes its backends once its agents are gone.
+func (b *Backend) Close() error {
+	var err error
+	b.permitsOnce.Do(func() {}) // no endpoint starts after this
+	if b.permits != nil {
+		err = b.permits.close()
+	}
+	return err
 }
 
 var errNotRunning = errors.New("agent process is not running")

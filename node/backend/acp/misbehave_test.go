@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/schemas"
@@ -24,7 +26,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeAgentEnv); mode != "" {
 		os.Exit(fakeAgent(mode))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // fakeAgent answers the handshake like an ACP agent, then misbehaves on
@@ -89,6 +91,7 @@ func startFake(t *testing.T, mode string) (backend.Session, *recorder) {
 	pol, _ := schemas.ComposePolicy("default", "", nil, nil, false)
 	b := acp.New(acp.Config{Commands: map[string][]string{acp.AgentClaude: {exe}},
 		Env: []string{fakeAgentEnv + "=" + mode, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, StopWait: 500 * time.Millisecond})
+	t.Cleanup(func() { b.Close() })
 	rec := newRecorder(t)
 	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "f1", CWD: t.TempDir(), Model: acp.AgentClaude, Policy: pol, Dir: t.TempDir()}, rec)
 	if err != nil {

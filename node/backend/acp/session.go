@@ -39,7 +39,7 @@ type session struct {
 	ctx       context.Context // ends when the agent does
 	cancel    context.CancelFunc
 	configDir string
-	bridge    *bridge
+	permits   *permits
 	exited    chan struct{}
 
 	// Learnt in the handshake.
@@ -775,8 +775,8 @@ func (s *session) onExit() {
 // cleanup removes the agent's generated configuration and forgets its
 // plugin credential.
 func (s *session) cleanup() {
-	if s.bridge != nil {
-		s.bridge.remove(s.spec.AgentID)
+	if s.permits != nil {
+		s.permits.remove(s.spec.AgentID)
 	}
 	if s.configDir != "" {
 		os.RemoveAll(s.configDir)

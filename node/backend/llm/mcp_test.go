@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
@@ -54,7 +56,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv(mcpTestServerEnv) == "1":
 		os.Exit(serveMCPTestStdio())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // serveMCPTestStdio serves the test MCP server on stdin and stdout until

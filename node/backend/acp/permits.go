@@ -22,63 +22,74 @@ import (
 //go:embed plugin/shoal-bridge.js
 var pluginJS []byte
 
-// bridge is the loopback endpoint opencode's plugin asks before a tool
+// permits is the loopback endpoint opencode's plugin asks before a tool
 // runs: POST /agent/permission with the agent's id and its credential
 // in headers and {"tool","args","preset"} as the body. It always answers
 // 200 with {"allow":bool,"why":string}.
-type bridge struct {
-	ln  net.Listener
-	srv *http.Server
+type permits struct {
+	ln     net.Listener
+	srv    *http.Server
+	served chan struct{}
 
 	mu     sync.Mutex
-	agents map[string]bridgeAgent
+	agents map[string]permitAgent
 }
 
-// bridgeAgent is what the bridge knows of an agent.
-type bridgeAgent struct {
+// permitAgent is what the endpoint knows of an agent.
+type permitAgent struct {
 	token string
 	s     *session
 }
 
-func startBridge() (*bridge, error) {
+func startPermits() (*permits, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	b := &bridge{ln: ln, agents: map[string]bridgeAgent{}}
+	b := &permits{ln: ln, agents: map[string]permitAgent{}, served: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /agent/permission", b.permission)
 	b.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go b.srv.Serve(ln)
+	go func() {
+		defer close(b.served)
+		b.srv.Serve(ln)
+	}()
 	return b, nil
 }
 
-func (b *bridge) port() string { return strconv.Itoa(b.ln.Addr().(*net.TCPAddr).Port) }
+// close stops the endpoint and waits for it.
+func (b *permits) close() error {
+	err := b.srv.Close()
+	<-b.served
+	return err
+}
+
+func (b *permits) port() string { return strconv.Itoa(b.ln.Addr().(*net.TCPAddr).Port) }
 
 // add registers an agent and returns its credential: 32 random bytes.
-func (b *bridge) add(id string, s *session) string {
+func (b *permits) add(id string, s *session) string {
 	var raw [32]byte
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	b.mu.Lock()
-	b.agents[id] = bridgeAgent{token: token, s: s}
+	b.agents[id] = permitAgent{token: token, s: s}
 	b.mu.Unlock()
 	return token
 }
 
-func (b *bridge) remove(id string) {
+func (b *permits) remove(id string) {
 	b.mu.Lock()
 	delete(b.agents, id)
 	b.mu.Unlock()
 }
 
-type bridgeVerdict struct {
+type permitVerdict struct {
 	Allow bool   `json:"allow"`
 	Why   string `json:"why,omitempty"`
 }
 
-func (b *bridge) permission(w http.ResponseWriter, r *http.Request) {
-	answer := func(v bridgeVerdict) {
+func (b *permits) permission(w http.ResponseWriter, r *http.Request) {
+	answer := func(v permitVerdict) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(v)
 	}
@@ -88,7 +99,7 @@ func (b *bridge) permission(w http.ResponseWriter, r *http.Request) {
 	b.mu.Unlock()
 	token := r.Header.Get("X-Shoal-Bridge-Token")
 	if !ok || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) != 1 {
-		answer(bridgeVerdict{Why: "bad bridge credential"})
+		answer(permitVerdict{Why: "bad bridge credential"})
 		return
 	}
 	var req struct {
@@ -97,11 +108,11 @@ func (b *bridge) permission(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if err != nil || json.Unmarshal(body, &req) != nil || req.Tool == "" {
-		answer(bridgeVerdict{Why: "bridge error"})
+		answer(permitVerdict{Why: "bridge error"})
 		return
 	}
 	allow, why := a.s.judgeTool(req.Tool, req.Args)
-	answer(bridgeVerdict{Allow: allow, Why: why})
+	answer(permitVerdict{Allow: allow, Why: why})
 }
 
 // judgeTool decides one of the agent's own tools for the plugin: the
