@@ -16,14 +16,14 @@ import (
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
-	"github.com/shoalfabric/shoal/node/backend/llm"
+	"github.com/shoalfabric/shoal/node/backend/local"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 // ollamaBackend runs local-model agents against a fake Ollama server.
 func ollamaBackend(t *testing.T, fake *fakemodel.Server) backend.Backend {
 	t.Helper()
-	b, err := llm.New(llm.Config{Kind: backend.KindOllama, Host: fake.URL()})
+	b, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 // agent is one session the node owns. Its state is touched only through
 // its own methods, under mu. Everything that happens to it becomes an item
-// in one queue, in the order it happened; its relay goroutine, the only
+// in one queue, in the order it happened; its loop goroutine, the only
 // publisher of its events, stamps each backend event with the turn it
 // belongs to, runs the turn and status machine, and publishes, logs and
 // records each event in order.
@@ -29,7 +29,7 @@ type agent struct {
 	sess backend.Session
 
 	queue   *eventQueue
-	done    chan struct{} // closed when the relay has handled status dead
+	done    chan struct{} // closed when the loop has handled status dead
 	work    sync.WaitGroup
 	endLife context.CancelFunc // ends the context the agent's goroutines run in
 
@@ -38,7 +38,7 @@ type agent struct {
 	turns         turns
 	text          turnText
 	seq           uint64 // the last event number used
-	stamp         int    // the turn the relay stamps backend events with
+	stamp         int    // the turn the loop stamps backend events with
 	lastEvent     time.Time
 	lastActivity  time.Time
 	closing       bool
@@ -51,7 +51,7 @@ type agent struct {
 	stderrLog     *os.File
 }
 
-// item is one thing the relay handles: an event (from the backend, or the
+// item is one thing the loop handles: an event (from the backend, or the
 // node's own with its turn set), or the start of a turn.
 type item struct {
 	ev      schemas.Event
@@ -66,8 +66,8 @@ type promptFailure struct {
 	err error
 }
 
-// Emit implements backend.Sink: the backend's events queue for the relay.
-// A backend far ahead of the relay waits here, so it cannot pile up
+// Emit implements backend.Sink: the backend's events queue for the loop.
+// A backend far ahead of the loop waits here, so it cannot pile up
 // events the node has read but not yet numbered and journaled.
 func (a *agent) Emit(ev schemas.Event) { a.queue.pushWait(item{ev: ev, backend: true}, a.done) }
 
@@ -76,9 +76,9 @@ func (a *agent) emit(turn int, p schemas.Payload) {
 	a.queue.push(item{ev: schemas.Event{Turn: turn, Payload: p}})
 }
 
-// relay handles queued items until the agent is dead. ctx is the agent's
-// lifetime: what the relay starts (a turn's prompt, a stop) runs in it.
-func (a *agent) relay(ctx context.Context) {
+// loop handles queued items until the agent is dead. ctx is the agent's
+// lifetime: what the loop starts (a turn's prompt, a stop) runs in it.
+func (a *agent) loop(ctx context.Context) {
 	defer close(a.done)
 	for {
 		it, ok := a.queue.pop()
@@ -247,9 +247,9 @@ func (a *agent) advance(ctx context.Context) {
 }
 
 // prompt gives the backend the running turn's text, on its own goroutine,
-// so neither the relay nor the caller waits on the agent; it is not
+// so neither the loop nor the caller waits on the agent; it is not
 // bounded by whoever sent the turn, which has its answer already, but by
-// promptWait. A failure comes back to the relay in order.
+// promptWait. A failure comes back to the loop in order.
 func (a *agent) prompt(ctx context.Context, p pendingTurn) {
 	a.work.Go(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), promptWait)
@@ -636,18 +636,18 @@ func textOf(c schemas.ContentBlock) string {
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
-// eventQueue is the FIFO between an agent's backend and its relay. The
+// eventQueue is the FIFO between an agent's backend and its loop. The
 // node's own items never wait; a backend's wait while the queue holds
 // queueAhead items.
 type eventQueue struct {
 	mu     sync.Mutex
 	items  []item
 	wake   chan struct{}
-	room   chan struct{} // signalled when the relay takes an item
+	room   chan struct{} // signalled when the loop takes an item
 	closed bool
 }
 
-// queueAhead is how many events a backend may be ahead of its relay.
+// queueAhead is how many events a backend may be ahead of its loop.
 const queueAhead = 256
 
 func newEventQueue() *eventQueue {

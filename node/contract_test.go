@@ -14,7 +14,7 @@ import (
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
-	"github.com/shoalfabric/shoal/node/backend/llm"
+	"github.com/shoalfabric/shoal/node/backend/local"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -89,7 +89,7 @@ func harnesses() []harness {
 		{name: "ollama", model: "ollama:fake-model",
 			start: func(t *testing.T) parts {
 				fake := fakemodel.Start(t, fakemodel.Config{Default: contractReply})
-				b, err := llm.New(llm.Config{Kind: backend.KindOllama, Host: fake.URL()})
+				b, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -73,11 +73,11 @@ type Config struct {
 	// RefreshInterval is how often the node asks its backends again what
 	// they can run (a CLI installed since, a model pulled); 1m when zero.
 	RefreshInterval time.Duration
-	// Relay confines the node to its own subjects: it reaches the stream
+	// Confined confines the node to its own subjects: it reaches the stream
 	// and buckets only through the coordinator's relay, as scoped node
 	// credentials require. Its connection must use the inbox prefix
 	// schemas.InboxPrefix("node", Name).
-	Relay bool
+	Confined bool
 	// NoJournal keeps events in memory only until the stream stores them:
 	// a node killed while the fabric is away loses what it held. Without
 	// it (the default) every event is written to the node's journal before
@@ -168,7 +168,7 @@ func New(cfg Config) (*Host, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("node needs a directory for its files")
 	}
-	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Relay && cfg.Conn.Opts.InboxPrefix != want {
+	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Confined && cfg.Conn.Opts.InboxPrefix != want {
 		return nil, fmt.Errorf("a confined node's connection must use the inbox prefix %s (nats.CustomInboxPrefix)", want)
 	}
 	js, err := jetstream.New(cfg.Conn)
@@ -210,7 +210,7 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if h.cfg.Relay {
+	if h.cfg.Confined {
 		h.store = &relayStore{nc: h.cfg.Conn, node: h.cfg.Name}
 	} else if h.store, err = newDirectStore(ctx, h.cfg.Conn, h.js, h.cfg.Name); err != nil {
 		return err
@@ -459,7 +459,7 @@ func (h *Host) closeAll(ctx context.Context) {
 	wg.Wait()
 }
 
-// retire is called by an agent's relay once it is dead: it leaves the
+// retire is called by an agent's loop once it is dead: it leaves the
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(ctx context.Context, a *agent) {
 	h.pids.remove(a.id)

@@ -40,11 +40,11 @@ type journal struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // signalled when there is something to write
 	taken     *sync.Cond // broadcast when the writer takes the buffer
-	buf       []byte // appended, not yet written
-	bufLast   uint64 // the jseq of the last record in buf
-	next      uint64 // the jseq the next record gets
-	written   uint64 // every record up to this jseq is written
-	dirty     bool   // written since the last sync
+	buf       []byte     // appended, not yet written
+	bufLast   uint64     // the jseq of the last record in buf
+	next      uint64     // the jseq the next record gets
+	written   uint64     // every record up to this jseq is written
+	dirty     bool       // written since the last sync
 	seg       *os.File
 	segFirst  uint64 // the first jseq in seg
 	segSize   int64

@@ -50,7 +50,7 @@ func (a *agent) openFiles(stderrPath string) (*os.File, error) {
 	return a.stderrLog, nil
 }
 
-// started takes the backend's session: the relay runs from now on, in
+// started takes the backend's session: the loop runs from now on, in
 // the agent's own lifetime, which outlives the open that began it and ends
 // with the agent; and the agent is idle.
 func (a *agent) started(ctx context.Context, sess backend.Session) {
@@ -63,7 +63,7 @@ func (a *agent) started(ctx context.Context, sess backend.Session) {
 	a.mu.Unlock()
 	a.h.agentWork.Go(func() {
 		defer end()
-		a.relay(life)
+		a.loop(life)
 		a.work.Wait()
 	})
 	a.emit(turn, schemas.Status{Status: schemas.StatusIdle})

@@ -112,7 +112,7 @@ func (t *turns) wait(n int, ch chan runOutcome) {
 // turnText is what the node keeps of the running turn's output: its
 // streamed text for agent_output while it runs, its authoritative texts
 // for agent_run, and its streamed thought for an empty authoritative one.
-// Only the relay touches it.
+// Only the loop touches it.
 type turnText struct {
 	thinking strings.Builder
 	partial  strings.Builder

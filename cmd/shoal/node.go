@@ -20,7 +20,7 @@ import (
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
-	"github.com/shoalfabric/shoal/node/backend/llm"
+	"github.com/shoalfabric/shoal/node/backend/local"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -143,10 +143,10 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	// defaults on loopback), each advertised with its models when it
 	// answers.
 	for _, l := range []struct{ kind, host string }{
-		{backend.KindOllama, llm.OllamaHost(env.getenv("OLLAMA_HOST"))},
-		{backend.KindVMLX, llm.VMLXHost(env.getenv("VMLX_HOST"))},
+		{backend.KindOllama, local.OllamaHost(env.getenv("OLLAMA_HOST"))},
+		{backend.KindVMLX, local.VMLXHost(env.getenv("VMLX_HOST"))},
 	} {
-		b, err := llm.New(llm.Config{Kind: l.kind, Host: l.host})
+		b, err := local.New(local.Config{Kind: l.kind, Host: l.host})
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +181,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		InterruptGrace:   o.interruptGrace,
 		ImageMaxLongEdge: int(negativeIfZero(int64(o.imageEdge))),
 		Version:          semver(),
-		Relay:            confined,
+		Confined:         confined,
 		Reaper:           reaper,
 		Logger:           log,
 	})

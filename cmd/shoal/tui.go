@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/schemas"
@@ -40,19 +38,10 @@ shows the nodes, ? lists the keys, q quits. The mouse selects and scrolls.`,
 				if err != nil {
 					return err
 				}
-				ctx, cancel := context.WithCancel(ctx)
-				defer cancel()
-				m := tui.New(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent})
-				opts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithAltScreen(), tea.WithMouseCellMotion(),
-					tea.WithInput(v.env.io.in), tea.WithOutput(v.env.io.out)}
 				if in, ok := v.env.io.in.(*os.File); !ok || !isTerminal(in) {
 					return errors.New("shoal tui needs a terminal; use shoal tail or shoal ls to watch without one")
 				}
-				_, err = tea.NewProgram(m, opts...).Run()
-				if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
-					return nil
-				}
-				return err
+				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent}, v.env.io.in, v.env.io.out)
 			}
 		})
 }

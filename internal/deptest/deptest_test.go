@@ -31,6 +31,39 @@ func rel(imp string) string { return strings.TrimPrefix(strings.TrimPrefix(imp, 
 // isBackend reports whether pkg is a backend implementation.
 func isBackend(pkg string) bool { return strings.HasPrefix(pkg, "node/backend/") }
 
+// only returns a rule's from for every package but those under the given
+// prefixes: the packages that may not import what only they may.
+func only(prefixes ...string) func(string) bool {
+	return func(p string) bool {
+		for _, pre := range prefixes {
+			if under(pre)(p) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// importsOf reports whether imp is the module path or beneath it.
+func importsOf(module string) func(_, imp string) bool {
+	return func(_, imp string) bool { return imp == module || strings.HasPrefix(imp, module+"/") }
+}
+
+// oursUnder reports whether imp is one of our packages under any prefix.
+func oursUnder(prefixes ...string) func(_, imp string) bool {
+	return func(_, imp string) bool {
+		if !ours(imp) {
+			return false
+		}
+		for _, pre := range prefixes {
+			if under(pre)(rel(imp)) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 var rules = []rule{
 	{
 		why:  "schemas imports only the standard library",
@@ -41,14 +74,26 @@ var rules = []rule{
 		},
 	},
 	{
-		why:    "node never imports bridge or broker",
+		why:    "node never imports bridge, coordinator or broker",
 		from:   under("node"),
-		forbid: func(_, imp string) bool { return ours(imp) && (under("bridge")(rel(imp)) || under("broker")(rel(imp))) },
+		forbid: oursUnder("bridge", "coordinator", "broker"),
 	},
 	{
-		why:    "bridge never imports node or broker",
+		why:    "bridge never imports node, coordinator or broker",
 		from:   under("bridge"),
-		forbid: func(_, imp string) bool { return ours(imp) && (under("node")(rel(imp)) || under("broker")(rel(imp))) },
+		forbid: oursUnder("node", "coordinator", "broker"),
+	},
+	{
+		why:    "coordinator never imports node, bridge or broker",
+		from:   under("coordinator"),
+		forbid: oursUnder("node", "bridge", "broker"),
+	},
+	{
+		why:  "client imports only schemas of ours",
+		from: under("client"),
+		forbid: func(_, imp string) bool {
+			return ours(imp) && rel(imp) != "schemas"
+		},
 	},
 	{
 		why:  "the backend interface package imports only schemas of ours",
@@ -83,6 +128,36 @@ var rules = []rule{
 		why:    "nothing outside cmd/ imports cmd/",
 		from:   func(p string) bool { return !under("cmd")(p) },
 		forbid: func(_, imp string) bool { return ours(imp) && under("cmd")(rel(imp)) },
+	},
+	{
+		why:    "only broker imports the NATS server",
+		from:   only("broker"),
+		forbid: importsOf("github.com/nats-io/nats-server"),
+	},
+	{
+		why:    "only bridge imports ZeroMQ",
+		from:   only("bridge"),
+		forbid: importsOf("github.com/go-zeromq"),
+	},
+	{
+		why:    "only bridge serves MCP",
+		from:   only("bridge"),
+		forbid: importsOf("github.com/mark3labs/mcp-go/server"),
+	},
+	{
+		why:    "only the local-model backend is an MCP client",
+		from:   only("node/backend/local"),
+		forbid: importsOf("github.com/mark3labs/mcp-go/client"),
+	},
+	{
+		why:    "only the ACP backend speaks ACP",
+		from:   only("node/backend/acp"),
+		forbid: importsOf("github.com/coder/acp-go-sdk"),
+	},
+	{
+		why:    "only the TUI imports the Charm libraries",
+		from:   only("cmd/shoal/internal/tui"),
+		forbid: importsOf("github.com/charmbracelet"),
 	},
 }
 
@@ -159,7 +234,7 @@ func importGraph(t *testing.T) map[string][]string {
 
 func TestDependencyDirection(t *testing.T) {
 	graph := importGraph(t)
-	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "bridge", "cmd/shoal"} {
+	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "cmd/shoal", "cmd/shoal/internal/tui"} {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("package %s is missing from the layout", pkg)
 		}
@@ -174,27 +249,39 @@ func TestRulesCatchViolations(t *testing.T) {
 	m := func(p string) string { return module + "/" + p }
 	bad := map[string][]string{
 		"schemas":             {"github.com/nats-io/nats.go"},
-		"node":                {m("bridge")},
+		"node":                {m("bridge"), m("coordinator")},
 		"node/supervise":      {m("broker")},
-		"bridge":              {m("node")},
+		"bridge":              {m("node"), m("coordinator")},
 		"bridge/mcp":          {m("broker")},
+		"coordinator":         {m("node"), m("bridge"), m("broker")},
+		"client":              {m("node"), m("coordinator")},
 		"node/backend":        {m("node")},
 		"node/backend/claude": {m("node/backend/acp"), m("node")},
 		"broker":              {m("node")},
-		"node/backend/llm":    {m("internal/fakemodel")},
-		"internal/natstest":   {m("cmd/shoal")},
+		"node/backend/local":  {m("internal/fakemodel"), "github.com/mark3labs/mcp-go/server"},
+		"internal/natstest":   {m("cmd/shoal"), "github.com/nats-io/nats-server/v2/server"},
+		"client/x":            {"github.com/go-zeromq/zmq4"},
+		"node/backend/acp":    {"github.com/mark3labs/mcp-go/client"},
+		"bridge/acp":          {"github.com/coder/acp-go-sdk"},
+		"cmd/shoal":           {"github.com/charmbracelet/bubbletea"},
 	}
 	got := violations(bad)
-	if want := 12; len(got) != want {
+	if want := 25; len(got) != want {
 		t.Fatalf("found %d violations, want %d:\n%s", len(got), want, strings.Join(got, "\n"))
 	}
 	fine := map[string][]string{
-		"schemas":             {"encoding/json", "fmt"},
-		"node":                {m("schemas"), m("node/backend"), "github.com/nats-io/nats.go"},
-		"node/backend/claude": {m("schemas"), m("node/backend"), m("node/backend/claude/stream")},
-		"bridge":              {m("schemas"), "github.com/mark3labs/mcp-go/server"},
-		"cmd/shoal":           {m("broker"), m("node"), m("bridge"), m("internal/natstest")},
-		"internal/fabrictest": {m("broker"), m("node"), m("bridge")},
+		"schemas":                {"encoding/json", "fmt"},
+		"node":                   {m("schemas"), m("node/backend"), m("client"), "github.com/nats-io/nats.go"},
+		"node/backend/claude":    {m("schemas"), m("node/backend"), m("node/backend/claude/stream")},
+		"node/backend/local":     {m("schemas"), "github.com/mark3labs/mcp-go/client", "github.com/mark3labs/mcp-go/mcp"},
+		"node/backend/acp":       {"github.com/coder/acp-go-sdk"},
+		"client":                 {m("schemas"), "github.com/nats-io/nats.go/jetstream"},
+		"coordinator":            {m("schemas"), m("client"), "github.com/nats-io/nats.go/micro"},
+		"bridge":                 {m("schemas"), m("client"), "github.com/mark3labs/mcp-go/server", "github.com/go-zeromq/zmq4"},
+		"broker":                 {m("schemas"), "github.com/nats-io/nats-server/v2/server"},
+		"cmd/shoal":              {m("broker"), m("node"), m("bridge"), m("coordinator"), m("internal/natstest")},
+		"cmd/shoal/internal/tui": {"github.com/charmbracelet/bubbletea", "github.com/charmbracelet/lipgloss"},
+		"internal/fabrictest":    {m("broker"), m("node"), m("bridge"), m("coordinator")},
 	}
 	if got := violations(fine); len(got) != 0 {
 		t.Fatalf("allowed imports reported:\n%s", strings.Join(got, "\n"))

@@ -87,7 +87,7 @@ func (s *Secured) RunNode(t testing.TB, name string, nc *nats.Conn, bs ...backen
 	if len(bs) == 0 {
 		bs = []backend.Backend{fakebackend.New(fakebackend.Config{})}
 	}
-	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(), Backends: bs, Relay: true})
+	h, err := node.New(node.Config{Name: name, Conn: nc, Dir: t.TempDir(), Backends: bs, Confined: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node/backend"
-	"github.com/shoalfabric/shoal/node/backend/llm"
+	"github.com/shoalfabric/shoal/node/backend/local"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -43,7 +43,7 @@ func BenchmarkOllamaTokensVsRawStream(b *testing.B) {
 		return n
 	}
 
-	be, err := llm.New(llm.Config{Kind: backend.KindOllama, Host: fake.URL()})
+	be, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
 	if err != nil {
 		b.Fatal(err)
 	}
