@@ -129,17 +129,34 @@ func BenchmarkBusVsRawZMQ(b *testing.B) {
 // against a raw NATS request/reply to a responder on the same server in
 // the same run.
 func BenchmarkMCPStatusRoundTrip(b *testing.B) {
+	mcpRoundTrip(b, "agent_status", map[string]any{"agent_id": "bench"}, schemas.VerbStatus)
+}
+
+// BenchmarkMCPSendRoundTrip measures agent_send over MCP the same way:
+// validation, the record read that finds the agent's node, the request
+// to it, the reply.
+func BenchmarkMCPSendRoundTrip(b *testing.B) {
+	mcpRoundTrip(b, "agent_send", map[string]any{"agent_id": "bench", "text": "hello"}, schemas.VerbSend)
+}
+
+// mcpRoundTrip calls tool over MCP, answered by a stand-in node that
+// replies to verb from memory, and in the same loop makes a raw NATS
+// request of a responder on the same server.
+func mcpRoundTrip(b *testing.B, tool string, args map[string]any, verb schemas.Verb) {
 	srv := natstest.Start(b)
 	f, err := client.NewDirect(natstest.Connect(b, srv), client.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	// A stand-in node that answers status from memory.
 	nc := natstest.Connect(b, srv)
 	rec := schemas.AgentRecord{ID: "bench", Status: schemas.StatusIdle, Node: "bn", Model: "sonnet"}
 	body := []byte(mustJSON(rec))
-	nc.Subscribe(schemas.ControlSubject("bn", schemas.VerbStatus), func(m *nats.Msg) { m.Respond(body) })
-	nc.Subscribe("bench.echo", func(m *nats.Msg) { m.Respond(body) })
+	reply := body
+	if verb == schemas.VerbSend {
+		reply = []byte(mustJSON(schemas.SendReply{Turn: 1}))
+	}
+	nc.Subscribe(schemas.ControlSubject("bn", verb), func(m *nats.Msg) { m.Respond(reply) })
+	nc.Subscribe("bench.echo", func(m *nats.Msg) { m.Respond(reply) })
 	nc.Flush()
 	_, js := natstest.JetStream(b, srv)
 	kv, _ := js.KeyValue(b.Context(), schemas.AgentsBucket)
@@ -158,18 +175,19 @@ func BenchmarkMCPStatusRoundTrip(b *testing.B) {
 	}
 	defer s.Close()
 	raw := natstest.Connect(b, srv)
+	rawBody := []byte(mustJSON(args))
 
 	var mcpTime, rawTime time.Duration
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_status", Arguments: map[string]any{"agent_id": "bench"}})
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil || res.IsError {
-			b.Fatalf("agent_status: %v %+v", err, res)
+			b.Fatalf("%s: %v %+v", tool, err, res)
 		}
 		mcpTime += time.Since(start)
 		start = time.Now()
-		if _, err := raw.Request("bench.echo", []byte(`{"agent_id":"bench"}`), 5*time.Second); err != nil {
+		if _, err := raw.Request("bench.echo", rawBody, 5*time.Second); err != nil {
 			b.Fatal(err)
 		}
 		rawTime += time.Since(start)

@@ -243,7 +243,7 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	body, _ := json.MarshalIndent(cfg, "", "  ")
 	files := map[string][]byte{
 		filepath.Join("opencode", "opencode.json"):             body,
-		filepath.Join("opencode", "plugin", "shoal-bridge.js"): pluginJS,
+		filepath.Join("opencode", "plugin", "shoal-permits.js"): pluginJS,
 	}
 	for name, b := range files {
 		p := filepath.Join(dir, name)
@@ -260,8 +260,8 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	return dir, []string{
 		"XDG_CONFIG_HOME=" + dir,
 		"SHOAL_AGENT_ID=" + spec.AgentID,
-		"SHOAL_BRIDGE_PORT=" + br.port(),
-		"SHOAL_BRIDGE_TOKEN=" + token,
+		"SHOAL_PERMITS_PORT=" + br.port(),
+		"SHOAL_PERMITS_TOKEN=" + token,
 	}, nil
 }
 

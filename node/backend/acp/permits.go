@@ -19,7 +19,7 @@ import (
 // pluginJS is opencode's plugin, written into each opencode agent's
 // configuration directory.
 //
-//go:embed plugin/shoal-bridge.js
+//go:embed plugin/shoal-permits.js
 var pluginJS []byte
 
 // permits is the loopback endpoint opencode's plugin asks before a tool
@@ -97,9 +97,9 @@ func (b *permits) permission(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
 	a, ok := b.agents[id]
 	b.mu.Unlock()
-	token := r.Header.Get("X-Shoal-Bridge-Token")
+	token := r.Header.Get("X-Shoal-Permits-Token")
 	if !ok || token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) != 1 {
-		answer(permitVerdict{Why: "bad bridge credential"})
+		answer(permitVerdict{Why: "bad permits credential"})
 		return
 	}
 	var req struct {
@@ -108,7 +108,7 @@ func (b *permits) permission(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
 	if err != nil || json.Unmarshal(body, &req) != nil || req.Tool == "" {
-		answer(permitVerdict{Why: "bridge error"})
+		answer(permitVerdict{Why: "permits endpoint error"})
 		return
 	}
 	allow, why := a.s.judgeTool(req.Tool, req.Args)

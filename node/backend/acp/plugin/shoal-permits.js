@@ -2,8 +2,8 @@
 // the Shoal node that started this agent whether the agent's policy allows
 // the call; a refusal fails the call with the reason. It also appends the
 // agent's system prompt, if it has one, to every turn.
-const port = process.env.SHOAL_BRIDGE_PORT
-const token = process.env.SHOAL_BRIDGE_TOKEN || ""
+const port = process.env.SHOAL_PERMITS_PORT
+const token = process.env.SHOAL_PERMITS_TOKEN || ""
 const agent = process.env.SHOAL_AGENT_ID || ""
 const preset = process.env.SHOAL_AGENT_PERMISSION || "default"
 const systemPrompt = process.env.SHOAL_AGENT_SYSTEM_PROMPT || ""
@@ -17,7 +17,7 @@ async function decide(tool, args) {
       headers: {
         "content-type": "application/json",
         "X-Shoal-Agent-Id": agent,
-        "X-Shoal-Bridge-Token": token,
+        "X-Shoal-Permits-Token": token,
       },
       body: JSON.stringify({ tool, args: args ?? {}, preset }),
       signal: AbortSignal.timeout(5000),
