@@ -23,9 +23,10 @@ type MCPConfig struct {
 	Logger  *slog.Logger
 }
 
-// MCP serves Kaimon's nine agent tools, plus agent_nodes, over the
-// fabric. A call that comes from an agent (its MCP config carries the
-// agent's id) passes the door first: it is judged by that agent's policy.
+// MCP serves Kaimon's nine agent tools, plus agent_nodes and
+// agent_events, over the fabric. A call that comes from an agent (its MCP
+// config carries the agent's id) passes the door first: it is judged by
+// that agent's policy.
 type MCP struct {
 	f   client.Client
 	srv *server.MCPServer
