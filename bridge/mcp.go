@@ -60,9 +60,6 @@ func NewMCP(cfg MCPConfig) *MCP {
 	return m
 }
 
-// Server is the underlying MCP server.
-func (m *MCP) Server() *server.MCPServer { return m.srv }
-
 // handler adapts a tool: validation against its schema, the door, the
 // call, and the JSON text Kaimon returns. A mistake is a result the
 // caller can read, flagged as an error.

@@ -188,9 +188,6 @@ func (b *Broker) ClusterURL() string {
 // StoreDir is where JetStream keeps its files.
 func (b *Broker) StoreDir() string { return b.cfg.StoreDir }
 
-// Server exposes the embedded server, for monitoring and tests.
-func (b *Broker) Server() *server.Server { return b.srv }
-
 // Shutdown stops the server and waits for it to finish writing. It is
 // safe to call more than once.
 func (b *Broker) Shutdown() {

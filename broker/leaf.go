@@ -126,9 +126,6 @@ func (l *Leaf) Start(ctx context.Context) error {
 	return nil
 }
 
-// Connected reports whether the connection to the hub is up.
-func (l *Leaf) Connected() bool { return l.srv.NumLeafNodes() > 0 }
-
 // Connect opens an in-process client connection to the leaf server.
 func (l *Leaf) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect("", append([]nats.Option{nats.InProcessServer(l.srv)}, opts...)...)

@@ -496,12 +496,6 @@ func (a *agent) record() schemas.AgentRecord {
 	return r
 }
 
-func (a *agent) status() schemas.AgentStatus {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.rec.Status
-}
-
 func (a *agent) isDead() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -488,6 +488,14 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 	for _, x := range drop {
 		h.recs.forget(ctx, x)
 		h.pub.forget(x.id)
+		// Its mark is needed only while its events may be lost with the
+		// journal: once none waits, the numbers file forgets it, so the
+		// file holds the agents the node keeps, not every agent it ran.
+		if _, waiting := h.pub.pendingTail(x.id); !waiting {
+			if err := h.nums.forget(x.id); err != nil {
+				h.log.Warn("cannot write the numbers file", "err", err)
+			}
+		}
 	}
 }
 

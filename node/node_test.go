@@ -520,6 +520,11 @@ func TestReopenDeadID(t *testing.T) {
 		_, err := f.fabric.Record(f.ctx(5*time.Second), a)
 		return schemas.CodeOf(err) == schemas.CodeNotFound
 	})
+	// The numbers file forgets it too, and keeps the agent still kept.
+	eventually(t, 10*time.Second, "the forgotten agent's mark leaves the numbers file", func() bool {
+		nums, err := os.ReadFile(filepath.Join(f.dir, "numbers.json"))
+		return err == nil && !bytes.Contains(nums, []byte(`"`+a+`"`)) && bytes.Contains(nums, []byte(`"`+b+`"`))
+	})
 	// Its status still answers, from its events in the stream.
 	if rec, err := f.fabric.Status(f.ctx(5*time.Second), a); err != nil || rec.Status != schemas.StatusDead {
 		t.Errorf("the forgotten agent's status: %+v %v", rec, err)

@@ -201,16 +201,6 @@ func (f *fields) object(key string, fn func(*fields)) {
 	}
 }
 
-// optObject reads a nested object that may be absent or null, and reports
-// whether it was there.
-func (f *fields) optObject(key string, fn func(*fields)) bool {
-	if !f.present(key) || f.isNull(key) {
-		return false
-	}
-	f.object(key, fn)
-	return true
-}
-
 // array reads an array of objects, calling fn for each element.
 func (f *fields) array(key string, required bool, fn func(int, *fields)) {
 	v, ok := f.m[key]

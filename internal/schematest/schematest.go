@@ -65,19 +65,6 @@ func compileAll() (map[string]*jsonschema.Schema, error) {
 	return compiled, compileErr
 }
 
-// Names lists every compiled schema.
-func Names() ([]string, error) {
-	all, err := compileAll()
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
-	}
-	return names, nil
-}
-
 // Validate checks raw JSON against the named schema ("envelope",
 // "control/open_request", …).
 func Validate(name string, raw []byte) error {

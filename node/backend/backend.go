@@ -68,12 +68,6 @@ type Sink interface {
 	Emit(schemas.Event)
 }
 
-// SinkFunc adapts a function to Sink.
-type SinkFunc func(schemas.Event)
-
-// Emit calls f.
-func (f SinkFunc) Emit(ev schemas.Event) { f(ev) }
-
 // Spec is what a backend needs to start one agent.
 type Spec struct {
 	AgentID string

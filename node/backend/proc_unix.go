@@ -25,8 +25,3 @@ func KillGroup(pgid int) error {
 	}
 	return nil
 }
-
-// SignalGroup sends sig to a process group.
-func SignalGroup(pgid int, sig syscall.Signal) error {
-	return syscall.Kill(-pgid, sig)
-}

@@ -27,11 +27,11 @@ func procargsHas(b []byte, want string) bool {
 		if i < 0 {
 			i = len(b)
 		}
-		if n >= argc && string(b[:i]) == want {
-			return true
-		}
 		if n >= argc && i == 0 {
 			return false // the end of the environment
+		}
+		if n >= argc && string(b[:i]) == want {
+			return true
 		}
 		b = b[min(i+1, len(b)):]
 	}

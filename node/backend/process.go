@@ -161,11 +161,6 @@ func (p *Process) exited(err error) {
 	close(p.done)
 }
 
-// ProcAttr is how a backend starts any process of an agent's (an MCP
-// server, a helper): in its own process group, with the parent-death
-// signal where the platform has one.
-func ProcAttr() *syscall.SysProcAttr { return sysProcAttr() }
-
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
 
