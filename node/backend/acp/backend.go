@@ -242,7 +242,7 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	cfg["permission"] = map[string]string{"edit": ask, "bash": ask}
 	body, _ := json.MarshalIndent(cfg, "", "  ")
 	files := map[string][]byte{
-		filepath.Join("opencode", "opencode.json"):             body,
+		filepath.Join("opencode", "opencode.json"):              body,
 		filepath.Join("opencode", "plugin", "shoal-permits.js"): pluginJS,
 	}
 	for name, b := range files {
