@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
@@ -37,15 +38,9 @@ func BenchmarkOpenThroughPlacement(b *testing.B) {
 	for _, n := range []int{1, 10, 100} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			srv := natstest.Start(b, func(c *broker.Config) { c.Assets.NodeTTL = time.Hour })
-			h, err := node.New(node.Config{Name: "real", Conn: natstest.Connect(b, srv), Dir: b.TempDir(), MaxDead: 1 << 20,
+			fabrictest.Node(b, srv, node.Config{Name: "real", MaxDead: 1 << 20,
 				Labels: map[string]string{"pool": "bench"}, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(b.Context())
-			defer cancel()
-			go h.Run(ctx)
-			<-h.Ready()
+			ctx := b.Context()
 			_, js := natstest.JetStream(b, srv)
 			kv, err := js.KeyValue(ctx, schemas.NodesBucket)
 			if err != nil {
