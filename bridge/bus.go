@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -147,6 +148,10 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		default:
 		}
 	}
+	// Only an agent's events go out, in its order; what else is on its
+	// subject is passed over and logged.
+	order := client.NewOrder(b.cfg.Conn)
+	strays := 0
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		meta, err := msg.Metadata()
 		if err != nil {
@@ -154,13 +159,25 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 			return
 		}
 		if seq := meta.Sequence.Stream; seq > pos.last {
+			evs, err := order.Add(ctx, msg)
+			if err != nil {
+				fail(fmt.Errorf("read the stream: %w", err))
+				return
+			}
 			// Recorded before ZeroMQ has the event, which it may deliver
 			// at once: a bus killed right after must not send it again.
 			prev := pos.last
 			pos.record(seq)
-			if id, ok := schemas.AgentFromSubject(msg.Subject()); ok {
-				channel := "agent:" + id
-				payload := JuliaNamedTuple(channel, string(msg.Data()), "agent", b.cfg.JuliaVersion)
+			for _, r := range evs {
+				if r.Stray != "" {
+					if strays++; strays <= 100 || strays%1000 == 0 {
+						b.log.Warn("passed over a message on an agent's subject that is not one of its events",
+							"agent", r.Agent, "seq", r.Seq, "why", r.Stray, "strays", strays)
+					}
+					continue
+				}
+				channel := "agent:" + r.Agent
+				payload := JuliaNamedTuple(channel, string(r.Raw), "agent", b.cfg.JuliaVersion)
 				if err := pub.Send(zmq4.NewMsgFrom([]byte(channel), payload)); err != nil {
 					pos.record(prev)
 					fail(fmt.Errorf("send on the Kaimon bus: %w", err))

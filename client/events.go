@@ -50,6 +50,10 @@ func (f *Direct) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 		return rep, err
 	}
 	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
+		if r.Stray != "" {
+			rep.Foreign = append(rep.Foreign, schemas.ForeignMessage{Seq: r.Seq, N: r.N, Reason: r.Stray})
+			return nil
+		}
 		if len(rep.Events) >= limit {
 			rep.More = true
 			return errStop
@@ -80,6 +84,6 @@ func (f *Direct) lastEvent(ctx context.Context, id string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tail, _, err := StreamTail(ctx, stream, id)
+	tail, _, err := StreamTail(ctx, f.nc, stream, id)
 	return tail.Last, err
 }

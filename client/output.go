@@ -43,6 +43,9 @@ func (f *Direct) storedWithEnds(ctx context.Context, id string) (*schemas.Stored
 	var s *schemas.Stored
 	var ends [2]Replayed
 	err := f.Replay(ctx, []string{id}, From{}, false, func(r Replayed, _ *Gap) error {
+		if r.Stray != "" {
+			return nil // not the agent's: its output is its own events'
+		}
 		if s == nil {
 			s, ends[0] = schemas.NewStored(r.N), r
 		}

@@ -220,6 +220,12 @@ func (r *Remote) Replay(ctx context.Context, ids []string, from From, follow boo
 func remoteReplayed(m *nats.Msg) (Replayed, *Gap, error) {
 	var r Replayed
 	var err error
+	if why := m.Header.Get(schemas.HeaderStray); why != "" {
+		r.Stray, r.Agent, r.Raw = why, m.Header.Get(schemas.HeaderAgent), m.Data
+		r.Seq, _ = strconv.ParseUint(m.Header.Get(schemas.HeaderSeq), 10, 64)
+		_, r.N, _ = schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+		return r, nil, nil
+	}
 	if r.Agent, r.N, err = schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID)); err != nil {
 		return r, nil, fmt.Errorf("replay: %w", err)
 	}

@@ -36,6 +36,11 @@ type Replayed struct {
 	Turn  int
 	Delta bool   // a streamed chunk, kept for liveness only
 	Raw   []byte // the envelope as stored
+	// Stray, when set, says why this message on the agent's subject is
+	// not one of its events (it has no number, it is not an envelope, it
+	// is a copy, its number does not follow): the replay skips it and
+	// tells fn once, so a reader can say so and go on.
+	Stray string
 }
 
 // Event decodes the envelope.
@@ -123,11 +128,18 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 	}
 	defer closeIt()
 
-	rs := &replayState{turn: from.Turn, started: from.Turn == 0, next: map[string]uint64{}, fn: fn,
-		fromStart: !from.New && from.Event == 0 && from.Turn == 0 && from.Time.IsZero()}
+	// A replay from the start (or from a turn, which reads from the start)
+	// sees each agent's history from its first stored event; one from a
+	// time or from now finds where each agent's events stand when it
+	// first meets the agent.
+	open := !from.New && from.Event == 0 && from.Time.IsZero()
+	q := newSequencer(open, func(ctx context.Context, agent string, before uint64) (uint64, bool, error) {
+		return lastEventBefore(ctx, f.nc, agent, before)
+	})
 	if from.Event > 0 {
-		rs.next[ids[0]] = from.Event
+		q.expect(ids[0], from.Event)
 	}
+	rs := &replayState{turn: from.Turn, started: from.Turn == 0, fn: fn}
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
@@ -138,7 +150,18 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 		}
 		r, ok := replayed(msg)
 		if ok {
-			if err := rs.add(&r); err != nil {
+			ds, err := q.add(ctx, r)
+			if err != nil {
+				return err
+			}
+			if err := rs.take(ds); err != nil {
+				return done(err)
+			}
+		}
+		if !follow && r.Seq >= end {
+			// The end of what is stored: what is held waits for nothing
+			// more.
+			if err := rs.take(q.flush()); err != nil {
 				return done(err)
 			}
 		}
@@ -163,7 +186,7 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 // an event number beyond the next one, a turn beyond the next one.
 func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) error {
 	for _, id := range ids {
-		tail, found, err := StreamTail(ctx, stream, id)
+		tail, found, err := StreamTail(ctx, f.nc, stream, id)
 		if err != nil {
 			return err
 		}
@@ -180,23 +203,6 @@ func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []s
 		}
 	}
 	return nil
-}
-
-// StreamTail reads how an agent's stored events end; found is false when
-// none is stored. The node, the coordinator and the clients read it alike.
-func StreamTail(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, bool, error) {
-	m, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return schemas.Tail{}, false, nil
-	}
-	if err != nil {
-		return schemas.Tail{}, false, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
-	}
-	t, err := schemas.TailOf(m.Header.Get(schemas.HeaderMsgID), m.Data)
-	if err != nil {
-		return schemas.Tail{}, true, nil // a stranger at the end: what it holds is read as it comes
-	}
-	return t, true, nil
 }
 
 // openReplay starts the consumer of a replay. One that follows is an
@@ -245,15 +251,32 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 
 // replayState is what a replay remembers between events.
 type replayState struct {
-	turn      int               // the turn a replay from a turn starts at
-	started   bool              // that turn has begun (always, for other replays)
-	pending   *Replayed         // a user's text held back while looking for the turn it starts
-	first     uint64            // the number of the first event seen (a replay from a turn names one agent)
-	whole     bool              // the life being read began in the stored history
-	passed    *Replayed         // the start of a later turn, where the turn asked for was dropped
-	fromStart bool              // the replay asked for every stored event
-	next      map[string]uint64 // the event number each agent should show next
-	fn        func(Replayed, *Gap) error
+	turn    int       // the turn a replay from a turn starts at
+	started bool      // that turn has begun (always, for other replays)
+	pending *Replayed // a user's text held back while looking for the turn it starts
+	first   uint64    // the number of the first event seen (a replay from a turn names one agent)
+	whole   bool      // the life being read began in the stored history
+	passed  *Replayed // the start of a later turn, where the turn asked for was dropped
+	fn      func(Replayed, *Gap) error
+}
+
+// take hands what the sequencer delivers to add, and strays straight to
+// fn once the replay has reached what was asked for.
+func (rs *replayState) take(ds []delivery) error {
+	for _, d := range ds {
+		if d.r.Stray != "" {
+			if rs.started {
+				if err := rs.fn(d.r, nil); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := rs.add(&d.r, d.gap); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // add delivers r, or holds it back while a replay from a turn has not
@@ -262,7 +285,7 @@ type replayState struct {
 // for was dropped by retention; a later life of the id may still have
 // it, so the replay reads on, and says so (missed) once it has caught up
 // without finding it, rather than skipping ahead in silence.
-func (rs *replayState) add(r *Replayed) error {
+func (rs *replayState) add(r *Replayed, gap *Gap) error {
 	if rs.first == 0 {
 		rs.first, rs.whole = r.N, r.N == 1
 	}
@@ -283,7 +306,7 @@ func (rs *replayState) add(r *Replayed) error {
 			}
 			rs.started = true
 			if p := rs.pending; p != nil && p.Turn == rs.turn-1 {
-				if err := rs.deliver(p); err != nil {
+				if err := rs.fn(*p, nil); err != nil {
 					return err
 				}
 			}
@@ -291,7 +314,7 @@ func (rs *replayState) add(r *Replayed) error {
 			return nil
 		}
 	}
-	return rs.deliver(r)
+	return rs.fn(*r, gap)
 }
 
 // passedOver reports whether a replay from a turn has passed where the
@@ -343,28 +366,10 @@ func hasStatus(r Replayed, status schemas.AgentStatus) bool {
 	return err == nil && ok && st.Status == status
 }
 
-// deliver hands an event to fn, with the gap before it if its number is
-// not the one expected (for a replay from the start, an agent's first
-// stored event should be its first event); a number already delivered is
-// a duplicate and is skipped.
-func (rs *replayState) deliver(r *Replayed) error {
-	want, seen := rs.next[r.Agent]
-	if !seen && rs.fromStart {
-		want, seen = 1, true
-	}
-	if seen && r.N < want {
-		return nil
-	}
-	var gap *Gap
-	if seen && r.N > want {
-		gap = &Gap{Agent: r.Agent, From: want, To: r.N - 1}
-	}
-	rs.next[r.Agent] = r.N + 1
-	return rs.fn(*r, gap)
-}
-
 // replayed reads what a replay needs of a message; its Seq is set even
-// when the message is not an event it can deliver.
+// when the message is on no agent's subject, which it reports as not ok.
+// A message on an agent's subject that is not one of its events by its
+// form comes back with Stray set.
 func replayed(msg jetstream.Msg) (Replayed, bool) {
 	var r Replayed
 	if meta, err := msg.Metadata(); err == nil {
@@ -374,16 +379,17 @@ func replayed(msg jetstream.Msg) (Replayed, bool) {
 	if !ok {
 		return r, false
 	}
-	kind, turn, delta, err := schemas.Peek(msg.Data())
-	if err != nil {
-		return r, false
-	}
 	h := msg.Headers()
-	r.Agent, r.Kind, r.Turn, r.Delta = id, kind, turn, delta
-	r.Node = h.Get(schemas.HeaderNode)
+	r.Agent, r.Node = id, h.Get(schemas.HeaderNode)
 	r.Raw = append([]byte(nil), msg.Data()...)
-	if _, n, err := schemas.ParseMsgID(h.Get(schemas.HeaderMsgID)); err == nil {
-		r.N = n
+	agent, n, err := schemas.ParseMsgID(h.Get(schemas.HeaderMsgID))
+	if err != nil || agent != id {
+		r.Stray = strayNoNumber
+		return r, true
+	}
+	r.N = n
+	if r.Kind, r.Turn, r.Delta, err = schemas.Peek(msg.Data()); err != nil {
+		r.Stray = strayNotEnvelope
 	}
 	return r, true
 }
@@ -409,11 +415,19 @@ func seekEvent(ctx context.Context, stream jetstream.Stream, id string, n uint64
 		if err != nil {
 			return nil, 0, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
 		}
-		_, num, err := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
-		if err != nil {
-			return nil, 0, schemas.Errf(schemas.CodeInternal, "agent %s has an event without a number at %d", id, m.Sequence)
+		// A stray has no number of the agent's: the search reads on past it.
+		for range walkLimit {
+			sm := storedMsg{seq: m.Sequence, hdr: m.Header, data: m.Data}
+			if num := sm.number(id); num > 0 {
+				return m, num, nil
+			}
+			if m, err = stream.GetMsg(ctx, m.Sequence+1, jetstream.WithGetMsgSubject(subject)); errors.Is(err, jetstream.ErrMsgNotFound) {
+				return nil, 0, nil
+			} else if err != nil {
+				return nil, 0, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
+			}
 		}
-		return m, num, nil
+		return nil, 0, schemas.Errf(schemas.CodeUnavailable, "agent %s's stream holds more than %d messages in a row that are not its events", id, walkLimit)
 	}
 	first, firstN, err := nextFrom(info.State.FirstSeq)
 	if err != nil {

@@ -154,7 +154,7 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
 		return nil // its owner or another coordinator wrote first
 	}
-	tail, err := tailOf(ctx, stream, rec.ID)
+	tail, err := tailOf(ctx, m.cfg.Conn, stream, rec.ID)
 	if err != nil {
 		return err
 	}

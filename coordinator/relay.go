@@ -426,7 +426,7 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 		if schemas.ValidID(id) != nil || !r.owns(ctx, node, id) {
 			continue
 		}
-		t, err := tailOf(ctx, r.events, id)
+		t, err := tailOf(ctx, r.nc, r.events, id)
 		if err != nil {
 			replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's last event: %v", id, err)})
 			return
@@ -493,7 +493,7 @@ func replyJSON(nc *nats.Conn, reply string, v any) {
 }
 
 // tailOf reads how an agent's stream ends.
-func tailOf(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
-	t, _, err := client.StreamTail(ctx, stream, id)
+func tailOf(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, nc, stream, id)
 	return t, err
 }

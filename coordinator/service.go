@@ -201,6 +201,15 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 	err = f.Replay(ctx, req.Agents, from, req.Follow, func(ev client.Replayed, gap *client.Gap) error {
 		m := nats.NewMsg(to)
 		m.Data = ev.Raw
+		if ev.Stray != "" {
+			m.Header.Set(schemas.HeaderStray, ev.Stray)
+			m.Header.Set(schemas.HeaderAgent, ev.Agent)
+			m.Header.Set(schemas.HeaderSeq, strconv.FormatUint(ev.Seq, 10))
+			if ev.N > 0 {
+				m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(ev.Agent, ev.N))
+			}
+			return send(m)
+		}
 		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(ev.Agent, ev.N))
 		m.Header.Set(schemas.HeaderNode, ev.Node)
 		m.Header.Set(schemas.HeaderSeq, strconv.FormatUint(ev.Seq, 10))

@@ -81,10 +81,7 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 				continue
 			}
 			h.log.Error("the node's journal is gone; the numbers it may have used are not used again", "agent", a, "from", last+1, "to", mark)
-			ev := schemas.Event{Turn: stored[a].Turn, Payload: schemas.ErrorWith(
-				fmt.Sprintf("events %d to %d of agent %s may have been lost: the node's journal was lost before they were stored; their numbers are not used again", last+1, mark, a),
-				map[string]uint64{"lost_from": last + 1, "lost_to": mark})}
-			wire, err := schemas.Encode(ev)
+			wire, err := schemas.Encode(schemas.LostRangeError(a, stored[a].Turn, last+1, mark))
 			if err != nil {
 				return err
 			}

@@ -101,7 +101,7 @@ func lastOfTails(tails map[string]schemas.Tail) map[string]uint64 {
 func (s *directStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
 	tails := map[string]schemas.Tail{}
 	for _, id := range ids {
-		t, err := tailOf(ctx, s.events, id)
+		t, err := tailOf(ctx, s.nc, s.events, id)
 		if err != nil {
 			return nil, err
 		}
@@ -326,7 +326,7 @@ func refused(err error) bool {
 }
 
 // tailOf reads how an agent's stream ends.
-func tailOf(ctx context.Context, stream jetstream.Stream, id string) (schemas.Tail, error) {
-	t, _, err := client.StreamTail(ctx, stream, id)
+func tailOf(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, nc, stream, id)
 	return t, err
 }

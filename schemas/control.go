@@ -260,6 +260,18 @@ type EventsReply struct {
 	Gaps      []EventGap    `json:"gaps"`
 	NextEvent uint64        `json:"next_event"`
 	More      bool          `json:"more"`
+	// Foreign names the messages on the agent's subject that are not its
+	// events, which the page skipped.
+	Foreign []ForeignMessage `json:"foreign,omitempty"`
+}
+
+// ForeignMessage is a message on an agent's subject that is not one of
+// its events: where the stream holds it, the number it claims, and why it
+// is not the agent's.
+type ForeignMessage struct {
+	Seq    uint64 `json:"seq"`
+	N      uint64 `json:"n,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // StoredEvent is an event with what the stream knows of it.
@@ -311,4 +323,8 @@ const (
 	HeaderStored = "Shoal-Stored"
 	// HeaderGap says events were missing before this one: "<from>-<to>".
 	HeaderGap = "Shoal-Gap"
+	// HeaderStray marks a message on an agent's subject that is not one
+	// of its events, and says why; HeaderAgent names the agent.
+	HeaderStray = "Shoal-Stray"
+	HeaderAgent = "Shoal-Agent"
 )

@@ -1,5 +1,10 @@
 package schemas
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 // Tail is how an agent's stream ends: the number of its last stored
 // event, and what that event leaves behind. Whoever closes the stream of
 // an agent whose process is gone (the coordinator for a lost node, a
@@ -72,4 +77,37 @@ func (t Tail) Orphaned(turn int, working bool, what string) []Event {
 		evs = append(evs, Event{Turn: turn, Payload: Errorf("%s; the agent is gone with it", what)})
 	}
 	return append(evs, Event{Turn: turn, Payload: Status{Status: StatusDead}})
+}
+
+// LostRangeError is the event a node publishes, numbered to, after a range
+// of an agent's event numbers it may have used but cannot publish (its
+// journal was lost): the numbers from through to-1 are named in its data,
+// so every reader can tell the gap for what it is.
+func LostRangeError(agent string, turn int, from, to uint64) Event {
+	return Event{Turn: turn, Payload: ErrorWith(
+		fmt.Sprintf("events %d to %d of agent %s may have been lost: the node's journal was lost before they were stored; their numbers are not used again", from, to, agent),
+		lostRange{From: from, To: to})}
+}
+
+type lostRange struct {
+	From uint64 `json:"lost_from"`
+	To   uint64 `json:"lost_to"`
+}
+
+// LostRange reads the range a lost-range error names; ok is false for
+// any other envelope.
+func LostRange(env []byte) (from, to uint64, ok bool) {
+	ev, err := Decode(env)
+	if err != nil {
+		return 0, 0, false
+	}
+	e, isErr := ev.Payload.(Error)
+	if !isErr || len(e.Data) == 0 {
+		return 0, 0, false
+	}
+	var r lostRange
+	if json.Unmarshal(e.Data, &r) != nil || r.From == 0 || r.To < r.From {
+		return 0, 0, false
+	}
+	return r.From, r.To, true
 }

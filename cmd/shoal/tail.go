@@ -62,6 +62,11 @@ envelopes, one per line.`,
 				})
 				defer p.Flush()
 				err = f.Replay(ctx, ids, from, follow, func(r client.Replayed, gap *client.Gap) error {
+					if r.Stray != "" {
+						p.Flush()
+						fmt.Fprintf(v.env.io.err, "shoal tail: %s\n", strayText(r))
+						return nil
+					}
 					if gap != nil {
 						p.Flush()
 						fmt.Fprintf(v.env.io.err, "shoal tail: %s\n", gap.Error())
@@ -80,6 +85,12 @@ envelopes, one per line.`,
 				return err
 			}
 		})
+}
+
+// strayText says what a reader skipped: a message on an agent's subject
+// that is not one of its events.
+func strayText(r client.Replayed) string {
+	return fmt.Sprintf("skipped a message on agent:%s that is not one of its events (stream sequence %d): %s", r.Agent, r.Seq, r.Stray)
 }
 
 // parseFrom reads --from: start, new, an event number, turn:N, an RFC

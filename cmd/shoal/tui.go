@@ -63,7 +63,7 @@ func (s fabricSource) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 
 func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)) error {
 	return s.f.Replay(ctx, nil, client.From{New: true}, true, func(r client.Replayed, _ *client.Gap) error {
-		if ev, err := r.Event(); err == nil {
+		if ev, ok := shown(r); ok {
 			fn(r.Agent, ev)
 		}
 		return nil
@@ -73,7 +73,7 @@ func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)
 func (s fabricSource) History(ctx context.Context, agent string, max int) ([]schemas.Event, error) {
 	var evs []schemas.Event
 	err := s.f.Replay(ctx, []string{agent}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
-		if ev, err := r.Event(); err == nil {
+		if ev, ok := shown(r); ok {
 			evs = append(evs, ev)
 			if len(evs) > 2*max {
 				evs = append(evs[:0], evs[len(evs)-max:]...)
@@ -90,4 +90,14 @@ func (s fabricSource) History(ctx context.Context, agent string, max int) ([]sch
 func (s fabricSource) Close(ctx context.Context, agent string) error {
 	_, err := s.f.Close(ctx, schemas.AgentRequest{AgentID: agent})
 	return err
+}
+
+// shown is what the monitor shows of a replayed message: the event, or,
+// for a stray, an error line saying it was skipped.
+func shown(r client.Replayed) (schemas.Event, bool) {
+	if r.Stray != "" {
+		return schemas.Event{Payload: schemas.Errorf("%s", strayText(r))}, true
+	}
+	ev, err := r.Event()
+	return ev, err == nil
 }
