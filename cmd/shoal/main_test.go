@@ -130,6 +130,13 @@ func (p *shoalProc) stop(sig syscall.Signal) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// stdoutLines is what the process has printed on stdout so far.
+func (p *shoalProc) stdoutLines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.stdout...)
+}
+
 func (p *shoalProc) stderrText() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
