@@ -19,7 +19,9 @@ func ev(a string, seq, n uint64, p schemas.Payload) Replayed {
 	return Replayed{Agent: a, Seq: seq, N: n, Raw: raw, Kind: kind, Turn: turn, Delta: delta}
 }
 
-func text(a string, seq, n uint64) Replayed { return ev(a, seq, n, schemas.AssistantText{Content: schemas.Text(fmt.Sprint("t", n))}) }
+func text(a string, seq, n uint64) Replayed {
+	return ev(a, seq, n, schemas.AssistantText{Content: schemas.Text(fmt.Sprint("t", n))})
+}
 
 // said renders what a sequencer delivered: n, n after a gap (n/gap a-b),
 // or a stray (!n).
