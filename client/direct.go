@@ -125,14 +125,82 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 		// placement sends it, it finds the agent the first attempt opened.
 		req.ID = derivedID(req.RequestID)
 	}
-	var rep schemas.OpenReply
-	err = f.request(ctx, node, schemas.VerbOpen, req, &rep, 0)
-	if schemas.CodeOf(err) == schemas.CodeConflict {
-		if rec, _, rerr := f.record(ctx, req.ID); rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead {
-			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil
+	// The id is claimed for the node before the node hears of it: a node
+	// writes only the records that name it (the relay holds confined nodes
+	// to that), so ownership is given here, not taken.
+	release, err := f.claim(ctx, req)
+	if err != nil {
+		if rec, _, rerr := f.record(ctx, req.ID); schemas.CodeOf(err) == schemas.CodeConflict && rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead && rec.Status != schemas.StatusStarting {
+			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil // a retry of an open that went through
 		}
+		return schemas.OpenReply{}, err
+	}
+	var rep schemas.OpenReply
+	err = f.request(ctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second)
+	if err != nil && release != nil {
+		release(context.WithoutCancel(ctx))
 	}
 	return rep, err
+}
+
+// claim gives agent req.ID to node req.Node: its record, created or
+// written over a dead one, names the node and the request, status
+// starting, which the node takes up. A record this request claimed before
+// (a retry) is left as it is. The release gives the claim up if the node
+// never took it up: a node that answered with an error, or could not be
+// reached, left the record as claimed.
+func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest) (release func(context.Context), err error) {
+	kv, err := f.agentsKV(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := unixSeconds(time.Now())
+	model := req.Model
+	if model == "" {
+		model = schemas.DefaultModel
+	}
+	grant, _ := json.Marshal(schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
+		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID})
+	var prev []byte
+	rev, err := kv.Create(ctx, req.ID, grant)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		e, gerr := kv.Get(ctx, req.ID)
+		if gerr != nil {
+			return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", req.ID, gerr)
+		}
+		var old schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &old) == nil {
+			switch {
+			case old.RequestID == req.RequestID && old.Status != schemas.StatusDead && old.Node == req.Node:
+				return nil, nil // this request's own claim: a retry
+			case old.Status != schemas.StatusDead && !staleClaim(old):
+				return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", req.ID) // Kaimon's words
+			}
+		}
+		prev = e.Value()
+		rev, err = kv.Update(ctx, req.ID, grant, e.Revision())
+	}
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening: %v)", req.ID, err)
+	}
+	return func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if e, err := kv.Get(ctx, req.ID); err != nil || e.Revision() != rev {
+			return // the node took it up: what became of it is the node's to say
+		}
+		if prev == nil {
+			kv.Delete(ctx, req.ID, jetstream.LastRevision(rev))
+		} else {
+			kv.Update(ctx, req.ID, prev, rev)
+		}
+	}, nil
+}
+
+// staleClaim reports whether a record is a claim its node never took up:
+// still starting well after any open would have ended.
+func staleClaim(rec schemas.AgentRecord) bool {
+	return rec.Status == schemas.StatusStarting && time.Since(time.Unix(int64(rec.CreatedAt), 0)) > schemas.OpenTimeout+time.Minute
 }
 
 // derivedID is the agent id an open request names when the caller chose

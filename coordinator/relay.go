@@ -40,6 +40,7 @@ type Relay struct {
 
 	mu     sync.Mutex
 	owners map[string]string // agent id -> owner node, from the agents bucket
+	next   map[string]uint64 // agent id -> the event number expected next
 	warned map[string]bool   // refusals already logged
 }
 
@@ -69,7 +70,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}),
-		owners: map[string]string{}, warned: map[string]bool{}}, nil
+		owners: map[string]string{}, next: map[string]uint64{}, warned: map[string]bool{}}, nil
 }
 
 // Ready is closed once the relay forwards writes.
@@ -161,6 +162,7 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 			}
 		} else {
 			delete(r.owners, e.Key())
+			delete(r.next, e.Key())
 		}
 		r.mu.Unlock()
 	}
@@ -182,7 +184,8 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 	return node, agent, true
 }
 
-// event forwards an event of an agent the node owns to agent.<id>.
+// event forwards an event of an agent the node owns to agent.<id>: a
+// Kaimon envelope, numbered as the agent's next event.
 func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	node, id, ok := r.from(m)
 	if !ok {
@@ -196,7 +199,42 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, fmt.Errorf("node %s does not own agent %s", node, id))
 		return
 	}
+	if _, err := schemas.Decode(m.Data); err != nil {
+		r.refuse(m, node, id, fmt.Errorf("the event is not an event envelope: %v", err))
+		return
+	}
+	_, n, _ := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+	if err := r.inSequence(ctx, id, n, m.Data); err != nil {
+		r.refuse(m, node, id, err)
+		return
+	}
 	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: m.Reply, Header: m.Header, Data: m.Data})
+}
+
+// inSequence checks that event n of an agent follows what is stored: the
+// next number, one of the few still in flight, or a number already used
+// (a retry, which the stream's duplicate window drops). A number further
+// ahead is refused, unless it is a node's error naming the numbers it
+// lost with its journal.
+func (r *Relay) inSequence(ctx context.Context, id string, n uint64, env []byte) error {
+	r.mu.Lock()
+	next, known := r.next[id]
+	r.mu.Unlock()
+	if !known || n > next {
+		// Another relay may have forwarded some: ask the stream.
+		t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+		if err != nil {
+			return err
+		}
+		next = max(next, t.Last+1)
+	}
+	if from, to, lost := schemas.LostRange(env); n > next+schemas.MaxEventsAhead && !(lost && from <= next && to == n-1) {
+		return fmt.Errorf("event %d of agent %s is too far ahead of its last stored event (%d)", n, id, next-1)
+	}
+	r.mu.Lock()
+	r.next[id] = max(r.next[id], next, n+1)
+	r.mu.Unlock()
+	return nil
 }
 
 // eventHeaders accepts exactly the headers a node sets on an event: its
@@ -255,8 +293,13 @@ func (r *Relay) owns(ctx context.Context, node, id string) bool {
 	return rec.Node == node
 }
 
-// record writes an agent record with compare-and-set, for a node that
-// owns the agent (or takes over a dead one).
+// record writes an agent record with compare-and-set for the node it
+// names. Ownership is the coordinator's to give: a client placing an agent
+// claims its record for the node before the node hears of it, so a node
+// may write only a record that names it already, never create one, never
+// give one to another node, and never bring a dead agent back (a reopen
+// is a new claim). Nothing about another node's agent, not even its
+// record's revision, comes back in a refusal.
 func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	node, id, ok := r.from(m)
 	if !ok {
@@ -267,8 +310,8 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, err)
 		return
 	}
+	var rec schemas.AgentRecord
 	if !del {
-		var rec schemas.AgentRecord
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			r.refuse(m, node, id, fmt.Errorf("the record is not an agent record: %v", err))
 			return
@@ -280,30 +323,27 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	}
 	key := "$KV." + schemas.AgentsBucket + "." + id
 	cur, err := r.recs.GetLastMsgForSubject(ctx, key)
-	var seq uint64
 	var live *schemas.AgentRecord
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 	case err != nil:
 		replyJSON(r.nc, m.Reply, pubAckError(503, 0, "read the agent's record: "+err.Error()))
 		return
-	default:
-		seq = cur.Sequence
-		if op := cur.Header.Get("KV-Operation"); op == "" {
-			var rec schemas.AgentRecord
-			if json.Unmarshal(cur.Data, &rec) == nil {
-				live = &rec
-			}
-		} else if expected == 0 {
-			expected = seq // creating over a deleted key
+	case cur.Header.Get("KV-Operation") == "":
+		var old schemas.AgentRecord
+		if json.Unmarshal(cur.Data, &old) == nil {
+			live = &old
 		}
 	}
-	if expected != seq {
-		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", seq)))
+	switch {
+	case live == nil || live.Node != node:
+		r.refuse(m, node, id, fmt.Errorf("node %s was not given agent %s", node, id))
 		return
-	}
-	if live != nil && live.Node != node && (del || live.Status != schemas.StatusDead) {
-		r.refuse(m, node, id, fmt.Errorf("agent %s belongs to node %s", id, live.Node))
+	case !del && live.Status == schemas.StatusDead && rec.Status != schemas.StatusDead:
+		r.refuse(m, node, id, fmt.Errorf("agent %s is dead; reopening it is a new claim, the coordinator's to make", id))
+		return
+	case expected != cur.Sequence:
+		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", cur.Sequence)))
 		return
 	}
 	h := nats.Header{}
@@ -364,9 +404,10 @@ func (r *Relay) beat(ctx context.Context, m *nats.Msg) {
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.NodesBucket + "." + node, Reply: m.Reply, Header: h, Data: m.Data})
 }
 
-// get answers an agent's record; records are not secret.
+// get answers an agent's record to the node it names; to any other node
+// it is not found, so a node learns nothing of another's agents here.
 func (r *Relay) get(ctx context.Context, m *nats.Msg) {
-	_, id, ok := r.from(m)
+	node, id, ok := r.from(m)
 	if !ok {
 		return
 	}
@@ -377,6 +418,11 @@ func (r *Relay) get(ctx context.Context, m *nats.Msg) {
 	case err != nil:
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)})
 	default:
+		var rec schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Node != node {
+			replyJSON(r.nc, m.Reply, schemas.RelayEntry{})
+			return
+		}
 		replyJSON(r.nc, m.Reply, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
 	}
 }

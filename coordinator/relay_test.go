@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,30 +85,92 @@ func TestConfinedNodeRunsAgents(t *testing.T) {
 	}
 }
 
-// The relay refuses what a node does not own, a header a node may not set,
-// and anything whose reply is not the node's own inbox.
-func TestRelayRefusesWhatANodeDoesNotOwn(t *testing.T) {
+// A second node with real credentials acting against the first: it cannot
+// claim an id, write or delete a record, or publish an event for an agent
+// of node a's, alive or dead; nothing it is told reveals a revision; what
+// an observer sees is unchanged. For an agent the coordinator gave it, the
+// relay stores only envelopes numbered in sequence, and no header a node
+// may not set; and a message whose reply is not the node's inbox is
+// dropped unanswered.
+func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
 	s.StartNode(t, "a")
 	ctx := natstest.Context(t, 60*time.Second)
-	if _, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "theirs", Node: "a"}); err != nil {
+	for _, id := range []string{"live", "gone"} {
+		if _, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: id, Node: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.F.Run(ctx, schemas.RunRequest{AgentID: id, Text: "hello " + id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.F.Close(ctx, schemas.AgentRequest{AgentID: "gone"}); err != nil {
 		t.Fatal(err)
 	}
-	mallory := s.Connect(t, broker.RoleNode, "mallory")
-	js, err := jetstream.New(mallory)
+	observer, err := client.New(s.Connect(t, broker.RoleObserver, "watcher"), client.Config{ViaCoordinator: true, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	event := func(agent, msgID string, extra ...string) *nats.Msg {
-		m := nats.NewMsg(schemas.RelaySubject("mallory", schemas.RelayEvent, agent))
-		m.Data = []byte(`{"kind":"error","turn":1,"data":{"message":"forged","data":null}}`)
+	seen := func() string {
+		t.Helper()
+		recs, err := observer.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, r := range recs {
+			out, err := observer.Output(ctx, schemas.OutputRequest{AgentID: r.ID, Which: schemas.WhichAll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s on %s %s turn %d: %q\n", r.ID, r.Node, r.Status, r.Turn, out.Text)
+		}
+		return b.String()
+	}
+	before := seen()
+
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revisions := map[string]uint64{}
+	for _, id := range []string{"live", "gone"} {
+		e, err := kv.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revisions[id] = e.Revision()
+	}
+	nb := s.Connect(t, broker.RoleNode, "nb")
+	js, err := jetstream.New(nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := func(agent, msgID, data string, extra ...string) *nats.Msg {
+		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayEvent, agent))
+		m.Data = []byte(data)
 		m.Header.Set(schemas.HeaderMsgID, msgID)
-		m.Header.Set(schemas.HeaderNode, "mallory")
+		m.Header.Set(schemas.HeaderNode, "nb")
 		for i := 0; i+1 < len(extra); i += 2 {
 			m.Header.Set(extra[i], extra[i+1])
 		}
 		return m
+	}
+	const forged = `{"kind":"error","turn":1,"data":{"message":"forged","data":null}}`
+	write := func(id string, rec *schemas.AgentRecord, rev uint64, extra ...string) error {
+		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, id))
+		if rec == nil {
+			m.Header.Set("KV-Operation", "DEL")
+		} else {
+			m.Data, _ = json.Marshal(rec)
+		}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+		for i := 0; i+1 < len(extra); i += 2 {
+			m.Header.Set(extra[i], extra[i+1])
+		}
+		_, err := js.PublishMsg(ctx, m)
+		return err
 	}
 	refusedWith := func(what string, err error, want string) {
 		t.Helper()
@@ -115,77 +178,106 @@ func TestRelayRefusesWhatANodeDoesNotOwn(t *testing.T) {
 		if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, want) {
 			t.Fatalf("%s: got %v, want a refusal about %q", what, err, want)
 		}
-	}
-	_, err = js.PublishMsg(ctx, event("theirs", "theirs.99"))
-	refusedWith("an event of node a's agent", err, "does not own agent theirs")
-
-	// A record of mallory's own, claimed through the relay, makes an agent
-	// mallory owns.
-	put := func(id string, rec schemas.AgentRecord, rev string, extra ...string) error {
-		m := nats.NewMsg(schemas.RelaySubject("mallory", schemas.RelayRecord, id))
-		m.Data, _ = json.Marshal(rec)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, rev)
-		for i := 0; i+1 < len(extra); i += 2 {
-			m.Header.Set(extra[i], extra[i+1])
+		for _, rev := range revisions {
+			if strings.Contains(apiErr.Description, strconv.FormatUint(rev, 10)) {
+				t.Fatalf("%s: the refusal %q reveals a revision", what, apiErr.Description)
+			}
 		}
-		_, err := js.PublishMsg(ctx, m)
-		return err
 	}
-	if err := put("mine", schemas.AgentRecord{ID: "mine", Node: "mallory", Status: schemas.StatusIdle}, "0"); err != nil {
-		t.Fatalf("mallory's own record: %v", err)
+
+	// Node a's agents, alive and dead: nb learns nothing of their records,
+	// and can write nothing for them, whatever revision it guesses.
+	var entry schemas.RelayEntry
+	for _, id := range []string{"live", "gone"} {
+		msg, err := nb.Request(schemas.RelaySubject("nb", schemas.RelayGet, id), nil, 5*time.Second)
+		if err != nil || json.Unmarshal(msg.Data, &entry) != nil || entry.Found || entry.Revision != 0 {
+			t.Fatalf("nb reading %s's record: %s %v", id, msg.Data, err)
+		}
+		for _, rev := range []uint64{0, 1, revisions[id], revisions[id] + 1} {
+			takeover := &schemas.AgentRecord{ID: id, Node: "nb", Status: schemas.StatusIdle}
+			refusedWith("nb taking over "+id, write(id, takeover, rev), "was not given agent "+id)
+			refusedWith("nb deleting "+id, write(id, nil, rev), "was not given agent "+id)
+		}
+		_, err = js.PublishMsg(ctx, event(id, schemas.MsgID(id, 99), forged))
+		refusedWith("an event of "+id, err, "does not own agent "+id)
 	}
-	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	// Nor can it claim a fresh id for itself: claims are the coordinator's.
+	refusedWith("nb claiming a new id", write("fresh", &schemas.AgentRecord{ID: "fresh", Node: "nb", Status: schemas.StatusStarting}, 0), "was not given agent fresh")
+	refusedWith("a record naming another node", write("fresh", &schemas.AgentRecord{ID: "fresh", Node: "a"}, 0), "on node a")
+
+	// An agent the coordinator gave nb: its record is nb's to write.
+	now := float64(time.Now().Unix())
+	grant, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	rev, err := kv.Create(ctx, "mine", grant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, "theirs")
-	if err != nil {
-		t.Fatal(err)
+	mine := &schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle}
+	if err := write("mine", mine, rev); err != nil {
+		t.Fatalf("nb writing its own record: %v", err)
 	}
-	rev := e.Revision()
-	refusedWith("taking over a live agent's record", put("theirs", schemas.AgentRecord{ID: "theirs", Node: "mallory"}, strconv.FormatUint(rev, 10)), "belongs to node a")
-	refusedWith("a record naming another node", put("other", schemas.AgentRecord{ID: "other", Node: "a"}, "0"), "on node a")
 	refusedWith("a record write without compare-and-set", func() error {
-		m := nats.NewMsg(schemas.RelaySubject("mallory", schemas.RelayRecord, "mine"))
-		m.Data, _ = json.Marshal(schemas.AgentRecord{ID: "mine", Node: "mallory"})
+		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "mine"))
+		m.Data, _ = json.Marshal(mine)
 		_, err := js.PublishMsg(ctx, m)
 		return err
 	}(), "must say the revision")
-	refusedWith("a rollup header", put("mine", schemas.AgentRecord{ID: "mine", Node: "mallory"}, "1", "Nats-Rollup", "all"), "Nats-Rollup")
+	refusedWith("a rollup header", write("mine", mine, rev+1, "Nats-Rollup", "all"), "Nats-Rollup")
 
-	_, err = js.PublishMsg(ctx, event("mine", "theirs.1"))
+	// Its events: envelopes, numbered in sequence.
+	for n := uint64(1); n <= 2; n++ {
+		if _, err := js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", n), forged)); err != nil {
+			t.Fatalf("nb's own event %d: %v", n, err)
+		}
+	}
+	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 99999), forged))
+	refusedWith("an event far ahead", err, "too far ahead")
+	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), "\x00 not an envelope"))
+	refusedWith("bytes that are no envelope", err, "not an event envelope")
+	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("live", 3), forged))
 	refusedWith("an event numbered as another agent's", err, "not an event of agent mine")
-	_, err = js.PublishMsg(ctx, event("mine", "mine.1", "Nats-Expected-Stream", "KV_shoal_agents"))
+	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), forged, "Nats-Expected-Stream", "KV_shoal_agents"))
 	refusedWith("an event with a JetStream header", err, "Nats-Expected-Stream")
+	// A lost range names itself: it may jump.
+	lost, _ := schemas.Encode(schemas.LostRangeError("mine", 1, 3, 20000))
+	if _, err := js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 20001), string(lost))); err != nil {
+		t.Fatalf("a lost range's error: %v", err)
+	}
 
-	beat := nats.NewMsg(schemas.RelaySubject("mallory", schemas.RelayBeat))
+	// Dead is dead: bringing it back is a new claim, the coordinator's.
+	e, _ := kv.Get(ctx, "mine")
+	mine.Status = schemas.StatusDead
+	if err := write("mine", mine, e.Revision()); err != nil {
+		t.Fatalf("nb marking its agent dead: %v", err)
+	}
+	e, _ = kv.Get(ctx, "mine")
+	mine.Status = schemas.StatusIdle
+	refusedWith("nb reviving its dead agent", write("mine", mine, e.Revision()), "is dead")
+
+	beat := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayBeat))
 	beat.Data, _ = json.Marshal(schemas.NodeRecord{Name: "a"})
 	_, err = js.PublishMsg(ctx, beat)
-	refusedWith("a heartbeat in node a's name", err, "node record of mallory")
+	refusedWith("a heartbeat in node a's name", err, "node record of nb")
 
-	// A message whose reply is not mallory's inbox is dropped unanswered;
-	// the relay handles events in order, so once the next one is stored
-	// the forged one has been seen.
-	forged := event("mine", "mine.1")
-	forged.Reply = "$KV.shoal_agents.theirs"
-	if err := mallory.PublishMsg(forged); err != nil {
+	// A message whose reply is not nb's inbox is dropped unanswered; the
+	// relay handles events in order, so once the next one is stored the
+	// forged one has been seen.
+	bad := event("live", schemas.MsgID("live", 50), forged)
+	bad.Reply = "$KV.shoal_agents.live"
+	if err := nb.PublishMsg(bad); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := js.PublishMsg(ctx, event("mine", "mine.2")); err != nil {
-		t.Fatalf("mallory's own event: %v", err)
 	}
 	stream, _ := s.F.JetStream().Stream(ctx, schemas.StreamName)
-	stored, err := stream.GetLastMsgForSubject(ctx, schemas.EventSubject("mine"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	schematest.Event(t, stored.Data)
 	info, _ := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
-	if n := info.State.Subjects[schemas.EventSubject("mine")]; n != 1 {
-		t.Fatalf("agent mine has %d stored events, want only the legitimate one", n)
+	if n := info.State.Subjects[schemas.EventSubject("mine")]; n != 3 {
+		t.Fatalf("agent mine has %d stored events, want the three in sequence", n)
 	}
-	rec, err := s.F.Record(ctx, "theirs")
-	if err != nil || rec.Node != "a" {
-		t.Fatalf("node a's record after the attempts: %+v %v", rec, err)
+	if after := seen(); !strings.Contains(after, before) || strings.Contains(after, "forged") {
+		t.Fatalf("the observer's view changed:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	for _, id := range []string{"live", "gone"} {
+		if e, err := kv.Get(ctx, id); err != nil || e.Revision() != revisions[id] {
+			t.Fatalf("%s's record changed: %v", id, err)
+		}
 	}
 }

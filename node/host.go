@@ -55,7 +55,12 @@ type Config struct {
 	ImageMaxLongEdge int
 	// MaxDead is how many dead agents are kept for review; 10 when zero.
 	MaxDead int
-	// PublishWindow bounds unacknowledged publishes; 256 when zero.
+	// OpenTimeout is how long an agent may take to start (an ACP agent's
+	// handshake); schemas.OpenTimeout when zero. One that has not started
+	// by then is dead, and its stream says why.
+	OpenTimeout time.Duration
+	// PublishWindow bounds unacknowledged publishes; 256 when zero, at
+	// most schemas.MaxEventsAhead.
 	PublishWindow int
 	// OutboxMemory is how many bytes of events the node keeps in memory
 	// while the fabric is away; 64 MiB when zero.
@@ -113,6 +118,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PublishWindow == 0 {
 		c.PublishWindow = 256
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = schemas.OpenTimeout
+	}
+	if c.PublishWindow > schemas.MaxEventsAhead {
+		c.PublishWindow = schemas.MaxEventsAhead
 	}
 	if c.OutboxMemory == 0 {
 		c.OutboxMemory = 64 << 20

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -69,6 +70,33 @@ func (a *agent) started(ctx context.Context, sess backend.Session) {
 	a.emit(turn, schemas.Status{Status: schemas.StatusIdle})
 	a.h.recs.mark(a, true)
 }
+
+// failed ends a life whose backend did not start: its stream says why,
+// then status dead, and its record says dead. The id was claimed for it,
+// so an open that fails this late is never dropped in silence.
+func (a *agent) failed(ctx context.Context, why string) {
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
+	a.mu.Lock()
+	a.sess = noSession{}
+	a.endLife = end
+	turn := a.turns.last
+	a.mu.Unlock()
+	a.h.agentWork.Go(func() {
+		defer end()
+		a.loop(life)
+		a.work.Wait()
+	})
+	a.emit(turn, schemas.Errorf("the agent did not start: %s", why))
+	a.emit(turn, schemas.Status{Status: schemas.StatusDead})
+}
+
+// noSession is the session of an agent whose backend never started.
+type noSession struct{}
+
+func (noSession) Prompt(context.Context, int, string) error { return errors.New("the agent did not start") }
+func (noSession) Interrupt(context.Context) (bool, error)   { return false, nil }
+func (noSession) Close(context.Context) error               { return nil }
+func (noSession) Info() backend.Info                        { return backend.Info{} }
 
 // send numbers a turn, echoes its text (stamped with the previous turn,
 // as Kaimon does) and begins it, or holds it while another runs. A waiter,

@@ -88,15 +88,23 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err != nil {
 		return fail(err)
 	}
+	// From here on the id is this agent's: an open that fails leaves it
+	// dead, its stream saying why.
 	unclaim := func(err error) (schemas.OpenReply, error) {
-		release(context.WithoutCancel(ctx))
-		return fail(err)
+		a.failed(ctx, err.Error())
+		select { // dead before the answer goes out
+		case <-a.done:
+		case <-time.After(5 * time.Second):
+		}
+		return schemas.OpenReply{}, err
 	}
 	// A reopened id goes on where its previous life ended: its event
 	// numbers and its turn numbers continue.
 	tails, err := h.tails(ctx, []string{id})
 	if err != nil {
-		return unclaim(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
+		// Without its stream's end the agent cannot number an event.
+		release(context.WithoutCancel(ctx))
+		return fail(schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err))
 	}
 	a.resume(tails[id])
 	stderr, err := a.openFiles(filepath.Join(h.cfg.Dir, id+".log"))
@@ -114,11 +122,15 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 			"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), backend.LifeEnv+"="+life),
 		Stderr: stderr, Reaper: h.reaper, Logger: a.log,
 	}
-	sess, err := be.Start(ctx, spec, a)
+	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
+	defer cancel()
+	sess, err := be.Start(startCtx, spec, a)
 	if err != nil {
-		a.closeFiles()
 		code := schemas.CodeInvalid
-		if _, ok := errors.AsType[*backend.LaunchError](err); ok {
+		switch _, launch := errors.AsType[*backend.LaunchError](err); {
+		case startCtx.Err() != nil:
+			return unclaim(schemas.Errf(schemas.CodeTimeout, "agent %s did not start within %s: %v", id, h.cfg.OpenTimeout, err))
+		case launch:
 			code = schemas.CodeUnavailable // this node cannot run it
 		}
 		return unclaim(schemas.Errf(code, "%v", err))

@@ -41,11 +41,15 @@ func newRecords(kv store, node string, log *slog.Logger, abandon func(context.Co
 		lost: map[string]bool{}, life: map[string]*agent{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
 
-// claim takes the key of a new or reopened agent: create-only, or a
-// compare-and-set over a dead record (or a stale one this node left when
-// it crashed). It returns a conflict error naming the owner when the id
-// is live elsewhere, and a release that undoes the claim if the open
-// fails: a new key is deleted, a reopened one is dead again.
+// claim takes the key of a new or reopened agent. The coordinator (a
+// client placing the agent) claims it first: its record names this node
+// and the open's request id, status starting, and the node takes it up.
+// A node with the fabric's full rights, asked directly, may claim for
+// itself: create-only, or over a dead record, or over a stale one this
+// node left when it crashed. A confined node may not (the relay refuses
+// it). It returns a conflict error naming the owner when the id is live
+// elsewhere, and a release that gives the claim up if the open cannot
+// even begin: a new key is deleted, any other is dead again.
 func (r *records) claim(ctx context.Context, a *agent) (release func(context.Context), err error) {
 	rec := a.rec
 	val := encodeRecord(rec)
@@ -57,33 +61,48 @@ func (r *records) claim(ctx context.Context, a *agent) (release func(context.Con
 		delete(r.dirty, rec.ID)
 	}
 	r.mu.Unlock()
-	rev, err := r.kv.create(ctx, rec.ID, val)
-	if err == nil {
+	e, err := r.kv.get(ctx, rec.ID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err := r.kv.create(ctx, rec.ID, val)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyExists):
+			return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
+		case err != nil:
+			return nil, claimErr(rec, err)
+		}
 		r.setRev(rec.ID, rev)
 		return func(ctx context.Context) { r.forget(ctx, a) }, nil
-	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
-	}
-	e, err := r.kv.get(ctx, rec.ID)
-	if err != nil {
+	case err != nil:
 		return nil, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
 	old, err := decodeRecord(e.value)
-	if err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
+	granted := err == nil && old.Node == r.node && old.Status == schemas.StatusStarting && old.RequestID == rec.RequestID
+	if !granted && err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
 		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
-	rev, err = r.kv.update(ctx, rec.ID, val, e.rev)
+	rev, err := r.kv.update(ctx, rec.ID, val, e.rev)
 	if err != nil {
+		if refused(err) {
+			return nil, claimErr(rec, err)
+		}
 		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
 	}
 	r.setRev(rec.ID, rev)
 	return func(ctx context.Context) {
 		old.Status = schemas.StatusDead
 		if _, err := r.kv.update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
-			r.log.Warn("cannot restore a reopened agent's record", "agent", rec.ID, "err", err)
+			r.log.Warn("cannot give up an agent's claim", "agent", rec.ID, "err", err)
 		}
 	}, nil
+}
+
+// claimErr is the error of a claim the fabric refused.
+func claimErr(rec schemas.AgentRecord, err error) error {
+	if refused(err) {
+		return schemas.Errf(schemas.CodeConflict, "agent %s was not placed on node %s by the coordinator: %v", rec.ID, rec.Node, err)
+	}
+	return schemas.Errf(schemas.CodeUnavailable, "record the agent: %v", err)
 }
 
 func (r *records) setRev(id string, rev uint64) {

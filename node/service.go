@@ -59,7 +59,7 @@ func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.
 				return
 			}
 			do := func() ([]byte, bool) {
-				rctx, cancel := context.WithTimeout(ctx, verbDeadline(verb, req))
+				rctx, cancel := context.WithTimeout(ctx, h.verbDeadline(verb, req))
 				defer cancel()
 				rep, err := op(rctx, req)
 				code := schemas.CodeOf(err)
@@ -78,8 +78,9 @@ func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.
 }
 
 // verbDeadline bounds a request of verb: a run waits its own timeout, an
-// open as long as an ACP agent's handshake may take, the rest briefly.
-func verbDeadline(verb schemas.Verb, req any) time.Duration {
+// open a little longer than the node waits for its agent to start, the
+// rest briefly.
+func (h *Host) verbDeadline(verb schemas.Verb, req any) time.Duration {
 	switch verb {
 	case schemas.VerbRun:
 		timeout := schemas.DefaultRunTimeout
@@ -90,7 +91,7 @@ func verbDeadline(verb schemas.Verb, req any) time.Duration {
 		}
 		return timeout + 30*time.Second
 	case schemas.VerbOpen:
-		return 3 * time.Minute
+		return h.cfg.OpenTimeout + 10*time.Second
 	case schemas.VerbClose, schemas.VerbSetModel:
 		return time.Minute
 	}

@@ -13,6 +13,15 @@ const (
 	MaxRunTimeout = 24 * time.Hour
 	// DefaultMaxChars is agent_output's max_chars when the caller gives none.
 	DefaultMaxChars = 20000
+	// OpenTimeout bounds an open at its node: an agent that has not
+	// started by then (an ACP handshake that never answers) is dead, and
+	// its stream says why.
+	OpenTimeout = 2 * time.Minute
+	// MaxEventsAhead is how far ahead of an agent's last stored event a
+	// node's next event may be numbered: its events in flight. The relay
+	// refuses an event numbered further ahead, unless it is a node's
+	// error naming the numbers it lost.
+	MaxEventsAhead = 4096
 )
 
 // RunTimeout reads agent_run's timeout in seconds: zero means

@@ -16,6 +16,7 @@ package fakebackend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ type Config struct {
 	Kind string
 	// Delay is the pause between two chunks of an answer.
 	Delay time.Duration
+	// StartHang makes Start wait until its context ends, as an agent
+	// whose handshake never answers.
+	StartHang bool
 }
 
 // Backend starts fake agents. Its counters say what its agents were
@@ -57,8 +61,12 @@ func New(cfg Config) *Backend {
 func (b *Backend) Kind() string { return b.cfg.Kind }
 
 // Start implements backend.Backend.
-func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
 	b.Starts.Add(1)
+	if b.cfg.StartHang {
+		<-ctx.Done()
+		return nil, fmt.Errorf("the agent never answered: %w", context.Cause(ctx))
+	}
 	s := &Session{b: b, cfg: b.cfg, sink: sink, id: spec.AgentID}
 	b.mu.Lock()
 	if b.sessions == nil {
