@@ -93,10 +93,12 @@ func (a *agent) failed(ctx context.Context, why string) {
 // noSession is the session of an agent whose backend never started.
 type noSession struct{}
 
-func (noSession) Prompt(context.Context, int, string) error { return errors.New("the agent did not start") }
-func (noSession) Interrupt(context.Context) (bool, error)   { return false, nil }
-func (noSession) Close(context.Context) error               { return nil }
-func (noSession) Info() backend.Info                        { return backend.Info{} }
+func (noSession) Prompt(context.Context, int, string) error {
+	return errors.New("the agent did not start")
+}
+func (noSession) Interrupt(context.Context) (bool, error) { return false, nil }
+func (noSession) Close(context.Context) error             { return nil }
+func (noSession) Info() backend.Info                      { return backend.Info{} }
 
 // send numbers a turn, echoes its text (stamped with the previous turn,
 // as Kaimon does) and begins it, or holds it while another runs. A waiter,
