@@ -19,7 +19,7 @@ import (
 )
 
 // The real claude CLI, given the MCP config its node generated, calls
-// agent_list through the door and is refused agent_open under the default
+// agent_nodes through the door and is refused agent_open under the default
 // recursion guard. The lab preset grants Shoal's MCP server, as a claude
 // agent in -p mode may call MCP tools only when they are allowed.
 //
@@ -37,7 +37,7 @@ func TestRealClaudeThroughTheDoor(t *testing.T) {
 	fb, door := startRecordedFabric(t)
 	cwd := t.TempDir()
 	fake.Script(
-		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_list", Input: json.RawMessage(`{}`)}}},
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_nodes", Input: json.RawMessage(`{}`)}}},
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_open", Input: json.RawMessage(`{"cwd":"` + cwd + `"}`)}}},
 		fakemodel.Reply{Text: "Done with tools."},
 	)
@@ -54,33 +54,33 @@ func TestRealClaudeThroughTheDoor(t *testing.T) {
 		t.Fatalf("the model was asked %d times, with these tool results: %s", len(reqs), toolResults(reqs))
 	}
 
-	// The CLI offers agent_list and, because of --disallowedTools, not
+	// The CLI offers agent_nodes and, because of --disallowedTools, not
 	// agent_open.
 	offered := reqs[0].Tools
-	if !slices.Contains(offered, schemas.MCPToolPrefix+"agent_list") {
-		t.Errorf("the CLI did not offer Shoal's agent_list; it offered: %v", offered)
+	if !slices.Contains(offered, schemas.MCPToolPrefix+"agent_nodes") {
+		t.Errorf("the CLI did not offer Shoal's agent_nodes; it offered: %v", offered)
 	}
 	if slices.Contains(offered, schemas.MCPToolPrefix+"agent_open") {
 		t.Errorf("the CLI offered agent_open to a guarded agent: %v", offered)
 	}
 
-	// agent_list went through the door, as this agent: the door saw the
-	// call with the agent's id header and answered it with the agents,
+	// agent_nodes went through the door, as this agent: the door saw the
+	// call with the agent's id header and answered it with the nodes,
 	// and that answer is what reached the model.
 	calls := door.toolCalls()
-	if len(calls) != 1 || calls[0].Tool != "agent_list" || calls[0].AgentID != rep.AgentID {
-		t.Fatalf("the door saw these tool calls: %s; want one agent_list from %s", mustJSON(calls), rep.AgentID)
+	if len(calls) != 1 || calls[0].Tool != "agent_nodes" || calls[0].AgentID != rep.AgentID {
+		t.Fatalf("the door saw these tool calls: %s; want one agent_nodes from %s", mustJSON(calls), rep.AgentID)
 	}
-	if !strings.Contains(calls[0].Reply, `\"agents\":[`) || strings.Contains(calls[0].Reply, `"isError":true`) {
-		t.Errorf("the door answered agent_list with %s", calls[0].Reply)
+	if !strings.Contains(calls[0].Reply, `\"nodes\":[`) || strings.Contains(calls[0].Reply, `"isError":true`) {
+		t.Errorf("the door answered agent_nodes with %s", calls[0].Reply)
 	}
 	list := reqs[1].ToolResults
-	if len(list) != 1 || list[0].Name != schemas.MCPToolPrefix+"agent_list" || list[0].IsError {
-		t.Fatalf("agent_list's result to the model: %+v", list)
+	if len(list) != 1 || list[0].Name != schemas.MCPToolPrefix+"agent_nodes" || list[0].IsError {
+		t.Fatalf("agent_nodes's result to the model: %+v", list)
 	}
-	var listed schemas.ListReply
-	if err := json.Unmarshal([]byte(list[0].Content), &listed); err != nil || len(listed.Agents) != 1 || listed.Agents[0].ID != rep.AgentID {
-		t.Errorf("agent_list through the door reached the model as %q (%v)", list[0].Content, err)
+	var listed schemas.NodesReply
+	if err := json.Unmarshal([]byte(list[0].Content), &listed); err != nil || len(listed.Nodes) != 1 || listed.Nodes[0].Name != rep.Node {
+		t.Errorf("agent_nodes through the door reached the model as %q (%v)", list[0].Content, err)
 	}
 
 	// agent_open is refused by the CLI itself: this exact text is the

@@ -560,26 +560,29 @@ func TestMCPDoor(t *testing.T) {
 	fb := startFabric(t, bridge.HTTPConfig{})
 	guard, _ := schemas.ComposePolicy("", "", nil, nil, false)
 	putRecord(t, fb, schemas.AgentRecord{ID: "guarded", Status: schemas.StatusIdle, Node: "n9", Policy: guard.Record("/work/a")})
-	only, _ := schemas.ComposePolicy("", "", []string{schemas.MCPToolPrefix + "agent_status", "Read"}, nil, true)
-	putRecord(t, fb, schemas.AgentRecord{ID: "narrow", Status: schemas.StatusIdle, Node: "n9", Policy: only.Record("/work/b")})
 	nested := []string{}
+	only, _ := schemas.ComposePolicy("", "", []string{schemas.MCPToolPrefix + "agent_status", "Read"}, &nested, true)
+	putRecord(t, fb, schemas.AgentRecord{ID: "narrow", Status: schemas.StatusIdle, Node: "n9", Policy: only.Record("/work/b")})
 	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
 	putRecord(t, fb, schemas.AgentRecord{ID: "free", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record("/work/c")})
 
 	g := fb.client(map[string]string{schemas.AgentIDHeader: "guarded"})
-	var list schemas.ListReply
-	ok(t, g, "agent_list", nil, &list)
-	if len(list.Agents) != 3 {
-		t.Errorf("agent_list through the door: %d agents", len(list.Agents))
-	}
-	for _, name := range []string{"agent_open", "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model"} {
+	var nodes schemas.NodesReply
+	ok(t, g, "agent_nodes", nil, &nodes)
+	for _, name := range []string{"agent_open", "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model", "agent_status", "agent_list"} {
 		text, isErr := call(t, g, name, argsFor(name))
 		if !isErr || !strings.HasPrefix(text, name+" refused: the recursion guard") {
 			t.Errorf("%s by a guarded agent: %q", name, text)
 		}
 	}
-	if text, isErr := call(t, g, "agent_status", map[string]any{"agent_id": "narrow"}); isErr {
-		t.Errorf("agent_status by a guarded agent: %q", text)
+	if text, isErr := call(t, g, "agent_output", map[string]any{"agent_id": "narrow"}); isErr && strings.Contains(text, "refused") {
+		t.Errorf("agent_output by a guarded agent: %q", text)
+	}
+	f := fb.client(map[string]string{schemas.AgentIDHeader: "free"})
+	var list schemas.ListReply
+	ok(t, f, "agent_list", nil, &list)
+	if len(list.Agents) != 3 {
+		t.Errorf("agent_list through the door, guard lifted: %d agents", len(list.Agents))
 	}
 
 	n := fb.client(map[string]string{schemas.AgentIDHeader: "narrow"})
@@ -627,6 +630,8 @@ func argsFor(tool string) map[string]any {
 		return map[string]any{"agent_id": "free", "text": "x"}
 	case "agent_set_model":
 		return map[string]any{"agent_id": "free", "model": "opus"}
+	case "agent_list", "agent_nodes":
+		return nil
 	}
 	return map[string]any{"agent_id": "free"}
 }

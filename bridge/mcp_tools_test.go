@@ -181,7 +181,7 @@ func TestMCPOutputAfterNodeGone(t *testing.T) {
 	s := fb.client(nil)
 	const answer = "Ünïcödé answer: one agent — done."
 	fake.Script(
-		fakemodel.Reply{Text: "Let me look.", ToolCalls: []fakemodel.ToolCall{{Name: "agent_list", Input: json.RawMessage(`{}`)}}},
+		fakemodel.Reply{Text: "Let me look.", ToolCalls: []fakemodel.ToolCall{{Name: "agent_nodes", Input: json.RawMessage(`{}`)}}},
 		fakemodel.Reply{Text: answer},
 		fakemodel.Reply{Text: "Second turn."},
 	)
@@ -202,7 +202,7 @@ func TestMCPOutputAfterNodeGone(t *testing.T) {
 	}
 
 	stop()
-	fullWithTools := "Let me look.\n\n→ tool: agent_list (other)\n\n← result: completed\n\n" + answer
+	fullWithTools := "Let me look.\n\n→ tool: agent_nodes (other)\n\n← result: completed\n\n" + answer
 	chars := utf8.RuneCountInString
 	cases := []struct {
 		name string

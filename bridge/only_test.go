@@ -19,11 +19,11 @@ func TestRealClaudeOnly(t *testing.T) {
 	fb, door := startRecordedFabric(t)
 	fb.startNode(fake)
 	fake.Script(
-		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_list", Input: json.RawMessage(`{}`)}}},
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + "agent_nodes", Input: json.RawMessage(`{}`)}}},
 		fakemodel.Reply{Text: "Listed."},
 	)
 	rep, err := fb.f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir(), Node: "n1", Only: true,
-		AllowedTools: []string{"Read", schemas.MCPToolPrefix + "agent_list"}})
+		AllowedTools: []string{"Read", schemas.MCPToolPrefix + "agent_nodes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,21 +36,21 @@ func TestRealClaudeOnly(t *testing.T) {
 		t.Fatalf("the model was asked %d times: %s", len(reqs), toolResults(reqs))
 	}
 	offered := reqs[0].Tools
-	for _, want := range []string{"Read", schemas.MCPToolPrefix + "agent_list"} {
+	for _, want := range []string{"Read", schemas.MCPToolPrefix + "agent_nodes"} {
 		if !slices.Contains(offered, want) {
 			t.Errorf("the CLI did not offer %s: %v", want, offered)
 		}
 	}
 	for _, tool := range offered {
-		if !slices.Contains([]string{"Read", "ToolSearch", schemas.MCPToolPrefix + "agent_list"}, tool) {
+		if !slices.Contains([]string{"Read", "ToolSearch", schemas.MCPToolPrefix + "agent_nodes"}, tool) {
 			t.Errorf("the CLI offered %s, which the allowlist does not name (offered %v)", tool, offered)
 		}
 	}
 	calls := door.toolCalls()
-	if len(calls) != 1 || calls[0].Tool != "agent_list" || calls[0].AgentID != rep.AgentID {
-		t.Fatalf("the door saw %s; want one agent_list from %s", mustJSON(calls), rep.AgentID)
+	if len(calls) != 1 || calls[0].Tool != "agent_nodes" || calls[0].AgentID != rep.AgentID {
+		t.Fatalf("the door saw %s; want one agent_nodes from %s", mustJSON(calls), rep.AgentID)
 	}
 	if got := reqs[1].ToolResults; len(got) != 1 || got[0].IsError {
-		t.Errorf("agent_list's result to the model: %+v", got)
+		t.Errorf("agent_nodes's result to the model: %+v", got)
 	}
 }

@@ -41,14 +41,17 @@ var PermissionModes = []string{"default", "acceptEdits", "plan", "auto", "bypass
 // notebook and specialist presets deny.
 var NativeFileTools = []string{"Bash", "Read", "Write", "Edit", "Glob", "Grep", "NotebookEdit"}
 
-// RecursionGuard is the default disallowed_tools: an agent may not open,
-// drive or close agents, nor multiply processes with the CLI's own
-// sub-agent spawners. Observing (agent_status, agent_list, agent_output,
-// agent_nodes) stays allowed. A caller lifts the guard with an explicit
-// empty disallowed_tools.
+// RecursionGuard is the default disallowed_tools, Kaimon's: an agent may
+// not open, drive, close or look up other agents (agent_status,
+// agent_list), nor multiply processes with the CLI's own sub-agent
+// spawners. The reads of one agent's stream stay allowed, as Kaimon's
+// agent_output does (agent_output, agent_events), and so does agent_nodes,
+// which names machines, not agents. A caller lifts the guard with an
+// explicit empty disallowed_tools.
 var RecursionGuard = []string{
 	MCPToolPrefix + "agent_open", MCPToolPrefix + "agent_send", MCPToolPrefix + "agent_run",
-	MCPToolPrefix + "agent_interrupt", MCPToolPrefix + "agent_close", MCPToolPrefix + "agent_set_model",
+	MCPToolPrefix + "agent_interrupt", MCPToolPrefix + "agent_close", MCPToolPrefix + "agent_status",
+	MCPToolPrefix + "agent_list", MCPToolPrefix + "agent_set_model",
 	"Agent", "Task", "Workflow",
 }
 

@@ -101,7 +101,7 @@ func (p Policy) Decide(tool ToolName, rules Rules) (allow bool, why string) {
 				return false, "denied by policy"
 			}
 			if slices.Contains(RecursionGuard, e) {
-				return false, "the recursion guard keeps agents from opening, driving or closing agents (open this agent with disallowed_tools [] to allow it)"
+				return false, "the recursion guard keeps agents from opening, driving, closing or looking up agents (open this agent with disallowed_tools [] to allow it)"
 			}
 			return false, "denied by this agent's policy (" + e + ")"
 		}

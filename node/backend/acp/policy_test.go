@@ -40,7 +40,7 @@ func TestDecide(t *testing.T) {
 			{"Shoal_Agent_Run", deny},      // in any case
 			{"agent_open", deny},           // a qualified entry matches the unqualified name
 			{"mcp__other__agent_open", ""}, // but not another server's tool
-			{"mcp__shoal__agent_status", ""},
+			{"mcp__shoal__agent_output", ""},
 			{"shoal_agent_output", ""},
 			{"Task", deny},
 			{"task", deny},
@@ -53,38 +53,38 @@ func TestDecide(t *testing.T) {
 			{"Task", ""},
 		}},
 		{name: "server entry matches only qualified names", preset: "default", deny: list("mcp__shoal"), calls: []call{
-			{"mcp__shoal__agent_list", deny},
-			{"shoal_agent_status", deny},
-			{"agent_list", ""},
-			{"mcp__other__agent_list", ""},
+			{"mcp__shoal__agent_nodes", deny},
+			{"shoal_agent_output", deny},
+			{"agent_nodes", ""},
+			{"mcp__other__agent_nodes", ""},
 			{"Bash", ""},
 		}},
-		{name: "bare entry matches every server", preset: "default", deny: list("Agent_Status"), calls: []call{
-			{"agent_status", deny},
-			{"mcp__shoal__agent_status", deny},
-			{"shoal_agent_status", deny},
-			{"mcp__other__agent_status", deny},
-			{"agent_list", ""},
+		{name: "bare entry matches every server", preset: "default", deny: list("Agent_Output"), calls: []call{
+			{"agent_output", deny},
+			{"mcp__shoal__agent_output", deny},
+			{"shoal_agent_output", deny},
+			{"mcp__other__agent_output", deny},
+			{"agent_nodes", ""},
 		}},
-		{name: "opencode spelling as an entry", preset: "default", deny: list("shoal_agent_list"), calls: []call{
-			{"mcp__shoal__agent_list", deny},
-			{"agent_list", deny},
-			{"mcp__other__agent_list", ""},
+		{name: "opencode spelling as an entry", preset: "default", deny: list("shoal_agent_nodes"), calls: []call{
+			{"mcp__shoal__agent_nodes", deny},
+			{"agent_nodes", deny},
+			{"mcp__other__agent_nodes", ""},
 		}},
 		{name: "deny patterns", preset: "default", deny: list("Bash(rm *)", "mcp__shoal__agent_*", "web*"), calls: []call{
 			{"Bash", deny},
-			{"shoal_agent_list", deny},
-			{"mcp__shoal__agent_status", deny},
-			{"agent_list", ""},
-			{"mcp__other__agent_list", ""},
+			{"shoal_agent_nodes", deny},
+			{"mcp__shoal__agent_output", deny},
+			{"agent_nodes", ""},
+			{"mcp__other__agent_nodes", ""},
 			{"WebFetch", deny},
 			{"mcp__search__websearch", deny},
 			{"Read", ""},
 		}},
 		{name: "default with an allowlist is only those", preset: "default", allowed: []string{"Read", "mcp__shoal"}, calls: []call{
 			{"read", ""},
-			{"shoal_agent_status", ""},
-			{"mcp__shoal__agent_list", ""},
+			{"shoal_agent_output", ""},
+			{"mcp__shoal__agent_nodes", ""},
 			{"Bash", notAllowed},
 			{"mcp__other__x", notAllowed},
 			{"mcp__shoal__agent_open", deny}, // deny before the allowlist
@@ -96,8 +96,8 @@ func TestDecide(t *testing.T) {
 			{"Read", deny},
 			{"bash", deny},
 			{"NotebookEdit", deny},
-			{"mcp__shoal__agent_status", ""},
-			{"shoal_agent_list", ""},
+			{"mcp__shoal__agent_output", ""},
+			{"shoal_agent_nodes", ""},
 			{"mcp__shoal__agent_open", deny},
 			{"fs/read_text_file", notebook},
 			{"fs/write_text_file", notebook},
@@ -105,14 +105,14 @@ func TestDecide(t *testing.T) {
 			{"mcp__other__tool", notebook},
 		}},
 		{name: "specialist without an allowlist", preset: "specialist", calls: []call{
-			{"mcp__shoal__agent_status", specialist},
+			{"mcp__shoal__agent_output", specialist},
 			{"WebFetch", specialist},
 			{"Read", deny},
 		}},
-		{name: "specialist with an allowlist", preset: "specialist", allowed: []string{"mcp__shoal__agent_status", "WebFetch", "Read"}, calls: []call{
-			{"shoal_agent_status", ""},
+		{name: "specialist with an allowlist", preset: "specialist", allowed: []string{"mcp__shoal__agent_output", "WebFetch", "Read"}, calls: []call{
+			{"shoal_agent_output", ""},
 			{"webfetch", ""},
-			{"mcp__shoal__agent_list", notAllowed},
+			{"mcp__shoal__agent_nodes", notAllowed},
 			{"Read", deny}, // deny wins over the allowlist
 			{"fs/read_text_file", notAllowed},
 		}},
@@ -120,13 +120,13 @@ func TestDecide(t *testing.T) {
 			{"fs/read_text_file", ""},
 			{"FS/Write_Text_File", ""},
 			{"Bash", ""},
-			{"shoal_agent_list", ""},
+			{"shoal_agent_nodes", ""},
 			{"mcp__shoal__agent_open", deny},
 		}},
-		{name: "lab with an allowlist: only before the preset's allowance", preset: "lab", allowed: []string{"mcp__shoal__agent_status"}, calls: []call{
-			{"mcp__shoal__agent_status", ""},
+		{name: "lab with an allowlist: only before the preset's allowance", preset: "lab", allowed: []string{"mcp__shoal__agent_output"}, calls: []call{
+			{"mcp__shoal__agent_output", ""},
 			{"fs/read_text_file", notAllowed},
-			{"mcp__shoal__agent_list", notAllowed},
+			{"mcp__shoal__agent_nodes", notAllowed},
 		}},
 		{name: "auto", preset: "AUTO", calls: []call{
 			{"Bash", auto},
@@ -141,7 +141,7 @@ func TestDecide(t *testing.T) {
 			{"Read", ""},
 			{"Grep", ""},
 			{"fs/read_text_file", ""},
-			{"mcp__shoal__agent_status", ""},
+			{"mcp__shoal__agent_output", ""},
 			{"mcp__shoal__agent_open", deny},
 		}},
 		{name: "auto refuses a mutating tool even when allowed", preset: "auto", allowed: []string{"Bash", "Read"}, calls: []call{

@@ -288,7 +288,7 @@ func TestMCPPermitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	only, err := schemas.ComposePolicy("default", "", []string{"mcp__shoal__agent_status"}, nil, true)
+	only, err := schemas.ComposePolicy("default", "", []string{"mcp__shoal__agent_status"}, &[]string{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,8 @@ func TestMCPPermitted(t *testing.T) {
 	}{
 		{"guard hides the coordinator's agent_open", def, "shoal", "agent_open", false},
 		{"guard hides agent_run", def, "shoal", "agent_run", false},
-		{"guard keeps agent_status", def, "shoal", "agent_status", true},
+		{"guard hides agent_status, as Kaimon's does", def, "shoal", "agent_status", false},
+		{"guard keeps agent_output", def, "shoal", "agent_output", true},
 		{"guard is for the coordinator only", def, "other", "agent_open", true},
 		{"guard lifted", deny(), "shoal", "agent_open", true},
 		{"bare deny, any server", deny("echo"), "files", "echo", false},
