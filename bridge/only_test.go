@@ -54,3 +54,40 @@ func TestRealClaudeOnly(t *testing.T) {
 		t.Errorf("agent_nodes's result to the model: %+v", got)
 	}
 }
+
+// A specialist with no allowed_tools may call nothing: the real claude
+// CLI offers the model no tool at all, neither its own (cron, tasks, web
+// fetch, skills) nor Shoal's. With only and ["Read"], it offers exactly
+// Read.
+func TestRealClaudeExactToolSets(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb, _ := startRecordedFabric(t)
+	fb.startNode(fake)
+	for _, c := range []struct {
+		name string
+		req  schemas.OpenRequest
+		want []string
+	}{
+		{"specialist, no tools", schemas.OpenRequest{Permission: "specialist"}, nil},
+		{"only Read", schemas.OpenRequest{Only: true, AllowedTools: []string{"Read"}}, []string{"Read"}},
+	} {
+		fake.Script(fakemodel.Reply{Text: "Done."})
+		before := len(fake.Requests())
+		c.req.CWD, c.req.Node = t.TempDir(), "n1"
+		rep, err := fb.f.Open(t.Context(), c.req)
+		if err != nil {
+			t.Fatalf("%s: open: %v", c.name, err)
+		}
+		if ran, err := fb.f.Run(t.Context(), schemas.RunRequest{AgentID: rep.AgentID, Text: "Go.", Timeout: 60}); err != nil || ran.Text != "Done." {
+			t.Fatalf("%s: run: %+v %v", c.name, ran, err)
+		}
+		reqs := fake.Requests()[before:]
+		if len(reqs) != 1 {
+			t.Fatalf("%s: the model was asked %d times", c.name, len(reqs))
+		}
+		if got := reqs[0].Tools; !slices.Equal(got, c.want) {
+			t.Errorf("%s: the CLI offered %v, want %v", c.name, got, c.want)
+		}
+	}
+}

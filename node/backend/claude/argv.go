@@ -49,10 +49,11 @@ type Launch struct {
 //	[--dangerously-skip-permissions] [--mcp-config F… --strict-mcp-config]
 //	[--append-system-prompt S]
 //
-// With Policy.Only the CLI gets --tools naming just the built-in tools of
-// the allowlist (plus ToolSearch when it names MCP tools) and only Shoal's
-// MCP server; a caller's mcp_config is refused, and so is an allowlist
-// naming MCP tools when the coordinator's MCP endpoint is unknown.
+// With Policy.Only, and for the specialist preset, the CLI gets --tools
+// naming just the built-in tools of the allowlist (plus ToolSearch when it
+// names MCP tools; an empty list when it names none) and only Shoal's MCP
+// server; a caller's mcp_config is refused, and so is an allowlist naming
+// MCP tools when the coordinator's MCP endpoint is unknown.
 func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	model, effort := SplitModel(spec.Model)
 	if model == "" {
@@ -69,13 +70,15 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 		pol.Mode = "acceptEdits"
 	}
 	namesMCP := slices.ContainsFunc(pol.Allowed, schemas.IsMCPTool)
-	if pol.Only {
-		if spec.MCPConfig != "" {
-			return Launch{}, errors.New("only refuses a caller-supplied mcp_config: Shoal tells an agent's MCP calls apart by the config it generates")
-		}
-		if namesMCP && spec.MCP.URL == "" {
-			return Launch{}, errors.New("only with MCP tools needs the coordinator's MCP endpoint, and this node does not know it")
-		}
+	// A specialist's allowlist is its whole tool set, as only makes any
+	// agent's: the CLI is handed exactly those tools, none when the list
+	// is empty, so its own (cron, tasks, web fetch, skills) are not there.
+	exact := pol.Only || pol.Preset == schemas.PresetSpecialist
+	if pol.Only && spec.MCPConfig != "" {
+		return Launch{}, errors.New("only refuses a caller-supplied mcp_config: Shoal tells an agent's MCP calls apart by the config it generates")
+	}
+	if exact && namesMCP && spec.MCP.URL == "" {
+		return Launch{}, errors.New("an allowlist of MCP tools needs the coordinator's MCP endpoint, and this node does not know it")
 	}
 	args := []string{"-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
 		"--model", model, "--permission-mode", pol.Mode, "--add-dir", spec.CWD}
@@ -85,7 +88,7 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	if effort != "" {
 		args = append(args, "--effort", effort)
 	}
-	if pol.Only {
+	if exact {
 		tools := schemas.BuiltinTools(pol.Allowed)
 		if namesMCP && !slices.Contains(tools, "ToolSearch") {
 			tools = append(tools, "ToolSearch")
