@@ -21,6 +21,10 @@ type MCPConfig struct {
 	Client  client.Client
 	Version string
 	Logger  *slog.Logger
+	// MaxDepth bounds how deep agents may open agents (an agent's child
+	// is at depth 1); schemas.DefaultMaxDepth when zero, none when
+	// negative.
+	MaxDepth int
 }
 
 // MCP serves Kaimon's nine agent tools, plus agent_nodes and
@@ -28,9 +32,10 @@ type MCPConfig struct {
 // config carries the agent's id) passes the door first: it is judged by
 // that agent's policy.
 type MCP struct {
-	f   client.Client
-	srv *server.MCPServer
-	log *slog.Logger
+	f        client.Client
+	srv      *server.MCPServer
+	log      *slog.Logger
+	maxDepth int
 }
 
 // NewMCP builds the MCP server.
@@ -41,7 +46,13 @@ func NewMCP(cfg MCPConfig) *MCP {
 	if cfg.Version == "" {
 		cfg.Version = "0.0.0"
 	}
-	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp")}
+	switch {
+	case cfg.MaxDepth == 0:
+		cfg.MaxDepth = schemas.DefaultMaxDepth
+	case cfg.MaxDepth < 0:
+		cfg.MaxDepth = 0
+	}
+	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth}
 	m.srv = server.NewMCPServer("shoal", cfg.Version,
 		server.WithToolCapabilities(false),
 		server.WithRecovery(),
@@ -158,21 +169,55 @@ func (m *MCP) door(ctx context.Context, name string, a map[string]any) string {
 	if ok, why := rec.Policy.DecideTool(name); !ok {
 		return refused(why)
 	}
+	// Paths are confined as the kernel will follow them: symlinks resolved,
+	// the resolved path passed on, so a link swapped afterwards changes
+	// nothing.
+	root, err := filepath.EvalSymlinks(rec.Policy.CWD)
+	if err != nil {
+		root = filepath.Clean(rec.Policy.CWD)
+	}
 	for _, k := range []string{"cwd", "mcp_config"} {
-		if p, _ := a[k].(string); p != "" && !within(rec.Policy.CWD, p) {
+		p, _ := a[k].(string)
+		if p == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil || !filepath.IsAbs(p) {
+			return refused(fmt.Sprintf("path %s cannot be resolved inside this agent's workspace", p))
+		}
+		if !schemas.Within(root, real) {
 			return refused(fmt.Sprintf("path is outside this agent's workspace: %s", p))
 		}
+		a[k] = real
+	}
+	if name == "agent_open" {
+		return m.nested(rec, a, refused)
 	}
 	return ""
 }
 
-// within reports whether path lies inside root, component-wise.
-func within(root, path string) bool {
-	if root == "" {
-		return false
+// nested holds an agent's agent_open to its own rights: the child's
+// policy no wider than its parent's, its depth within the coordinator's
+// bound; the child's record names its parent and depth.
+func (m *MCP) nested(parent schemas.AgentRecord, a map[string]any, refused func(string) string) string {
+	var req schemas.OpenRequest
+	b, _ := json.Marshal(a)
+	if err := json.Unmarshal(b, &req); err != nil {
+		return refused(err.Error())
 	}
-	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(path))
-	return err == nil && filepath.IsAbs(path) && rel != ".." && !strings.HasPrefix(rel, "../")
+	depth := parent.Depth + 1
+	if depth > m.maxDepth {
+		return refused(fmt.Sprintf("agent %s is at depth %d, and agents may open agents only %d deep", parent.ID, parent.Depth, m.maxDepth))
+	}
+	child, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only)
+	if err != nil {
+		return refused(err.Error())
+	}
+	if err := parent.Policy.Admits(child, req.CWD); err != nil {
+		return refused("a child may not exceed its parent: " + err.Error())
+	}
+	a["parent"], a["depth"] = parent.ID, depth
+	return ""
 }
 
 // visible hides from an agent the tools its policy does not let it call,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -558,13 +560,22 @@ func putRecord(t *testing.T, fb *fabric, rec schemas.AgentRecord) {
 func TestMCPDoor(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
+	work := t.TempDir()
+	for _, d := range []string{"a", "b", "c/sub", "c-sibling"} {
+		if err := os.MkdirAll(filepath.Join(work, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(work, "c-sibling"), filepath.Join(work, "c", "link")); err != nil {
+		t.Fatal(err)
+	}
 	guard, _ := schemas.ComposePolicy("", "", nil, nil, false)
-	putRecord(t, fb, schemas.AgentRecord{ID: "guarded", Status: schemas.StatusIdle, Node: "n9", Policy: guard.Record("/work/a")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "guarded", Status: schemas.StatusIdle, Node: "n9", Policy: guard.Record(work + "/a")})
 	nested := []string{}
 	only, _ := schemas.ComposePolicy("", "", []string{schemas.MCPToolPrefix + "agent_status", "Read"}, &nested, true)
-	putRecord(t, fb, schemas.AgentRecord{ID: "narrow", Status: schemas.StatusIdle, Node: "n9", Policy: only.Record("/work/b")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "narrow", Status: schemas.StatusIdle, Node: "n9", Policy: only.Record(work + "/b")})
 	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
-	putRecord(t, fb, schemas.AgentRecord{ID: "free", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record("/work/c")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "free", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work + "/c")})
 
 	g := fb.client(map[string]string{schemas.AgentIDHeader: "guarded"})
 	var nodes schemas.NodesReply
@@ -605,11 +616,23 @@ func TestMCPDoor(t *testing.T) {
 	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": "/etc"}); !isErr || text != "agent_open refused: path is outside this agent's workspace: /etc" {
 		t.Errorf("agent_open outside the workspace: %q", text)
 	}
-	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": "/work/c/sub/../../c-sibling"}); !isErr || !strings.Contains(text, "outside this agent's workspace") {
+	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": work + "/c/sub/../../c-sibling"}); !isErr || !strings.Contains(text, "outside this agent's workspace") {
 		t.Errorf("agent_open escaping with ..: %q", text)
 	}
-	if text, _ := call(t, fr, "agent_open", map[string]any{"cwd": "/work/c/sub"}); strings.Contains(text, "refused") {
+	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": work + "/c/link"}); !isErr || !strings.Contains(text, "outside this agent's workspace") {
+		t.Errorf("agent_open escaping through a symlink: %q", text)
+	}
+	if text, _ := call(t, fr, "agent_open", map[string]any{"cwd": work + "/c/sub"}); strings.Contains(text, "refused") {
 		t.Errorf("agent_open inside the workspace was refused: %q", text)
+	}
+	if text, isErr := call(t, fr, "agent_open", map[string]any{"cwd": work + "/c/sub", "parent": "guarded", "depth": 1}); !isErr || !strings.Contains(text, "Unknown parameter(s): depth, parent") {
+		t.Errorf("agent_open naming its own parent and depth: %q", text)
+	}
+	// Nesting is bounded: an agent at the deepest depth opens none.
+	putRecord(t, fb, schemas.AgentRecord{ID: "deep", Status: schemas.StatusIdle, Node: "n9", Parent: "free", Depth: schemas.DefaultMaxDepth, Policy: free.Record(work + "/c")})
+	deep := fb.client(map[string]string{schemas.AgentIDHeader: "deep"})
+	if text, isErr := call(t, deep, "agent_open", map[string]any{"cwd": work + "/c/sub"}); !isErr || !strings.Contains(text, "agents may open agents only 2 deep") {
+		t.Errorf("agent_open at the deepest depth: %q", text)
 	}
 	// Output of a turn that does not exist is not found.
 	if text, isErr := call(t, fb.client(nil), "agent_output", map[string]any{"agent_id": "guarded", "turn": 5}); !isErr ||
@@ -625,7 +648,7 @@ func TestMCPDoor(t *testing.T) {
 func argsFor(tool string) map[string]any {
 	switch tool {
 	case "agent_open":
-		return map[string]any{"cwd": "/work/a"}
+		return map[string]any{"cwd": "/"}
 	case "agent_send", "agent_run":
 		return map[string]any{"agent_id": "free", "text": "x"}
 	case "agent_set_model":
@@ -775,6 +798,14 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 			for k, c := range x {
 				if k != "$ref" && k != "$schema" && k != "$id" {
 					out[k] = resolve(c)
+				}
+			}
+			// What Shoal sets itself (readOnly) is no argument.
+			if props, ok := out["properties"].(map[string]any); ok {
+				for k, p := range props {
+					if ro, _ := p.(map[string]any)["readOnly"].(bool); ro {
+						delete(props, k)
+					}
 				}
 			}
 			return out

@@ -54,12 +54,19 @@ func loadSchema(name string) (inputSchema, error) {
 		return inputSchema{}, fmt.Errorf("request schema %s: %w", name, err)
 	}
 	doc = inlined.(map[string]any)
+	// What Shoal sets itself (readOnly) is no argument: not shown, and
+	// refused from a caller as any unknown one is.
+	props, _ := doc["properties"].(map[string]any)
+	for k, v := range props {
+		if ro, _ := v.(map[string]any)["readOnly"].(bool); ro {
+			delete(props, k)
+		}
+	}
 	s := inputSchema{props: map[string]property{}}
 	s.raw, _ = json.Marshal(doc)
 	for _, r := range asSlice(doc["required"]) {
 		s.required = append(s.required, r.(string))
 	}
-	props, _ := doc["properties"].(map[string]any)
 	for k, v := range props {
 		p, err := readProperty(v.(map[string]any))
 		if err != nil {

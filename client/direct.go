@@ -160,7 +160,8 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest) (release fu
 		model = schemas.DefaultModel
 	}
 	grant, _ := json.Marshal(schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
-		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID})
+		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID,
+		Parent: req.Parent, Depth: req.Depth})
 	var prev []byte
 	rev, err := kv.Create(ctx, req.ID, grant)
 	if errors.Is(err, jetstream.ErrKeyExists) {

@@ -72,6 +72,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		Usage:    schemas.Usage{}, Node: h.cfg.Name,
 		Policy:    pol.Record(cwd),
 		RequestID: req.RequestID,
+		Parent:    req.Parent, Depth: req.Depth,
 	})
 	h.agents[id] = a // reserves the id on this node while it starts
 	h.mu.Unlock()

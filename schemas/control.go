@@ -80,6 +80,11 @@ type OpenRequest struct {
 	// Node and Labels are fabric additions: where the agent may run.
 	Node   string            `json:"node,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Parent and Depth are set by the MCP door when an agent opens an
+	// agent: the calling agent, and how deep the child is (1 for an
+	// agent's own child). No caller may set them.
+	Parent string `json:"parent,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
 }
 
 // OpenReply names the opened agent and the node that owns it.
@@ -191,6 +196,11 @@ type AgentRecord struct {
 	Node          string      `json:"node"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
+	// Parent is the agent that opened this one through the MCP door, and
+	// Depth how many such opens separate it from a caller that is no
+	// agent; both empty for an agent a person or a program opened.
+	Parent string `json:"parent,omitempty"`
+	Depth  int    `json:"depth,omitempty"`
 	// RequestID is the id of the open request that made this life of the
 	// agent, so a retried open recognises it.
 	RequestID string `json:"request_id,omitempty"`
@@ -203,6 +213,8 @@ type AgentPolicy struct {
 	AllowedTools    []string `json:"allowed_tools"`
 	DisallowedTools []string `json:"disallowed_tools"`
 	Only            bool     `json:"only"`
+	// Mode is the claude CLI permission mode the policy gives.
+	Mode string `json:"mode,omitempty"`
 	// CWD confines the paths the agent may pass to Shoal's tools.
 	CWD string `json:"cwd"`
 }

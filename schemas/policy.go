@@ -164,7 +164,7 @@ func unique(xs []string) []string {
 
 // Record is the policy as an agent record carries it.
 func (p Policy) Record(cwd string) *AgentPolicy {
-	return &AgentPolicy{Preset: p.Preset, AllowedTools: nonNil(p.Allowed), DisallowedTools: nonNil(p.Disallowed), Only: p.Only, CWD: cwd}
+	return &AgentPolicy{Preset: p.Preset, AllowedTools: nonNil(p.Allowed), DisallowedTools: nonNil(p.Disallowed), Only: p.Only, Mode: p.Mode, CWD: cwd}
 }
 
 func nonNil(xs []string) []string {

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // upOptions are the settings of `shoal up`.
@@ -36,6 +37,7 @@ type upOptions struct {
 	node          nodeOptions
 	mcpListen     string
 	mcpToken      string
+	maxDepth      int
 	mcpObserver   string
 	noMCP         bool
 	bus           string
@@ -98,6 +100,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	o.node.register(fs, "node-name")
 	fs.StringVar(&o.mcpListen, "mcp-listen", "127.0.0.1:7270", "`address` of the MCP endpoint (Streamable HTTP at /mcp)")
 	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send to drive agents; required off loopback")
+	fs.IntVar(&o.maxDepth, "max-depth", schemas.DefaultMaxDepth, "how deep agents may open agents through Shoal's tools (an agent's child is at depth 1)")
 	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: agent_output, agent_status, agent_list, agent_nodes, agent_events")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint")
 	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
@@ -277,6 +280,9 @@ func (o *upOptions) useExternal(ctx context.Context, env *environment) (connecto
 }
 
 func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error {
+	if o.maxDepth < 0 {
+		return usagef("--max-depth %d: give 0 to forbid agents opening agents, or a depth from 1", o.maxDepth)
+	}
 	log, err := newLogger(env.io.err, o.logLevel)
 	if err != nil {
 		return err
@@ -442,7 +448,11 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	if err := f.WatchNodes(ctx); err != nil {
 		return "", err
 	}
-	m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver(), Logger: log})
+	depth := o.maxDepth
+	if depth == 0 {
+		depth = -1 // none
+	}
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver(), Logger: log, MaxDepth: depth})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
 	workers.Go(func() {

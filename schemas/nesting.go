@@ -1,0 +1,92 @@
+package schemas
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// DefaultMaxDepth is how deep agents may open agents when the coordinator
+// is not told otherwise: an agent's child is at depth 1, its grandchild at
+// 2.
+const DefaultMaxDepth = 2
+
+// presetWidth orders the presets by what they let an agent do; a child
+// may take its parent's preset or a narrower one.
+var presetWidth = map[Preset]int{
+	PresetSpecialist: 0, // its allowlist and nothing else
+	PresetNotebook:   1, // Shoal's tools, no files or shell of its own
+	PresetDefault:    2, // edits, shell when the CLI asks
+	PresetAuto:       3, // a classifier approves what it judges safe
+	PresetLab:        3, // Shoal's tools and the ACP agent's file access
+	PresetBypass:     4, // no checks
+}
+
+// modeWidth orders the claude CLI's permission modes the same way.
+var modeWidth = map[string]int{"plan": 0, "default": 1, "acceptEdits": 2, "auto": 3, "bypassPermissions": 4}
+
+// Admits says why an agent whose policy is p may not open an agent with
+// policy child in directory cwd, or returns nil. A child never exceeds
+// its parent: its preset and permission mode are no wider; when the
+// parent's allowlist is its whole tool set (only, specialist), the child's
+// is too, and names nothing the parent's does not; everything the parent
+// is denied, the child is denied; and its directory is the parent's or
+// inside it. Paths are compared as given: resolve symlinks first.
+func (p AgentPolicy) Admits(child Policy, cwd string) error {
+	if presetWidth[child.Preset] > presetWidth[p.Preset] || (presetWidth[child.Preset] == presetWidth[p.Preset] && child.Preset != p.Preset) {
+		return fmt.Errorf("preset %s is wider than this agent's (%s)", child.Preset, p.Preset)
+	}
+	if p.Mode != "" && modeWidth[child.Mode] > modeWidth[p.Mode] {
+		return fmt.Errorf("permission mode %s is wider than this agent's (%s)", child.Mode, p.Mode)
+	}
+	if child.Dangerous && p.Preset != PresetBypass {
+		return fmt.Errorf("skipping permission checks is wider than this agent's %s", p.Preset)
+	}
+	if p.Only || p.Preset == PresetSpecialist {
+		if !child.Only && child.Preset != PresetSpecialist {
+			return fmt.Errorf("this agent's tools are exactly its allowlist, so a child's must be too (only, or the specialist preset)")
+		}
+		for _, t := range child.Allowed {
+			if !slices.ContainsFunc(p.AllowedTools, func(e string) bool { return covers(e, t) }) {
+				return fmt.Errorf("allowed tool %s is not in this agent's allowlist", t)
+			}
+		}
+	}
+	for _, d := range p.DisallowedTools {
+		if !slices.ContainsFunc(child.Disallowed, func(e string) bool { return strings.EqualFold(e, d) }) {
+			return fmt.Errorf("this agent may not call %s, so its child may not either: keep it in disallowed_tools", d)
+		}
+	}
+	if !Within(p.CWD, cwd) {
+		return fmt.Errorf("%s is outside this agent's workspace %s", cwd, p.CWD)
+	}
+	return nil
+}
+
+// covers reports whether allowlist entry e permits everything entry t
+// does: the same entry, a server prefix over its tools, a prefix pattern,
+// or a tool over its argument patterns ("Bash" over "Bash(git *)").
+func covers(e, t string) bool {
+	e, t = strings.ToLower(strings.TrimSpace(e)), strings.ToLower(strings.TrimSpace(t))
+	switch {
+	case e == t:
+		return true
+	case IsMCPTool(e) && strings.Count(e, "__") == 1 && strings.HasPrefix(t, e+"__"):
+		return true
+	case strings.HasSuffix(e, "*") && strings.HasPrefix(t, strings.TrimSuffix(e, "*")):
+		return true
+	}
+	name, _, pattern := strings.Cut(t, "(")
+	return pattern && strings.TrimSpace(name) == e
+}
+
+// Within reports whether path lies inside root, or is root, component-wise:
+// both absolute, compared as given.
+func Within(root, path string) bool {
+	if root == "" || !filepath.IsAbs(path) {
+		return false
+	}
+	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(path))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}

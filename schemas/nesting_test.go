@@ -1,0 +1,61 @@
+package schemas_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A child never exceeds its parent: preset, mode, allowlist, denials and
+// directory.
+func TestAdmits(t *testing.T) {
+	none := []string{}
+	compose := func(preset, mode string, allowed []string, deny *[]string, only bool) schemas.Policy {
+		t.Helper()
+		p, err := schemas.ComposePolicy(preset, mode, allowed, deny, only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	parent := func(p schemas.Policy) schemas.AgentPolicy { return *p.Record("/w/p") }
+	notebook := parent(compose("notebook", "", nil, &none, false))
+	lab := parent(compose("lab", "", nil, &none, false))
+	spec := parent(compose("specialist", "", []string{"Read", "mcp__shoal__agent_output", "mcp__files"}, &none, false))
+	guarded := parent(compose("default", "", nil, nil, false))
+	for _, c := range []struct {
+		name   string
+		parent schemas.AgentPolicy
+		child  schemas.Policy
+		cwd    string
+		want   string // "" admits
+	}{
+		{"the same preset, inside", notebook, compose("notebook", "", nil, &none, false), "/w/p/sub", ""},
+		{"its own directory", notebook, compose("notebook", "", nil, &none, false), "/w/p", ""},
+		{"bypass under notebook", notebook, compose("bypass", "", nil, &none, false), "/w/p", "preset bypass is wider than this agent's (notebook)"},
+		{"default under notebook", notebook, compose("default", "", nil, &none, false), "/w/p", "preset default is wider"},
+		{"a wider mode", notebook, compose("notebook", "bypassPermissions", nil, &none, false), "/w/p", "permission mode bypassPermissions is wider"},
+		{"the parent's denials dropped", parent(compose("notebook", "", nil, &[]string{"WebFetch"}, false)), compose("notebook", "", nil, &none, false), "/w/p", "may not call WebFetch, so its child may not either"},
+		{"a specialist under notebook", notebook, compose("specialist", "", []string{"mcp__shoal__agent_output"}, &none, false), "/w/p", ""},
+		{"outside", notebook, compose("notebook", "", nil, &none, false), "/w/other", "/w/other is outside this agent's workspace /w/p"},
+		{"a sibling by prefix", notebook, compose("notebook", "", nil, &none, false), "/w/p2", "outside"},
+		{"lab under lab", lab, compose("lab", "", nil, &none, false), "/w/p", ""},
+		{"auto under lab: as wide, another kind", lab, compose("auto", "", nil, &none, false), "/w/p", "preset auto is wider"},
+		{"narrower under lab", lab, compose("notebook", "", nil, &none, false), "/w/p", ""},
+		{"specialist, a subset", spec, compose("specialist", "", []string{"read", "mcp__files__lookup"}, &none, false), "/w/p", ""},
+		{"only, a subset", spec, compose("specialist", "", []string{"Read"}, &none, true), "/w/p", ""},
+		{"specialist, a tool beyond", spec, compose("specialist", "", []string{"Read", "WebFetch"}, &none, false), "/w/p", "allowed tool WebFetch is not in this agent's allowlist"},
+		{"specialist parent, unbounded child", spec, compose("notebook", "", nil, &none, false), "/w/p", "preset notebook is wider"},
+		{"the guard kept", guarded, compose("default", "", nil, nil, false), "/w/p", ""},
+		{"the guard lifted", guarded, compose("default", "", nil, &none, false), "/w/p", "may not call mcp__shoal__agent_open"},
+	} {
+		err := c.parent.Admits(c.child, c.cwd)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+		}
+	}
+}
