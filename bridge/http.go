@@ -56,20 +56,35 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 			http.Error(w, "origin not allowed: "+o, http.StatusForbidden)
 			return
 		}
+		id := r.Header.Get(schemas.AgentIDHeader)
+		if id != "" && schemas.ValidID(id) != nil {
+			http.Error(w, "malformed "+schemas.AgentIDHeader+" header", http.StatusBadRequest)
+			return
+		}
 		if cfg.Token != "" || cfg.ObserverToken != "" {
 			got := bearer(r)
-			if !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken) {
+			if !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken) && !m.agentToken(r.Context(), cfg.Token, id, got) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
 				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 				return
 			}
 		}
-		if id := r.Header.Get(schemas.AgentIDHeader); id != "" && schemas.ValidID(id) != nil {
-			http.Error(w, "malformed "+schemas.AgentIDHeader+" header", http.StatusBadRequest)
-			return
-		}
 		mcpHTTP.ServeHTTP(w, r)
 	})
+}
+
+// agentToken reports whether got is the token of the live agent id: the
+// one its node derived for this life of it (schemas.AgentToken). An agent
+// id header alone is no credential.
+func (m *MCP) agentToken(ctx context.Context, endpointToken, id, got string) bool {
+	if endpointToken == "" || id == "" || got == "" {
+		return false
+	}
+	rec, err := m.f.Record(ctx, id)
+	if err != nil || rec.Status == schemas.StatusDead {
+		return false
+	}
+	return matches(got, schemas.AgentToken(endpointToken, id, rec.RequestID))
 }
 
 // bearer is the request's bearer token, or "".

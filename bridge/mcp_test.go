@@ -694,6 +694,32 @@ func TestMCPHTTPSecurity(t *testing.T) {
 	if code := post(map[string]string{"Authorization": "Bearer s3cret"}); code != http.StatusOK {
 		t.Errorf("the right token: %d", code)
 	}
+	// An agent presents its own token, derived for this life of it; its id
+	// alone is no credential, nor is another agent's token, a dead
+	// agent's, or the token of an earlier life.
+	free, _ := schemas.ComposePolicy("lab", "", nil, &[]string{}, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "a1", Status: schemas.StatusIdle, Node: "n9", RequestID: "open-2", Policy: free.Record("/")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "a2", Status: schemas.StatusIdle, Node: "n9", RequestID: "open-3", Policy: free.Record("/")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "gone", Status: schemas.StatusDead, Node: "n9", RequestID: "open-4", Policy: free.Record("/")})
+	agent := func(id, token string) map[string]string {
+		return map[string]string{schemas.AgentIDHeader: id, "Authorization": "Bearer " + token}
+	}
+	for what, c := range map[string]struct {
+		h    map[string]string
+		want int
+	}{
+		"its own token":       {agent("a1", schemas.AgentToken("s3cret", "a1", "open-2")), http.StatusOK},
+		"its id alone":        {map[string]string{schemas.AgentIDHeader: "a1"}, http.StatusUnauthorized},
+		"another's token":     {agent("a1", schemas.AgentToken("s3cret", "a2", "open-3")), http.StatusUnauthorized},
+		"an earlier life's":   {agent("a1", schemas.AgentToken("s3cret", "a1", "open-1")), http.StatusUnauthorized},
+		"a dead agent's":      {agent("gone", schemas.AgentToken("s3cret", "gone", "open-4")), http.StatusUnauthorized},
+		"a token without id":  {map[string]string{"Authorization": "Bearer " + schemas.AgentToken("s3cret", "a1", "open-2")}, http.StatusUnauthorized},
+		"the operator's, too": {agent("a1", "s3cret"), http.StatusOK},
+	} {
+		if code := post(c.h); code != c.want {
+			t.Errorf("an agent with %s: %d, want %d", what, code, c.want)
+		}
+	}
 	if code := post(map[string]string{"Authorization": "Bearer s3cret", "Origin": "https://evil.example"}); code != http.StatusForbidden {
 		t.Errorf("a foreign origin: %d", code)
 	}

@@ -117,7 +117,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	life := backend.NewLifeToken()
 	spec := backend.Spec{
 		AgentID: id, CWD: cwd, Model: rest, Effort: req.Effort, Policy: pol,
-		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.cfg.MCP,
+		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.agentEndpoint(id, req.RequestID),
 		Dir: h.cfg.Dir,
 		Env: append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name,
 			"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), backend.LifeEnv+"="+life),
@@ -148,6 +148,16 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	a.log.Info("agent opened", "model", model, "cwd", cwd)
 	return schemas.OpenReply{AgentID: id, Node: h.cfg.Name}, nil
+}
+
+// agentEndpoint is the coordinator's MCP endpoint as one life of an agent
+// reaches it: with its own token, never the endpoint's.
+func (h *Host) agentEndpoint(id, requestID string) backend.MCPEndpoint {
+	e := h.cfg.MCP
+	if e.Token != "" {
+		e.Token = schemas.AgentToken(e.Token, id, requestID)
+	}
+	return e
 }
 
 // liveAgentsLocked counts the agents that are not dead, starting ones

@@ -97,8 +97,11 @@ type Spec struct {
 
 // MCPEndpoint is where agents reach the coordinator's MCP server.
 type MCPEndpoint struct {
-	URL   string // e.g. http://127.0.0.1:7777/mcp; "" when unknown
-	Token string // bearer token, when the endpoint needs one
+	URL string // e.g. http://127.0.0.1:7777/mcp; "" when unknown
+	// Token is the bearer token the agent presents. A node is configured
+	// with the endpoint's own token and hands each agent only its own
+	// (schemas.AgentToken).
+	Token string
 }
 
 // Backend kinds (schemas.Route names them).
