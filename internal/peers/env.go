@@ -56,6 +56,13 @@ func OpencodeEnv(tb testing.TB, home, baseURL string) Env {
 		"autoupdate": false, "share": "disabled",
 	}
 	writeJSON(tb, filepath.Join(home, ".config", "opencode", "opencode.json"), config)
+	// Without these opencode fetches its plugin package from the npm
+	// registry at every start (see the ACP backend's opencodeConfig).
+	writeJSON(tb, filepath.Join(home, ".config", "opencode", "package-lock.json"),
+		map[string]any{"packages": map[string]any{"": map[string]any{"dependencies": map[string]string{"@opencode-ai/plugin": "*"}}}})
+	if err := os.MkdirAll(filepath.Join(home, ".config", "opencode", "node_modules"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
 	return append(baseEnv(home),
 		"OPENCODE_DISABLE_MODELS_FETCH=1", "OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_PURE=1",
 		"OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_SHARE=1",

@@ -244,6 +244,13 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	files := map[string][]byte{
 		filepath.Join("opencode", "opencode.json"):              body,
 		filepath.Join("opencode", "plugin", "shoal-permits.js"): pluginJS,
+		// opencode installs @opencode-ai/plugin into every config
+		// directory whose lock does not name it, from the npm registry,
+		// and holds a plugin's load until that ends (a minute and more
+		// offline). Shoal's plugin imports nothing: the directory says the
+		// package is there, so an open needs no network.
+		filepath.Join("opencode", "package-lock.json"):     opencodeLock,
+		filepath.Join("opencode", "node_modules", ".keep"): nil,
 	}
 	for name, b := range files {
 		p := filepath.Join(dir, name)
@@ -264,6 +271,10 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 		"SHOAL_PERMITS_TOKEN=" + token,
 	}, nil
 }
+
+// opencodeLock is the lock file that tells opencode its config directory
+// has its plugin package.
+var opencodeLock = []byte(`{"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}` + "\n")
 
 // userConfig is what an agent's config carries of the user's own
 // opencode.json: its providers, and its default models, without which
