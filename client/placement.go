@@ -81,6 +81,12 @@ func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
 		sort.Strings(missing)
 		return strings.Join(missing, ", ")
 	}
+	switch {
+	case req.Sandbox != nil && *req.Sandbox && n.Sandbox == "":
+		return "cannot sandbox agents"
+	case req.Sandbox != nil && !*req.Sandbox && n.SandboxMode == schemas.SandboxRequired:
+		return "runs every agent sandboxed"
+	}
 	if n.MaxAgents > 0 && n.Agents >= n.MaxAgents {
 		return fmt.Sprintf("is full (%d of %d agents)", n.Agents, n.MaxAgents)
 	}

@@ -49,6 +49,7 @@ type agent struct {
 	syncRun       bool
 	eventLog      *os.File
 	stderrLog     *os.File
+	ends          []func() // undone when the agent is dead (its sandbox's proxy, its temp directory)
 }
 
 // item is one thing the loop handles: an event (from the backend, or the

@@ -37,6 +37,8 @@ func TestMain(m *testing.M) {
 			os.Exit(backend.RunReaper())
 		case backend.KeeperArg:
 			os.Exit(backend.RunKeeper(os.Args[2:]))
+		case backend.SandboxArg:
+			os.Exit(backend.RunSandbox(os.Args[2:]))
 		}
 	}
 	if mode := os.Getenv("SHOAL_FAKE_CLAUDE"); mode != "" {

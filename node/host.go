@@ -55,6 +55,10 @@ type Config struct {
 	ImageMaxLongEdge int
 	// MaxDead is how many dead agents are kept for review; 10 when zero.
 	MaxDead int
+	// Sandbox is the node's sandbox mode: schemas.SandboxOff (the
+	// default: agents are sandboxed when their open asks), SandboxOn
+	// (unless it declines) or SandboxRequired (always).
+	Sandbox string
 	// OpenTimeout is how long an agent may take to start (an ACP agent's
 	// handshake); schemas.OpenTimeout when zero. One that has not started
 	// by then is dead, and its stream says why.
@@ -122,6 +126,9 @@ func (c Config) withDefaults() Config {
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = schemas.OpenTimeout
 	}
+	if c.Sandbox == "" {
+		c.Sandbox = schemas.SandboxOff
+	}
 	if c.PublishWindow > schemas.MaxEventsAhead {
 		c.PublishWindow = schemas.MaxEventsAhead
 	}
@@ -162,6 +169,8 @@ type Host struct {
 	// request being answered: Run waits for both.
 	agentWork, requests sync.WaitGroup
 
+	sandbox sandboxing
+
 	mu     sync.Mutex
 	agents map[string]*agent
 	runs   map[string]bool
@@ -182,12 +191,17 @@ func New(cfg Config) (*Host, error) {
 	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Confined && cfg.Conn.Opts.InboxPrefix != want {
 		return nil, fmt.Errorf("a confined node's connection must use the inbox prefix %s (nats.CustomInboxPrefix)", want)
 	}
+	sb := detectSandbox(cfg)
+	if err := checkSandboxMode(cfg, sb); err != nil {
+		return nil, err
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
 	}
 	h := &Host{
 		cfg:      cfg,
+		sandbox:  sb,
 		log:      cfg.Logger.With("node", cfg.Name),
 		js:       js,
 		backends: map[string]backend.Backend{},
@@ -474,6 +488,7 @@ func (h *Host) closeAll(ctx context.Context) {
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(ctx context.Context, a *agent) {
 	h.pids.remove(a.id)
+	a.ended()
 	// A dead agent numbers nothing more: its mark is its last number, so a
 	// journal lost later is told exactly.
 	if err := h.nums.settle(a.id, a.lastSeq()); err != nil {

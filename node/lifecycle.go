@@ -60,15 +60,41 @@ func (a *agent) started(ctx context.Context, sess backend.Session) {
 	a.sess = sess
 	a.endLife = end
 	a.rec.Status = schemas.StatusIdle
-	turn := a.turns.last
+	turn, sandbox := a.turns.last, a.rec.Sandbox
 	a.mu.Unlock()
 	a.h.agentWork.Go(func() {
 		defer end()
 		a.loop(life)
 		a.work.Wait()
 	})
-	a.emit(turn, schemas.Status{Status: schemas.StatusIdle})
+	a.emit(turn, schemas.Status{Status: schemas.StatusIdle, Sandbox: sandbox})
 	a.h.recs.mark(a, true)
+}
+
+// sandboxed records what the kernel confines this life to: the record
+// and the life's first status event carry it.
+func (a *agent) sandboxed(p *schemas.SandboxPolicy) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rec.Sandbox = p
+}
+
+// atEnd has fn run once the agent is dead.
+func (a *agent) atEnd(fn func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ends = append(a.ends, fn)
+}
+
+// ended runs what was to be undone at the agent's death.
+func (a *agent) ended() {
+	a.mu.Lock()
+	ends := a.ends
+	a.ends = nil
+	a.mu.Unlock()
+	for _, fn := range ends {
+		fn()
+	}
 }
 
 // failed ends a life whose backend did not start: its stream says why,

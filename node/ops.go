@@ -47,6 +47,10 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err != nil {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
+	sandboxed, err := h.sandboxWanted(req)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
 	id := req.ID
 	if id == "" {
 		id = schemas.NewAgentID()
@@ -122,6 +126,18 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		Env: append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name,
 			"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), backend.LifeEnv+"="+life),
 		Stderr: stderr, Reaper: h.reaper, Logger: a.log,
+	}
+	if sandboxed {
+		// Confined before it starts: the wrapper that execs the CLI
+		// restricts itself first, and everything after inherits it.
+		c, err := h.confine(be, spec, req.SandboxNet)
+		if err != nil {
+			return unclaim(err)
+		}
+		a.atEnd(c.end)
+		spec.Sandbox = c.conf
+		spec.Env = append(spec.Env, c.env...)
+		a.sandboxed(c.policy)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
 	defer cancel()

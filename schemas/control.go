@@ -80,6 +80,11 @@ type OpenRequest struct {
 	// Node and Labels are fabric additions: where the agent may run.
 	Node   string            `json:"node,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Sandbox asks for (true) or declines (false) the kernel sandbox;
+	// unset, the node's --sandbox mode decides. SandboxNet names the
+	// hosts a sandboxed agent may reach besides its model API.
+	Sandbox    *bool    `json:"sandbox,omitempty"`
+	SandboxNet []string `json:"sandbox_net,omitempty"`
 	// Parent and Depth are set by the MCP door when an agent opens an
 	// agent: the calling agent, and how deep the child is (1 for an
 	// agent's own child). No caller may set them.
@@ -196,6 +201,9 @@ type AgentRecord struct {
 	Node          string      `json:"node"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
+	// Sandbox is what the kernel confines this life of the agent to; nil
+	// when it runs unconfined.
+	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
 	// Parent is the agent that opened this one through the MCP door, and
 	// Depth how many such opens separate it from a caller that is no
 	// agent; both empty for an agent a person or a program opened.

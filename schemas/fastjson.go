@@ -23,6 +23,9 @@ func appendEnvelope(b []byte, e Event) ([]byte, bool) {
 		b = appendString(b, p.PartialJSON)
 		return append(b, "}}"...), true
 	case Status:
+		if p.Sandbox != nil {
+			return nil, false // rare: the reflective encoder writes it
+		}
 		b = appendHead(b, "status", e.Turn)
 		b = append(b, `{"status":`...)
 		b = appendString(b, string(p.Status))

@@ -204,6 +204,9 @@ func ErrorWith(message string, v any) Error {
 // Status is a lifecycle transition.
 type Status struct {
 	Status AgentStatus `json:"status"`
+	// Sandbox, on the first status of a sandboxed agent's life, says what
+	// it is confined to (a Shoal addition; absent otherwise).
+	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
 }
 
 // Kind implements Payload.
@@ -213,6 +216,14 @@ func (p *Status) decode(f *fields) {
 	p.Status = AgentStatus(f.str("status"))
 	if !p.Status.Published() {
 		f.fail("status", fmt.Sprintf("status %q is not one a status event carries (want idle, working, dead or closed)", p.Status))
+	}
+	if raw := f.raw("sandbox", false); raw != nil && string(raw) != "null" {
+		var sb SandboxPolicy
+		if err := json.Unmarshal(raw, &sb); err != nil {
+			f.fail("sandbox", "not a sandbox policy: "+err.Error())
+			return
+		}
+		p.Sandbox = &sb
 	}
 }
 

@@ -19,6 +19,8 @@ func main() {
 			os.Exit(backend.RunKeeper(os.Args[2:]))
 		case backend.ReaperArg: // this process holds a node's agents (Linux)
 			os.Exit(backend.RunReaper())
+		case backend.SandboxArg: // this process confines itself, then becomes an agent
+			os.Exit(backend.RunSandbox(os.Args[2:]))
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

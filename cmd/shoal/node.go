@@ -43,6 +43,7 @@ type nodeOptions struct {
 	outboxMemory   int64
 	outboxDisk     int64
 	refresh        time.Duration
+	sandbox        string
 }
 
 func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
@@ -63,6 +64,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
 	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most this many live agents (0: no limit)")
 	sizeFlag(fs, &o.outboxMemory, "outbox-memory", 64<<20, "events kept in memory while the coordinator is away, in `bytes`")
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
+	fs.StringVar(&o.sandbox, "sandbox", schemas.SandboxOff, "sandbox `mode`: off (agents run confined only when their open asks), on (every agent, unless its open declines), required (every agent)")
 	durationFlag(fs, &o.refresh, "refresh", time.Minute, "detect again what this node can run (CLIs, model servers and their models) every `duration`")
 }
 
@@ -183,6 +185,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		Version:          semver(),
 		Confined:         confined,
 		Reaper:           reaper,
+		Sandbox:          o.sandbox,
 		Logger:           log,
 	})
 	if err != nil {

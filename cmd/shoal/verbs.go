@@ -120,9 +120,14 @@ effort suffix, e.g. sonnet/high).`,
 			fs.StringVar(&req.SystemPrompt, "system-prompt", "", "`text` appended to the agent's system prompt")
 			fs.StringVar(&req.ID, "id", "", "the agent's `id` (default: 8 random hex characters)")
 			fs.StringVar(&req.Node, "node", "", "the `node` to run on (default: placement chooses)")
-			var labelList string
+			var labelList, sandboxNet string
 			fs.StringVar(&labelList, "labels", "", "comma-separated `key=value` labels the node must carry")
+			var sandbox optionalBool
+			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox (--sandbox=false declines it; default: the node's --sandbox mode)")
+			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
 			return func(ctx context.Context, v *verb, args []string) error {
+				req.Sandbox = sandbox.value
+				req.SandboxNet = splitList(sandboxNet)
 				if len(args) > 1 {
 					return usagef("open takes one directory, got %d arguments", len(args))
 				}
@@ -409,3 +414,24 @@ func closeCommand() *command {
 			}
 		})
 }
+
+// optionalBool is a boolean flag that can be left unset.
+type optionalBool struct{ value *bool }
+
+func (b *optionalBool) String() string {
+	if b.value == nil {
+		return ""
+	}
+	return strconv.FormatBool(*b.value)
+}
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", s)
+	}
+	b.value = &v
+	return nil
+}
+
+func (b *optionalBool) IsBoolFlag() bool { return true }

@@ -92,7 +92,11 @@ type Spec struct {
 	// Reaper holds the agent's processes (ProcessSpec.Reaper); nil when
 	// the node has none.
 	Reaper *Reaper
-	Logger *slog.Logger
+	// Sandbox confines every process of the agent (ProcessSpec.Sandbox);
+	// nil when it runs unconfined. Env then points it at its proxy and its
+	// temp directory.
+	Sandbox *Confinement
+	Logger  *slog.Logger
 }
 
 // MCPEndpoint is where agents reach the coordinator's MCP server.

@@ -56,6 +56,9 @@ type ProcessSpec struct {
 	// Keeper, when there is no Reaper, runs the process under a keeper
 	// (`Keeper... -- <argv>`, RunKeeper): what a Reaper does on macOS.
 	Keeper []string
+	// Sandbox, when set, confines the process and everything it starts
+	// (RunSandbox): it is started through the sandbox wrapper.
+	Sandbox *Confinement
 }
 
 // DefaultWriteTimeout is how long an agent may leave a line written to
@@ -75,6 +78,16 @@ var ErrStalled = errors.New("the agent stopped reading its input")
 func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if len(spec.Argv) == 0 {
 		return nil, nil, errors.New("no command to run")
+	}
+	if spec.Sandbox != nil {
+		if _, err := exec.LookPath(spec.Argv[0]); err != nil {
+			return nil, nil, launchError(spec.Argv[0], err)
+		}
+		argv, err := spec.Sandbox.wrap(spec.Argv)
+		if err != nil {
+			return nil, nil, err
+		}
+		spec.Argv = argv
 	}
 	if spec.Reaper != nil {
 		return spec.Reaper.start(spec)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -156,7 +157,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		env = append(env, extra...)
 	}
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
-		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper,
+		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper, Sandbox: spec.Sandbox,
 	})
 	if err != nil {
 		s.cleanup()
@@ -209,6 +210,78 @@ func policyEnv(spec backend.Spec) []string {
 	return env
 }
 
+// opencodeDir is an agent's own opencode configuration directory.
+func opencodeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "acp-"+spec.AgentID) }
+
+// SandboxNeeds implements backend.Confiner. Every agent reads its install
+// (for a script, the interpreter's and the script's) and reaches its model
+// API; each keeps its state where it always does: opencode its data,
+// cache and state directories and its own config directory (with the
+// node's permits endpoint, which its plugin asks), claude-agent-acp the
+// claude CLI's config, gemini ~/.gemini.
+func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
+	agent, _, err := SplitModel(spec.Model)
+	if err != nil {
+		return backend.Needs{}, err
+	}
+	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
+	var n backend.Needs
+	cmd := b.Command(agent)
+	n.Readable = append(n.Readable, backend.InstallRoot(cmd[0]))
+	for _, a := range cmd[1:] {
+		if _, err := os.Stat(a); err == nil && filepath.IsAbs(a) {
+			n.Readable = append(n.Readable, backend.InstallRoot(a)) // a script
+		}
+	}
+	home := backend.HomeDir(env)
+	switch agent {
+	case AgentOpencode:
+		n.Writable = append(n.Writable, opencodeDir(spec),
+			filepath.Join(backend.XDGDir(env, "XDG_DATA_HOME", ".local/share"), "opencode"),
+			filepath.Join(backend.XDGDir(env, "XDG_CACHE_HOME", ".cache"), "opencode"),
+			filepath.Join(backend.XDGDir(env, "XDG_STATE_HOME", ".local/state"), "opencode"))
+		p, err := b.permitServer()
+		if err != nil {
+			return n, err
+		}
+		port, _ := strconv.Atoi(p.port())
+		n.Ports = append(n.Ports, uint16(port))
+		n.Hosts = append(n.Hosts, "127.0.0.1:"+p.port())
+		var providers map[string]struct {
+			Options struct {
+				BaseURL string `json:"baseURL"`
+			} `json:"options"`
+		}
+		json.Unmarshal(userConfig(env)["provider"], &providers)
+		for _, pr := range providers {
+			if h := backend.URLHost(pr.Options.BaseURL); h != "" {
+				n.Hosts = append(n.Hosts, h)
+			}
+		}
+	case AgentClaude:
+		dir := backend.EnvValue(env, "CLAUDE_CONFIG_DIR")
+		if dir == "" && home != "" {
+			dir = filepath.Join(home, ".claude")
+		}
+		n.Writable = append(n.Writable, dir)
+		api := "api.anthropic.com"
+		if h := backend.URLHost(backend.EnvValue(env, "ANTHROPIC_BASE_URL")); h != "" {
+			api = h
+		}
+		n.Hosts = append(n.Hosts, api)
+	case AgentGemini:
+		if home != "" {
+			n.Writable = append(n.Writable, filepath.Join(home, ".gemini"))
+		}
+		api := "generativelanguage.googleapis.com"
+		if h := backend.URLHost(backend.EnvValue(env, "GOOGLE_GEMINI_BASE_URL")); h != "" {
+			api = h
+		}
+		n.Hosts = append(n.Hosts, api)
+	}
+	return n, nil
+}
+
 // opencodeConfig writes opencode's per-agent configuration directory: the
 // user's provider block, the model, and Shoal's plugin. It returns the
 // directory and the environment that points opencode at it.
@@ -218,8 +291,9 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 	if err != nil {
 		return "", nil, err
 	}
-	dir, err := os.MkdirTemp(spec.Dir, "acp-"+spec.AgentID+"-")
-	if err != nil {
+	dir := opencodeDir(spec)
+	os.RemoveAll(dir) // a previous life's
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("opencode's config directory: %w", err)
 	}
 	cfg := map[string]any{"$schema": "https://opencode.ai/config.json"}

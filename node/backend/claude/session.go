@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,6 +73,29 @@ const readBuffer = 16 << 10
 // maxParseErrors bounds the error events one turn's garbage produces.
 const maxParseErrors = 50
 
+// SandboxNeeds implements backend.Confiner: the CLI writes its config
+// directory (~/.claude), reads its install and the MCP configs it is
+// given, and reaches its model API.
+func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
+	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
+	n := backend.Needs{Readable: []string{backend.InstallRoot(b.cfg.Path)}}
+	if d := ConfigDir(env); d != "" {
+		n.Writable = append(n.Writable, d)
+	}
+	if spec.MCPConfig != "" {
+		n.Readable = append(n.Readable, spec.MCPConfig)
+	}
+	if spec.MCP.URL != "" {
+		n.Readable = append(n.Readable, filepath.Join(spec.Dir, spec.AgentID+"-mcp.json"))
+	}
+	api := "api.anthropic.com"
+	if u := backend.URLHost(backend.EnvValue(env, "ANTHROPIC_BASE_URL")); u != "" {
+		api = u
+	}
+	n.Hosts = append(n.Hosts, api)
+	return n, nil
+}
+
 // Start implements backend.Backend: it spawns the CLI, which then waits
 // for the first turn on stdin.
 func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
@@ -92,6 +116,7 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 		Stderr:       spec.Stderr,
 		WriteTimeout: b.cfg.WriteTimeout,
 		Reaper:       spec.Reaper,
+		Sandbox:      spec.Sandbox,
 	})
 	if err != nil {
 		return nil, err

@@ -295,8 +295,9 @@ const mcpStopWait = 2 * time.Second
 // reaper, with the agent's own environment added (its life token among
 // it), as every process of the agent is.
 type launch struct {
-	reaper *backend.Reaper
-	env    []string
+	reaper  *backend.Reaper
+	sandbox *backend.Confinement
+	env     []string
 }
 
 // connectMCP starts one server's transport, initializes the session and
@@ -315,7 +316,7 @@ func connectMCP(ctx context.Context, s mcpServer, l launch) (c *mcpConn, tools [
 		proc, stdout, perr := backend.StartProcess(backend.ProcessSpec{
 			Argv: append([]string{s.Command}, s.Args...), Dir: s.Dir,
 			Env:    append(append(os.Environ(), l.env...), s.Env...),
-			Stderr: c.stderr, Reaper: l.reaper,
+			Stderr: c.stderr, Reaper: l.reaper, Sandbox: l.sandbox,
 		})
 		if perr != nil {
 			detach()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -85,7 +86,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if err != nil {
 		return nil, err
 	}
-	tb, err := openToolbox(ctx, servers, spec.Policy, launch{reaper: spec.Reaper, env: spec.Env})
+	tb, err := openToolbox(ctx, servers, spec.Policy, launch{reaper: spec.Reaper, sandbox: spec.Sandbox, env: spec.Env})
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +100,32 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	}
 	s.ctx, s.stop = context.WithCancel(context.WithoutCancel(ctx))
 	return s, nil
+}
+
+// SandboxNeeds implements backend.Confiner. A local-model agent has no
+// process of its own; its stdio MCP servers do, and read their installs.
+// The model API is the node's to reach, not theirs.
+func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
+	servers, err := agentServers(spec)
+	if err != nil {
+		return backend.Needs{}, err
+	}
+	var n backend.Needs
+	for _, s := range servers {
+		if s.Command == "" {
+			continue
+		}
+		n.Readable = append(n.Readable, backend.InstallRoot(s.Command))
+		for _, a := range s.Args {
+			if _, err := os.Stat(a); err == nil && filepath.IsAbs(a) {
+				n.Readable = append(n.Readable, backend.InstallRoot(a))
+			}
+		}
+		if s.Dir != "" {
+			n.Readable = append(n.Readable, s.Dir)
+		}
+	}
+	return n, nil
 }
 
 // agentServers are the MCP servers an agent's tools come from: the

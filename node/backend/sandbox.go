@@ -1,0 +1,139 @@
+package backend
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// SandboxArg is the argument that runs a shoal binary as the sandbox
+// wrapper: `shoal __sandbox <confinement> -- <argv>` confines itself, then
+// execs argv, which every process it starts inherits (RunSandbox).
+const SandboxArg = "__sandbox"
+
+// Confinement is what the kernel confines a sandboxed agent's processes
+// to: where they may write, what else they may read, and the TCP ports
+// they may connect to (the node's proxy for the agent and the
+// coordinator's MCP endpoint). Everything else of the file system and
+// every other connect is refused.
+type Confinement struct {
+	// Exe is the shoal binary that confines and then execs the agent.
+	Exe      string   `json:"-"`
+	Writable []string `json:"writable"`
+	Readable []string `json:"readable"`
+	Ports    []uint16 `json:"ports"`
+}
+
+// SystemReadable are the system's directories a sandboxed agent reads:
+// its programs, libraries and configuration, and the kernel's views. The
+// user's home, /tmp and /run are not among them.
+var SystemReadable = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys", "/dev"}
+
+// Confiner is implemented by backends that can run their agents
+// sandboxed: it names what an agent's processes need beyond its directory
+// and its temp directory.
+type Confiner interface {
+	SandboxNeeds(spec Spec) (Needs, error)
+}
+
+// Needs is what a sandboxed agent's processes need besides its directory
+// and its temp directory.
+type Needs struct {
+	// Writable are where the CLI keeps its own state (created when
+	// missing, so the kernel can grant them).
+	Writable []string
+	// Readable are what it reads besides the system: its install, the
+	// files the node wrote for it.
+	Readable []string
+	// Hosts are the model API and anything else it must reach through the
+	// agent's proxy (host or host:port).
+	Hosts []string
+	// Ports are loopback TCP ports it must reach directly (an endpoint of
+	// the node's own).
+	Ports []uint16
+}
+
+// URLHost is the host:port of a URL, for a sandbox's proxy to let
+// through; "" when the URL has no host.
+func URLHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return ""
+	}
+	if u.Port() != "" {
+		return u.Host
+	}
+	return u.Hostname()
+}
+
+// HomeDir is $HOME in env.
+func HomeDir(env []string) string { return EnvValue(env, "HOME") }
+
+// XDGDir is an XDG base directory in env ($XDG_DATA_HOME, say), or its
+// default under $HOME.
+func XDGDir(env []string, name, dflt string) string {
+	if d := EnvValue(env, name); d != "" {
+		return d
+	}
+	if h := HomeDir(env); h != "" {
+		return filepath.Join(h, dflt)
+	}
+	return ""
+}
+
+// wrap puts argv under the sandbox wrapper.
+func (c *Confinement) wrap(argv []string) ([]string, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{c.Exe, SandboxArg, string(b), "--"}, argv...), nil
+}
+
+// InstallRoot is the directory a CLI is installed in, for a sandbox to
+// let it read: for a package under node_modules, the directory that holds
+// node_modules (the whole installed tree); otherwise the executable's own
+// directory. Symlinks are resolved.
+func InstallRoot(exe string) string {
+	if p, err := exec.LookPath(exe); err == nil {
+		exe = p
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	if i := strings.Index(exe, string(filepath.Separator)+"node_modules"+string(filepath.Separator)); i > 0 {
+		return exe[:i]
+	}
+	return filepath.Dir(exe)
+}
+
+// EnsureDirs creates the directories a sandboxed CLI writes in, so the
+// kernel can grant them: a rule needs an existing path.
+func EnsureDirs(dirs ...string) error {
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("the sandbox's directory %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// Compact drops paths that are empty or repeated.
+func Compact(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		p = filepath.Clean(p)
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// sandboxing is what the node can do for sandboxed agents: the kernel's
+// mechanism, or why there is none.
+type sandboxing struct {
+	kernel string // "landlock ABI 7"; "" when the node cannot sandbox
+	why    string // why it cannot
+}
+
+// detectSandbox finds what this node can confine agents with: the
+// kernel's Landlock, and a shoal binary to confine them through.
+func detectSandbox(cfg Config) sandboxing {
+	if cfg.Reaper == "" {
+		return sandboxing{why: "the node has no shoal binary to confine agents with (node.Config.Reaper)"}
+	}
+	kernel, err := backend.SandboxSupport()
+	if err != nil {
+		return sandboxing{why: err.Error()}
+	}
+	return sandboxing{kernel: kernel}
+}
+
+// sandboxWanted decides whether an open runs sandboxed: the open says, or
+// the node's mode does. It refuses what the node cannot do or its mode
+// forbids, before anything is claimed.
+func (h *Host) sandboxWanted(req schemas.OpenRequest) (bool, error) {
+	mode := h.cfg.Sandbox
+	want := mode == schemas.SandboxOn || mode == schemas.SandboxRequired
+	if req.Sandbox != nil {
+		want = *req.Sandbox
+	}
+	switch {
+	case !want && mode == schemas.SandboxRequired:
+		return false, schemas.Errf(schemas.CodeInvalid, "node %s runs every agent sandboxed (--sandbox=required); open without sandbox: false", h.cfg.Name)
+	case want && h.sandbox.kernel == "":
+		return false, schemas.Errf(schemas.CodeUnavailable, "node %s cannot sandbox agents: %s", h.cfg.Name, h.sandbox.why)
+	case !want && len(req.SandboxNet) > 0:
+		return false, schemas.Errf(schemas.CodeInvalid, "sandbox_net names hosts a sandboxed agent may reach; this agent is not sandboxed")
+	}
+	return want, nil
+}
+
+// confinement is what a sandboxed agent's processes get: the confinement
+// the wrapper applies, the environment that points them at their proxy
+// and temp directory, the policy its record and stream show, and what to
+// undo when the agent ends.
+type confinement struct {
+	conf   *backend.Confinement
+	env    []string
+	policy *schemas.SandboxPolicy
+	end    func()
+}
+
+// confine prepares the sandbox of one agent: its private temp directory,
+// its proxy, and the paths and ports the kernel will allow.
+func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*confinement, error) {
+	cf, ok := be.(backend.Confiner)
+	if !ok {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s cannot sandbox %s agents", h.cfg.Name, be.Kind())
+	}
+	needs, err := cf.SandboxNeeds(spec)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	cwd, err := filepath.EvalSymlinks(spec.CWD)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInvalid, "agent cwd: %v", err)
+	}
+	tmp := filepath.Join(h.cfg.Dir, "tmp", spec.AgentID)
+	os.RemoveAll(tmp) // a previous life's
+	writable := backend.Compact(append([]string{cwd, tmp}, needs.Writable...))
+	if err := backend.EnsureDirs(writable...); err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	hosts := append(slices.Clone(needs.Hosts), net_...)
+	var ports []uint16
+	if spec.MCP.URL != "" {
+		if host := backend.URLHost(spec.MCP.URL); host != "" {
+			hosts = append(hosts, host)
+			if _, p, err := net.SplitHostPort(host); err == nil {
+				if n, err := strconv.Atoi(p); err == nil {
+					ports = append(ports, uint16(n))
+				}
+			}
+		}
+	}
+	px, err := startProxy(hosts, h.log.With("agent", spec.AgentID))
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	ports = append(append(ports, px.port()), needs.Ports...)
+	readable := backend.Compact(append(slices.Clone(backend.SystemReadable), needs.Readable...))
+	proxyURL := "http://" + px.addr()
+	return &confinement{
+		conf: &backend.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports},
+		env: []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp,
+			"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
+			"ALL_PROXY=" + proxyURL, "all_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="},
+		policy: &schemas.SandboxPolicy{Kernel: h.sandbox.kernel, Writable: writable, Readable: readable, Net: px.allow, Proxy: px.addr()},
+		end: func() {
+			px.close()
+			os.RemoveAll(tmp)
+		},
+	}, nil
+}
+
+// checkSandboxMode refuses a node mode the node cannot keep.
+func checkSandboxMode(cfg Config, sb sandboxing) error {
+	switch cfg.Sandbox {
+	case schemas.SandboxOff:
+	case schemas.SandboxOn, schemas.SandboxRequired:
+		if sb.kernel == "" {
+			return fmt.Errorf("--sandbox=%s: this node cannot sandbox agents: %s", cfg.Sandbox, sb.why)
+		}
+	default:
+		return fmt.Errorf("--sandbox %q: want off, on or required", cfg.Sandbox)
+	}
+	return nil
+}

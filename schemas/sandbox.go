@@ -1,0 +1,33 @@
+package schemas
+
+// Sandbox modes a node runs in (shoal node --sandbox).
+const (
+	// SandboxOff runs agents unconfined unless their open asks for the
+	// sandbox.
+	SandboxOff = "off"
+	// SandboxOn sandboxes every agent unless its open says sandbox false.
+	SandboxOn = "on"
+	// SandboxRequired sandboxes every agent and refuses an open that says
+	// sandbox false.
+	SandboxRequired = "required"
+)
+
+// SandboxPolicy is what a sandboxed agent's whole process tree is
+// confined to, by the kernel: the agent record and the first status event
+// of its life carry it.
+type SandboxPolicy struct {
+	// Kernel names the mechanism, e.g. "landlock ABI 7".
+	Kernel string `json:"kernel"`
+	// Writable are the directories (and files) the tree may write: the
+	// agent's cwd, its private temp directory, its CLI's state.
+	Writable []string `json:"writable"`
+	// Readable are those it may read besides: the system, the CLI's
+	// install, the files its node wrote for it.
+	Readable []string `json:"readable"`
+	// Net are the hosts (host or host:port) its proxy lets through: the
+	// model API, the coordinator's MCP endpoint, the open's sandbox_net.
+	Net []string `json:"net"`
+	// Proxy is the loopback address of that proxy, the only place besides
+	// the MCP endpoint the tree may connect to.
+	Proxy string `json:"proxy"`
+}
