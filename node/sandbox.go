@@ -85,6 +85,9 @@ func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*c
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	hosts := append(slices.Clone(needs.Hosts), net_...)
+	for _, p := range needs.Bind { // its own server, which it may reach through the proxy
+		hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(int(p)), "localhost:"+strconv.Itoa(int(p)))
+	}
 	var ports []uint16
 	if spec.MCP.URL != "" {
 		if host := backend.URLHost(spec.MCP.URL); host != "" {
@@ -105,7 +108,7 @@ func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*c
 	readable := backend.Compact(append(slices.Clone(backend.SystemReadable), needs.Readable...))
 	proxyURL := "http://" + px.addr()
 	return &confinement{
-		conf: &backend.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports},
+		conf: &backend.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind},
 		env: []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp,
 			"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
 			"ALL_PROXY=" + proxyURL, "all_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="},

@@ -12,6 +12,8 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -135,4 +137,86 @@ func pidWithArg(arg string) int {
 		}
 	}
 	return 0
+}
+
+// The same escapes through the shells of ACP agents, sandboxed under the
+// default preset: opencode's bash and gemini's run_shell_command cannot
+// write outside the agent's directory or read the secret there, directly
+// or through a symlink in the directory; the turn ends normally.
+func TestRealACPAgentsSandboxed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		agent, tool string
+		command     func(t *testing.T) []string
+		env         func(t *testing.T, fake *fakemodel.Server) []string
+	}{
+		{acp.AgentOpencode, "bash", func(t *testing.T) []string { return append(peers.Opencode.Command(t), "acp") },
+			func(t *testing.T, fake *fakemodel.Server) []string {
+				return peers.OpencodeEnv(t, t.TempDir(), fake.URL()+"/v1")
+			}},
+		{acp.AgentGemini, "run_shell_command", func(t *testing.T) []string { return append(peers.Gemini.Command(t), "--acp") },
+			func(t *testing.T, fake *fakemodel.Server) []string {
+				return peers.GeminiEnv(t, t.TempDir(), fake.URL())
+			}},
+	} {
+		t.Run(c.agent, func(t *testing.T) {
+			t.Parallel()
+			fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
+			cwd, outside := t.TempDir(), t.TempDir()
+			secret := filepath.Join(outside, "secret")
+			os.WriteFile(secret, []byte("the decoy secret"), 0o644)
+			os.Symlink(outside, filepath.Join(cwd, "link"))
+			shell := func(cmd string) fakemodel.Reply {
+				in, _ := json.Marshal(map[string]string{"command": cmd, "description": "run it"})
+				return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: c.tool, Input: in}}}
+			}
+			// The commands are scripts in the agent's directory, so the
+			// agent's own permission checks (which look at the paths a
+			// command names) let them run: what stops them is the kernel.
+			for name, body := range map[string]string{
+				"w.sh":  "echo x > " + filepath.Join(outside, "f"),
+				"r.sh":  "cat " + secret,
+				"l.sh":  "cat " + filepath.Join(cwd, "link", "secret"),
+				"ok.sh": "echo inside > " + filepath.Join(cwd, "ok.txt"),
+			} {
+				os.WriteFile(filepath.Join(cwd, name), []byte(body+"\n"), 0o755)
+			}
+			fake.Script(shell("sh w.sh"), shell("sh r.sh"), shell("sh l.sh"), shell("sh ok.sh"), fakemodel.Reply{Text: "Tried."})
+			be := acp.New(acp.Config{Commands: map[string][]string{c.agent: c.command(t)}, Env: c.env(t, fake), StopWait: time.Second})
+			f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(cfg *node.Config) { cfg.Backends = append(cfg.Backends, be) }})
+			yes := true
+			opened, err := f.fabric.Open(f.ctx(3*time.Minute), schemas.OpenRequest{Model: "acp:" + c.agent, Sandbox: &yes, CWD: cwd, Node: "n1"})
+			if err != nil {
+				logs, _ := filepath.Glob(filepath.Join(f.dir, "*.log"))
+				for _, l := range logs {
+					b, _ := os.ReadFile(l)
+					t.Logf("%s:\n%s", l, b)
+				}
+				t.Fatalf("open: %v", err)
+			}
+			id := opened.AgentID
+			rep, err := f.fabric.Run(f.ctx(3*time.Minute), schemas.RunRequest{AgentID: id, Text: "Escape."})
+			if err != nil || rep.Text != "Tried." {
+				logs, _ := filepath.Glob(filepath.Join(f.dir, "*.log"))
+				for _, l := range logs {
+					b, _ := os.ReadFile(l)
+					t.Logf("%s:\n%s", l, b)
+				}
+				t.Fatalf("the turn: %+v %v\nthe model was asked: %s", rep, err, mustJSON(fake.Requests()))
+			}
+			if _, err := os.Stat(filepath.Join(outside, "f")); !os.IsNotExist(err) {
+				t.Errorf("the file outside exists: %v", err)
+			}
+			for _, q := range fake.Requests() {
+				for _, r := range q.ToolResults {
+					if strings.Contains(r.Content, "decoy") {
+						t.Errorf("a tool read the secret: %+v", r)
+					}
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(cwd, "ok.txt")); err != nil || strings.TrimSpace(string(b)) != "inside" {
+				t.Errorf("the write inside: %q %v; the tools answered %s", b, err, mustJSON(fake.Requests()))
+			}
+		})
+	}
 }

@@ -27,6 +27,8 @@ func TestMain(m *testing.M) {
 			os.Exit(backend.RunKeeper(os.Args[2:]))
 		case backend.ReaperArg:
 			os.Exit(backend.RunReaper())
+		case backend.SandboxArg:
+			os.Exit(backend.RunSandbox(os.Args[2:]))
 		case "sleeper":
 			time.Sleep(5 * time.Minute)
 			os.Exit(0)

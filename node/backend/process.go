@@ -79,6 +79,10 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if len(spec.Argv) == 0 {
 		return nil, nil, errors.New("no command to run")
 	}
+	// A key given twice means its last value, as os/exec has it; a
+	// process started another way would see the first (opencode did, and
+	// missed its per-agent configuration).
+	spec.Env = dedupeEnv(spec.Env)
 	if spec.Sandbox != nil {
 		if _, err := exec.LookPath(spec.Argv[0]); err != nil {
 			return nil, nil, launchError(spec.Argv[0], err)
@@ -459,6 +463,24 @@ func ReadLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
 		}
 		return line, tooLong, err
 	}
+}
+
+// dedupeEnv keeps the last value of each key, in the order of first
+// appearance.
+func dedupeEnv(env []string) []string {
+	last := map[string]int{}
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if last[k] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // EnvValue is the value of key in env, the last one set winning, or "".

@@ -3,6 +3,7 @@ package backend
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -27,6 +28,7 @@ type Confinement struct {
 	Writable []string `json:"writable"`
 	Readable []string `json:"readable"`
 	Ports    []uint16 `json:"ports"`
+	Bind     []uint16 `json:"bind,omitempty"`
 }
 
 // SystemReadable are the system's directories a sandboxed agent reads:
@@ -56,6 +58,20 @@ type Needs struct {
 	// Ports are loopback TCP ports it must reach directly (an endpoint of
 	// the node's own).
 	Ports []uint16
+	// Bind are TCP ports it listens on (a server of its own, which it
+	// also reaches).
+	Bind []uint16
+}
+
+// FreePort is a loopback TCP port nothing listens on now, for a sandboxed
+// agent's own server: the sandbox lets it bind that port and no other.
+func FreePort() (uint16, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port), nil
 }
 
 // URLHost is the host:port of a URL, for a sandbox's proxy to let

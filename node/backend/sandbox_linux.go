@@ -96,13 +96,24 @@ func confine(c Confinement) error {
 	roDirs, roFiles := splitFiles(c.Readable)
 	rwDirs, rwFiles := splitFiles(c.Writable)
 	rules := []landlock.Rule{
+		// Listing directories is allowed everywhere: tools walk up from
+		// their directory (opencode looks for project files to the root).
+		// Names show; no file's content outside the readable set does.
+		landlock.PathAccess(ll.AccessFSReadDir, "/"),
 		landlock.RODirs(roDirs...).IgnoreIfMissing(),
 		landlock.ROFiles(roFiles...).IgnoreIfMissing(),
 		landlock.RWDirs(rwDirs...).IgnoreIfMissing(),
-		landlock.RWFiles(append(rwFiles, "/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx")...).IgnoreIfMissing(),
+		landlock.RWFiles(append(rwFiles, "/dev/null", "/dev/zero", "/dev/full")...).IgnoreIfMissing(),
+		// Terminals, for the tools that run commands in a pseudo-terminal
+		// (gemini's shell): opening one and its ioctls.
+		landlock.RWFiles("/dev/tty", "/dev/ptmx").WithIoctlDev().IgnoreIfMissing(),
+		landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing(),
 	}
 	for _, p := range c.Ports {
 		rules = append(rules, landlock.ConnectTCP(p))
+	}
+	for _, p := range c.Bind {
+		rules = append(rules, landlock.BindTCP(p), landlock.ConnectTCP(p))
 	}
 	if err := cfg.Restrict(rules...); err != nil {
 		return fmt.Errorf("Landlock: %w", err)

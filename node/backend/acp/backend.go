@@ -60,6 +60,9 @@ type Backend struct {
 	permitsOnce sync.Once
 	permits     *permits
 	permitsErr  error
+
+	mu          sync.Mutex
+	serverPorts map[string]uint16 // a sandboxed opencode's own port, from SandboxNeeds to Start
 }
 
 // New returns an ACP backend.
@@ -76,7 +79,7 @@ func New(cfg Config) *Backend {
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 2 * time.Minute
 	}
-	return &Backend{cfg: cfg}
+	return &Backend{cfg: cfg, serverPorts: map[string]uint16{}}
 }
 
 // Kind implements backend.Backend.
@@ -156,8 +159,16 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OPENCODE_PURE=") })
 		env = append(env, extra...)
 	}
+	argv := b.Command(agent)
+	b.mu.Lock()
+	port, own := b.serverPorts[spec.AgentID]
+	delete(b.serverPorts, spec.AgentID)
+	b.mu.Unlock()
+	if own && spec.Sandbox != nil {
+		argv = append(slices.Clone(argv), "--port", strconv.Itoa(int(port)))
+	}
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
-		Argv: b.Command(agent), Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper, Sandbox: spec.Sandbox,
+		Argv: argv, Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper, Sandbox: spec.Sandbox,
 	})
 	if err != nil {
 		s.cleanup()
@@ -236,6 +247,9 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	home := backend.HomeDir(env)
 	switch agent {
 	case AgentOpencode:
+		// The user's own config directory is read, not written: the
+		// agent's is the one Shoal wrote for it.
+		n.Readable = append(n.Readable, filepath.Join(backend.XDGDir(env, "XDG_CONFIG_HOME", ".config"), "opencode"))
 		n.Writable = append(n.Writable, opencodeDir(spec),
 			filepath.Join(backend.XDGDir(env, "XDG_DATA_HOME", ".local/share"), "opencode"),
 			filepath.Join(backend.XDGDir(env, "XDG_CACHE_HOME", ".cache"), "opencode"),
@@ -247,6 +261,16 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		port, _ := strconv.Atoi(p.port())
 		n.Ports = append(n.Ports, uint16(port))
 		n.Hosts = append(n.Hosts, "127.0.0.1:"+p.port())
+		// opencode serves itself over HTTP on loopback (port 4096, or the
+		// next free one, by default): sandboxed, it is given its port.
+		own, err := backend.FreePort()
+		if err != nil {
+			return n, err
+		}
+		n.Bind = append(n.Bind, own)
+		b.mu.Lock()
+		b.serverPorts[spec.AgentID] = own
+		b.mu.Unlock()
 		var providers map[string]struct {
 			Options struct {
 				BaseURL string `json:"baseURL"`
