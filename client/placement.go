@@ -83,6 +83,9 @@ func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
 	}
 	switch {
 	case req.Sandbox != nil && *req.Sandbox && n.Sandbox == "":
+		if n.SandboxProblem != "" {
+			return "cannot sandbox agents: " + n.SandboxProblem
+		}
 		return "cannot sandbox agents"
 	case req.Sandbox != nil && !*req.Sandbox && n.SandboxMode == schemas.SandboxRequired:
 		return "runs every agent sandboxed"

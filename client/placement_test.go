@@ -276,3 +276,28 @@ func TestPlaceNothingFits(t *testing.T) {
 	refused(t, nil, schemas.OpenRequest{}, schemas.CodeUnavailable, "no node is running: start one with `shoal up` or `shoal node`")
 	refused(t, []schemas.NodeRecord{}, schemas.OpenRequest{Model: "ollama:qwen3:8b"}, schemas.CodeUnavailable, "no node is running")
 }
+
+// A sandboxed open goes only to a node that can sandbox, however busy; an
+// open that declines the sandbox never goes to a node that requires it.
+// A refusal says what the node lacks.
+func TestPlaceSandbox(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	plain := nodeRec("plain", 0, claudeReady)
+	plain.SandboxProblem = "Landlock is not enabled in this kernel"
+	confining := nodeRec("confining", 7, claudeReady)
+	confining.Sandbox, confining.SandboxMode = "landlock ABI 7", schemas.SandboxOff
+	strict := nodeRec("strict", 0, claudeReady)
+	strict.Sandbox, strict.SandboxMode = "landlock ABI 7", schemas.SandboxRequired
+	pool := []schemas.NodeRecord{plain, confining, strict}
+	placed(t, pool[:2], schemas.OpenRequest{Sandbox: &yes}, "confining")
+	placed(t, pool[:2], schemas.OpenRequest{}, "plain")
+	placed(t, []schemas.NodeRecord{strict, confining}, schemas.OpenRequest{Sandbox: &no}, "confining")
+	placed(t, []schemas.NodeRecord{strict}, schemas.OpenRequest{}, "strict") // runs it sandboxed
+	refused(t, pool, schemas.OpenRequest{Sandbox: &yes, Node: "plain"}, schemas.CodeUnavailable,
+		"node plain cannot take this agent: cannot sandbox agents: Landlock is not enabled in this kernel")
+	refused(t, []schemas.NodeRecord{plain, strict}, schemas.OpenRequest{Sandbox: &yes, Model: "acp:gemini"}, schemas.CodeUnavailable,
+		"plain: cannot run acp:gemini agents", "strict: cannot run acp:gemini agents")
+	refused(t, []schemas.NodeRecord{strict}, schemas.OpenRequest{Sandbox: &no}, schemas.CodeUnavailable,
+		"strict: runs every agent sandboxed")
+}

@@ -41,7 +41,7 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 		Host:      hostInfo(),
 		MaxAgents: h.cfg.MaxAgents,
 		StartedAt: unixSeconds(time.Now()),
-		Sandbox:   h.sandbox.kernel, SandboxMode: h.cfg.Sandbox,
+		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why, SandboxMode: h.cfg.Sandbox,
 	}
 	if a.rec.Labels == nil {
 		a.rec.Labels = map[string]string{}

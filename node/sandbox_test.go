@@ -220,3 +220,62 @@ func TestRealACPAgentsSandboxed(t *testing.T) {
 		})
 	}
 }
+
+// A node that cannot sandbox refuses a sandboxed open with one line naming
+// what it lacks, whether the open comes through placement or straight to
+// it, and placement sends sandboxed opens to a node that can. A node with
+// --sandbox=required refuses an open that declines the sandbox, and runs
+// the rest confined.
+func TestSandboxRefusalAndPlacement(t *testing.T) {
+	t.Parallel()
+	yes, no := true, false
+	plain := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(cfg *node.Config) { cfg.Reaper = "" }})
+	startNode(t, fixtureOptions{claude: fakeCLI("echo"), broker: plain.b, node: func(cfg *node.Config) {
+		cfg.Name, cfg.Sandbox = "n2", schemas.SandboxRequired
+	}})
+	const lacks = "cannot sandbox agents: the node has no shoal binary to confine agents with"
+	_, err := plain.fabric.Open(plain.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Node: "n1", Sandbox: &yes})
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "node n1 cannot take this agent: "+lacks) {
+		t.Fatalf("a sandboxed open on n1 through placement: %v", err)
+	}
+	var rep schemas.OpenReply
+	err = plain.ask(schemas.VerbOpen, schemas.OpenRequest{CWD: t.TempDir(), Node: "n1", Sandbox: &yes}, &rep)
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "node n1 "+lacks) {
+		t.Fatalf("a sandboxed open straight to n1: %v", err)
+	}
+	if l := nodeList(t, plain); len(l) != 0 {
+		t.Fatalf("n1 keeps agents after refusing: %+v", l)
+	}
+	_, err = plain.fabric.Open(plain.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Node: "n2", Sandbox: &no})
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "runs every agent sandboxed") {
+		t.Fatalf("an unsandboxed open on n2: %v", err)
+	}
+	// Placement: the sandboxed opens go to n2 while n1 is idle and n2
+	// grows busier; the one that declines goes to n1.
+	for range 3 {
+		op, err := plain.fabric.Open(plain.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Sandbox: &yes})
+		if err != nil || op.Node != "n2" {
+			t.Fatalf("a sandboxed open placed on %q: %v", op.Node, err)
+		}
+		rec, err := plain.fabric.Status(plain.ctx(time.Minute), op.AgentID)
+		if err != nil || rec.Sandbox == nil || rec.Sandbox.Kernel == "" {
+			t.Fatalf("the sandboxed agent's record: %+v %v", rec, err)
+		}
+	}
+	op, err := plain.fabric.Open(plain.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Sandbox: &no})
+	if err != nil || op.Node != "n1" {
+		t.Fatalf("an open declining the sandbox placed on %q: %v", op.Node, err)
+	}
+	// An open that does not say runs confined on n2 (its mode) and
+	// unconfined on n1.
+	for _, n := range []string{"n1", "n2"} {
+		op, err := plain.fabric.Open(plain.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Node: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := plain.fabric.Status(plain.ctx(time.Minute), op.AgentID)
+		if (rec.Sandbox != nil) != (n == "n2") {
+			t.Errorf("an open on %s that does not say: sandbox %+v", n, rec.Sandbox)
+		}
+	}
+}

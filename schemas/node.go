@@ -18,9 +18,11 @@ type NodeRecord struct {
 	StartedAt float64 `json:"started_at"`
 	Heartbeat float64 `json:"heartbeat"`
 	// Sandbox is the kernel sandbox the node can put agents in ("landlock
-	// ABI 7"), empty when it cannot; SandboxMode is its --sandbox mode.
-	Sandbox     string `json:"sandbox,omitempty"`
-	SandboxMode string `json:"sandbox_mode,omitempty"`
+	// ABI 7"), empty when it cannot, and SandboxProblem then says why;
+	// SandboxMode is its --sandbox mode.
+	Sandbox        string `json:"sandbox,omitempty"`
+	SandboxProblem string `json:"sandbox_problem,omitempty"`
+	SandboxMode    string `json:"sandbox_mode,omitempty"`
 }
 
 // BackendInfo is one kind of agent a node can run, or has found the means
