@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +44,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		bash("echo x > "+filepath.Join(outside, "f")),
 		bash("cat "+secret),
 		bash("cat "+filepath.Join(cwd, "link", "secret")),
+		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())), // the node's environment
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
 		bash("setsid sh -c 'sleep 1; echo y > "+filepath.Join(outside, "daemon")+"; exec sleep 611' > /dev/null 2>&1 < /dev/null & echo forked"),
 		fakemodel.Reply{Text: "Tried everything."},
@@ -55,7 +57,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		t.Fatalf("the turn: %+v %v", rep, err)
 	}
 	reqs := fake.Requests()
-	if len(reqs) != 6 {
+	if len(reqs) != 7 {
 		t.Fatalf("the model was asked %d times", len(reqs))
 	}
 	result := func(i int) fakemodel.ToolResult {
@@ -65,21 +67,21 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		}
 		return reqs[i].ToolResults[0]
 	}
-	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink"} {
-		if r := result(i); !r.IsError || !strings.Contains(r.Content, "Permission denied") || strings.Contains(r.Content, "decoy") {
+	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink", 4: "the node's environment"} {
+		if r := result(i); !r.IsError || !strings.Contains(r.Content, "Permission denied") || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(outside, "f")); !os.IsNotExist(err) {
 		t.Errorf("the file outside exists: %v", err)
 	}
-	if r := result(4); r.IsError {
+	if r := result(5); r.IsError {
 		t.Errorf("the write inside: %+v", r)
 	}
 	if b, err := os.ReadFile(filepath.Join(cwd, "ok.txt")); err != nil || string(b) != "written inside" {
 		t.Errorf("ok.txt: %q %v", b, err)
 	}
-	if r := result(5); r.IsError || !strings.Contains(r.Content, "forked") {
+	if r := result(6); r.IsError || !strings.Contains(r.Content, "forked") {
 		t.Errorf("the daemon: %+v", r)
 	}
 	daemon := 0

@@ -33,8 +33,15 @@ type Confinement struct {
 
 // SystemReadable are the system's directories a sandboxed agent reads:
 // its programs, libraries and configuration, and the kernel's views. The
-// user's home, /tmp and /run are not among them.
-var SystemReadable = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys", "/dev"}
+// user's home, /tmp and /run are not among them, and of /proc only the
+// machine's own files and the agent's CLI process: the directories of
+// other processes (their environment, memory maps, command lines) are
+// not, since Landlock's ptrace rule does not cover every file there.
+// "/proc/self" is resolved by the wrapper, so it names the process that
+// becomes the CLI.
+var SystemReadable = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/dev",
+	"/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg", "/proc/uptime", "/proc/version",
+	"/proc/filesystems", "/proc/swaps", "/proc/sys"}
 
 // Confiner is implemented by backends that can run their agents
 // sandboxed: it names what an agent's processes need beyond its directory
