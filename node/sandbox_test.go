@@ -27,7 +27,8 @@ func bash(cmd string) fakemodel.Reply {
 
 // The real claude CLI under bypass, sandboxed: its Bash tool cannot write
 // outside the agent's directory nor read a secret there, not through a
-// symlink in the directory either; the Write tool writes inside it; a
+// symlink in the directory either, nor read the node's environment, nor
+// write the CLI's settings; the Write tool writes inside it; a
 // daemon a tool forks is as confined and ends with the agent; the turn
 // ends normally. The record and the life's first status say what the
 // agent was confined to.
@@ -35,7 +36,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	t.Parallel()
 	argv := peers.Claude.Command(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	cwd, outside := t.TempDir(), t.TempDir()
+	cwd, outside, home := t.TempDir(), t.TempDir(), t.TempDir()
 	secret := filepath.Join(outside, "secret")
 	os.WriteFile(secret, []byte("the decoy secret"), 0o644)
 	os.Symlink(outside, filepath.Join(cwd, "link"))
@@ -45,11 +46,12 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		bash("cat "+secret),
 		bash("cat "+filepath.Join(cwd, "link", "secret")),
 		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())), // the node's environment
+		bash("echo '{\"hooks\":{}}' > "+filepath.Join(home, ".claude", "settings.json")), // code for every later claude
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
 		bash("setsid sh -c 'sleep 1; echo y > "+filepath.Join(outside, "daemon")+"; exec sleep 611' > /dev/null 2>&1 < /dev/null & echo forked"),
 		fakemodel.Reply{Text: "Tried everything."},
 	)
-	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second}})
 	yes := true
 	id := f.open(schemas.OpenRequest{Permission: "bypass", Sandbox: &yes, CWD: cwd})
 	rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "Escape."})
@@ -57,7 +59,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		t.Fatalf("the turn: %+v %v", rep, err)
 	}
 	reqs := fake.Requests()
-	if len(reqs) != 7 {
+	if len(reqs) != 8 {
 		t.Fatalf("the model was asked %d times", len(reqs))
 	}
 	result := func(i int) fakemodel.ToolResult {
@@ -67,21 +69,23 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		}
 		return reqs[i].ToolResults[0]
 	}
-	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink", 4: "the node's environment"} {
+	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink", 4: "the node's environment", 5: "the CLI's settings"} {
 		if r := result(i); !r.IsError || !strings.Contains(r.Content, "Permission denied") || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(outside, "f")); !os.IsNotExist(err) {
-		t.Errorf("the file outside exists: %v", err)
+	for _, p := range []string{filepath.Join(outside, "f"), filepath.Join(home, ".claude", "settings.json")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists: %v", p, err)
+		}
 	}
-	if r := result(5); r.IsError {
+	if r := result(6); r.IsError {
 		t.Errorf("the write inside: %+v", r)
 	}
 	if b, err := os.ReadFile(filepath.Join(cwd, "ok.txt")); err != nil || string(b) != "written inside" {
 		t.Errorf("ok.txt: %q %v", b, err)
 	}
-	if r := result(6); r.IsError || !strings.Contains(r.Content, "forked") {
+	if r := result(7); r.IsError || !strings.Contains(r.Content, "forked") {
 		t.Errorf("the daemon: %+v", r)
 	}
 	daemon := 0

@@ -136,9 +136,13 @@ func InstallRoot(exe string) string {
 }
 
 // EnsureDirs creates the directories a sandboxed CLI writes in, so the
-// kernel can grant them: a rule needs an existing path.
+// kernel can grant them: a rule needs an existing path. A path that
+// exists, a file among them, is left as it is.
 func EnsureDirs(dirs ...string) error {
 	for _, d := range dirs {
+		if _, err := os.Lstat(d); err == nil {
+			continue
+		}
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("the sandbox's directory %s: %w", d, err)
 		}
