@@ -45,7 +45,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		bash("echo x > "+filepath.Join(outside, "f")),
 		bash("cat "+secret),
 		bash("cat "+filepath.Join(cwd, "link", "secret")),
-		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())), // the node's environment
+		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())),              // the node's environment
 		bash("echo '{\"hooks\":{}}' > "+filepath.Join(home, ".claude", "settings.json")), // code for every later claude
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
 		bash("setsid sh -c 'sleep 1; echo y > "+filepath.Join(outside, "daemon")+"; exec sleep 611' > /dev/null 2>&1 < /dev/null & echo forked"),
