@@ -148,27 +148,37 @@ func pidWithArg(arg string) int {
 // The same escapes through the shells of ACP agents, sandboxed under the
 // default preset: opencode's bash and gemini's run_shell_command cannot
 // write outside the agent's directory or read the secret there, directly
-// or through a symlink in the directory; the turn ends normally.
+// or through a symlink in the directory, nor change the user's settings
+// for the CLI; the turn ends normally.
 func TestRealACPAgentsSandboxed(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		agent, tool string
 		command     func(t *testing.T) []string
-		env         func(t *testing.T, fake *fakemodel.Server) []string
+		env         func(t *testing.T, home string, fake *fakemodel.Server) []string
 	}{
 		{acp.AgentOpencode, "bash", func(t *testing.T) []string { return append(peers.Opencode.Command(t), "acp") },
-			func(t *testing.T, fake *fakemodel.Server) []string {
-				return peers.OpencodeEnv(t, t.TempDir(), fake.URL()+"/v1")
+			func(t *testing.T, home string, fake *fakemodel.Server) []string {
+				return peers.OpencodeEnv(t, home, fake.URL()+"/v1")
 			}},
 		{acp.AgentGemini, "run_shell_command", func(t *testing.T) []string { return append(peers.Gemini.Command(t), "--acp") },
-			func(t *testing.T, fake *fakemodel.Server) []string {
-				return peers.GeminiEnv(t, t.TempDir(), fake.URL())
+			func(t *testing.T, home string, fake *fakemodel.Server) []string {
+				return peers.GeminiEnv(t, home, fake.URL())
 			}},
 	} {
 		t.Run(c.agent, func(t *testing.T) {
 			t.Parallel()
 			fake := fakemodel.Start(t, fakemodel.Config{Default: func(fakemodel.Request) fakemodel.Reply { return fakemodel.Reply{Text: "ok"} }})
-			cwd, outside := t.TempDir(), t.TempDir()
+			cwd, outside, home := t.TempDir(), t.TempDir(), t.TempDir()
+			env := c.env(t, home, fake)
+			// The CLIs' own settings, which name commands and servers to
+			// start: a sandboxed agent must not change them for the next.
+			settings := []string{filepath.Join(home, ".gemini", "settings.json"), filepath.Join(home, ".config", "opencode", "opencode.json")}
+			before := map[string]string{}
+			for _, p := range settings {
+				b, _ := os.ReadFile(p)
+				before[p] = string(b)
+			}
 			secret := filepath.Join(outside, "secret")
 			os.WriteFile(secret, []byte("the decoy secret"), 0o644)
 			os.Symlink(outside, filepath.Join(cwd, "link"))
@@ -184,11 +194,12 @@ func TestRealACPAgentsSandboxed(t *testing.T) {
 				"r.sh":  "cat " + secret,
 				"l.sh":  "cat " + filepath.Join(cwd, "link", "secret"),
 				"ok.sh": "echo inside > " + filepath.Join(cwd, "ok.txt"),
+				"s.sh":  "echo '{}' > " + settings[0] + "; echo '{}' > " + settings[1],
 			} {
 				os.WriteFile(filepath.Join(cwd, name), []byte(body+"\n"), 0o755)
 			}
-			fake.Script(shell("sh w.sh"), shell("sh r.sh"), shell("sh l.sh"), shell("sh ok.sh"), fakemodel.Reply{Text: "Tried."})
-			be := acp.New(acp.Config{Commands: map[string][]string{c.agent: c.command(t)}, Env: c.env(t, fake), StopWait: time.Second})
+			fake.Script(shell("sh w.sh"), shell("sh r.sh"), shell("sh l.sh"), shell("sh s.sh"), shell("sh ok.sh"), fakemodel.Reply{Text: "Tried."})
+			be := acp.New(acp.Config{Commands: map[string][]string{c.agent: c.command(t)}, Env: env, StopWait: time.Second})
 			f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(cfg *node.Config) { cfg.Backends = append(cfg.Backends, be) }})
 			yes := true
 			opened, err := f.fabric.Open(f.ctx(3*time.Minute), schemas.OpenRequest{Model: "acp:" + c.agent, Sandbox: &yes, CWD: cwd, Node: "n1"})
@@ -218,6 +229,11 @@ func TestRealACPAgentsSandboxed(t *testing.T) {
 					if strings.Contains(r.Content, "decoy") {
 						t.Errorf("a tool read the secret: %+v", r)
 					}
+				}
+			}
+			for _, p := range settings {
+				if b, _ := os.ReadFile(p); string(b) != before[p] {
+					t.Errorf("%s changed: %q", p, b)
 				}
 			}
 			if b, err := os.ReadFile(filepath.Join(cwd, "ok.txt")); err != nil || strings.TrimSpace(string(b)) != "inside" {

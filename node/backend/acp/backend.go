@@ -159,6 +159,9 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "OPENCODE_PURE=") })
 		env = append(env, extra...)
 	}
+	if agent == AgentGemini && spec.Sandbox != nil {
+		env = append(env, "GEMINI_CLI_HOME="+geminiHomeDir(spec))
+	}
 	argv := b.Command(agent)
 	b.mu.Lock()
 	port, own := b.serverPorts[spec.AgentID]
@@ -223,6 +226,46 @@ func policyEnv(spec backend.Spec) []string {
 
 // opencodeDir is an agent's own opencode configuration directory.
 func opencodeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "acp-"+spec.AgentID) }
+
+// geminiHomeDir is a sandboxed gemini agent's own home (GEMINI_CLI_HOME):
+// its state stays there from life to life.
+func geminiHomeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "gemini-"+spec.AgentID) }
+
+// geminiHome prepares a sandboxed gemini agent's home: the files at the
+// top of the user's ~/.gemini (settings, login, ids), copied afresh each
+// life, and the state the agent kept there before.
+func geminiHome(spec backend.Spec, env []string) (string, error) {
+	home := geminiHomeDir(spec)
+	dst := filepath.Join(home, ".gemini")
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return "", fmt.Errorf("gemini's home: %w", err)
+	}
+	src := backend.EnvValue(env, "GEMINI_CLI_HOME")
+	if src == "" {
+		src = backend.HomeDir(env)
+	}
+	if src == "" {
+		return home, nil
+	}
+	src = filepath.Join(src, ".gemini")
+	entries, err := os.ReadDir(src)
+	if err != nil && !os.IsNotExist(err) {
+		return "", fmt.Errorf("gemini's settings: %w", err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return "", fmt.Errorf("gemini's settings: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			return "", fmt.Errorf("gemini's home: %w", err)
+		}
+	}
+	return home, nil
+}
 
 // SandboxNeeds implements backend.Confiner. Every agent reads its install
 // (for a script, the interpreter's and the script's) and reaches its model
@@ -294,9 +337,15 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		}
 		n.Hosts = append(n.Hosts, api)
 	case AgentGemini:
-		if home != "" {
-			n.Writable = append(n.Writable, filepath.Join(home, ".gemini"))
+		// A home of its own, with a copy of the user's settings and
+		// login: gemini rewrites its settings file as it starts, and a
+		// settings file names MCP servers to start, so the user's own is
+		// not handed to a sandboxed agent to write.
+		h, err := geminiHome(spec, env)
+		if err != nil {
+			return n, err
 		}
+		n.Writable = append(n.Writable, h)
 		api := "generativelanguage.googleapis.com"
 		if h := backend.URLHost(backend.EnvValue(env, "GOOGLE_GEMINI_BASE_URL")); h != "" {
 			api = h
