@@ -3,6 +3,7 @@
 package backend_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -51,8 +52,10 @@ func TestProcessEnvLastValueWins(t *testing.T) {
 }
 
 // Confined: a shell writes only where it may, reads nothing else of the
-// file system's contents, connects to no port it was not given, and makes
-// no UDP, raw or multipath socket; a daemon it forks is as confined.
+// file system's contents nor another process's environment, connects to
+// no port it was not given nor an abstract socket outside, makes no UDP,
+// raw or multipath socket and no io_uring, signals no process outside; a
+// daemon it forks is as confined.
 func TestSandboxConfinesTheTree(t *testing.T) {
 	t.Parallel()
 	if _, err := backend.SandboxSupport(); err != nil {
@@ -67,6 +70,13 @@ func TestSandboxConfinesTheTree(t *testing.T) {
 	}
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	abstract := fmt.Sprintf("@shoal-sandbox-test-%d", os.Getpid())
+	ul, err := net.Listen("unix", abstract) // outside the sandbox: refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	pid := strconv.Itoa(os.Getpid())
 	script := `
 echo in > ok && echo wrote-inside
 echo out > ` + outside + `/f 2>/dev/null || echo no-write-outside
@@ -76,6 +86,10 @@ python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>/
 python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)' 2>/dev/null || echo no-mptcp
 python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>/dev/null || echo no-raw
 python3 -c 'import socket; s=socket.socket(); s.settimeout(2); s.connect(("127.0.0.1", ` + port + `))' 2>/dev/null || echo no-connect
+python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0` + abstract[1:] + `")' 2>/dev/null || echo no-abstract-socket
+python3 -c 'import ctypes, sys; libc=ctypes.CDLL(None, use_errno=True); sys.exit(1 if libc.syscall(425, 1, ctypes.create_string_buffer(120)) < 0 else 0)' 2>/dev/null || echo no-io-uring
+cat /proc/` + pid + `/environ >/dev/null 2>&1 || echo no-environ
+kill -0 ` + pid + ` 2>/dev/null || echo no-signal
 (setsid sh -c 'echo daemon > ` + outside + `/d' 2>/dev/null; echo daemon-tried) &
 wait
 sleep 0.5
@@ -83,7 +97,8 @@ sleep 0.5
 	got := run(t, backend.ProcessSpec{Argv: []string{"/bin/sh", "-c", script}, Dir: cwd,
 		Env:     []string{"PATH=/usr/bin:/bin"},
 		Sandbox: &backend.Confinement{Exe: exe, Writable: []string{cwd}, Readable: backend.SystemReadable}})
-	for _, want := range []string{"wrote-inside", "no-write-outside", "no-read-outside", "listed-outside", "no-udp", "no-mptcp", "no-raw", "no-connect", "daemon-tried"} {
+	for _, want := range []string{"wrote-inside", "no-write-outside", "no-read-outside", "listed-outside", "no-udp", "no-mptcp", "no-raw", "no-connect",
+		"no-abstract-socket", "no-io-uring", "no-environ", "no-signal", "daemon-tried"} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("the confined shell did not say %s:\n%s", want, got)
 		}
