@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -338,7 +339,7 @@ func (f *Direct) SetModel(ctx context.Context, req schemas.SetModelRequest) (sch
 	var rep schemas.SetModelReply
 	err := f.toOwner(ctx, req.AgentID, schemas.VerbSetModel, req, &rep, 0)
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
-		return schemas.SetModelReply{Switched: false}, nil
+		return schemas.SetModelReply{Reason: fmt.Sprintf("no agent '%s'", req.AgentID)}, nil
 	}
 	return rep, err
 }
@@ -426,7 +427,7 @@ func (f *Direct) toOwner(ctx context.Context, id string, verb schemas.Verb, req,
 			*r = schemas.CloseReply{Closed: true}
 			return nil
 		case *schemas.SetModelReply:
-			*r = schemas.SetModelReply{Switched: false}
+			*r = schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is dead", id)}
 			return nil
 		}
 		if verb == schemas.VerbSend || verb == schemas.VerbRun {

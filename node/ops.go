@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -363,17 +364,23 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 		return schemas.SetModelReply{}, schemas.Errf(schemas.CodeInvalid, "model is required")
 	}
 	a, err := h.lookup(req.AgentID)
-	if err != nil || a.isDead() {
-		return schemas.SetModelReply{Switched: false}, nil
+	if err != nil {
+		return schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is not on node %s", req.AgentID, h.cfg.Name)}, nil
+	}
+	if a.isDead() {
+		return schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is dead", req.AgentID)}, nil
 	}
 	ms, ok := a.sess.(backend.ModelSetter)
 	if !ok {
-		return schemas.SetModelReply{Switched: false}, nil
+		a.mu.Lock()
+		kind, _ := schemas.Route(a.rec.Model)
+		a.mu.Unlock()
+		return schemas.SetModelReply{Reason: fmt.Sprintf("%s CLI agents cannot switch models in place; open a new agent with --model", kind)}, nil
 	}
 	model, err := ms.SetModel(ctx, req.Model)
 	if err != nil {
 		a.log.Info("set_model refused", "model", req.Model, "err", err)
-		return schemas.SetModelReply{Switched: false}, nil
+		return schemas.SetModelReply{Reason: err.Error()}, nil
 	}
 	a.setModel(model) // as the backend reads it back, prefix and all
 	return schemas.SetModelReply{Switched: true}, nil

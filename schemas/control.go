@@ -255,6 +255,8 @@ type SetModelRequest struct {
 // SetModelReply says whether the agent switched.
 type SetModelReply struct {
 	Switched bool `json:"switched"`
+	// Reason says why the agent did not switch (a Shoal addition).
+	Reason string `json:"reason,omitempty"`
 }
 
 // EventsRequest reads a page of an agent's events from the stream

@@ -22,12 +22,16 @@ const (
 	exitUnavailable = 4 // the agent is dead, its node gone, or nothing can take it
 	exitTimeout     = 5 // the operation did not finish in time
 	exitConflict    = 6 // the id is taken, or a run is already in flight
+	exitCancelled   = 7 // the turn a run waited for was interrupted
 )
 
 // exitFor is the exit code of a command that failed with err.
 func exitFor(err error) int {
 	if _, ok := errors.AsType[*usageError](err); ok {
 		return exitUsage
+	}
+	if _, ok := errors.AsType[*cancelledError](err); ok {
+		return exitCancelled
 	}
 	switch schemas.CodeOf(err) {
 	case schemas.CodeInvalid:
@@ -91,6 +95,14 @@ func findCommand(name string) *command {
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
+
+// cancelledError is a run whose turn was interrupted: its text so far is
+// printed, and the command exits with its own status.
+type cancelledError struct{ turn int }
+
+func (e *cancelledError) Error() string {
+	return fmt.Sprintf("turn %d was interrupted before it ended (stop reason cancelled)", e.turn)
+}
 
 func usagef(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}

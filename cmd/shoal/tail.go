@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -29,14 +31,22 @@ retention) is reported. A following tail goes on past an agent's death,
 since a dead id may be reopened and its next life's turns are numbered on
 from its last; it stops on Ctrl-C, or with --no-follow at the end of what
 is stored. An agent the fabric does not know, or a --from past an
-agent's end, is an error. --json prints the raw {kind, turn, data}
-envelopes, one per line.`,
+agent's end, is an error (exit 3).
+
+--json prints one object per event: the agent's id, the event's number,
+its node and the time it was stored, beside the envelope's kind, turn and
+data ({"agent_id":"a1","event":42,"node":"n1","time":"…","kind":…}); to
+resume, start again with --from <the last event + 1>. --raw prints the
+envelopes as stored. --numbers starts each line of the human view with
+the number of the event it begins with.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
-			var thoughts, noFollow bool
+			var thoughts, noFollow, raw, numbers bool
 			var fromFlag string
 			fs.StringVar(&fromFlag, "from", "start", "where to start: start, new, an event `number`, turn:N, a time, or an age like 10m")
 			fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of what is stored")
 			fs.BoolVar(&thoughts, "thoughts", false, "show the agents' reasoning")
+			fs.BoolVar(&raw, "raw", false, "print each envelope as stored, one per line")
+			fs.BoolVar(&numbers, "numbers", false, "start each line with its event's number")
 			return func(ctx context.Context, v *verb, ids []string) error {
 				for _, id := range ids {
 					if err := schemas.ValidID(id); err != nil {
@@ -54,11 +64,15 @@ envelopes, one per line.`,
 				if err != nil {
 					return err
 				}
+				if raw && v.json {
+					return usagef("--raw and --json are two output formats; give one")
+				}
 				follow := !noFollow
 				p := render.New(v.out(), render.Options{
-					Color:        !v.json && colorful(v.env),
+					Color:        !v.json && !raw && colorful(v.env),
 					ShowThoughts: thoughts,
 					Prefix:       len(ids) != 1,
+					Numbers:      numbers,
 				})
 				defer p.Flush()
 				err = f.Replay(ctx, ids, from, follow, func(r client.Replayed, gap *client.Gap) error {
@@ -73,18 +87,48 @@ envelopes, one per line.`,
 					}
 					ev, err := r.Event()
 					switch {
-					case v.json:
+					case raw:
 						fmt.Fprintf(v.out(), "%s\n", r.Raw)
+					case v.json:
+						_, err := v.out().Write(jsonLine(r))
+						return err
 					case err != nil:
 						fmt.Fprintf(v.out(), "[%s] unreadable event %d: %v\n", r.Agent, r.N, err)
 					default:
-						p.Event(r.Agent, ev)
+						p.EventNumbered(r.Agent, r.N, ev)
 					}
 					return nil
 				})
 				return err
 			}
 		})
+}
+
+// jsonLine is one event for --json: where it stands (agent, number, node,
+// stored time) spliced in front of the envelope's own fields.
+func jsonLine(r client.Replayed) []byte {
+	head, _ := json.Marshal(struct {
+		Agent string `json:"agent_id"`
+		N     uint64 `json:"event"`
+		Node  string `json:"node,omitempty"`
+		Time  string `json:"time"`
+	}{r.Agent, r.N, r.Node, r.Time.UTC().Format(time.RFC3339Nano)})
+	env := bytes.TrimSpace(r.Raw)
+	if len(env) < 2 || env[0] != '{' {
+		// Not an object (a replay only hands over envelopes): carried whole.
+		out, _ := json.Marshal(struct {
+			Agent string          `json:"agent_id"`
+			N     uint64          `json:"event"`
+			Raw   json.RawMessage `json:"envelope"`
+		}{r.Agent, r.N, json.RawMessage(strconv.Quote(string(env)))})
+		return append(out, '\n')
+	}
+	out := append(head[:len(head)-1:len(head)-1], ',')
+	if bytes.Equal(bytes.TrimSpace(env[1:]), []byte("}")) {
+		out = out[:len(out)-1]
+	}
+	out = append(out, env[1:]...)
+	return append(out, '\n')
 }
 
 // strayText says what a reader skipped: a message on an agent's subject

@@ -225,7 +225,13 @@ func runCommand() *command {
 				if err != nil {
 					return err
 				}
-				return v.reply(rep, rep.Text)
+				if err := v.reply(rep, rep.Text); err != nil {
+					return err
+				}
+				if rep.StopReason == schemas.StopCancelled {
+					return &cancelledError{turn: rep.Turn}
+				}
+				return nil
 			}
 		})
 }
@@ -380,12 +386,15 @@ one with --model).`,
 				if err != nil {
 					return err
 				}
-				line := "switched to " + rest[0]
 				if !rep.Switched {
-					line = "not switched: the agent is not live, cannot switch in place (claude CLI agents), or does not take that model " +
-						"(an ACP agent takes acp:<its agent>:<model>, a local-model agent ollama:<tag> or vmlx:<tag>, or a bare tag of its kind)"
+					if v.json {
+						if err := v.reply(rep, ""); err != nil {
+							return err
+						}
+					}
+					return fmt.Errorf("not switched: %s", rep.Reason)
 				}
-				return v.reply(rep, line)
+				return v.reply(rep, "switched to "+rest[0])
 			}
 		})
 }

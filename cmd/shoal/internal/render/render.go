@@ -30,6 +30,9 @@ type Options struct {
 	// Prefix starts every line, streamed text included, with
 	// "[agentID] ", for a tail that follows several agents at once.
 	Prefix bool
+	// Numbers starts every line with the number of the event it begins
+	// with (set through EventNumbered), for resuming a tail from a point.
+	Numbers bool
 }
 
 // Printer writes events for a person. Not safe for concurrent use.
@@ -52,6 +55,7 @@ type Printer struct {
 	openKind  streamKind
 
 	agents map[string]*agent
+	n      uint64 // the number of the event being rendered
 }
 
 type streamKind uint8
@@ -108,6 +112,13 @@ func (p *Printer) Event(agentID string, ev schemas.Event) error {
 	p.buf.Reset()
 	p.dispatch(agentID, ev)
 	return p.writeOut()
+}
+
+// EventNumbered is Event for the agent's event number n, which starts the
+// lines it begins when Options.Numbers is set.
+func (p *Printer) EventNumbered(agentID string, n uint64, ev schemas.Event) error {
+	p.n = n
+	return p.Event(agentID, ev)
 }
 
 // Flush ends any open streamed line.
@@ -441,20 +452,29 @@ func (p *Printer) styled(style, s string) {
 // prefix writes "[agentID] " when Options.Prefix is set; bare drops the
 // space, for an empty line.
 func (p *Printer) prefix(a *agent, bare bool) {
-	if !p.o.Prefix {
-		return
+	if p.o.Prefix {
+		p.styled(agentStyle(a.id), "["+cleanLine(a.id)+"]")
+		if !bare || p.o.Numbers {
+			p.buf.WriteByte(' ')
+		}
 	}
-	p.styled(agentStyle(a.id), "["+cleanLine(a.id)+"]")
-	if !bare {
-		p.buf.WriteByte(' ')
+	if p.o.Numbers {
+		p.styled(styleDim, fmt.Sprintf("%6d", p.n))
+		if !bare {
+			p.buf.WriteByte(' ')
+		}
 	}
 }
 
 func (p *Printer) prefixWidth(a *agent) int {
-	if !p.o.Prefix {
-		return 0
+	w := 0
+	if p.o.Prefix {
+		w += width(cleanLine(a.id)) + 3
 	}
-	return width(cleanLine(a.id)) + 3
+	if p.o.Numbers {
+		w += len(fmt.Sprintf("%6d", p.n)) + 1
+	}
+	return w
 }
 
 var agentStyles = []string{"36", "35", "34", "33", "32", "96", "95", "94", "93", "92"}
