@@ -107,7 +107,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Fatalf("the quick start failed: %v\n%s", err, out)
 	}
 	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^A fabric for coding agents\.$`), // shoal run
+		regexp.MustCompile(`(?m)^A fabric for coding agents\.$`),           // shoal run
 		regexp.MustCompile(`(?m)^» Summarize this project in one line\.$`), // shoal tail
 		regexp.MustCompile(`turn 1 ended: end_turn`),
 	} {
