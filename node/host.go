@@ -487,7 +487,15 @@ func (h *Host) closeAll(ctx context.Context) {
 // retire is called by an agent's loop once it is dead: it leaves the
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(ctx context.Context, a *agent) {
-	h.pids.remove(a.id)
+	// The reaper ends what an agent's CLI leaves when it exits; where
+	// there is none, or it died (taking the CLI with it), the processes
+	// that carry the agent's life token are ended here, before its entry
+	// that would let a restarted node find them is gone.
+	if life := h.pids.remove(a.id); life != "" && (h.reaper == nil || h.reaper.Gone()) {
+		if n := backend.ReapLife(life); n > 0 {
+			a.log.Info("ended what the agent left running", "processes", n)
+		}
+	}
 	a.ended()
 	// A dead agent numbers nothing more: its mark is its last number, so a
 	// journal lost later is told exactly.

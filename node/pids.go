@@ -64,15 +64,17 @@ func (f *pidFile) add(agent string, pid int, life string) error {
 	return f.save(m)
 }
 
-// remove forgets an agent's process.
-func (f *pidFile) remove(agent string) {
+// remove forgets an agent's process, and returns its life's token.
+func (f *pidFile) remove(agent string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m := f.load()
-	if _, ok := m[agent]; ok {
+	e, ok := m[agent]
+	if ok {
 		delete(m, agent)
 		f.save(m)
 	}
+	return e.Life
 }
 
 type reaped struct {

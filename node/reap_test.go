@@ -62,6 +62,23 @@ func TestKilledNodeAndReaperAreReaped(t *testing.T) {
 	}
 }
 
+// The reaper killed with SIGKILL while its node lives: the agent CLI dies
+// with it, and the node, seeing its agent die so, ends the tool the CLI
+// left in a session of its own, rather than forgetting it.
+func TestKilledReaperLeavesNothing(t *testing.T) {
+	t.Parallel()
+	k := startKilledNode(t)
+	if err := syscall.Kill(k.reaper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the agent CLI dies with its reaper", func() bool { return !alive(k.agent) })
+	eventually(t, 10*time.Second, "the node ends the tool its agent left", func() bool { return !alive(k.tool) })
+	b, _ := os.ReadFile(filepath.Join(k.dir, "pids.json"))
+	if strings.TrimSpace(string(b)) != "{}" {
+		t.Errorf("pids.json after the agent died: %s", b)
+	}
+}
+
 // killedNode is a node process whose agent started a tool in a session of
 // its own.
 type killedNode struct {

@@ -22,6 +22,10 @@ func StartReaper(exe string) (*Reaper, error) {
 // PID is 0: there is no reaper process, one keeper per agent instead.
 func (r *Reaper) PID() int { return 0 }
 
+// Gone reports whether the reaper has exited; on macOS there is no reaper
+// process.
+func (r *Reaper) Gone() bool { return false }
+
 // Close does nothing: each keeper ends with its agent.
 func (r *Reaper) Close() error { return nil }
 

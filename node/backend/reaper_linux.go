@@ -107,6 +107,17 @@ func StartReaper(exe string) (*Reaper, error) {
 // PID is the reaper's process id.
 func (r *Reaper) PID() int { return r.cmd.Process.Pid }
 
+// Gone reports whether the reaper has exited (been killed): the processes
+// it held have died with it, and what they left in other sessions lives on.
+func (r *Reaper) Gone() bool {
+	select {
+	case <-r.gone:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close ends the lifeline: the reaper kills whatever it still holds and
 // exits. It returns once the reaper has.
 func (r *Reaper) Close() error {
@@ -156,6 +167,9 @@ func (r *Reaper) read() {
 			}
 		}
 	}
+	// The connection ends with the reaper: once it is waited for, Gone
+	// says so to whoever hears of these exits.
+	<-r.gone
 	r.mu.Lock()
 	pending, procs := r.pending, r.procs
 	r.pending, r.procs = map[int]chan reaperReply{}, map[int]*Process{}
