@@ -70,7 +70,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		return reqs[i].ToolResults[0]
 	}
 	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink", 4: "the node's environment", 5: "the CLI's settings"} {
-		if r := result(i); !r.IsError || !strings.Contains(r.Content, "Permission denied") || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
+		if r := result(i); !r.IsError || !strings.Contains(strings.ToLower(r.Content), "permission denied") || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}

@@ -47,14 +47,14 @@ func TestTailFromAndEventsRequest(t *testing.T) {
 	must("run", id, "second")
 	must("run", id, "third")
 
-	all := strings.Split(strings.TrimSpace(must("tail", "--no-follow", "--json", id)), "\n")
+	all := strings.Split(strings.TrimSpace(must("tail", "--no-follow", "--raw", id)), "\n")
 	if len(all) < 20 {
 		t.Fatalf("tail --no-follow printed %d events", len(all))
 	}
 	for _, line := range all {
 		schematest.Event(t, []byte(line))
 	}
-	from5 := strings.Split(strings.TrimSpace(must("tail", "--no-follow", "--json", "--from", "5", id)), "\n")
+	from5 := strings.Split(strings.TrimSpace(must("tail", "--no-follow", "--raw", "--from", "5", id)), "\n")
 	if len(from5) != len(all)-4 || from5[0] != all[4] {
 		t.Errorf("--from 5: %d events starting %q", len(from5), from5[0])
 	}

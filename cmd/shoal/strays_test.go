@@ -92,6 +92,7 @@ func TestStraysOnTheStream(t *testing.T) {
 		}
 	}
 	nc.Flush()
+	published := time.Now()
 
 	if out := shoal("run", id, "Second."); out != "The real second answer." {
 		t.Fatalf("turn 2 answered %q", out)
@@ -158,6 +159,9 @@ func TestStraysOnTheStream(t *testing.T) {
 	// from its real last event.
 	shoal("close", id)
 	closed := eventsPage(t, nc, id).NextEvent
+	// Past the duplicate window of the first strays, so the numbered one
+	// is stored again rather than dropped as a duplicate.
+	time.Sleep(time.Until(published.Add(1500 * time.Millisecond)))
 	for _, m := range strays[:2] {
 		m.Subject = schemas.EventSubject(id)
 		nc.PublishMsg(m)

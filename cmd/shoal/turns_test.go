@@ -157,7 +157,7 @@ func TestReopenedLifeEverywhere(t *testing.T) {
 		t.Errorf("output --turn 1: %q", out)
 	}
 	var tailed []string
-	for _, l := range strings.Split(p.must("tail", "--no-follow", "--json", "--from", "turn:3", id), "\n") {
+	for _, l := range strings.Split(p.must("tail", "--no-follow", "--raw", "--from", "turn:3", id), "\n") {
 		if !strings.Contains(l, `"delta":true`) && !strings.Contains(l, `"tool_input_delta"`) {
 			tailed = append(tailed, l)
 		}

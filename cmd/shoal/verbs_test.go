@@ -95,10 +95,10 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 			t.Errorf("tail lacks %q:\n%s", want, tail)
 		}
 	}
-	raw := must("tail", "--no-follow", "--json", id)
+	raw := must("tail", "--no-follow", "--raw", id)
 	for _, line := range strings.Split(raw, "\n") {
 		if err := schematest.ValidateEvent([]byte(line)); err != nil {
-			t.Errorf("tail --json printed %q: %v", line, err)
+			t.Errorf("tail --raw printed %q: %v", line, err)
 		}
 	}
 
