@@ -34,7 +34,7 @@ envelopes, one per line.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var thoughts, noFollow bool
 			var fromFlag string
-			fs.StringVar(&fromFlag, "from", "start", "where to start: start, new, an event `number`, turn:N, a time, or an age like 10m")
+			fs.StringVar(&fromFlag, "from", "start", "where to start, a `position`: start, new, an event number, turn:N, a time, or an age like 10m")
 			fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of what is stored")
 			fs.BoolVar(&thoughts, "thoughts", false, "show the agents' reasoning")
 			return func(ctx context.Context, v *verb, ids []string) error {
