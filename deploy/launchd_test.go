@@ -189,8 +189,8 @@ func TestLaunchdPlist(t *testing.T) {
 			t.Errorf("%s=%q, want a %s:// URL", name, vars[name], scheme)
 		}
 	}
-	if vars["SHOAL_NAME"] == "" {
-		t.Error("no SHOAL_NAME: the node would take the host name")
+	if vars["SHOAL_NODE_NAME"] == "" {
+		t.Error("no SHOAL_NODE_NAME: the node would take the host name")
 	}
 	if !slices.Contains(strings.Split(vars["PATH"], ":"), "/opt/homebrew/bin") {
 		t.Errorf("PATH=%q lacks /opt/homebrew/bin, where claude and opencode are on an Apple machine", vars["PATH"])

@@ -29,7 +29,8 @@ func TestACPAgentThroughTheFabric(t *testing.T) {
 	must := func(args ...string) string {
 		t.Helper()
 		// opencode can take a while to start on a busy machine.
-		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_TIMEOUT=3m"}, args...)
+		args = append([]string{args[0], "--timeout", "3m"}, args[1:]...)
+		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, args...)
 		if code != 0 {
 			t.Fatalf("shoal %v: exit %d\n%s%s\nshoal up said:\n%s", args, code, out, errOut, up.stderrText())
 		}

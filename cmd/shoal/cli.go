@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"log/slog"
 	"strings"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -59,9 +59,13 @@ type command struct {
 	args    string // the positional arguments, for the usage line
 	summary string // one line, for `shoal help`
 	help    string // paragraphs, for `shoal <name> --help`
-	// flags registers the command's settings on fs, writing into the
-	// returned runner's state.
+	// flags registers the command's flags on fs, writing into the
+	// returned runner's state; groups.go sorts them into topics and says
+	// which are settings.
 	flags func(fs *flag.FlagSet) runner
+	// direct, when set, runs the command on its unparsed arguments
+	// instead (shoal config parses another command's flags).
+	direct runner
 }
 
 // runner runs a parsed command.
@@ -71,6 +75,22 @@ type runner func(ctx context.Context, env *environment, args []string) error
 type environment struct {
 	io     stdio
 	getenv func(string) string
+	// log is a daemon's logger, once it has one: what goes wrong on the
+	// way is logged there rather than printed.
+	log *slog.Logger
+	// logJSON is set with --log-format json: the command's failure is
+	// then a log record too, so every line on stderr is JSON.
+	logJSON bool
+}
+
+// warn reports a problem that does not stop the command: on the
+// daemon's logger, else as a line on stderr.
+func (e *environment) warn(msg string, err error) {
+	if e.log != nil {
+		e.log.Warn(msg, "err", err)
+		return
+	}
+	fmt.Fprintf(e.io.err, "shoal: %s: %v\n", msg, err)
 }
 
 func commands() []*command {
@@ -78,7 +98,7 @@ func commands() []*command {
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), tailCommand(), tuiCommand(), mcpCommand(),
-		versionCommand(),
+		configCommand(), completionCommand(), versionCommand(),
 	}
 }
 
@@ -123,7 +143,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 				printCommandHelp(io.out, c)
 				return exitOK
 			}
-			fmt.Fprintf(io.err, "shoal: unknown command %q (see shoal help)\n", args[1])
+			fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", args[1], didYouMean(args[1], commandNames(), ""))
 			return exitUsage
 		}
 		printOverview(io.out)
@@ -133,7 +153,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 	}
 	c := findCommand(name)
 	if c == nil {
-		fmt.Fprintf(io.err, "shoal: unknown command %q (see shoal help)\n", name)
+		fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", name, didYouMean(name, commandNames(), ""))
 		return exitUsage
 	}
 	err := c.execute(ctx, env, args[1:])
@@ -144,24 +164,37 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		printCommandHelp(io.out, c)
 		return exitOK
 	}
-	fmt.Fprintf(io.err, "shoal %s: %s\n", c.name, oneLine(err.Error()))
+	msg := fmt.Sprintf("shoal %s: %s", c.name, oneLine(err.Error()))
+	if env.logJSON && env.log != nil {
+		env.log.Error(msg)
+	} else {
+		fmt.Fprintln(io.err, msg)
+	}
 	return exitFor(err)
 }
 
 // execute parses the command's flags over its configuration and runs it.
 func (c *command) execute(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("shoal "+c.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configPath := fs.String("config", "", "read settings from this TOML file (default $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
-	r := c.flags(fs)
-	positional, err := parseSettings(fs, args, configPath, env.getenv)
+	if c.direct != nil {
+		return c.direct(ctx, env, args)
+	}
+	fs, configPath, r := c.flagSet()
+	l, err := c.parseSettings(fs, args, configPath, env.getenv)
 	if err != nil {
 		return err
 	}
-	if c.args == "" && len(positional) > 0 {
-		return usagef("unexpected argument %q (see shoal %s --help)", positional[0], c.name)
+	if c.args == "" && len(l.positional) > 0 {
+		return usagef("unexpected argument %q (see shoal %s --help)", l.positional[0], c.name)
 	}
-	return r(ctx, env, positional)
+	return r(ctx, env, l.positional)
+}
+
+// flagSet registers the command's flags, --config first, on a new set.
+func (c *command) flagSet() (*flag.FlagSet, *string, runner) {
+	fs := flag.NewFlagSet("shoal "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "read settings from this TOML `file` (default: $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
+	return fs, configPath, c.flags(fs)
 }
 
 func printOverview(w io.Writer) {
@@ -173,13 +206,17 @@ Usage: shoal <command> [flags] [arguments]
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, `
-Every flag can also be set in the config file under the same name, or in
-the environment as SHOAL_<NAME> (upper case, '-' as '_'); flags win over
-the environment, which wins over the file. Flags may come before or after
-the arguments; "--" ends them, for an argument that starts with a dash.
+Settings (where the NATS is, how up and node run, logging) can also be set
+in the config file under the flag's name, or in the environment as
+SHOAL_<NAME> (upper case, '-' as '_'); flags win over the environment,
+which wins over the file. A command's help marks its settings with their
+environment variable; its other flags (an agent's id, --json, --timeout)
+come from the command line only. shoal config shows each setting's value
+and where it came from. Flags may come before or after the arguments;
+"--" ends them, for an argument that starts with a dash.
 
 Exit status: 0 success, 1 failure, 2 a wrong command line, configuration
 or request, 3 no such agent or node, 4 unavailable (the agent is dead, its
@@ -188,37 +225,6 @@ taken, or a run is already in flight).
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)
-}
-
-func printCommandHelp(w io.Writer, c *command) {
-	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-	fs.String("config", "", "read settings from this TOML file (default $SHOAL_CONFIG, then $XDG_CONFIG_HOME/shoal/config.toml if it exists)")
-	c.flags(fs)
-	usage := "shoal " + c.name + " [flags]"
-	if c.args != "" {
-		usage += " " + c.args
-	}
-	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, strings.TrimSpace(c.help))
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	if len(names) == 0 {
-		return
-	}
-	sort.Strings(names)
-	fmt.Fprint(w, "\nFlags:\n")
-	for _, n := range names {
-		f := fs.Lookup(n)
-		typ, usage := flag.UnquoteUsage(f)
-		head := "  --" + f.Name
-		if typ != "" {
-			head += " " + typ
-		}
-		fmt.Fprintf(w, "%s\n      %s", head, usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			fmt.Fprintf(w, " (default %s)", f.DefValue)
-		}
-		fmt.Fprintf(w, "\n      env SHOAL_%s\n", envName(f.Name))
-	}
 }
 
 func oneLine(s string) string {

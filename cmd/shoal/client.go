@@ -36,9 +36,15 @@ func (t *tlsOptions) register(fs *flag.FlagSet, whose string) {
 }
 
 func (o *clientOptions) register(fs *flag.FlagSet) {
+	o.registerConn(fs)
+	durationFlag(fs, &o.timeout, "timeout", 30*time.Second, "how long to wait for an answer, a `duration`")
+}
+
+// registerConn registers how to reach the fabric: --nats, --creds and
+// the client side of TLS.
+func (o *clientOptions) registerConn(fs *flag.FlagSet) {
 	fs.StringVar(&o.url, "nats", nats.DefaultURL, "NATS `URL` of the fabric")
 	o.registerAuth(fs)
-	durationFlag(fs, &o.timeout, "timeout", 30*time.Second, "how long to wait for an answer")
 }
 
 // registerAuth registers --creds and the client side of TLS.
@@ -91,7 +97,7 @@ func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.C
 		// rather than let a request wait for its timeout in silence.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
-				fmt.Fprintf(env.io.err, "shoal: the server refused: %v\n", err)
+				env.warn("the server refused", err)
 			}
 		}),
 	}, opts...)

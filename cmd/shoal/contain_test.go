@@ -99,7 +99,7 @@ func TestKilledNodeLeavesNoAgentProcess(t *testing.T) {
 		{"opencode shell", func(t *testing.T, p *pool, home string) ([]string, []string, string, string) {
 			fake := fakemodel.Start(t, fakemodel.Config{})
 			fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "bash", Input: json.RawMessage(`{"command":"sleep 777","description":"Wait"}`)}}})
-			env := append(peers.OpencodeEnv(t, filepath.Join(home, "oc"), fake.URL()+"/v1"), "SHOAL_TIMEOUT=3m")
+			env := peers.OpencodeEnv(t, filepath.Join(home, "oc"), fake.URL()+"/v1")
 			return append(env, "SHOAL_OPENCODE="+peers.Opencode.Command(t)[0]), []string{"--model", "acp:opencode"}, "Wait a long time.", "sleep 777"
 		}},
 		{"ollama stdio MCP server", func(t *testing.T, p *pool, home string) ([]string, []string, string, string) {

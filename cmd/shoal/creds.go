@@ -45,7 +45,7 @@ over a channel you trust.`,
 			fs.StringVar(&out, "out", "", "write the credentials to this `file` (0600) instead of standard output")
 			fs.BoolVar(&force, "force", false, "replace --out if it exists")
 			durationFlag(fs, &expires, "expires", 0, "make the credentials expire after this `duration` (0: never)")
-			fs.StringVar(&authDir, "auth-dir", "", "`directory` of the signing keys (default $XDG_DATA_HOME/shoal/auth, as shoal up --auth)")
+			fs.StringVar(&authDir, "auth-dir", "", "`directory` of the signing keys (default: $XDG_DATA_HOME/shoal/auth, as shoal up --auth)")
 			return func(ctx context.Context, env *environment, args []string) error {
 				if authDir == "" {
 					authDir = filepath.Join(dataHome(env.getenv), "shoal", "auth")

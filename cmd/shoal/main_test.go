@@ -157,8 +157,8 @@ func (w *lockedWriter) Write(b []byte) (int, error) {
 // runShoal runs shoal to completion and returns its exit code and output.
 func runShoal(t *testing.T, dir string, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	// A safety net only: the command's own timeouts (SHOAL_TIMEOUT, a
-	// run's --timeout) decide, and on a loaded machine a slow agent CLI
+	// A safety net only: the command's own timeouts (--timeout, a run's
+	// --wait) decide, and on a loaded machine a slow agent CLI
 	// start must not be cut short by the test.
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()

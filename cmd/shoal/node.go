@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -46,22 +45,22 @@ type nodeOptions struct {
 	sandbox        string
 }
 
-func (o *nodeOptions) register(fs *flag.FlagSet, nameFlag string) {
-	fs.StringVar(&o.name, nameFlag, "", "the node's `name` in the fabric (default: this machine's host name)")
-	fs.StringVar(&o.dir, "dir", "", "`directory` for agent event logs, stderr logs and pids.json (default $XDG_CACHE_HOME/shoal/agents/<name>)")
+func (o *nodeOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.name, "node-name", "", "the node's `name` in the fabric (default: this machine's host name)")
+	fs.StringVar(&o.dir, "dir", "", "`directory` for agent event logs, stderr logs and pids.json (default: $XDG_CACHE_HOME/shoal/agents/<name>)")
 	fs.StringVar(&o.claude, "claude", "claude", "the claude CLI to run, a `path` or a name looked up on PATH")
 	o.acpCommands = map[string]*string{}
 	for _, a := range []struct{ agent, flag string }{{acp.AgentOpencode, "opencode"}, {acp.AgentClaude, "claude-agent-acp"}, {acp.AgentGemini, "gemini"}} {
 		o.acpCommands[a.agent] = fs.String(a.flag, acp.DefaultCommands[a.agent][0], "the command that runs acp:"+a.agent+" agents, a `path` or a name looked up on PATH")
 	}
-	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (up: its own endpoint)")
+	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (default: shoal up's own endpoint; none for shoal node)")
 	durationFlag(fs, &o.turnIdle, "turn-idle-timeout", 10*time.Minute, "interrupt a turn that produced no output for this `duration` (0: never)")
 	durationFlag(fs, &o.turnTimeout, "turn-timeout", 2*time.Hour, "interrupt a turn that ran this `duration` (0: never)")
 	durationFlag(fs, &o.interruptGrace, "interrupt-grace", 15*time.Second, "stop an agent whose turn has not ended this `duration` after a watchdog interrupt")
-	fs.IntVar(&o.imageEdge, "image-max-long-edge", 1568, "downsample tool-result PNGs to this long edge in `pixels` (0: never)")
-	durationFlag(fs, &o.stopWait, "stop-wait", 2*time.Second, "how long each step of an agent's stop ladder waits")
+	fs.IntVar(&o.imageEdge, imageEdgeFlag, 1568, "downsample tool-result PNGs to this long edge in `pixels`, 0 for never (default: "+kaimonKey+" in Kaimon's config.json if it is there, else 1568)")
+	durationFlag(fs, &o.stopWait, "stop-wait", 2*time.Second, "how long each step of an agent's stop ladder waits, a `duration`")
 	fs.StringVar(&o.labels, "labels", "", "comma-separated `key=value` labels placement can ask for (e.g. gpu=yes,site=lab)")
-	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most this many live agents (0: no limit)")
+	fs.IntVar(&o.maxAgents, "max-agents", 0, "run at most `n` live agents (0: no limit)")
 	sizeFlag(fs, &o.outboxMemory, "outbox-memory", 64<<20, "events kept in memory while the coordinator is away, in `bytes`")
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
 	fs.StringVar(&o.sandbox, "sandbox", schemas.SandboxOff, "sandbox `mode`: off (agents run confined only when their open asks), on (every agent, unless its open declines), required (every agent)")
@@ -103,7 +102,7 @@ func hostName() string {
 	return name
 }
 
-// nodeName is --name, or the machine's host name.
+// nodeName is --node-name, or the machine's host name.
 func (o *nodeOptions) nodeName() string {
 	if o.name != "" {
 		return o.name
@@ -212,9 +211,9 @@ func runHost(ctx context.Context, h *node.Host) (done <-chan error, err error) {
 // nodeCommand is `shoal node`: an agent host joining a fabric.
 type nodeCommandOptions struct {
 	nodeOptions
-	client   clientOptions
-	leaf     string
-	logLevel string
+	client clientOptions
+	leaf   string
+	log    logOptions
 }
 
 func nodeCommand() *command {
@@ -241,10 +240,11 @@ NATS server that keeps one outbound connection to the coordinator's
 leaf-node port (shoal up --leaf-listen).`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &nodeCommandOptions{}
-			o.nodeOptions.register(fs, "name")
-			o.client.register(fs)
+			o.nodeOptions.register(fs)
+			fs.StringVar(&o.name, "name", "", "old spelling of --node-name")
+			o.client.registerConn(fs)
 			fs.StringVar(&o.leaf, "leaf", "", "join as a leaf node: the coordinator's leaf-node `URL` (e.g. nats-leaf://hub:7422), instead of --nats")
-			fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+			o.log.register(fs)
 			return o.run
 		},
 	}
@@ -273,10 +273,11 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 }
 
 func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []string) error {
-	log, err := newLogger(env.io.err, o.logLevel)
+	dlog, err := o.log.open(env)
 	if err != nil {
 		return err
 	}
+	log := dlog.Logger
 	who, err := o.client.credentials()
 	if err != nil {
 		return err
@@ -318,7 +319,7 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.io.out, "shoal: node %s joined %s\n", h.Name(), joined)
+	dlog.status("node %s joined %s", h.Name(), joined)
 	return <-done
 }
 

@@ -48,13 +48,13 @@ func TestOpencodeOpensWithoutANetwork(t *testing.T) {
 		"--claude", "/nonexistent/claude", "--opencode", peers.Opencode.Command(t)[0], "--node-name", "offline")
 	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	up.waitLine("shoal: node offline ready")
-	cli := []string{"SHOAL_NATS=" + url, "SHOAL_TIMEOUT=30s"}
-	code, out, errOut := runShoal(t, t.TempDir(), cli, "open", "--model", "acp:opencode", t.TempDir())
+	cli := []string{"SHOAL_NATS=" + url}
+	code, out, errOut := runShoal(t, t.TempDir(), cli, "open", "--timeout", "30s", "--model", "acp:opencode", t.TempDir())
 	if code != 0 {
 		t.Fatalf("open without a network: exit %d %s\nshoal up said:\n%s", code, errOut, up.stderrText())
 	}
 	id := strings.TrimSpace(out)
-	if code, out, errOut := runShoal(t, t.TempDir(), cli, "run", id, "say", "it"); code != 0 || strings.TrimSpace(out) != "answered offline" {
+	if code, out, errOut := runShoal(t, t.TempDir(), cli, "run", "--timeout", "30s", id, "say", "it"); code != 0 || strings.TrimSpace(out) != "answered offline" {
 		t.Fatalf("run without a network: exit %d %q %s", code, out, errOut)
 	}
 }

@@ -14,15 +14,32 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// parseSettings fills fs from, in rising precedence, the config file, the
-// environment (SHOAL_<FLAG>) and the command line. The config file holds
-// flat keys named like the flags.
-// It returns the positional arguments.
-func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv func(string) string) ([]string, error) {
-	// A first pass finds --config and rejects unknown flags early.
+// loaded is how a command's flags were filled.
+type loaded struct {
+	positional []string
+	configFile string // the config file read, or looked for
+	configRead bool   // whether it was there
+	// from says where each flag's value came from, by flag name: "flag
+	// --port", "env SHOAL_PORT", "config file PATH" or "Kaimon config
+	// PATH". A flag left at its default is absent.
+	from map[string]string
+}
+
+// parseSettings fills the command's flags in fs from, in rising
+// precedence, the config file, the environment (SHOAL_<NAME>) and the
+// command line. Only settings come from the file and the environment
+// (groups.go); every other flag comes from the command line alone. Below
+// the config file, the image setting Shoal shares with Kaimon comes from
+// Kaimon's own config (kaimon.go).
+func (c *command) parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv func(string) string) (*loaded, error) {
+	// A first pass finds --config, rejects unknown flags early, and tells
+	// which flags the command line sets.
 	if _, err := parseArgs(fs, args); err != nil {
-		return nil, flagError(fs, err)
+		return nil, c.flagError(fs, err)
 	}
+	var given []string
+	fs.Visit(func(f *flag.Flag) { given = append(given, f.Name) })
+	l := &loaded{from: map[string]string{}}
 	path, explicit := *configPath, *configPath != ""
 	if !explicit {
 		path, explicit = getenv("SHOAL_CONFIG"), getenv("SHOAL_CONFIG") != ""
@@ -30,30 +47,71 @@ func parseSettings(fs *flag.FlagSet, args []string, configPath *string, getenv f
 	if !explicit {
 		path = filepath.Join(configHome(getenv), "shoal", "config.toml")
 	}
-	if err := applyFile(fs, path, explicit); err != nil {
+	l.configFile = path
+	read, err := c.applyFile(fs, path, explicit, l.from)
+	if err != nil {
 		return nil, err
 	}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" || envErr != nil {
-			return
-		}
-		name := "SHOAL_" + envName(f.Name)
-		if v, ok := lookupEnv(getenv, name); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = usagef("environment %s=%q: %s", name, v, setError(f, err))
-			}
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
+	l.configRead = read
+	if err := c.applyEnv(fs, getenv, l.from); err != nil {
+		return nil, err
 	}
 	// The command line wins.
-	positional, err := parseArgs(fs, args)
-	if err != nil {
-		return nil, flagError(fs, err)
+	if l.positional, err = parseArgs(fs, args); err != nil {
+		return nil, c.flagError(fs, err)
 	}
-	return positional, nil
+	for _, name := range given {
+		l.from[c.canonical(name)] = "flag --" + name
+	}
+	if err := applyKaimon(fs, getenv, l.from); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// canonical is the flag an old spelling stands for, else name itself.
+func (c *command) canonical(name string) string {
+	if n := c.renamed(name); n != "" {
+		return n
+	}
+	return name
+}
+
+// applyEnv sets the command's settings from SHOAL_<NAME>, an old name
+// first so that the new one wins.
+func (c *command) applyEnv(fs *flag.FlagSet, getenv func(string) string, from map[string]string) error {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if c.isSetting(f.Name) {
+			names = append(names, f.Name)
+		}
+	})
+	for _, name := range names {
+		for _, v := range append(c.oldNames(name), name) {
+			env := "SHOAL_" + envName(v)
+			val, ok := lookupEnv(getenv, env)
+			if !ok {
+				continue
+			}
+			if err := fs.Set(name, val); err != nil {
+				return usagef("environment %s=%q: %s", env, val, setError(fs.Lookup(name), err))
+			}
+			from[name] = "env " + env
+		}
+	}
+	return nil
+}
+
+// oldNames are the old spellings of the command's flag name.
+func (c *command) oldNames(name string) []string {
+	var out []string
+	for old, n := range renamedFlags[c.name] {
+		if n == name {
+			out = append(out, old)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // parseArgs parses flags wherever they stand among the arguments (shoal
@@ -86,47 +144,59 @@ func envName(flagName string) string {
 	return strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// applyFile sets flags from a flat TOML file. A missing file is an error
-// only when it was asked for. Keys that no command knows are errors; keys
-// of other commands are ignored, so one file serves every command.
-func applyFile(fs *flag.FlagSet, path string, explicit bool) error {
+// applyFile sets the command's settings from a flat TOML file and reports
+// whether the file was there. A missing file is an error only when it was
+// asked for. A key that is no command's setting is an error; settings of
+// other commands are ignored, so one file serves every command.
+func (c *command) applyFile(fs *flag.FlagSet, path string, explicit bool, from map[string]string) (bool, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !explicit {
-			return nil
+			return false, nil
 		}
-		return usagef("config file %s: %v", path, pathless(err))
+		return false, usagef("config file %s: %v", path, pathless(err))
 	}
 	var values map[string]any
 	if _, err := toml.Decode(string(raw), &values); err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {
-			return usagef("config file %s: line %d: %s", path, perr.Position.Line, perr.Message)
+			return true, usagef("config file %s: line %d: %s", path, perr.Position.Line, perr.Message)
 		}
-		return usagef("config file %s: %v", path, err)
+		return true, usagef("config file %s: %v", path, err)
 	}
-	known := allFlagNames()
+	known := allSettings()
 	keys := make([]string, 0, len(values))
 	for k := range values {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	// An old spelling first, so that the new one wins.
+	sort.Slice(keys, func(i, j int) bool {
+		if oi, oj := c.renamed(keys[i]) != "", c.renamed(keys[j]) != ""; oi != oj {
+			return oi
+		}
+		return keys[i] < keys[j]
+	})
 	for _, k := range keys {
 		v := values[k]
 		if _, ok := v.(map[string]any); ok {
-			return usagef("config file %s: [%s]: tables are not used; write flat keys named like the flags", path, k)
+			return true, usagef("config file %s: [%s]: tables are not used; write flat keys named like the flags", path, k)
 		}
 		if !known[k] {
-			return usagef("config file %s: unknown setting %q", path, k)
+			if allFlags()[k] {
+				return true, usagef("config file %s: %q is not a setting: give --%s on the command line", path, k, k)
+			}
+			return true, usagef("config file %s: unknown setting %q%s", path, k, didYouMean(k, sortedKeys(known), ""))
 		}
-		if fs.Lookup(k) == nil {
+		name := c.canonical(k)
+		if fs.Lookup(name) == nil || !c.isSetting(name) {
 			continue
 		}
-		if err := fs.Set(k, fileValue(v)); err != nil {
-			return usagef("config file %s: %s = %q: %s", path, k, fileValue(v), setError(fs.Lookup(k), err))
+		if err := fs.Set(name, fileValue(v)); err != nil {
+			return true, usagef("config file %s: %s = %q: %s", path, k, fileValue(v), setError(fs.Lookup(name), err))
 		}
+		from[name] = "config file " + path
 	}
-	return nil
+	return true, nil
 }
 
 func fileValue(v any) string {
@@ -143,8 +213,27 @@ func fileValue(v any) string {
 	return fmt.Sprint(v)
 }
 
-// allFlagNames is every flag of every command.
-func allFlagNames() map[string]bool {
+// allSettings is every setting of every command, and the old spellings
+// they are still read by.
+func allSettings() map[string]bool {
+	names := map[string]bool{}
+	for _, c := range commands() {
+		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+		c.flags(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if c.isSetting(f.Name) {
+				names[f.Name] = true
+				for _, old := range c.oldNames(f.Name) {
+					names[old] = true
+				}
+			}
+		})
+	}
+	return names
+}
+
+// allFlags is every flag of every command.
+func allFlags() map[string]bool {
 	names := map[string]bool{}
 	for _, c := range commands() {
 		fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
@@ -154,13 +243,22 @@ func allFlagNames() map[string]bool {
 	return names
 }
 
-func flagError(fs *flag.FlagSet, err error) error {
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *command) flagError(fs *flag.FlagSet, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
 	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		msg = "unknown flag -" + rest
+	if rest, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		msg = "unknown flag --" + rest + didYouMean(rest, c.visibleFlags(fs), "--")
 	}
 	return usagef("%s (see %s --help)", msg, fs.Name())
 }
@@ -235,7 +333,15 @@ func (v durationValue) String() string {
 	if *v.d != 0 && *v.d%(24*time.Hour) == 0 {
 		return strconv.FormatInt(int64(*v.d/(24*time.Hour)), 10) + "d"
 	}
-	return v.d.String()
+	// 2h rather than 2h0m0s.
+	s := v.d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }
 
 func (v durationValue) Set(s string) error {

@@ -42,7 +42,7 @@ the number of the event it begins with.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var thoughts, noFollow, raw, numbers bool
 			var fromFlag string
-			fs.StringVar(&fromFlag, "from", "start", "where to start: start, new, an event `number`, turn:N, a time, or an age like 10m")
+			fs.StringVar(&fromFlag, "from", "start", "where to start, a `position`: start, new, an event number, turn:N, a time, or an age like 10m")
 			fs.BoolVar(&noFollow, "no-follow", false, "stop at the end of what is stored")
 			fs.BoolVar(&thoughts, "thoughts", false, "show the agents' reasoning")
 			fs.BoolVar(&raw, "raw", false, "print each envelope as stored, one per line")

@@ -32,7 +32,7 @@ type upOptions struct {
 	duplicates    time.Duration
 	nodeTTL       time.Duration
 	replicas      int
-	logLevel      string
+	log           logOptions
 	noNode        bool
 	node          nodeOptions
 	mcpListen     string
@@ -86,29 +86,29 @@ deployment instead and embeds no server.`,
 }
 
 func (o *upOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.host, "host", broker.DefaultHost, "NATS client listen address; anything but loopback needs --auth")
-	fs.IntVar(&o.port, "port", broker.DefaultPort, "NATS client port (-1 picks a free port)")
-	fs.StringVar(&o.store, "store", "", "JetStream store directory (default $XDG_DATA_HOME/shoal/jetstream)")
+	fs.StringVar(&o.host, "host", broker.DefaultHost, "`address` NATS clients connect to; anything but loopback needs --auth")
+	fs.IntVar(&o.port, "port", broker.DefaultPort, "`port` NATS clients connect to (-1 picks a free port)")
+	fs.StringVar(&o.store, "store", "", "JetStream store `directory` (default: $XDG_DATA_HOME/shoal/jetstream)")
 	sizeFlag(fs, &o.maxPayload, "max-payload", broker.DefaultMaxPayload, "largest `size` of a message the server accepts")
-	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0 keeps them forever)")
-	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0 means no limit)")
+	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0: never)")
+	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0: no limit)")
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
 	durationFlag(fs, &o.nodeTTL, "node-ttl", broker.DefaultNodeTTL, "a node whose heartbeat is older than this `duration` is lost")
-	fs.IntVar(&o.replicas, "replicas", 0, "copies of the stream and buckets (default 3 with --cluster, else 1)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&o.replicas, "replicas", 0, "`copies` of the stream and buckets (default: 3 with --cluster, else 1)")
+	o.log.register(fs)
 	fs.BoolVar(&o.noNode, "no-node", false, "run no agents on this machine: only the broker")
-	o.node.register(fs, "node-name")
+	o.node.register(fs)
 	fs.StringVar(&o.mcpListen, "mcp-listen", "127.0.0.1:7270", "`address` of the MCP endpoint (Streamable HTTP at /mcp)")
 	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send to drive agents; required off loopback")
-	fs.IntVar(&o.maxDepth, "max-depth", schemas.DefaultMaxDepth, "how deep agents may open agents through Shoal's tools (an agent's child is at depth 1)")
+	fs.IntVar(&o.maxDepth, "max-depth", schemas.DefaultMaxDepth, "how deep agents may open agents through Shoal's tools, a `depth` (an agent's child is at depth 1; 0: not at all)")
 	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: agent_output, agent_status, agent_list, agent_nodes, agent_events")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint")
-	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
+	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
 	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
 	fs.BoolVar(&o.auth, "auth", false, "require credentials from every client, node and leaf node (issue them with shoal creds)")
-	fs.StringVar(&o.authDir, "auth-dir", "", "`directory` of the keys that sign credentials (default $XDG_DATA_HOME/shoal/auth)")
+	fs.StringVar(&o.authDir, "auth-dir", "", "`directory` of the keys that sign credentials (default: $XDG_DATA_HOME/shoal/auth)")
 	fs.BoolVar(&o.tlsVerify, "tls-verify-clients", false, "require every client and leaf node to present a certificate --tls-ca signed")
-	fs.StringVar(&o.leafListen, "leaf-listen", "", "accept leaf nodes (machines that dial out) on this `host:port`, e.g. 127.0.0.1:7422")
+	fs.StringVar(&o.leafListen, "leaf-listen", "", "accept leaf nodes (machines that dial out) on this `host:port` (e.g. 127.0.0.1:7422)")
 	fs.StringVar(&o.cluster, "cluster", "", "join a NATS cluster of this `name` (with --routes)")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "127.0.0.1:6222", "`host:port` other cluster members route to")
 	fs.StringVar(&o.routes, "routes", "", "comma-separated nats-route://host:port `URLs` of the cluster's members")
@@ -222,8 +222,8 @@ func negativeIfZero[T time.Duration | int64](v T) T {
 type connector func(name string) (*nats.Conn, error)
 
 // embed starts the embedded server and returns how to connect to it.
-func (o *upOptions) embed(ctx context.Context, env *environment, log *slog.Logger) (connector, func(), error) {
-	cfg, err := o.brokerConfig(env, log)
+func (o *upOptions) embed(ctx context.Context, env *environment, log *daemonLog) (connector, func(), error) {
+	cfg, err := o.brokerConfig(env, log.Logger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,24 +234,23 @@ func (o *upOptions) embed(ctx context.Context, env *environment, log *slog.Logge
 	if err := b.Start(ctx); err != nil {
 		return nil, nil, err
 	}
-	out := env.io.out
-	fmt.Fprintf(out, "shoal: NATS listening on %s\n", b.ClientURL())
-	fmt.Fprintf(out, "shoal: JetStream store %s\n", b.StoreDir())
+	log.status("NATS listening on %s", b.ClientURL())
+	log.status("JetStream store %s", b.StoreDir())
 	if cfg.Auth != nil {
-		fmt.Fprintf(out, "shoal: authentication on; credentials are issued with `shoal creds` (keys in %s)\n", cfg.Auth.Dir())
+		log.status("authentication on; credentials are issued with `shoal creds` (keys in %s)", cfg.Auth.Dir())
 	}
 	if u := b.LeafURL(); u != "" {
-		fmt.Fprintf(out, "shoal: leaf nodes connect to %s\n", u)
+		log.status("leaf nodes connect to %s", u)
 	}
 	if u := b.ClusterURL(); u != "" {
-		fmt.Fprintf(out, "shoal: cluster %s, routes on %s\n", o.cluster, u)
+		log.status("cluster %s, routes on %s", o.cluster, u)
 	}
 	return func(name string) (*nats.Conn, error) { return b.Connect(nats.Name(name)) }, b.Shutdown, nil
 }
 
 // external connects to a NATS deployment Shoal does not run, provisions
 // the fabric's stream and buckets there, and returns how to connect.
-func (o *upOptions) useExternal(ctx context.Context, env *environment) (connector, func(), error) {
+func (o *upOptions) useExternal(ctx context.Context, env *environment, log *daemonLog) (connector, func(), error) {
 	if o.auth || o.cluster != "" || o.leafListen != "" || o.tlsVerify {
 		return nil, nil, usagef("--nats uses a NATS deployment Shoal does not run: --auth, --cluster, --leaf-listen and --tls-verify-clients configure the embedded server and cannot go with it")
 	}
@@ -275,7 +274,7 @@ func (o *upOptions) useExternal(ctx context.Context, env *environment) (connecto
 	if err := broker.Provision(ctx, js, o.assets()); err != nil {
 		return nil, nil, fmt.Errorf("NATS at %s: %w", o.external.url, err)
 	}
-	fmt.Fprintf(env.io.out, "shoal: using NATS at %s\n", nc.ConnectedUrlRedacted())
+	log.status("using NATS at %s", nc.ConnectedUrlRedacted())
 	return connect, func() {}, nil
 }
 
@@ -283,22 +282,23 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if o.maxDepth < 0 {
 		return usagef("--max-depth %d: give 0 to forbid agents opening agents, or a depth from 1", o.maxDepth)
 	}
-	log, err := newLogger(env.io.err, o.logLevel)
+	dlog, err := o.log.open(env)
 	if err != nil {
 		return err
 	}
+	log := dlog.Logger
 	var connect connector
 	var shutdown func()
 	if o.external.url != "" {
-		connect, shutdown, err = o.useExternal(ctx, env)
+		connect, shutdown, err = o.useExternal(ctx, env, dlog)
 	} else {
-		connect, shutdown, err = o.embed(ctx, env, log)
+		connect, shutdown, err = o.embed(ctx, env, dlog)
 	}
 	if err != nil {
 		return err
 	}
 	defer shutdown()
-	out := env.io.out
+	say := dlog.status
 
 	// The coordinator's services: the relay for confined nodes, the node
 	// monitor, the fabric service, the MCP endpoint and the Kaimon bus.
@@ -316,7 +316,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "shoal: MCP endpoint %s\n", url)
+		say("MCP endpoint %s", url)
 		if mcpURL == "" {
 			mcpURL = url
 		}
@@ -326,7 +326,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "shoal: Kaimon bus %s\n", address)
+		say("Kaimon bus %s", address)
 	}
 
 	// The local node stops before the broker, so it can close its agents
@@ -347,20 +347,20 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 		if nodeDone, err = runHost(ctx, h); err != nil {
 			return fmt.Errorf("node %s: %w", h.Name(), err)
 		}
-		fmt.Fprintf(out, "shoal: node %s ready\n", h.Name())
+		say("node %s ready", h.Name())
 	}
-	fmt.Fprintf(out, "shoal: ready; Ctrl-C stops\n")
+	say("ready; Ctrl-C stops")
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		fmt.Fprintf(out, "shoal: stopping\n")
+		say("stopping")
 		stopBridge()
 		if nodeDone != nil {
 			<-nodeDone
 		}
 		return err
 	}
-	fmt.Fprintf(out, "shoal: stopping\n")
+	say("stopping")
 	if nodeDone != nil {
 		if err := <-nodeDone; err != nil {
 			log.Warn("node stopped with an error", "err", err)
@@ -369,7 +369,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	stopBridge()
 	workers.Wait()
 	shutdown()
-	fmt.Fprintf(out, "shoal: stopped\n")
+	say("stopped")
 	return nil
 }
 

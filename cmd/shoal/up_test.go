@@ -155,7 +155,7 @@ func TestSettingsPrecedence(t *testing.T) {
 	o := &upOptions{}
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	o.register(fs)
-	if _, err := parseSettings(fs, []string{"--node-ttl", "11s"}, new(string), getenv); err != nil {
+	if _, err := upCommand().parseSettings(fs, []string{"--node-ttl", "11s"}, new(string), getenv); err != nil {
 		t.Fatal(err)
 	}
 	if o.host != "127.0.0.2" || o.port != 2222 || o.maxAge != 72*time.Hour || o.nodeTTL != 11*time.Second {

@@ -123,7 +123,7 @@ effort suffix, e.g. sonnet/high).`,
 			var labelList, sandboxNet string
 			fs.StringVar(&labelList, "labels", "", "comma-separated `key=value` labels the node must carry")
 			var sandbox optionalBool
-			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox (--sandbox=false declines it; default: the node's --sandbox mode)")
+			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox; --sandbox=false declines it (default: the node's --sandbox mode)")
 			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
 			return func(ctx context.Context, v *verb, args []string) error {
 				req.Sandbox = sandbox.value
@@ -243,7 +243,7 @@ func outputCommand() *command {
 			var req schemas.OutputRequest
 			var turn, maxChars int
 			fs.IntVar(&turn, "turn", -1, "the `turn` to read (default: the latest)")
-			fs.StringVar(&req.Which, "which", "last_message", "what to print: last_message, full_turn or all")
+			fs.StringVar(&req.Which, "which", "last_message", "what to print, a `part`: last_message, full_turn or all")
 			fs.BoolVar(&req.IncludeTools, "tools", false, "include a line per tool call and result")
 			fs.IntVar(&maxChars, "max-chars", 20000, "print at most this many `characters`")
 			return func(ctx context.Context, v *verb, args []string) error {
