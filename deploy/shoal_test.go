@@ -1,0 +1,101 @@
+package deploy_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// shoalBin is the shoal binary built from this repository, which the
+// deployment files run. The package cannot import cmd/shoal (it is a main
+// package), so TestMain builds it once.
+var shoalBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shoal-deploy-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	shoalBin = filepath.Join(dir, "shoal")
+	build := exec.Command("go", "build", "-o", shoalBin, "github.com/shoalfabric/shoal/cmd/shoal")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "the deploy tests run the shoal binary, and building it failed: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// accepts reports whether the shoal binary accepts argv (a verb, its
+// arguments and flags) as a command line: argv with --help after it exits
+// 0 only when every flag before it exists and takes the value given.
+// Nothing is started and no configuration file is read.
+func accepts(argv []string) error {
+	cmd := exec.Command(shoalBin, append(append([]string{}, argv...), "--help")...)
+	cmd.Env = []string{"HOME=" + os.TempDir()}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("shoal %s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+var (
+	envNamesMu sync.Mutex
+	envNamesOf = map[string]map[string]bool{}
+	envLine    = regexp.MustCompile(`(?m)^\s+env (SHOAL_[A-Z0-9_]+)$`)
+)
+
+// envNames are the SHOAL_* variables `shoal <verb>` reads, from its help.
+func envNames(t *testing.T, verb string) map[string]bool {
+	t.Helper()
+	envNamesMu.Lock()
+	defer envNamesMu.Unlock()
+	if names, ok := envNamesOf[verb]; ok {
+		return names
+	}
+	out, err := exec.Command(shoalBin, verb, "--help").Output()
+	if err != nil {
+		t.Fatalf("shoal %s --help: %v", verb, err)
+	}
+	names := map[string]bool{}
+	for _, m := range envLine.FindAllStringSubmatch(string(out), -1) {
+		names[m[1]] = true
+	}
+	if len(names) == 0 {
+		t.Fatalf("shoal %s --help names no SHOAL_* variable (lines like \"env SHOAL_NATS\"); its format changed, and this test must learn it:\n%s", verb, out)
+	}
+	envNamesOf[verb] = names
+	return names
+}
+
+// The check of command lines tells an accepted one from a refused one.
+func TestAccepts(t *testing.T) {
+	t.Parallel()
+	if err := accepts([]string{"node", "--nats", "nats://h:4222", "--labels", "a=b"}); err != nil {
+		t.Errorf("a valid command line is refused: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"node", "--no-such-flag"},
+		{"up", "--port", "many"},
+		{"no-such-verb"},
+	} {
+		if accepts(bad) == nil {
+			t.Errorf("shoal %v is accepted", bad)
+		}
+	}
+	if names := envNames(t, "node"); !names["SHOAL_NATS"] || names["SHOAL_NO_SUCH"] {
+		t.Errorf("shoal node's variables: %v", names)
+	}
+}
