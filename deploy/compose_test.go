@@ -167,6 +167,16 @@ func TestComposeConfig(t *testing.T) {
 		t.Errorf("the image's entrypoint is %q, not the shoal binary", img.entrypoint)
 	}
 
+	text, err := os.ReadFile("../compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range documentedCommands(t, comments(string(text))) {
+		if err := accepts(c); err != nil {
+			t.Errorf("compose.yaml, a command in the comments: %v", err)
+		}
+	}
+
 	published := map[uint32]bool{}
 	for _, name := range names {
 		s := project.Services[name]

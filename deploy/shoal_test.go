@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,42 @@ func envNames(t *testing.T, verb string) map[string]bool {
 	return names
 }
 
+var (
+	verbsOnce sync.Once
+	verbList  []string
+	verbLine  = regexp.MustCompile(`(?m)^  ([a-z][a-z-]*)  +\S`)
+)
+
+// verbs are the commands of the shoal binary, from its help.
+func verbs(t *testing.T) []string {
+	t.Helper()
+	verbsOnce.Do(func() {
+		out, _ := exec.Command(shoalBin, "--help").Output()
+		_, list, _ := strings.Cut(string(out), "Commands:\n")
+		list, _, _ = strings.Cut(list, "\n\n")
+		for _, m := range verbLine.FindAllStringSubmatch(list, -1) {
+			verbList = append(verbList, m[1])
+		}
+	})
+	if !slices.Contains(verbList, "node") {
+		t.Fatalf("shoal --help lists the commands %v, without node; its format changed, and this test must learn it", verbList)
+	}
+	return verbList
+}
+
+// documentedCommands are the shoal command lines in text: "shoal", a
+// verb, and what follows up to the end of the line, a redirection, a
+// pipe, a parenthesis or a command separator.
+func documentedCommands(t *testing.T, text string) [][]string {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)(?:^|[\s(])shoal ((?:` + strings.Join(verbs(t), "|") + `)\b(?:[ \t][^\n>|;&()]*)?)`)
+	var out [][]string
+	for _, m := range re.FindAllStringSubmatch(text, -1) {
+		out = append(out, strings.Fields(m[1]))
+	}
+	return out
+}
+
 // The check of command lines tells an accepted one from a refused one.
 func TestAccepts(t *testing.T) {
 	t.Parallel()
@@ -97,5 +134,10 @@ func TestAccepts(t *testing.T) {
 	}
 	if names := envNames(t, "node"); !names["SHOAL_NATS"] || names["SHOAL_NO_SUCH"] {
 		t.Errorf("shoal node's variables: %v", names)
+	}
+	got := documentedCommands(t, "run sudo -u shoal shoal creds node a --out a.creds > x\n(shoal up --auth) && shoal-node x; shoal nodes\nshoal is; shoal bogus --x")
+	want := [][]string{{"creds", "node", "a", "--out", "a.creds"}, {"up", "--auth"}, {"nodes"}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("documentedCommands: %q, want %q", got, want)
 	}
 }
