@@ -79,6 +79,7 @@ func (c *container) command(img *image, s types.ServiceConfig, argv []string) *e
 		args = append(args, c.arg(a, prev))
 	}
 	cmd := exec.Command(shoalBin, args...)
+	cmd.Dir = c.path(img.workdir)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + c.path("/home/"+img.user)}
 	for k, v := range img.env {
 		cmd.Env = append(cmd.Env, k+"="+c.arg(v, ""))
@@ -243,6 +244,9 @@ func TestComposeRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if err := os.MkdirAll(c.path(img.workdir), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		containers[name] = c
 	}
 
@@ -274,7 +278,8 @@ func TestComposeRuns(t *testing.T) {
 	natsURL := "nats://127.0.0.1:" + ports["4222"]
 	host := func(args ...string) (string, string, error) {
 		cmd := exec.Command(shoalBin, args...)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(dir, "host")}
+		cmd.Dir = filepath.Join(dir, "host")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + cmd.Dir}
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()

@@ -9,10 +9,11 @@ import (
 )
 
 // image is what the final stage of a Dockerfile gives a container: its
-// user, its environment, its entrypoint, and the directories its RUN
-// steps made, with the owner each was left with.
+// user, working directory, environment and entrypoint, and the
+// directories its RUN steps made, with the owner each was left with.
 type image struct {
 	user       string
+	workdir    string
 	env        map[string]string
 	entrypoint []string
 	dirs       map[string]string // path → owner
@@ -48,12 +49,17 @@ func parseDockerfile(text string) (*image, error) {
 		args = strings.TrimSpace(args)
 		switch strings.ToUpper(keyword) {
 		case "FROM":
-			img = &image{user: "root", env: map[string]string{}, dirs: map[string]string{"/": "root"}}
+			img = &image{user: "root", workdir: "/", env: map[string]string{}, dirs: map[string]string{"/": "root"}}
 		case "USER":
 			if img == nil {
 				return nil, fmt.Errorf("USER before FROM")
 			}
 			img.user = args
+		case "WORKDIR":
+			if img == nil {
+				return nil, fmt.Errorf("WORKDIR before FROM")
+			}
+			img.workdir = args
 		case "ENV":
 			if img == nil {
 				return nil, fmt.Errorf("ENV before FROM")
@@ -147,6 +153,7 @@ RUN mkdir -p /x/y /z \
  && chown -R app:app /x \
  && mkdir /x/late /w && chown app /w
 USER app
+WORKDIR /x
 ENV A=1 B=/b
 ENTRYPOINT ["/bin/tool", "sub"]
 `)
@@ -159,8 +166,8 @@ ENTRYPOINT ["/bin/tool", "sub"]
 			t.Errorf("%s: owner %q, want %q", p, img.dirs[p], owner)
 		}
 	}
-	if img.user != "app" || img.env["B"] != "/b" || strings.Join(img.entrypoint, " ") != "/bin/tool sub" {
-		t.Errorf("user %q env %v entrypoint %q", img.user, img.env, img.entrypoint)
+	if img.user != "app" || img.workdir != "/x" || img.env["B"] != "/b" || strings.Join(img.entrypoint, " ") != "/bin/tool sub" {
+		t.Errorf("user %q workdir %q env %v entrypoint %q", img.user, img.workdir, img.env, img.entrypoint)
 	}
 	if _, err := parseDockerfile("FROM a\nRUN x \\\n"); err == nil {
 		t.Error("a dangling continuation is accepted")

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,12 +12,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // shoalBin is the shoal binary built from this repository, which the
 // deployment files run. The package cannot import cmd/shoal (it is a main
-// package), so TestMain builds it once.
-var shoalBin string
+// package), so TestMain builds it once, into scratch, which it removes
+// after the tests.
+var shoalBin, scratch string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "shoal-deploy-test-")
@@ -24,6 +27,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	scratch = dir
 	shoalBin = filepath.Join(dir, "shoal")
 	build := exec.Command("go", "build", "-o", shoalBin, "github.com/shoalfabric/shoal/cmd/shoal")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -38,16 +42,30 @@ func TestMain(m *testing.M) {
 }
 
 // accepts reports whether the shoal binary accepts argv (a verb, its
-// arguments and flags) as a command line: argv with --help after it exits
-// 0 only when every flag before it exists and takes the value given.
-// Nothing is started and no configuration file is read.
+// arguments and flags) as a command line: argv with --help after it
+// prints the verb's usage and exits 0 only when every flag before it
+// exists and takes the value given. Nothing is started and no
+// configuration file is read; a line ending in a flag that wants a value
+// would take --help as that value, and is refused. It runs in a directory
+// of its own, its HOME, in case it writes anyway.
 func accepts(argv []string) error {
-	cmd := exec.Command(shoalBin, append(append([]string{}, argv...), "--help")...)
-	cmd.Env = []string{"HOME=" + os.TempDir()}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	dir, err := os.MkdirTemp(scratch, "accepts-")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, shoalBin, append(append([]string{}, argv...), "--help")...)
+	cmd.Env = []string{"HOME=" + dir}
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	line := "shoal " + strings.Join(argv, " ")
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("shoal %s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%s: %v: %s", line, err, strings.TrimSpace(stderr.String()))
+	}
+	if !strings.HasPrefix(stdout.String(), "Usage: shoal ") {
+		return fmt.Errorf("%s: --help after it printed no usage (a flag without its value?): %s", line, strings.TrimSpace(stdout.String()+stderr.String()))
 	}
 	return nil
 }
@@ -66,7 +84,9 @@ func envNames(t *testing.T, verb string) map[string]bool {
 	if names, ok := envNamesOf[verb]; ok {
 		return names
 	}
-	out, err := exec.Command(shoalBin, verb, "--help").Output()
+	cmd := exec.Command(shoalBin, verb, "--help")
+	cmd.Dir = scratch
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("shoal %s --help: %v", verb, err)
 	}
@@ -91,7 +111,9 @@ var (
 func verbs(t *testing.T) []string {
 	t.Helper()
 	verbsOnce.Do(func() {
-		out, _ := exec.Command(shoalBin, "--help").Output()
+		cmd := exec.Command(shoalBin, "--help")
+		cmd.Dir = scratch
+		out, _ := cmd.Output()
 		_, list, _ := strings.Cut(string(out), "Commands:\n")
 		list, _, _ = strings.Cut(list, "\n\n")
 		for _, m := range verbLine.FindAllStringSubmatch(list, -1) {
@@ -127,6 +149,7 @@ func TestAccepts(t *testing.T) {
 		{"node", "--no-such-flag"},
 		{"up", "--port", "many"},
 		{"no-such-verb"},
+		{"creds", "node", "a", "--out"},
 	} {
 		if accepts(bad) == nil {
 			t.Errorf("shoal %v is accepted", bad)
