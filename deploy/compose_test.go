@@ -339,6 +339,13 @@ func TestComposeConfig(t *testing.T) {
 			} else if want := project.Services[issuer].Command[2]; want != name {
 				t.Errorf("%s: joins with the credentials of node %s", name, want)
 			}
+			for _, other := range names {
+				for _, v := range project.Services[other].Volumes {
+					if other != name && other != issuer && v.Source == m.Source {
+						t.Errorf("%s also mounts %s, the credentials of %s", other, m.Source, name)
+					}
+				}
+			}
 		}
 		if c := mountAt(s, img.env["XDG_CACHE_HOME"]); c == nil || c.Type != types.VolumeTypeVolume {
 			t.Errorf("%s: no volume on %s, where the node keeps its agents' files", name, img.env["XDG_CACHE_HOME"])
