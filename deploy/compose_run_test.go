@@ -67,7 +67,8 @@ func (c *container) arg(a, prev string) string {
 	return a
 }
 
-// command runs a command line in the container as its container would, with the
+// command is argv run as the container runs it: by the image's entrypoint
+// (the shoal binary built here) in its working directory, with the
 // image's environment and the service's.
 func (c *container) command(img *image, s types.ServiceConfig, argv []string) *exec.Cmd {
 	var args []string
@@ -158,6 +159,8 @@ func (r *running) waitLine(t *testing.T, name, prefix string) {
 				return
 			}
 		case <-deadline:
+			r.cmd.Process.Kill()
+			<-r.done
 			t.Fatalf("%s did not print %q in a minute:\n%s", name, prefix, r.stderr)
 		}
 	}
