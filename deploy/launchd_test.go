@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -116,84 +119,196 @@ func (n *plistNode) entry(key string) *plistNode {
 	return nil
 }
 
-// The launchd plist is a valid property list that runs `shoal node` from
-// an absolute path, at load and kept alive, with the coordinator's
-// address and the MLX server's in its environment.
-func TestLaunchdPlist(t *testing.T) {
-	t.Parallel()
-	f, err := os.Open("launchd/dev.shoal.node.plist")
+// xmlComments are the text of the comments in an XML document.
+func xmlComments(text string) (string, error) {
+	d := xml.NewDecoder(strings.NewReader(text))
+	var b strings.Builder
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return b.String(), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if c, ok := tok.(xml.Comment); ok {
+			b.Write(c)
+			b.WriteByte('\n')
+		}
+	}
+}
+
+// launchAgent is a parsed launchd plist of this directory.
+type launchAgent struct {
+	file     string
+	top      *plistNode
+	argv     []string
+	env      map[string]string
+	comments string
+}
+
+// readLaunchAgent reads launchd/file and checks what every agent here
+// needs: a <dict> labelled as its file is named, ProgramArguments from an
+// absolute path (and no Program to override it), started at load and
+// kept alive, with string environment variables, documented with
+// `launchctl bootstrap gui/$UID` of the file where it is installed (never
+// the deprecated load and unload). (encoding/xml refuses a comment with
+// "--" in it, as XML does.)
+func readLaunchAgent(t *testing.T, file string) *launchAgent {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("launchd", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	top, err := parsePlist(f)
+	top, err := parsePlist(bytes.NewReader(b))
 	if err != nil {
-		t.Fatalf("plist: %v", err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	if top.name != "dict" {
-		t.Fatalf("the plist holds a <%s>, not a <dict>", top.name)
+		t.Fatalf("%s holds a <%s>, not a <dict>", file, top.name)
 	}
-	if l := top.entry("Label"); l == nil || l.name != "string" || l.text != "dev.shoal.node" {
-		t.Errorf("Label: %+v, want the string dev.shoal.node (the file's name)", l)
+	a := &launchAgent{file: file, top: top, env: map[string]string{}}
+	label := strings.TrimSuffix(file, ".plist")
+	if l := top.entry("Label"); l == nil || l.name != "string" || l.text != label {
+		t.Errorf("%s: Label %+v, want the string %s (the file's name)", file, l, label)
 	}
-
 	args := top.entry("ProgramArguments")
 	if args == nil || args.name != "array" {
-		t.Fatalf("ProgramArguments: %+v, want an <array>", args)
+		t.Fatalf("%s: ProgramArguments %+v, want an <array>", file, args)
 	}
-	var argv []string
-	for _, a := range args.kids {
-		if a.name != "string" {
-			t.Errorf("ProgramArguments holds a <%s>, not a <string>", a.name)
+	for _, arg := range args.kids {
+		if arg.name != "string" {
+			t.Errorf("%s: ProgramArguments holds a <%s>, not a <string>", file, arg.name)
 		}
-		argv = append(argv, a.text)
+		a.argv = append(a.argv, arg.text)
 	}
-	if len(argv) < 2 || !path.IsAbs(argv[0]) || path.Base(argv[0]) != "shoal" || argv[1] != "node" {
-		t.Errorf("ProgramArguments %q, want an absolute path to shoal and then node", argv)
+	if len(a.argv) == 0 || !path.IsAbs(a.argv[0]) {
+		t.Fatalf("%s: ProgramArguments %q do not start with an absolute path", file, a.argv)
 	}
 	if top.entry("Program") != nil {
-		t.Error("Program is set too; launchd would run it instead of ProgramArguments[0]")
+		t.Errorf("%s: Program is set too; launchd would run it instead of ProgramArguments[0]", file)
 	}
-
 	// KeepAlive: always (<true/>), or a dict that at least restarts on a
 	// failure (SuccessfulExit false).
 	switch k := top.entry("KeepAlive"); {
 	case k == nil:
-		t.Error("no KeepAlive: launchd would not restart a node that stops")
+		t.Errorf("%s: no KeepAlive: launchd would not restart it when it stops", file)
 	case k.name == "true":
 	case k.name == "dict":
 		if s := k.entry("SuccessfulExit"); s == nil || s.name != "false" {
-			t.Errorf("KeepAlive is a dict without SuccessfulExit <false/>: %+v", k.kids)
+			t.Errorf("%s: KeepAlive is a dict without SuccessfulExit <false/>: %+v", file, k.kids)
 		}
 	default:
-		t.Errorf("KeepAlive is <%s/>, so the node is not kept alive", k.name)
+		t.Errorf("%s: KeepAlive is <%s/>, so it is not kept alive", file, k.name)
 	}
 	if r := top.entry("RunAtLoad"); r == nil || r.name != "true" {
-		t.Errorf("RunAtLoad: %+v, want <true/>", r)
+		t.Errorf("%s: RunAtLoad %+v, want <true/>", file, r)
+	}
+	if env := top.entry("EnvironmentVariables"); env != nil {
+		if env.name != "dict" {
+			t.Fatalf("%s: EnvironmentVariables %+v, want a <dict>", file, env)
+		}
+		for i := 0; i+1 < len(env.kids); i += 2 {
+			if v := env.kids[i+1]; v.name != "string" {
+				t.Errorf("%s: the variable %s is a <%s>, not a <string>", file, env.kids[i].text, v.name)
+			} else {
+				a.env[env.kids[i].text] = v.text
+			}
+		}
 	}
 
-	env := top.entry("EnvironmentVariables")
-	if env == nil || env.name != "dict" {
-		t.Fatalf("EnvironmentVariables: %+v, want a <dict>", env)
+	if a.comments, err = xmlComments(string(b)); err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
-	vars := map[string]string{}
-	for i := 0; i+1 < len(env.kids); i += 2 {
-		if v := env.kids[i+1]; v.name != "string" {
-			t.Errorf("the variable %s is a <%s>, not a <string>", env.kids[i].text, v.name)
-		} else {
-			vars[env.kids[i].text] = v.text
+	launchctl := regexp.MustCompile(`launchctl\s+(\S+)\s+(\S+)(?:\s+(\S+))?`)
+	bootstrap := false
+	for _, m := range launchctl.FindAllStringSubmatch(a.comments, -1) {
+		for i := range m {
+			m[i] = strings.TrimRight(m[i], ",.;")
+		}
+		switch m[1] {
+		case "load", "unload":
+			t.Errorf("%s: documents the deprecated launchctl %s; use bootstrap and bootout", file, m[1])
+		case "bootstrap":
+			bootstrap = true
+			if m[2] != "gui/$UID" || m[3] != "~/Library/LaunchAgents/"+file {
+				t.Errorf("%s: %q, want launchctl bootstrap gui/$UID ~/Library/LaunchAgents/%s", file, m[0], file)
+			}
+		case "bootout":
+			if m[2] != "gui/$UID/"+label {
+				t.Errorf("%s: %q, want launchctl bootout gui/$UID/%s", file, m[0], label)
+			}
 		}
 	}
-	for name, scheme := range map[string]string{"SHOAL_NATS": "nats", "VMLX_HOST": "http"} {
-		if u, err := url.Parse(vars[name]); err != nil || u.Scheme != scheme || u.Host == "" {
-			t.Errorf("%s=%q, want a %s:// URL", name, vars[name], scheme)
+	if !bootstrap {
+		t.Errorf("%s: its comments do not say how to start it (launchctl bootstrap)", file)
+	}
+	if !strings.Contains(a.comments, "cp deploy/launchd/"+file+" ~/Library/LaunchAgents/") {
+		t.Errorf("%s: its comments do not say to copy it to ~/Library/LaunchAgents/", file)
+	}
+	for _, c := range documentedCommands(t, a.comments) {
+		if err := accepts(c); err != nil {
+			t.Errorf("%s: a command in the comments: %v", file, err)
 		}
 	}
-	if vars["SHOAL_NODE_NAME"] == "" {
-		t.Error("no SHOAL_NODE_NAME: the node would take the host name")
+	return a
+}
+
+// The launchd agents of an Apple machine: a node that runs `shoal node`
+// with flags the binary accepts, joining over loopback, and mlx_lm.server
+// on the machine's loopback at the host and port the node's VMLX_HOST
+// names, with a model to serve.
+func TestLaunchdPlists(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("launchd/*.plist")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Contains(strings.Split(vars["PATH"], ":"), "/opt/homebrew/bin") {
-		t.Errorf("PATH=%q lacks /opt/homebrew/bin, where claude and opencode are on an Apple machine", vars["PATH"])
+	for i := range files {
+		files[i] = filepath.Base(files[i])
+	}
+	slices.Sort(files)
+	if !slices.Equal(files, []string{"dev.shoal.mlx.plist", "dev.shoal.node.plist"}) {
+		t.Fatalf("deploy/launchd has %v, want the node's and mlx_lm.server's plists", files)
+	}
+
+	node := readLaunchAgent(t, "dev.shoal.node.plist")
+	if len(node.argv) < 2 || path.Base(node.argv[0]) != "shoal" || node.argv[1] != "node" {
+		t.Errorf("the node runs %q, want an absolute path to shoal and then node", node.argv)
+	} else if err := accepts(node.argv[1:]); err != nil {
+		t.Errorf("the node: %v", err)
+	}
+	for k := range node.env {
+		if strings.HasPrefix(k, "SHOAL_") && !envNames(t, "node")[k] {
+			t.Errorf("the node's environment sets %s, which shoal node does not read", k)
+		}
+	}
+	for flag, scheme := range map[string]string{"nats": "nats", "mcp-url": "http"} {
+		if u, err := url.Parse(flagValue(node.argv, flag)); err != nil || u.Scheme != scheme || !isLoopback(u.Hostname()) {
+			t.Errorf("the node's --%s %q, want a %s:// URL on loopback (the SSH tunnel's end)", flag, flagValue(node.argv, flag), scheme)
+		}
+	}
+	if flagValue(node.argv, "node-name") == "" {
+		t.Error("the node has no --node-name: it would take the host name")
+	}
+	if !slices.Contains(strings.Split(node.env["PATH"], ":"), "/opt/homebrew/bin") {
+		t.Errorf("the node's PATH=%q lacks /opt/homebrew/bin, where claude and opencode are on an Apple machine", node.env["PATH"])
+	}
+
+	mlx := readLaunchAgent(t, "dev.shoal.mlx.plist")
+	if path.Base(mlx.argv[0]) != "mlx_lm.server" {
+		t.Errorf("dev.shoal.mlx.plist runs %q, not mlx_lm.server", mlx.argv)
+	}
+	host, port := flagValue(mlx.argv, "host"), flagValue(mlx.argv, "port")
+	if !isLoopback(host) {
+		t.Errorf("mlx_lm.server listens on %q, not on loopback only", host)
+	}
+	if flagValue(mlx.argv, "model") == "" {
+		t.Errorf("mlx_lm.server is given no --model: %q", mlx.argv)
+	}
+	vmlx, err := url.Parse(node.env["VMLX_HOST"])
+	if err != nil || vmlx.Scheme != "http" || vmlx.Hostname() != host || vmlx.Port() != port || port == "" {
+		t.Errorf("the node's VMLX_HOST=%q is not mlx_lm.server's http://%s:%s", node.env["VMLX_HOST"], host, port)
 	}
 }
 
