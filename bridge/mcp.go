@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -193,7 +194,24 @@ func (m *MCP) door(ctx context.Context, name string, a map[string]any) string {
 	if name == "agent_open" {
 		return m.nested(rec, a, refused)
 	}
+	// A sandboxed agent acts only on sandboxed agents: driving one that
+	// is not would run its tools outside the sandbox.
+	if target, _ := a["agent_id"].(string); rec.Sandbox != nil && target != "" && target != id && drives(name) {
+		t, err := m.f.Record(ctx, target)
+		if err == nil && t.Sandbox == nil {
+			return refused(fmt.Sprintf("agent %s runs sandboxed, and agent %s does not", id, target))
+		}
+	}
 	return ""
+}
+
+// drives reports whether a tool acts on an agent rather than reading it.
+func drives(tool string) bool {
+	switch tool {
+	case "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model":
+		return true
+	}
+	return false
 }
 
 // nested holds an agent's agent_open to its own rights: the child's
@@ -216,8 +234,35 @@ func (m *MCP) nested(parent schemas.AgentRecord, a map[string]any, refused func(
 	if err := parent.Policy.Admits(child, req.CWD); err != nil {
 		return refused("a child may not exceed its parent: " + err.Error())
 	}
+	// A sandboxed agent's children are sandboxed, reaching no host their
+	// parent may not.
+	if sb := parent.Sandbox; sb != nil {
+		if req.Sandbox != nil && !*req.Sandbox {
+			return refused("a child may not exceed its parent: agent " + parent.ID + " runs sandboxed, so its children do too")
+		}
+		for _, h := range req.SandboxNet {
+			if !netAllows(sb.Net, h) {
+				return refused(fmt.Sprintf("a child may not exceed its parent: agent %s may not reach %s", parent.ID, h))
+			}
+		}
+		a["sandbox"] = true
+	}
 	a["parent"], a["depth"] = parent.ID, depth
 	return ""
+}
+
+// netAllows reports whether a sandbox's host list lets host (host or
+// host:port) through, as its proxy would.
+func netAllows(list []string, host string) bool {
+	host = strings.ToLower(strings.TrimSpace(host))
+	h, port, err := net.SplitHostPort(host)
+	return slices.ContainsFunc(list, func(e string) bool {
+		e = strings.ToLower(e)
+		if err != nil { // a bare host: the web's ports
+			return e == host || e == host+":443" && slices.Contains(list, host+":80")
+		}
+		return e == host || (e == h && (port == "443" || port == "80"))
+	})
 }
 
 // visible hides from an agent the tools its policy does not let it call,

@@ -138,6 +138,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		a.atEnd(c.end)
 		spec.Sandbox = c.conf
 		spec.Env = append(spec.Env, c.env...)
+		spec.MCP.URL = c.mcpURL
 		a.sandboxed(c.policy)
 	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)

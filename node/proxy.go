@@ -3,15 +3,20 @@ package node
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // proxy is a sandboxed agent's one way out: an HTTP proxy on loopback
@@ -22,19 +27,38 @@ type proxy struct {
 	ln    net.Listener
 	allow []string // host or host:port, lower case
 	log   *slog.Logger
+	// mcp is the coordinator's MCP endpoint, reached only as this agent:
+	// a request for a path on the proxy itself goes there, with the
+	// agent's id and token set by the proxy, whatever the agent sent.
+	mcp *mcpRoute
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	done  chan struct{}
 }
 
+// mcpRoute is where, and as whom, the proxy sends an agent's MCP requests.
+type mcpRoute struct {
+	url     *url.URL
+	agentID string
+	token   string // the agent's own bearer token; "" when the endpoint needs none
+}
+
+// Limits on what an agent may make its proxy hold: a request's head, the
+// time to send it, and connections at once.
+const (
+	proxyMaxHead  = 64 << 10
+	proxyHeadWait = time.Minute
+	proxyMaxConns = 256
+)
+
 // startProxy listens on a free loopback port.
-func startProxy(allow []string, log *slog.Logger) (*proxy, error) {
+func startProxy(allow []string, mcp *mcpRoute, log *slog.Logger) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's proxy: %w", err)
 	}
-	p := &proxy{ln: ln, log: log, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &proxy{ln: ln, log: log, mcp: mcp, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	for _, a := range allow {
 		if a = strings.ToLower(strings.TrimSpace(a)); a != "" && !slices.Contains(p.allow, a) {
 			p.allow = append(p.allow, a)
@@ -68,7 +92,10 @@ func (p *proxy) serve() {
 		if err != nil {
 			return
 		}
-		p.track(c, true)
+		if !p.track(c, true) {
+			c.Close() // too many at once
+			continue
+		}
 		go func() {
 			defer p.track(c, false)
 			defer c.Close()
@@ -77,21 +104,37 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) track(c net.Conn, on bool) {
+// track counts a connection in or out; it refuses one past the limit.
+func (p *proxy) track(c net.Conn, on bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if on {
-		p.conns[c] = struct{}{}
-	} else {
+	if !on {
 		delete(p.conns, c)
+		return true
 	}
+	if len(p.conns) >= proxyMaxConns {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
 }
 
-// allowed reports whether target (host:port) may be reached.
+// self reports whether host names the proxy's own address (a client that
+// sends even loopback requests through its proxy asks for it so).
+func (p *proxy) self(host string) bool {
+	_, port, err := net.SplitHostPort(host)
+	h, _, _ := net.SplitHostPort(host)
+	return err == nil && port == strconv.Itoa(int(p.port())) && (h == "127.0.0.1" || strings.EqualFold(h, "localhost"))
+}
+
+// allowed reports whether target (host:port) may be reached: an entry
+// with a port allows that port, one without the web's, 443 and 80.
 func (p *proxy) allowed(target string) bool {
 	target = strings.ToLower(target)
-	host, _, _ := net.SplitHostPort(target)
-	return slices.ContainsFunc(p.allow, func(a string) bool { return a == target || a == host })
+	host, port, _ := net.SplitHostPort(target)
+	return slices.ContainsFunc(p.allow, func(a string) bool {
+		return a == target || (a == host && (port == "443" || port == "80"))
+	})
 }
 
 // refuse answers a request for a host the agent may not reach.
@@ -104,11 +147,26 @@ func (p *proxy) refuse(c net.Conn, target string) {
 // handle serves one client connection: a CONNECT tunnel, or plain HTTP
 // requests one after another.
 func (p *proxy) handle(c net.Conn) {
-	br := bufio.NewReader(c)
+	// A request's head is read within a limit of size and time; what
+	// follows it (a body, a tunnel) is not.
+	lr := &io.LimitedReader{R: c, N: proxyMaxHead}
+	br := bufio.NewReader(lr)
 	for {
+		lr.N = proxyMaxHead
+		c.SetReadDeadline(time.Now().Add(proxyHeadWait))
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
+		}
+		c.SetReadDeadline(time.Time{})
+		lr.N = 1 << 62
+		if req.Method != http.MethodConnect && (req.URL.Host == "" || p.self(req.URL.Host)) {
+			// A request for the proxy itself: the MCP endpoint, as this
+			// agent.
+			if !p.toMCP(c, req) {
+				return
+			}
+			continue
 		}
 		target := req.Host
 		if req.Method != http.MethodConnect && req.URL.Host != "" {
@@ -159,6 +217,42 @@ func (p *proxy) tunnel(c net.Conn, br *bufio.Reader, up net.Conn) {
 	io.Copy(c, up)
 	c.Close()
 	<-done
+}
+
+// toMCP forwards a request for the proxy's own address to the MCP
+// endpoint with the agent's identity, reporting whether the client's
+// connection may carry another.
+func (p *proxy) toMCP(c net.Conn, req *http.Request) bool {
+	if p.mcp == nil {
+		p.refuse(c, "this proxy")
+		return false
+	}
+	u := p.mcp.url
+	req.URL.Scheme, req.URL.Host, req.Host = u.Scheme, u.Host, u.Host
+	req.Header.Del(schemas.AgentIDHeader)
+	req.Header.Del("Authorization")
+	req.Header.Set(schemas.AgentIDHeader, p.mcp.agentID)
+	if p.mcp.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.mcp.token)
+	}
+	target := u.Host
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		target = net.JoinHostPort(strings.Trim(target, "[]"), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
+	}
+	up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(context.Background(), "tcp", target)
+	if err == nil && u.Scheme == "https" {
+		tc := tls.Client(up, &tls.Config{ServerName: u.Hostname()})
+		if err = tc.Handshake(); err != nil {
+			up.Close()
+		}
+		up = tc
+	}
+	if err != nil {
+		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		return false
+	}
+	defer up.Close()
+	return p.forward(c, req, up)
 }
 
 // forward sends one plain HTTP request upstream and its response back,

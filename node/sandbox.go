@@ -2,7 +2,7 @@ package node
 
 import (
 	"fmt"
-	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +60,7 @@ type confinement struct {
 	conf   *backend.Confinement
 	env    []string
 	policy *schemas.SandboxPolicy
+	mcpURL string // the agent's way to the MCP endpoint, through its proxy
 	end    func()
 }
 
@@ -88,23 +89,29 @@ func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*c
 	for _, p := range needs.Bind { // its own server, which it may reach through the proxy
 		hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(int(p)), "localhost:"+strconv.Itoa(int(p)))
 	}
-	var ports []uint16
+	// The MCP endpoint is reached only through the proxy, which sends
+	// the agent's own id and token whatever the agent puts in a request:
+	// a sandboxed agent cannot call Shoal's tools as anyone else, or as
+	// no agent at all (which would pass by the door's rules).
+	var route *mcpRoute
+	mcpURL := ""
 	if spec.MCP.URL != "" {
-		if host := backend.URLHost(spec.MCP.URL); host != "" {
-			hosts = append(hosts, host)
-			if _, p, err := net.SplitHostPort(host); err == nil {
-				if n, err := strconv.Atoi(p); err == nil {
-					ports = append(ports, uint16(n))
-				}
-			}
+		u, err := url.Parse(spec.MCP.URL)
+		if err != nil || u.Host == "" {
+			os.RemoveAll(tmp)
+			return nil, schemas.Errf(schemas.CodeInvalid, "the MCP endpoint %q is not a URL", spec.MCP.URL)
 		}
+		route = &mcpRoute{url: u, agentID: spec.AgentID, token: spec.MCP.Token}
 	}
-	px, err := startProxy(hosts, h.log.With("agent", spec.AgentID))
+	px, err := startProxy(hosts, route, h.log.With("agent", spec.AgentID))
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
-	ports = append(append(ports, px.port()), needs.Ports...)
+	if route != nil {
+		mcpURL = "http://" + px.addr() + route.url.EscapedPath()
+	}
+	ports := append([]uint16{px.port()}, needs.Ports...)
 	readable := backend.Compact(append(slices.Clone(backend.SystemReadable), needs.Readable...))
 	proxyURL := "http://" + px.addr()
 	return &confinement{
@@ -113,6 +120,7 @@ func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*c
 			"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
 			"ALL_PROXY=" + proxyURL, "all_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="},
 		policy: &schemas.SandboxPolicy{Kernel: h.sandbox.kernel, Writable: writable, Readable: readable, Net: px.allow, Proxy: px.addr()},
+		mcpURL: mcpURL,
 		end: func() {
 			px.close()
 			os.RemoveAll(tmp)

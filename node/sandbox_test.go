@@ -40,6 +40,10 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	secret := filepath.Join(outside, "secret")
 	os.WriteFile(secret, []byte("the decoy secret"), 0o644)
 	os.Symlink(outside, filepath.Join(cwd, "link"))
+	// The user's own claude settings, which every later claude reads.
+	userSettings := filepath.Join(home, ".claude", "settings.json")
+	os.MkdirAll(filepath.Dir(userSettings), 0o700)
+	os.WriteFile(userSettings, []byte(`{"theme":"dark"}`), 0o600)
 	write, _ := json.Marshal(map[string]string{"file_path": filepath.Join(cwd, "ok.txt"), "content": "written inside"})
 	fake.Script(
 		bash("echo x > "+filepath.Join(outside, "f")),
@@ -74,10 +78,11 @@ func TestRealClaudeSandboxed(t *testing.T) {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}
-	for _, p := range []string{filepath.Join(outside, "f"), filepath.Join(home, ".claude", "settings.json")} {
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
-			t.Errorf("%s exists: %v", p, err)
-		}
+	if _, err := os.Stat(filepath.Join(outside, "f")); !os.IsNotExist(err) {
+		t.Errorf("the file outside exists: %v", err)
+	}
+	if b, _ := os.ReadFile(userSettings); string(b) != `{"theme":"dark"}` {
+		t.Errorf("the user's claude settings are now %q", b)
 	}
 	if r := result(6); r.IsError {
 		t.Errorf("the write inside: %+v", r)

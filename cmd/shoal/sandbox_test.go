@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -113,4 +114,61 @@ func TestSandboxNet(t *testing.T) {
 func mustJSONText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// A sandboxed agent's shell tries to get out through Shoal's own MCP
+// endpoint: straight to its port (the kernel refuses the connect), and
+// through its proxy claiming to be no agent at all, asking for an
+// unsandboxed bypass child. The proxy tells the door who it is, and the
+// door keeps a sandboxed agent's children sandboxed: nothing is opened.
+func TestSandboxedAgentCannotEscapeThroughMCP(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	dir := t.TempDir()
+	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
+	up := startShoal(t, dir, env, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--no-bus",
+		"--claude", peers.Claude.Command(t)[0], "--node-name", "n")
+	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	endpoint := strings.TrimPrefix(up.waitLine("shoal: MCP endpoint "), "shoal: MCP endpoint ")
+	up.waitLine("shoal: ready")
+	client := []string{"SHOAL_NATS=" + url}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), client, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: %s", args, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	cwd := t.TempDir()
+	post := `curl -s -X POST "$HTTP_PROXY/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'X-Shoal-Agent-Id: ' -H 'Authorization: Bearer forged'`
+	script := `curl -s --noproxy '*' -o /dev/null ` + endpoint + `; echo "direct=$?"
+sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"escape","version":"0"}}}' | tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+` + post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+` + post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_open","arguments":{"cwd":"` + cwd + `","permission":"bypass","sandbox":false}}}'
+`
+	if err := os.WriteFile(filepath.Join(cwd, "escape.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := json.Marshal(map[string]string{"command": "sh escape.sh", "description": "leave"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Stayed."})
+	id := must("open", "--permission", "bypass", "--allow-nested", "--sandbox", cwd)
+	if out := must("run", id, "Get out."); out != "Stayed." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := fake.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 {
+		t.Fatalf("tool results: %+v", got)
+	}
+	out := got[0].Content
+	if !strings.Contains(out, "direct=7") {
+		t.Errorf("a connect straight to the MCP endpoint was not refused:\n%s", out)
+	}
+	if !strings.Contains(out, "agent_open refused") || !strings.Contains(out, "runs sandboxed, so its children do too") {
+		t.Errorf("the door did not know the agent, or let an unsandboxed child through:\n%s", out)
+	}
+	if ls := must("ls"); strings.Count(ls, "\n") > 1 {
+		t.Errorf("an agent was opened:\n%s", ls)
+	}
 }

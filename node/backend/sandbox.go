@@ -164,3 +164,39 @@ func Compact(paths []string) []string {
 	}
 	return out
 }
+
+// AgentHome is a directory of a sandboxed agent's own beside the node's
+// files for it (its CLI's config or home), kept from life to life.
+func AgentHome(spec Spec, cli string) string {
+	return filepath.Join(spec.Dir, cli+"-"+spec.AgentID)
+}
+
+// SeedHome makes dst and copies into it the regular files at the top of
+// src (a CLI's settings and login), afresh; src may be missing. The
+// agent works on the copies: the user's own are neither written nor read
+// from inside the sandbox.
+func SeedHome(dst, src string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return fmt.Errorf("the agent's own %s: %w", dst, err)
+	}
+	if src == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", src, err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
+			return fmt.Errorf("the agent's own %s: %w", dst, err)
+		}
+	}
+	return nil
+}

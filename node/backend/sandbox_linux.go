@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -93,6 +95,9 @@ func confine(c Confinement) error {
 	if err != nil {
 		return err
 	}
+	if err := dropPrivileges(); err != nil {
+		return err
+	}
 	roDirs, roFiles := splitFiles(c.Readable)
 	rwDirs, rwFiles := splitFiles(c.Writable)
 	rules := []landlock.Rule{
@@ -106,8 +111,10 @@ func confine(c Confinement) error {
 		landlock.RWFiles(append(rwFiles, "/dev/null", "/dev/zero", "/dev/full")...).IgnoreIfMissing(),
 		// Terminals, for the tools that run commands in a pseudo-terminal
 		// (gemini's shell): opening one and its ioctls.
+		// The slave side of a new terminal comes from the master
+		// (TIOCGPTPEER, as glibc's openpty does), so no rule opens the
+		// other terminals in /dev/pts, a person's shell among them.
 		landlock.RWFiles("/dev/tty", "/dev/ptmx").WithIoctlDev().IgnoreIfMissing(),
-		landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing(),
 	}
 	for _, p := range c.Ports {
 		rules = append(rules, landlock.ConnectTCP(p))
@@ -118,7 +125,53 @@ func confine(c Confinement) error {
 	if err := cfg.Restrict(rules...); err != nil {
 		return fmt.Errorf("Landlock: %w", err)
 	}
-	return shutSockets()
+	return shutSockets(len(c.Bind) > 0)
+}
+
+// Securebits (linux/securebits.h): uid 0 gains no capability at exec,
+// and none of it can be undone.
+const (
+	secNoRoot             = 1 << 0
+	secNoRootLocked       = 1 << 1
+	secNoSetuidFixup      = 1 << 2
+	secNoSetuidFixupLock  = 1 << 3
+	secKeepCapsLocked     = 1 << 5
+	secNoAmbientRaise     = 1 << 6
+	secNoAmbientRaiseLock = 1 << 7
+)
+
+// dropPrivileges leaves this thread, and so what it execs, no capability
+// at all: a node run as root would otherwise hand its agents root's
+// powers (making device nodes, typing into other terminals, BPF), which
+// Landlock does not take away. The bounding set goes first, then the
+// securebits that keep uid 0 from regaining anything at exec, then the
+// sets themselves. A node that is not root has nothing to drop but the
+// sets, and may not touch the rest.
+func dropPrivileges() error {
+	last := 63
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EPERM && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("clear the ambient capabilities: %w", err)
+	}
+	bits := secNoRoot | secNoRootLocked | secNoSetuidFixup | secNoSetuidFixupLock | secKeepCapsLocked | secNoAmbientRaise | secNoAmbientRaiseLock
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil && err != unix.EPERM {
+		return fmt.Errorf("set securebits: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
 }
 
 // splitFiles sorts paths into directories and other files: a directory's
@@ -136,51 +189,57 @@ func splitFiles(paths []string) (dirs, files []string) {
 
 // shutSockets installs a seccomp filter for what Landlock's TCP rules do
 // not see: an internet socket may only be plain TCP (no UDP, no raw
-// sockets, no multipath TCP, which Landlock does not restrict), packet
-// sockets are refused, and so is io_uring, which could make sockets past
-// the filter. Unix sockets and the rest are untouched.
-func shutSockets() error {
+// sockets, no multipath TCP, which Landlock does not restrict); of the
+// other families only unix and netlink's route sockets are allowed (no
+// packet, vsock, XDP…); a send with MSG_FASTOPEN, which connects without
+// passing Landlock's connect check, is refused, and so is io_uring, which
+// could make sockets past the filter, and listen() unless the agent was
+// given a port to serve on.
+func shutSockets(mayListen bool) error {
 	const (
-		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-		deny = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-		ok   = unix.SECCOMP_RET_ALLOW
-		// offsets in struct seccomp_data
-		nr, arch = 0, 4
-		arg0     = 16 // domain
-		arg1     = 24 // type
-		arg2     = 32 // protocol
+		deny uint32 = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		ok   uint32 = unix.SECCOMP_RET_ALLOW
+		// offsets in struct seccomp_data: the low words of the arguments
+		nr, arch                      = 0, 4
+		arg0, arg1, arg2, arg3        = 16, 24, 32, 40
+		msgFastOpen            uint32 = 0x20000000
 	)
-	prog := []unix.SockFilter{
-		{Code: ldW, K: arch},
-		{Code: jeq, Jt: 1, K: auditArch},
-		{Code: ret, K: deny}, // another syscall ABI: refused
-		{Code: ldW, K: nr},
-		{Code: jge, Jt: 0, Jf: 1, K: 0x40000000},
-		{Code: ret, K: deny}, // x32 syscalls: refused
-		{Code: jeq, Jt: 0, Jf: 1, K: unix.SYS_IO_URING_SETUP},
-		{Code: ret, K: deny},
-		{Code: jeq, Jt: 1, Jf: 0, K: unix.SYS_SOCKET},
-		{Code: ret, K: ok},
-		{Code: ldW, K: arg0},
-		{Code: jeq, Jt: 4, Jf: 0, K: unix.AF_INET},
-		{Code: jeq, Jt: 3, Jf: 0, K: unix.AF_INET6},
-		{Code: jeq, Jt: 1, Jf: 0, K: unix.AF_PACKET},
-		{Code: ret, K: ok},
-		{Code: ret, K: deny},
-		// an internet socket: plain TCP only
-		{Code: ldW, K: arg1},
-		{Code: and, K: 0xf},
-		{Code: jeq, Jt: 1, Jf: 0, K: unix.SOCK_STREAM},
-		{Code: ret, K: deny},
-		{Code: ldW, K: arg2},
-		{Code: jeq, Jt: 2, Jf: 0, K: 0},
-		{Code: jeq, Jt: 1, Jf: 0, K: unix.IPPROTO_TCP},
-		{Code: ret, K: deny},
-		{Code: ret, K: ok},
+	var f filter
+	f.load(arch).ifNot(auditArch, deny)    // another system call ABI
+	f.load(nr).ifAtLeast(0x40000000, deny) // x32 system calls
+	for _, sc := range []uint32{unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER} {
+		f.ifIs(sc, deny)
+	}
+	if !mayListen {
+		f.ifIs(unix.SYS_LISTEN, deny)
+	}
+	// sendto(fd, buf, len, flags, …) and sendmmsg(fd, vec, n, flags):
+	// flags are the fourth argument; sendmsg(fd, msg, flags) the third.
+	for i, c := range []struct{ sc, arg uint32 }{{unix.SYS_SENDTO, arg3}, {unix.SYS_SENDMMSG, arg3}, {unix.SYS_SENDMSG, arg2}} {
+		next := fmt.Sprintf("after-send-%d", i)
+		f.ifIsNot(c.sc, next)
+		f.load(c.arg).ifBits(msgFastOpen, deny)
+		f.ret(ok)
+		f.label(next)
+		f.load(nr)
+	}
+	f.ifIsNot(unix.SYS_SOCKET, ok)
+	f.load(arg0)
+	f.ifIs(unix.AF_UNIX, ok)
+	f.ifIs(unix.AF_INET, "inet")
+	f.ifIs(unix.AF_INET6, "inet")
+	f.ifIsNot(unix.AF_NETLINK, deny)
+	f.load(arg2).ifNot(unix.NETLINK_ROUTE, deny) // interface lists, nothing more
+	f.ret(ok)
+	f.label("inet") // plain TCP only
+	f.load(arg1).and(0xf).ifNot(unix.SOCK_STREAM, deny)
+	f.load(arg2)
+	f.ifIs(0, ok)
+	f.ifIs(unix.IPPROTO_TCP, ok)
+	f.ret(deny)
+	prog, err := f.assemble()
+	if err != nil {
+		return err
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	// Landlock has set no_new_privs already; TSYNC puts every thread under
@@ -189,4 +248,106 @@ func shutSockets() error {
 		return fmt.Errorf("seccomp: %w", errno)
 	}
 	return nil
+}
+
+// filter assembles a classic BPF seccomp program with named jump targets:
+// a target is a label, or a return value (deny, allow), which is placed
+// once at the end.
+type filter struct {
+	ins    []instruction
+	labels map[string]int
+}
+
+type instruction struct {
+	code   uint16
+	k      uint32
+	jt, jf any // string label, uint32 return value, or nil: the next one
+}
+
+const (
+	bpfLoad = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+	bpfJeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+	bpfJge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
+	bpfJset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	bpfAnd  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
+	bpfRet  = unix.BPF_RET | unix.BPF_K
+)
+
+func (f *filter) add(code uint16, k uint32, jt, jf any) *filter {
+	f.ins = append(f.ins, instruction{code, k, jt, jf})
+	return f
+}
+
+func (f *filter) load(off uint32) *filter            { return f.add(bpfLoad, off, nil, nil) }
+func (f *filter) and(mask uint32) *filter            { return f.add(bpfAnd, mask, nil, nil) }
+func (f *filter) ret(v uint32) *filter               { return f.add(bpfRet, v, nil, nil) }
+func (f *filter) ifIs(v uint32, to any) *filter      { return f.add(bpfJeq, v, to, nil) }
+func (f *filter) ifIsNot(v uint32, to any) *filter   { return f.add(bpfJeq, v, nil, to) }
+func (f *filter) ifNot(v uint32, to any) *filter     { return f.ifIsNot(v, to) }
+func (f *filter) ifAtLeast(v uint32, to any) *filter { return f.add(bpfJge, v, to, nil) }
+func (f *filter) ifBits(mask uint32, to any) *filter { return f.add(bpfJset, mask, to, nil) }
+
+func (f *filter) label(name string) {
+	if f.labels == nil {
+		f.labels = map[string]int{}
+	}
+	if _, dup := f.labels[name]; dup {
+		panic("seccomp filter: label " + name + " placed twice")
+	}
+	f.labels[name] = len(f.ins)
+}
+
+// assemble resolves the targets: labels to their instruction, return
+// values to a return placed after the program.
+func (f *filter) assemble() ([]unix.SockFilter, error) {
+	rets := map[uint32]int{}
+	var tail []uint32
+	for _, in := range f.ins {
+		for _, t := range []any{in.jt, in.jf} {
+			if v, ok := t.(uint32); ok {
+				if _, seen := rets[v]; !seen {
+					rets[v] = len(f.ins) + len(tail)
+					tail = append(tail, v)
+				}
+			}
+		}
+	}
+	out := make([]unix.SockFilter, 0, len(f.ins)+len(tail))
+	for i, in := range f.ins {
+		jump := func(t any) (uint8, error) {
+			var to int
+			switch t := t.(type) {
+			case nil:
+				return 0, nil
+			case string:
+				n, ok := f.labels[t]
+				if !ok {
+					return 0, fmt.Errorf("seccomp filter: no label %q", t)
+				}
+				to = n
+			case uint32:
+				to = rets[t]
+			default:
+				return 0, fmt.Errorf("seccomp filter: a jump to %v (%T)", t, t)
+			}
+			d := to - i - 1
+			if d < 0 || d > 255 {
+				return 0, fmt.Errorf("seccomp filter: a jump of %d", d)
+			}
+			return uint8(d), nil
+		}
+		jt, err := jump(in.jt)
+		if err != nil {
+			return nil, err
+		}
+		jf, err := jump(in.jf)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, unix.SockFilter{Code: in.code, Jt: jt, Jf: jf, K: in.k})
+	}
+	for _, v := range tail {
+		out = append(out, unix.SockFilter{Code: bpfRet, K: v})
+	}
+	return out, nil
 }

@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"golang.org/x/sys/unix"
 )
 
 // run starts argv as an agent's process would be, through the reaper and
@@ -53,9 +55,11 @@ func TestProcessEnvLastValueWins(t *testing.T) {
 
 // Confined: a shell writes only where it may, reads nothing else of the
 // file system's contents nor another process's environment, connects to
-// no port it was not given nor an abstract socket outside, makes no UDP,
-// raw or multipath socket and no io_uring, signals no process outside; a
-// daemon it forks is as confined.
+// no port it was not given (not with TCP Fast Open either) nor an
+// abstract socket outside, makes no UDP, raw, multipath or vsock socket,
+// no io_uring and no listener, signals no process outside, writes to no
+// other terminal, and holds no capability, even as root; a daemon it
+// forks is as confined.
 func TestSandboxConfinesTheTree(t *testing.T) {
 	t.Parallel()
 	if _, err := backend.SandboxSupport(); err != nil {
@@ -77,6 +81,19 @@ func TestSandboxConfinesTheTree(t *testing.T) {
 	}
 	defer ul.Close()
 	pid := strconv.Itoa(os.Getpid())
+	// Another terminal (a person's shell, say): its pty is not the agent's.
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	ptn, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
 	script := `
 echo in > ok && echo wrote-inside
 echo out > ` + outside + `/f 2>/dev/null || echo no-write-outside
@@ -89,6 +106,12 @@ python3 -c 'import socket; s=socket.socket(); s.settimeout(2); s.connect(("127.0
 python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0` + abstract[1:] + `")' 2>/dev/null || echo no-abstract-socket
 python3 -c 'import ctypes, sys; libc=ctypes.CDLL(None, use_errno=True); sys.exit(1 if libc.syscall(425, 1, ctypes.create_string_buffer(120)) < 0 else 0)' 2>/dev/null || echo no-io-uring
 cat /proc/` + pid + `/environ >/dev/null 2>&1 || echo no-environ
+python3 -c 'import socket; s=socket.socket(); s.sendto(b"x", 0x20000000, ("127.0.0.1", ` + port + `))' 2>/dev/null || echo no-fastopen
+python3 -c 'import socket; socket.socket(40, socket.SOCK_STREAM)' 2>/dev/null || echo no-vsock
+python3 -c 'import socket; s=socket.socket(); s.listen()' 2>/dev/null || echo no-listen
+echo x > /dev/pts/` + strconv.Itoa(ptn) + ` 2>/dev/null || echo no-other-terminal
+mknod dev c 1 3 2>/dev/null || echo no-mknod
+grep -q '^CapEff:\s*0*$' /proc/$$/status && grep -q '^CapBnd:\s*0*$' /proc/$$/status && echo no-capabilities
 kill -0 ` + pid + ` 2>/dev/null || echo no-signal
 (setsid sh -c 'echo daemon > ` + outside + `/d' 2>/dev/null; echo daemon-tried) &
 wait
@@ -98,7 +121,8 @@ sleep 0.5
 		Env:     []string{"PATH=/usr/bin:/bin"},
 		Sandbox: &backend.Confinement{Exe: exe, Writable: []string{cwd}, Readable: backend.SystemReadable}})
 	for _, want := range []string{"wrote-inside", "no-write-outside", "no-read-outside", "listed-outside", "no-udp", "no-mptcp", "no-raw", "no-connect",
-		"no-abstract-socket", "no-io-uring", "no-environ", "no-signal", "daemon-tried"} {
+		"no-abstract-socket", "no-io-uring", "no-environ", "no-signal", "no-fastopen", "no-vsock", "no-listen",
+		"no-other-terminal", "no-mknod", "no-capabilities", "daemon-tried"} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("the confined shell did not say %s:\n%s", want, got)
 		}

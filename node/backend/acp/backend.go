@@ -160,7 +160,10 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		env = append(env, extra...)
 	}
 	if agent == AgentGemini && spec.Sandbox != nil {
-		env = append(env, "GEMINI_CLI_HOME="+geminiHomeDir(spec))
+		env = append(env, "GEMINI_CLI_HOME="+backend.AgentHome(spec, "gemini"))
+	}
+	if agent == AgentClaude && spec.Sandbox != nil {
+		env = append(env, "CLAUDE_CONFIG_DIR="+backend.AgentHome(spec, "claude"))
 	}
 	argv := b.Command(agent)
 	b.mu.Lock()
@@ -227,44 +230,51 @@ func policyEnv(spec backend.Spec) []string {
 // opencodeDir is an agent's own opencode configuration directory.
 func opencodeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "acp-"+spec.AgentID) }
 
-// geminiHomeDir is a sandboxed gemini agent's own home (GEMINI_CLI_HOME):
-// its state stays there from life to life.
-func geminiHomeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "gemini-"+spec.AgentID) }
-
-// geminiHome prepares a sandboxed gemini agent's home: the files at the
-// top of the user's ~/.gemini (settings, login, ids), copied afresh each
-// life, and the state the agent kept there before.
+// geminiHome prepares a sandboxed gemini agent's own home
+// (GEMINI_CLI_HOME, backend.AgentHome): the files at the top of the
+// user's ~/.gemini (settings, login, ids), copied afresh each life, and
+// the state the agent kept there before.
 func geminiHome(spec backend.Spec, env []string) (string, error) {
-	home := geminiHomeDir(spec)
-	dst := filepath.Join(home, ".gemini")
-	if err := os.MkdirAll(dst, 0o700); err != nil {
-		return "", fmt.Errorf("gemini's home: %w", err)
-	}
+	home := backend.AgentHome(spec, "gemini")
 	src := backend.EnvValue(env, "GEMINI_CLI_HOME")
 	if src == "" {
 		src = backend.HomeDir(env)
 	}
-	if src == "" {
-		return home, nil
+	if src != "" {
+		src = filepath.Join(src, ".gemini")
 	}
-	src = filepath.Join(src, ".gemini")
-	entries, err := os.ReadDir(src)
-	if err != nil && !os.IsNotExist(err) {
-		return "", fmt.Errorf("gemini's settings: %w", err)
+	dst := filepath.Join(home, ".gemini")
+	if err := backend.SeedHome(dst, src); err != nil {
+		return "", err
 	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			return "", fmt.Errorf("gemini's settings: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600); err != nil {
-			return "", fmt.Errorf("gemini's home: %w", err)
+	return home, noPTYShell(filepath.Join(dst, "settings.json"))
+}
+
+// noPTYShell turns gemini's pseudo-terminal shell off in a settings file:
+// a sandboxed agent opens no terminal in /dev/pts (where a person's are),
+// and gemini then runs commands as plain child processes.
+func noPTYShell(path string) error {
+	settings := map[string]any{}
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &settings); err != nil {
+			return fmt.Errorf("gemini's settings %s: %w", path, err)
 		}
 	}
-	return home, nil
+	tools, _ := settings["tools"].(map[string]any)
+	if tools == nil {
+		tools = map[string]any{}
+	}
+	shell, _ := tools["shell"].(map[string]any)
+	if shell == nil {
+		shell = map[string]any{}
+	}
+	shell["enableInteractiveShell"] = false
+	tools["shell"], settings["tools"] = shell, tools
+	b, _ := json.MarshalIndent(settings, "", "  ")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("gemini's settings: %w", err)
+	}
+	return nil
 }
 
 // SandboxNeeds implements backend.Confiner. Every agent reads its install
@@ -287,7 +297,6 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 			n.Readable = append(n.Readable, backend.InstallRoot(a)) // a script
 		}
 	}
-	home := backend.HomeDir(env)
 	switch agent {
 	case AgentOpencode:
 		// The user's own config directory is read, not written: the
@@ -326,9 +335,15 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 			}
 		}
 	case AgentClaude:
-		dir := backend.EnvValue(env, "CLAUDE_CONFIG_DIR")
-		if dir == "" && home != "" {
-			dir = filepath.Join(home, ".claude")
+		// claude-agent-acp runs the claude CLI's code: a config directory
+		// of the agent's own, as the claude backend gives its agents.
+		dir := backend.AgentHome(spec, "claude")
+		src := backend.EnvValue(env, "CLAUDE_CONFIG_DIR")
+		if h := backend.HomeDir(env); src == "" && h != "" {
+			src = filepath.Join(h, ".claude")
+		}
+		if err := backend.SeedHome(dir, src); err != nil {
+			return n, err
 		}
 		n.Writable = append(n.Writable, dir)
 		api := "api.anthropic.com"

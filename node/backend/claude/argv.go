@@ -174,6 +174,18 @@ func ConfigDir(env []string) string {
 	return ""
 }
 
+// SandboxConfigDir prepares a sandboxed agent's own config directory
+// (CLAUDE_CONFIG_DIR, backend.AgentHome): the files at the top of the
+// user's (settings, login, CLAUDE.md), copied afresh each life. The
+// user's own directory is neither written nor read from inside: settings
+// there name hooks that every later claude runs, and its projects, file
+// history and shell snapshots are every other session's. A login
+// refreshed inside stays inside.
+func SandboxConfigDir(spec backend.Spec, env []string) (string, error) {
+	dst := backend.AgentHome(spec, "claude")
+	return dst, backend.SeedHome(dst, ConfigDir(env))
+}
+
 // projectDirMax is the longest project directory name the CLI writes
 // before it cuts the name and adds a hash.
 const projectDirMax = 200

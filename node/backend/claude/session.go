@@ -79,19 +79,11 @@ const maxParseErrors = 50
 func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
 	n := backend.Needs{Readable: []string{backend.InstallRoot(b.cfg.Path)}}
-	if d := ConfigDir(env); d != "" {
-		// The CLI's state is written, its configuration only read: an
-		// agent that could write settings.json (hooks), agents, commands
-		// or skills there would run code in every later claude agent and
-		// in the user's own claude, outside any sandbox.
-		n.Readable = append(n.Readable, d)
-		for _, state := range stateDirs {
-			n.Writable = append(n.Writable, filepath.Join(d, state))
-		}
-		if cred := filepath.Join(d, ".credentials.json"); fileExists(cred) {
-			n.Writable = append(n.Writable, cred) // a refreshed login token
-		}
+	dir, err := SandboxConfigDir(spec, env)
+	if err != nil {
+		return n, err
 	}
+	n.Writable = append(n.Writable, dir)
 	if spec.MCPConfig != "" {
 		n.Readable = append(n.Readable, spec.MCPConfig)
 	}
@@ -104,17 +96,6 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	}
 	n.Hosts = append(n.Hosts, api)
 	return n, nil
-}
-
-// stateDirs are where, in its config directory, the claude CLI keeps an
-// agent's state: transcripts and project memory, session environments,
-// shell snapshots, backups of its settings file, todos and the like.
-var stateDirs = []string{"projects", "sessions", "session-env", "shell-snapshots", "backups", "todos",
-	"file-history", "plans", "tasks", "debug", "statsig", "paste-cache"}
-
-func fileExists(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
 }
 
 // Start implements backend.Backend: it spawns the CLI, which then waits
@@ -130,6 +111,9 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 		}
 	}
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
+	if spec.Sandbox != nil {
+		env = append(env, "CLAUDE_CONFIG_DIR="+backend.AgentHome(spec, "claude"))
+	}
 	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
 		Argv:         append([]string{b.cfg.Path}, launch.Args...),
 		Dir:          spec.CWD,
