@@ -44,13 +44,16 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	userSettings := filepath.Join(home, ".claude", "settings.json")
 	os.MkdirAll(filepath.Dir(userSettings), 0o700)
 	os.WriteFile(userSettings, []byte(`{"theme":"dark"}`), 0o600)
+	os.MkdirAll(filepath.Join(home, ".claude", "projects", "other"), 0o700)
+	os.WriteFile(filepath.Join(home, ".claude", "projects", "other", "s.jsonl"), []byte(`{"decoy":"another session"}`), 0o600)
 	write, _ := json.Marshal(map[string]string{"file_path": filepath.Join(cwd, "ok.txt"), "content": "written inside"})
 	fake.Script(
 		bash("echo x > "+filepath.Join(outside, "f")),
 		bash("cat "+secret),
 		bash("cat "+filepath.Join(cwd, "link", "secret")),
 		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())),              // the node's environment
-		bash("echo '{\"hooks\":{}}' > "+filepath.Join(home, ".claude", "settings.json")), // code for every later claude
+		// another session's transcript, and code for every later claude
+		bash("cat "+filepath.Join(home, ".claude", "projects", "other", "s.jsonl")+"; echo '{\"hooks\":{}}' > "+filepath.Join(home, ".claude", "settings.json")),
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
 		bash("setsid sh -c 'sleep 1; echo y > "+filepath.Join(outside, "daemon")+"; exec sleep 611' > /dev/null 2>&1 < /dev/null & echo forked"),
 		fakemodel.Reply{Text: "Tried everything."},
