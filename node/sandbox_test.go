@@ -51,7 +51,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		bash("echo x > "+filepath.Join(outside, "f")),
 		bash("cat "+secret),
 		bash("cat "+filepath.Join(cwd, "link", "secret")),
-		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())),              // the node's environment
+		bash(fmt.Sprintf("tr '\\0' '\\n' < /proc/%d/environ", os.Getpid())), // the node's environment
 		// another session's transcript, and code for every later claude
 		bash("cat "+filepath.Join(home, ".claude", "projects", "other", "s.jsonl")+"; echo '{\"hooks\":{}}' > "+filepath.Join(home, ".claude", "settings.json")),
 		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
