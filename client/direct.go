@@ -453,6 +453,9 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	if waits(verb) {
+		LongWait(ctx)
+	}
 	attempts, attempt := 1, ctx
 	if retryable(verb) {
 		attempts = 3
@@ -519,4 +522,14 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // retryable verbs carry a request id the node dedupes, or only read.
 func retryable(verb schemas.Verb) bool {
 	return verb != schemas.VerbList
+}
+
+// waits reports whether a node may take long to answer verb: it waits on
+// the agent (to start, to end a turn, to stop, to switch models).
+func waits(verb schemas.Verb) bool {
+	switch verb {
+	case schemas.VerbOpen, schemas.VerbRun, schemas.VerbClose, schemas.VerbSetModel, schemas.VerbInterrupt:
+		return true
+	}
+	return false
 }

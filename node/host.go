@@ -330,7 +330,8 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { h.ads.run(bg) })
 	close(h.ready)
-	h.log.Info("node ready", "backends", h.kinds(), "dir", h.cfg.Dir)
+	ready, notReady := readiness(h.ads.record().Backends)
+	h.log.Info("node ready", "backends", strings.Join(ready, ","), "not_ready", strings.Join(notReady, "; "), "dir", h.cfg.Dir)
 	<-ctx.Done()
 
 	svc.Stop()
@@ -593,9 +594,12 @@ func (h *Host) abandon(ctx context.Context, id string) {
 }
 
 // metadata is what the node's micro service tells `nats micro info`: its
-// name, the kinds it runs and its labels.
+// name, what it could run when it started (runs) and why not the rest
+// (not_ready), and its labels. The node's record (describe, shoal nodes)
+// follows later changes; micro metadata is fixed for the service's life.
 func (h *Host) metadata() map[string]string {
-	md := map[string]string{"node": h.cfg.Name, "runs": strings.Join(h.kinds(), ",")}
+	ready, notReady := readiness(h.ads.record().Backends)
+	md := map[string]string{"node": h.cfg.Name, "runs": strings.Join(ready, ","), "not_ready": strings.Join(notReady, "; ")}
 	var labels []string
 	for k, v := range h.cfg.Labels {
 		labels = append(labels, k+"="+v)

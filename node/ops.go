@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -141,6 +142,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
 	defer cancel()
+	client.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
 	sess, err := be.Start(startCtx, spec, a)
 	if err != nil {
 		code := schemas.CodeInvalid
@@ -251,6 +253,7 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	client.LongWait(ctx)
 	select {
 	case out := <-ch:
 		if out.died {
@@ -308,6 +311,7 @@ func (h *Host) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas
 	if err != nil {
 		return schemas.InterruptReply{}, err
 	}
+	client.LongWait(ctx) // the backend acknowledges the cancel
 	return schemas.InterruptReply{Interrupted: a.interrupt(ctx)}, nil
 }
 
@@ -321,6 +325,7 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	if err != nil {
 		return schemas.CloseReply{Closed: false}, nil
 	}
+	client.LongWait(ctx) // the agent's stop ladder
 	a.close(ctx)
 	// Whoever replays the agent next finds its closing events there.
 	wctx, cancel := context.WithTimeout(ctx, storedWait)
@@ -370,6 +375,7 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	if !ok {
 		return schemas.SetModelReply{Switched: false}, nil
 	}
+	client.LongWait(ctx)
 	model, err := ms.SetModel(ctx, req.Model)
 	if err != nil {
 		a.log.Info("set_model refused", "model", req.Model, "err", err)
