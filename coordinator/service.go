@@ -38,12 +38,28 @@ type ServiceConfig struct {
 	Client *client.Direct
 	// Version is reported to `nats micro info`.
 	Version string
+	// Metrics counts the service's error replies; nil counts nothing.
+	Metrics ServiceMetrics
 }
+
+// ServiceMetrics receives what the fabric service counts. Its methods are
+// called from many goroutines and must not block.
+type ServiceMetrics interface {
+	// RequestFailed counts an error reply to a request of verb.
+	RequestFailed(verb string, code schemas.ErrorCode)
+}
+
+type noServiceMetrics struct{}
+
+func (noServiceMetrics) RequestFailed(string, schemas.ErrorCode) {}
 
 // NewService checks cfg.
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Conn == nil || cfg.Client == nil {
 		return nil, errors.New("the fabric service needs a connection and a client")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noServiceMetrics{}
 	}
 	return &Service{cfg: cfg, ready: make(chan struct{})}, nil
 }
@@ -207,6 +223,7 @@ func (s *Service) answer(verb string, r micro.Request, a answer, held bool) {
 		r.Respond(a.body)
 		return
 	}
+	s.cfg.Metrics.RequestFailed(verb, a.err.Code)
 	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
 	if held {
 		r.Error(code, desc, a.body)

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,18 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
+// failures counts the fabric service's error replies by verb and code.
+type failures struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *failures) RequestFailed(verb string, code schemas.ErrorCode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n[verb+"/"+string(code)]++
+}
+
 // The fabric service answers a failure as a NATS micro service error:
 // the Nats-Service-Error headers beside the JSON body clients decode, a
 // count in `nats micro stats shoal-fabric`, and one for the service's
@@ -28,7 +41,8 @@ func TestFabricErrorsAreServiceErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: "0.0.0-test"})
+	counted := &failures{n: map[string]int{}}
+	s, err := coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: "0.0.0-test", Metrics: counted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +98,13 @@ func TestFabricErrorsAreServiceErrors(t *testing.T) {
 	for verb, want := range map[string]int{"status": 1, "run": 1, "send": 1, "open": 1, "list": 0} {
 		if errs[verb] != want {
 			t.Errorf("nats micro stats counts %d errors of %s, want %d (%s)", errs[verb], verb, want, m.Data)
+		}
+	}
+	counted.mu.Lock()
+	defer counted.mu.Unlock()
+	for key, want := range map[string]int{"status/not_found": 1, "run/not_found": 1, "send/invalid": 1, "open/invalid": 1} {
+		if counted.n[key] != want {
+			t.Errorf("the metrics counted %d of %s, want %d (%v)", counted.n[key], key, want, counted.n)
 		}
 	}
 }

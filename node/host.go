@@ -102,6 +102,8 @@ type Config struct {
 	Reaper string
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
+	// Metrics receives what the node counts; nil counts nothing.
+	Metrics Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -146,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	return c
 }
@@ -268,7 +273,11 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.pub = newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	pub := newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	pub.onStored = h.cfg.Metrics.EventStored
+	h.mu.Lock()
+	h.pub = pub
+	h.mu.Unlock()
 	j, prev, err := openJournal(filepath.Join(h.cfg.Dir, "journal"), h.log)
 	if err != nil {
 		return err

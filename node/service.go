@@ -131,6 +131,7 @@ func (h *Host) answer(verb schemas.Verb, r micro.Request, a answer, held bool) {
 		r.Respond(a.body)
 		return
 	}
+	h.cfg.Metrics.RequestFailed(verb, a.err.Code)
 	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
 	if held {
 		r.Error(code, desc, a.body)

@@ -3,6 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -88,5 +90,72 @@ func TestControlErrorsAreServiceErrors(t *testing.T) {
 	}
 	if e := byName["run"]; e == nil || e.NumRequests != 2 || e.NumErrors < 1 || e.LastError != "404:no such agent: nope" {
 		t.Errorf("run: %+v; want 2 requests, the unknown agent's counted", e)
+	}
+}
+
+// counts records what a node reports to its Metrics.
+type counts struct {
+	mu            sync.Mutex
+	started       int
+	ended, failed map[string]int
+	stored        int
+	negative      bool
+}
+
+func (c *counts) TurnStarted() { c.mu.Lock(); c.started++; c.mu.Unlock() }
+func (c *counts) TurnEnded(stop schemas.StopReason) {
+	c.mu.Lock()
+	c.ended[string(stop)]++
+	c.mu.Unlock()
+}
+func (c *counts) EventStored(latency time.Duration) {
+	c.mu.Lock()
+	c.stored++
+	c.negative = c.negative || latency < 0
+	c.mu.Unlock()
+}
+func (c *counts) RequestFailed(verb schemas.Verb, code schemas.ErrorCode) {
+	c.mu.Lock()
+	c.failed[string(verb)+"/"+string(code)]++
+	c.mu.Unlock()
+}
+
+// A node reports its turns, stored events and failed requests to its
+// Metrics, and tells its agents by status and its outbox depth.
+func TestNodeMetrics(t *testing.T) {
+	t.Parallel()
+	c := &counts{ended: map[string]int{}, failed: map[string]int{}}
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), node: func(cfg *node.Config) { cfg.Metrics = c }})
+	if by := f.host.AgentsByStatus(); by[schemas.StatusIdle] != 0 || len(by) != 4 {
+		t.Errorf("no agents yet: %v", by)
+	}
+	id := f.open(schemas.OpenRequest{})
+	rep, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "hello"})
+	if err != nil || rep.StopReason != schemas.StopEndTurn {
+		t.Fatalf("run: %+v %v", rep, err)
+	}
+	nc := natstest.Connect(t, f.b)
+	if _, err := nc.Request(schemas.ControlSubject("n1", schemas.VerbStatus), []byte(`{"agent_id":"nope"}`), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	page, err := f.fabric.Events(f.ctx(10*time.Second), schemas.EventsRequest{AgentID: id, IncludeDeltas: true, Max: 5000})
+	if err != nil || page.More {
+		t.Fatalf("events: %+v %v", page, err)
+	}
+	eventually(t, 10*time.Second, "every stored event is counted", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.stored == len(page.Events) && f.host.OutboxDepth() == 0
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started != 1 || c.ended["end_turn"] != 1 || len(c.ended) != 1 || c.negative {
+		t.Errorf("turns started %d, ended %v, a negative latency %v", c.started, c.ended, c.negative)
+	}
+	if c.failed["status/not_found"] != 1 || len(c.failed) != 1 {
+		t.Errorf("failed requests: %v", c.failed)
+	}
+	if by := f.host.AgentsByStatus(); by[schemas.StatusIdle] != 1 || by[schemas.StatusWorking] != 0 {
+		t.Errorf("agents by status: %v", by)
 	}
 }
