@@ -350,6 +350,7 @@ func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	LongWait(ctx) // a read per agent
 	lister, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, err
@@ -453,9 +454,9 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if waits(verb) {
-		LongWait(ctx)
-	}
+	// A node may take a while: to start an agent, end a turn, stop one;
+	// or it may hang, and any request waits out its timeout.
+	LongWait(ctx)
 	attempts, attempt := 1, ctx
 	if retryable(verb) {
 		attempts = 3
@@ -522,14 +523,4 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // retryable verbs carry a request id the node dedupes, or only read.
 func retryable(verb schemas.Verb) bool {
 	return verb != schemas.VerbList
-}
-
-// waits reports whether a node may take long to answer verb: it waits on
-// the agent (to start, to end a turn, to stop, to switch models).
-func waits(verb schemas.Verb) bool {
-	switch verb {
-	case schemas.VerbOpen, schemas.VerbRun, schemas.VerbClose, schemas.VerbSetModel, schemas.VerbInterrupt:
-		return true
-	}
-	return false
 }
