@@ -26,7 +26,29 @@ type MCPConfig struct {
 	// is at depth 1); schemas.DefaultMaxDepth when zero, none when
 	// negative.
 	MaxDepth int
+	// Metrics counts tool calls; nil counts nothing.
+	Metrics MCPMetrics
 }
+
+// MCPMetrics receives what the MCP tools count. Its methods are called
+// from many goroutines and must not block.
+type MCPMetrics interface {
+	// ToolCalled counts a tool call by its outcome: OutcomeOK,
+	// OutcomeInvalid, OutcomeRefused or OutcomeError.
+	ToolCalled(tool, outcome string)
+}
+
+// The outcomes of a tool call.
+const (
+	OutcomeOK      = "ok"      // the tool answered
+	OutcomeInvalid = "invalid" // the arguments do not fit the tool's schema
+	OutcomeRefused = "refused" // the door refused the caller (an agent's policy, an observer's token)
+	OutcomeError   = "error"   // the operation failed (an unknown agent, a node away, a timeout)
+)
+
+type noMCPMetrics struct{}
+
+func (noMCPMetrics) ToolCalled(string, string) {}
 
 // MCP serves Kaimon's nine agent tools, plus agent_nodes and
 // agent_events, over the fabric. A call that comes from an agent (its MCP
@@ -37,6 +59,7 @@ type MCP struct {
 	srv      *server.MCPServer
 	log      *slog.Logger
 	maxDepth int
+	metrics  MCPMetrics
 }
 
 // NewMCP builds the MCP server.
@@ -53,7 +76,10 @@ func NewMCP(cfg MCPConfig) *MCP {
 	case cfg.MaxDepth < 0:
 		cfg.MaxDepth = 0
 	}
-	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMCPMetrics{}
+	}
+	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth, metrics: cfg.Metrics}
 	m.srv = server.NewMCPServer("shoal", cfg.Version,
 		server.WithToolCapabilities(false),
 		server.WithRecovery(),
@@ -84,15 +110,18 @@ func (m *MCP) handler(t tool, in inputSchema) server.ToolHandlerFunc {
 			}
 		}
 		if problem := in.validate(raw); problem != "" {
+			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(problem), nil
 		}
 		if refused := m.door(ctx, t.name, raw); refused != "" {
 			m.log.Info("MCP call refused", "tool", t.name, "agent", callingAgent(ctx), "observer", observing(ctx), "why", refused)
+			m.metrics.ToolCalled(t.name, OutcomeRefused)
 			return mcp.NewToolResultError(refused), nil
 		}
 		args, _ := json.Marshal(raw)
 		out, err := t.run(ctx, args)
 		if err != nil {
+			m.metrics.ToolCalled(t.name, OutcomeError)
 			if t.failed == "" {
 				return mcp.NewToolResultError(err.Error()), nil
 			}
@@ -100,8 +129,10 @@ func (m *MCP) handler(t tool, in inputSchema) server.ToolHandlerFunc {
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
+			m.metrics.ToolCalled(t.name, OutcomeError)
 			return nil, err
 		}
+		m.metrics.ToolCalled(t.name, OutcomeOK)
 		return mcp.NewToolResultText(string(b)), nil
 	}
 }

@@ -90,7 +90,13 @@ func (m *MCP) tools() []tool {
 			name: "agent_set_model", failed: "setting agent model", schema: "set_model_request", idempotent: true,
 			desc: "Switch an agent to another model in place, keeping its conversation: an ACP agent takes acp:<agent>:<model> of " +
 				"its own agent, a local-model agent a tag of its kind. Returns whether it switched.",
-			run: call(f.SetModel),
+			// Kaimon's reply is {"switched": bool} exactly; the reason is
+			// for Shoal's own clients.
+			run: call(func(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+				rep, err := f.SetModel(ctx, req)
+				rep.Reason = ""
+				return rep, err
+			}),
 		},
 		{
 			name: "agent_interrupt", failed: "interrupting agent", schema: "agent_request", idempotent: true,

@@ -35,10 +35,16 @@ const (
 	// RoleObserver watches and replays agents and reads their status; it
 	// cannot open, drive or close them.
 	RoleObserver Role = "observer"
+	// RoleSystem is a user of the NATS system account, not of the fabric's:
+	// the server's monitoring requests ($SYS.REQ.…) that `nats server
+	// info|list|report`, surveyors and exporters make. It may not kick
+	// clients, put a server in lame duck mode, reload it or push account
+	// claims.
+	RoleSystem Role = "system"
 )
 
 // Roles lists the roles, for help texts.
-var Roles = []Role{RoleNode, RoleClient, RoleObserver, RoleCoordinator}
+var Roles = []Role{RoleNode, RoleClient, RoleObserver, RoleCoordinator, RoleSystem}
 
 // ParseRole reads a role name.
 func ParseRole(s string) (Role, error) {
@@ -47,7 +53,7 @@ func ParseRole(s string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("unknown role %q (want node, client, observer or coordinator)", s)
+	return "", fmt.Errorf("unknown role %q (want node, client, observer, coordinator or system)", s)
 }
 
 // permissions returns what a credential of role may publish and receive.
@@ -62,6 +68,13 @@ func permissions(role Role, name string) jwt.Permissions {
 	switch role {
 	case RoleCoordinator:
 		return p // no limits within the account
+	case RoleSystem:
+		// Monitoring requests only, none that change a server; every
+		// reply and event may be received.
+		p.Pub.Allow.Add("$SYS.REQ.>")
+		p.Pub.Deny.Add("$SYS.REQ.SERVER.*.KICK", "$SYS.REQ.SERVER.*.LDM", "$SYS.REQ.SERVER.*.RELOAD",
+			"$SYS.REQ.CLAIMS.>", "$SYS.REQ.ACCOUNT.*.CLAIMS.>")
+		return p
 	case RoleNode:
 		p.Pub.Allow.Add(schemas.RelayNamespace(name), schemas.NodeReplyPrefix(name)+".>")
 		p.Sub.Allow.Add(schemas.NodeGroup(name)+".>", "$SRV.>", inbox)
@@ -81,8 +94,8 @@ func permissions(role Role, name string) jwt.Permissions {
 }
 
 // Authority issues the fabric's credentials. It holds a NATS operator, the
-// system account and the fabric's account SHOAL, whose key signs every
-// user: NATS decentralized authentication, so a new node's credentials
+// system account SYS (whose key signs system users) and the fabric's
+// account SHOAL, whose key signs every other user: NATS decentralized authentication, so a new node's credentials
 // are minted offline and a running server needs no change to accept them.
 // The keys live in one directory (0700, files 0600); a cluster's members
 // share a copy of it.
@@ -262,7 +275,11 @@ func (a *Authority) mint(role Role, name string, ttl time.Duration) (string, []b
 	if ttl > 0 {
 		uc.Expires = time.Now().Add(ttl).Unix()
 	}
-	token, err := uc.Encode(a.account)
+	account := a.account
+	if role == RoleSystem {
+		account = a.system
+	}
+	token, err := uc.Encode(account)
 	if err != nil {
 		return "", nil, fmt.Errorf("sign credentials for %s %s: %w", role, name, err)
 	}

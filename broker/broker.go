@@ -83,6 +83,9 @@ func (b *Broker) options() (*server.Options, error) {
 	if c.Leaf.Port != 0 {
 		opts.LeafNode = server.LeafNodeOpts{Host: c.Leaf.Host, Port: c.Leaf.Port}
 	}
+	if c.Monitor.Port != 0 {
+		opts.HTTPHost, opts.HTTPPort = c.Monitor.Host, c.Monitor.Port
+	}
 	if c.Auth != nil {
 		if err := c.Auth.apply(opts); err != nil {
 			return nil, err
@@ -171,6 +174,19 @@ func (b *Broker) LeafURL() string {
 		return ""
 	}
 	return fmt.Sprintf("nats-leaf://%s", net.JoinHostPort(v.LeafNode.Host, strconv.Itoa(v.LeafNode.Port)))
+}
+
+// MonitorURL is the base URL of the server's HTTP monitoring (append
+// /varz, /connz, …), or "" when it is off.
+func (b *Broker) MonitorURL() string {
+	if b.cfg.Monitor.Port == 0 {
+		return ""
+	}
+	addr := b.srv.MonitorAddr()
+	if addr == nil {
+		return ""
+	}
+	return "http://" + addr.String()
 }
 
 // ClusterURL is the URL other cluster members route to, or "".

@@ -38,6 +38,11 @@ type Config struct {
 	Cluster ClusterConfig
 	// Leaf accepts leaf-node connections when Leaf.Port is non-zero.
 	Leaf LeafConfig
+	// Monitor serves the server's HTTP monitoring endpoints (/varz,
+	// /connz, /jsz, …) when Monitor.Port is non-zero. They have no
+	// authentication of their own: off loopback they require Auth, as
+	// every other listener does.
+	Monitor MonitorConfig
 	// Auth turns on authentication: every client, leaf node and the
 	// server's own connections present credentials the authority issued.
 	// Nil means no authentication, which only loopback listeners may have.
@@ -69,6 +74,12 @@ type ClusterConfig struct {
 // LeafConfig accepts leaf-node connections, for machines that can only
 // dial out.
 type LeafConfig struct {
+	Host string // Config.Host when empty
+	Port int    // -1 picks a free one
+}
+
+// MonitorConfig turns on the server's HTTP monitoring.
+type MonitorConfig struct {
 	Host string // Config.Host when empty
 	Port int    // -1 picks a free one
 }
@@ -109,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.Leaf.Host == "" {
 		c.Leaf.Host = c.Host
 	}
+	if c.Monitor.Host == "" {
+		c.Monitor.Host = c.Host
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,14 +140,17 @@ func (c Config) validate() error {
 	}
 	if c.Auth == nil {
 		for _, h := range []struct{ what, host string }{
-			{"client", c.Host}, {"cluster", c.Cluster.Host}, {"leaf-node", c.Leaf.Host},
+			{"client", c.Host}, {"cluster", c.Cluster.Host}, {"leaf-node", c.Leaf.Host}, {"monitoring", c.Monitor.Host},
 		} {
-			if (h.what == "cluster" && c.Cluster.Name == "") || (h.what == "leaf-node" && c.Leaf.Port == 0) {
+			if (h.what == "cluster" && c.Cluster.Name == "") || (h.what == "leaf-node" && c.Leaf.Port == 0) || (h.what == "monitoring" && c.Monitor.Port == 0) {
 				continue
 			}
 			if !isLoopback(h.host) {
 				return fmt.Errorf("refusing to listen for %s connections on %s without authentication: turn authentication on, or listen on 127.0.0.1", h.what, h.host)
 			}
+		}
+		if c.Monitor.Port < -1 || c.Monitor.Port > 65535 {
+			return fmt.Errorf("monitoring port %d is out of range (1-65535, or -1 for any free port)", c.Monitor.Port)
 		}
 	}
 	if c.TLS.enabled() {

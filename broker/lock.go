@@ -77,6 +77,9 @@ func checkListeners(c Config) error {
 	if c.Leaf.Port != 0 {
 		ls = append(ls, listener{"leaf", or(c.Leaf.Host, c.Host), c.Leaf.Port})
 	}
+	if c.Monitor.Port != 0 {
+		ls = append(ls, listener{"monitoring", or(c.Monitor.Host, c.Host), c.Monitor.Port})
+	}
 	for _, l := range ls {
 		if l.port <= 0 {
 			continue // a free one is picked

@@ -351,6 +351,7 @@ func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	if err != nil {
 		return nil, err
 	}
+	LongWait(ctx) // a read per agent
 	lister, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, err
@@ -454,6 +455,9 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// A node may take a while: to start an agent, end a turn, stop one;
+	// or it may hang, and any request waits out its timeout.
+	LongWait(ctx)
 	attempts, attempt := 1, ctx
 	if retryable(verb) {
 		attempts = 3

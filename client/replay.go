@@ -90,6 +90,7 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 	if err := f.checkFrom(ctx, stream, ids, from); err != nil {
 		return err
 	}
+	LongWait(ctx) // however many events there are to read
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
 	switch {
 	case from.New:

@@ -38,10 +38,13 @@ type Relay struct {
 	log    *slog.Logger
 	ready  chan struct{}
 
-	mu     sync.Mutex
-	owners map[string]string // agent id -> owner node, from the agents bucket
-	next   map[string]uint64 // agent id -> the event number expected next
-	warned map[string]bool   // refusals already logged
+	metrics RelayMetrics
+
+	mu       sync.Mutex
+	owners   map[string]string              // agent id -> owner node, from the agents bucket
+	statuses map[string]schemas.AgentStatus // agent id -> its record's status
+	next     map[string]uint64              // agent id -> the event number expected next
+	warned   map[string]bool                // refusals already logged
 }
 
 // RelayConfig configures a Relay.
@@ -50,7 +53,21 @@ type RelayConfig struct {
 	Conn *nats.Conn
 	// Logger receives refusals; discarded when nil.
 	Logger *slog.Logger
+	// Metrics counts refusals; nil counts nothing.
+	Metrics RelayMetrics
 }
+
+// RelayMetrics receives what the relay counts. Its methods are called
+// from many goroutines and must not block.
+type RelayMetrics interface {
+	// Refused counts a node's write the relay refused (or dropped, its
+	// reply not being the node's inbox), by relay operation.
+	Refused(op schemas.RelayOp)
+}
+
+type noRelayMetrics struct{}
+
+func (noRelayMetrics) Refused(schemas.RelayOp) {}
 
 // relayQueue is the queue group relays share, so each message is
 // forwarded once; NATS prefers the relay on the server the node is
@@ -65,12 +82,15 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noRelayMetrics{}
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}),
-		owners: map[string]string{}, next: map[string]uint64{}, warned: map[string]bool{}}, nil
+	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics,
+		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, next: map[string]uint64{}, warned: map[string]bool{}}, nil
 }
 
 // Ready is closed once the relay forwards writes.
@@ -159,13 +179,31 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 			var rec schemas.AgentRecord
 			if json.Unmarshal(e.Value(), &rec) == nil {
 				r.owners[e.Key()] = rec.Node
+				r.statuses[e.Key()] = rec.Status
 			}
 		} else {
 			delete(r.owners, e.Key())
+			delete(r.statuses, e.Key())
 			delete(r.next, e.Key())
 		}
 		r.mu.Unlock()
 	}
+}
+
+// AgentsByStatus counts the fabric's agent records by status, as the
+// relay's watch of the agents bucket has them; every status a record can
+// hold is present, with 0 for none.
+func (r *Relay) AgentsByStatus() map[schemas.AgentStatus]int {
+	out := map[schemas.AgentStatus]int{}
+	for _, s := range []schemas.AgentStatus{schemas.StatusStarting, schemas.StatusIdle, schemas.StatusWorking, schemas.StatusDead} {
+		out[s] = 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.statuses {
+		out[s]++
+	}
+	return out
 }
 
 // from checks that m came from node's own connection, which is the only
@@ -173,11 +211,12 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 // reply is one the server published on someone else's behalf, and it is
 // dropped unanswered.
 func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
-	node, _, agent, ok = schemas.ParseRelaySubject(m.Subject)
+	node, op, agent, ok := schemas.ParseRelaySubject(m.Subject)
 	if !ok {
 		return "", "", false
 	}
 	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") {
+		r.metrics.Refused(op)
 		r.warn(node+"/reply", "dropped a relay message whose reply is not the node's inbox", "node", node, "subject", m.Subject, "reply", m.Reply)
 		return "", "", false
 	}
@@ -503,6 +542,9 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 // refuse answers a write the node may not make with a final JetStream
 // error, and logs it once per node and agent.
 func (r *Relay) refuse(m *nats.Msg, node, id string, err error) {
+	if _, op, _, ok := schemas.ParseRelaySubject(m.Subject); ok {
+		r.metrics.Refused(op)
+	}
 	r.warn(node+"/"+id, "refused a node's write", "node", node, "agent", id, "subject", m.Subject, "err", err)
 	replyJSON(r.nc, m.Reply, pubAckError(schemas.RelayRefused, 0, err.Error()))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,12 +38,28 @@ type ServiceConfig struct {
 	Client *client.Direct
 	// Version is reported to `nats micro info`.
 	Version string
+	// Metrics counts the service's error replies; nil counts nothing.
+	Metrics ServiceMetrics
 }
+
+// ServiceMetrics receives what the fabric service counts. Its methods are
+// called from many goroutines and must not block.
+type ServiceMetrics interface {
+	// RequestFailed counts an error reply to a request of verb.
+	RequestFailed(verb string, code schemas.ErrorCode)
+}
+
+type noServiceMetrics struct{}
+
+func (noServiceMetrics) RequestFailed(string, schemas.ErrorCode) {}
 
 // NewService checks cfg.
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Conn == nil || cfg.Client == nil {
 		return nil, errors.New("the fabric service needs a connection and a client")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noServiceMetrics{}
 	}
 	return &Service{cfg: cfg, ready: make(chan struct{})}, nil
 }
@@ -64,34 +81,36 @@ func (s *Service) Run(ctx context.Context) error {
 	agent := func(op func(context.Context, string) (any, error)) func(context.Context, schemas.AgentRequest) (any, error) {
 		return func(ctx context.Context, r schemas.AgentRequest) (any, error) { return op(ctx, r.AgentID) }
 	}
-	endpoints := map[string]micro.Handler{
-		"events":    serveJSON(ctx, f.Events),
-		"open":      serveJSON(ctx, f.Open),
-		"send":      serveJSON(ctx, f.Send),
-		"run":       serveJSON(ctx, f.Run),
-		"output":    serveJSON(ctx, f.Output),
-		"set_model": serveJSON(ctx, f.SetModel),
-		"status":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
-		"record":    serveJSON(ctx, agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
-		"interrupt": serveJSON(ctx, f.Interrupt),
-		"close":     serveJSON(ctx, f.Close),
-		"list": serveJSON(ctx, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
+	endpoints := map[string]func(verb string) micro.Handler{
+		"events":    serveJSON(ctx, s, f.Events),
+		"open":      serveJSON(ctx, s, f.Open),
+		"send":      serveJSON(ctx, s, f.Send),
+		"run":       serveJSON(ctx, s, f.Run),
+		"output":    serveJSON(ctx, s, f.Output),
+		"set_model": serveJSON(ctx, s, f.SetModel),
+		"status":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
+		"record":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
+		"interrupt": serveJSON(ctx, s, f.Interrupt),
+		"close":     serveJSON(ctx, s, f.Close),
+		"list": serveJSON(ctx, s, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
 			return schemas.ListReply{Agents: recs}, err
 		}),
-		"nodes": serveJSON(ctx, func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
+		"nodes": serveJSON(ctx, s, func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
 			nodes, err := f.Nodes(ctx)
 			return schemas.NodesReply{Nodes: nodes}, err
 		}),
-		"replay": micro.HandlerFunc(func(r micro.Request) {
-			if !toInbox(r) {
-				return
-			}
-			go serveReplay(ctx, nc, f, r)
-		}),
+		"replay": func(string) micro.Handler {
+			return micro.HandlerFunc(func(r micro.Request) {
+				if !toInbox(r) {
+					return
+				}
+				go serveReplay(ctx, nc, f, r)
+			})
+		},
 	}
 	for name, h := range endpoints {
-		if err := g.AddEndpoint(name, h); err != nil {
+		if err := g.AddEndpoint(name, h(name)); err != nil {
 			return err
 		}
 	}
@@ -109,28 +128,116 @@ func toInbox(r micro.Request) bool {
 	return strings.HasPrefix(r.Reply(), "_INBOX.")
 }
 
-func serveJSON[Req, Rep any](ctx context.Context, op func(context.Context, Req) (Rep, error)) micro.Handler {
-	return micro.HandlerFunc(func(r micro.Request) {
-		if !toInbox(r) {
+// serveJSON adapts an operation to the handler of verb: JSON requests,
+// replies with the result or {"error":{"code","message"}} (with the micro
+// service-error headers).
+func serveJSON[Req, Rep any](ctx context.Context, s *Service, op func(context.Context, Req) (Rep, error)) func(verb string) micro.Handler {
+	return func(verb string) micro.Handler {
+		return micro.HandlerFunc(func(r micro.Request) {
+			if !toInbox(r) {
+				return
+			}
+			var req Req
+			if err := json.Unmarshal(r.Data(), &req); err != nil {
+				s.answer(verb, r, encodeReply(nil, schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)), true)
+				return
+			}
+			s.serveRequest(verb, r, func(notice func()) answer {
+				rep, err := op(client.WithWaitNotice(ctx, notice), req)
+				return encodeReply(rep, err)
+			})
+		})
+	}
+}
+
+// serveRequest answers r with what work returns. work runs on a goroutine
+// of its own; the handler holds r until work answers, or announces a long
+// wait with notice (client.WithWaitNotice). What is answered while r is
+// held counts in `nats micro stats`, errors included; r is let go before
+// a long wait (a run, an open), so the endpoint's next request is not held
+// up behind it.
+func (s *Service) serveRequest(verb string, r micro.Request, work func(notice func()) answer) {
+	done := make(chan answer, 1)
+	waiting := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	held := true
+	go func() {
+		a := work(func() { once.Do(func() { close(waiting) }) })
+		mu.Lock()
+		if held {
+			done <- a
+			mu.Unlock()
 			return
 		}
-		go func() {
-			var req Req
-			var out []byte
-			if err := json.Unmarshal(r.Data(), &req); err != nil {
-				out, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
-			} else if rep, err := op(ctx, req); err != nil {
-				ce, ok := errors.AsType[*schemas.ControlError](err)
-				if !ok {
-					ce = schemas.Errf(schemas.CodeInternal, "%v", err)
-				}
-				out, _ = json.Marshal(schemas.ErrorReply{Error: ce})
-			} else {
-				out, _ = json.Marshal(rep)
-			}
-			r.Respond(out)
-		}()
-	})
+		mu.Unlock()
+		s.answer(verb, r, a, false)
+	}()
+	select {
+	case a := <-done:
+		s.answer(verb, r, a, true)
+	case <-waiting:
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case a := <-done:
+			s.answer(verb, r, a, true)
+		default:
+			held = false
+		}
+	}
+}
+
+// answer is a reply of the fabric service: its body and, for a failure,
+// its error.
+type answer struct {
+	body []byte
+	err  *schemas.ControlError
+}
+
+// encodeReply is rep as a reply body, or err as {"error":{"code","message"}}.
+func encodeReply(rep any, err error) answer {
+	if err != nil {
+		ce, ok := errors.AsType[*schemas.ControlError](err)
+		if !ok {
+			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
+		}
+		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+		return answer{body: b, err: ce}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		ce := schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)
+		b, _ = json.Marshal(schemas.ErrorReply{Error: ce})
+		return answer{body: b, err: ce}
+	}
+	return answer{body: b}
+}
+
+// answer sends a to r. A failure carries the micro service-error headers
+// as well as its JSON body; held says the handler still holds r, so micro
+// counts it (a reply sent later must not touch micro's count: it would
+// race with the handler's return).
+func (s *Service) answer(verb string, r micro.Request, a answer, held bool) {
+	if a.err == nil {
+		r.Respond(a.body)
+		return
+	}
+	s.cfg.Metrics.RequestFailed(verb, a.err.Code)
+	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
+	if held {
+		r.Error(code, desc, a.body)
+		return
+	}
+	r.Respond(a.body, micro.WithHeaders(serviceErrorHeaders(a.err)))
+}
+
+// serviceErrorHeaders are the micro service-error headers of ce.
+func serviceErrorHeaders(ce *schemas.ControlError) micro.Headers {
+	return micro.Headers{
+		micro.ErrorHeader:     {ce.ServiceDescription()},
+		micro.ErrorCodeHeader: {strconv.Itoa(ce.Code.ServiceCode())},
+	}
 }
 
 // serveReplay streams a replay to the reply subject of r: each event with
@@ -154,7 +261,11 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
 		}
 		body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
-		send(control("error", body))
+		m := control("error", body)
+		for k, v := range serviceErrorHeaders(ce) {
+			m.Header[k] = v
+		}
+		send(m)
 	}
 	var req schemas.ReplayRequest
 	if err := json.Unmarshal(r.Data(), &req); err != nil {

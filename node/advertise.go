@@ -79,6 +79,27 @@ func (a *advertiser) detect(ctx context.Context) {
 	a.mu.Unlock()
 }
 
+// readiness names the backends of infos that are ready ("claude",
+// "acp:opencode") and says for each of the rest why it is not
+// ("acp:gemini: <problem>").
+func readiness(infos []schemas.BackendInfo) (ready, notReady []string) {
+	for _, b := range infos {
+		name := b.Kind
+		if b.Agent != "" {
+			name += ":" + b.Agent
+		}
+		switch {
+		case b.Ready:
+			ready = append(ready, name)
+		case b.Problem != "":
+			notReady = append(notReady, name+": "+b.Problem)
+		default:
+			notReady = append(notReady, name+": not ready")
+		}
+	}
+	return ready, notReady
+}
+
 // write publishes the node's entry; it is called by the heartbeat and by
 // opens and closes, concurrently.
 func (a *advertiser) write(ctx context.Context) error {

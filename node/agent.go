@@ -415,6 +415,7 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 	seq := a.seq
 	a.mu.Unlock()
 	a.h.enqueue(a.id, seq, wire, now)
+	a.h.countEvent(ev)
 }
 
 // writeLog appends the event to <id>.events.jsonl as Kaimon's record
@@ -495,6 +496,13 @@ func (a *agent) record() schemas.AgentRecord {
 		r.Usage.CostUSD = &c
 	}
 	return r
+}
+
+// status is the agent's status as its record has it.
+func (a *agent) status() schemas.AgentStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rec.Status
 }
 
 func (a *agent) isDead() bool {

@@ -16,20 +16,20 @@ func TestDedupeRetryWhileRunning(t *testing.T) {
 	var runs atomic.Int32
 	release := make(chan struct{})
 	started := make(chan struct{})
-	slow := func() ([]byte, bool) {
+	slow := func() (answer, bool) {
 		if runs.Add(1) == 1 {
 			close(started)
 		}
 		<-release
-		return []byte("first"), true
+		return answer{body: []byte("first")}, true
 	}
 	var wg sync.WaitGroup
 	replies := make([]string, 4)
-	wg.Go(func() { replies[0] = string(d.do("send/a/r1", slow)) })
+	wg.Go(func() { replies[0] = text(d.do("send/a/r1", func() {}, slow)) })
 	<-started
 	for i := 1; i < len(replies); i++ {
 		wg.Go(func() {
-			replies[i] = string(d.do("send/a/r1", func() ([]byte, bool) { runs.Add(1); return []byte("again"), true }))
+			replies[i] = text(d.do("send/a/r1", func() {}, func() (answer, bool) { runs.Add(1); return answer{body: []byte("again")}, true }))
 		})
 	}
 	close(release)
@@ -42,21 +42,23 @@ func TestDedupeRetryWhileRunning(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Errorf("the operation ran %d times, want once", n)
 	}
-	if got := string(d.do("send/b/r1", func() ([]byte, bool) { return []byte("other"), true })); got != "other" {
+	if got := text(d.do("send/b/r1", func() {}, func() (answer, bool) { return answer{body: []byte("other")}, true })); got != "other" {
 		t.Errorf("another key got %q", got)
 	}
 
-	if got := string(d.do("open/x/r2", func() ([]byte, bool) { return []byte("unavailable"), false })); got != "unavailable" {
+	if got := text(d.do("open/x/r2", func() {}, func() (answer, bool) { return answer{body: []byte("unavailable")}, false })); got != "unavailable" {
 		t.Errorf("a failure that may pass answered %q", got)
 	}
-	if got := string(d.do("open/x/r2", func() ([]byte, bool) { return []byte("opened"), true })); got != "opened" {
+	if got := text(d.do("open/x/r2", func() {}, func() (answer, bool) { return answer{body: []byte("opened")}, true })); got != "opened" {
 		t.Errorf("the retry of a failure that may pass got %q, want a fresh run", got)
 	}
 
 	short := newDedupe(time.Nanosecond)
-	short.do("k", func() ([]byte, bool) { return []byte("one"), true })
+	short.do("k", func() {}, func() (answer, bool) { return answer{body: []byte("one")}, true })
 	time.Sleep(time.Millisecond) // past a one-nanosecond window
-	if got := string(short.do("k", func() ([]byte, bool) { return []byte("two"), true })); got != "two" {
+	if got := text(short.do("k", func() {}, func() (answer, bool) { return answer{body: []byte("two")}, true })); got != "two" {
 		t.Errorf("a request past the window got %q, want a fresh run", got)
 	}
 }
+
+func text(a answer) string { return string(a.body) }

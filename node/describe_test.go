@@ -1,12 +1,19 @@
 package node_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
@@ -76,4 +83,65 @@ func TestDescribeAndRefresh(t *testing.T) {
 	}
 	schematest.ControlValue(t, "node_record", describe())
 	schematest.ControlValue(t, "nodes_reply", schemas.NodesReply{Nodes: []schemas.NodeRecord{describe()}})
+}
+
+// The node tells `nats micro info` and its "node ready" log line what it
+// can run: only the backends that are ready, and for the others why not.
+func TestReadyBackendsInMetadataAndLog(t *testing.T) {
+	t.Parallel()
+	missing := fakeCLI("echo")
+	missing.Path = filepath.Join(t.TempDir(), "claude")
+	var log lockedBuffer
+	f := startNode(t, fixtureOptions{claude: missing, node: func(c *node.Config) {
+		c.Backends = append(c.Backends, fakebackend.New(fakebackend.Config{Kind: "acp"}))
+		c.Logger = slog.New(slog.NewJSONHandler(&log, nil))
+	}})
+	notReady := "claude: the claude CLI was not found (" + missing.Path + ")"
+
+	nc := natstest.Connect(t, f.b)
+	m, err := nc.Request("$SRV.INFO."+schemas.ServiceName, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		t.Fatalf("info %s: %v", m.Data, err)
+	}
+	if info.Metadata["runs"] != "acp" || info.Metadata["not_ready"] != notReady {
+		t.Errorf("nats micro info metadata: runs %q, not_ready %q; want %q and %q", info.Metadata["runs"], info.Metadata["not_ready"], "acp", notReady)
+	}
+
+	var line struct {
+		Msg      string `json:"msg"`
+		Backends string `json:"backends"`
+		NotReady string `json:"not_ready"`
+	}
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, `"msg":"node ready"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line.Msg != "node ready" || line.Backends != "acp" || line.NotReady != notReady {
+		t.Errorf("the node ready line: %+v\n%s", line, log.String())
+	}
+}
+
+// lockedBuffer is a buffer a logger and a test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

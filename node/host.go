@@ -102,6 +102,8 @@ type Config struct {
 	Reaper string
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
+	// Metrics receives what the node counts; nil counts nothing.
+	Metrics Metrics
 }
 
 func (c Config) withDefaults() Config {
@@ -146,6 +148,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
 	}
 	return c
 }
@@ -268,7 +273,11 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.pub = newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	pub := newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	pub.onStored = h.cfg.Metrics.EventStored
+	h.mu.Lock()
+	h.pub = pub
+	h.mu.Unlock()
 	j, prev, err := openJournal(filepath.Join(h.cfg.Dir, "journal"), h.log)
 	if err != nil {
 		return err
@@ -330,7 +339,8 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { h.ads.run(bg) })
 	close(h.ready)
-	h.log.Info("node ready", "backends", h.kinds(), "dir", h.cfg.Dir)
+	ready, notReady := readiness(h.ads.record().Backends)
+	h.log.Info("node ready", "backends", strings.Join(ready, ","), "not_ready", strings.Join(notReady, "; "), "dir", h.cfg.Dir)
 	<-ctx.Done()
 
 	svc.Stop()
@@ -601,9 +611,12 @@ func (h *Host) abandon(ctx context.Context, id string) {
 }
 
 // metadata is what the node's micro service tells `nats micro info`: its
-// name, the kinds it runs and its labels.
+// name, what it could run when it started (runs) and why not the rest
+// (not_ready), and its labels. The node's record (describe, shoal nodes)
+// follows later changes; micro metadata is fixed for the service's life.
 func (h *Host) metadata() map[string]string {
-	md := map[string]string{"node": h.cfg.Name, "runs": strings.Join(h.kinds(), ",")}
+	ready, notReady := readiness(h.ads.record().Backends)
+	md := map[string]string{"node": h.cfg.Name, "runs": strings.Join(ready, ","), "not_ready": strings.Join(notReady, "; ")}
 	var labels []string
 	for k, v := range h.cfg.Labels {
 		labels = append(labels, k+"="+v)

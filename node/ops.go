@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -143,6 +144,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
 	defer cancel()
+	client.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
 	sess, err := be.Start(startCtx, spec, a)
 	if err != nil {
 		code := schemas.CodeInvalid
@@ -253,6 +255,7 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	client.LongWait(ctx)
 	select {
 	case out := <-ch:
 		if out.died {
@@ -310,6 +313,7 @@ func (h *Host) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas
 	if err != nil {
 		return schemas.InterruptReply{}, err
 	}
+	client.LongWait(ctx) // the backend acknowledges the cancel
 	return schemas.InterruptReply{Interrupted: a.interrupt(ctx)}, nil
 }
 
@@ -323,6 +327,7 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	if err != nil {
 		return schemas.CloseReply{Closed: false}, nil
 	}
+	client.LongWait(ctx) // the agent's stop ladder
 	a.close(ctx)
 	// Whoever replays the agent next finds its closing events there.
 	wctx, cancel := context.WithTimeout(ctx, storedWait)
@@ -378,6 +383,7 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 		a.mu.Unlock()
 		return schemas.SetModelReply{Reason: fmt.Sprintf("%s CLI agents cannot switch models in place; open a new agent with --model", kind)}, nil
 	}
+	client.LongWait(ctx)
 	model, err := ms.SetModel(ctx, req.Model)
 	if err != nil {
 		a.log.Info("set_model refused", "model", req.Model, "err", err)

@@ -18,7 +18,8 @@ import (
 type outMsg struct {
 	agent string
 	seq   uint64
-	jseq  uint64 // its record in the journal; 0 without one
+	jseq  uint64    // its record in the journal; 0 without one
+	at    time.Time // when it was produced
 	msg   *nats.Msg
 }
 
@@ -66,6 +67,9 @@ type publisher struct {
 	journal  *journal           // every event is written here before it is sent; nil for none
 	written  chan struct{}      // kicked after each journal write
 	queued   map[string]*outMsg // each agent's last event not stored yet
+	// onStored is told of each event the stream acknowledged, with how
+	// long after its production; nil for none. It must not block.
+	onStored func(latency time.Duration)
 }
 
 // outboxLimits bound the events a node keeps while the fabric is away.
@@ -259,6 +263,7 @@ func (p *publisher) ack(ctx context.Context) {
 		case <-f.Ok():
 		case err = <-f.Err():
 		}
+		var storedAt time.Time
 		p.mu.Lock()
 		p.inflight--
 		switch {
@@ -270,6 +275,9 @@ func (p *publisher) ack(ctx context.Context) {
 				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].msg.Subject, "err", err)
 			}
 			m := p.queue[0]
+			if err == nil {
+				storedAt = m.at
+			}
 			p.stored[m.agent] = m.seq
 			if p.queued[m.agent] == m {
 				delete(p.queued, m.agent)
@@ -300,6 +308,9 @@ func (p *publisher) ack(ctx context.Context) {
 			p.full = false
 		}
 		p.mu.Unlock()
+		if !storedAt.IsZero() && p.onStored != nil {
+			p.onStored(time.Since(storedAt))
+		}
 		if drained && p.onFull != nil {
 			p.onFull(false)
 		}

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -48,18 +50,19 @@ func onAgent(agent, requestID string) string {
 }
 
 // handle adapts an operation to a micro handler: strict JSON decoding,
-// replies with the result or {"error":{"code","message"}}, and, for
-// state-changing verbs, the first reply to every retry of a request id.
+// replies with the result or {"error":{"code","message"}} (with the micro
+// service-error headers), and, for state-changing verbs, the first reply
+// to every retry of a request id.
 func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.Verb, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
-		h.requests.Go(func() {
-			var req Req
-			if err := decodeStrict(r.Data(), &req); err != nil {
-				respond(r, nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err))
-				return
-			}
-			do := func() ([]byte, bool) {
-				rctx, cancel := context.WithTimeout(ctx, h.verbDeadline(verb, req))
+		var req Req
+		if err := decodeStrict(r.Data(), &req); err != nil {
+			h.answer(verb, r, reply(nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err)), true)
+			return
+		}
+		h.serveRequest(verb, r, func(notice func()) answer {
+			do := func() (answer, bool) {
+				rctx, cancel := context.WithTimeout(client.WithWaitNotice(ctx, notice), h.verbDeadline(verb, req))
 				defer cancel()
 				rep, err := op(rctx, req)
 				code := schemas.CodeOf(err)
@@ -68,13 +71,73 @@ func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.
 				return reply(rep, err), code != schemas.CodeUnavailable && code != schemas.CodeTimeout
 			}
 			if d != nil && requestID != nil && requestID(req) != "" {
-				r.Respond(d.do(string(verb)+"/"+requestID(req), do))
-				return
+				return d.do(string(verb)+"/"+requestID(req), notice, do)
 			}
-			rep, _ := do()
-			r.Respond(rep)
+			a, _ := do()
+			return a
 		})
 	})
+}
+
+// serveRequest answers r with what work returns. work runs on a goroutine
+// of its own; the handler holds r until work answers, or announces a long
+// wait with notice (client.WithWaitNotice). What is answered while r is
+// held counts in `nats micro stats`, errors included; r is let go before
+// a long wait, so the endpoint's next request is not held up behind it.
+func (h *Host) serveRequest(verb schemas.Verb, r micro.Request, work func(notice func()) answer) {
+	done := make(chan answer, 1)
+	waiting := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	held := true
+	h.requests.Go(func() {
+		a := work(func() { once.Do(func() { close(waiting) }) })
+		mu.Lock()
+		if held {
+			done <- a
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		h.answer(verb, r, a, false)
+	})
+	select {
+	case a := <-done:
+		h.answer(verb, r, a, true)
+	case <-waiting:
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case a := <-done:
+			h.answer(verb, r, a, true)
+		default:
+			held = false
+		}
+	}
+}
+
+// answer is a control reply: its body and, for a failure, its error.
+type answer struct {
+	body []byte
+	err  *schemas.ControlError
+}
+
+// answer sends a to r. A failure carries the micro service-error headers
+// as well as its JSON body; held says the handler still holds r, so micro
+// counts it (a reply sent later must not touch micro's count: it would
+// race with the handler's return).
+func (h *Host) answer(verb schemas.Verb, r micro.Request, a answer, held bool) {
+	if a.err == nil {
+		r.Respond(a.body)
+		return
+	}
+	h.cfg.Metrics.RequestFailed(verb, a.err.Code)
+	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
+	if held {
+		r.Error(code, desc, a.body)
+		return
+	}
+	r.Respond(a.body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
 }
 
 // verbDeadline bounds a request of verb: a run waits its own timeout, an
@@ -113,23 +176,23 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-func reply(rep any, err error) []byte {
+func reply(rep any, err error) answer {
 	if err != nil {
 		ce, ok := errors.AsType[*schemas.ControlError](err)
 		if !ok {
 			ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: err.Error()}
 		}
 		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
-		return b
+		return answer{body: b, err: ce}
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
-		b, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)})
+		ce := schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)
+		b, _ = json.Marshal(schemas.ErrorReply{Error: ce})
+		return answer{body: b, err: ce}
 	}
-	return b
+	return answer{body: b}
 }
-
-func respond(r micro.Request, rep any, err error) { r.Respond(reply(rep, err)) }
 
 // dedupe answers every retry of a request id with the first reply, and
 // makes a retry that arrives while the first is still running wait for it,
@@ -143,25 +206,33 @@ type dedupe struct {
 
 type dedupeEntry struct {
 	done  chan struct{}
-	reply []byte
+	reply answer
 	at    time.Time
+	set   bool
 }
 
 func newDedupe(window time.Duration) *dedupe {
 	return &dedupe{window: window, entries: map[string]*dedupeEntry{}}
 }
 
-func (d *dedupe) do(key string, fn func() (reply []byte, keep bool)) []byte {
+// do runs fn for the first request of key, and answers the others with its
+// reply; a retry that has to wait for the first announces it with notice.
+func (d *dedupe) do(key string, notice func(), fn func() (reply answer, keep bool)) answer {
 	d.mu.Lock()
 	now := time.Now()
 	for k, e := range d.entries {
-		if e.reply != nil && now.Sub(e.at) > d.window {
+		if e.set && now.Sub(e.at) > d.window {
 			delete(d.entries, k)
 		}
 	}
 	if e, ok := d.entries[key]; ok {
 		d.mu.Unlock()
-		<-e.done
+		select {
+		case <-e.done:
+		default:
+			notice()
+			<-e.done
+		}
 		return e.reply
 	}
 	e := &dedupeEntry{done: make(chan struct{})}
@@ -169,7 +240,7 @@ func (d *dedupe) do(key string, fn func() (reply []byte, keep bool)) []byte {
 	d.mu.Unlock()
 	rep, keep := fn()
 	d.mu.Lock()
-	e.reply, e.at = rep, time.Now()
+	e.reply, e.at, e.set = rep, time.Now(), true
 	if !keep {
 		delete(d.entries, key) // those waiting have it; later retries run again
 	}

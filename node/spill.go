@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // spill is the part of the outbox that waits on disk: events the node
@@ -174,5 +177,6 @@ func decodeSpilled(b []byte) (*outMsg, error) {
 	if !ok {
 		return nil, errDamaged
 	}
-	return &outMsg{agent: agent, seq: seq, msg: &nats.Msg{Subject: subject, Header: hdr, Data: []byte(data)}}, nil
+	at, _ := time.Parse(time.RFC3339Nano, hdr.Get(schemas.HeaderTime))
+	return &outMsg{agent: agent, seq: seq, at: at, msg: &nats.Msg{Subject: subject, Header: hdr, Data: []byte(data)}}, nil
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // ErrorCode classifies a failed control request.
@@ -18,6 +20,56 @@ const (
 	CodeTimeout     ErrorCode = "timeout"     // the operation did not finish in time
 	CodeInternal    ErrorCode = "internal"    // a bug or an unexpected failure
 )
+
+// ServiceCode is the number a failed control reply carries in its
+// Nats-Service-Error-Code header, the NATS micro convention of HTTP-like
+// status codes: invalid 400, not_found 404, conflict 409, internal 500,
+// unavailable 503, timeout 504. An unknown code is 500.
+func (c ErrorCode) ServiceCode() int {
+	switch c {
+	case CodeInvalid:
+		return 400
+	case CodeNotFound:
+		return 404
+	case CodeConflict:
+		return 409
+	case CodeUnavailable:
+		return 503
+	case CodeTimeout:
+		return 504
+	}
+	return 500
+}
+
+// Headers of a failed reply of a NATS micro service (nats.go's
+// micro.ErrorHeader and micro.ErrorCodeHeader): `nats micro stats`
+// counts the replies that carry them. Shoal's error replies carry both
+// beside the {"error":{"code","message"}} body, which stays the contract.
+const (
+	HeaderServiceError     = "Nats-Service-Error"
+	HeaderServiceErrorCode = "Nats-Service-Error-Code"
+)
+
+// ServiceDescription is e's message as the Nats-Service-Error header
+// carries it: on one line, at most 1 KiB (the body has all of it), and
+// never empty.
+func (e *ControlError) ServiceDescription() string {
+	s := strings.Join(strings.Fields(e.Message), " ")
+	if len(s) > 1024 {
+		cut := 1024
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	if s == "" {
+		s = string(e.Code)
+	}
+	if s == "" {
+		s = string(CodeInternal)
+	}
+	return s
+}
 
 // ControlError is the error half of a control reply:
 // {"error":{"code","message"}}.

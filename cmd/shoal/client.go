@@ -151,9 +151,13 @@ func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) 
 		// everything goes through the coordinator.
 		cfg.ViaCoordinator = true
 		cfg.ReadOnly = c.Role == broker.RoleObserver
-		if c.Role == broker.RoleNode {
+		switch c.Role {
+		case broker.RoleNode:
 			nc.Close()
 			return nil, nil, usagef("the credentials in %s are a node's (%s); a client needs `shoal creds client NAME` or `shoal creds observer NAME`", o.creds, c.Name)
+		case broker.RoleSystem:
+			nc.Close()
+			return nil, nil, usagef("the credentials in %s are the NATS system account's (%s), for monitoring the servers; a client needs `shoal creds client NAME` or `shoal creds observer NAME`", o.creds, c.Name)
 		}
 	}
 	f, err := client.New(nc, cfg)

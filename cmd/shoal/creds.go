@@ -16,7 +16,7 @@ func credsCommand() *command {
 	return &command{
 		name:    "creds",
 		args:    "ROLE NAME | server-config",
-		summary: "issue credentials for a node, a client or an observer",
+		summary: "issue credentials for a node, a client, an observer or monitoring",
 		help: `
 Issues NATS credentials (a .creds file) signed by this coordinator's keys,
 for a coordinator started with --auth. Run it on the coordinator's machine;
@@ -32,6 +32,9 @@ Roles:
                     output; cannot open, send, interrupt or close
   coordinator NAME  every right in the fabric: for shoal up --nats against
                     a NATS deployment Shoal does not run
+  system NAME       a user of the NATS system account, for monitoring the
+                    servers (nats server info|list|report, surveyors):
+                    their monitoring requests only, nothing in the fabric
 
 shoal creds server-config prints the nats-server configuration block that
 makes such a deployment trust these keys.

@@ -56,9 +56,11 @@ var groupsByCommand = map[string][]flagGroup{
 		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
 		{"MCP endpoint", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},
+		{"Monitoring", true, []string{"monitor", "metrics"}},
 	}, nodeGroups("Local node", "no-node"), []flagGroup{loggingGroup, configGroup}),
 	"node": concat([]flagGroup{
 		{"Fabric connection", true, []string{"nats", "leaf", "creds", "tls-ca", "tls-cert", "tls-key"}},
+		{"Monitoring", true, []string{"metrics"}},
 	}, nodeGroups("Node"), []flagGroup{loggingGroup, configGroup}),
 	"creds": {
 		{"Credentials", false, []string{"out", "force", "expires"}},

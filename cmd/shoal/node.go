@@ -5,16 +5,19 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/metrics"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
@@ -43,6 +46,8 @@ type nodeOptions struct {
 	outboxDisk     int64
 	refresh        time.Duration
 	sandbox        string
+	// metrics receives the node's metrics, when the command serves them.
+	metrics *metrics.Registry
 }
 
 func (o *nodeOptions) register(fs *flag.FlagSet) {
@@ -166,6 +171,12 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	if o.outboxMemory < 1<<20 {
 		return nil, usagef("--outbox-memory %s is too small (at least 1MiB)", sizeValue{&o.outboxMemory})
 	}
+	var counts node.Metrics
+	var nm *metrics.Node
+	if o.metrics != nil {
+		nm = o.metrics.Node(name)
+		counts = nm
+	}
 	h, err := node.New(node.Config{
 		Labels:           labels,
 		MaxAgents:        o.maxAgents,
@@ -186,9 +197,13 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		Reaper:           reaper,
 		Sandbox:          o.sandbox,
 		Logger:           log,
+		Metrics:          counts,
 	})
 	if err != nil {
 		return nil, usagef("%v", err)
+	}
+	if nm != nil {
+		nm.Watch(h.AgentsByStatus, h.OutboxDepth)
 	}
 	return h, nil
 }
@@ -211,9 +226,10 @@ func runHost(ctx context.Context, h *node.Host) (done <-chan error, err error) {
 // nodeCommand is `shoal node`: an agent host joining a fabric.
 type nodeCommandOptions struct {
 	nodeOptions
-	client clientOptions
-	leaf   string
-	log    logOptions
+	client      clientOptions
+	leaf        string
+	log         logOptions
+	metricsAddr string
 }
 
 func nodeCommand() *command {
@@ -237,7 +253,9 @@ owns, through the coordinator. The node takes its name from them.
 A machine that can only dial out (behind NAT) joins as a leaf node with
 --leaf nats-leaf://HUB:7422 instead of --nats: it runs a small embedded
 NATS server that keeps one outbound connection to the coordinator's
-leaf-node port (shoal up --leaf-listen).`,
+leaf-node port (shoal up --leaf-listen).
+
+--metrics serves the node's Prometheus metrics at /metrics.`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &nodeCommandOptions{}
 			o.nodeOptions.register(fs)
@@ -245,6 +263,7 @@ leaf-node port (shoal up --leaf-listen).`,
 			o.client.registerConn(fs)
 			fs.StringVar(&o.leaf, "leaf", "", "join as a leaf node: the coordinator's leaf-node `URL` (e.g. nats-leaf://hub:7422), instead of --nats")
 			o.log.register(fs)
+			fs.StringVar(&o.metricsAddr, "metrics", "", "serve the node's Prometheus metrics at /metrics on this `host:port`; a bare port listens on 127.0.0.1")
 			return o.run
 		},
 	}
@@ -278,6 +297,22 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		return err
 	}
 	log := dlog.Logger
+	if o.metricsAddr != "" {
+		o.metrics = metrics.New()
+		serve, err := serveMetricsOn(dlog.status, o.metrics, o.metricsAddr)
+		if err != nil {
+			return err
+		}
+		mctx, stopMetrics := context.WithCancel(ctx)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			if err := serve(mctx); err != nil {
+				log.Error("the metrics listener failed", "err", err)
+			}
+		}()
+		defer func() { stopMetrics(); <-served }()
+	}
 	who, err := o.client.credentials()
 	if err != nil {
 		return err
@@ -351,4 +386,35 @@ func (o *nodeCommandOptions) joinAsLeaf(ctx context.Context, log *slog.Logger) (
 		case <-time.After(wait):
 		}
 	}
+}
+
+// listenAddr reads a listen address flag: host:port, or a bare port (or
+// :port), which listens on 127.0.0.1.
+func listenAddr(flag, s string) (string, int, error) {
+	if !strings.Contains(s, ":") {
+		s = ":" + s
+	}
+	host, port, err := hostPort(flag, s)
+	if err != nil {
+		return "", 0, err
+	}
+	if host == "" {
+		host = broker.DefaultHost
+	}
+	return host, port, nil
+}
+
+// serveMetricsOn binds the metrics listener at addr (--metrics) and says
+// where it is; the function it returns serves until its context ends.
+func serveMetricsOn(say func(string, ...any), reg *metrics.Registry, addr string) (func(context.Context) error, error) {
+	host, port, err := listenAddr("metrics", addr)
+	if err != nil {
+		return nil, err
+	}
+	url, serve, err := reg.Listen(net.JoinHostPort(host, strconv.Itoa(max(port, 0))))
+	if err != nil {
+		return nil, usagef("--metrics %s: %v", addr, err)
+	}
+	say("metrics %s", url)
+	return serve, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/metrics"
 	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -50,9 +51,24 @@ type upOptions struct {
 	clusterListen string
 	routes        string
 	serverName    string
+	monitor       string
+	metrics       string
 	// external: --nats, --creds and the client side of TLS, to use a NATS
 	// deployment instead of the embedded server.
 	external clientOptions
+	// counts are the coordinator's metrics when --metrics is given.
+	counts *metrics.Coordinator
+}
+
+// listenMetrics binds --metrics, if given, and returns what serves it;
+// the local node's metrics go to the same registry.
+func (o *upOptions) listenMetrics(say func(string, ...any)) (func(context.Context) error, error) {
+	if o.metrics == "" {
+		return nil, nil
+	}
+	reg := metrics.New()
+	o.counts, o.node.metrics = reg.Coordinator(), reg
+	return serveMetricsOn(say, reg, o.metrics)
 }
 
 func upCommand() *command {
@@ -76,7 +92,12 @@ loopback); issue each node and client its credentials with shoal creds.
 connections. --leaf-listen accepts nodes behind NAT that dial out as leaf
 nodes. --cluster with --routes joins two other coordinators in a 3-server
 NATS cluster with replicated streams. --nats URL uses an existing NATS
-deployment instead and embeds no server.`,
+deployment instead and embeds no server.
+
+Monitoring: --monitor serves the NATS server's HTTP monitoring (/varz,
+/connz, /jsz); with --auth, shoal creds system NAME issues a user of the
+NATS system account for nats server info|list|report. --metrics serves
+Prometheus metrics of the coordinator and its node at /metrics.`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &upOptions{}
 			o.register(fs)
@@ -113,6 +134,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.clusterListen, "cluster-listen", "127.0.0.1:6222", "`host:port` other cluster members route to")
 	fs.StringVar(&o.routes, "routes", "", "comma-separated nats-route://host:port `URLs` of the cluster's members")
 	fs.StringVar(&o.serverName, "server-name", "", "this server's `name`, unique in the cluster (default: the node name)")
+	fs.StringVar(&o.monitor, "monitor", "", "serve the NATS server's HTTP monitoring (/varz, /connz, /jsz, …) on this `host:port`; a bare port listens on 127.0.0.1; off loopback it needs --auth")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics of the coordinator and its node at /metrics on this `host:port`; a bare port listens on 127.0.0.1")
 	fs.StringVar(&o.external.url, "nats", "", "use the NATS deployment at this `URL` and embed no server")
 	fs.StringVar(&o.external.creds, "creds", "", "with --nats: the coordinator's credentials `file` (shoal creds coordinator NAME)")
 	t := &o.external.tls
@@ -172,6 +195,16 @@ func (o *upOptions) brokerConfig(env *environment, log *slog.Logger) (broker.Con
 			return cfg, err
 		}
 		cfg.Leaf = broker.LeafConfig{Host: host, Port: port}
+	}
+	if o.monitor != "" {
+		host, port, err := listenAddr("monitor", o.monitor)
+		if err != nil {
+			return cfg, err
+		}
+		if port == 0 {
+			port = -1 // the server's "any free port"
+		}
+		cfg.Monitor = broker.MonitorConfig{Host: host, Port: port}
 	}
 	if o.cluster != "" {
 		host, port, err := hostPort("cluster-listen", o.clusterListen)
@@ -245,14 +278,17 @@ func (o *upOptions) embed(ctx context.Context, env *environment, log *daemonLog)
 	if u := b.ClusterURL(); u != "" {
 		log.status("cluster %s, routes on %s", o.cluster, u)
 	}
+	if u := b.MonitorURL(); u != "" {
+		log.status("NATS monitoring %s (/varz, /connz, /jsz, /healthz)", u)
+	}
 	return func(name string) (*nats.Conn, error) { return b.Connect(nats.Name(name)) }, b.Shutdown, nil
 }
 
 // external connects to a NATS deployment Shoal does not run, provisions
 // the fabric's stream and buckets there, and returns how to connect.
 func (o *upOptions) useExternal(ctx context.Context, env *environment, log *daemonLog) (connector, func(), error) {
-	if o.auth || o.cluster != "" || o.leafListen != "" || o.tlsVerify {
-		return nil, nil, usagef("--nats uses a NATS deployment Shoal does not run: --auth, --cluster, --leaf-listen and --tls-verify-clients configure the embedded server and cannot go with it")
+	if o.auth || o.cluster != "" || o.leafListen != "" || o.tlsVerify || o.monitor != "" {
+		return nil, nil, usagef("--nats uses a NATS deployment Shoal does not run: --auth, --cluster, --leaf-listen, --monitor and --tls-verify-clients configure the embedded server and cannot go with it")
 	}
 	if c, err := o.external.credentials(); err != nil {
 		return nil, nil, err
@@ -299,6 +335,10 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	}
 	defer shutdown()
 	say := dlog.status
+	serveMetrics, err := o.listenMetrics(say)
+	if err != nil {
+		return err
+	}
 
 	// The coordinator's services: the relay for confined nodes, the node
 	// monitor, the fabric service, the MCP endpoint and the Kaimon bus.
@@ -306,7 +346,14 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	defer workers.Wait()
 	bridgeCtx, stopBridge := context.WithCancel(ctx)
 	defer stopBridge()
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
+	if serveMetrics != nil {
+		workers.Go(func() {
+			if err := serveMetrics(bridgeCtx); err != nil {
+				errc <- fmt.Errorf("metrics: %w", err)
+			}
+		})
+	}
 	if err := o.runCoordinator(bridgeCtx, connect, log, &workers, errc); err != nil {
 		return err
 	}
@@ -385,12 +432,21 @@ type service interface {
 // write through, the node-loss monitor, and the fabric service scoped
 // clients go through.
 func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+	var refusals coordinator.RelayMetrics
+	var failures coordinator.ServiceMetrics
+	if o.counts != nil {
+		refusals, failures = o.counts, o.counts
+	}
 	services := []struct {
 		name string
 		make func(nc *nats.Conn) (service, error)
 	}{
 		{"relay", func(nc *nats.Conn) (service, error) {
-			return coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log})
+			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals})
+			if err == nil && o.counts != nil {
+				o.counts.WatchAgents(r.AgentsByStatus)
+			}
+			return r, err
 		}},
 		{"monitor", func(nc *nats.Conn) (service, error) {
 			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log})
@@ -403,7 +459,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 			if err != nil {
 				return nil, err
 			}
-			return coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: semver()})
+			return coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: semver(), Metrics: failures})
 		}},
 	}
 	for _, sv := range services {
@@ -452,7 +508,11 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	if depth == 0 {
 		depth = -1 // none
 	}
-	m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver(), Logger: log, MaxDepth: depth})
+	var calls bridge.MCPMetrics
+	if o.counts != nil {
+		calls = o.counts
+	}
+	m := bridge.NewMCP(bridge.MCPConfig{Client: f, Version: semver(), Logger: log, MaxDepth: depth, Metrics: calls})
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
 	workers.Go(func() {

@@ -159,6 +159,11 @@ var rules = []rule{
 		from:   only("cmd/shoal/internal/tui"),
 		forbid: importsOf("github.com/charmbracelet"),
 	},
+	{
+		why:    "only the metrics package imports Prometheus's libraries",
+		from:   only("cmd/shoal/internal/metrics"),
+		forbid: importsOf("github.com/prometheus"),
+	},
 }
 
 // violations checks a graph of package (relative to the module) → imports.
@@ -234,7 +239,7 @@ func importGraph(t *testing.T) map[string][]string {
 
 func TestDependencyDirection(t *testing.T) {
 	graph := importGraph(t)
-	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "cmd/shoal", "cmd/shoal/internal/tui"} {
+	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("package %s is missing from the layout", pkg)
 		}
@@ -264,24 +269,27 @@ func TestRulesCatchViolations(t *testing.T) {
 		"node/backend/acp":    {"github.com/mark3labs/mcp-go/client"},
 		"bridge/acp":          {"github.com/coder/acp-go-sdk"},
 		"cmd/shoal":           {"github.com/charmbracelet/bubbletea"},
+		"node/metrics":        {"github.com/prometheus/client_golang/prometheus"},
+		"coordinator/x":       {"github.com/prometheus/common/expfmt"},
 	}
 	got := violations(bad)
-	if want := 25; len(got) != want {
+	if want := 27; len(got) != want {
 		t.Fatalf("found %d violations, want %d:\n%s", len(got), want, strings.Join(got, "\n"))
 	}
 	fine := map[string][]string{
-		"schemas":                {"encoding/json", "fmt"},
-		"node":                   {m("schemas"), m("node/backend"), m("client"), "github.com/nats-io/nats.go"},
-		"node/backend/claude":    {m("schemas"), m("node/backend"), m("node/backend/claude/stream")},
-		"node/backend/local":     {m("schemas"), "github.com/mark3labs/mcp-go/client", "github.com/mark3labs/mcp-go/mcp"},
-		"node/backend/acp":       {"github.com/coder/acp-go-sdk"},
-		"client":                 {m("schemas"), "github.com/nats-io/nats.go/jetstream"},
-		"coordinator":            {m("schemas"), m("client"), "github.com/nats-io/nats.go/micro"},
-		"bridge":                 {m("schemas"), m("client"), "github.com/mark3labs/mcp-go/server", "github.com/go-zeromq/zmq4"},
-		"broker":                 {m("schemas"), "github.com/nats-io/nats-server/v2/server"},
-		"cmd/shoal":              {m("broker"), m("node"), m("bridge"), m("coordinator"), m("internal/natstest")},
-		"cmd/shoal/internal/tui": {"github.com/charmbracelet/bubbletea", "github.com/charmbracelet/lipgloss"},
-		"internal/fabrictest":    {m("broker"), m("node"), m("bridge"), m("coordinator")},
+		"schemas":                    {"encoding/json", "fmt"},
+		"node":                       {m("schemas"), m("node/backend"), m("client"), "github.com/nats-io/nats.go"},
+		"node/backend/claude":        {m("schemas"), m("node/backend"), m("node/backend/claude/stream")},
+		"node/backend/local":         {m("schemas"), "github.com/mark3labs/mcp-go/client", "github.com/mark3labs/mcp-go/mcp"},
+		"node/backend/acp":           {"github.com/coder/acp-go-sdk"},
+		"client":                     {m("schemas"), "github.com/nats-io/nats.go/jetstream"},
+		"coordinator":                {m("schemas"), m("client"), "github.com/nats-io/nats.go/micro"},
+		"bridge":                     {m("schemas"), m("client"), "github.com/mark3labs/mcp-go/server", "github.com/go-zeromq/zmq4"},
+		"broker":                     {m("schemas"), "github.com/nats-io/nats-server/v2/server"},
+		"cmd/shoal":                  {m("broker"), m("node"), m("bridge"), m("coordinator"), m("internal/natstest")},
+		"cmd/shoal/internal/tui":     {"github.com/charmbracelet/bubbletea", "github.com/charmbracelet/lipgloss"},
+		"cmd/shoal/internal/metrics": {"github.com/prometheus/client_golang/prometheus", m("schemas")},
+		"internal/fabrictest":        {m("broker"), m("node"), m("bridge"), m("coordinator")},
 	}
 	if got := violations(fine); len(got) != 0 {
 		t.Fatalf("allowed imports reported:\n%s", strings.Join(got, "\n"))
