@@ -56,8 +56,8 @@ func TestACPAgentThroughTheFabric(t *testing.T) {
 	if got := must("set-model", id, "acp:opencode:fake/fake-model"); got != "switched to acp:opencode:fake/fake-model" {
 		t.Fatalf("set-model printed %q", got)
 	}
-	if got := must("set-model", id, "acp:gemini"); !strings.HasPrefix(got, "not switched") {
-		t.Fatalf("set-model to another ACP agent printed %q", got)
+	if code, _, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "set-model", id, "acp:gemini"); code != exitError || !strings.HasPrefix(errOut, "shoal set-model: not switched: ") {
+		t.Fatalf("set-model to another ACP agent: exit %d, %q", code, errOut)
 	}
 	if got := must("output", id); got != "hello over ACP" {
 		t.Fatalf("output printed %q", got)
