@@ -157,7 +157,7 @@ type observerKey struct{}
 
 // observerTools are the tools that only read: all an observer's token may
 // call.
-var observerTools = []string{"agent_output", "agent_status", "agent_list", "agent_nodes", "agent_events"}
+var observerTools = []string{"agent_output", "agent_status", "agent_list", "agent_nodes", "agent_events", "agent_pending"}
 
 // withObserver marks ctx as a call made with an observer's token.
 func withObserver(ctx context.Context) context.Context {
@@ -224,6 +224,15 @@ func (m *MCP) door(ctx context.Context, name string, a map[string]any) string {
 	}
 	if name == "agent_open" {
 		return m.nested(rec, a, refused)
+	}
+	// An agent answers no request of its own or of its parent's: a person
+	// (or an agent above them) does.
+	if target, _ := a["agent_id"].(string); name == "agent_permit" && (target == id || target == rec.Parent) {
+		who := "its own"
+		if target != id {
+			who = "its parent's"
+		}
+		return refused(fmt.Sprintf("agent %s may not answer %s permission requests", id, who))
 	}
 	// A sandboxed agent acts only on sandboxed agents: driving one that
 	// is not would run its tools outside the sandbox.

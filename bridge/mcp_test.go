@@ -157,7 +157,7 @@ func ok(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, v 
 }
 
 var toolNames = []string{"agent_open", "agent_send", "agent_run", "agent_output", "agent_status", "agent_set_model",
-	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events"}
+	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events", "agent_permit", "agent_pending"}
 
 // The official MCP Go SDK client lists the tools and drives a real claude
 // agent through open, send, output, status, list, run, interrupt and
@@ -314,7 +314,7 @@ type toolArg struct {
 // agent_nodes). A tool may grow optional arguments beyond these.
 var kaimonArgs = map[string][]toolArg{
 	"agent_open": {{name: "cwd", kind: "string", required: true}, {name: "model", kind: "string"}, {name: "effort", kind: "string"},
-		{name: "permission", kind: "string", enum: []string{"default", "notebook", "specialist", "lab", "auto", "bypass"}},
+		{name: "permission", kind: "string", enum: []string{"default", "ask", "notebook", "specialist", "lab", "auto", "bypass"}},
 		{name: "permission_mode", kind: "string"}, {name: "allowed_tools", kind: "string[]"}, {name: "only", kind: "boolean"},
 		{name: "disallowed_tools", kind: "string[]"}, {name: "mcp_config", kind: "string"}, {name: "system_prompt", kind: "string"},
 		{name: "id", kind: "string"}, {name: "node", kind: "string"}, {name: "labels", kind: "map"}},
@@ -333,6 +333,10 @@ var kaimonArgs = map[string][]toolArg{
 		{name: "from_turn", kind: "integer"}, {name: "since", kind: "string"}, {name: "max", kind: "integer"},
 		{name: "include_deltas", kind: "boolean"}},
 	"agent_nodes": nil,
+	"agent_permit": {{name: "agent_id", kind: "string", required: true}, {name: "request_id", kind: "string", required: true},
+		{name: "decision", kind: "string", required: true, enum: []string{"allow", "deny"}}, {name: "option", kind: "string"},
+		{name: "message", kind: "string"}},
+	"agent_pending": nil,
 }
 
 // advertisedArgs reads each tool's arguments from its advertised input
@@ -383,7 +387,10 @@ func advertisedArgs(t *testing.T, s *mcp.ClientSession) map[string][]toolArg {
 func validArgs(args []toolArg) map[string]any {
 	m := map[string]any{}
 	for _, a := range args {
-		if a.required {
+		switch {
+		case a.required && a.enum != nil:
+			m[a.name] = a.enum[0]
+		case a.required:
 			m[a.name] = "a"
 		}
 	}
@@ -752,7 +759,7 @@ func TestMCPTokenRights(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if strings.Join(names, " ") != "agent_events agent_list agent_nodes agent_output agent_status" {
+	if strings.Join(names, " ") != "agent_events agent_list agent_nodes agent_output agent_pending agent_status" {
 		t.Errorf("an observer's token sees %v", names)
 	}
 	var list schemas.ListReply
@@ -845,8 +852,8 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 	schemaOf := map[string]string{"agent_open": "open_request", "agent_send": "send_request", "agent_run": "run_request",
 		"agent_output": "output_request", "agent_status": "status_request", "agent_list": "list_request",
 		"agent_set_model": "set_model_request", "agent_interrupt": "agent_request", "agent_close": "agent_request",
-		"agent_events": "events_request", "agent_nodes": "nodes_request"}
-	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes"}
+		"agent_events": "events_request", "agent_nodes": "nodes_request", "agent_permit": "permit_request", "agent_pending": "pending_request"}
+	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes", "agent_pending"}
 	if len(tools.Tools) != len(schemaOf) {
 		t.Fatalf("%d tools, want %d", len(tools.Tools), len(schemaOf))
 	}

@@ -125,5 +125,29 @@ func (m *MCP) tools() []tool {
 				return schemas.NodesReply{Nodes: nodes}, err
 			}),
 		},
+		{
+			// A second answer acts on nothing: it is told who answered.
+			name: "agent_permit", failed: "answering a permission request", schema: "permit_request", idempotent: true,
+			desc: "Answer a permission request an agent opened with permission ask waits on (a Shoal addition): allow lets the " +
+				"tool run, deny refuses it with your message. Only the first answer counts; a later one is a conflict naming it.",
+			run: call(func(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+				req.By = "mcp"
+				if id := callingAgent(ctx); id != "" {
+					req.By = "agent " + id
+				}
+				return f.Permit(ctx, req)
+			}),
+		},
+		{
+			name: "agent_pending", failed: "listing permission requests", schema: "pending_request", readOnly: true,
+			desc: "The permission requests agents wait on, oldest first, with each tool call's input (a Shoal addition).",
+			run: call(func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
+				reqs, err := f.Pending(ctx)
+				if reqs == nil {
+					reqs = []schemas.PermitRecord{}
+				}
+				return schemas.PendingReply{Requests: reqs}, err
+			}),
+		},
 	}
 }

@@ -125,6 +125,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 			})
 			return err
 		}},
+		{"KV bucket " + schemas.PermitsBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      schemas.PermitsBucket,
+				Description: "Shoal permission requests agents wait on, and their answers: <agent>.<request> -> the request",
+				History:     1,
+				TTL:         7 * 24 * time.Hour,
+				Storage:     jetstream.FileStorage,
+				Replicas:    a.Replicas,
+			})
+			return err
+		}},
 		{"KV bucket " + schemas.NodesBucket, func(ctx context.Context) error {
 			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 				Bucket:         schemas.NodesBucket,

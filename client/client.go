@@ -30,6 +30,10 @@ type Client interface {
 	Close(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error)
 	// SetModel repoints an agent at another model.
 	SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error)
+	// Permit answers a permission request an agent waits on.
+	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
+	// Pending lists the permission requests agents wait on.
+	Pending(ctx context.Context) ([]schemas.PermitRecord, error)
 	// Output reads an agent's output from the stream (agent_output).
 	Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error)
 	// Status returns an agent's record from its node, the fabric's

@@ -146,6 +146,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		schemas.RelayOwned:  async(r.owned),
 		schemas.RelayLast:   async(r.last),
 		schemas.RelayHello:  async(r.hello),
+		schemas.RelayPermit: async(r.permit),
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -305,6 +306,32 @@ func eventHeaders(h nats.Header, node, id string) error {
 		return errors.New("the event has no message id")
 	}
 	return nil
+}
+
+// permit writes a permission request of an agent the node owns, or its
+// answer: the record must name the node and the agent, and its request id
+// must make a key of its own.
+func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	var rec schemas.PermitRecord
+	switch err := json.Unmarshal(m.Data, &rec); {
+	case err != nil:
+		r.refuse(m, node, id, fmt.Errorf("not a permission request: %v", err))
+		return
+	case rec.AgentID != id || rec.Node != node:
+		r.refuse(m, node, id, fmt.Errorf("a permission request of agent %s on node %s may only name them", id, node))
+		return
+	case schemas.ValidID(rec.RequestID) != nil:
+		r.refuse(m, node, id, fmt.Errorf("permission request id %q is not a valid id", rec.RequestID))
+		return
+	case !r.owns(ctx, node, id):
+		r.refuse(m, node, id, fmt.Errorf("agent %s is not node %s's", id, node))
+		return
+	}
+	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data})
 }
 
 // owns reports whether node owns agent id, asking the bucket itself when

@@ -88,6 +88,11 @@ func (s *Service) Run(ctx context.Context) error {
 		"run":       serveJSON(ctx, s, f.Run),
 		"output":    serveJSON(ctx, s, f.Output),
 		"set_model": serveJSON(ctx, s, f.SetModel),
+		"permit":    serveJSON(ctx, s, f.Permit),
+		"pending": serveJSON(ctx, s, func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
+			reqs, err := f.Pending(ctx)
+			return schemas.PendingReply{Requests: reqs}, err
+		}),
 		"status":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
 		"record":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
 		"interrupt": serveJSON(ctx, s, f.Interrupt),

@@ -49,7 +49,8 @@ type agent struct {
 	syncRun       bool
 	eventLog      *os.File
 	stderrLog     *os.File
-	ends          []func() // undone when the agent is dead (its sandbox's proxy, its temp directory)
+	ends          []func()      // undone when the agent is dead (its sandbox's proxy, its temp directory)
+	askTimeout    time.Duration // how long its permission requests wait for a person
 }
 
 // item is one thing the loop handles: an event (from the backend, or the

@@ -63,6 +63,9 @@ type Config struct {
 	// handshake); schemas.OpenTimeout when zero. One that has not started
 	// by then is dead, and its stream says why.
 	OpenTimeout time.Duration
+	// AskTimeout is how long a permission request of an agent that asks
+	// waits for a person before it is denied; DefaultAskTimeout when zero.
+	AskTimeout time.Duration
 	// PublishWindow bounds unacknowledged publishes; 256 when zero, at
 	// most schemas.MaxEventsAhead.
 	PublishWindow int
@@ -128,6 +131,9 @@ func (c Config) withDefaults() Config {
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = schemas.OpenTimeout
 	}
+	if c.AskTimeout == 0 {
+		c.AskTimeout = DefaultAskTimeout
+	}
 	if c.Sandbox == "" {
 		c.Sandbox = schemas.SandboxOff
 	}
@@ -165,6 +171,7 @@ type Host struct {
 	recs     *records
 	ads      *advertiser
 	pids     *pidFile
+	permits  *permitBook
 	nums     *numbers
 	reaper   *backend.Reaper
 	maxEvent int
@@ -253,6 +260,7 @@ func (h *Host) Run(ctx context.Context) error {
 		return fmt.Errorf("a node named %s is already running; give this node another name", h.cfg.Name)
 	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
+	h.permits = newPermitBook(filepath.Join(h.cfg.Dir, "permits.json"))
 	var sp *spill
 	if h.cfg.OutboxDisk > 0 {
 		if sp, err = openSpill(filepath.Join(h.cfg.Dir, "outbox.spill")); err != nil {
@@ -413,6 +421,15 @@ func (h *Host) kinds() []string {
 // events to be stored, so an id reopened right away numbers its events
 // after them.
 func (h *Host) reconcileRecords(ctx context.Context) {
+	// Permission requests a previous run left open end denied, in the
+	// fabric's list and on their agents' streams.
+	left := map[string][]schemas.PermitRecord{}
+	for _, rec := range h.permits.leftOver() {
+		why := fmt.Sprintf("node %s restarted before anyone answered", h.cfg.Name)
+		rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: "node restarted", At: unixTime(time.Now())}
+		h.putPermit(rec)
+		left[rec.AgentID] = append(left[rec.AgentID], rec)
+	}
 	owned, err := h.store.owned(ctx)
 	if err != nil {
 		h.log.Warn("cannot list this node's agent records", "err", err)
@@ -453,7 +470,14 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		}
 		if tail, ok := tails[o.e.id]; ok {
 			seq := tail.Last
-			for _, ev := range tail.Orphaned(o.rec.Turn, o.rec.Status == schemas.StatusWorking, "node "+h.cfg.Name+" restarted") {
+			var closing []schemas.Event
+			for _, p := range left[o.e.id] {
+				closing = append(closing, schemas.Event{Turn: o.rec.Turn, Payload: schemas.ErrorWith(
+					fmt.Sprintf("permission request %s (%s) was denied: %s", p.RequestID, p.Tool, p.Answer.Message),
+					map[string]string{"requestId": p.RequestID, "toolCallId": p.ToolCallID})})
+			}
+			closing = append(closing, tail.Orphaned(o.rec.Turn, o.rec.Status == schemas.StatusWorking, "node "+h.cfg.Name+" restarted")...)
+			for _, ev := range closing {
 				wire, err := schemas.Encode(ev)
 				if err != nil {
 					h.log.Error("cannot encode a closing event", "agent", o.e.id, "err", err)
@@ -497,6 +521,7 @@ func (h *Host) closeAll(ctx context.Context) {
 // retire is called by an agent's loop once it is dead: it leaves the
 // pid file, and the oldest dead agents beyond MaxDead are forgotten.
 func (h *Host) retire(ctx context.Context, a *agent) {
+	h.permits.forget(a.id)
 	// The reaper ends what an agent's CLI leaves when it exits; where
 	// there is none, or it died (taking the CLI with it), the processes
 	// that carry the agent's life token are ended here, before its entry

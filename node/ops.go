@@ -49,6 +49,15 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if err != nil {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
+	pol.Ask = pol.Ask || req.Ask
+	switch {
+	case pol.Ask && pol.Dangerous:
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "ask has nothing to ask under the bypass preset, which permits everything")
+	case req.AskTimeout < 0:
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "ask_timeout must not be negative")
+	case req.AskTimeout > 0 && !pol.Ask:
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "ask_timeout is how long a person has to answer; this agent does not ask (permission ask, or ask: true)")
+	}
 	sandboxed, err := h.sandboxWanted(req)
 	if err != nil {
 		return schemas.OpenReply{}, err
@@ -80,6 +89,10 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		RequestID: req.RequestID,
 		Parent:    req.Parent, Depth: req.Depth,
 	})
+	a.askTimeout = h.cfg.AskTimeout
+	if req.AskTimeout > 0 {
+		a.askTimeout = time.Duration(req.AskTimeout * float64(time.Second))
+	}
 	h.agents[id] = a // reserves the id on this node while it starts
 	h.mu.Unlock()
 
@@ -128,6 +141,9 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 		Env: append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+id, "SHOAL_NODE="+h.cfg.Name,
 			"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), backend.LifeEnv+"="+life),
 		Stderr: stderr, Reaper: h.reaper, Logger: a.log,
+	}
+	if pol.Ask {
+		spec.Asker = a
 	}
 	if sandboxed {
 		// Confined before it starts: the wrapper that execs the CLI

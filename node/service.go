@@ -35,6 +35,7 @@ func (h *Host) endpoints(ctx context.Context) []endpoint {
 		{schemas.VerbInterrupt, handle(ctx, h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
 		{schemas.VerbClose, handle(ctx, h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
 		{schemas.VerbSetModel, handle(ctx, h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
+		{schemas.VerbPermit, handle(ctx, h, nil, schemas.VerbPermit, nil, h.Permit)},
 		{schemas.VerbDescribe, handle(ctx, h, nil, schemas.VerbDescribe, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
 	}
 }

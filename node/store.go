@@ -46,6 +46,10 @@ type store interface {
 	// beat writes the node's entry; leave removes it.
 	beat(ctx context.Context, rec []byte) error
 	leave(ctx context.Context) error
+
+	// putPermit writes a permission request of one of its agents, or its
+	// answer, to PermitsBucket.
+	putPermit(ctx context.Context, rec schemas.PermitRecord) error
 }
 
 // entry is an agent record with its revision.
@@ -57,11 +61,12 @@ type entry struct {
 
 // directStore reaches JetStream directly.
 type directStore struct {
-	nc     *nats.Conn
-	node   string
-	agents jetstream.KeyValue
-	nodes  jetstream.KeyValue
-	events jetstream.Stream
+	nc      *nats.Conn
+	node    string
+	agents  jetstream.KeyValue
+	nodes   jetstream.KeyValue
+	events  jetstream.Stream
+	permits jetstream.KeyValue
 }
 
 func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node string) (*directStore, error) {
@@ -76,7 +81,16 @@ func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 	if s.events, err = js.Stream(ctx, schemas.StreamName); err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
+	if s.permits, err = js.KeyValue(ctx, schemas.PermitsBucket); err != nil {
+		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.PermitsBucket, err)
+	}
 	return s, nil
+}
+
+func (s *directStore) putPermit(ctx context.Context, rec schemas.PermitRecord) error {
+	b, _ := json.Marshal(rec)
+	_, err := s.permits.Put(ctx, schemas.PermitKey(rec.AgentID, rec.RequestID), b)
+	return err
 }
 
 func (s *directStore) eventSubject(agent string) string { return schemas.EventSubject(agent) }
@@ -251,6 +265,12 @@ func (s *relayStore) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
 		return 0, ack.Error
 	}
 	return ack.Seq, nil
+}
+
+func (s *relayStore) putPermit(ctx context.Context, rec schemas.PermitRecord) error {
+	b, _ := json.Marshal(rec)
+	_, err := s.publish(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, schemas.RelayPermit, rec.AgentID), Data: b})
+	return err
 }
 
 func (s *relayStore) get(ctx context.Context, id string) (entry, error) {

@@ -137,6 +137,11 @@ type OpenRequest struct {
 	// hosts a sandboxed agent may reach besides its model API.
 	Sandbox    *bool    `json:"sandbox,omitempty"`
 	SandboxNet []string `json:"sandbox_net,omitempty"`
+	// Ask puts what the preset neither allows nor denies to a person:
+	// the agent waits for an answer (agent_permit) for up to AskTimeout
+	// seconds (the node's default when 0), then is denied.
+	Ask        bool    `json:"ask,omitempty"`
+	AskTimeout float64 `json:"ask_timeout,omitempty"`
 	// Parent and Depth are set by the MCP door when an agent opens an
 	// agent: the calling agent, and how deep the child is (1 for an
 	// agent's own child). No caller may set them.
@@ -277,6 +282,9 @@ type AgentPolicy struct {
 	Mode string `json:"mode,omitempty"`
 	// CWD confines the paths the agent may pass to Shoal's tools.
 	CWD string `json:"cwd"`
+	// Ask says a person is asked what the preset neither allows nor
+	// denies (a Shoal addition).
+	Ask bool `json:"ask,omitempty"`
 }
 
 // ListRequest asks for every agent (agent_list). It has no fields.

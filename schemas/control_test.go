@@ -40,6 +40,8 @@ func controlSamples() map[string]any {
 		"interrupt_reply":   schemas.InterruptReply{Interrupted: true},
 		"close_reply":       schemas.CloseReply{Closed: true},
 		"set_model_request": schemas.SetModelRequest{RequestID: "r5", AgentID: "9f3a1c20", Model: "acp:opencode:x/y"},
+		"permit_request":    schemas.PermitRequest{AgentID: "9f3a1c20", RequestID: "perm-1", Decision: schemas.DecisionDeny, Option: "reject_once", Message: "not now", By: "mcp"},
+		"pending_request":   struct{}{},
 		"set_model_reply":   schemas.SetModelReply{Switched: true},
 		"error_reply":       schemas.ErrorReply{Error: schemas.Errf(schemas.CodeNotFound, "no such agent: %s", "x")},
 		"events_request":    schemas.EventsRequest{AgentID: "a", FromEvent: 3, FromTurn: 2, Since: "2026-11-29T10:00:00Z", Max: 10, IncludeDeltas: true},
@@ -112,6 +114,7 @@ func TestControlSchemasRejectBadInput(t *testing.T) {
 		"run_request":       `{"agent_id":"a","text":"x","timeout":-1}`,
 		"output_request":    `{"agent_id":"a","which":"everything"}`,
 		"set_model_request": `{"agent_id":"a"}`,
+		"permit_request":    `{"agent_id":"a","request_id":"p","decision":"maybe"}`,
 		"error_reply":       `{"error":{"code":"oops","message":"m"}}`,
 		"agent_request":     `{"agent_id":"a","extra":1}`,
 	}

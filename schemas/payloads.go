@@ -240,11 +240,17 @@ type PermissionToolCall struct {
 }
 
 // Permission records that the agent asked to approve a tool call. The
-// decision follows the agent's preset and is reported separately.
+// decision follows the agent's preset and is reported separately. For an
+// agent that asks people (ask), Shoal adds the tool and its input, and a
+// second permission event with the same request id carries the Answer.
 type Permission struct {
 	ToolCall  PermissionToolCall `json:"toolCall"`
 	Options   []PermissionOption `json:"options"`
 	RequestID string             `json:"requestId"`
+	// Shoal's additions.
+	Tool   string          `json:"tool,omitempty"`
+	Input  json.RawMessage `json:"input,omitempty"`
+	Answer *PermitAnswer   `json:"answer,omitempty"`
 }
 
 // Kind implements Payload.
@@ -260,7 +266,10 @@ func (p Permission) MarshalJSON() ([]byte, error) {
 		ToolCall  PermissionToolCall `json:"toolCall"`
 		Options   []PermissionOption `json:"options"`
 		RequestID string             `json:"requestId"`
-	}{p.ToolCall, opts, p.RequestID})
+		Tool      string             `json:"tool,omitempty"`
+		Input     json.RawMessage    `json:"input,omitempty"`
+		Answer    *PermitAnswer      `json:"answer,omitempty"`
+	}{p.ToolCall, opts, p.RequestID, p.Tool, p.Input, p.Answer})
 }
 
 func (p *Permission) decode(f *fields) {
@@ -274,4 +283,14 @@ func (p *Permission) decode(f *fields) {
 		})
 	})
 	p.RequestID = f.str("requestId")
+	p.Tool = f.optStr("tool")
+	p.Input = f.raw("input", false)
+	if a := f.raw("answer", false); len(a) > 0 && string(a) != "null" {
+		var ans PermitAnswer
+		if err := json.Unmarshal(a, &ans); err != nil {
+			f.fail("answer", "is not a permission answer")
+		} else {
+			p.Answer = &ans
+		}
+	}
 }

@@ -1,11 +1,27 @@
 package schemas
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
 
 // PermitsBucket is the KV bucket of the permission requests agents wait
 // on, keyed <agent id>.<request id>: an open request has no answer; an
 // answered one keeps its answer until its agent's next life.
 const PermitsBucket = "shoal_permits"
+
+// PermitKey is a permission request's key in PermitsBucket.
+func PermitKey(agent, request string) string { return agent + "." + request }
+
+// ParseDecision reads allow or deny, in any case.
+func ParseDecision(s string) (Decision, error) {
+	switch d := Decision(strings.ToLower(strings.TrimSpace(s))); d {
+	case DecisionAllow, DecisionDeny:
+		return d, nil
+	}
+	return "", fmt.Errorf("decision %q: want allow or deny", s)
+}
 
 // Decision is a person's answer to a permission request.
 type Decision string

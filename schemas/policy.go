@@ -51,7 +51,7 @@ var NativeFileTools = []string{"Bash", "Read", "Write", "Edit", "Glob", "Grep", 
 var RecursionGuard = []string{
 	MCPToolPrefix + "agent_open", MCPToolPrefix + "agent_send", MCPToolPrefix + "agent_run",
 	MCPToolPrefix + "agent_interrupt", MCPToolPrefix + "agent_close", MCPToolPrefix + "agent_status",
-	MCPToolPrefix + "agent_list", MCPToolPrefix + "agent_set_model",
+	MCPToolPrefix + "agent_list", MCPToolPrefix + "agent_set_model", MCPToolPrefix + "agent_permit",
 	"Agent", "Task", "Workflow",
 }
 
@@ -74,18 +74,24 @@ type Policy struct {
 	Dangerous bool
 	// Only makes Allowed the agent's whole tool set.
 	Only bool
+	// Ask puts what the preset neither allows nor denies to a person
+	// (the "ask" preset, or ask on another), instead of refusing it.
+	Ask bool
 }
+
+// PresetAsk is the word for the default preset with Ask.
+const PresetAsk = "ask"
 
 // ParsePreset accepts a preset word in any case; "" is the default.
 func ParsePreset(s string) (Preset, error) {
 	p := Preset(strings.ToLower(strings.TrimSpace(s)))
-	if p == "" {
+	if p == "" || p == PresetAsk {
 		return PresetDefault, nil
 	}
 	if slices.Contains(Presets, p) {
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown permission preset %q (want default, notebook, specialist, lab, auto or bypass)", s)
+	return "", fmt.Errorf("unknown permission preset %q (want default, ask, notebook, specialist, lab, auto or bypass)", s)
 }
 
 // ComposePolicy combines a preset with the caller's overrides. disallowed
@@ -95,7 +101,8 @@ func ComposePolicy(preset, permissionMode string, allowed []string, disallowed *
 	if err != nil {
 		return Policy{}, err
 	}
-	pol := Policy{Preset: p, Mode: "acceptEdits", CallerAllowed: slices.Clone(allowed), Only: only}
+	pol := Policy{Preset: p, Mode: "acceptEdits", CallerAllowed: slices.Clone(allowed), Only: only,
+		Ask: strings.EqualFold(strings.TrimSpace(preset), PresetAsk)}
 	var deny []string
 	switch p {
 	case PresetNotebook:
@@ -110,6 +117,11 @@ func ComposePolicy(preset, permissionMode string, allowed []string, disallowed *
 	case PresetBypass:
 		pol.Mode = "bypassPermissions"
 		pol.Dangerous = true
+	}
+	if pol.Ask && p == PresetDefault {
+		// The ask preset: what the CLI would prompt for, edits included,
+		// is put to a person.
+		pol.Mode = "default"
 	}
 	if permissionMode != "" {
 		if !slices.Contains(PermissionModes, permissionMode) {
@@ -164,7 +176,7 @@ func unique(xs []string) []string {
 
 // Record is the policy as an agent record carries it.
 func (p Policy) Record(cwd string) *AgentPolicy {
-	return &AgentPolicy{Preset: p.Preset, AllowedTools: nonNil(p.Allowed), DisallowedTools: nonNil(p.Disallowed), Only: p.Only, Mode: p.Mode, CWD: cwd}
+	return &AgentPolicy{Preset: p.Preset, AllowedTools: nonNil(p.Allowed), DisallowedTools: nonNil(p.Disallowed), Only: p.Only, Mode: p.Mode, CWD: cwd, Ask: p.Ask}
 }
 
 func nonNil(xs []string) []string {

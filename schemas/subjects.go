@@ -116,6 +116,8 @@ const (
 	VerbInterrupt Verb = "interrupt"
 	VerbClose     Verb = "close"
 	VerbSetModel  Verb = "set_model"
+	// VerbPermit answers a permission request an agent of the node waits on.
+	VerbPermit Verb = "permit"
 	// VerbDescribe answers the node's record as it stands: what it can
 	// run (detected again every refresh), its labels, load and host.
 	VerbDescribe Verb = "describe"
@@ -162,6 +164,9 @@ const (
 	// RelayHello is a node's first word: is its name free, and how often
 	// must it beat.
 	RelayHello RelayOp = "hello"
+	// RelayPermit writes a permission request of an agent the node owns,
+	// or its answer, to PermitsBucket.
+	RelayPermit RelayOp = "permit"
 )
 
 // RelaySubject is where a confined node asks the relay for op:
@@ -219,7 +224,7 @@ func InboxPrefix(role, name string) string { return "_INBOX." + role + "-" + nam
 
 // FabricReadVerbs are the verbs of the coordinator's fabric service
 // (shoal.fabric.<verb>) that only read: all an observer may call.
-var FabricReadVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output"}
+var FabricReadVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output", "pending"}
 
 // FabricService is the coordinator's NATS micro service, shoal-fabric:
 // the whole fabric behind one door, for clients whose credentials reach

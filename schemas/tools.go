@@ -151,7 +151,7 @@ func (p Policy) Decide(tool ToolName, rules Rules) (allow bool, why string) {
 // Policy is the policy the record carries, for Decide: the composed
 // allowlist is the whole one, as the door judges it.
 func (p AgentPolicy) Policy() Policy {
-	return Policy{Preset: p.Preset, Allowed: p.AllowedTools, Disallowed: p.DisallowedTools, Only: p.Only}
+	return Policy{Preset: p.Preset, Allowed: p.AllowedTools, Disallowed: p.DisallowedTools, Only: p.Only, Ask: p.Ask}
 }
 
 // DecideTool judges an agent's call of one of Shoal's own MCP tools, by

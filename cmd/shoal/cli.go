@@ -97,7 +97,8 @@ func commands() []*command {
 	return []*command{
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
-		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), tailCommand(), tuiCommand(), mcpCommand(),
+		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
+		tailCommand(), tuiCommand(), mcpCommand(),
 		configCommand(), completionCommand(), versionCommand(),
 	}
 }

@@ -69,7 +69,7 @@ var groupsByCommand = map[string][]flagGroup{
 	},
 	"open": verbGroups(
 		flagGroup{"Agent", false, []string{"model", "effort", "id", "system-prompt", "mcp-config"}},
-		flagGroup{"Permissions", false, []string{"permission", "permission-mode", "allow", "only", "disallow", "allow-nested"}},
+		flagGroup{"Permissions", false, []string{"permission", "permission-mode", "allow", "only", "disallow", "allow-nested", "ask", "ask-timeout"}},
 		flagGroup{"Placement", false, []string{"node", "labels"}},
 		flagGroup{"Sandbox", false, []string{"sandbox", "sandbox-net"}},
 	),
@@ -82,6 +82,8 @@ var groupsByCommand = map[string][]flagGroup{
 	"interrupt": verbGroups(),
 	"set-model": verbGroups(),
 	"close":     verbGroups(),
+	"permit":    verbGroups(flagGroup{"Answer", false, []string{"message", "option"}}),
+	"pending":   verbGroups(),
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),
 	"mcp": {

@@ -110,7 +110,10 @@ effort suffix, e.g. sonnet/high).`,
 			var guardOff bool
 			fs.StringVar(&req.Model, "model", "sonnet", "`model` alias or id, with an optional backend prefix")
 			fs.StringVar(&req.Effort, "effort", "", "claude thinking `effort`: low, medium or high")
-			fs.StringVar(&req.Permission, "permission", "default", "permission `preset`: default, notebook, specialist, lab, auto or bypass")
+			fs.StringVar(&req.Permission, "permission", "default", "permission `preset`: default, ask, notebook, specialist, lab, auto or bypass")
+			fs.BoolVar(&req.Ask, "ask", false, "ask a person (shoal permit, agent_permit) before what the preset neither allows nor denies")
+			var askTimeout time.Duration
+			durationFlag(fs, &askTimeout, "ask-timeout", 0, "deny a permission request nobody answered within this `duration` (default: the node's, 10m)")
 			fs.StringVar(&req.PermissionMode, "permission-mode", "", "override the preset's claude permission `mode`")
 			fs.StringVar(&allowed, "allow", "", "comma-separated `tools` the agent may use without asking")
 			fs.BoolVar(&req.Only, "only", false, "make --allow the agent's whole tool set")
@@ -126,6 +129,7 @@ effort suffix, e.g. sonnet/high).`,
 			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox; --sandbox=false declines it (default: the node's --sandbox mode)")
 			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
 			return func(ctx context.Context, v *verb, args []string) error {
+				req.AskTimeout = askTimeout.Seconds()
 				req.Sandbox = sandbox.value
 				req.SandboxNet = splitList(sandboxNet)
 				if len(args) > 1 {

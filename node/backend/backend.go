@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 
@@ -96,7 +97,38 @@ type Spec struct {
 	// nil when it runs unconfined. Env then points it at its proxy and its
 	// temp directory.
 	Sandbox *Confinement
-	Logger  *slog.Logger
+	// Asker puts the tool calls the agent asks permission for to a person
+	// when its policy asks (Policy.Ask); nil refuses them.
+	Asker  Asker
+	Logger *slog.Logger
+}
+
+// Asker puts a tool call the agent asks permission for to a person and
+// returns the answer: the node's, which records and publishes the
+// request, and denies it at its deadline or when the agent ends. It
+// blocks until then; a backend calls it off the goroutine that reads the
+// agent.
+type Asker interface {
+	Ask(ctx context.Context, q Question) Verdict
+}
+
+// Question is a tool call put to a person.
+type Question struct {
+	Tool        string
+	ToolCallID  string
+	Input       json.RawMessage
+	Description string
+	// Options are the agent's own choices, when it offers them.
+	Options []schemas.PermissionOption
+}
+
+// Verdict is a person's answer, or the node's in their stead.
+type Verdict struct {
+	Allow bool
+	// Option is the agent's option chosen, if any.
+	Option string
+	// Message goes back to the agent with a denial.
+	Message string
 }
 
 // MCPEndpoint is where agents reach the coordinator's MCP server.

@@ -85,6 +85,11 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	if partial {
 		args = append(args, "--include-partial-messages")
 	}
+	if pol.Ask && !pol.Dangerous {
+		// What the CLI would prompt for comes to Shoal as a control
+		// request, and is put to a person.
+		args = append(args, "--permission-prompt-tool", "stdio")
+	}
 	if effort != "" {
 		args = append(args, "--effort", effort)
 	}

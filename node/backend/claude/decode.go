@@ -51,9 +51,11 @@ type line struct {
 	Usage      *usage  `json:"usage"`
 	RequestID  string  `json:"request_id"`
 	Request    struct {
-		Subtype   string `json:"subtype"`
-		ToolName  string `json:"tool_name"`
-		ToolUseID string `json:"tool_use_id"`
+		Subtype     string          `json:"subtype"`
+		ToolName    string          `json:"tool_name"`
+		ToolUseID   string          `json:"tool_use_id"`
+		Input       json.RawMessage `json:"input"`
+		Description string          `json:"description"`
 	} `json:"request"`
 	Response struct {
 		Subtype   string `json:"subtype"`
@@ -311,6 +313,8 @@ func controlRequest(m *line, raw []byte) []schemas.Payload {
 	return []schemas.Payload{schemas.Permission{
 		ToolCall:  schemas.PermissionToolCall{ToolCallID: m.Request.ToolUseID},
 		RequestID: m.RequestID,
+		Tool:      m.Request.ToolName,
+		Input:     m.Request.Input,
 		Options: []schemas.PermissionOption{
 			{OptionID: "allow", Name: "Allow", Kind: schemas.PermissionAllowOnce},
 			{OptionID: "deny", Name: "Deny", Kind: schemas.PermissionRejectOnce},

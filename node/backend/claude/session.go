@@ -130,8 +130,12 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	life, endLife := context.WithCancel(context.Background())
 	s := &session{
 		cfg:        b.cfg,
+		spec:       spec,
+		life:       life,
+		endLife:    endLife,
 		proc:       proc,
 		sink:       sink,
 		configDir:  ConfigDir(env),
@@ -152,6 +156,11 @@ type session struct {
 	cwd        string
 	log        *slog.Logger
 	readerDone chan struct{}
+	spec       backend.Spec
+	// life ends with the process: a question still put to a person is
+	// then denied.
+	life    context.Context
+	endLife context.CancelFunc
 
 	mu          sync.Mutex
 	dec         Decoder
@@ -307,6 +316,11 @@ func (s *session) handle(line []byte, tooLong int) {
 				p = schemas.Errorf("claude keeps printing lines Shoal cannot read; further ones in this turn are not reported")
 			}
 		}
+		if perm, ok := p.(schemas.Permission); ok && s.spec.Asker != nil && s.spec.Policy.Ask {
+			// The node publishes the request under its own id.
+			go s.ask(perm)
+			continue
+		}
 		s.emit(p)
 		if perm, ok := p.(schemas.Permission); ok {
 			s.refuse(perm)
@@ -315,6 +329,28 @@ func (s *session) handle(line []byte, tooLong int) {
 			s.running, s.interrupted = false, false
 		}
 	}
+}
+
+// ask puts a permission request to a person and gives the CLI the
+// answer: allowed, the tool runs with its input as asked; denied, the
+// message is the tool's result.
+func (s *session) ask(perm schemas.Permission) {
+	v := s.spec.Asker.Ask(s.life, backend.Question{
+		Tool: perm.Tool, ToolCallID: perm.ToolCall.ToolCallID, Input: perm.Input, Options: perm.Options,
+	})
+	answer := map[string]any{"behavior": "deny", "message": v.Message}
+	if v.Allow {
+		input := perm.Input
+		if len(input) == 0 {
+			input = json.RawMessage("{}")
+		}
+		answer = map[string]any{"behavior": "allow", "updatedInput": input}
+	}
+	reply, _ := json.Marshal(map[string]any{
+		"type":     "control_response",
+		"response": map[string]any{"subtype": "success", "request_id": perm.RequestID, "response": answer},
+	})
+	s.proc.Write(append(reply, '\n'))
 }
 
 // refuse answers a permission request: Shoal starts the CLI with its
@@ -341,6 +377,7 @@ func isUnmapped(e schemas.Error) bool {
 // exited reports the end of the process: an error unless Close asked for
 // it, then status dead.
 func (s *session) exited() {
+	s.endLife()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.dead = true

@@ -1,0 +1,97 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Permit answers a permission request: the agent's node takes the first
+// answer and refuses any later one as a conflict naming the first.
+func (f *Direct) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	if err := schemas.ValidID(req.AgentID); err != nil {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	if _, err := schemas.ParseDecision(string(req.Decision)); err != nil {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	var rep schemas.PermitReply
+	err := f.toOwner(ctx, req.AgentID, schemas.VerbPermit, req, &rep, 0)
+	if schemas.CodeOf(err) == schemas.CodeNotFound {
+		// An answered request is told apart from one that never was.
+		if rec, ok := f.permit(ctx, req.AgentID, req.RequestID); ok && rec.Answer != nil {
+			a := rec.Answer
+			return schemas.PermitReply{}, schemas.Errf(schemas.CodeConflict, "permission request %s of agent %s was already answered: %s by %s", req.RequestID, req.AgentID, a.Decision, a.By)
+		}
+	}
+	return rep, err
+}
+
+// permit reads one request from the bucket.
+func (f *Direct) permit(ctx context.Context, agent, request string) (schemas.PermitRecord, bool) {
+	kv, err := f.js.KeyValue(ctx, schemas.PermitsBucket)
+	if err != nil {
+		return schemas.PermitRecord{}, false
+	}
+	e, err := kv.Get(ctx, schemas.PermitKey(agent, request))
+	if err != nil {
+		return schemas.PermitRecord{}, false
+	}
+	var rec schemas.PermitRecord
+	return rec, json.Unmarshal(e.Value(), &rec) == nil
+}
+
+// Pending lists the permission requests agents wait on, oldest first.
+func (f *Direct) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+	kv, err := f.js.KeyValue(ctx, schemas.PermitsBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
+	}
+	LongWait(ctx) // a read per request
+	lister, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return []schemas.PermitRecord{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []schemas.PermitRecord{}
+	for key := range lister.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var rec schemas.PermitRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil {
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b schemas.PermitRecord) int {
+		switch {
+		case a.AskedAt < b.AskedAt:
+			return -1
+		case a.AskedAt > b.AskedAt:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Permit implements Client.
+func (r *Remote) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	var rep schemas.PermitReply
+	return rep, r.via(ctx, "permit", req, &rep, 0)
+}
+
+// Pending implements Client.
+func (r *Remote) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+	var rep schemas.PendingReply
+	err := r.via(ctx, "pending", struct{}{}, &rep, 0)
+	return rep.Requests, err
+}

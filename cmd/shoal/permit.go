@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func permitCommand() *command {
+	return verbCommand("permit", "<agent> <request> allow|deny", "answer a permission request an agent waits on",
+		`Answers a permission request of an agent opened with --permission ask (or
+--ask): allow lets the tool run, deny refuses it, with --message said to
+the agent. --option picks one of the agent's own options (an ACP agent's
+allow_always, say). Only the first answer counts: a second is refused
+(exit 6) naming who answered. shoal pending lists the open requests.`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var message, option string
+			fs.StringVar(&message, "message", "", "`text` said to the agent with a denial")
+			fs.StringVar(&option, "option", "", "one of the request's own `options`")
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) != 2 {
+					return usagef("give the agent id, the request id and allow or deny")
+				}
+				d, err := schemas.ParseDecision(rest[1])
+				if err != nil {
+					return usagef("%v", err)
+				}
+				f, err := v.fabric()
+				if err != nil {
+					return err
+				}
+				by := "cli"
+				if u, err := user.Current(); err == nil {
+					by = "cli:" + u.Username
+				}
+				rep, err := f.Permit(ctx, schemas.PermitRequest{AgentID: id, RequestID: rest[0], Decision: d, Option: option, Message: message, By: by})
+				if err != nil {
+					return err
+				}
+				return v.reply(rep, fmt.Sprintf("%s: %s %s", rest[0], d, rep.Record.Tool))
+			}
+		})
+}
+
+func pendingCommand() *command {
+	return verbCommand("pending", "", "list the permission requests agents wait on",
+		`Lists every permission request an agent of the fabric waits on, oldest
+first: the agent, the request id (for shoal permit), the tool, how long
+it has waited and its input. --json prints the requests in full.`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			return func(ctx context.Context, v *verb, args []string) error {
+				if len(args) > 0 {
+					return usagef("pending takes no arguments")
+				}
+				f, err := v.fabric()
+				if err != nil {
+					return err
+				}
+				reqs, err := f.Pending(ctx)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, schemas.PendingReply{Requests: reqs})
+				}
+				if len(reqs) == 0 {
+					fmt.Fprintln(v.out(), "no permission request is waiting")
+					return nil
+				}
+				w := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "AGENT\\tREQUEST\\tTOOL\\tWAITING\\tINPUT")
+				for _, r := range reqs {
+					asked := time.Unix(0, int64(r.AskedAt*1e9))
+					input := strings.Join(strings.Fields(string(r.Input)), " ")
+					if len(input) > 80 {
+						input = input[:77] + "..."
+					}
+					fmt.Fprintf(w, "%s\\t%s\\t%s\\t%s\\t%s\\n", r.AgentID, r.RequestID, r.Tool, time.Since(asked).Round(time.Second), input)
+				}
+				return w.Flush()
+			}
+		})
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// The real claude CLI under --permission ask: a Bash call becomes a
+// permission event and a request every surface lists, and the agent
+// waits. The request outlives a coordinator restart; the agent itself
+// and an observer's token may not answer it; shoal permit allow lets the
+// tool run and the turn end with its result; a second answer is a
+// conflict naming the first; deny ends the tool with the person's
+// message; a request nobody answers is denied at its deadline, saying so.
+func TestPermissionsAnsweredByPeople(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpAddr := ml.Addr().String()
+	l.Close()
+	ml.Close()
+	url := "nats://127.0.0.1:" + port
+	const token, observer = "coordinator-secret", "observer-secret"
+	coordinator := func() *shoalProc {
+		p := startShoal(t, dir, nil, "up", "--port", port, "--no-node", "--no-bus", "--mcp-listen", mcpAddr,
+			"--mcp-token", token, "--mcp-observer-token", observer)
+		p.waitLine("shoal: ready")
+		return p
+	}
+	up := coordinator()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	nodeHome := filepath.Join(dir, "node")
+	env := append(peers.ClaudeEnv(filepath.Join(nodeHome, "claude"), fake.URL()), "XDG_CACHE_HOME="+nodeHome+"/cache")
+	node := startShoal(t, nodeHome, env, "node", "--nats", url, "--node-name", "remote", "--claude", peers.Claude.Command(t)[0])
+	node.waitLine("shoal: node remote joined")
+	client := []string{"SHOAL_NATS=" + url}
+	shoal := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runShoal(t, t.TempDir(), client, args...)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := shoal(args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	pending := func(agent string) []schemas.PermitRecord {
+		t.Helper()
+		var rep schemas.PendingReply
+		if err := json.Unmarshal([]byte(must("pending", "--json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		var out []schemas.PermitRecord
+		for _, r := range rep.Requests {
+			if r.AgentID == agent {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	waitFor := func(agent string) schemas.PermitRecord {
+		t.Helper()
+		var got []schemas.PermitRecord
+		deadline := time.Now().Add(60 * time.Second)
+		for got = pending(agent); len(got) != 1; got = pending(agent) {
+			if time.Now().After(deadline) {
+				_, raw, _ := shoal("tail", "--raw", "--no-follow", agent)
+				t.Fatalf("no permission request of %s; its stream:\n%s\nthe node said:\n%s", agent, raw, node.stderrText())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return got[0]
+	}
+	bash := func(cmd string) fakemodel.Reply {
+		in, _ := json.Marshal(map[string]string{"command": cmd, "description": "run it"})
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+	}
+	mcpAs := func(tok, agent string) *mcp.ClientSession {
+		t.Helper()
+		hc := &http.Client{Transport: bearer(tok)}
+		if agent != "" {
+			hc.Transport = headers{bearer(tok), agent}
+		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "permit-test", Version: "1"}, nil)
+		s, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: "http://" + mcpAddr + "/mcp", HTTPClient: hc}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	permitOver := func(s *mcp.ClientSession, agent, request string) string {
+		t.Helper()
+		res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_permit",
+			Arguments: map[string]any{"agent_id": agent, "request_id": request, "decision": "allow"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Content[0].(*mcp.TextContent).Text
+	}
+
+	cwd := t.TempDir()
+	id := must("open", "--permission", "ask", cwd)
+	fake.Script(bash("echo hi && touch "+filepath.Join(cwd, "allowed.txt")), fakemodel.Reply{Text: "Touched."})
+	must("send", id, "Touch a file.")
+	req := waitFor(id)
+	if req.Tool != "Bash" || !strings.Contains(string(req.Input), "allowed.txt") || req.Node != "remote" {
+		t.Fatalf("the request: %+v", req)
+	}
+	if raw := must("tail", "--raw", "--no-follow", id); !strings.Contains(raw, `"kind":"permission"`) || !strings.Contains(raw, req.RequestID) {
+		t.Fatalf("the stream has no permission event for %s:\n%s", req.RequestID, raw)
+	}
+
+	// The coordinator goes away and comes back: the request is still
+	// there and still answerable.
+	up.stop(syscall.SIGKILL)
+	coordinator()
+	if got := waitFor(id); got.RequestID != req.RequestID {
+		t.Fatalf("after the restart: %+v", got)
+	}
+
+	// Neither an observer nor the agent itself may answer.
+	if text := permitOver(mcpAs(observer, ""), id, req.RequestID); !strings.Contains(text, "this token may only observe") {
+		t.Errorf("an observer's agent_permit: %s", text)
+	}
+	var rec schemas.AgentRecord
+	json.Unmarshal([]byte(must("status", "--json", id)), &rec)
+	self := mcpAs(schemas.AgentToken(token, id, rec.RequestID), id)
+	if text := permitOver(self, id, req.RequestID); !strings.Contains(text, "refused") {
+		t.Errorf("the agent answering its own request: %s", text)
+	}
+	if len(pending(id)) != 1 {
+		t.Fatal("a refused answer settled the request")
+	}
+
+	// A person allows it: the tool runs, the turn ends with its result.
+	// (The node may still be reconnecting to the restarted server.)
+	eventually(t, 30*time.Second, "the answer reaches the node", func() bool {
+		code, _, errOut := shoal("permit", id, req.RequestID, "allow")
+		if code != 0 && code != exitUnavailable {
+			t.Fatalf("permit: exit %d: %s", code, errOut)
+		}
+		return code == 0
+	})
+	eventually(t, 60*time.Second, "the turn ends", func() bool { return must("output", id) == "Touched." })
+	if _, err := readFile(filepath.Join(cwd, "allowed.txt")); err != nil {
+		t.Errorf("the allowed tool did not run: %v", err)
+	}
+	code, _, errOut := shoal("permit", id, req.RequestID, "deny")
+	if code != exitConflict || !strings.Contains(errOut, "already answered: allow by cli:") {
+		t.Errorf("a second answer: exit %d, %q", code, errOut)
+	}
+
+	// A person denies one, with a message.
+	fake.Script(bash("touch "+filepath.Join(cwd, "denied.txt")), fakemodel.Reply{Text: "Refused, then."})
+	must("send", id, "Touch another.")
+	req2 := waitFor(id)
+	must("permit", "--message", "not in this directory", id, req2.RequestID, "deny")
+	eventually(t, 60*time.Second, "the second turn ends", func() bool { return must("output", id) == "Refused, then." })
+	if _, err := readFile(filepath.Join(cwd, "denied.txt")); err == nil {
+		t.Error("the denied tool ran")
+	}
+	last := fake.Requests()
+	if r := last[len(last)-1].ToolResults; len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Content, "not in this directory") {
+		t.Errorf("the denied tool's result: %+v", r)
+	}
+
+	// Nobody answers: denied at the deadline, and the agent is told why.
+	// (--ask on the default preset: its edits inside the directory need
+	// no one, an edit elsewhere asks.)
+	elsewhere := t.TempDir()
+	id2 := must("open", "--ask", "--ask-timeout", "2s", t.TempDir())
+	fake.Script(bash("touch "+filepath.Join(elsewhere, "never.txt")), fakemodel.Reply{Text: "Nobody came."})
+	if out := must("run", id2, "Touch one more."); out != "Nobody came." {
+		t.Fatalf("the unanswered turn: %q", out)
+	}
+	last = fake.Requests()
+	if r := last[len(last)-1].ToolResults; len(r) != 1 || !r[0].IsError || !strings.Contains(r[0].Content, "nobody answered within 2s") {
+		t.Errorf("the unanswered tool's result: %+v", r)
+	}
+	if raw := must("tail", "--raw", "--no-follow", id2); !strings.Contains(raw, `"by":"deadline"`) {
+		t.Errorf("the stream does not say the deadline answered:\n%s", raw)
+	}
+	if _, err := readFile(filepath.Join(elsewhere, "never.txt")); err == nil {
+		t.Error("the unanswered tool ran")
+	}
+}
+
+// headers sends the bearer token and names the calling agent, as an
+// agent's MCP config does.
+type headers struct {
+	tok   bearer
+	agent string
+}
+
+func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(schemas.AgentIDHeader, h.agent)
+	return h.tok.RoundTrip(r)
+}

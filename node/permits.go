@@ -1,0 +1,215 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// DefaultAskTimeout is how long a permission request waits for a person
+// when neither the open nor the node says.
+const DefaultAskTimeout = 10 * time.Minute
+
+// permitBook holds the permission requests the node's agents wait on,
+// and the answers they got while the agent lives, so a second answer is
+// told who answered first. Open requests are also in permits.json, so a
+// restarted node ends them denied.
+type permitBook struct {
+	path string
+	mu   sync.Mutex
+	reqs map[string]*asked // by PermitKey
+}
+
+type asked struct {
+	rec    schemas.PermitRecord
+	answer chan schemas.PermitAnswer // the first answer, once
+}
+
+func newPermitBook(path string) *permitBook {
+	return &permitBook{path: path, reqs: map[string]*asked{}}
+}
+
+// open records a request and returns where its answer comes.
+func (b *permitBook) open(rec schemas.PermitRecord) *asked {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := &asked{rec: rec, answer: make(chan schemas.PermitAnswer, 1)}
+	b.reqs[schemas.PermitKey(rec.AgentID, rec.RequestID)] = q
+	b.saveLocked()
+	return q
+}
+
+// answer settles a request with the first answer; a later one is refused
+// with who answered. It returns the request as answered.
+func (b *permitBook) answer(agent, request string, ans schemas.PermitAnswer) (schemas.PermitRecord, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, ok := b.reqs[schemas.PermitKey(agent, request)]
+	if !ok {
+		return schemas.PermitRecord{}, schemas.Errf(schemas.CodeNotFound, "agent %s has no permission request %s", agent, request)
+	}
+	if a := q.rec.Answer; a != nil {
+		return q.rec, schemas.Errf(schemas.CodeConflict, "permission request %s of agent %s was already answered: %s by %s at %s",
+			request, agent, a.Decision, a.By, time.Unix(0, int64(a.At*1e9)).UTC().Format(time.RFC3339))
+	}
+	q.rec.Answer = &ans
+	q.answer <- ans
+	b.saveLocked()
+	return q.rec, nil
+}
+
+// forget drops an agent's requests when it is gone.
+func (b *permitBook) forget(agent string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, q := range b.reqs {
+		if q.rec.AgentID == agent {
+			delete(b.reqs, k)
+		}
+	}
+	b.saveLocked()
+}
+
+// saveLocked writes the open requests to permits.json.
+func (b *permitBook) saveLocked() {
+	var open []schemas.PermitRecord
+	for _, q := range b.reqs {
+		if q.rec.Answer == nil {
+			open = append(open, q.rec)
+		}
+	}
+	data, _ := json.Marshal(open)
+	tmp := b.path + ".tmp"
+	if os.WriteFile(tmp, data, 0o600) == nil {
+		os.Rename(tmp, b.path)
+	}
+}
+
+// leftOver reads the requests a previous run of the node left open, and
+// forgets them.
+func (b *permitBook) leftOver() []schemas.PermitRecord {
+	var open []schemas.PermitRecord
+	if data, err := os.ReadFile(b.path); err == nil {
+		json.Unmarshal(data, &open)
+	}
+	os.Remove(b.path)
+	return open
+}
+
+func unixTime(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// Ask implements backend.Asker: the request is recorded, published as a
+// permission event and in PermitsBucket, and waits for the first answer
+// (agent_permit), its deadline or the agent's end; its answer is
+// published as a second permission event with the same request id.
+func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
+	h := a.h
+	now := time.Now()
+	wait := a.askTimeout
+	rec := schemas.PermitRecord{
+		AgentID: a.id, RequestID: "perm-" + schemas.NewAgentID(), Node: h.cfg.Name,
+		Tool: q.Tool, ToolCallID: q.ToolCallID, Input: q.Input, Description: q.Description,
+		Options: q.Options, AskedAt: unixTime(now), Deadline: unixTime(now.Add(wait)),
+	}
+	if rec.Options == nil {
+		rec.Options = []schemas.PermissionOption{}
+	}
+	req := h.permits.open(rec)
+	perm := schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: q.ToolCallID}, Options: rec.Options,
+		RequestID: rec.RequestID, Tool: q.Tool, Input: q.Input}
+	a.Emit(schemas.Event{Payload: perm})
+	h.putPermit(rec)
+	a.log.Info("a permission request waits for a person", "request", rec.RequestID, "tool", q.Tool)
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var ans schemas.PermitAnswer
+	// The node's own answer, unless a person's came first.
+	settle := func(by, why string) schemas.PermitAnswer {
+		got, _ := h.permits.answer(a.id, rec.RequestID, schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: by, At: unixTime(time.Now())})
+		return *got.Answer
+	}
+	select {
+	case ans = <-req.answer:
+	case <-timer.C:
+		ans = settle("deadline", fmt.Sprintf("nobody answered within %s, so the request was denied", wait))
+	case <-ctx.Done():
+		ans = settle("closed", "the agent ended before anyone answered")
+	}
+	if ans.Decision == schemas.DecisionDeny && ans.Message == "" {
+		ans.Message = "denied by " + ans.By
+	}
+	answered := perm
+	answered.Answer = &ans
+	a.Emit(schemas.Event{Payload: answered})
+	rec.Answer = &ans
+	h.putPermit(rec)
+	return backend.Verdict{Allow: ans.Decision == schemas.DecisionAllow, Option: ans.Option, Message: ans.Message}
+}
+
+// putPermit mirrors a request in PermitsBucket, for every surface to list.
+func (h *Host) putPermit(rec schemas.PermitRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.store.putPermit(ctx, rec); err != nil {
+		h.log.Warn("cannot write a permission request to the fabric", "agent", rec.AgentID, "request", rec.RequestID, "err", err)
+	}
+}
+
+// Permit answers a permission request of one of the node's agents
+// (agent_permit): exactly once; a second answer is a conflict that names
+// the first.
+func (h *Host) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	if err := schemas.ValidID(req.AgentID); err != nil {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	if req.RequestID == "" {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "request_id is required")
+	}
+	d, err := schemas.ParseDecision(string(req.Decision))
+	if err != nil {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	by := req.By
+	if by == "" {
+		by = "someone"
+	}
+	h.permits.mu.Lock()
+	q, ok := h.permits.reqs[schemas.PermitKey(req.AgentID, req.RequestID)]
+	var opts []schemas.PermissionOption
+	if ok {
+		opts = q.rec.Options
+	}
+	h.permits.mu.Unlock()
+	if ok && req.Option != "" {
+		found := false
+		for _, o := range opts {
+			if o.OptionID == req.Option {
+				found = true
+				if d == schemas.DecisionAllow && !isAllow(o.Kind) || d == schemas.DecisionDeny && isAllow(o.Kind) {
+					return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "option %s is a %s option, not one to %s with", o.OptionID, o.Kind, d)
+				}
+			}
+		}
+		if !found {
+			return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "permission request %s has no option %q", req.RequestID, req.Option)
+		}
+	}
+	rec, err := h.permits.answer(req.AgentID, req.RequestID, schemas.PermitAnswer{
+		Decision: d, Option: req.Option, Message: req.Message, By: by, At: unixTime(time.Now()),
+	})
+	if err != nil {
+		return schemas.PermitReply{}, err
+	}
+	return schemas.PermitReply{Record: rec}, nil
+}
+
+func isAllow(k schemas.PermissionKind) bool {
+	return k == schemas.PermissionAllowOnce || k == schemas.PermissionAllowAlways
+}
