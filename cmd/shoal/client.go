@@ -20,6 +20,9 @@ type clientOptions struct {
 	creds   string
 	tls     tlsOptions
 	timeout time.Duration
+	// persistent keeps the connection trying to reconnect for as long as
+	// the command runs, for commands that watch (shoal tui).
+	persistent bool
 
 	who *broker.Credentials // what --creds are for, once read
 }
@@ -141,7 +144,11 @@ func (o *clientOptions) refused(err error) error {
 }
 
 func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) {
-	nc, err := o.connect(env)
+	var extra []nats.Option
+	if o.persistent {
+		extra = append(extra, nats.MaxReconnects(-1))
+	}
+	nc, err := o.connect(env, extra...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,19 +13,30 @@ import (
 )
 
 func tuiCommand() *command {
-	return verbCommand("tui", "", "a live terminal monitor of every agent and node",
-		`Shows every agent of the fabric, live: its status (working pulses, and
-turns amber when it has been silent for --silent), grouped by node, and for
-the selected one its record and its events, newest first, one line each:
-text, thoughts, a tool call with its result, turn boundaries, errors,
-permission requests. It works against a local or remote coordinator, with
-the same --nats, --creds and TLS flags as every client command (an
-observer's credentials are enough to watch).
+	return verbCommand("tui", "", "a live terminal monitor of every agent and node, to act from",
+		`Shows every agent of the fabric, live, in a stable order (by node, then
+by age): its status (working pulses, and turns amber when it has been
+silent for --silent), its tokens, and a marker when it waits on a
+permission request; for the selected one its record and its events, one
+line each, oldest at the top and newest at the bottom: text, thoughts, a
+tool call with its result, turn boundaries, errors, permission requests.
+The feed and the transcript follow the newest events unless you scroll up.
+It works against a local or remote coordinator, with the same --nats,
+--creds and TLS flags as every client command (an observer's credentials
+are enough to watch, not to act). When the connection to the coordinator
+is lost it says so, reconnects, and resumes the feed after the last event
+it showed.
 
 Keys: ↑/↓ select, tab moves to the event feed, enter shows an event in
-full, t the agent's whole transcript from the stream, x closes a live agent
-(after asking) or dismisses a dead one, / filters, g groups by node, n
-shows the nodes, ? lists the keys, q quits. The mouse selects and scrolls.`,
+full, t the agent's whole transcript from the stream (wrapped; PgUp/PgDn
+and the mouse scroll, enter expands a tool's result), s sends the agent a
+turn, i interrupts its turn (after asking), p answers its permission
+requests where the fabric serves them (allow, deny with a message, or
+one of the agent's options), m
+sets its model, o opens an agent (directory, model, preset), x closes a
+live agent (after asking) or dismisses a dead one, / filters, g groups by
+node, n shows the nodes (labels, agents against their limit, load,
+heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var silent, poll time.Duration
 			durationFlag(fs, &silent, "silent", 30*time.Second, "show a working agent amber after this `duration` without events")
@@ -34,6 +45,7 @@ shows the nodes, ? lists the keys, q quits. The mouse selects and scrolls.`,
 				if len(args) > 0 {
 					return usagef("tui takes no arguments")
 				}
+				v.client.persistent = true
 				f, err := v.fabric()
 				if err != nil {
 					return err
@@ -41,7 +53,8 @@ shows the nodes, ? lists the keys, q quits. The mouse selects and scrolls.`,
 				if in, ok := v.env.io.in.(*os.File); !ok || !isTerminal(in) {
 					return errors.New("shoal tui needs a terminal; use shoal tail or shoal ls to watch without one")
 				}
-				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent}, v.env.io.in, v.env.io.out)
+				dir, _ := os.Getwd()
+				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir}, v.env.io.in, v.env.io.out)
 			}
 		})
 }
@@ -51,9 +64,16 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// fabricSource reads the monitor's data through the fabric client, so it
-// works with direct access and with scoped credentials alike.
+// fabricSource reads the monitor's data and acts through the fabric
+// client, so it works with direct access and with scoped credentials
+// alike.
 type fabricSource struct{ f client.Client }
+
+// permits is what a client that serves permission requests has.
+type permits interface {
+	Pending(ctx context.Context) ([]schemas.PermitRecord, error)
+	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
+}
 
 func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error) {
 	return s.f.List(ctx)
@@ -61,23 +81,34 @@ func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error)
 
 func (s fabricSource) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) { return s.f.Nodes(ctx) }
 
-func (s fabricSource) Follow(ctx context.Context, fn func(string, schemas.Event)) error {
-	return s.f.Replay(ctx, nil, client.From{New: true}, true, func(r client.Replayed, _ *client.Gap) error {
-		if ev, ok := shown(r); ok {
-			fn(r.Agent, ev)
+// Follow replays every agent's events from now, or, resuming, from the
+// time of the last one seen; the monitor drops what it had already.
+func (s fabricSource) Follow(ctx context.Context, from tui.Resume, fn func(tui.Event)) error {
+	start := client.From{New: true}
+	if !from.Since.IsZero() {
+		start = client.From{Time: from.Since}
+	}
+	return s.f.Replay(ctx, nil, start, true, func(r client.Replayed, gap *client.Gap) error {
+		if gap != nil {
+			fn(tui.Event{Agent: gap.Agent, Event: schemas.Event{Payload: schemas.Errorf("%v", gap)}})
 		}
+		if r.Stray != "" && !from.Since.IsZero() && !r.Time.After(from.Since) {
+			return nil // told already, before the connection was lost
+		}
+		fn(shown(r))
 		return nil
 	})
 }
 
-func (s fabricSource) History(ctx context.Context, agent string, max int) ([]schemas.Event, error) {
-	var evs []schemas.Event
-	err := s.f.Replay(ctx, []string{agent}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
-		if ev, ok := shown(r); ok {
-			evs = append(evs, ev)
-			if len(evs) > 2*max {
-				evs = append(evs[:0], evs[len(evs)-max:]...)
-			}
+func (s fabricSource) History(ctx context.Context, agent string, max int) ([]tui.Event, error) {
+	var evs []tui.Event
+	err := s.f.Replay(ctx, []string{agent}, client.From{}, false, func(r client.Replayed, gap *client.Gap) error {
+		if gap != nil {
+			evs = append(evs, tui.Event{Agent: agent, Event: schemas.Event{Payload: schemas.Errorf("%v", gap)}})
+		}
+		evs = append(evs, shown(r))
+		if len(evs) > 2*max {
+			evs = append(evs[:0], evs[len(evs)-max:]...)
 		}
 		return nil
 	})
@@ -87,17 +118,53 @@ func (s fabricSource) History(ctx context.Context, agent string, max int) ([]sch
 	return evs, err
 }
 
-func (s fabricSource) Close(ctx context.Context, agent string) error {
-	_, err := s.f.Close(ctx, schemas.AgentRequest{AgentID: agent})
-	return err
+func (s fabricSource) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	return s.f.Open(ctx, req)
 }
 
-// shown is what the monitor shows of a replayed message: the event, or,
-// for a stray, an error line saying it was skipped.
-func shown(r client.Replayed) (schemas.Event, bool) {
+func (s fabricSource) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
+	return s.f.Send(ctx, req)
+}
+
+func (s fabricSource) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
+	return s.f.Interrupt(ctx, req)
+}
+
+func (s fabricSource) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+	return s.f.SetModel(ctx, req)
+}
+
+func (s fabricSource) Close(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
+	return s.f.Close(ctx, req)
+}
+
+func (s fabricSource) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+	p, ok := s.f.(permits)
+	if !ok {
+		return nil, tui.ErrNoPermits
+	}
+	return p.Pending(ctx)
+}
+
+func (s fabricSource) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	p, ok := s.f.(permits)
+	if !ok {
+		return schemas.PermitReply{}, tui.ErrNoPermits
+	}
+	req.By = "tui"
+	return p.Permit(ctx, req)
+}
+
+// shown is what the monitor shows of a replayed message: the event, or
+// an error line saying why it is not shown (a stray, an event that does
+// not decode).
+func shown(r client.Replayed) tui.Event {
 	if r.Stray != "" {
-		return schemas.Event{Payload: schemas.Errorf("%s", strayText(r))}, true
+		return tui.Event{Agent: r.Agent, Stored: r.Time, Event: schemas.Event{Payload: schemas.Errorf("%s", strayText(r))}}
 	}
 	ev, err := r.Event()
-	return ev, err == nil
+	if err != nil {
+		ev = schemas.Event{Turn: r.Turn, Payload: schemas.Errorf("event %d of agent %s does not decode: %v", r.N, r.Agent, err)}
+	}
+	return tui.Event{Agent: r.Agent, N: r.N, Stored: r.Time, Event: ev}
 }

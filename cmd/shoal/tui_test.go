@@ -1,15 +1,26 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // screen is `shoal tui` running in a tmux pane of its own server.
@@ -72,6 +83,12 @@ func (s *screen) wait(what string, ok func(string) bool) string {
 func (s *screen) waitText(text string) string {
 	s.t.Helper()
 	return s.wait(fmt.Sprintf("%q", text), func(scr string) bool { return strings.Contains(scr, text) })
+}
+
+// typeText types text as it is, not as key names.
+func (s *screen) typeText(text string) {
+	s.t.Helper()
+	s.keys("-l", text)
 }
 
 func (s *screen) keys(keys ...string) {
@@ -156,4 +173,218 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 		return strings.Contains(s, "NODE") && strings.Contains(s, "n1") && strings.Contains(s, "n2")
 	})
 	scr.keys("q")
+}
+
+// The monitor acts: it opens an agent from its form, sends it a turn
+// whose long answer the transcript wraps to the screen, interrupts a turn
+// running a 40-second tool after asking, and shows the reason the agent
+// could not switch models.
+func TestTUIActs(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.node("n1")
+	var words []string
+	for i := range 70 {
+		words = append(words, fmt.Sprintf("w%02d", i))
+	}
+	long := "START-OF-ANSWER " + strings.Join(words, " ") + " END-OF-ANSWER"
+	p.fake.Script(
+		fakemodel.Reply{Text: long},
+		fakemodel.Reply{Text: "Waiting.", ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: json.RawMessage(`{"command":"sleep 40","description":"wait for the interrupt"}`)}}},
+		fakemodel.Reply{Text: "never"},
+	)
+	scr := startTUI(t, append(baseEnv(t.TempDir()), "SHOAL_NATS="+p.url))
+	scr.waitText("no agents yet")
+
+	// Open, from the form.
+	dir := t.TempDir()
+	scr.keys("o")
+	scr.waitText("open an agent")
+	scr.keys("C-u")
+	scr.typeText(dir)
+	scr.keys("Enter")
+	opened := regexp.MustCompile(`opened (\S+) on n1`)
+	var id string
+	scr.wait("the open's outcome", func(s string) bool {
+		if m := opened.FindStringSubmatch(s); m != nil {
+			id = m[1]
+			return true
+		}
+		return false
+	})
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal([]byte(p.must("status", "--json", id)), &rec); err != nil || rec.CWD != dir || rec.Model != "sonnet" {
+		t.Fatalf("the agent opened from the monitor: %+v (%v)", rec, err)
+	}
+	scr.wait("the agent selected and idle", func(s string) bool { return strings.Contains(s, "agent "+id) && strings.Contains(s, "idle") })
+
+	// Send a turn; its answer is longer than the screen is wide.
+	scr.keys("s")
+	scr.waitText("send a turn to " + id)
+	scr.typeText("Say the long answer.")
+	scr.keys("Enter")
+	scr.waitText("sent turn 1 to " + id)
+	scr.wait("the turn's end in the feed", func(s string) bool {
+		return strings.Contains(s, "» Say the long answer.") && strings.Contains(s, "turn 1 ended: end_turn")
+	})
+
+	// The transcript wraps it: its first and last words are on screen,
+	// on different lines.
+	scr.keys("t")
+	final := scr.wait("the wrapped answer", func(s string) bool {
+		return strings.Contains(s, "transcript of "+id) && strings.Contains(s, "START-OF-ANSWER") && strings.Contains(s, "END-OF-ANSWER")
+	})
+	var text []string
+	for _, l := range strings.Split(final, "\n") {
+		if strings.Contains(l, "START-OF-ANSWER") || len(text) > 0 && len(text) < 10 && strings.Contains(l, " w") {
+			text = append(text, strings.TrimSpace(strings.TrimLeft(l, "› +−")))
+		}
+		if strings.Contains(l, "END-OF-ANSWER") {
+			break
+		}
+	}
+	if len(text) < 2 || strings.Join(text, " ") != long {
+		t.Fatalf("the transcript shows the answer as %q, want it wrapped over lines", text)
+	}
+	scr.keys("Escape")
+	scr.wait("the transcript closed", func(s string) bool { return !strings.Contains(s, "transcript of") })
+
+	// Interrupt a turn running a long tool: the monitor asks, then the
+	// turn ends cancelled.
+	scr.keys("s")
+	scr.waitText("send a turn to " + id)
+	scr.typeText("Wait a while.")
+	scr.keys("Enter")
+	scr.waitText("▶ Bash sleep 40")
+	eventually(t, time.Minute, "the tool runs", func() bool { return pidWithArg("40") > 0 })
+	scr.keys("i")
+	scr.waitText("Interrupt agent " + id + "'s turn 2?")
+	scr.keys("y")
+	scr.waitText("interrupted " + id + "'s turn")
+	scr.waitText("turn 2 ended: cancelled")
+	eventually(t, time.Minute, "the tool is gone", func() bool { return pidWithArg("40") == 0 })
+
+	// Set the model: the node's reason comes back.
+	scr.keys("m")
+	scr.waitText("set the model of " + id)
+	scr.keys("C-u")
+	scr.typeText("opus")
+	scr.keys("Enter")
+	scr.waitText("did not switch: claude CLI agents cannot switch models in place")
+	scr.keys("q")
+}
+
+// The monitor, with a client's credentials (so its feed is a replay the
+// coordinator streams), survives a restart of the coordinator under it:
+// it says it reconnects, then the feed shows the next turn's events after
+// the ones it had, none lost and none twice.
+func TestTUIReconnectsAfterARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	creds := map[string]string{}
+	for _, c := range [][2]string{{"node", "box"}, {"client", "cli"}} {
+		path := filepath.Join(dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		creds[c[1]] = path
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	url := "nats://127.0.0.1:" + port
+	coordinator := func() *shoalProc {
+		up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", port, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+		up.waitLine("shoal: ready")
+		return up
+	}
+	up := coordinator()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fake.Script(fakemodel.Reply{Text: "Said before the restart."}, fakemodel.Reply{Text: "Said after the restart."})
+	home := filepath.Join(dir, "box")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	startShoal(t, home, env, "node", "--nats", url, "--creds", creds["box"], "--name", "box", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms").
+		waitLine("shoal: node box joined")
+	client := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["cli"]}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), client, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+
+	scr := startTUI(t, append(baseEnv(t.TempDir()), client...))
+	must("open", "--id", "steady", t.TempDir())
+	scr.wait("the agent", func(s string) bool { return strings.Contains(s, "steady") && strings.Contains(s, "idle") })
+	must("send", "steady", "Before.")
+	scr.waitText("Said before the restart.")
+	scr.waitText("turn 1 ended")
+
+	up.stop(syscall.SIGTERM)
+	scr.waitText("reconnecting…")
+	coordinator()
+	scr.wait("the feed back", func(s string) bool { return !strings.Contains(s, "reconnecting…") })
+	eventually(t, time.Minute, "a send after the restart", func() bool {
+		code, _, _ := runShoal(t, t.TempDir(), client, "send", "steady", "After.")
+		return code == 0
+	})
+	final := scr.wait("the next turn in the feed", func(s string) bool {
+		return strings.Contains(s, "Said after the restart.") && strings.Contains(s, "turn 2 ended")
+	})
+	for _, once := range []string{"» Before.", "Said before the restart.", "turn 1 ended", "» After.", "Said after the restart.", "turn 2 ended"} {
+		if n := strings.Count(final, once); n != 1 {
+			t.Errorf("the feed shows %q %d times", once, n)
+		}
+	}
+	if strings.Index(final, "turn 1 ended") > strings.Index(final, "» After.") {
+		t.Errorf("the feed is out of order:\n%s", final)
+	}
+	scr.keys("q")
+}
+
+// permitClient is a client that serves permission requests.
+type permitClient struct {
+	client.Client
+	asked []schemas.PermitRequest
+}
+
+func (c *permitClient) Pending(context.Context) ([]schemas.PermitRecord, error) {
+	return []schemas.PermitRecord{{AgentID: "a1", RequestID: "r1", Tool: "Bash"}}, nil
+}
+
+func (c *permitClient) Permit(_ context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	c.asked = append(c.asked, req)
+	return schemas.PermitReply{}, nil
+}
+
+// The monitor reaches permission requests through a client that serves
+// them, answering as "tui"; through one that does not, both calls say the
+// fabric does not serve them.
+func TestTUIPermitsThroughTheClient(t *testing.T) {
+	var plain client.Client = &client.Remote{}
+	if _, err := (fabricSource{plain}).Pending(t.Context()); !errors.Is(err, tui.ErrNoPermits) {
+		t.Errorf("Pending without the client's support: %v", err)
+	}
+	if _, err := (fabricSource{plain}).Permit(t.Context(), schemas.PermitRequest{}); !errors.Is(err, tui.ErrNoPermits) || err.Error() != "this fabric does not serve permission requests" {
+		t.Errorf("Permit without the client's support: %v", err)
+	}
+	c := &permitClient{Client: plain}
+	src := fabricSource{c}
+	if rs, err := src.Pending(t.Context()); err != nil || len(rs) != 1 || rs[0].RequestID != "r1" {
+		t.Errorf("Pending: %v %v", rs, err)
+	}
+	req := schemas.PermitRequest{AgentID: "a1", RequestID: "r1", Decision: schemas.DecisionDeny, Message: "no"}
+	if _, err := src.Permit(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	req.By = "tui"
+	if len(c.asked) != 1 || c.asked[0] != req {
+		t.Errorf("the client was asked %+v, want %+v", c.asked, req)
+	}
 }

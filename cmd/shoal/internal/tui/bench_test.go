@@ -16,6 +16,7 @@ import (
 // streamingFabric is a fabric of n agents, each streaming a turn after
 // turn: text chunks, a tool call and its result, the turn's end.
 type streamingFabric struct {
+	noActions
 	n    int
 	rate int // events per second, over all agents
 }
@@ -32,11 +33,9 @@ func (f streamingFabric) Nodes(context.Context) ([]schemas.NodeRecord, error) {
 	return []schemas.NodeRecord{{Name: "node0"}, {Name: "node1"}, {Name: "node2"}, {Name: "node3"}}, nil
 }
 
-func (f streamingFabric) History(context.Context, string, int) ([]schemas.Event, error) {
+func (f streamingFabric) History(context.Context, string, int) ([]Event, error) {
 	return nil, nil
 }
-
-func (f streamingFabric) Close(context.Context, string) error { return nil }
 
 // event is agent i's k-th event of a repeating turn.
 func (f streamingFabric) event(k int) schemas.Event {
@@ -57,7 +56,7 @@ func (f streamingFabric) event(k int) schemas.Event {
 }
 
 // Follow sends the agents' events round robin, at f.rate a second.
-func (f streamingFabric) Follow(ctx context.Context, fn func(string, schemas.Event)) error {
+func (f streamingFabric) Follow(ctx context.Context, _ Resume, fn func(Event)) error {
 	const tick = 10 * time.Millisecond
 	per := max(1, f.rate/int(time.Second/tick))
 	t := time.NewTicker(tick)
@@ -69,7 +68,7 @@ func (f streamingFabric) Follow(ctx context.Context, fn func(string, schemas.Eve
 		case <-t.C:
 		}
 		for range per {
-			fn(fmt.Sprintf("a%03d", k%f.n), f.event(k/f.n))
+			fn(Event{Agent: fmt.Sprintf("a%03d", k%f.n), N: uint64(k/f.n + 1), Event: f.event(k / f.n)})
 			k++
 		}
 	}
@@ -102,7 +101,7 @@ func BenchmarkTUIWith200Agents(b *testing.B) {
 	const run = 3 * time.Second
 
 	baseline := cpuPerSecond(run, func(ctx context.Context) {
-		src.Follow(ctx, func(string, schemas.Event) {})
+		src.Follow(ctx, Resume{}, func(Event) {})
 	})
 	var model *Model
 	withTUI := cpuPerSecond(run, func(ctx context.Context) {

@@ -25,18 +25,39 @@ type line struct {
 // being streamed on one line until its authoritative copy arrives.
 type feed struct {
 	lines        []line
+	dropped      int            // lines dropped from the front: lines[i] is line dropped+i
 	tools        map[string]int // tool call id → index in lines
 	streaming    int            // index of the streaming line, -1 when none
 	streamed     string         // the end of the text being streamed
+	last         uint64         // the number of the last event taken
 	lastActivity time.Time
 	backfilled   bool
+	// loading is set while the stored events are read; early holds what
+	// arrives live meanwhile, to add after them.
+	loading bool
+	early   []incoming
 }
 
 func newFeed() *feed { return &feed{tools: map[string]int{}, streaming: -1} }
 
-// add takes one event.
-func (f *feed) add(ev schemas.Event, at time.Time) {
+// take adds an event the follower received.
+func (f *feed) take(in incoming) {
+	if f.loading && len(f.early) < maxFeed {
+		f.early = append(f.early, in)
+	}
+	f.add(in.ev, in.at)
+}
+
+// add takes one event, unless it has had it already.
+func (f *feed) add(e Event, at time.Time) {
+	if e.N > 0 {
+		if e.N <= f.last {
+			return
+		}
+		f.last = e.N
+	}
 	f.lastActivity = at
+	ev := e.Event
 	switch p := ev.Payload.(type) {
 	case schemas.UserText:
 		f.push(line{kind: "user", text: "» " + oneLine(p.Content.Text), ev: ev})
@@ -142,6 +163,7 @@ func (f *feed) push(l line) int {
 	f.lines = append(f.lines, l)
 	if len(f.lines) > maxFeed {
 		drop := len(f.lines) - maxFeed
+		f.dropped += drop
 		f.lines = append(f.lines[:0], f.lines[drop:]...)
 		for id, i := range f.tools {
 			if i -= drop; i < 0 {

@@ -1,7 +1,8 @@
 package tui
 
 import (
-	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,69 +12,28 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// staticFabric answers with fixed records and no events.
-type staticFabric struct {
-	agents []schemas.AgentRecord
-	closed []string
-}
-
-func (f *staticFabric) Agents(context.Context) ([]schemas.AgentRecord, error) { return f.agents, nil }
-func (f *staticFabric) Nodes(context.Context) ([]schemas.NodeRecord, error)   { return nil, nil }
-func (f *staticFabric) Follow(ctx context.Context, _ func(string, schemas.Event)) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-func (f *staticFabric) History(context.Context, string, int) ([]schemas.Event, error) {
-	return nil, nil
-}
-func (f *staticFabric) Close(_ context.Context, id string) error {
-	f.closed = append(f.closed, id)
-	return nil
-}
-
-func newTestModel(t *testing.T, agents ...schemas.AgentRecord) (*Model, *staticFabric) {
-	src := &staticFabric{agents: agents}
-	m := New(t.Context(), src, Options{})
-	m.Update(tea.WindowSizeMsg{Width: 120, Height: 30})
-	m.Update(agentsMsg(agents))
-	return m, src
-}
-
-func key(m *Model, k string) tea.Cmd {
-	var msg tea.KeyMsg
-	switch k {
-	case "enter":
-		msg = tea.KeyMsg{Type: tea.KeyEnter}
-	case "esc":
-		msg = tea.KeyMsg{Type: tea.KeyEsc}
-	case "tab":
-		msg = tea.KeyMsg{Type: tea.KeyTab}
-	case "down":
-		msg = tea.KeyMsg{Type: tea.KeyDown}
-	default:
-		msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
-	}
-	_, cmd := m.Update(msg)
-	return cmd
+func ev(agent string, n uint64, p schemas.Payload) Event {
+	return Event{Agent: agent, N: n, Event: schemas.Event{Turn: 1, Payload: p}}
 }
 
 // A tool call and its result are one line; streamed text is one line,
-// replaced by the authoritative copy.
+// replaced by the authoritative copy; an event had twice is taken once.
 func TestFeedCoalesces(t *testing.T) {
 	f := newFeed()
 	done := schemas.ToolCompleted
-	for _, ev := range []schemas.Event{
-		{Turn: 1, Payload: schemas.TurnStarted{}},
-		{Turn: 1, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text("Look")}},
-		{Turn: 1, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text("ing.")}},
-		{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("Looking.")}},
-		{Turn: 1, Payload: schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash", RawInput: []byte(`{"command":"ls"}`)}}},
-		{Turn: 1, Payload: schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash", RawInput: []byte(`{"command":"ls -la"}`)}}},
-		{Turn: 1, Payload: schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "c1", Status: &done, Content: []schemas.ToolCallContent{schemas.ToolText("a.txt\nb.txt")}}}},
-		{Turn: 1, Payload: schemas.Result{StopReason: schemas.StopEndTurn}},
+	for i, p := range []schemas.Payload{
+		schemas.TurnStarted{},
+		schemas.AssistantText{Delta: true, Content: schemas.Text("Look")},
+		schemas.AssistantText{Delta: true, Content: schemas.Text("ing.")},
+		schemas.AssistantText{Content: schemas.Text("Looking.")},
+		schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash", RawInput: []byte(`{"command":"ls"}`)}},
+		schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash", RawInput: []byte(`{"command":"ls -la"}`)}},
+		schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "c1", Status: &done, Content: []schemas.ToolCallContent{schemas.ToolText("a.txt\nb.txt")}}},
+		schemas.Result{StopReason: schemas.StopEndTurn},
 	} {
-		f.add(ev, time.Now())
+		f.add(ev("a", uint64(i+1), p), time.Now())
 	}
+	f.add(ev("a", 8, schemas.Result{StopReason: schemas.StopEndTurn}), time.Now())
 	var got []string
 	for i := range f.lines {
 		got = append(got, f.text(i))
@@ -91,13 +51,9 @@ func TestKeys(t *testing.T) {
 		schemas.AgentRecord{ID: "alive", Node: "n1", Status: schemas.StatusIdle, Model: "sonnet"},
 		schemas.AgentRecord{ID: "gone", Node: "n2", Status: schemas.StatusDead, Model: "acp:gemini"},
 	)
-	if v := m.View(); !strings.Contains(v, "alive") || !strings.Contains(v, "gone") {
-		t.Fatalf("the list:\n%s", v)
-	}
+	screenHas(t, m, "alive", "gone", "ID", "STATUS", "TOKENS", "MODEL")
 	key(m, "/")
-	for _, r := range "gemini" {
-		key(m, string(r))
-	}
+	typeText(m, "gemini")
 	key(m, "enter")
 	if s := m.shown(); len(s) != 1 || s[0].ID != "gone" {
 		t.Fatalf("filtered %+v", s)
@@ -112,25 +68,364 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("after clearing the filter: %+v", s)
 	}
 	key(m, "x")
-	if !strings.Contains(m.View(), "Close agent alive") {
-		t.Fatal("x on a live agent did not ask")
-	}
+	screenHas(t, m, "Close agent alive")
 	key(m, "n")
-	if m.overlay != noOverlay || len(src.closed) != 0 {
-		t.Fatalf("any key but y keeps the agent: closed %v", src.closed)
+	if m.overlay != noOverlay || len(src.took()) != 0 {
+		t.Fatal("any key but y keeps the agent")
 	}
 	key(m, "x")
-	cmd := key(m, "y")
-	if cmd == nil {
-		t.Fatal("y closed nothing")
+	press(m, "y")
+	if got := src.took(); !reflect.DeepEqual(got, []any{schemas.AgentRequest{AgentID: "alive"}}) {
+		t.Fatalf("closed %v", got)
 	}
-	m.Update(cmd())
-	if len(src.closed) != 1 || src.closed[0] != "alive" {
-		t.Fatalf("closed %v", src.closed)
-	}
+	screenHas(t, m, "closed alive")
 	key(m, "n")
-	if !strings.Contains(m.View(), "no nodes") {
-		t.Fatalf("nodes view:\n%s", m.View())
+	screenHas(t, m, "no nodes")
+}
+
+// Each action asks the fabric exactly what the person typed, and its
+// outcome (or the fabric's reason) is on the status line.
+func TestActionsCallTheSource(t *testing.T) {
+	m, src := newTestModel(t, schemas.AgentRecord{ID: "w", Node: "n1", Status: schemas.StatusWorking, Model: "sonnet", CWD: "/work/w", Turn: 2, CreatedAt: 1})
+	expect := func(what string, want ...any) {
+		t.Helper()
+		if got := src.took(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s asked the fabric %#v, want %#v", what, got, want)
+		}
+	}
+
+	// Interrupt asks first.
+	key(m, "i")
+	screenHas(t, m, "Interrupt agent w's turn 2?")
+	key(m, "n")
+	expect("an interrupt refused")
+	screenHas(t, m, "w's turn goes on")
+	key(m, "i")
+	press(m, "y")
+	expect("an interrupt", schemas.AgentRequest{AgentID: "w"})
+	screenHas(t, m, "interrupted w's turn")
+
+	// Send: enter sends what was typed, esc sends nothing.
+	key(m, "s")
+	screenHas(t, m, "send a turn to w", "enter sends")
+	typeText(m, "Run the tests, please.")
+	press(m, "enter")
+	expect("a send", schemas.SendRequest{AgentID: "w", Text: "Run the tests, please."})
+	screenHas(t, m, "sent turn 3 to w")
+	key(m, "s")
+	typeText(m, "never mind")
+	key(m, "esc")
+	expect("a cancelled send")
+	if m.overlay != noOverlay {
+		t.Fatal("esc left the send form open")
+	}
+
+	// Set the model: the reason a switch was refused, then a switch.
+	src.setModel = schemas.SetModelReply{Reason: "claude CLI agents cannot switch models in place"}
+	key(m, "m")
+	screenHas(t, m, "set the model of w", "sonnet")
+	key(m, "ctrl+u")
+	typeText(m, "opus")
+	press(m, "enter")
+	expect("a set_model", schemas.SetModelRequest{AgentID: "w", Model: "opus"})
+	screenHas(t, m, "w did not switch: claude CLI agents cannot switch models in place")
+	src.setModel = schemas.SetModelReply{Switched: true}
+	key(m, "m")
+	key(m, "ctrl+u")
+	typeText(m, "haiku")
+	press(m, "enter")
+	expect("a second set_model", schemas.SetModelRequest{AgentID: "w", Model: "haiku"})
+	screenHas(t, m, "w switched to haiku")
+
+	// Open: three fields that start as the selected agent's; the new
+	// agent takes the cursor once it is listed.
+	key(m, "o")
+	screenHas(t, m, "open an agent", "/work/w", "sonnet", "default")
+	key(m, "ctrl+u")
+	typeText(m, "/work/other")
+	key(m, "tab")
+	key(m, "ctrl+u")
+	typeText(m, "acp:opencode")
+	key(m, "tab")
+	key(m, "ctrl+u")
+	typeText(m, "lab")
+	press(m, "enter")
+	expect("an open", schemas.OpenRequest{CWD: "/work/other", Model: "acp:opencode", Permission: "lab"})
+	screenHas(t, m, "opened fresh on n1")
+	m.Update(agentsMsg{
+		{ID: "w", Node: "n1", Status: schemas.StatusWorking, CreatedAt: 1},
+		{ID: "fresh", Node: "n1", Status: schemas.StatusStarting, CreatedAt: 2},
+	})
+	if a, _ := m.selected(); a.ID != "fresh" {
+		t.Fatalf("after the open the cursor is on %s", a.ID)
+	}
+
+	// A dead agent takes no turn.
+	m.Update(agentsMsg{{ID: "w", Node: "n1", Status: schemas.StatusDead, CreatedAt: 1}})
+	key(m, "s")
+	expect("a send to a dead agent")
+	screenHas(t, m, "w is dead")
+}
+
+func permitRecord(id string) schemas.PermitRecord {
+	return schemas.PermitRecord{
+		AgentID: "w", RequestID: id, Node: "n1", Tool: "Bash", ToolCallID: "toolu_1",
+		Input:       []byte(`{"command":"rm -rf build","description":"Clean the build"}`),
+		Description: "Clean the build directory",
+		Options: []schemas.PermissionOption{
+			{OptionID: "allow", Name: "Allow once", Kind: schemas.PermissionAllowOnce},
+			{OptionID: "always", Name: "Always allow", Kind: schemas.PermissionAllowAlways},
+			{OptionID: "reject", Name: "Reject", Kind: schemas.PermissionRejectOnce},
+		},
+		AskedAt: float64(time.Now().Unix()),
+	}
+}
+
+// An agent's open permission requests are marked in the list; p shows
+// one in full, input pretty-printed, and answers it: allow, deny with a
+// message, or one of the agent's options.
+func TestPermissionRequests(t *testing.T) {
+	m, src := newTestModel(t,
+		schemas.AgentRecord{ID: "w", Node: "n1", Status: schemas.StatusWorking, CreatedAt: 1},
+		schemas.AgentRecord{ID: "v", Node: "n1", Status: schemas.StatusIdle, CreatedAt: 2},
+	)
+	answer := func(keys ...string) schemas.PermitRequest {
+		t.Helper()
+		src.pending = []schemas.PermitRecord{permitRecord("r1")}
+		m.Update(pendingMsg{reqs: src.pending, once: true})
+		screenHas(t, m, "⚠ 1 waiting")
+		key(m, "p")
+		screenHas(t, m, "permission request: Bash", "Clean the build directory", `"command": "rm -rf build"`,
+			`"description": "Clean the build"`, "1  Allow once", "2  Always allow", "3  Reject", "a allow · d deny")
+		src.pending = nil
+		for _, k := range keys[:len(keys)-1] {
+			key(m, k)
+		}
+		press(m, keys[len(keys)-1])
+		got := src.took()
+		if len(got) != 1 {
+			t.Fatalf("%v asked the fabric %v", keys, got)
+		}
+		if v := m.View(); strings.Contains(v, "⚠ 1 waiting") {
+			t.Fatalf("the answered request is still marked:\n%s", v)
+		}
+		return got[0].(schemas.PermitRequest)
+	}
+	base := schemas.PermitRequest{AgentID: "w", RequestID: "r1", By: "tui"}
+	for _, c := range []struct {
+		keys []string
+		want func(schemas.PermitRequest) schemas.PermitRequest
+	}{
+		{[]string{"a"}, func(r schemas.PermitRequest) schemas.PermitRequest { r.Decision = schemas.DecisionAllow; return r }},
+		{append(append([]string{"d"}, strings.Split("not on main", "")...), "enter"), func(r schemas.PermitRequest) schemas.PermitRequest {
+			r.Decision, r.Message = schemas.DecisionDeny, "not on main"
+			return r
+		}},
+		{[]string{"2"}, func(r schemas.PermitRequest) schemas.PermitRequest {
+			r.Decision, r.Option = schemas.DecisionAllow, "always"
+			return r
+		}},
+		{[]string{"3"}, func(r schemas.PermitRequest) schemas.PermitRequest {
+			r.Decision, r.Option = schemas.DecisionDeny, "reject"
+			return r
+		}},
+	} {
+		if got, want := answer(c.keys...), c.want(base); got != want {
+			t.Errorf("%v answered %+v, want %+v", c.keys, got, want)
+		}
+	}
+
+	// Another agent has none.
+	src.pending = []schemas.PermitRecord{permitRecord("r1")}
+	m.Update(pendingMsg{reqs: src.pending, once: true})
+	key(m, "down")
+	key(m, "p")
+	screenHas(t, m, "no permission request waiting for v")
+	if src.took() != nil {
+		t.Fatal("p without a request asked the fabric")
+	}
+
+	// A fabric that serves none: no marker, and p says so.
+	m.Update(pendingMsg{err: fmt.Errorf("reading: %w", ErrNoPermits)})
+	key(m, "up")
+	if v := m.View(); strings.Contains(v, "⚠") {
+		t.Fatalf("a marker without permission requests:\n%s", v)
+	}
+	key(m, "p")
+	screenHas(t, m, "unavailable: this fabric does not serve permission requests")
+}
+
+// The transcript wraps a long line to the width, every word kept, and a
+// tool's entry expands on enter to its whole result.
+func TestTranscriptWrapsAndExpands(t *testing.T) {
+	m, src := newTestModel(t, schemas.AgentRecord{ID: "w", Node: "n1", Status: schemas.StatusIdle})
+	m.Update(tea.WindowSizeMsg{Width: 40, Height: 20})
+	var words []string
+	for i := range 60 {
+		words = append(words, fmt.Sprintf("word%02d", i))
+	}
+	long := strings.Join(words, " ")
+	done := schemas.ToolCompleted
+	src.stored["w"] = []Event{
+		ev("w", 1, schemas.UserText{Content: schemas.Text("Say a lot.")}),
+		ev("w", 2, schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash", RawInput: []byte(`{"command":"ls"}`)}}),
+		ev("w", 3, schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "c1", Status: &done, Content: []schemas.ToolCallContent{schemas.ToolText("first.txt\nsecond.txt\nthird.txt")}}}),
+		ev("w", 4, schemas.AssistantText{Content: schemas.Text(long)}),
+	}
+	press(m, "t")
+	v := m.View()
+	var text []string
+	for _, l := range strings.Split(v, "\n") {
+		if w := len([]rune(stripANSI(l))); w > 40 {
+			t.Fatalf("a line of %d cells on a screen of 40: %q", w, l)
+		}
+		r := []rune(stripANSI(l))
+		if body := strings.TrimSpace(string(r[min(len(r), gutter):])); strings.HasPrefix(body, "word") {
+			text = append(text, body)
+		}
+	}
+	if strings.Join(text, " ") != long {
+		t.Fatalf("the wrapped answer reads\n%s\nnot\n%s\nscreen:\n%s", strings.Join(text, " "), long, v)
+	}
+	if len(text) < 8 {
+		t.Fatalf("the answer took %d lines at width 40", len(text))
+	}
+	if strings.Contains(v, "second.txt") {
+		t.Fatal("a folded tool shows its whole result")
+	}
+	key(m, "up") // up within the long answer, then to the tool
+	for i := 0; i < 20 && m.tr.sel != 1; i++ {
+		key(m, "up")
+	}
+	if m.tr.sel != 1 {
+		t.Fatalf("up never reached the tool: on entry %d", m.tr.sel)
+	}
+	key(m, "enter")
+	screenHas(t, m, "▶ Bash ls → completed: first.txt", "second.txt", "third.txt", `"command": "ls"`)
+	key(m, "enter")
+	if strings.Contains(m.View(), "third.txt") {
+		t.Fatal("enter does not fold the tool again")
+	}
+}
+
+func stripANSI(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b {
+			for i < len(s) && !(s[i] >= 'a' && s[i] <= 'z' || s[i] >= 'A' && s[i] <= 'Z') {
+				i++
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// The list keeps its order while agents change status and new ones come,
+// and the cursor stays on its agent; when that agent goes, it stays on
+// the row.
+func TestCursorStaysOnItsAgent(t *testing.T) {
+	rec := func(id string, created float64, st schemas.AgentStatus) schemas.AgentRecord {
+		return schemas.AgentRecord{ID: id, Node: "n1", Status: st, CreatedAt: created}
+	}
+	m, _ := newTestModel(t, rec("a", 1, schemas.StatusIdle), rec("b", 2, schemas.StatusIdle), rec("c", 3, schemas.StatusIdle))
+	key(m, "down")
+	if a, _ := m.selected(); a.ID != "b" {
+		t.Fatalf("selected %s", a.ID)
+	}
+	order := func() string {
+		var ids []string
+		for _, a := range m.shown() {
+			ids = append(ids, a.ID)
+		}
+		return strings.Join(ids, " ")
+	}
+	m.Update(agentsMsg{rec("c", 3, schemas.StatusWorking), rec("a", 1, schemas.StatusDead), rec("b", 2, schemas.StatusWorking), rec("d", 4, schemas.StatusStarting)})
+	if a, _ := m.selected(); a.ID != "b" || order() != "a b c d" {
+		t.Fatalf("after a refresh: on %s, order %s", a.ID, order())
+	}
+	m.Update(eventsMsg{{ev: ev("a", 1, schemas.TurnStarted{}), at: time.Now()}})
+	m.Update(agentsMsg{rec("0", 0.5, schemas.StatusIdle), rec("a", 1, schemas.StatusWorking), rec("b", 2, schemas.StatusIdle), rec("c", 3, schemas.StatusIdle)})
+	if a, _ := m.selected(); a.ID != "b" || order() != "0 a b c" {
+		t.Fatalf("after an agent came before it: on %s, order %s", a.ID, order())
+	}
+	row := m.sel
+	m.Update(agentsMsg{rec("0", 0.5, schemas.StatusIdle), rec("a", 1, schemas.StatusWorking), rec("c", 3, schemas.StatusIdle)})
+	if a, _ := m.selected(); a.ID != "c" || m.sel != row {
+		t.Fatalf("after its agent went: on %s at row %d, was row %d", a.ID, m.sel, row)
+	}
+}
+
+// The feed and the transcript read one way: oldest at the top, newest at
+// the bottom. Both follow new events at the bottom, and neither moves
+// once the user has scrolled up, until End.
+func TestReadingDirection(t *testing.T) {
+	m, src := newTestModel(t, schemas.AgentRecord{ID: "w", Node: "n1", Status: schemas.StatusWorking})
+	m.Update(tea.WindowSizeMsg{Width: 100, Height: 14}) // 12 body rows: 7 feed lines
+	n := uint64(0)
+	say := func(count int) {
+		var batch eventsMsg
+		for range count {
+			n++
+			batch = append(batch, incoming{ev: ev("w", n, schemas.AssistantText{Content: schemas.Text(fmt.Sprintf("line-%03d", n))}), at: time.Now()})
+		}
+		m.Update(batch)
+	}
+	shownLines := func(v string) []string {
+		var out []string
+		for _, l := range strings.Split(stripANSI(v), "\n") {
+			if i := strings.Index(l, "line-"); i >= 0 {
+				out = append(out, l[i:i+8])
+			}
+		}
+		return out
+	}
+	say(20)
+	got := shownLines(m.View())
+	if len(got) != m.feedRows() || got[0] != "line-014" || got[len(got)-1] != "line-020" {
+		t.Fatalf("the feed shows %v, want line-014 to line-020, newest last", got)
+	}
+	say(1)
+	if got := shownLines(m.View()); got[len(got)-1] != "line-021" {
+		t.Fatalf("the feed did not follow: %v", got)
+	}
+	key(m, "tab")
+	for range 10 {
+		key(m, "up")
+	}
+	before := shownLines(m.View())
+	say(5)
+	if after := shownLines(m.View()); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("the scrolled feed moved from %v to %v", before, after)
+	}
+	key(m, "end")
+	if got := shownLines(m.View()); got[len(got)-1] != "line-026" {
+		t.Fatalf("End does not go back to the newest: %v", got)
+	}
+
+	// The transcript: the same direction, the same following.
+	for i := uint64(1); i <= n; i++ {
+		src.stored["w"] = append(src.stored["w"], ev("w", i, schemas.AssistantText{Content: schemas.Text(fmt.Sprintf("line-%03d", i))}))
+	}
+	press(m, "t")
+	got = shownLines(m.View())
+	if len(got) != m.bodyHeight() || got[0] != "line-015" || got[len(got)-1] != "line-026" {
+		t.Fatalf("the transcript shows %v, want line-015 to line-026, newest last", got)
+	}
+	say(2)
+	if got := shownLines(m.View()); got[len(got)-1] != "line-028" {
+		t.Fatalf("the transcript did not follow: %v", got)
+	}
+	key(m, "pgup")
+	before = shownLines(m.View())
+	say(3)
+	if after := shownLines(m.View()); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("the scrolled transcript moved from %v to %v", before, after)
+	}
+	key(m, "end")
+	if got := shownLines(m.View()); got[len(got)-1] != "line-031" {
+		t.Fatalf("End does not go back to the newest: %v", got)
 	}
 }
 
@@ -138,7 +433,7 @@ func TestKeys(t *testing.T) {
 // longer than Options.Silent.
 func TestSilentAgentTurnsAmber(t *testing.T) {
 	m, _ := newTestModel(t, schemas.AgentRecord{ID: "busy", Node: "n1", Status: schemas.StatusWorking})
-	m.Update(eventsMsg{{agent: "busy", ev: schemas.Event{Turn: 1, Payload: schemas.TurnStarted{}}, at: time.Now()}})
+	m.Update(eventsMsg{{ev: ev("busy", 1, schemas.TurnStarted{}), at: time.Now()}})
 	a := m.shown()[0]
 	m.Update(tickMsg(time.Now()))
 	first := m.color(a)
@@ -155,13 +450,34 @@ func TestSilentAgentTurnsAmber(t *testing.T) {
 // A click on a row selects that agent.
 func TestMouseSelects(t *testing.T) {
 	m, _ := newTestModel(t,
-		schemas.AgentRecord{ID: "a1", Node: "n1", Status: schemas.StatusIdle},
-		schemas.AgentRecord{ID: "a2", Node: "n1", Status: schemas.StatusIdle},
+		schemas.AgentRecord{ID: "a1", Node: "n1", Status: schemas.StatusIdle, CreatedAt: 1},
+		schemas.AgentRecord{ID: "a2", Node: "n1", Status: schemas.StatusIdle, CreatedAt: 2},
 	)
 	m.View()
-	// Row 0 is the header, row 1 node n1, rows 2 and 3 the agents.
-	m.Update(tea.MouseMsg{X: 3, Y: 3, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
+	// Row 0 is the title, row 1 the column headers, row 2 node n1, rows
+	// 3 and 4 the agents.
+	m.Update(tea.MouseMsg{X: 3, Y: 4, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
 	if a, _ := m.selected(); a.ID != "a2" {
 		t.Fatalf("selected %s", a.ID)
+	}
+}
+
+// The nodes view: labels, agents against the limit, load, working
+// agents, heartbeat age, and why a backend cannot run.
+func TestNodesView(t *testing.T) {
+	m, _ := newTestModel(t, schemas.AgentRecord{ID: "w", Node: "alpha", Status: schemas.StatusWorking})
+	now := time.Now()
+	m.Update(tickMsg(now))
+	m.Update(nodesMsg{
+		{Name: "alpha", Labels: map[string]string{"gpu": "yes", "site": "lab"}, Agents: 1, MaxAgents: 4, Heartbeat: float64(now.Add(-3*time.Second).UnixNano()) / 1e9,
+			Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}, {Kind: "acp", Agent: "gemini", Problem: "gemini is not installed"}}},
+		{Name: "beta", Agents: 0, Heartbeat: float64(now.UnixNano()) / 1e9, Backends: []schemas.BackendInfo{{Kind: "ollama", Ready: true, Models: []string{"qwen3", "llama3"}}}},
+	})
+	key(m, "n")
+	v := screenHas(t, m, "NODE", "AGENTS", "LOAD", "WORKING", "SEEN", "LABELS", "gpu=yes,site=lab", "1/4", "25%", "3s", "claude acp:gemini✖", "✖ acp:gemini: gemini is not installed", "ollama(2 models)")
+	for _, l := range strings.Split(v, "\n") {
+		if strings.HasPrefix(l, "alpha") && !strings.Contains(l, " 1 ") {
+			t.Errorf("alpha's working count: %q", l)
+		}
 	}
 }

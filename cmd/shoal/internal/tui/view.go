@@ -2,7 +2,6 @@ package tui
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -37,12 +36,24 @@ func (m *Model) View() string {
 	if m.width == 0 {
 		return "starting…"
 	}
+	switch m.overlay {
+	case detailOverlay, helpOverlay:
+		return m.detail.view(m)
+	case confirmOverlay:
+		return m.box(m.confirm.title, m.wrapped(splitLines(m.confirm.text)), m.confirm.keys)
+	case formOverlay:
+		return m.formView()
+	case permitOverlay:
+		return m.permitView()
+	case transcriptOverlay:
+		return m.transcriptView()
+	}
 	shown := m.shown()
 	header := m.header(shown)
 	h := m.bodyHeight()
 	var body []string
 	if m.nodesView {
-		body = strings.Split(m.nodesTable(), "\n")
+		body = m.nodesTable()
 	} else {
 		// Two columns, joined line by line: each line is clipped and
 		// padded to its column once, so a frame costs what it shows.
@@ -65,118 +76,108 @@ func (m *Model) View() string {
 	for len(body) < h {
 		body = append(body, "")
 	}
-	screen := header + "\n" + strings.Join(body, "\n") + "\n" + m.footer()
-	switch m.overlay {
-	case detailOverlay:
-		return m.popup("event", m.detail)
-	case helpOverlay:
-		return m.popup("keys", helpText)
-	case confirmOverlay:
-		a, _ := m.selected()
-		return m.popup("close", fmt.Sprintf("Close agent %s on %s? It stops and everything it started.\n\ny: close   any other key: keep it", a.ID, a.Node))
-	case transcriptOverlay:
-		return m.transcriptView()
-	}
-	return screen
+	return header + "\n" + strings.Join(body, "\n") + "\n" + m.footer()
 }
 
 const helpText = `↑/↓ j/k    select an agent (or an event, in the feed)
 tab        move between the agent list and the event feed
 enter      in the list: go to the feed; in the feed: the event in full
-t          the agent's whole transcript, from the stream (↑/↓, PgUp/PgDn)
+PgUp/PgDn  in the feed: a page up or down; End: back to the newest
+t          the agent's whole transcript (↑/↓, PgUp/PgDn, enter expands a tool)
+s          send the agent a turn
+i          interrupt its turn (asks first)
+p          answer its permission requests (⚠ in the list)
+m          set its model
+o          open an agent: directory, model, preset
 x          close a live agent (asks first), dismiss a dead one
 /          filter by id, node, status, model or directory (esc clears)
 g          group the list by node, or not
 n          the nodes of the fabric
 esc        close a popup; ?  this help; q  quit
-mouse      click to select, wheel to move`
+mouse      click to select, wheel to move or scroll
+
+The feed and the transcript read like a terminal: oldest at the top,
+newest at the bottom, and they follow the newest unless you scroll up.`
 
 func (m *Model) bodyHeight() int { return max(3, m.height-2) }
 
-func (m *Model) listWidth() int { return max(24, min(48, m.width*2/5)) }
+func (m *Model) listWidth() int { return max(24, min(56, m.width*2/5)) }
 
 func (m *Model) header(shown []schemas.AgentRecord) string {
-	working := 0
+	working, waiting := 0, 0
 	for _, a := range shown {
 		if a.Status == schemas.StatusWorking {
 			working++
 		}
+		waiting += len(m.permits[a.ID])
 	}
 	view := "agents"
 	if m.nodesView {
 		view = "nodes"
 	}
 	h := fmt.Sprintf("shoal · %d agents (%d working) · %d nodes · %s", len(shown), working, len(m.nodes), view)
+	if waiting > 0 {
+		h += fmt.Sprintf(" · ⚠ %d waiting", waiting)
+	}
 	if m.byNode && !m.nodesView {
 		h += " · by node"
 	}
 	if q := m.filter.Value(); q != "" && !m.filtering {
 		h += " · filter " + q
 	}
-	return styleTitle.Render(h)
+	return clip(styleTitle.Render(h), m.width)
 }
 
+// footer is the status line: the live feed's trouble, an action's
+// outcome, a failed read, or the main keys.
 func (m *Model) footer() string {
 	if m.filtering {
 		return m.filter.View()
 	}
+	var parts []string
+	if m.feedLost != "" {
+		parts = append(parts, styleAsk.Render(m.feedLost))
+	}
 	if m.status != "" {
-		return styleDim.Render(m.status)
-	}
-	return styleDim.Render("? keys · tab feed · enter detail · t transcript · x close · / filter · n nodes · q quit")
-}
-
-// entries are the agent list's lines before rendering: a node's header
-// (agent -1) or an agent.
-type entry struct {
-	agent int
-	node  string
-}
-
-func (m *Model) entries(shown []schemas.AgentRecord) []entry {
-	var out []entry
-	node := "\x00"
-	for i, a := range shown {
-		if m.byNode && a.Node != node {
-			node = a.Node
-			out = append(out, entry{agent: -1, node: node})
-		}
-		out = append(out, entry{agent: i})
-	}
-	return out
-}
-
-// top is the first entry the list shows, so that the selection is on
-// screen; it moves only when the selection leaves the window.
-func (m *Model) top(es []entry, h int) int {
-	at := 0
-	for i, e := range es {
-		if e.agent == m.sel {
-			at = i
+		if m.statusErr {
+			parts = append(parts, styleError.Render("✖ "+m.status))
+		} else {
+			parts = append(parts, m.status)
 		}
 	}
-	if at < m.listTop {
-		m.listTop = max(0, at-1)
+	if m.pollErr != "" {
+		parts = append(parts, styleError.Render(m.pollErr))
 	}
-	if at >= m.listTop+h {
-		m.listTop = at - h + 1
+	if len(parts) == 0 {
+		return styleDim.Render(clip("? keys · s send · i interrupt · p permissions · m model · o open · x close · t transcript · / filter · n nodes · q quit", m.width))
 	}
-	m.listTop = max(0, min(m.listTop, len(es)-h))
-	return m.listTop
+	return clip(strings.Join(parts, " · "), m.width)
 }
 
-// listLines are the agent list's lines that fit in h rows.
+// listLines are the agent list's lines that fit in h rows: a line of
+// column headers, then the agents, under their node when grouped.
 func (m *Model) listLines(shown []schemas.AgentRecord, h int) []string {
 	w := m.listWidth()
+	idw := 2
+	for _, a := range shown {
+		idw = max(idw, min(16, len(a.ID)))
+	}
+	row := func(id, status, tokens, model string) string {
+		return fmt.Sprintf("%-*s %-11s %6s %s", idw, clip(id, idw), status, tokens, model)
+	}
+	last := "MODEL"
+	if !m.byNode {
+		last = "MODEL · NODE"
+	}
+	out := []string{styleDim.Render(clip("  "+row("ID", "STATUS", "TOKENS", last), w))}
 	es := m.entries(shown)
 	if len(es) == 0 {
 		if m.filter.Value() != "" {
-			return []string{styleDim.Render("no agent matches the filter")}
+			return append(out, styleDim.Render("no agent matches the filter"))
 		}
-		return []string{styleDim.Render("no agents yet: shoal open DIR")}
+		return append(out, styleDim.Render("no agents yet: o opens one"))
 	}
-	var out []string
-	for _, e := range es[m.top(es, h):] {
+	for _, e := range es[m.top(es, h-1):] {
 		if len(out) == h {
 			break
 		}
@@ -185,28 +186,38 @@ func (m *Model) listLines(shown []schemas.AgentRecord, h int) []string {
 			continue
 		}
 		a := shown[e.agent]
-		text := fmt.Sprintf("%-8s %-8s %s", a.ID, a.Status, a.Model)
-		if !m.byNode {
-			text += " " + a.Node
+		status := string(a.Status)
+		if wt := m.waiting(a.ID); wt != "" {
+			status = wt
 		}
+		model := a.Model
+		if !m.byNode {
+			model += " · " + a.Node
+		}
+		text := row(a.ID, status, tokens(a.Usage), model)
 		if e.agent == m.sel && !m.feedFocus {
 			out = append(out, styleSelected.Render(clip("● "+text, w)))
 			continue
 		}
 		dot := lipgloss.NewStyle().Foreground(m.color(a)).Render("●")
+		if m.waiting(a.ID) != "" {
+			text = styleAsk.Render(text)
+		}
 		out = append(out, dot+" "+clip(text, w-2))
 	}
 	return out
 }
 
-// rowAt is the agent shown on screen row y.
-func (m *Model) rowAt(y int) (int, bool) {
-	es := m.entries(m.shown())
-	i := m.listTop + y - 1 // below the header
-	if i < 0 || i >= len(es) || es[i].agent < 0 {
-		return 0, false
+// tokens is an agent's token count, short.
+func tokens(u schemas.Usage) string {
+	n := u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheCreationTokens
+	switch {
+	case n < 1000:
+		return fmt.Sprint(n)
+	case n < 1_000_000:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
 	}
-	return es[i].agent, true
+	return fmt.Sprintf("%.1fM", float64(n)/1e6)
 }
 
 // color is an agent's status colour: working pulses, and turns amber
@@ -226,6 +237,15 @@ func (m *Model) color(a schemas.AgentRecord) lipgloss.Color {
 	return "7"
 }
 
+// recordLines is how many lines the selected agent's record takes above
+// its feed.
+const recordLines = 5
+
+// feedRows is how many feed lines the detail pane shows.
+func (m *Model) feedRows() int { return max(1, m.bodyHeight()-recordLines) }
+
+// detailLines are the selected agent's record, then its feed, oldest at
+// the top.
 func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
 	if m.sel < 0 || m.sel >= len(shown) {
 		return nil
@@ -236,21 +256,33 @@ func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
 	if f := m.feeds[a.ID]; f != nil && !f.lastActivity.IsZero() {
 		last = m.now.Sub(f.lastActivity).Round(time.Second).String() + " ago"
 	} else if a.LastActivity > 0 {
-		last = m.now.Sub(time.Unix(0, int64(a.LastActivity*1e9))).Round(time.Second).String() + " ago"
+		last = m.now.Sub(floatTime(a.LastActivity)).Round(time.Second).String() + " ago"
+	}
+	activity := styleDim.Render("last activity " + last)
+	if wt := m.waiting(a.ID); wt != "" {
+		activity += "  " + styleAsk.Render(wt+": p answers")
 	}
 	status := lipgloss.NewStyle().Foreground(m.color(a)).Render(string(a.Status))
 	lines := []string{
-		styleTitle.Render("agent "+a.ID) + "  node " + a.Node + "  " + status,
+		clip(styleTitle.Render("agent "+a.ID)+"  node "+a.Node+"  "+status, w),
 		clip(fmt.Sprintf("model %s  turn %d  tokens %d in / %d out", a.Model, a.Turn, a.Usage.InputTokens, a.Usage.OutputTokens), w),
 		clip("cwd "+a.CWD, w),
-		styleDim.Render("last activity " + last),
+		clip(activity, w),
 		styleDim.Render(strings.Repeat("─", max(1, w-2))),
 	}
-	for i, l := range m.feedOfShown(a.ID, h) {
-		if len(lines) >= h {
-			break
+	f := m.feeds[a.ID]
+	if f == nil {
+		return lines
+	}
+	from, to := m.fv.fit(f, h-len(lines))
+	for id := from; id < to; id++ {
+		i := id - f.dropped
+		l := f.lines[i]
+		text := clip(f.text(i), w)
+		if m.feedFocus && id == m.fv.sel {
+			lines = append(lines, styleSelected.Render(text))
+			continue
 		}
-		text := clip(l.text, w)
 		switch l.kind {
 		case "error":
 			text = styleError.Render(text)
@@ -265,69 +297,21 @@ func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
 		case "thought":
 			text = styleDim.Render(text)
 		}
-		if m.feedFocus && i == m.feedSel {
-			text = styleSelected.Render(clip(l.text, w))
-		}
 		lines = append(lines, text)
 	}
 	return lines
 }
 
-func (m *Model) nodesTable() string {
-	if len(m.nodes) == 0 {
-		return styleDim.Render("no nodes: start one with shoal up or shoal node")
+// eventDetail is the full text of a feed line's event.
+func eventDetail(l line) string {
+	b, err := schemas.Encode(l.ev)
+	if err != nil {
+		return l.text
 	}
-	ns := append([]schemas.NodeRecord(nil), m.nodes...)
-	sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
-	out := []string{styleHeader.Render(fmt.Sprintf("%-16s %-34s %-8s %-8s %s", "NODE", "RUNS", "AGENTS", "SEEN", "MODELS"))}
-	for _, n := range ns {
-		var runs []string
-		models := 0
-		for _, b := range n.Backends {
-			name := b.Kind
-			if b.Agent != "" {
-				name += ":" + b.Agent
-			}
-			if !b.Ready {
-				name += "(no)"
-			}
-			runs = append(runs, name)
-			models += len(b.Models)
-		}
-		agents := fmt.Sprint(n.Agents)
-		if n.MaxAgents > 0 {
-			agents += fmt.Sprintf("/%d", n.MaxAgents)
-		}
-		seen := m.now.Sub(time.Unix(0, int64(n.Heartbeat*1e9))).Round(time.Second).String()
-		out = append(out, clip(fmt.Sprintf("%-16s %-34s %-8s %-8s %d", n.Name, strings.Join(runs, " "), agents, seen, models), m.width))
-	}
-	return strings.Join(out, "\n")
+	return strings.Join(prettyJSON(b), "\n")
 }
 
-func (m *Model) popup(title, text string) string {
-	w := max(20, m.width-8)
-	lines := strings.Split(text, "\n")
-	if h := m.height - 4; len(lines) > h && h > 0 {
-		lines = append(lines[:h-1], "…")
-	}
-	for i, l := range lines {
-		lines[i] = clip(l, w-4)
-	}
-	box := styleBox.Width(w).Render(styleTitle.Render(title) + "\n" + strings.Join(lines, "\n") + "\n" + styleDim.Render("esc closes"))
-	return lipgloss.Place(m.width, m.height, lipgloss.Center, lipgloss.Center, box)
-}
-
-func (m *Model) transcriptView() string {
-	a, _ := m.selected()
-	h := m.bodyHeight()
-	end := min(len(m.lines), m.scroll+h)
-	var body []string
-	for _, l := range m.lines[min(m.scroll, end):end] {
-		body = append(body, clip(l, m.width))
-	}
-	head := styleTitle.Render(fmt.Sprintf("transcript of %s · lines %d–%d of %d", a.ID, m.scroll+1, end, len(m.lines)))
-	return head + "\n" + lipgloss.NewStyle().Height(h).Render(strings.Join(body, "\n")) + "\n" + styleDim.Render("↑/↓ PgUp/PgDn g/G · esc closes")
-}
+func splitLines(s string) []string { return strings.Split(s, "\n") }
 
 // clip cuts s, which may hold styles, to w cells.
 func clip(s string, w int) string {
