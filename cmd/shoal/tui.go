@@ -69,12 +69,6 @@ func isTerminal(f *os.File) bool {
 // alike.
 type fabricSource struct{ f client.Client }
 
-// permits is what a client that serves permission requests has.
-type permits interface {
-	Pending(ctx context.Context) ([]schemas.PermitRecord, error)
-	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
-}
-
 func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error) {
 	return s.f.List(ctx)
 }
@@ -139,20 +133,12 @@ func (s fabricSource) Close(ctx context.Context, req schemas.AgentRequest) (sche
 }
 
 func (s fabricSource) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
-	p, ok := s.f.(permits)
-	if !ok {
-		return nil, tui.ErrNoPermits
-	}
-	return p.Pending(ctx)
+	return s.f.Pending(ctx)
 }
 
 func (s fabricSource) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
-	p, ok := s.f.(permits)
-	if !ok {
-		return schemas.PermitReply{}, tui.ErrNoPermits
-	}
 	req.By = "tui"
-	return p.Permit(ctx, req)
+	return s.f.Permit(ctx, req)
 }
 
 // shown is what the monitor shows of a replayed message: the event, or

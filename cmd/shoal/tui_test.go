@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
@@ -348,43 +344,34 @@ func TestTUIReconnectsAfterARestart(t *testing.T) {
 	scr.keys("q")
 }
 
-// permitClient is a client that serves permission requests.
-type permitClient struct {
-	client.Client
-	asked []schemas.PermitRequest
-}
-
-func (c *permitClient) Pending(context.Context) ([]schemas.PermitRecord, error) {
-	return []schemas.PermitRecord{{AgentID: "a1", RequestID: "r1", Tool: "Bash"}}, nil
-}
-
-func (c *permitClient) Permit(_ context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
-	c.asked = append(c.asked, req)
-	return schemas.PermitReply{}, nil
-}
-
-// The monitor reaches permission requests through a client that serves
-// them, answering as "tui"; through one that does not, both calls say the
-// fabric does not serve them.
-func TestTUIPermitsThroughTheClient(t *testing.T) {
-	var plain client.Client = &client.Remote{}
-	if _, err := (fabricSource{plain}).Pending(t.Context()); !errors.Is(err, tui.ErrNoPermits) {
-		t.Errorf("Pending without the client's support: %v", err)
+// A permission request answered from the monitor: the agent under
+// --permission ask waits, the monitor marks it, shows the request with
+// the tool's input, and its allow lets the tool run and the turn end.
+func TestTUIAnswersAPermissionRequest(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.node("n1")
+	dir := t.TempDir()
+	target := filepath.Join(dir, "from-the-monitor.txt")
+	in, _ := json.Marshal(map[string]string{"command": "touch " + target, "description": "make the file"})
+	p.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Made it."})
+	id := strings.TrimSpace(p.must("open", "--permission", "ask", dir))
+	p.must("send", id, "Make the file.")
+	scr := startTUI(t, append(baseEnv(t.TempDir()), "SHOAL_NATS="+p.url))
+	scr.waitText("⚠ 1 waiting")
+	scr.keys("p")
+	scr.wait("the request in full", func(s string) bool {
+		return strings.Contains(s, "tool         Bash") && strings.Contains(s, "from-the-monitor.txt")
+	})
+	scr.keys("a")
+	scr.waitText("allowed Bash for " + id)
+	eventually(t, 60*time.Second, "the turn ends", func() bool { return strings.TrimSpace(p.must("output", id)) == "Made it." })
+	if _, err := readFile(target); err != nil {
+		t.Errorf("the allowed tool did not run: %v", err)
 	}
-	if _, err := (fabricSource{plain}).Permit(t.Context(), schemas.PermitRequest{}); !errors.Is(err, tui.ErrNoPermits) || err.Error() != "this fabric does not serve permission requests" {
-		t.Errorf("Permit without the client's support: %v", err)
-	}
-	c := &permitClient{Client: plain}
-	src := fabricSource{c}
-	if rs, err := src.Pending(t.Context()); err != nil || len(rs) != 1 || rs[0].RequestID != "r1" {
-		t.Errorf("Pending: %v %v", rs, err)
-	}
-	req := schemas.PermitRequest{AgentID: "a1", RequestID: "r1", Decision: schemas.DecisionDeny, Message: "no"}
-	if _, err := src.Permit(t.Context(), req); err != nil {
-		t.Fatal(err)
-	}
-	req.By = "tui"
-	if len(c.asked) != 1 || c.asked[0] != req {
-		t.Errorf("the client was asked %+v, want %+v", c.asked, req)
+	var rep schemas.PendingReply
+	json.Unmarshal([]byte(p.must("pending", "--json")), &rep)
+	if len(rep.Requests) != 0 {
+		t.Errorf("still pending: %+v", rep.Requests)
 	}
 }
