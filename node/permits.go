@@ -140,7 +140,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	case <-timer.C:
 		ans = settle("deadline", fmt.Sprintf("nobody answered within %s, so the request was denied", wait))
 	case <-ctx.Done():
-		ans = settle("closed", "the agent ended before anyone answered")
+		ans = settle("closed", "the turn or the agent ended before anyone answered")
 	}
 	if ans.Decision == schemas.DecisionDeny && ans.Message == "" {
 		ans.Message = "denied by " + ans.By

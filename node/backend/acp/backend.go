@@ -426,11 +426,19 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 		}
 	}
 	token := br.add(spec.AgentID, s)
+	// The plugin gives up on the node after a few seconds, unless a
+	// person may be asked: the node then answers by the request's
+	// deadline, whatever it is.
+	wait := "5000"
+	if s.asks() {
+		wait = strconv.Itoa(int((24 * time.Hour).Milliseconds()))
+	}
 	return dir, []string{
 		"XDG_CONFIG_HOME=" + dir,
 		"SHOAL_AGENT_ID=" + spec.AgentID,
 		"SHOAL_PERMITS_PORT=" + br.port(),
 		"SHOAL_PERMITS_TOKEN=" + token,
+		"SHOAL_PERMITS_WAIT_MS=" + wait,
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -112,6 +113,11 @@ func (b *permits) permission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	allow, why := a.s.judgeTool(req.Tool, req.Args)
+	if allow && a.s.asks() && mutating(req.Tool) && !allowlisted(a.s.spec.Policy, req.Tool) {
+		// Held until a person answers, or the agent ends.
+		v := a.s.spec.Asker.Ask(r.Context(), backend.Question{Tool: req.Tool, Input: req.Args})
+		allow, why = v.Allow, v.Message
+	}
 	answer(permitVerdict{Allow: allow, Why: why})
 }
 

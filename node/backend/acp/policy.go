@@ -26,6 +26,26 @@ func decide(pol schemas.Policy, tool string) (allow bool, why string) {
 	return pol.Decide(schemas.ParseToolName(tool), schemas.ACPRules)
 }
 
+// mutating reports whether one of opencode's tools changes something
+// (runs a command, writes, fetches): what an agent that asks puts to a
+// person. Its reads and searches are not asked about.
+func mutating(tool string) bool {
+	t := strings.ToLower(tool)
+	for _, p := range []string{"write", "edit", "patch", "bash", "shell", "run", "delete", "move", "webfetch"} {
+		if strings.HasPrefix(t, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// allowlisted reports whether the agent's caller named the tool in its
+// allowlist: an agent that asks is not asked about those.
+func allowlisted(pol schemas.Policy, tool string) bool {
+	name := schemas.ParseToolName(tool)
+	return slices.ContainsFunc(pol.CallerAllowed, func(e string) bool { return schemas.MatchEntry(e, name) })
+}
+
 // deniedAtAsk checks a session/request_permission against the deny list,
 // as Kaimon's _denied_tool does: the first word of the title, unless it
 // looks like a qualified tool name or a path ("__", "/", ".", shoal_…:

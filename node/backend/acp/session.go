@@ -484,6 +484,9 @@ func (s *session) onPermission(id, params json.RawMessage) {
 		Options []schemas.PermissionOption `json:"options"`
 	}
 	json.Unmarshal(params, &p)
+	if s.asks() && s.agent != AgentOpencode {
+		return // the node publishes the request it puts to a person
+	}
 	reqID := strings.Trim(string(id), `"`)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -516,7 +519,7 @@ func (s *session) onGarbage(line []byte, tooLong int) {
 func (s *session) handle(ctx context.Context, method string, params json.RawMessage) (any, *acpsdk.RequestError) {
 	switch method {
 	case "session/request_permission":
-		return s.requestPermission(params), nil
+		return s.requestPermission(ctx, params), nil
 	case "fs/read_text_file":
 		return s.readTextFile(params)
 	case "fs/write_text_file":
@@ -527,10 +530,16 @@ func (s *session) handle(ctx context.Context, method string, params json.RawMess
 	return nil, &acpsdk.RequestError{Code: -32601, Message: "unsupported client method " + method}
 }
 
+// asks reports whether the agent puts what its policy does not settle to
+// a person.
+func (s *session) asks() bool { return s.spec.Policy.Ask && s.spec.Asker != nil }
+
 // requestPermission decides a tool call by the agent's policy: the deny
 // list by the call's title and kind, then every path it names must be in
-// the agent's directory. Nobody is asked: Shoal runs agents headless.
-func (s *session) requestPermission(params json.RawMessage) any {
+// the agent's directory. What passes is allowed, or, for an agent that
+// asks, put to a person with the agent's own options, unless its
+// allowlist names the tool.
+func (s *session) requestPermission(ctx context.Context, params json.RawMessage) any {
 	var p struct {
 		ToolCall struct {
 			ToolCallID string          `json:"toolCallId"`
@@ -548,6 +557,7 @@ func (s *session) requestPermission(params json.RawMessage) any {
 		} `json:"toolCall"`
 		Options []struct {
 			OptionID string `json:"optionId"`
+			Name     string `json:"name"`
 			Kind     string `json:"kind"`
 		} `json:"options"`
 	}
@@ -595,6 +605,26 @@ func (s *session) requestPermission(params json.RawMessage) any {
 		s.mu.Lock()
 		s.emit(schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": tc.ToolCallID}))
 		s.mu.Unlock()
+		return pick("reject_once", "reject_always")
+	}
+	name := tc.Meta.ClaudeCode.ToolName
+	if name == "" {
+		name = tc.Title
+	}
+	// opencode's calls were put to a person by Shoal's plugin already,
+	// before opencode asks its client about them.
+	if s.asks() && s.agent != AgentOpencode && !allowlisted(s.spec.Policy, name) {
+		q := backend.Question{Tool: name, ToolCallID: tc.ToolCallID, Input: tc.RawInput, Description: tc.Title}
+		for _, o := range p.Options {
+			q.Options = append(q.Options, schemas.PermissionOption{OptionID: o.OptionID, Name: o.Name, Kind: schemas.ParsePermissionKind(o.Kind)})
+		}
+		v := s.spec.Asker.Ask(ctx, q)
+		switch {
+		case v.Option != "":
+			return map[string]any{"outcome": map[string]string{"outcome": "selected", "optionId": v.Option}}
+		case v.Allow:
+			return pick("allow_once", "allow_always")
+		}
 		return pick("reject_once", "reject_always")
 	}
 	return pick("allow_once", "allow_always")

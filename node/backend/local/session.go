@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -291,7 +292,12 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 			ToolCallID: c.ID, Title: c.Name, Kind: schemas.ToolKindForName(c.Name),
 			Status: schemas.ToolInProgress, RawInput: c.Arguments,
 		}})
-		res := s.tb.call(ctx, c.Name, c.Arguments)
+		var res toolResult
+		if v, asked := s.ask(ctx, c); asked && !v.Allow {
+			res = failedResult(fmt.Sprintf("Error: tool '%s' was denied: %s", c.Name, v.Message))
+		} else {
+			res = s.tb.call(ctx, c.Name, c.Arguments)
+		}
 		status := schemas.ToolCompleted
 		if res.Failed {
 			status = schemas.ToolFailed
@@ -306,6 +312,21 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 		s.mu.Unlock()
 	}
 	return false, nil
+}
+
+// ask holds a tool call for a person when the agent asks (Policy.Ask)
+// and its caller's allowlist does not name the tool; asked is false when
+// nobody was asked.
+func (s *session) ask(ctx context.Context, c toolCall) (v backend.Verdict, asked bool) {
+	pol := s.spec.Policy
+	if !pol.Ask || s.spec.Asker == nil {
+		return backend.Verdict{}, false
+	}
+	name := schemas.ParseToolName(c.Name)
+	if slices.ContainsFunc(pol.CallerAllowed, func(e string) bool { return schemas.MatchEntry(e, name) }) {
+		return backend.Verdict{}, false
+	}
+	return s.spec.Asker.Ask(ctx, backend.Question{Tool: c.Name, ToolCallID: c.ID, Input: c.Arguments}), true
 }
 
 // Interrupt implements backend.Session: the running round stops, and the

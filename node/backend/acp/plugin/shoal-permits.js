@@ -7,6 +7,8 @@ const token = process.env.SHOAL_PERMITS_TOKEN || ""
 const agent = process.env.SHOAL_AGENT_ID || ""
 const preset = process.env.SHOAL_AGENT_PERMISSION || "default"
 const systemPrompt = process.env.SHOAL_AGENT_SYSTEM_PROMPT || ""
+// How long to wait for the node's answer: longer when a person is asked.
+const wait = Number(process.env.SHOAL_PERMITS_WAIT_MS) || 5000
 const mutating = /^(write|edit|patch|bash|shell|run|delete|move)/i
 
 async function decide(tool, args) {
@@ -20,7 +22,7 @@ async function decide(tool, args) {
         "X-Shoal-Permits-Token": token,
       },
       body: JSON.stringify({ tool, args: args ?? {}, preset }),
-      signal: AbortSignal.timeout(5000),
+      signal: AbortSignal.timeout(wait),
     })
     if (!res.ok) throw new Error(`HTTP ${res.status}`)
     return await res.json()
