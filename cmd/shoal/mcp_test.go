@@ -27,7 +27,7 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 	defer s.Close()
 	tools, err := s.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 11 {
+	if err != nil || len(tools.Tools) != 13 {
 		t.Fatalf("tools over stdio: %d %v", len(tools.Tools), err)
 	}
 	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_list"})

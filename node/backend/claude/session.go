@@ -321,10 +321,15 @@ func (s *session) handle(line []byte, tooLong int) {
 			go s.ask(perm)
 			continue
 		}
-		s.emit(p)
 		if perm, ok := p.(schemas.Permission); ok {
+			// Kaimon's permission event, exactly: the tool and its input
+			// are for the requests a person answers.
+			perm.Tool, perm.Input = "", nil
+			s.emit(perm)
 			s.refuse(perm)
+			continue
 		}
+		s.emit(p)
 		if _, ok := p.(schemas.Result); ok {
 			s.running, s.interrupted = false, false
 		}
