@@ -185,6 +185,7 @@ func (a *agent) interrupt(ctx context.Context) bool {
 // that cannot be delivered (an agent that stopped reading) stops the agent,
 // which ends the turn all the same.
 func (a *agent) interruptRunning(ctx context.Context) bool {
+	a.h.permits.settle(a.id, "interrupted", "the turn was interrupted before anyone answered")
 	ok, err := a.sess.Interrupt(ctx)
 	if err != nil {
 		a.stopFor(ctx, fmt.Sprintf("the interrupt could not be delivered (%v)", err))
@@ -206,6 +207,8 @@ func (a *agent) close(ctx context.Context) {
 	if !already {
 		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})
 	}
+	// A request waiting for a person would hold the CLI from ending.
+	a.h.permits.settle(a.id, "closed", "the agent was closed before anyone answered")
 	if err := a.sess.Close(ctx); err != nil {
 		a.log.Warn("closing the agent", "err", err)
 	}

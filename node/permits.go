@@ -64,6 +64,22 @@ func (b *permitBook) answer(agent, request string, ans schemas.PermitAnswer) (sc
 	return q.rec, nil
 }
 
+// settle denies every open request of an agent, by the node, saying why:
+// it is being closed, or its turn interrupted.
+func (b *permitBook) settle(agent, by, why string) {
+	b.mu.Lock()
+	var open []string
+	for _, q := range b.reqs {
+		if q.rec.AgentID == agent && q.rec.Answer == nil {
+			open = append(open, q.rec.RequestID)
+		}
+	}
+	b.mu.Unlock()
+	for _, r := range open {
+		b.answer(agent, r, schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: by, At: unixTime(time.Now())})
+	}
+}
+
 // forget drops an agent's requests when it is gone.
 func (b *permitBook) forget(agent string) {
 	b.mu.Lock()

@@ -207,6 +207,31 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	if _, err := readFile(filepath.Join(elsewhere, "never.txt")); err == nil {
 		t.Error("the unanswered tool ran")
 	}
+
+	// The agent closed while it waits: denied, saying so.
+	id3 := must("open", "--permission", "ask", t.TempDir())
+	fake.Script(bash("touch closed.txt"), fakemodel.Reply{Text: "never"})
+	must("send", id3, "Touch it.")
+	waitFor(id3)
+	must("close", id3)
+	eventually(t, 30*time.Second, "the closed agent's request settles", func() bool { return len(pending(id3)) == 0 })
+	if raw := must("tail", "--raw", "--no-follow", id3); !strings.Contains(raw, `"by":"closed"`) {
+		t.Errorf("the closed agent's stream does not say its request was denied:\n%s", raw)
+	}
+
+	// The node killed while an agent waits, and restarted: the request
+	// ends denied, in the list and on the agent's stream.
+	id4 := must("open", "--permission", "ask", t.TempDir())
+	fake.Script(bash("touch orphaned.txt"), fakemodel.Reply{Text: "never"})
+	must("send", id4, "Touch it.")
+	r4 := waitFor(id4)
+	node.stop(syscall.SIGKILL)
+	node = startShoal(t, nodeHome, env, "node", "--nats", url, "--node-name", "remote", "--claude", peers.Claude.Command(t)[0])
+	node.waitLine("shoal: node remote joined")
+	eventually(t, 30*time.Second, "the orphaned request settles", func() bool { return len(pending(id4)) == 0 })
+	if raw := must("tail", "--raw", "--no-follow", id4); !strings.Contains(raw, "permission request "+r4.RequestID+" (Bash) was denied: node remote restarted") {
+		t.Errorf("the stream does not say the request died with its node:\n%s", raw)
+	}
 }
 
 // headers sends the bearer token and names the calling agent, as an
