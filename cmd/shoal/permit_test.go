@@ -124,10 +124,10 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 
 	cwd := t.TempDir()
 	id := must("open", "--permission", "ask", cwd)
-	fake.Script(bash("echo hi && touch "+filepath.Join(cwd, "allowed.txt")), fakemodel.Reply{Text: "Touched."})
+	fake.Script(bash("echo hi"), bash("touch "+filepath.Join(cwd, "allowed.txt")), fakemodel.Reply{Text: "Touched."})
 	must("send", id, "Touch a file.")
 	req := waitFor(id)
-	if req.Tool != "Bash" || !strings.Contains(string(req.Input), "allowed.txt") || req.Node != "remote" {
+	if req.Tool != "Bash" || !strings.Contains(string(req.Input), `"echo hi"`) || req.Node != "remote" {
 		t.Fatalf("the request: %+v", req)
 	}
 	if raw := must("tail", "--raw", "--no-follow", id); !strings.Contains(raw, `"kind":"permission"`) || !strings.Contains(raw, req.RequestID) {
@@ -165,9 +165,18 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 		}
 		return code == 0
 	})
+	// The echo ran; the touch that follows asks too.
+	touch := waitFor(id)
+	if !strings.Contains(string(touch.Input), "allowed.txt") {
+		t.Fatalf("the second request: %+v", touch)
+	}
+	must("permit", id, touch.RequestID, "allow")
 	eventually(t, 60*time.Second, "the turn ends", func() bool { return must("output", id) == "Touched." })
 	if _, err := readFile(filepath.Join(cwd, "allowed.txt")); err != nil {
 		t.Errorf("the allowed tool did not run: %v", err)
+	}
+	if r := fake.Requests(); !strings.Contains(mustJSONText(r[len(r)-2].ToolResults), "hi") {
+		t.Errorf("the allowed echo's result: %s", mustJSONText(r[len(r)-2].ToolResults))
 	}
 	code, _, errOut := shoal("permit", id, req.RequestID, "deny")
 	if code != exitConflict || !strings.Contains(errOut, "already answered: allow by cli:") {

@@ -87,8 +87,14 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	}
 	if pol.Ask && !pol.Dangerous {
 		// What the CLI would prompt for comes to Shoal as a control
-		// request, and is put to a person.
+		// request, and is put to a person; so do its commands, edits and
+		// fetches that no allowlist entry names, even those it would
+		// pass on its own (a read-only shell command).
 		args = append(args, "--permission-prompt-tool", "stdio")
+		if ask := askedTools(pol.Allowed); len(ask) > 0 {
+			settings, _ := json.Marshal(map[string]any{"permissions": map[string]any{"ask": ask}})
+			args = append(args, "--settings", string(settings))
+		}
 	}
 	if effort != "" {
 		args = append(args, "--effort", effort)
@@ -189,6 +195,18 @@ func ConfigDir(env []string) string {
 func SandboxConfigDir(spec backend.Spec, env []string) (string, error) {
 	dst := backend.AgentHome(spec, "claude")
 	return dst, backend.SeedHome(dst, ConfigDir(env))
+}
+
+// askedTools are the CLI's acting tools no allowlist entry names, which
+// an agent that asks always asks about.
+func askedTools(allowed []string) []string {
+	var out []string
+	for _, tool := range []string{"Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "WebFetch"} {
+		if !slices.ContainsFunc(schemas.BuiltinTools(allowed), func(t string) bool { return t == tool }) {
+			out = append(out, tool)
+		}
+	}
+	return out
 }
 
 // projectDirMax is the longest project directory name the CLI writes
