@@ -335,7 +335,7 @@ var kaimonArgs = map[string][]toolArg{
 	"agent_nodes": nil,
 	"agent_permit": {{name: "agent_id", kind: "string", required: true}, {name: "request_id", kind: "string", required: true},
 		{name: "decision", kind: "string", required: true, enum: []string{"allow", "deny"}}, {name: "option", kind: "string"},
-		{name: "message", kind: "string"}},
+		{name: "message", kind: "string"}, {name: "input", kind: "object"}},
 	"agent_pending": nil,
 }
 
@@ -413,6 +413,8 @@ func wrongValues(kind string) map[string]any {
 		return map[string]any{"a string": "Read", "an array": []any{"Read", 3}}
 	case "map":
 		return map[string]any{"an object": map[string]any{"gpu": 1}, "a string": "gpu=yes"}
+	case "object":
+		return map[string]any{"a string": "{}", "an array": []any{1}}
 	}
 	return nil
 }
@@ -423,6 +425,8 @@ func kindWords(kind string) string {
 		return "an array of strings"
 	case "map":
 		return "an object of strings"
+	case "object":
+		return "an object"
 	case "integer":
 		return "an integer"
 	}

@@ -24,7 +24,7 @@ type inputSchema struct {
 
 // property is what validation reads of one argument.
 type property struct {
-	kind     string // "string", "number", "integer", "boolean", "string[]", "map"
+	kind     string // "string", "number", "integer", "boolean", "string[]", "map" (of strings), "object"
 	enum     []string
 	min, max *float64
 	exclMin  bool
@@ -146,6 +146,8 @@ func readProperty(m map[string]any) (property, error) {
 			return p, fmt.Errorf("an array of something other than strings")
 		}
 		p.kind = "string[]"
+	case t == "object" && m["additionalProperties"] == nil:
+		p.kind = "object" // any object: a tool's input
 	case t == "object":
 		add, _ := m["additionalProperties"].(map[string]any)
 		if add["type"] != "string" {
@@ -241,6 +243,9 @@ func typeOK(kind string, v any) bool {
 			}
 		}
 		return true
+	case "object":
+		_, ok := v.(map[string]any)
+		return ok
 	case "map":
 		m, ok := v.(map[string]any)
 		if !ok {
@@ -262,6 +267,8 @@ func kindName(kind string) string {
 		return "an array of strings"
 	case "map":
 		return "an object of strings"
+	case "object":
+		return "an object"
 	case "integer":
 		return "an integer"
 	}

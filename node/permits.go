@@ -166,7 +166,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	a.Emit(schemas.Event{Payload: answered})
 	rec.Answer = &ans
 	h.putPermit(rec)
-	return backend.Verdict{Allow: ans.Decision == schemas.DecisionAllow, Option: ans.Option, Message: ans.Message}
+	return backend.Verdict{Allow: ans.Decision == schemas.DecisionAllow, Option: ans.Option, Message: ans.Message, Input: ans.Input}
 }
 
 // putPermit mirrors a request in PermitsBucket, for every surface to list.
@@ -217,8 +217,17 @@ func (h *Host) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.P
 			return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "permission request %s has no option %q", req.RequestID, req.Option)
 		}
 	}
+	if len(req.Input) > 0 {
+		var obj map[string]any
+		switch {
+		case d != schemas.DecisionAllow:
+			return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "input replaces what an allowed tool runs with; a denial has none")
+		case json.Unmarshal(req.Input, &obj) != nil:
+			return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "input must be a JSON object, the tool's arguments")
+		}
+	}
 	rec, err := h.permits.answer(req.AgentID, req.RequestID, schemas.PermitAnswer{
-		Decision: d, Option: req.Option, Message: req.Message, By: by, At: unixTime(time.Now()),
+		Decision: d, Option: req.Option, Message: req.Message, Input: req.Input, By: by, At: unixTime(time.Now()),
 	})
 	if err != nil {
 		return schemas.PermitReply{}, err

@@ -58,8 +58,11 @@ type PermitAnswer struct {
 	Decision Decision `json:"decision"`
 	Option   string   `json:"option,omitempty"`
 	Message  string   `json:"message,omitempty"`
-	By       string   `json:"by"`
-	At       float64  `json:"at"`
+	// Input is the tool's input as the person allowed it, when they
+	// changed it.
+	Input json.RawMessage `json:"input,omitempty"`
+	By    string          `json:"by"`
+	At    float64         `json:"at"`
 }
 
 // PermitRequest answers a permission request (agent_permit, shoal permit).
@@ -71,6 +74,8 @@ type PermitRequest struct {
 	Decision  Decision `json:"decision"`
 	Option    string   `json:"option,omitempty"`
 	Message   string   `json:"message,omitempty"`
+	// Input replaces the tool's input with an allow (claude agents).
+	Input json.RawMessage `json:"input,omitempty"`
 	// By names the answerer; the fabric sets it from who asks.
 	By string `json:"by,omitempty"`
 }

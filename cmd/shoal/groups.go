@@ -82,7 +82,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"interrupt": verbGroups(),
 	"set-model": verbGroups(),
 	"close":     verbGroups(),
-	"permit":    verbGroups(flagGroup{"Answer", false, []string{"message", "option"}}),
+	"permit":    verbGroups(flagGroup{"Answer", false, []string{"message", "option", "input"}}),
 	"pending":   verbGroups(),
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os/user"
@@ -20,9 +21,10 @@ the agent. --option picks one of the agent's own options (an ACP agent's
 allow_always, say). Only the first answer counts: a second is refused
 (exit 6) naming who answered. shoal pending lists the open requests.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
-			var message, option string
+			var message, option, input string
 			fs.StringVar(&message, "message", "", "`text` said to the agent with a denial")
-			fs.StringVar(&option, "option", "", "one of the request's own `options`")
+			fs.StringVar(&option, "option", "", "one of the request's own `options` (allow_always: a claude agent stops asking about the like for this session)")
+			fs.StringVar(&input, "input", "", "the tool's input as a JSON `object` to run it with instead, with allow (claude agents)")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {
@@ -43,7 +45,14 @@ allow_always, say). Only the first answer counts: a second is refused
 				if u, err := user.Current(); err == nil {
 					by = "cli:" + u.Username
 				}
-				rep, err := f.Permit(ctx, schemas.PermitRequest{AgentID: id, RequestID: rest[0], Decision: d, Option: option, Message: message, By: by})
+				req := schemas.PermitRequest{AgentID: id, RequestID: rest[0], Decision: d, Option: option, Message: message, By: by}
+				if input != "" {
+					if !json.Valid([]byte(input)) {
+						return usagef("--input %q is not JSON", input)
+					}
+					req.Input = json.RawMessage(input)
+				}
+				rep, err := f.Permit(ctx, req)
 				if err != nil {
 					return err
 				}

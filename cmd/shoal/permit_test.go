@@ -124,7 +124,8 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 
 	cwd := t.TempDir()
 	id := must("open", "--permission", "ask", cwd)
-	fake.Script(bash("echo hi"), bash("touch "+filepath.Join(cwd, "allowed.txt")), fakemodel.Reply{Text: "Touched."})
+	touchIt := bash("touch " + filepath.Join(cwd, "allowed.txt"))
+	fake.Script(bash("echo hi"), touchIt, fakemodel.Reply{Text: "Touched."})
 	must("send", id, "Touch a file.")
 	req := waitFor(id)
 	if req.Tool != "Bash" || !strings.Contains(string(req.Input), `"echo hi"`) || req.Node != "remote" {
@@ -159,7 +160,9 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	// A person allows it: the tool runs, the turn ends with its result.
 	// (The node may still be reconnecting to the restarted server.)
 	eventually(t, 30*time.Second, "the answer reaches the node", func() bool {
-		code, _, errOut := shoal("permit", id, req.RequestID, "allow")
+		// Allowed with the input changed: the tool runs what the person
+		// said.
+		code, _, errOut := shoal("permit", "--input", `{"command":"echo changed by a person","description":"run it"}`, id, req.RequestID, "allow")
 		if code != 0 && code != exitUnavailable {
 			t.Fatalf("permit: exit %d: %s", code, errOut)
 		}
@@ -175,7 +178,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	if _, err := readFile(filepath.Join(cwd, "allowed.txt")); err != nil {
 		t.Errorf("the allowed tool did not run: %v", err)
 	}
-	if r := fake.Requests(); !strings.Contains(mustJSONText(r[len(r)-2].ToolResults), "hi") {
+	if r := fake.Requests(); !strings.Contains(mustJSONText(r[len(r)-2].ToolResults), "changed by a person") {
 		t.Errorf("the allowed echo's result: %s", mustJSONText(r[len(r)-2].ToolResults))
 	}
 	code, _, errOut := shoal("permit", id, req.RequestID, "deny")

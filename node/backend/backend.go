@@ -129,6 +129,8 @@ type Verdict struct {
 	Option string
 	// Message goes back to the agent with a denial.
 	Message string
+	// Input is the tool's input as the person allowed it, if changed.
+	Input json.RawMessage
 }
 
 // MCPEndpoint is where agents reach the coordinator's MCP server.

@@ -16,6 +16,16 @@ import (
 type Decoder struct {
 	sessionID string
 	toolIDs   map[int]string // content block index → tool call id, within one message
+	// suggestions are the permission rules the CLI offered with each
+	// permission request, by its request id, until the session takes them.
+	suggestions map[string]json.RawMessage
+}
+
+// Suggestions takes the permission rules the CLI offered with a request.
+func (d *Decoder) Suggestions(requestID string) json.RawMessage {
+	s := d.suggestions[requestID]
+	delete(d.suggestions, requestID)
+	return s
 }
 
 // SessionID is the CLI's conversation id, once a system line carried it.
@@ -56,6 +66,7 @@ type line struct {
 		ToolUseID   string          `json:"tool_use_id"`
 		Input       json.RawMessage `json:"input"`
 		Description string          `json:"description"`
+		Suggestions json.RawMessage `json:"permission_suggestions"`
 	} `json:"request"`
 	Response struct {
 		Subtype   string `json:"subtype"`
@@ -119,7 +130,7 @@ func (d *Decoder) Line(raw []byte, interrupted bool) []schemas.Payload {
 	case "control_response":
 		return controlResponse(&l)
 	case "control_request":
-		return controlRequest(&l, raw)
+		return d.controlRequest(&l, raw)
 	case "keep_alive", "rate_limit_event":
 		return nil
 	}
@@ -306,19 +317,27 @@ func controlResponse(m *line) []schemas.Payload {
 // controlRequest maps the CLI asking permission for a tool call (it does
 // only when started with --permission-prompt-tool stdio) to a permission
 // event; the session answers it.
-func controlRequest(m *line, raw []byte) []schemas.Payload {
+func (d *Decoder) controlRequest(m *line, raw []byte) []schemas.Payload {
 	if m.Request.Subtype != "can_use_tool" {
 		return []schemas.Payload{rawError("unmapped claude stream-json event: control_request", raw)}
+	}
+	options := []schemas.PermissionOption{
+		{OptionID: "allow", Name: "Allow", Kind: schemas.PermissionAllowOnce},
+		{OptionID: "deny", Name: "Deny", Kind: schemas.PermissionRejectOnce},
+	}
+	if s := m.Request.Suggestions; len(s) > 0 && string(s) != "null" && string(s) != "[]" {
+		if d.suggestions == nil {
+			d.suggestions = map[string]json.RawMessage{}
+		}
+		d.suggestions[m.RequestID] = s
+		options = append(options, schemas.PermissionOption{OptionID: "allow_always", Name: "Allow always, in this session", Kind: schemas.PermissionAllowAlways})
 	}
 	return []schemas.Payload{schemas.Permission{
 		ToolCall:  schemas.PermissionToolCall{ToolCallID: m.Request.ToolUseID},
 		RequestID: m.RequestID,
 		Tool:      m.Request.ToolName,
 		Input:     m.Request.Input,
-		Options: []schemas.PermissionOption{
-			{OptionID: "allow", Name: "Allow", Kind: schemas.PermissionAllowOnce},
-			{OptionID: "deny", Name: "Deny", Kind: schemas.PermissionRejectOnce},
-		},
+		Options:   options,
 	}}
 }
 

@@ -318,13 +318,14 @@ func (s *session) handle(line []byte, tooLong int) {
 		}
 		if perm, ok := p.(schemas.Permission); ok && s.spec.Asker != nil && s.spec.Policy.Ask {
 			// The node publishes the request under its own id.
-			go s.ask(perm)
+			go s.ask(perm, s.dec.Suggestions(perm.RequestID))
 			continue
 		}
 		if perm, ok := p.(schemas.Permission); ok {
 			// Kaimon's permission event, exactly: the tool and its input
 			// are for the requests a person answers.
-			perm.Tool, perm.Input = "", nil
+			perm.Tool, perm.Input, perm.Options = "", nil, perm.Options[:2]
+			s.dec.Suggestions(perm.RequestID)
 			s.emit(perm)
 			s.refuse(perm)
 			continue
@@ -339,23 +340,42 @@ func (s *session) handle(line []byte, tooLong int) {
 // ask puts a permission request to a person and gives the CLI the
 // answer: allowed, the tool runs with its input as asked; denied, the
 // message is the tool's result.
-func (s *session) ask(perm schemas.Permission) {
+func (s *session) ask(perm schemas.Permission, suggestions json.RawMessage) {
 	v := s.spec.Asker.Ask(s.life, backend.Question{
 		Tool: perm.Tool, ToolCallID: perm.ToolCall.ToolCallID, Input: perm.Input, Options: perm.Options,
 	})
 	answer := map[string]any{"behavior": "deny", "message": v.Message}
 	if v.Allow {
 		input := perm.Input
+		if len(v.Input) > 0 {
+			input = v.Input // as the person changed it
+		}
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
 		}
 		answer = map[string]any{"behavior": "allow", "updatedInput": input}
+		if v.Option == "allow_always" {
+			// The CLI's own suggestion, kept to this session: nothing is
+			// written to the project's settings.
+			answer["updatedPermissions"] = inSession(suggestions)
+		}
 	}
 	reply, _ := json.Marshal(map[string]any{
 		"type":     "control_response",
 		"response": map[string]any{"subtype": "success", "request_id": perm.RequestID, "response": answer},
 	})
 	s.proc.Write(append(reply, '\n'))
+}
+
+// inSession is the CLI's permission suggestions with every destination
+// made the session.
+func inSession(suggestions json.RawMessage) []map[string]any {
+	var out []map[string]any
+	json.Unmarshal(suggestions, &out)
+	for _, s := range out {
+		s["destination"] = "session"
+	}
+	return out
 }
 
 // refuse answers a permission request: Shoal starts the CLI with its

@@ -230,7 +230,7 @@ func TestPermissionRequests(t *testing.T) {
 			return r
 		}},
 	} {
-		if got, want := answer(c.keys...), c.want(base); got != want {
+		if got, want := answer(c.keys...), c.want(base); !reflect.DeepEqual(got, want) {
 			t.Errorf("%v answered %+v, want %+v", c.keys, got, want)
 		}
 	}
