@@ -140,9 +140,9 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 	})
 	scr.keys("Escape")
 	scr.wait("the event closed", func(s string) bool { return !strings.Contains(s, `"kind": "result"`) })
-	scr.keys("Escape")
 
-	// The transcript, from the stream.
+	// The transcript, from the stream. (From the feed: a t sent right
+	// behind an escape would read as alt+t.)
 	scr.keys("t")
 	scr.wait("the transcript", func(s string) bool {
 		return strings.Contains(s, "transcript of watched") && strings.Contains(s, "» Run the marker.")
