@@ -427,7 +427,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 	for _, rec := range h.permits.leftOver() {
 		why := fmt.Sprintf("node %s restarted before anyone answered", h.cfg.Name)
 		rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: "node restarted", At: unixTime(time.Now())}
-		h.putPermit(rec)
+		h.putPermit(ctx, rec)
 		left[rec.AgentID] = append(left[rec.AgentID], rec)
 	}
 	owned, err := h.store.owned(ctx)

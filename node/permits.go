@@ -140,7 +140,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	perm := schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: q.ToolCallID}, Options: rec.Options,
 		RequestID: rec.RequestID, Tool: q.Tool, Input: q.Input}
 	a.Emit(schemas.Event{Payload: perm})
-	h.putPermit(rec)
+	h.putPermit(ctx, rec)
 	a.log.Info("a permission request waits for a person", "request", rec.RequestID, "tool", q.Tool)
 
 	timer := time.NewTimer(wait)
@@ -165,13 +165,15 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	answered.Answer = &ans
 	a.Emit(schemas.Event{Payload: answered})
 	rec.Answer = &ans
-	h.putPermit(rec)
+	h.putPermit(ctx, rec)
 	return backend.Verdict{Allow: ans.Decision == schemas.DecisionAllow, Option: ans.Option, Message: ans.Message, Input: ans.Input}
 }
 
 // putPermit mirrors a request in PermitsBucket, for every surface to list.
-func (h *Host) putPermit(rec schemas.PermitRecord) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// It writes even when ctx has ended (an answer made because the agent
+// did), within a bound of its own.
+func (h *Host) putPermit(ctx context.Context, rec schemas.PermitRecord) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := h.store.putPermit(ctx, rec); err != nil {
 		h.log.Warn("cannot write a permission request to the fabric", "agent", rec.AgentID, "request", rec.RequestID, "err", err)

@@ -100,7 +100,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 
 // Start implements backend.Backend: it spawns the CLI, which then waits
 // for the first turn on stdin.
-func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
+func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
 	launch, err := Plan(spec, !b.cfg.NoPartialMessages)
 	if err != nil {
 		return nil, err
@@ -130,7 +130,7 @@ func (b *Backend) Start(_ context.Context, spec backend.Spec, sink backend.Sink)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	life, endLife := context.WithCancel(context.Background())
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
 	s := &session{
 		cfg:        b.cfg,
 		spec:       spec,
