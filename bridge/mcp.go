@@ -248,7 +248,7 @@ func (m *MCP) door(ctx context.Context, name string, a map[string]any) string {
 // drives reports whether a tool acts on an agent rather than reading it.
 func drives(tool string) bool {
 	switch tool {
-	case "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model":
+	case "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model", "agent_permit":
 		return true
 	}
 	return false
