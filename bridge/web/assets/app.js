@@ -28,8 +28,9 @@ const pretty = (raw) => {
 };
 
 // window.shoal is the page's state, for people poking at it in the
-// console and for the browser tests.
-const shoal = (window.shoal = { role: "", seen: [], connects: 0, source: null });
+// console and for the browser tests: received is every event number the
+// stream delivered, seen those shown.
+const shoal = (window.shoal = { role: "", received: [], seen: [], connects: 0, source: null });
 
 async function api(path, body) {
   const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
@@ -194,6 +195,7 @@ function stream(url) {
     es.onopen = () => { shoal.connects++; $("#stream-state").textContent = "live"; };
     es.onmessage = (m) => {
       const d = JSON.parse(m.data);
+      shoal.received.push(d.n);
       if (d.n <= last) return; // never twice
       last = d.n;
       shoal.seen.push(d.n);
