@@ -33,6 +33,9 @@ type HTTPConfig struct {
 	// AllowedOrigins are browser origins allowed besides loopback ones
 	// (e.g. "https://app.example.com").
 	AllowedOrigins []string
+	// Web, when set, is served at / beside the MCP endpoint (the web
+	// dashboard, which checks the same tokens itself).
+	Web http.Handler
 }
 
 // HTTPHandler serves MCP over Streamable HTTP. It checks the bearer token
@@ -136,7 +139,12 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 	}
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, m.HTTPHandler(cfg))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if cfg.Web != nil {
+		mux.Handle("/", cfg.Web)
+	}
+	// Requests live within ctx, so a stream a browser holds open ends
+	// with the listener rather than holding up its shutdown.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	stop := context.AfterFunc(ctx, func() {
 		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -54,7 +54,7 @@ var groupsByCommand = map[string][]flagGroup{
 		{"Leaf nodes and cluster", true, []string{"leaf-listen", "cluster", "cluster-listen", "routes", "server-name"}},
 		{"A NATS deployment instead of the embedded server", true, []string{"nats", "creds"}},
 		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
-		{"MCP endpoint", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp"}},
+		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp", "no-web"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},
 		{"Monitoring", true, []string{"monitor", "metrics"}},
 	}, nodeGroups("Local node", "no-node"), []flagGroup{loggingGroup, configGroup}),

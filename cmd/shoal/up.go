@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/bridge/web"
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/metrics"
@@ -41,6 +43,7 @@ type upOptions struct {
 	maxDepth      int
 	mcpObserver   string
 	noMCP         bool
+	noWeb         bool
 	bus           string
 	noBus         bool
 	auth          bool
@@ -123,7 +126,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send to drive agents; required off loopback")
 	fs.IntVar(&o.maxDepth, "max-depth", schemas.DefaultMaxDepth, "how deep agents may open agents through Shoal's tools, a `depth` (an agent's child is at depth 1; 0: not at all)")
 	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: agent_output, agent_status, agent_list, agent_nodes, agent_events")
-	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint")
+	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint (and so no web dashboard)")
+	fs.BoolVar(&o.noWeb, "no-web", false, "serve no web dashboard at / beside the MCP endpoint")
 	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
 	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
 	fs.BoolVar(&o.auth, "auth", false, "require credentials from every client, node and leaf node (issue them with shoal creds)")
@@ -364,6 +368,9 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			return err
 		}
 		say("MCP endpoint %s", url)
+		if !o.noWeb {
+			say("web dashboard %s%s", strings.TrimSuffix(url, bridge.MCPPath)+"/", webLogin(o.mcpToken, o.mcpObserver))
+		}
 		if mcpURL == "" {
 			mcpURL = url
 		}
@@ -517,7 +524,11 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	done := make(chan error, 1)
 	workers.Go(func() {
 		defer nc.Close()
-		err := m.ListenHTTP(ctx, o.mcpListen, bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}, func(u string) { urls <- u })
+		cfg := bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}
+		if !o.noWeb {
+			cfg.Web = web.New(web.Config{Client: f, Token: o.mcpToken, ObserverToken: o.mcpObserver, Logger: log})
+		}
+		err := m.ListenHTTP(ctx, o.mcpListen, cfg, func(u string) { urls <- u })
 		done <- err
 		if err != nil {
 			errc <- fmt.Errorf("MCP endpoint: %w", err)
@@ -566,4 +577,13 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 	case err := <-done:
 		return "", err
 	}
+}
+
+// webLogin says how a browser signs in to the dashboard, without printing
+// a token.
+func webLogin(token, observer string) string {
+	if token == "" && observer == "" {
+		return ""
+	}
+	return " (sign in once with ?token=<the --mcp-token or --mcp-observer-token>)"
 }

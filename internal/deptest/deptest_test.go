@@ -160,6 +160,11 @@ var rules = []rule{
 		forbid: importsOf("github.com/charmbracelet"),
 	},
 	{
+		why:    "a browser drives the web dashboard in its tests only: no package imports chromedp",
+		from:   func(string) bool { return true },
+		forbid: importsOf("github.com/chromedp"),
+	},
+	{
 		why:    "only the metrics package imports Prometheus's libraries",
 		from:   only("cmd/shoal/internal/metrics"),
 		forbid: importsOf("github.com/prometheus"),
@@ -239,7 +244,7 @@ func importGraph(t *testing.T) map[string][]string {
 
 func TestDependencyDirection(t *testing.T) {
 	graph := importGraph(t)
-	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
+	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "bridge/web", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("package %s is missing from the layout", pkg)
 		}
@@ -271,9 +276,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		"cmd/shoal":           {"github.com/charmbracelet/bubbletea"},
 		"node/metrics":        {"github.com/prometheus/client_golang/prometheus"},
 		"coordinator/x":       {"github.com/prometheus/common/expfmt"},
+		"bridge/web":          {"github.com/chromedp/chromedp", m("node")},
 	}
 	got := violations(bad)
-	if want := 27; len(got) != want {
+	if want := 29; len(got) != want {
 		t.Fatalf("found %d violations, want %d:\n%s", len(got), want, strings.Join(got, "\n"))
 	}
 	fine := map[string][]string{
@@ -290,6 +296,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		"cmd/shoal/internal/tui":     {"github.com/charmbracelet/bubbletea", "github.com/charmbracelet/lipgloss"},
 		"cmd/shoal/internal/metrics": {"github.com/prometheus/client_golang/prometheus", m("schemas")},
 		"internal/fabrictest":        {m("broker"), m("node"), m("bridge"), m("coordinator")},
+		"bridge/web":                 {m("client"), m("schemas"), "embed", "net/http"},
 	}
 	if got := violations(fine); len(got) != 0 {
 		t.Fatalf("allowed imports reported:\n%s", strings.Join(got, "\n"))

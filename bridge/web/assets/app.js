@@ -1,0 +1,339 @@
+// Shoal's dashboard: the fleet at /, an agent at /agents/<id>.
+"use strict";
+
+const $ = (s, el = document) => el.querySelector(s);
+const el = (tag, props = {}, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k);
+  return e;
+};
+const age = (secs) => {
+  if (!(secs >= 0)) return "";
+  if (secs < 60) return Math.round(secs) + "s";
+  if (secs < 3600) return Math.round(secs / 60) + "m";
+  if (secs < 86400) return Math.round(secs / 3600) + "h";
+  return Math.round(secs / 86400) + "d";
+};
+const num = (n) => (n || 0).toLocaleString("en");
+const pretty = (raw) => {
+  if (raw == null || raw === "") return "";
+  if (typeof raw === "string") { try { return JSON.stringify(JSON.parse(raw), null, 2); } catch { return raw; } }
+  return JSON.stringify(raw, null, 2);
+};
+
+// window.shoal is the page's state, for people poking at it in the
+// console and for the browser tests: received is every event number the
+// stream delivered, seen those shown.
+const shoal = (window.shoal = { role: "", received: [], seen: [], connects: 0, source: null });
+
+async function api(path, body) {
+  const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  const r = await fetch(path, init);
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error((data.error && data.error.message) || r.status + " " + r.statusText);
+  return data;
+}
+
+function setRole(role) {
+  shoal.role = role;
+  $("#role").textContent = role === "full" ? "full access" : role === "observer" ? "observer: watching only" : "";
+  for (const e of document.querySelectorAll(".acting")) e.hidden = role !== "full";
+}
+
+// ---- the fleet ----
+
+function fleetPage() {
+  $("#fleet").hidden = false;
+  document.title = "Shoal: fleet";
+  let last = null;
+  const filter = $("#filter");
+  filter.addEventListener("input", () => last && renderFleet(last, filter.value));
+  $("#open-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = new FormData(ev.target);
+    const req = { cwd: f.get("cwd") };
+    for (const k of ["model", "permission", "id"]) if (f.get(k)) req[k] = f.get(k);
+    $("#open-error").textContent = "";
+    try {
+      const rep = await api("/api/open", req);
+      location.href = "/agents/" + encodeURIComponent(rep.agent_id);
+    } catch (e) { $("#open-error").textContent = e.message; }
+  });
+  const poll = async () => {
+    try {
+      last = await api("/api/fleet");
+      setRole(last.role);
+      renderFleet(last, filter.value);
+    } catch (e) { $("#role").textContent = "cannot reach the coordinator: " + e.message; }
+    setTimeout(poll, 1000);
+  };
+  poll();
+}
+
+function matchesFilter(q, ...fields) {
+  if (!q) return true;
+  q = q.toLowerCase();
+  return fields.some((f) => String(f ?? "").toLowerCase().includes(q));
+}
+
+function renderFleet(f, q) {
+  const waiting = {};
+  for (const p of f.pending) waiting[p.agent_id] = (waiting[p.agent_id] || 0) + 1;
+  const nodes = $("#nodes tbody");
+  nodes.replaceChildren(...f.nodes.filter((n) => matchesFilter(q, n.name, JSON.stringify(n.labels), (n.backends || []).map((b) => b.kind + " " + (b.models || []).join(" ")).join(" "))).map((n) => {
+    const backends = (n.backends || []).map((b) => b.kind + (b.agent ? "/" + b.agent : "") + (b.version ? " " + b.version : "") + (b.ready ? "" : " (not ready" + (b.problem ? ": " + b.problem : "") + ")")).join(", ");
+    const models = [...new Set((n.backends || []).flatMap((b) => b.models || []))].join(", ");
+    const labels = Object.entries(n.labels || {}).map(([k, v]) => k + "=" + v).join(", ");
+    return el("tr", { "data-node": n.name },
+      el("td", { text: n.name }), el("td", { text: backends }), el("td", { text: models }), el("td", { text: labels }),
+      el("td", { class: "num", text: n.agents + (n.max_agents ? " / " + n.max_agents : "") }),
+      el("td", { class: "num", text: age(f.now - n.heartbeat) + " ago" }));
+  }));
+  const agents = $("#agents tbody");
+  agents.replaceChildren(...f.agents.filter((a) => matchesFilter(q, a.id, a.status, a.model, a.node, a.cwd)).map((a) => {
+    const st = el("span", { class: "status " + a.status, text: a.status });
+    const w = waiting[a.id] ? el("span", { class: "status waiting", text: "⚠ " + waiting[a.id] + " waiting" }) : null;
+    return el("tr", { "data-agent": a.id },
+      el("td", {}, el("a", { href: "/agents/" + encodeURIComponent(a.id), text: a.id })),
+      el("td", {}, st, w ? " " : null, w), el("td", { text: a.model }), el("td", { text: a.node }), el("td", { text: a.cwd }),
+      el("td", { class: "num", text: a.turn }),
+      el("td", { class: "num tokens", text: num(a.usage.inputTokens) + " / " + num(a.usage.outputTokens) }),
+      el("td", { class: "num", text: a.last_activity ? age(f.now - a.last_activity) + " ago" : "" }));
+  }));
+  const totals = (sel, m) => $(sel + " tbody").replaceChildren(...Object.keys(m).sort().map((k) =>
+    el("tr", { "data-key": k }, el("td", { text: k || "(none)" }), el("td", { class: "num", text: num(m[k].inputTokens) }),
+      el("td", { class: "num", text: num(m[k].outputTokens) }), el("td", { class: "num", text: num(m[k].cacheReadTokens) }))));
+  totals("#by-node", f.tokens_by_node);
+  totals("#by-model", f.tokens_by_model);
+}
+
+// ---- an agent ----
+
+function agentPage(id) {
+  $("#agent").hidden = false;
+  document.title = "Shoal: " + id;
+  $("#agent-id").textContent = id;
+  const base = "/api/agents/" + encodeURIComponent(id);
+  const act = async (path, body) => {
+    $("#act-error").textContent = "";
+    try { return await api(base + path, body); } catch (e) { $("#act-error").textContent = e.message; throw e; }
+  };
+  $("#send-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const t = ev.target.elements.text;
+    await act("/send", { text: t.value }).then(() => { t.value = ""; }, () => {});
+  });
+  $("#interrupt").addEventListener("click", () => act("/interrupt", {}).catch(() => {}));
+  $("#close").addEventListener("click", () => act("/close", {}).catch(() => {}));
+  $("#model-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    act("/model", { model: ev.target.elements.model.value }).catch(() => {});
+  });
+  $("#replay-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const k of ["event", "turn", "time"]) { const v = ev.target.elements[k].value.trim(); if (v) q.set(k, v); }
+    location.search = q.toString();
+  });
+  const answered = new Set();
+  const poll = async () => {
+    try {
+      const p = await api(base);
+      setRole(p.role);
+      renderFacts(p.record);
+      renderPermits(p.pending, act, answered);
+    } catch (e) { $("#stream-state").textContent = e.message; }
+    setTimeout(poll, 1000);
+  };
+  poll();
+  stream(base + "/events" + location.search);
+}
+
+function renderFacts(r) {
+  const u = r.usage || {};
+  const facts = [["status", r.status], ["model", r.model], ["node", r.node], ["directory", r.cwd], ["turn", r.turn],
+    ["tokens in/out", num(u.inputTokens) + " / " + num(u.outputTokens)], ["last activity", r.last_activity ? new Date(r.last_activity * 1000).toLocaleTimeString() : ""]];
+  $("#agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k }, el("dt", { text: k }), el("dd", { text: v }))));
+}
+
+function renderPermits(pending, act, answered) {
+  const list = pending.filter((p) => !answered.has(p.request_id));
+  $("#permits").hidden = list.length === 0;
+  const have = new Set([...document.querySelectorAll(".permit")].map((e) => e.dataset.request));
+  if (list.length === have.size && list.every((p) => have.has(p.request_id))) return;
+  $("#permit-list").replaceChildren(...list.map((p) => {
+    const msg = el("input", { "aria-label": "Message with a denial of " + p.tool, placeholder: "message (with deny)" });
+    const answer = (decision) => () => {
+      const body = { request_id: p.request_id, decision };
+      if (decision === "deny" && msg.value) body.message = msg.value;
+      act("/permit", body).then(() => { answered.add(p.request_id); renderPermits(pending, act, answered); }, () => {});
+    };
+    return el("div", { class: "permit", "data-request": p.request_id },
+      el("strong", { text: p.tool }), p.description ? el("span", { text: " " + p.description }) : null,
+      el("pre", { class: "input", text: pretty(p.input) }),
+      el("div", { class: "row acting" + (shoal.role === "full" ? "" : " hidden"), ...(shoal.role === "full" ? {} : { hidden: "" }) },
+        el("button", { type: "button", class: "allow", "aria-label": "Allow " + p.tool, onclick: answer("allow") }, "Allow"),
+        el("button", { type: "button", class: "deny", "aria-label": "Deny " + p.tool, onclick: answer("deny") }, "Deny"), msg));
+  }));
+}
+
+// stream follows the agent's events. The browser's EventSource resumes a
+// dropped stream by itself, sending Last-Event-ID; should it give up, the
+// page starts a new one after the last event it has.
+function stream(url) {
+  const view = new Transcript($("#stream"));
+  let last = 0;
+  const open = (u) => {
+    const es = new EventSource(u);
+    shoal.source = es;
+    es.onopen = () => { shoal.connects++; $("#stream-state").textContent = "live"; };
+    es.onmessage = (m) => {
+      const d = JSON.parse(m.data);
+      shoal.received.push(d.n);
+      if (d.n <= last) return; // never twice
+      last = d.n;
+      shoal.seen.push(d.n);
+      view.add(d);
+    };
+    es.addEventListener("gap", (m) => { const g = JSON.parse(m.data); view.note("error-ev", "events " + g.from + " to " + g.to + " are missing from the stream"); });
+    es.addEventListener("stray", (m) => view.note("error-ev", "not an event: " + JSON.parse(m.data).reason));
+    es.addEventListener("failure", (m) => { es.close(); $("#stream-state").textContent = "stream failed: " + JSON.parse(m.data).message; });
+    es.addEventListener("end", () => { es.close(); $("#stream-state").textContent = "end of the stored events"; });
+    es.onerror = () => {
+      $("#stream-state").textContent = "reconnecting…";
+      if (es.readyState === EventSource.CLOSED && shoal.source === es) {
+        setTimeout(() => open(url.split("?")[0] + "?event=" + (last + 1)), 1000);
+      }
+    };
+  };
+  open(url);
+}
+
+// Transcript renders events: deltas appended to an open block that the
+// authoritative block then replaces; tool calls as cards.
+class Transcript {
+  constructor(root) { this.root = root; this.open = {}; this.tools = {}; this.turn = -1; }
+
+  note(cls, text) { this.root.append(el("div", { class: cls, text })); }
+
+  block(kind, text, delta, n) {
+    let b = this.open[kind];
+    if (!b) {
+      b = el("div", { class: (kind === "thought" ? "thought" : "text") + " streaming" });
+      this.root.append(b);
+      this.open[kind] = b;
+    }
+    b.dataset.n = n;
+    if (delta) { b.textContent += text; return; }
+    b.textContent = text;
+    b.classList.remove("streaming");
+    delete this.open[kind];
+  }
+
+  tool(id) {
+    let c = this.tools[id];
+    if (!c) {
+      const summary = el("summary", { text: "tool" });
+      const input = el("pre", { class: "input" });
+      const result = el("div", { class: "result" });
+      c = { card: el("details", { class: "tool", "data-tool": id }, summary, el("div", { class: "body" }, el("div", { class: "label", text: "input" }), input, el("div", { class: "label", text: "result" }), result)), summary, input, result, partial: "", title: "tool", status: "" };
+      this.root.append(c.card);
+      this.tools[id] = c;
+    }
+    return c;
+  }
+
+  label(c) { c.summary.textContent = c.title + (c.status ? " · " + c.status : ""); }
+
+  add(d) {
+    const e = d.event || {};
+    const data = e.data || {};
+    if (e.turn !== this.turn && e.turn > 0 && d.kind !== "status") {
+      this.turn = e.turn;
+      this.open = {};
+      this.root.append(el("div", { class: "turn", "data-turn": e.turn, text: "Turn " + e.turn }));
+    }
+    switch (d.kind) {
+      case "assistant_text":
+      case "thought": {
+        const c = data.content || {};
+        if (c.type === "image") { this.root.append(el("div", { class: "text" }, img(c))); break; }
+        this.block(d.kind, c.text || "", !!data.delta, d.n);
+        break;
+      }
+      case "user_text":
+        this.root.append(el("div", { class: "user", text: (data.content && data.content.text) || "" }));
+        break;
+      case "tool_use": {
+        const call = data.call || {};
+        const c = this.tool(call.toolCallId);
+        c.title = call.title || call.kind || "tool";
+        c.status = call.status || c.status;
+        if (call.rawInput != null) c.input.textContent = pretty(call.rawInput);
+        this.label(c);
+        break;
+      }
+      case "tool_input_delta": {
+        const c = this.tool(data.toolCallId);
+        c.partial += data.partialJson || "";
+        c.input.textContent = c.partial;
+        break;
+      }
+      case "tool_result": {
+        const u = data.update || {};
+        const c = this.tool(u.toolCallId);
+        if (u.status) c.status = u.status;
+        if (u.title) c.title = u.title;
+        if (u.rawInput != null) c.input.textContent = pretty(u.rawInput);
+        const parts = [];
+        for (const tc of u.content || []) {
+          const b = tc.content || {};
+          if (b.type === "image") parts.push(img(b));
+          else if (b.text != null) parts.push(el("pre", { text: b.text }));
+          else if (tc.type === "diff") parts.push(el("pre", { text: (tc.path || "") + "\n" + (tc.newText || "") }));
+        }
+        if (!parts.length && u.rawOutput != null) parts.push(el("pre", { text: pretty(u.rawOutput) }));
+        if (parts.length) c.result.replaceChildren(...parts);
+        this.label(c);
+        break;
+      }
+      case "permission": {
+        const a = data.answer;
+        const text = a ? "permission " + (data.tool || "") + ": " + a.decision + " by " + a.by + (a.message ? " (" + a.message + ")" : "")
+          : "permission asked for " + (data.tool || (data.toolCall && data.toolCall.title) || "a tool") + "\n" + pretty(data.input);
+        this.root.append(el("div", { class: "permission", "data-request": data.requestId || "", text }));
+        break;
+      }
+      case "result": {
+        const u = data.usage;
+        this.open = {};
+        this.root.append(el("div", { class: "end", "data-turn-end": e.turn, text: "end of turn " + e.turn + " · " + (data.stopReason || "") +
+          (u ? " · " + num(u.inputTokens) + " in, " + num(u.outputTokens) + " out" + (u.cacheReadTokens ? ", " + num(u.cacheReadTokens) + " cache read" : "") + (u.costUsd ? ", $" + u.costUsd.toFixed(4) : "") : " · no usage reported") }));
+        break;
+      }
+      case "error":
+        this.root.append(el("div", { class: "error-ev", text: data.message || "error" }));
+        break;
+      case "status":
+        this.root.append(el("div", { class: "end", text: "status: " + data.status }));
+        break;
+      case "plan":
+        this.root.append(el("div", { class: "text", text: (data.entries || []).map((x) => (x.status === "completed" ? "☑ " : "☐ ") + x.content).join("\n") }));
+        break;
+    }
+  }
+}
+
+function img(b) {
+  return el("img", { src: "data:" + (b.mimeType || "image/png") + ";base64," + (b.data || ""), alt: b.name || "image" });
+}
+
+const m = location.pathname.match(/^\/agents\/([^/]+)$/);
+if (m) agentPage(decodeURIComponent(m[1]));
+else fleetPage();

@@ -1,0 +1,134 @@
+package web
+
+import (
+	"context"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// CookieName is the cookie the token login sets.
+const CookieName = "shoal_token"
+
+// role is what a request may do.
+type role int
+
+const (
+	roleNone     role = iota // nothing: no valid token
+	roleObserver             // watch
+	roleFull                 // watch and act
+)
+
+func (r role) String() string {
+	switch r {
+	case roleFull:
+		return "full"
+	case roleObserver:
+		return "observer"
+	}
+	return "none"
+}
+
+type roleKey struct{}
+
+func withRole(ctx context.Context, r role) context.Context {
+	return context.WithValue(ctx, roleKey{}, r)
+}
+
+func roleOf(ctx context.Context) role {
+	r, _ := ctx.Value(roleKey{}).(role)
+	return r
+}
+
+// role reads the request's token from its Authorization header or the
+// login cookie. With no token configured, a request naming a loopback
+// host may act: the listener is on loopback, and the host check keeps a
+// page on another site from reaching it through DNS rebinding.
+func (h *Handler) role(r *http.Request) role {
+	if h.cfg.Token == "" && h.cfg.ObserverToken == "" {
+		if !isLoopbackHost(hostOnly(r.Host)) {
+			return roleNone
+		}
+		return roleFull
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		if c, err := r.Cookie(CookieName); err == nil {
+			got = c.Value
+		}
+	}
+	switch {
+	case matches(got, h.cfg.Token):
+		return roleFull
+	case matches(got, h.cfg.ObserverToken):
+		return roleObserver
+	}
+	return roleNone
+}
+
+// login stores ?token= in an HttpOnly cookie and redirects to the same
+// page without it, so the token leaves the address bar and the history.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	token := q.Get("token")
+	q.Del("token")
+	to := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
+	if !strings.HasPrefix(to.Path, "/") || strings.HasPrefix(to.Path, "//") {
+		to.Path = "/"
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: CookieName, Value: token, Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	w.Header().Set("Cache-Control", "no-store")
+	http.Redirect(w, r, to.String(), http.StatusSeeOther)
+}
+
+// sameOrigin refuses an action from another site's page: a browser sends
+// Origin on every cross-origin POST, and the JSON content type the
+// actions require cannot be sent cross-origin without a preflight this
+// server never answers.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/api/") }
+
+// matches compares a presented token with a configured one in constant
+// time; an unset token matches nothing.
+func matches(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.Trim(hostport, "[]")
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loginPage is shown to a browser without a valid token.
+const loginPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Shoal: sign in</title><link rel="stylesheet" href="/assets/app.css"></head>
+<body><main class="login"><h1>Shoal</h1>
+<p>This dashboard needs the coordinator's MCP token (<code>--mcp-token</code>, or <code>--mcp-observer-token</code> to watch only).</p>
+<form method="get" action="/"><label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required>
+<button type="submit">Sign in</button></form></main></body></html>
+`

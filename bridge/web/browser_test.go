@@ -1,0 +1,202 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/shoalfabric/shoal/bridge/web"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+)
+
+// thinking is long enough, streamed four runes at a time, to be seen
+// growing.
+var thinking = strings.Repeat("Let me look at the directory before answering. ", 6)
+
+func bashReply(cmd string) fakemodel.Reply {
+	in, _ := json.Marshal(map[string]string{"command": cmd, "description": "list it"})
+	return fakemodel.Reply{Thinking: thinking, Text: "I will run a command.", ChunkSize: 4, Delay: 25 * time.Millisecond,
+		ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+}
+
+// In a real Chromium, with the full token: an agent opened from the fleet
+// page (permission ask) takes a turn sent from its page; its thinking
+// streams (the text grows before the turn ends); the stream is cut
+// mid-turn and the browser resumes it with Last-Event-ID, receiving every
+// stored event once, in order; the Bash call's permission request shows
+// the command and is allowed from the page; the tool runs and its card
+// opens on the result; the turn ends with its usage. The fleet page then
+// shows the agent, its node and its tokens; both pages are screenshotted,
+// also at a phone's width, and every control has an accessible name.
+func TestDashboardDrivesAnAgent(t *testing.T) {
+	t.Parallel()
+	const token = "full-secret"
+	d := startDash(t, web.Config{Token: token, ObserverToken: "observer-secret"})
+	ctx := browser(t)
+	d.fake.Script(bashReply("echo from-the-tool"), fakemodel.Reply{Text: "The tool said from-the-tool.", ChunkSize: 4, Delay: 10 * time.Millisecond})
+
+	do(t, ctx, chromedp.Navigate(d.url+"/?token="+token))
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); loc != d.url+"/" {
+		t.Errorf("the login left the token in the address: %s", loc)
+	}
+	waitJS(t, ctx, "the fleet page knows its role", `window.shoal.role === "full"`, 10*time.Second)
+	waitJS(t, ctx, "the node is listed", `document.querySelector('#nodes tr[data-node="n1"]')`, 20*time.Second)
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#open-form");
+		f.elements.cwd.value = `+jsString(t.TempDir())+`; f.elements.permission.value = "ask"; f.elements.id.value = "web1";
+		f.requestSubmit(); return true })()`)
+	waitJS(t, ctx, "the open went to the agent's page", `location.pathname === "/agents/web1" && document.querySelector("#agent-id").textContent === "web1"`, 60*time.Second)
+	waitJS(t, ctx, "the stream is live", `window.shoal.connects >= 1`, 10*time.Second)
+
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#send-form"); f.elements.text.value = "List the directory."; f.requestSubmit(); return true })()`)
+
+	// The thinking grows while the turn runs.
+	type progress struct {
+		Thought int  `json:"thought"`
+		Ended   bool `json:"ended"`
+	}
+	const measure = `(() => ({thought: [...document.querySelectorAll(".thought")].reduce((n, e) => n + e.textContent.length, 0),
+		ended: !!document.querySelector("[data-turn-end]")}))()`
+	var lengths []int
+	deadline := time.Now().Add(60 * time.Second)
+	for len(lengths) < 3 {
+		p := eval[progress](t, ctx, measure)
+		if p.Ended {
+			t.Fatalf("the turn ended before its text was seen growing: %v", lengths)
+		}
+		if p.Thought > 0 && (len(lengths) == 0 || p.Thought > lengths[len(lengths)-1]) {
+			lengths = append(lengths, p.Thought)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thinking did not stream: %v; the page says %s", lengths, eval[string](t, ctx, "document.body.innerText"))
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if p := eval[progress](t, ctx, measure); p.Thought >= len(thinking) || p.Ended {
+		t.Fatalf("the thinking was complete before the stream was cut: %+v", p)
+	}
+	d.cut() // mid-turn: the browser must resume
+	waitJS(t, ctx, "the browser reconnected", `window.shoal.connects >= 2`, 20*time.Second)
+
+	// The permission request shows the command; the page allows it.
+	waitJS(t, ctx, "the permission request is shown", `document.querySelector(".permit button.allow")`, 60*time.Second)
+	if in := eval[string](t, ctx, `document.querySelector(".permit pre.input").textContent`); !strings.Contains(in, "echo from-the-tool") {
+		t.Errorf("the request's input on the page: %q", in)
+	}
+	eval[bool](t, ctx, `(document.querySelector(".permit button.allow").click(), true)`)
+	waitJS(t, ctx, "the turn ended", `document.querySelector('[data-turn-end="1"]')`, 60*time.Second)
+	end := eval[string](t, ctx, `document.querySelector('[data-turn-end="1"]').textContent`)
+	if !strings.Contains(end, "end_turn") || !strings.Contains(end, " in, ") || !strings.Contains(end, " out") {
+		t.Errorf("the turn's end shows no usage: %q", end)
+	}
+	if th := eval[string](t, ctx, `document.querySelector(".thought").textContent`); th != thinking {
+		t.Errorf("the authoritative thought did not replace the deltas: %q", th)
+	}
+	if text := eval[string](t, ctx, `[...document.querySelectorAll(".text")].map(e => e.textContent).join("|")`); !strings.Contains(text, "The tool said from-the-tool.") {
+		t.Errorf("the texts on the page: %q", text)
+	}
+
+	// The tool card opens on its input and result.
+	eval[bool](t, ctx, `(document.querySelector("details.tool > summary").click(), true)`)
+	waitJS(t, ctx, "the tool card opened", `document.querySelector("details.tool").open`, 5*time.Second)
+	card := eval[string](t, ctx, `document.querySelector("details.tool").innerText`)
+	if !strings.Contains(card, "Bash") || !strings.Contains(card, "echo from-the-tool") || !strings.Contains(card, "from-the-tool\n") && !strings.HasSuffix(strings.TrimSpace(card), "from-the-tool") {
+		t.Errorf("the tool card: %q", card)
+	}
+	if rec, err := d.f.Pending(t.Context()); err != nil || len(rec) != 0 {
+		t.Errorf("requests still pending: %+v %v", rec, err)
+	}
+
+	// Every stored event arrived once, in order, across the cut.
+	waitJS(t, ctx, "the agent is idle", `document.querySelector('[data-fact="status"] dd').textContent === "idle"`, 30*time.Second)
+	var received []uint64
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		stored := d.stored("web1")
+		received = eval[[]uint64](t, ctx, `window.shoal.received`)
+		if slices.Equal(received, stored) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page received %v\nthe stream holds %v", received, stored)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%d events received over %d connections", len(received), eval[int](t, ctx, "window.shoal.connects"))
+	checkNames(t, ctx)
+	screenshot(t, ctx, "agent")
+
+	// The fleet page: the agent, its tokens per node and per model.
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	waitJS(t, ctx, "the agent is listed", `document.querySelector('#agents tr[data-agent="web1"] .status.idle')`, 10*time.Second)
+	rec, err := d.f.Status(t.Context(), "web1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Usage.OutputTokens == 0 {
+		t.Fatalf("the agent's record counts no tokens: %+v", rec.Usage)
+	}
+	row := eval[string](t, ctx, `document.querySelector('#agents tr[data-agent="web1"]').innerText`)
+	for _, want := range []string{rec.Model, "n1", rec.CWD} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the agent's row %q lacks %q", row, want)
+		}
+	}
+	out := eval[string](t, ctx, `document.querySelector('#by-node tr[data-key="n1"] td:nth-child(3)').textContent`)
+	if out != formatted(rec.Usage.OutputTokens) {
+		t.Errorf("node n1's output tokens: %q, want %d", out, rec.Usage.OutputTokens)
+	}
+	if got := eval[bool](t, ctx, `!!document.querySelector('#by-model tr[data-key=`+jsString(rec.Model)+`]')`); !got {
+		t.Errorf("no token total for model %s", rec.Model)
+	}
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#filter"); f.value = "no-such-agent"; f.dispatchEvent(new Event("input")); return true })()`)
+	if n := eval[int](t, ctx, `document.querySelectorAll("#agents tbody tr").length`); n != 0 {
+		t.Errorf("the filter left %d agents", n)
+	}
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#filter"); f.value = ""; f.dispatchEvent(new Event("input")); return true })()`)
+	checkNames(t, ctx)
+	screenshot(t, ctx, "fleet")
+
+	// A phone's width: nothing runs off the side.
+	do(t, ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(d.url+"/agents/web1"))
+	waitJS(t, ctx, "the agent page on a phone", `document.querySelector('[data-turn-end="1"]')`, 20*time.Second)
+	if w := eval[int](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+		t.Errorf("the agent page is %dpx wider than a phone", w)
+	}
+	screenshot(t, ctx, "agent-phone")
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	waitJS(t, ctx, "the fleet page on a phone", `document.querySelector('#agents tr[data-agent="web1"]')`, 20*time.Second)
+	if w := eval[int](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+		t.Errorf("the fleet page is %dpx wider than a phone", w)
+	}
+}
+
+// formatted is a count as the page writes it (toLocaleString("en")).
+func formatted(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// checkNames fails on a visible control without an accessible name.
+func checkNames(t *testing.T, ctx context.Context) {
+	t.Helper()
+	unnamed := eval[[]string](t, ctx, `[...document.querySelectorAll("button, input, select, textarea, summary")]
+		.filter(e => e.offsetParent !== null)
+		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute("aria-label") && !e.textContent.trim())
+		.map(e => e.outerHTML)`)
+	if len(unnamed) > 0 {
+		t.Errorf("controls without an accessible name: %v", unnamed)
+	}
+}

@@ -1,0 +1,124 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Fleet is the fleet page's data: GET /api/fleet.
+type Fleet struct {
+	// Now is the server's clock (Unix seconds), to age heartbeats by.
+	Now     float64                  `json:"now"`
+	Role    string                   `json:"role"`
+	Nodes   []schemas.NodeRecord     `json:"nodes"`
+	Agents  []schemas.AgentRecord    `json:"agents"`
+	Pending []schemas.PermitRecord   `json:"pending"`
+	ByNode  map[string]schemas.Usage `json:"tokens_by_node"`
+	ByModel map[string]schemas.Usage `json:"tokens_by_model"`
+}
+
+func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	nodes, err := h.cfg.Client.Nodes(ctx)
+	if err != nil {
+		h.fail(w, "listing the nodes", err)
+		return
+	}
+	agents, err := h.cfg.Client.List(ctx)
+	if err != nil {
+		h.fail(w, "listing the agents", err)
+		return
+	}
+	pending, err := h.cfg.Client.Pending(ctx)
+	if err != nil {
+		h.fail(w, "listing the permission requests", err)
+		return
+	}
+	f := Fleet{
+		Now:     float64(time.Now().UnixNano()) / 1e9,
+		Role:    roleOf(ctx).String(),
+		Nodes:   nonNil(nodes),
+		Agents:  nonNil(agents),
+		Pending: nonNil(pending),
+		ByNode:  map[string]schemas.Usage{},
+		ByModel: map[string]schemas.Usage{},
+	}
+	for _, a := range agents {
+		n, m := f.ByNode[a.Node], f.ByModel[a.Model]
+		n.Add(a.Usage)
+		m.Add(a.Usage)
+		f.ByNode[a.Node], f.ByModel[a.Model] = n, m
+	}
+	writeJSON(w, http.StatusOK, f)
+}
+
+// AgentPage is an agent's page data: GET /api/agents/{id}.
+type AgentPage struct {
+	Role    string                 `json:"role"`
+	Record  schemas.AgentRecord    `json:"record"`
+	Pending []schemas.PermitRecord `json:"pending"`
+}
+
+func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := h.cfg.Client.Status(r.Context(), id)
+	if err != nil {
+		h.fail(w, "reading agent "+id, err)
+		return
+	}
+	pending, err := h.cfg.Client.Pending(r.Context())
+	if err != nil {
+		h.fail(w, "listing the permission requests", err)
+		return
+	}
+	mine := slices.DeleteFunc(pending, func(p schemas.PermitRecord) bool { return p.AgentID != id })
+	writeJSON(w, http.StatusOK, AgentPage{Role: roleOf(r.Context()).String(), Record: rec, Pending: nonNil(mine)})
+}
+
+func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"role": roleOf(r.Context()).String()})
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// fail answers {"error":{code,message}} with the HTTP status the code
+// stands for.
+func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
+	ce, ok := errors.AsType[*schemas.ControlError](err)
+	if !ok {
+		ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: doing + ": " + err.Error()}
+	}
+	status := http.StatusInternalServerError
+	switch ce.Code {
+	case schemas.CodeInvalid:
+		status = http.StatusBadRequest
+	case schemas.CodeNotFound:
+		status = http.StatusNotFound
+	case schemas.CodeConflict:
+		status = http.StatusConflict
+	case schemas.CodeUnavailable:
+		status = http.StatusServiceUnavailable
+	case schemas.CodeTimeout:
+		status = http.StatusGatewayTimeout
+	default:
+		h.log.Warn("dashboard request failed", "doing", doing, "err", err)
+	}
+	writeJSON(w, status, schemas.ErrorReply{Error: ce})
+}

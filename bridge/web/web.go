@@ -1,0 +1,89 @@
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/shoalfabric/shoal/client"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Config configures the dashboard; only Client is required.
+type Config struct {
+	// Client reads and drives the fabric.
+	Client client.Client
+	// Token is the full bearer token: it may watch and act. When neither
+	// token is set, every request may act (a loopback listener only).
+	Token string
+	// ObserverToken may only watch.
+	ObserverToken string
+	// Logger receives the dashboard's failures; slog.Default when nil.
+	Logger *slog.Logger
+}
+
+// Handler serves the dashboard.
+type Handler struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns the dashboard's handler for cfg.
+func New(cfg Config) *Handler {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Handler{cfg: cfg, log: log.With("component", "web"), mux: http.NewServeMux()}
+	static, _ := fs.Sub(assets, "assets")
+	files := http.FileServerFS(static)
+	page := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		http.ServeFileFS(w, r, static, "index.html")
+	}
+	h.mux.HandleFunc("GET /{$}", page)
+	h.mux.HandleFunc("GET /agents/{id}", page)
+	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", files))
+	h.mux.HandleFunc("GET /api/whoami", h.whoami)
+	h.mux.HandleFunc("GET /api/fleet", h.fleet)
+	h.mux.HandleFunc("GET /api/agents/{id}", h.agent)
+	h.mux.HandleFunc("GET /api/agents/{id}/events", h.events)
+	h.mux.HandleFunc("POST /api/open", h.act(h.open))
+	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(h.send))
+	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(h.interrupt))
+	h.mux.HandleFunc("POST /api/agents/{id}/close", h.act(h.close))
+	h.mux.HandleFunc("POST /api/agents/{id}/model", h.act(h.setModel))
+	h.mux.HandleFunc("POST /api/agents/{id}/permit", h.act(h.permit))
+	return h
+}
+
+// ServeHTTP checks the caller's token (or takes it from ?token= into a
+// cookie) and serves the dashboard.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Query().Has("token") {
+		h.login(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/assets/") {
+		h.mux.ServeHTTP(w, r) // the embedded styles and script hold no data
+		return
+	}
+	role := h.role(r)
+	if role == roleNone {
+		if r.Method == http.MethodGet && !isAPI(r) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			w.Write([]byte(loginPage))
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
+		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(withRole(r.Context(), role)))
+}
