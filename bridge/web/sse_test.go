@@ -106,6 +106,40 @@ func TestEventStreamResumes(t *testing.T) {
 	if got := readSSE(t, base+"&time="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339), ""); len(got) != 0 {
 		t.Errorf("from an hour ahead: %v", got)
 	}
+	// From a turn: three turns stored as a node numbers them; turn 2
+	// starts at its user text (event 5).
+	srv := natstest.Start(t)
+	_, js := natstest.JetStream(t, srv)
+	var n uint64
+	for turn := 1; turn <= 3; turn++ {
+		for _, ev := range []schemas.Event{
+			{Turn: turn - 1, Payload: schemas.UserText{Content: schemas.Text("go")}},
+			{Turn: turn, Payload: schemas.Status{Status: schemas.StatusWorking}},
+			{Turn: turn, Payload: schemas.TurnStarted{}},
+			{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn}},
+		} {
+			n++
+			b, err := schemas.Encode(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := nats.NewMsg(schemas.EventSubject("turns"))
+			msg.Data = b
+			msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID("turns", n))
+			if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(web.New(web.Config{Client: f}))
+	t.Cleanup(hs.Close)
+	if got := readSSE(t, hs.URL+"/api/agents/turns/events?follow=0&turn=2", ""); !slices.Equal(got, span(5, 12)) {
+		t.Errorf("from turn 2: %v", got)
+	}
 	res, err := http.Get(url + "/api/agents/resume/events?event=x")
 	if err != nil {
 		t.Fatal(err)
