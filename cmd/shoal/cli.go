@@ -222,7 +222,8 @@ and where it came from. Flags may come before or after the arguments;
 Exit status: 0 success, 1 failure, 2 a wrong command line, configuration
 or request, 3 no such agent or node, 4 unavailable (the agent is dead, its
 node gone, or no node can take it), 5 timed out, 6 conflict (the id is
-taken, or a run is already in flight).
+taken, a run is already in flight, a permission request already
+answered), 7 a run whose turn was interrupted.
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)

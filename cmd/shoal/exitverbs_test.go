@@ -93,6 +93,7 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 		t.Errorf("tail --numbers:\n%s", numbered)
 	}
 	fails(exitUsage, "give one", "tail", "--raw", "--json", id)
+	fails(exitUsage, "--wait 0s", "run", "--wait", "0", id, "hi")
 
 	// A run whose turn is interrupted prints what it has and exits 7.
 	cmd := "sleep 37 && echo late"

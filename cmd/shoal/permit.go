@@ -87,14 +87,14 @@ it has waited and its input. --json prints the requests in full.`,
 					return nil
 				}
 				w := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "AGENT\\tREQUEST\\tTOOL\\tWAITING\\tINPUT")
+				fmt.Fprintln(w, "AGENT\tREQUEST\tTOOL\tWAITING\tINPUT")
 				for _, r := range reqs {
 					asked := time.Unix(0, int64(r.AskedAt*1e9))
 					input := strings.Join(strings.Fields(string(r.Input)), " ")
 					if len(input) > 80 {
 						input = input[:77] + "..."
 					}
-					fmt.Fprintf(w, "%s\\t%s\\t%s\\t%s\\t%s\\n", r.AgentID, r.RequestID, r.Tool, time.Since(asked).Round(time.Second), input)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.AgentID, r.RequestID, r.Tool, time.Since(asked).Round(time.Second), input)
 				}
 				return w.Flush()
 			}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,6 +132,9 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	if req.Tool != "Bash" || !strings.Contains(string(req.Input), `"echo hi"`) || req.Node != "remote" {
 		t.Fatalf("the request: %+v", req)
 	}
+	if table := must("pending"); !regexp.MustCompile(`(?m)^AGENT +REQUEST +TOOL +WAITING +INPUT\n` + id + ` +` + req.RequestID + ` +Bash +`).MatchString(table + "\n") {
+		t.Errorf("shoal pending:\n%s", table)
+	}
 	if raw := must("tail", "--raw", "--no-follow", id); !strings.Contains(raw, `"kind":"permission"`) || !strings.Contains(raw, req.RequestID) {
 		t.Fatalf("the stream has no permission event for %s:\n%s", req.RequestID, raw)
 	}
@@ -180,6 +184,9 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	}
 	if r := fake.Requests(); !strings.Contains(mustJSONText(r[len(r)-2].ToolResults), "changed by a person") {
 		t.Errorf("the allowed echo's result: %s", mustJSONText(r[len(r)-2].ToolResults))
+	}
+	if human := must("tail", "--no-follow", id); !strings.Contains(human, "? permission allowed by cli:") {
+		t.Errorf("the human view does not show the answer:\n%s", human)
 	}
 	code, _, errOut := shoal("permit", id, req.RequestID, "deny")
 	if code != exitConflict || !strings.Contains(errOut, "already answered: allow by cli:") {

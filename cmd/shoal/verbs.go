@@ -221,6 +221,9 @@ func runCommand() *command {
 				if err != nil {
 					return err
 				}
+				if wait <= 0 {
+					return usagef("--wait %s: a run waits for more than no time; give a duration such as 10m", wait)
+				}
 				f, err := v.fabric()
 				if err != nil {
 					return err

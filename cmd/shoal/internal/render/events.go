@@ -160,6 +160,18 @@ func (p *Printer) status(a *agent, s schemas.AgentStatus) {
 }
 
 func (p *Printer) permission(a *agent, pm schemas.Permission) {
+	if ans := pm.Answer; ans != nil {
+		// The answer to a request shown before.
+		text := fmt.Sprintf("? permission %s by %s", map[schemas.Decision]string{schemas.DecisionAllow: "allowed", schemas.DecisionDeny: "denied"}[ans.Decision], cleanLine(ans.By))
+		if pm.Tool != "" {
+			text += " for " + cleanLine(pm.Tool)
+		}
+		if ans.Message != "" {
+			text += ": " + cleanLine(ans.Message)
+		}
+		p.line(a, seg{text: text, style: styleWarn, flex: true})
+		return
+	}
 	id := pm.ToolCall.ToolCallID
 	text := "? permission requested"
 	if id != "" {
