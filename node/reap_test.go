@@ -38,6 +38,11 @@ func TestKilledNodeLeavesNothing(t *testing.T) {
 func TestKilledNodeAndReaperAreReaped(t *testing.T) {
 	t.Parallel()
 	k := startKilledNode(t)
+	// The node frozen first, so it cannot end what the dying reaper
+	// leaves behind: both go as if at once.
+	if err := syscall.Kill(k.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(k.reaper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

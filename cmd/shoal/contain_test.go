@@ -136,7 +136,11 @@ func TestKilledNodeLeavesNoAgentProcess(t *testing.T) {
 					return strings.Contains(strings.Join(lifeProcesses(token), "\n"), tool)
 				})
 				if reaperToo {
-					syscall.Kill(childWithArg(t, n.cmd.Process.Pid, backend.ReaperArg), syscall.SIGKILL)
+					// Frozen first, so the node cannot end what the dying
+					// reaper leaves: both go as if at once.
+					reaper := childWithArg(t, n.cmd.Process.Pid, backend.ReaperArg)
+					syscall.Kill(n.cmd.Process.Pid, syscall.SIGSTOP)
+					syscall.Kill(reaper, syscall.SIGKILL)
 				}
 				n.stop(syscall.SIGKILL)
 				if !reaperToo {
