@@ -91,10 +91,7 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 	case o.rate < 0:
 		return usagef("--rate %v is negative", o.rate)
 	}
-	cfg := bench.Config{URL: o.nats, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate}
-	if !o.json {
-		cfg.Progress = env.io.err
-	}
+	cfg := bench.Config{URL: o.nats, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Progress: env.io.err}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err

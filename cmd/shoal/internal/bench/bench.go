@@ -132,9 +132,10 @@ type agent struct {
 // the problems in Verified.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
+	began := time.Now()
 	say := func(format string, args ...any) {
 		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, format+"\n", args...)
+			fmt.Fprintf(cfg.Progress, "[%6.1fs] "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
 		}
 	}
 	if cfg.Exe == "" {
@@ -441,7 +442,9 @@ func rawPublish(ctx context.Context, url string, obs *nats.Conn, envelopes [][]b
 		m := nats.NewMsg(subject)
 		m.Data = envelopes[i%len(envelopes)]
 		m.Header.Set(schemas.HeaderMsgID, fmt.Sprintf("%s.%d", subject, i+1))
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		// A full window waits for acknowledgements as long as it takes, as
+		// the node's publisher does, rather than the default 200ms.
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, fmt.Errorf("raw publish: %w", err)
 		}
 	}
