@@ -99,7 +99,7 @@ func commands() []*command {
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
 		tailCommand(), tuiCommand(), mcpCommand(),
-		configCommand(), completionCommand(), versionCommand(),
+		benchCommand(), configCommand(), completionCommand(), versionCommand(),
 	}
 }
 

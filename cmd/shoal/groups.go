@@ -91,6 +91,12 @@ var groupsByCommand = map[string][]flagGroup{
 		connectionGroup,
 		configGroup,
 	},
+	"bench": {
+		{"Load", false, []string{"agents", "events", "turns", "rate", "short"}},
+		{"Fabric", false, []string{"nats"}},
+		{"Output", false, []string{"json"}},
+		configGroup,
+	},
 	"config":     {configGroup},
 	"completion": {configGroup},
 	"version":    {configGroup},

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
 	"github.com/shoalfabric/shoal/node/backend"
 )
 
@@ -21,6 +22,8 @@ func main() {
 			os.Exit(backend.RunReaper())
 		case backend.SandboxArg: // this process confines itself, then becomes an agent
 			os.Exit(backend.RunSandbox(os.Args[2:]))
+		case bench.StandinArg: // this process is shoal bench's stand-in claude CLI
+			os.Exit(bench.RunStandin(os.Args[2:]))
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
+)
+
+// benchOptions are the flags of `shoal bench`.
+type benchOptions struct {
+	nats   string
+	agents int
+	events int
+	turns  int
+	rate   float64
+	short  bool
+	json   bool
+}
+
+func benchCommand() *command {
+	return &command{
+		name:    "bench",
+		summary: "measure the fabric: a stand-in claude CLI through a real node against raw JetStream",
+		help: `
+Measures a fabric from outside, in the manner of nats bench. It starts an
+embedded NATS server with JetStream (or uses --nats URL) and a shoal node
+process whose claude CLI is a stand-in built into this binary: on each
+turn it prints --events text deltas of claude's stream-json, as fast as it
+can or --rate per second, then a result. It opens --agents agents on that
+node, runs --turns turns on every one at once, and prints, measured in the
+same run:
+
+  the node pipeline's events/s (the first delta printed to the last result
+  seen) and the same number of the same envelopes published with raw
+  JetStream async publishes to the same server, with their ratio;
+  latency p50/p99/max from a stand-in's stdout line to the event stored in
+  the stream, to a core subscriber of agent.<id>, and to a following
+  replay (up to 8 agents);
+  the open's latency and the node process's resident memory per open agent.
+
+It then reads every agent's stream back and fails unless each is gapless
+(events numbered 1, 2, … and every delta the stand-in printed, in order)
+and every turn ended with a result counting what the stand-in printed.
+Against --nats, the raw baseline's envelopes stay in that fabric's stream
+under agent.bench-raw-*. Not measured yet: the Kaimon bus.
+
+--short (for CI) runs 4 agents × 2 turns × 2,000 deltas unless those
+flags are given.`,
+		flags: func(fs *flag.FlagSet) runner {
+			o := &benchOptions{}
+			fs.StringVar(&o.nats, "nats", "", "measure the fabric at this NATS `URL` instead of an embedded server")
+			fs.IntVar(&o.agents, "agents", 1, "`n` agents at once on the node")
+			fs.IntVar(&o.events, "events", 100_000, "text deltas per turn, `n`")
+			fs.IntVar(&o.turns, "turns", 1, "turns per agent, `n`, one after another")
+			fs.Float64Var(&o.rate, "rate", 0, "deltas per `second` each stand-in prints (0: as fast as it can)")
+			fs.BoolVar(&o.short, "short", false, "a run of a few seconds, for CI")
+			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+			return func(ctx context.Context, env *environment, args []string) error {
+				set := map[string]bool{}
+				fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+				return o.run(ctx, env, set)
+			}
+		},
+	}
+}
+
+func (o *benchOptions) run(ctx context.Context, env *environment, set map[string]bool) error {
+	if o.short {
+		if !set["agents"] {
+			o.agents = 4
+		}
+		if !set["events"] {
+			o.events = 2000
+		}
+		if !set["turns"] {
+			o.turns = 2
+		}
+	}
+	switch {
+	case o.agents < 1:
+		return usagef("--agents %d: at least one", o.agents)
+	case o.events < 1:
+		return usagef("--events %d: at least one", o.events)
+	case o.turns < 1:
+		return usagef("--turns %d: at least one", o.turns)
+	case o.rate < 0:
+		return usagef("--rate %v is negative", o.rate)
+	}
+	cfg := bench.Config{URL: o.nats, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Progress: env.io.err}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		if err := printJSON(env, rep); err != nil {
+			return err
+		}
+	} else {
+		printBench(env.io.out, rep)
+	}
+	if !rep.Verified.OK(rep.Agents) {
+		return fmt.Errorf("%d of %d agents' streams gapless, %d of %d turns ended: %s", rep.Verified.Gapless, rep.Agents,
+			rep.Verified.TurnsEnded, rep.Verified.TurnsExpected, strings.Join(rep.Verified.Problems, "; "))
+	}
+	return nil
+}
+
+// printBench prints the report as tables a person reads.
+func printBench(w io.Writer, r *bench.Report) {
+	rate := "as fast as it can"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%s/s per agent", thousands(r.Rate))
+	}
+	fmt.Fprintf(w, "shoal bench: %d agents × %d turns × %d deltas, %s; %s fabric, the node in its own process\n\n",
+		r.Agents, r.Turns, r.EventsPerTurn, rate, r.Fabric)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tevents\tevents/s\traw JetStream async events/s\tratio\t")
+	fmt.Fprintf(tw, "node pipeline, stdout to stored\t%s\t%s\t%s\t%.2f\t\n", thousands(float64(r.Events)), thousands(r.NodeRate), thousands(r.RawRate), r.Ratio)
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "latency from the stand-in's stdout line\tsamples\tp50 ms\tp99 ms\tmax ms\t")
+	row := func(name string, l bench.Latency) {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", name, l.Samples, l.P50, l.P99, l.Max)
+	}
+	row("(a) stored in the stream", r.Stored)
+	row("(b) core subscriber of agent.<id>", r.Core)
+	fmt.Fprintln(tw, "(c) Kaimon bus to a ZMQ subscriber\t-\tnot measured\t\t\t")
+	row("(d) following replay", r.Replay)
+	row("agent open", r.Open)
+	tw.Flush()
+	fmt.Fprintln(w)
+	if r.NodeRSSOpen > 0 {
+		fmt.Fprintf(w, "node resident memory: %s MB before the opens, %s MB with %d agents open (%s KB per agent), %s MB after the turns\n",
+			mb(r.NodeRSSBefore), mb(r.NodeRSSOpen), r.Agents, thousands(r.NodeRSSPerAgent/1024), mb(r.NodeRSSAfter))
+	}
+	v := r.Verified
+	fmt.Fprintf(w, "verified: %d of %d agents' streams gapless, %d of %d turns ended, %s deltas stored as printed\n",
+		v.Gapless, r.Agents, v.TurnsEnded, v.TurnsExpected, thousands(float64(v.Deltas)))
+	for _, p := range v.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", p)
+	}
+}
+
+func mb(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+// thousands formats v rounded, with commas.
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
