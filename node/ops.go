@@ -148,7 +148,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.
 	if sandboxed {
 		// Confined before it starts: the wrapper that execs the CLI
 		// restricts itself first, and everything after inherits it.
-		c, err := h.confine(be, spec, req.SandboxNet)
+		c, err := h.confine(ctx, be, spec, req.SandboxNet)
 		if err != nil {
 			return unclaim(err)
 		}

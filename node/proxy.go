@@ -32,6 +32,10 @@ type proxy struct {
 	// agent's id and token set by the proxy, whatever the agent sent.
 	mcp *mcpRoute
 
+	// ctx ends with the proxy: dials in flight end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	done  chan struct{}
@@ -53,12 +57,15 @@ const (
 )
 
 // startProxy listens on a free loopback port.
-func startProxy(allow []string, mcp *mcpRoute, log *slog.Logger) (*proxy, error) {
+// It lives until close, whatever becomes of ctx, which it keeps for its
+// values.
+func startProxy(ctx context.Context, allow []string, mcp *mcpRoute, log *slog.Logger) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's proxy: %w", err)
 	}
 	p := &proxy{ln: ln, log: log, mcp: mcp, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, a := range allow {
 		if a = strings.ToLower(strings.TrimSpace(a)); a != "" && !slices.Contains(p.allow, a) {
 			p.allow = append(p.allow, a)
@@ -76,6 +83,7 @@ func (p *proxy) port() uint16 { return uint16(p.ln.Addr().(*net.TCPAddr).Port) }
 
 // close stops it and every connection through it.
 func (p *proxy) close() {
+	p.cancel()
 	p.ln.Close()
 	<-p.done
 	p.mu.Lock()
@@ -183,7 +191,7 @@ func (p *proxy) handle(c net.Conn) {
 			p.refuse(c, target)
 			return
 		}
-		up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(context.Background(), "tcp", target)
+		up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(p.ctx, "tcp", target)
 		if err != nil {
 			fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			return
@@ -239,7 +247,7 @@ func (p *proxy) toMCP(c net.Conn, req *http.Request) bool {
 	if _, _, err := net.SplitHostPort(target); err != nil {
 		target = net.JoinHostPort(strings.Trim(target, "[]"), map[bool]string{true: "443", false: "80"}[u.Scheme == "https"])
 	}
-	up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(context.Background(), "tcp", target)
+	up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(p.ctx, "tcp", target)
 	if err == nil && u.Scheme == "https" {
 		tc := tls.Client(up, &tls.Config{ServerName: u.Hostname()})
 		if err = tc.Handshake(); err != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -66,7 +67,7 @@ type confinement struct {
 
 // confine prepares the sandbox of one agent: its private temp directory,
 // its proxy, and the paths and ports the kernel will allow.
-func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*confinement, error) {
+func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spec, net_ []string) (*confinement, error) {
 	cf, ok := be.(backend.Confiner)
 	if !ok {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s cannot sandbox %s agents", h.cfg.Name, be.Kind())
@@ -103,7 +104,7 @@ func (h *Host) confine(be backend.Backend, spec backend.Spec, net_ []string) (*c
 		}
 		route = &mcpRoute{url: u, agentID: spec.AgentID, token: spec.MCP.Token}
 	}
-	px, err := startProxy(hosts, route, h.log.With("agent", spec.AgentID))
+	px, err := startProxy(ctx, hosts, route, h.log.With("agent", spec.AgentID))
 	if err != nil {
 		os.RemoveAll(tmp)
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
