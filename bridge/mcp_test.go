@@ -53,6 +53,7 @@ func startFabric(t *testing.T, cfg bridge.HTTPConfig) *fabric {
 	case u := <-urls:
 		return &fabric{t: t, b: b, f: f, url: u}
 	case err := <-done:
+		done <- err // for the cleanup, which waits for it
 		t.Fatalf("MCP endpoint: %v", err)
 	}
 	return nil

@@ -47,6 +47,7 @@ func Node(tb testing.TB, srv *broker.Broker, cfg node.Config) *node.Host {
 	select {
 	case <-h.Ready():
 	case err := <-done:
+		done <- err // for the cleanup, which waits for it
 		tb.Fatalf("node %s did not start: %v", cfg.Name, err)
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("node %s not ready", cfg.Name)
@@ -75,6 +76,7 @@ func Run(tb testing.TB, s Service) {
 	select {
 	case <-s.Ready():
 	case err := <-done:
+		done <- err // for the cleanup, which waits for it
 		tb.Fatalf("%T did not start: %v", s, err)
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("%T not ready", s)

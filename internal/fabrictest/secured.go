@@ -98,7 +98,8 @@ func (s *Secured) RunNode(t testing.TB, name string, nc *nats.Conn, bs ...backen
 	select {
 	case <-h.Ready():
 	case err := <-done:
-		t.Fatalf("node %s: %v", name, err)
+		done <- err // for the cleanup, which waits for it
+		t.Fatalf("node %s did not start: %v", name, err)
 	}
 	// Placement knows the node once the coordinator's view has its entry.
 	wait := natstest.Context(t, 10*time.Second)
