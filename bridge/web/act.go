@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -69,77 +70,53 @@ func (h *Handler) open(w http.ResponseWriter, r *http.Request, body []byte) {
 	writeJSON(w, http.StatusOK, rep)
 }
 
-func (h *Handler) send(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req schemas.SendRequest
-	if !h.decode(w, body, &req) {
-		return
+// onAgent adapts a client call on the agent the path names: the body is
+// the request, the path's id its agent, and the reply or the error the
+// answer. prepare, when given, completes or refuses the request.
+func onAgent[Req, Rep any](h *Handler, what string, setID func(*Req, string), call func(context.Context, Req) (Rep, error), prepare func(*Req) error) func(http.ResponseWriter, *http.Request, []byte) {
+	return func(w http.ResponseWriter, r *http.Request, body []byte) {
+		var req Req
+		if !h.decode(w, body, &req) {
+			return
+		}
+		setID(&req, r.PathValue("id"))
+		if prepare != nil {
+			if err := prepare(&req); err != nil {
+				writeJSON(w, http.StatusBadRequest, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "%v", err)})
+				return
+			}
+		}
+		rep, err := call(r.Context(), req)
+		if err != nil {
+			h.fail(w, what, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rep)
 	}
-	req.AgentID = r.PathValue("id")
-	rep, err := h.cfg.Client.Send(r.Context(), req)
-	if err != nil {
-		h.fail(w, "sending a turn", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
 }
 
-func (h *Handler) interrupt(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req schemas.AgentRequest
-	if !h.decode(w, body, &req) {
-		return
-	}
-	req.AgentID = r.PathValue("id")
-	rep, err := h.cfg.Client.Interrupt(r.Context(), req)
-	if err != nil {
-		h.fail(w, "interrupting", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+func (h *Handler) send() func(http.ResponseWriter, *http.Request, []byte) {
+	return onAgent(h, "sending a turn", func(r *schemas.SendRequest, id string) { r.AgentID = id }, h.cfg.Client.Send, nil)
 }
 
-func (h *Handler) close(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req schemas.AgentRequest
-	if !h.decode(w, body, &req) {
-		return
-	}
-	req.AgentID = r.PathValue("id")
-	rep, err := h.cfg.Client.Close(r.Context(), req)
-	if err != nil {
-		h.fail(w, "closing", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+func (h *Handler) interrupt() func(http.ResponseWriter, *http.Request, []byte) {
+	return onAgent(h, "interrupting", func(r *schemas.AgentRequest, id string) { r.AgentID = id }, h.cfg.Client.Interrupt, nil)
 }
 
-func (h *Handler) setModel(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req schemas.SetModelRequest
-	if !h.decode(w, body, &req) {
-		return
-	}
-	req.AgentID = r.PathValue("id")
-	rep, err := h.cfg.Client.SetModel(r.Context(), req)
-	if err != nil {
-		h.fail(w, "setting the model", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+func (h *Handler) close() func(http.ResponseWriter, *http.Request, []byte) {
+	return onAgent(h, "closing", func(r *schemas.AgentRequest, id string) { r.AgentID = id }, h.cfg.Client.Close, nil)
 }
 
-func (h *Handler) permit(w http.ResponseWriter, r *http.Request, body []byte) {
-	var req schemas.PermitRequest
-	if !h.decode(w, body, &req) {
-		return
-	}
-	req.AgentID = r.PathValue("id")
-	req.By = By
-	if _, err := schemas.ParseDecision(string(req.Decision)); err != nil {
-		writeJSON(w, http.StatusBadRequest, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "%v", err)})
-		return
-	}
-	rep, err := h.cfg.Client.Permit(r.Context(), req)
-	if err != nil {
-		h.fail(w, "answering a permission request", err)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+func (h *Handler) setModel() func(http.ResponseWriter, *http.Request, []byte) {
+	return onAgent(h, "setting the model", func(r *schemas.SetModelRequest, id string) { r.AgentID = id }, h.cfg.Client.SetModel, nil)
+}
+
+// permit answers a permission request, as the dashboard.
+func (h *Handler) permit() func(http.ResponseWriter, *http.Request, []byte) {
+	return onAgent(h, "answering a permission request", func(r *schemas.PermitRequest, id string) { r.AgentID = id }, h.cfg.Client.Permit,
+		func(r *schemas.PermitRequest) error {
+			r.By = By
+			_, err := schemas.ParseDecision(string(r.Decision))
+			return err
+		})
 }

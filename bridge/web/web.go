@@ -54,11 +54,11 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /api/agents/{id}", h.agent)
 	h.mux.HandleFunc("GET /api/agents/{id}/events", h.events)
 	h.mux.HandleFunc("POST /api/open", h.act(h.open))
-	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(h.send))
-	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(h.interrupt))
-	h.mux.HandleFunc("POST /api/agents/{id}/close", h.act(h.close))
-	h.mux.HandleFunc("POST /api/agents/{id}/model", h.act(h.setModel))
-	h.mux.HandleFunc("POST /api/agents/{id}/permit", h.act(h.permit))
+	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(h.send()))
+	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(h.interrupt()))
+	h.mux.HandleFunc("POST /api/agents/{id}/close", h.act(h.close()))
+	h.mux.HandleFunc("POST /api/agents/{id}/model", h.act(h.setModel()))
+	h.mux.HandleFunc("POST /api/agents/{id}/permit", h.act(h.permit()))
 	return h
 }
 
