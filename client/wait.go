@@ -32,3 +32,41 @@ func LongWait(ctx context.Context) {
 		notice()
 	}
 }
+
+// Hold runs work on a goroutine of spawn's (a service's own group, or a
+// plain go statement) and calls answer with its result: with held true
+// while the caller still waits here, which is as long as work gives no
+// wait notice; with held false once Hold has returned on the notice and
+// work answers later on its own. A micro handler so answers at once what
+// fails at once, and lets a long request go.
+func Hold[A any](spawn func(func()), work func(notice func()) A, answer func(a A, held bool)) {
+	done := make(chan A, 1)
+	waiting := make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	held := true
+	spawn(func() {
+		a := work(func() { once.Do(func() { close(waiting) }) })
+		mu.Lock()
+		if held {
+			done <- a
+			mu.Unlock()
+			return
+		}
+		mu.Unlock()
+		answer(a, false)
+	})
+	select {
+	case a := <-done:
+		answer(a, true)
+	case <-waiting:
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case a := <-done:
+			answer(a, true)
+		default:
+			held = false
+		}
+	}
+}

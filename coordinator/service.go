@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -162,35 +161,7 @@ func serveJSON[Req, Rep any](ctx context.Context, s *Service, op func(context.Co
 // a long wait (a run, an open), so the endpoint's next request is not held
 // up behind it.
 func (s *Service) serveRequest(verb string, r micro.Request, work func(notice func()) answer) {
-	done := make(chan answer, 1)
-	waiting := make(chan struct{})
-	var once sync.Once
-	var mu sync.Mutex
-	held := true
-	go func() {
-		a := work(func() { once.Do(func() { close(waiting) }) })
-		mu.Lock()
-		if held {
-			done <- a
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		s.answer(verb, r, a, false)
-	}()
-	select {
-	case a := <-done:
-		s.answer(verb, r, a, true)
-	case <-waiting:
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case a := <-done:
-			s.answer(verb, r, a, true)
-		default:
-			held = false
-		}
-	}
+	client.Hold(func(f func()) { go f() }, work, func(a answer, held bool) { s.answer(verb, r, a, held) })
 }
 
 // answer is a reply of the fabric service: its body and, for a failure,

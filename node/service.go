@@ -86,35 +86,7 @@ func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.
 // held counts in `nats micro stats`, errors included; r is let go before
 // a long wait, so the endpoint's next request is not held up behind it.
 func (h *Host) serveRequest(verb schemas.Verb, r micro.Request, work func(notice func()) answer) {
-	done := make(chan answer, 1)
-	waiting := make(chan struct{})
-	var once sync.Once
-	var mu sync.Mutex
-	held := true
-	h.requests.Go(func() {
-		a := work(func() { once.Do(func() { close(waiting) }) })
-		mu.Lock()
-		if held {
-			done <- a
-			mu.Unlock()
-			return
-		}
-		mu.Unlock()
-		h.answer(verb, r, a, false)
-	})
-	select {
-	case a := <-done:
-		h.answer(verb, r, a, true)
-	case <-waiting:
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case a := <-done:
-			h.answer(verb, r, a, true)
-		default:
-			held = false
-		}
-	}
+	client.Hold(h.requests.Go, work, func(a answer, held bool) { h.answer(verb, r, a, held) })
 }
 
 // answer is a control reply: its body and, for a failure, its error.
