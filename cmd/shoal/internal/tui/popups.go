@@ -137,20 +137,7 @@ func (m *Model) transcriptView() string {
 			mark = sel + fold
 		}
 		text := clip(vl.text, m.width-gutter)
-		switch t.entries[vl.entry].kind {
-		case "error":
-			text = styleError.Render(text)
-		case "tool":
-			text = styleTool.Render(text)
-		case "user":
-			text = styleUser.Render(text)
-		case "turn", "status":
-			text = styleTurn.Render(text)
-		case "permission":
-			text = styleAsk.Render(text)
-		case "thought":
-			text = styleDim.Render(text)
-		}
+		text = styleKind(t.entries[vl.entry].kind, text)
 		if vl.entry == t.sel {
 			mark = styleSelected.Render(mark)
 		}

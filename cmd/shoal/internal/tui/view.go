@@ -283,20 +283,7 @@ func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
 			lines = append(lines, styleSelected.Render(text))
 			continue
 		}
-		switch l.kind {
-		case "error":
-			text = styleError.Render(text)
-		case "tool":
-			text = styleTool.Render(text)
-		case "user":
-			text = styleUser.Render(text)
-		case "turn", "status":
-			text = styleTurn.Render(text)
-		case "permission":
-			text = styleAsk.Render(text)
-		case "thought":
-			text = styleDim.Render(text)
-		}
+		text = styleKind(l.kind, text)
 		lines = append(lines, text)
 	}
 	return lines
@@ -328,4 +315,23 @@ func pad(s string, w int) string {
 		s += strings.Repeat(" ", w-n)
 	}
 	return s
+}
+
+// styleKind colours a line of the feed or the transcript by its kind.
+func styleKind(kind, text string) string {
+	switch kind {
+	case "error":
+		return styleError.Render(text)
+	case "tool":
+		return styleTool.Render(text)
+	case "user":
+		return styleUser.Render(text)
+	case "turn", "status":
+		return styleTurn.Render(text)
+	case "permission":
+		return styleAsk.Render(text)
+	case "thought":
+		return styleDim.Render(text)
+	}
+	return text
 }
