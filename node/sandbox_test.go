@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoalfabric/shoal/internal/proctest"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
@@ -98,7 +99,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	}
 	daemon := 0
 	eventually(t, 10*time.Second, "the daemon runs", func() bool {
-		daemon = pidWithArg("611")
+		daemon = proctest.Sleep("611")
 		return daemon > 0
 	})
 	if _, err := os.Stat(filepath.Join(outside, "daemon")); !os.IsNotExist(err) {
@@ -121,7 +122,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	}
 
 	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
-	eventually(t, 10*time.Second, "the daemon ends with the agent", func() bool { return pidWithArg("611") == 0 })
+	eventually(t, 10*time.Second, "the daemon ends with the agent", func() bool { return proctest.Sleep("611") == 0 })
 }
 
 func contains(xs []string, x string) bool {
@@ -131,26 +132,6 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
-}
-
-// pidWithArg is a process whose command line has arg as its last word.
-func pidWithArg(arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		parts := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(parts) == 2 && parts[0] == "sleep" && parts[1] == arg {
-			return pid
-		}
-	}
-	return 0
 }
 
 // The same escapes through the shells of ACP agents, sandboxed under the

@@ -2,13 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoalfabric/shoal/internal/proctest"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -108,7 +108,7 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 		code, out, errOut := runShoal(t, t.TempDir(), client, "run", id, "Wait a while.")
 		done <- result{code, out, errOut}
 	}()
-	eventually(t, time.Minute, "the tool runs", func() bool { return pidWithArg("37") > 0 })
+	eventually(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("37") > 0 })
 	must("interrupt", id)
 	select {
 	case r := <-done:
@@ -118,24 +118,4 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the interrupted run did not return")
 	}
-}
-
-// pidWithArg finds a running `sleep <arg>`.
-func pidWithArg(arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		parts := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(parts) == 2 && parts[0] == "sleep" && parts[1] == arg {
-			return pid
-		}
-	}
-	return 0
 }

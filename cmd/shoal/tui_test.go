@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/proctest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -252,13 +253,13 @@ func TestTUIActs(t *testing.T) {
 	scr.typeText("Wait a while.")
 	scr.keys("Enter")
 	scr.waitText("▶ Bash sleep 40")
-	eventually(t, time.Minute, "the tool runs", func() bool { return pidWithArg("40") > 0 })
+	eventually(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("40") > 0 })
 	scr.keys("i")
 	scr.waitText("Interrupt agent " + id + "'s turn 2?")
 	scr.keys("y")
 	scr.waitText("interrupted " + id + "'s turn")
 	scr.waitText("turn 2 ended: cancelled")
-	eventually(t, time.Minute, "the tool is gone", func() bool { return pidWithArg("40") == 0 })
+	eventually(t, time.Minute, "the tool is gone", func() bool { return proctest.Sleep("40") == 0 })
 
 	// Set the model: the node's reason comes back.
 	scr.keys("m")
