@@ -227,6 +227,16 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 		t.Error("the unanswered tool ran")
 	}
 
+	// A tool its allowlist names is never asked about.
+	id5 := must("open", "--permission", "ask", "--allow", "Bash", t.TempDir())
+	fake.Script(bash("echo listed"), fakemodel.Reply{Text: "Ran unasked."})
+	if out := must("run", id5, "Echo."); out != "Ran unasked." {
+		t.Fatalf("the allowlisted turn: %q", out)
+	}
+	if raw := must("tail", "--raw", "--no-follow", id5); strings.Contains(raw, `"kind":"permission"`) {
+		t.Errorf("an allowlisted tool was asked about:\n%s", raw)
+	}
+
 	// The agent closed while it waits: denied, saying so.
 	id3 := must("open", "--permission", "ask", t.TempDir())
 	fake.Script(bash("touch closed.txt"), fakemodel.Reply{Text: "never"})
