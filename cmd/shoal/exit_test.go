@@ -34,6 +34,9 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		{[]string{"open", t.TempDir()}, exitUnavailable, "no node"},
 		{[]string{"status", "Bad_ID"}, exitUsage, "agent id"},
 		{[]string{"status"}, exitUsage, ""},
+		{[]string{"permit", "--input", "nojson", "a1", "r1", "allow"}, exitUsage, "--input \"nojson\" is not JSON"},
+		{[]string{"permit", "a1", "r1", "maybe"}, exitUsage, "want allow or deny"},
+		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, "--ask-timeout -1s"},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), env, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.says) || strings.Count(errOut, "\n") != 1 {

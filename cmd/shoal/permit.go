@@ -37,6 +37,9 @@ allow_always, say). Only the first answer counts: a second is refused
 				if err != nil {
 					return usagef("%v", err)
 				}
+				if input != "" && !json.Valid([]byte(input)) {
+					return usagef("--input %q is not JSON", input)
+				}
 				f, err := v.fabric()
 				if err != nil {
 					return err
@@ -47,9 +50,6 @@ allow_always, say). Only the first answer counts: a second is refused
 				}
 				req := schemas.PermitRequest{AgentID: id, RequestID: rest[0], Decision: d, Option: option, Message: message, By: by}
 				if input != "" {
-					if !json.Valid([]byte(input)) {
-						return usagef("--input %q is not JSON", input)
-					}
 					req.Input = json.RawMessage(input)
 				}
 				rep, err := f.Permit(ctx, req)

@@ -129,6 +129,9 @@ effort suffix, e.g. sonnet/high).`,
 			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox; --sandbox=false declines it (default: the node's --sandbox mode)")
 			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
 			return func(ctx context.Context, v *verb, args []string) error {
+				if askTimeout < 0 {
+					return usagef("--ask-timeout %s: a person needs some time to answer", askTimeout)
+				}
 				req.AskTimeout = askTimeout.Seconds()
 				req.Sandbox = sandbox.value
 				req.SandboxNet = splitList(sandboxNet)
