@@ -645,7 +645,8 @@ func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 // queueAhead items.
 type eventQueue struct {
 	mu     sync.Mutex
-	items  []item
+	items  []item // items[head:] wait; the storage before head is reused
+	head   int
 	wake   chan struct{}
 	room   chan struct{} // signalled when the loop takes an item
 	closed bool
@@ -662,7 +663,7 @@ func newEventQueue() *eventQueue {
 func (q *eventQueue) pushWait(it item, done <-chan struct{}) {
 	for {
 		q.mu.Lock()
-		full := len(q.items) >= queueAhead && !q.closed
+		full := len(q.items)-q.head >= queueAhead && !q.closed
 		q.mu.Unlock()
 		if !full {
 			q.push(it)
@@ -682,6 +683,11 @@ func (q *eventQueue) push(it item) {
 		q.mu.Unlock()
 		return
 	}
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
 	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {
@@ -694,10 +700,12 @@ func (q *eventQueue) push(it item) {
 func (q *eventQueue) pop() (item, bool) {
 	for {
 		q.mu.Lock()
-		if len(q.items) > 0 {
-			it := q.items[0]
-			q.items[0] = item{}
-			q.items = q.items[1:]
+		if q.head < len(q.items) {
+			it := q.items[q.head]
+			q.items[q.head] = item{}
+			if q.head++; q.head == len(q.items) {
+				q.items, q.head = q.items[:0], 0
+			}
 			q.mu.Unlock()
 			select {
 			case q.room <- struct{}{}:
@@ -718,7 +726,7 @@ func (q *eventQueue) pop() (item, bool) {
 func (q *eventQueue) close() {
 	q.mu.Lock()
 	q.closed = true
-	q.items = nil
+	q.items, q.head = nil, 0
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:

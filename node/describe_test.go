@@ -116,10 +116,13 @@ func TestReadyBackendsInMetadataAndLog(t *testing.T) {
 		Backends string `json:"backends"`
 		NotReady string `json:"not_ready"`
 	}
-	for l := range strings.Lines(log.String()) {
-		if strings.Contains(l, `"msg":"node ready"`) {
-			if err := json.Unmarshal([]byte(l), &line); err != nil {
-				t.Fatal(err)
+	// The service answers a moment before the node logs that it is ready.
+	for deadline := time.Now().Add(10 * time.Second); line.Msg == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for l := range strings.Lines(log.String()) {
+			if strings.Contains(l, `"msg":"node ready"`) {
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}

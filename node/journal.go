@@ -41,6 +41,7 @@ type journal struct {
 	cond      *sync.Cond // signalled when there is something to write
 	taken     *sync.Cond // broadcast when the writer takes the buffer
 	buf       []byte     // appended, not yet written
+	spare     []byte     // the buffer last written, for appends to reuse
 	bufLast   uint64     // the jseq of the last record in buf
 	next      uint64     // the jseq the next record gets
 	written   uint64     // every record up to this jseq is written
@@ -222,7 +223,7 @@ func (j *journal) run() {
 			return
 		}
 		buf, last := j.buf, j.bufLast
-		j.buf = nil
+		j.buf, j.spare = j.spare[:0], nil
 		j.taken.Broadcast()
 		seg := j.seg
 		j.mu.Unlock()
@@ -234,6 +235,9 @@ func (j *journal) run() {
 		}
 		j.written, j.dirty = last, true
 		j.segSize += int64(len(buf))
+		if cap(buf) <= 4*journalBuffer {
+			j.spare = buf // the next write's buffer: appends do not grow one afresh
+		}
 		close(j.wroteOnce)
 		j.wroteOnce = make(chan struct{})
 		if j.segSize >= journalSegmentSize {
@@ -343,11 +347,14 @@ func (j *journal) close() {
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 func appendRecord(b []byte, jseq uint64, m *outMsg) []byte {
-	body := binary.LittleEndian.AppendUint64(nil, jseq)
-	body = encodeSpilled(body, m)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(body)))
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(body, crcTable))
-	return append(b, body...)
+	head := len(b)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0)
+	b = binary.LittleEndian.AppendUint64(b, jseq)
+	b = encodeSpilled(b, m)
+	body := b[head+8:]
+	binary.LittleEndian.PutUint32(b[head:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[head+4:], crc32.Checksum(body, crcTable))
+	return b
 }
 
 func readRecord(r *bufio.Reader) (*outMsg, error) {

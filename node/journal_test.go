@@ -10,8 +10,8 @@ import (
 )
 
 func journalMsg(agent string, seq uint64) *outMsg {
-	return &outMsg{agent: agent, seq: seq, msg: &nats.Msg{Subject: "agent." + agent, Data: []byte(`{"kind":"turn_started","turn":1,"data":{}}`),
-		Header: nats.Header{"Nats-Msg-Id": {agent + "." + string(rune('0'+seq%10))}}}}
+	return &outMsg{agent: agent, seq: seq, subject: "agent." + agent, data: []byte(`{"kind":"turn_started","turn":1,"data":{}}`),
+		header: nats.Header{"Nats-Msg-Id": {agent + "." + string(rune('0'+seq%10))}}}
 }
 
 // A journal gives back, after a crash, what it had written, in order; a
@@ -69,5 +69,10 @@ func TestJournalRecovery(t *testing.T) {
 	nums.reserve("a", 2)
 	if nums.marks["a"] != numbersBlock {
 		t.Errorf("reserved up to %d", nums.marks["a"])
+	}
+	// A fast stream reserves more at a time.
+	nums.reserve("a", 100_001)
+	if nums.marks["a"] != 125_000 {
+		t.Errorf("at event 100,001, reserved up to %d", nums.marks["a"])
 	}
 }

@@ -14,13 +14,52 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// outMsg is one event waiting to be stored.
+// outMsg is one event waiting to be stored. It holds the few fields its
+// NATS message is made of, not the message: an outbox of many thousands
+// is then little for the garbage collector to walk, and the message,
+// built as it is sent, is short-lived.
 type outMsg struct {
-	agent string
-	seq   uint64
-	jseq  uint64    // its record in the journal; 0 without one
-	at    time.Time // when it was produced
-	msg   *nats.Msg
+	agent   string
+	seq     uint64
+	jseq    uint64    // its record in the journal; 0 without one
+	at      time.Time // when it was produced
+	subject string
+	node    string // the node that produced it
+	data    []byte
+	// header is the message's headers as a journal or the spill recorded
+	// them, when it was read back from disk; nil for an event of this
+	// run, whose headers follow from the fields above.
+	header nats.Header
+}
+
+// newOutMsg is the event seq of agent, produced by node at at.
+func newOutMsg(subject, node, agent string, seq uint64, data []byte, at time.Time) *outMsg {
+	return &outMsg{agent: agent, seq: seq, at: at, subject: subject, node: node, data: data}
+}
+
+// natsMsg is the message that stores m, made in reuse (a message an
+// earlier event was stored with) when it is not nil.
+func (m *outMsg) natsMsg(reuse *nats.Msg) *nats.Msg {
+	if m.header != nil {
+		return &nats.Msg{Subject: m.subject, Header: m.header, Data: m.data}
+	}
+	if reuse == nil {
+		return eventMsg(m.subject, m.node, m.agent, m.seq, m.data, m.at)
+	}
+	h := reuse.Header
+	h[schemas.HeaderMsgID][0] = schemas.MsgID(m.agent, m.seq)
+	h[schemas.HeaderNode][0] = m.node
+	h[schemas.HeaderTime][0] = m.at.UTC().Format(time.RFC3339Nano)
+	*reuse = nats.Msg{Subject: m.subject, Header: h, Data: m.data}
+	return reuse
+}
+
+// msgID is m's Nats-Msg-Id.
+func (m *outMsg) msgID() string {
+	if m.header != nil {
+		return m.header.Get(schemas.HeaderMsgID)
+	}
+	return schemas.MsgID(m.agent, m.seq)
 }
 
 // publisher stores events in the AGENTS stream in the order they were
@@ -54,11 +93,12 @@ type publisher struct {
 	tailSize int
 	full     bool // both tiers are full: streamed chunks give way
 	onFull   func(full bool)
-	sent     int  // how many of queue have been sent
-	inflight int  // futures the acker has yet to take
-	failed   bool // a publish failed: drain the window, then go back
-	halted   bool // a publish failed to leave: send nothing more until the retry
-	probing  bool // after a failure, one event at a time until the stream takes one
+	sent     int         // how many of queue have been sent
+	free     []*nats.Msg // messages of events stored already, to make the next ones in
+	inflight int         // futures the acker has yet to take
+	failed   bool        // a publish failed: drain the window, then go back
+	halted   bool        // a publish failed to leave: send nothing more until the retry
+	probing  bool        // after a failure, one event at a time until the stream takes one
 	stopped  bool
 	drained  chan struct{}             // closed and replaced whenever the queue empties
 	stored   map[string]uint64         // each agent's last event the stream acknowledged
@@ -125,11 +165,11 @@ func (p *publisher) pendingTail(agent string) (schemas.Tail, bool) {
 	if m == nil {
 		return schemas.Tail{}, false
 	}
-	t, err := schemas.TailOf(m.msg.Header.Get(schemas.HeaderMsgID), m.msg.Data)
+	t, err := schemas.TailOf(m.msgID(), m.data)
 	return t, err == nil
 }
 
-func msgSize(m *outMsg) int { return len(m.msg.Data) + len(m.msg.Subject) + 128 }
+func msgSize(m *outMsg) int { return len(m.data) + len(m.subject) + 128 }
 
 // enqueue adds a message; it never blocks on the network. Past the memory
 // limit messages go to disk (and keep going there, to stay in order,
@@ -237,15 +277,20 @@ func (p *publisher) send() {
 		m := p.queue[p.sent]
 		p.sent++
 		p.inflight++
+		var reuse *nats.Msg
+		if n := len(p.free); n > 0 && m.header == nil {
+			reuse, p.free = p.free[n-1], p.free[:n-1]
+		}
 		p.mu.Unlock()
-		f, err := p.js.PublishMsgAsync(m.msg)
+		msg := m.natsMsg(reuse)
+		f, err := p.js.PublishMsgAsync(msg)
 		if err != nil {
 			// Stop here: sending the next message before this one is
 			// stored would put them out of order.
 			p.mu.Lock()
 			p.halted = true
 			p.mu.Unlock()
-			f = failedFuture{msg: m.msg, err: err}
+			f = failedFuture{msg: msg, err: err}
 		}
 		p.futures <- f
 	}
@@ -272,11 +317,15 @@ func (p *publisher) ack(ctx context.Context) {
 			if err != nil {
 				// The relay refused it for good: the agent is no longer
 				// this node's. Keeping it would block every agent behind it.
-				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].msg.Subject, "err", err)
+				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].subject, "err", err)
 			}
 			m := p.queue[0]
 			if err == nil {
 				storedAt = m.at
+				// Stored: nothing holds its message any more.
+				if msg := f.Msg(); msg != nil && m.header == nil && len(p.free) < p.window {
+					p.free = append(p.free, msg)
+				}
 			}
 			p.stored[m.agent] = m.seq
 			if p.queued[m.agent] == m {

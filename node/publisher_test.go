@@ -71,7 +71,7 @@ func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
 	const n = 200
 	for _, id := range []string{"a", "b"} {
 		for i := uint64(1); i <= n; i++ {
-			p.enqueue(&outMsg{agent: id, seq: i, msg: eventMsg(schemas.EventSubject(id), "n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())})
+			p.enqueue(newOutMsg(schemas.EventSubject(id), "n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now()))
 		}
 	}
 	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
@@ -144,7 +144,7 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 	push := func(k int) {
 		for range k {
 			n++
-			p.enqueue(&outMsg{agent: "o", seq: n, msg: eventMsg(schemas.EventSubject("o"), "n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now())})
+			p.enqueue(newOutMsg(schemas.EventSubject("o"), "n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now()))
 		}
 	}
 	push(100) // ~40 KB: past memory, onto disk
@@ -246,7 +246,7 @@ func TestPublisherRetryStraddlesANewLeader(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	const n = 50
 	for i := uint64(1); i <= n; i++ {
-		p.enqueue(&outMsg{agent: "e", seq: i, msg: eventMsg(schemas.EventSubject("e"), "n", "e", i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now())})
+		p.enqueue(newOutMsg(schemas.EventSubject("e"), "n", "e", i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now()))
 	}
 	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer fcancel()

@@ -14,7 +14,7 @@ func (h *Host) enqueue(agent string, seq uint64, wire []byte, at time.Time) {
 	if err := h.nums.reserve(agent, seq); err != nil {
 		h.log.Error("cannot reserve event numbers on disk; a lost journal could not be told", "agent", agent, "err", err)
 	}
-	h.pub.enqueue(&outMsg{agent: agent, seq: seq, at: at, msg: eventMsg(h.store.eventSubject(agent), h.cfg.Name, agent, seq, wire, at)})
+	h.pub.enqueue(newOutMsg(h.store.eventSubject(agent), h.cfg.Name, agent, seq, wire, at))
 }
 
 // tails reports how each agent's events end: the stream's tail, or, for an

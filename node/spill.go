@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,21 +42,48 @@ func (s *spill) unread() int64 { return s.size - s.rpos }
 func encodeSpilled(b []byte, m *outMsg) []byte {
 	b = appendString(b, m.agent)
 	b = binary.LittleEndian.AppendUint64(b, m.seq)
-	b = appendString(b, m.msg.Subject)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(m.msg.Header)))
-	for k, vs := range m.msg.Header {
-		b = appendString(b, k)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(vs)))
-		for _, v := range vs {
-			b = appendString(b, v)
+	b = appendString(b, m.subject)
+	if m.header != nil {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(m.header)))
+		for k, vs := range m.header {
+			b = appendString(b, k)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(vs)))
+			for _, v := range vs {
+				b = appendString(b, v)
+			}
 		}
+		return appendBytes(b, m.data)
 	}
-	return appendString(b, string(m.msg.Data))
+	// The headers eventMsg gives the message, written as they are, with
+	// no message built to write them.
+	b = binary.LittleEndian.AppendUint32(b, 3)
+	b = appendString(b, schemas.HeaderMsgID)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b, at := lengthPrefixed(b)
+	b = append(b, m.agent...)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, m.seq, 10)
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	b = appendString(b, schemas.HeaderNode)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = appendString(b, m.node)
+	b = appendString(b, schemas.HeaderTime)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b, at = lengthPrefixed(b)
+	b = m.at.UTC().AppendFormat(b, time.RFC3339Nano)
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return appendBytes(b, m.data)
+}
+
+// lengthPrefixed appends room for a length, to be put at the offset it
+// returns once what follows is appended.
+func lengthPrefixed(b []byte) ([]byte, int) {
+	return append(b, 0, 0, 0, 0), len(b)
 }
 
 // push appends one message.
 func (s *spill) push(m *outMsg) error {
-	b := binary.LittleEndian.AppendUint64(nil, m.jseq)
+	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 128+len(m.data)), m.jseq)
 	b = encodeSpilled(b, m)
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
@@ -124,6 +152,11 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+func appendBytes(b, s []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
 var errDamaged = errors.New("outbox spill record is damaged")
 
 func decodeSpilled(b []byte) (*outMsg, error) {
@@ -178,5 +211,5 @@ func decodeSpilled(b []byte) (*outMsg, error) {
 		return nil, errDamaged
 	}
 	at, _ := time.Parse(time.RFC3339Nano, hdr.Get(schemas.HeaderTime))
-	return &outMsg{agent: agent, seq: seq, at: at, msg: &nats.Msg{Subject: subject, Header: hdr, Data: []byte(data)}}, nil
+	return &outMsg{agent: agent, seq: seq, at: at, subject: subject, node: hdr.Get(schemas.HeaderNode), data: []byte(data), header: hdr}, nil
 }

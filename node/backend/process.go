@@ -447,6 +447,13 @@ func LastLine(s string) string {
 // ReadLine reads one line of at most max bytes. A longer line is consumed
 // to its end; its length is returned as tooLong along with its first KiB.
 func ReadLine(r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
+	return ReadLineInto(nil, r, max)
+}
+
+// ReadLineInto is ReadLine reading into buf's storage, for a reader that
+// is done with each line before it reads the next.
+func ReadLineInto(buf []byte, r *bufio.Reader, max int) (line []byte, tooLong int, err error) {
+	line = buf[:0]
 	for {
 		chunk, err := r.ReadSlice('\n')
 		if tooLong == 0 && len(line)+len(chunk) <= max {

@@ -109,6 +109,14 @@ func (d *Decoder) Line(raw []byte, interrupted bool) []schemas.Payload {
 	if len(raw) == 0 {
 		return nil
 	}
+	if p, ok := d.fastDelta(raw); ok {
+		return []schemas.Payload{p}
+	}
+	return d.decodeLine(raw, interrupted)
+}
+
+// decodeLine is Line for any line, through encoding/json.
+func (d *Decoder) decodeLine(raw []byte, interrupted bool) []schemas.Payload {
 	var l line
 	if err := json.Unmarshal(raw, &l); err != nil || l.Type == "" {
 		return []schemas.Payload{rawError("stream-json parse error", raw)}

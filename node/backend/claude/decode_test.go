@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -385,4 +386,88 @@ func firstError(ps []schemas.Payload) (schemas.Error, bool) {
 		}
 	}
 	return schemas.Error{}, false
+}
+
+// The fast path for streamed deltas yields exactly what the full decoder
+// yields for every line it takes, and leaves the rest to it: keys in any
+// order, escapes, bytes that are not UTF-8, keys that differ only in case,
+// repeated keys, nulls and numbers encoding/json would refuse.
+func FuzzFastDeltaAgreesWithTheFullDecoder(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/claude-*.jsonl")
+	for _, path := range paths {
+		lines, _ := transcriptLines(f, path)
+		for _, l := range lines {
+			f.Add(l)
+		}
+	}
+	for _, s := range []string{
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"plain"}}}`,
+		`{"type":"stream_event","event":{"delta":{"text":"I'll ","type":"text_delta"},"index":0,"type":"content_block_delta"},"session_id":"s","parent_tool_use_id":null,"uuid":"u"}`,
+		` {"type" : "stream_event" , "event" : { "delta" : { "type" : "thinking_delta" , "thinking" : "hm\n\u00e9\ud83d\ude00" } , "index" : 3 , "type" : "content_block_delta" } } `,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"bad \xff\xfe utf8"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lone \ud800 surrogate"}}}`,
+		`{"type":"stream_event","Event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"case"}}}`,
+		`{"TYPE":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"case"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"},"delta":{"text":"b"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":null}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":1.5,"delta":{"type":"text_delta","text":"x"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":1e1,"delta":{"type":"text_delta","text":"x"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"x"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}}trailing`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tab	inside"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"x"}}}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"parent_tool_use_id":"toolu_1"}`,
+		`{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"uuid":7}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var d Decoder
+		d.toolIDs = map[int]string{0: "toolu_0", 1: "toolu_1", 3: "toolu_3"}
+		raw = bytes.TrimSpace(raw)
+		p, ok := d.fastDelta(raw)
+		full := d.decodeLine(raw, false)
+		if ok && (len(full) != 1 || !reflect.DeepEqual(full[0], p)) {
+			t.Fatalf("%q: the fast path gives %#v, the full decoder %#v", raw, p, full)
+		}
+	})
+}
+
+// The fast path takes the deltas the CLI prints, in the CLI's own key
+// order: the lines a turn is mostly made of.
+func TestFastDeltaTakesTheCLIsDeltas(t *testing.T) {
+	lines, _ := transcriptLines(t, "testdata/claude-stream-json.jsonl")
+	var d Decoder
+	taken, deltas := 0, 0
+	for _, l := range lines {
+		if bytes.Contains(l, []byte(`"content_block_delta"`)) && !bytes.Contains(l, []byte(`"signature_delta"`)) {
+			deltas++
+			if _, ok := d.fastDelta(bytes.TrimSpace(l)); ok {
+				taken++
+			}
+		}
+		d.Line(l, false)
+	}
+	if deltas == 0 || taken != deltas {
+		t.Errorf("the fast path took %d of the transcript's %d deltas", taken, deltas)
+	}
+}
+
+func BenchmarkDecodeDelta(b *testing.B) {
+	line := []byte(`{"type":"stream_event","event":{"delta":{"text":"use a","type":"text_delta"},"index":0,"type":"content_block_delta"},"session_id":"24687aed-e65b-4de2-a9ef-844300d31851","parent_tool_use_id":null,"uuid":"f59be7d5-4e9c-423b-a19f-7acc491a8fc6"}`)
+	for _, path := range []string{"fast", "full"} {
+		b.Run(path, func(b *testing.B) {
+			var d Decoder
+			b.ReportAllocs()
+			for b.Loop() {
+				if path == "fast" {
+					d.Line(line, false)
+				} else {
+					d.decodeLine(line, false)
+				}
+			}
+		})
+	}
 }

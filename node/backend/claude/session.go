@@ -284,10 +284,14 @@ func (s *session) read(stdout io.ReadCloser) {
 	// A small buffer: it is held for the agent's whole life, mostly idle,
 	// and ReadLine gathers a longer line from several reads.
 	r := bufio.NewReaderSize(stdout, readBuffer)
+	var buf []byte // each line's storage: nothing keeps a line once handled
 	for {
-		line, tooLong, err := backend.ReadLine(r, s.cfg.MaxLine)
+		line, tooLong, err := backend.ReadLineInto(buf, r, s.cfg.MaxLine)
 		if len(line) > 0 || tooLong > 0 {
 			s.handle(line, tooLong)
+		}
+		if buf = line; cap(buf) > 64<<10 {
+			buf = nil // a long line's storage is not held for the agent's life
 		}
 		if err != nil {
 			break
