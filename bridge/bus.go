@@ -49,6 +49,9 @@ type BusConfig struct {
 	// Replay makes a new durable start from the oldest event the stream
 	// keeps; by default it starts with the events published from then on.
 	Replay bool
+	// Agents limits the bus to these agents' events; every agent's when
+	// empty.
+	Agents []string
 	Logger *slog.Logger
 }
 
@@ -71,6 +74,11 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	}
 	if cfg.Durable == "" {
 		cfg.Durable = "shoal-bus"
+	}
+	for _, id := range cfg.Agents {
+		if err := schemas.ValidID(id); err != nil {
+			return nil, fmt.Errorf("bus agent %w", err)
+		}
 	}
 	if cfg.HWM == 0 {
 		cfg.HWM = 100000
@@ -106,7 +114,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := pub.SetOption(zmq4.OptionHWM, b.cfg.HWM); err != nil {
 		return err
 	}
-	if err := pub.Listen(b.cfg.Address); err != nil {
+	if err := pub.Listen(batchAddress(b.cfg.Address)); err != nil {
 		return fmt.Errorf("bind the Kaimon bus at %s: %w", b.cfg.Address, err)
 	}
 	if network, path, _ := splitEndpoint(b.cfg.Address); network == "ipc" {
@@ -224,14 +232,21 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 	if b.cfg.Replay {
 		deliver = jetstream.DeliverAllPolicy
 	}
+	filter := []string{schemas.EventSubjects}
+	if len(b.cfg.Agents) > 0 {
+		filter = filter[:0]
+		for _, id := range b.cfg.Agents {
+			filter = append(filter, schemas.EventSubject(id))
+		}
+	}
 	return stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       b.cfg.Durable,
-		Description:   "Shoal's Kaimon ZeroMQ bus",
-		FilterSubject: schemas.EventSubjects,
-		DeliverPolicy: deliver,
-		AckPolicy:     jetstream.AckAllPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 8192,
+		Durable:        b.cfg.Durable,
+		Description:    "Shoal's Kaimon ZeroMQ bus",
+		FilterSubjects: filter,
+		DeliverPolicy:  deliver,
+		AckPolicy:      jetstream.AckAllPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  8192,
 	})
 }
 
