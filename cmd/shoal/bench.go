@@ -13,13 +13,15 @@ import (
 
 // benchOptions are the flags of `shoal bench`.
 type benchOptions struct {
-	nats   string
-	agents int
-	events int
-	turns  int
-	rate   float64
-	short  bool
-	json   bool
+	nats    string
+	nodes   int
+	agents  int
+	events  int
+	turns   int
+	rate    float64
+	short   bool
+	json    bool
+	profile string
 }
 
 func benchCommand() *command {
@@ -28,38 +30,46 @@ func benchCommand() *command {
 		summary: "measure the fabric: a stand-in claude CLI through a real node against raw JetStream",
 		help: `
 Measures a fabric from outside, in the manner of nats bench. It starts an
-embedded NATS server with JetStream (or uses --nats URL) and a shoal node
-process whose claude CLI is a stand-in built into this binary: on each
-turn it prints --events text deltas of claude's stream-json, as fast as it
-can or --rate per second, then a result. It opens --agents agents on that
-node, runs --turns turns on every one at once, and prints, measured in the
-same run:
+embedded NATS server with JetStream (or uses --nats URL), --nodes shoal
+node processes whose claude CLI is a stand-in built into this binary (on
+each turn it prints --events text deltas of claude's stream-json, as fast
+as it can or --rate per second, then a result), a Kaimon bus with a
+ZeroMQ subscriber, and opens --agents agents spread over the nodes. It
+runs --turns rounds of turns on every agent at once and, after each
+round, publishes as many of the same envelopes with raw JetStream async
+publishes; it prints, measured in the same run:
 
-  the node pipeline's events/s (the first delta printed to the last result
-  seen) and the same number of the same envelopes published with raw
-  JetStream async publishes to the same server, with their ratio;
-  latency p50/p99/max from a stand-in's stdout line to the event stored in
-  the stream, to a core subscriber of agent.<id>, and to a following
-  replay (up to 8 agents);
-  the open's latency and the node process's resident memory per open agent.
+  the node pipeline's events/s (each round's first delta printed to its
+  last result seen) and the raw publishes' events/s, with their ratio;
+  both are watched the same way, by a core subscriber, a following replay
+  and the bus;
+  latency p50/p99/max from a stand-in's stdout line to the event stored
+  in the stream, to a core subscriber of agent.<id>, to the Kaimon bus's
+  ZeroMQ subscriber, and to a following replay (up to 8 agents);
+  a fresh bus's events/s for the agents' stored events against plain
+  zmq4 PUB/SUB of as many of the same messages, with their ratio;
+  the open's latency and the nodes' resident memory per open agent.
 
 It then reads every agent's stream back and fails unless each is gapless
 (events numbered 1, 2, … and every delta the stand-in printed, in order)
 and every turn ended with a result counting what the stand-in printed.
 Against --nats, the raw baseline's envelopes stay in that fabric's stream
-under agent.bench-raw-*. Not measured yet: the Kaimon bus.
+under agent.bench-raw-*; the bench's bus consumers are removed.
 
 --short (for CI) runs 4 agents × 2 turns × 2,000 deltas unless those
-flags are given.`,
+flags are given. --profile writes the (first) node's CPU profile; any
+shoal command writes its own with SHOAL_CPUPROFILE=file.`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &benchOptions{}
 			fs.StringVar(&o.nats, "nats", "", "measure the fabric at this NATS `URL` instead of an embedded server")
-			fs.IntVar(&o.agents, "agents", 1, "`n` agents at once on the node")
+			fs.IntVar(&o.agents, "agents", 1, "`n` agents at once, spread over the nodes")
+			fs.IntVar(&o.nodes, "nodes", 1, "`n` node processes")
 			fs.IntVar(&o.events, "events", 100_000, "text deltas per turn, `n`")
-			fs.IntVar(&o.turns, "turns", 1, "turns per agent, `n`, one after another")
+			fs.IntVar(&o.turns, "turns", 3, "turns per agent, `n`, one after another")
 			fs.Float64Var(&o.rate, "rate", 0, "deltas per `second` each stand-in prints (0: as fast as it can)")
 			fs.BoolVar(&o.short, "short", false, "a run of a few seconds, for CI")
 			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+			fs.StringVar(&o.profile, "profile", "", "write the node's Go CPU profile to this `file`, for go tool pprof")
 			return func(ctx context.Context, env *environment, args []string) error {
 				set := map[string]bool{}
 				fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -82,6 +92,8 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 		}
 	}
 	switch {
+	case o.nodes < 1:
+		return usagef("--nodes %d: at least one", o.nodes)
 	case o.agents < 1:
 		return usagef("--agents %d: at least one", o.agents)
 	case o.events < 1:
@@ -91,7 +103,7 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 	case o.rate < 0:
 		return usagef("--rate %v is negative", o.rate)
 	}
-	cfg := bench.Config{URL: o.nats, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Progress: env.io.err}
+	cfg := bench.Config{URL: o.nats, Nodes: o.nodes, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Profile: o.profile, Progress: env.io.err}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -116,11 +128,12 @@ func printBench(w io.Writer, r *bench.Report) {
 	if r.Rate > 0 {
 		rate = fmt.Sprintf("%s/s per agent", thousands(r.Rate))
 	}
-	fmt.Fprintf(w, "shoal bench: %d agents × %d turns × %d deltas, %s; %s fabric, the node in its own process\n\n",
-		r.Agents, r.Turns, r.EventsPerTurn, rate, r.Fabric)
+	fmt.Fprintf(w, "shoal bench: %d agents × %d turns × %d deltas, %s; %s fabric, %d node processes\n\n",
+		r.Agents, r.Turns, r.EventsPerTurn, rate, r.Fabric, r.Nodes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\tevents\tevents/s\traw JetStream async events/s\tratio\t")
-	fmt.Fprintf(tw, "node pipeline, stdout to stored\t%s\t%s\t%s\t%.2f\t\n", thousands(float64(r.Events)), thousands(r.NodeRate), thousands(r.RawRate), r.Ratio)
+	fmt.Fprintln(tw, "\tevents\tevents/s\traw baseline\traw events/s\tratio\t")
+	fmt.Fprintf(tw, "node pipeline, stdout to stored\t%s\t%s\tJetStream async publish\t%s\t%.2f\t\n", thousands(float64(r.Events)), thousands(r.NodeRate), thousands(r.RawRate), r.Ratio)
+	fmt.Fprintf(tw, "Kaimon bus, stream to ZeroMQ subscriber\t%s\t%s\tzmq4 PUB/SUB\t%s\t%.2f\t\n", thousands(float64(r.BusEvents)), thousands(r.BusRate), thousands(r.RawZMQRate), r.BusRatio)
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -130,7 +143,7 @@ func printBench(w io.Writer, r *bench.Report) {
 	}
 	row("(a) stored in the stream", r.Stored)
 	row("(b) core subscriber of agent.<id>", r.Core)
-	fmt.Fprintln(tw, "(c) Kaimon bus to a ZMQ subscriber\t-\tnot measured\t\t\t")
+	row("(c) Kaimon bus to a ZeroMQ subscriber", r.Bus)
 	row("(d) following replay", r.Replay)
 	row("agent open", r.Open)
 	tw.Flush()

@@ -7,12 +7,12 @@ import (
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
 )
 
-// TestBenchShort runs `shoal bench --short --json`, the real binary with
-// its node process and stand-in CLIs, and checks that every figure is
+// TestBenchShort runs `shoal bench --short --nodes 2 --json`, the real
+// binary with its node processes and stand-in CLIs, and checks that every figure is
 // there and positive, and that the bench found every stream gapless and
 // every turn ended. Rates are not compared with anything.
 func TestBenchShort(t *testing.T) {
-	code, stdout, stderr := runShoal(t, t.TempDir(), nil, "bench", "--short", "--json")
+	code, stdout, stderr := runShoal(t, t.TempDir(), nil, "bench", "--short", "--nodes", "2", "--json")
 	if code != 0 {
 		t.Fatalf("shoal bench exited %d:\n%s\n%s", code, stdout, stderr)
 	}
@@ -20,25 +20,30 @@ func TestBenchShort(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("the report is not JSON: %v\n%s", err, stdout)
 	}
-	if r.Agents != 4 || r.Turns != 2 || r.EventsPerTurn != 2000 || r.Fabric != "embedded" {
-		t.Fatalf("--short ran %d agents × %d turns × %d deltas on %q", r.Agents, r.Turns, r.EventsPerTurn, r.Fabric)
+	if r.Agents != 4 || r.Turns != 2 || r.EventsPerTurn != 2000 || r.Fabric != "embedded" || r.Nodes != 2 {
+		t.Fatalf("--short ran %d agents × %d turns × %d deltas on %q with %d nodes", r.Agents, r.Turns, r.EventsPerTurn, r.Fabric, r.Nodes)
 	}
 	for name, v := range map[string]float64{
 		"events": float64(r.Events), "node events/s": r.NodeRate, "raw events/s": r.RawRate, "ratio": r.Ratio,
+		"bus events/s": r.BusRate, "raw zmq4 events/s": r.RawZMQRate, "bus ratio": r.BusRatio,
 		"node RSS before": float64(r.NodeRSSBefore), "node RSS open": float64(r.NodeRSSOpen), "node RSS after": float64(r.NodeRSSAfter),
 	} {
 		if !(v > 0) {
 			t.Errorf("%s is %v", name, v)
 		}
 	}
-	for name, l := range map[string]bench.Latency{"stored": r.Stored, "core subscriber": r.Core, "following replay": r.Replay, "open": r.Open} {
+	for name, l := range map[string]bench.Latency{"stored": r.Stored, "core subscriber": r.Core, "bus": r.Bus, "following replay": r.Replay, "open": r.Open} {
 		if l.Samples == 0 || !(l.P50 > 0) || l.P99 < l.P50 || l.Max < l.P99 {
 			t.Errorf("%s latency: %+v", name, l)
 		}
 	}
 	deltas := int64(r.Agents * r.Turns * r.EventsPerTurn)
-	if r.Stored.Samples != int(deltas) || r.Core.Samples != int(deltas) || r.Replay.Samples != int(deltas) {
-		t.Errorf("latency samples: stored %d, core %d, replay %d; the stand-ins printed %d deltas", r.Stored.Samples, r.Core.Samples, r.Replay.Samples, deltas)
+	if r.Stored.Samples != int(deltas) || r.Core.Samples != int(deltas) || r.Bus.Samples != int(deltas) || r.Replay.Samples != int(deltas) {
+		t.Errorf("latency samples: stored %d, core %d, bus %d, replay %d; the stand-ins printed %d deltas",
+			r.Stored.Samples, r.Core.Samples, r.Bus.Samples, r.Replay.Samples, deltas)
+	}
+	if r.BusEvents != r.Verified.Stored || r.BusEvents <= r.Events {
+		t.Errorf("the fresh bus carried %d events; the stream holds %d of the agents' (%d of their turns)", r.BusEvents, r.Verified.Stored, r.Events)
 	}
 	if r.Events <= deltas {
 		t.Errorf("%d events stored for %d deltas: the turns' other events (status, result) are missing", r.Events, deltas)

@@ -92,9 +92,9 @@ var groupsByCommand = map[string][]flagGroup{
 		configGroup,
 	},
 	"bench": {
-		{"Load", false, []string{"agents", "events", "turns", "rate", "short"}},
+		{"Load", false, []string{"nodes", "agents", "events", "turns", "rate", "short"}},
 		{"Fabric", false, []string{"nats"}},
-		{"Output", false, []string{"json"}},
+		{"Output", false, []string{"json", "profile"}},
 		configGroup,
 	},
 	"config":     {configGroup},

@@ -5,8 +5,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
@@ -27,7 +29,34 @@ func main() {
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	endProfile := cpuProfile(os.Getenv(envCPUProfile))
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)
+	endProfile()
 	stop()
 	os.Exit(code)
+}
+
+// envCPUProfile names a file that gets a Go CPU profile of the command,
+// from its start to its end (for `go tool pprof`); shoal bench --profile
+// sets it for the node it starts.
+const envCPUProfile = "SHOAL_CPUPROFILE"
+
+// cpuProfile starts a CPU profile into path and returns what ends it; a
+// profile that cannot start is said on stderr and the command runs on.
+func cpuProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shoal: %s=%s: no CPU profile: %v\n", envCPUProfile, path, err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

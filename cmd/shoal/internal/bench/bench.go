@@ -1,26 +1,25 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// Config is one bench run; its zero value runs one agent through one turn
-// of 100,000 deltas as fast as the stand-in can print them, on an
-// embedded server.
+// Config is one bench run; its zero value runs one agent on one node
+// through three turns of 100,000 deltas as fast as the stand-in can print
+// them, on an embedded server.
 type Config struct {
 	// URL is the fabric to measure; an embedded server when empty.
 	URL string
@@ -30,22 +29,32 @@ type Config struct {
 	// Dir holds the embedded server's store, the node's directory and the
 	// stand-in's script; a temporary directory, removed after, when empty.
 	Dir string
-	// Agents run at once on the node; 1 when zero.
+	// Nodes is how many node processes run the agents; 1 when zero.
+	Nodes int
+	// Agents run at once, spread over the nodes; 1 when zero.
 	Agents int
 	// Events is the number of text deltas in each turn; 100,000 when zero.
 	Events int
-	// Turns each agent runs, one after another; 1 when zero.
+	// Turns each agent runs, one after another; 3 when zero. Each round
+	// of turns is followed by the raw baseline's publishes, so drift in
+	// the machine's speed touches both alike.
 	Turns int
 	// Rate is each stand-in's deltas per second; as fast as it can when zero.
 	Rate float64
 	// ReplayAgents is how many agents a following replay watches; 8 when
 	// zero (every agent when there are fewer).
 	ReplayAgents int
+	// Profile is a file the (first) node process writes a Go CPU profile
+	// to, from its start to its end; none when empty.
+	Profile string
 	// Progress gets a line as each phase starts; nothing when nil.
 	Progress io.Writer
 }
 
 func (c *Config) defaults() {
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
 	if c.Agents == 0 {
 		c.Agents = 1
 	}
@@ -53,7 +62,7 @@ func (c *Config) defaults() {
 		c.Events = 100_000
 	}
 	if c.Turns == 0 {
-		c.Turns = 1
+		c.Turns = 3
 	}
 	if c.ReplayAgents == 0 {
 		c.ReplayAgents = 8
@@ -64,6 +73,7 @@ func (c *Config) defaults() {
 // Report is what a run measured.
 type Report struct {
 	Fabric        string  `json:"fabric"` // "embedded" or the URL
+	Nodes         int     `json:"nodes"`
 	Agents        int     `json:"agents"`
 	Turns         int     `json:"turns"`
 	EventsPerTurn int     `json:"events_per_turn"`
@@ -71,26 +81,37 @@ type Report struct {
 
 	// Events is how many events the run's turns stored, of every kind.
 	Events int64 `json:"events"`
-	// NodeRate is Events over the time from the first delta printed to
-	// the last result seen by the core subscriber.
+	// NodeRate is the events of each round of turns over the time from
+	// its first delta printed to its last result seen by the core
+	// subscriber, summed over the rounds.
 	NodeRate float64 `json:"node_events_per_s"`
-	// RawRate is the same number of the same envelopes published with
-	// raw JetStream async publishes (a window of 512) to the same
-	// server, until a core subscriber has seen the last.
+	// RawRate is the same number of the same envelopes, under the node's
+	// headers, published with raw JetStream async publishes (a window of
+	// 512) to the same server after each round, over the time until the
+	// core subscriber has seen the last; a following replay watches them
+	// as one watches the node's.
 	RawRate float64 `json:"raw_jetstream_events_per_s"`
 	Ratio   float64 `json:"ratio"`
 
 	// From the stand-in's stdout line to: stored in the stream (the
-	// server's timestamp), a core subscriber of agent.<id>, a following
-	// replay (client.Replay with follow) of ReplayAgents agents.
+	// server's timestamp), a core subscriber of agent.<id>, the Kaimon
+	// bus's ZeroMQ subscriber, a following replay (client.Replay with
+	// follow) of ReplayAgents agents.
 	Stored Latency `json:"stored"`
 	Core   Latency `json:"core_subscriber"`
+	Bus    Latency `json:"bus"`
 	Replay Latency `json:"following_replay"`
-	// Bus is not measured yet: the Kaimon bus to a ZMQ subscriber.
-	Bus *Latency `json:"bus"`
+
+	// BusRate is a fresh bus's events/s from the stream to a ZeroMQ
+	// subscriber, for the run's stored events; RawZMQRate the same
+	// number of the same two-frame messages over plain zmq4 PUB/SUB.
+	BusEvents  int64   `json:"bus_events"`
+	BusRate    float64 `json:"bus_events_per_s"`
+	RawZMQRate float64 `json:"raw_zmq_events_per_s"`
+	BusRatio   float64 `json:"bus_ratio"`
 
 	Open Latency `json:"open"`
-	// NodeRSS is the node process's resident memory before the opens and
+	// NodeRSS is the node processes' resident memory before the opens and
 	// with every agent open and idle; NodeRSSPerAgent their difference
 	// per agent (the CLI processes are not in it). Zero where /proc is
 	// missing.
@@ -112,6 +133,8 @@ type Verified struct {
 	TurnsEnded    int   `json:"turns_ended"`
 	TurnsExpected int   `json:"turns_expected"`
 	Deltas        int64 `json:"deltas"`
+	// Stored counts the agents' events in the stream, the opens' too.
+	Stored int64 `json:"stored_events"`
 	// Problems are the first few things found wrong.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -121,10 +144,10 @@ func (v Verified) OK(agents int) bool {
 	return v.Gapless == agents && v.TurnsEnded == v.TurnsExpected && len(v.Problems) == 0
 }
 
-// agent is what the core subscriber and the replay count for one agent.
+// agent is one agent the bench opened.
 type agent struct {
-	id      string
-	results atomic.Int64 // seen by the core subscriber
+	id   string
+	node string
 }
 
 // Run measures cfg's fabric and returns the report; an error if it could
@@ -153,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer os.RemoveAll(dir)
 		cfg.Dir = dir
 	}
-	rep := &Report{Fabric: cfg.URL, Agents: cfg.Agents, Turns: cfg.Turns, EventsPerTurn: cfg.Events, Rate: cfg.Rate}
+	rep := &Report{Fabric: cfg.URL, Nodes: cfg.Nodes, Agents: cfg.Agents, Turns: cfg.Turns, EventsPerTurn: cfg.Events, Rate: cfg.Rate}
 	url := cfg.URL
 	if url == "" {
 		b, err := embedded(ctx, cfg.Dir)
@@ -174,24 +197,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 
-	node, err := startNode(cfg.Exe, url, cfg.Dir, cfg.Events, cfg.Rate)
+	nodes, err := startNodes(ctx, f, url, cfg)
+	defer nodes.stop()
 	if err != nil {
 		return nil, err
 	}
-	defer node.stop()
-	if err := node.ready(ctx, f); err != nil {
-		return nil, err
-	}
-	say("node %s (pid %d) ready; opening %d agents", node.name, node.cmd.Process.Pid, cfg.Agents)
+	say("%d node processes ready (%s); opening %d agents", len(nodes), nodes.pids(), cfg.Agents)
 
-	rep.NodeRSSBefore = node.rss()
-	agents, opens, err := openAgents(ctx, f, node.name, cfg.Dir, cfg.Agents)
+	rep.NodeRSSBefore = nodes.rss()
+	agents, opens, err := openAgents(ctx, f, nodes, cfg.Dir, cfg.Agents)
 	defer closeAgents(ctx, f, agents)
 	if err != nil {
 		return nil, err
 	}
 	rep.Open = opens.latency()
-	rep.NodeRSSOpen = node.rss()
+	rep.NodeRSSOpen = nodes.rss()
 	if rep.NodeRSSBefore > 0 && rep.NodeRSSOpen > 0 {
 		rep.NodeRSSPerAgent = float64(rep.NodeRSSOpen-rep.NodeRSSBefore) / float64(cfg.Agents)
 	}
@@ -201,84 +221,45 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer obs.Close()
-	byID := make(map[string]*agent, len(agents))
-	for _, a := range agents {
-		byID[a.id] = a
+	w, err := watch(ctx, obs, agents)
+	if err != nil {
+		return nil, err
 	}
-	var core samples
-	var firstPrinted atomic.Int64
-	var lastResult atomic.Int64
-	var results atomic.Int64
-	sub, err := obs.Subscribe(schemas.EventSubjects, func(m *nats.Msg) {
-		a := byID[m.Subject[len("agent."):]]
-		if a == nil {
-			return
-		}
-		now := time.Now().UnixNano()
-		if _, printed, ok := stamp(m.Data); ok {
-			core.add(now - printed)
-			for {
-				old := firstPrinted.Load()
-				if (old != 0 && old <= printed) || firstPrinted.CompareAndSwap(old, printed) {
-					break
-				}
-			}
-			return
-		}
-		if bytes.HasPrefix(m.Data, []byte(`{"kind":"result"`)) {
-			a.results.Add(1)
-			results.Add(1)
-			lastResult.Store(now)
+	defer w.stop()
+
+	// The live bus carries every event on the stream, the node's and the
+	// raw baseline's alike, so both are measured under the same load.
+	liveBus, err := startBus(ctx, url, cfg.Dir, "live", nil, false, 0, func(channel string, payload []byte) {
+		if _, printed, ok := stamp(payload); ok && w.byChannel[channel] != nil {
+			w.bus.add(time.Now().UnixNano() - printed)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	sub.SetPendingLimits(-1, -1)
-	defer sub.Unsubscribe()
-	if err := obs.Flush(); err != nil {
-		return nil, err
-	}
+	defer liveBus.stop()
 
-	replayCtx, stopReplay := context.WithCancel(ctx)
-	defer stopReplay()
-	var replayLat samples
-	replayDone := make(chan error, 1)
-	replayStarted := make(chan struct{})
-	var replayResults atomic.Int64
-	var startOnce sync.Once
 	sample := make([]string, cfg.ReplayAgents)
 	for i := range sample {
 		sample[i] = agents[i].id
 	}
-	go func() {
-		replayDone <- f.Replay(replayCtx, sample, client.From{}, true, func(r client.Replayed, g *client.Gap) error {
-			startOnce.Do(func() { close(replayStarted) })
-			if g != nil {
-				return nil // the verification below reports it
-			}
-			if r.Delta {
-				if _, printed, ok := stamp(r.Raw); ok {
-					replayLat.add(time.Now().UnixNano() - printed)
-				}
-				return nil
-			}
-			if r.Kind == schemas.KindResult && replayResults.Add(1) == int64(len(sample)*cfg.Turns) {
-				return errDone
-			}
-			return nil
-		})
-	}()
-	select {
-	case <-replayStarted:
-	case err := <-replayDone:
-		return nil, fmt.Errorf("the following replay ended before the turns: %v", err)
-	case <-time.After(30 * time.Second):
-		return nil, errors.New("the following replay delivered nothing in 30s")
+	follow, err := followReplay(ctx, f, sample, cfg.Turns)
+	if err != nil {
+		return nil, err
 	}
+	defer follow.stop()
 
-	say("%d agents × %d turns × %d deltas", cfg.Agents, cfg.Turns, cfg.Events)
+	raw, err := newRawBaseline(ctx, url, nodes[0].name, obs, f)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.close()
+
+	say("%d agents × %d turns × %d deltas; after each round of turns, raw JetStream async publishes of as many of the same envelopes", cfg.Agents, cfg.Turns, cfg.Events)
+	var nodeTime, rawTime time.Duration
+	var nodeEvents int64
 	for t := 1; t <= cfg.Turns; t++ {
+		w.beginRound()
 		err := parallel(len(agents), 16, func(i int) error {
 			_, err := f.Send(ctx, schemas.SendRequest{AgentID: agents[i].id, Text: fmt.Sprintf("turn %d", t)})
 			return err
@@ -286,61 +267,75 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("send turn %d: %w", t, err)
 		}
-		if err := waitFor(ctx, func() int64 { return results.Load() }, int64(len(agents)*t), func() string {
-			return fmt.Sprintf("turn %d: %d of %d agents' results seen; node: %s", t, results.Load()-int64(len(agents)*(t-1)), len(agents), node.output())
+		if err := waitFor(ctx, w.results.Load, int64(len(agents)*t), func() string {
+			return fmt.Sprintf("turn %d: %d of %d agents' results seen; node: %s", t, w.results.Load()-int64(len(agents)*(t-1)), len(agents), nodes.output())
 		}); err != nil {
 			return nil, err
 		}
-	}
-	rep.NodeRSSAfter = node.rss()
-	rep.Core = core.latency()
-
-	select {
-	case err := <-replayDone:
-		if err != nil && !errors.Is(err, errDone) {
-			return nil, fmt.Errorf("the following replay: %w", err)
+		took, events := w.endRound()
+		nodeTime += took
+		nodeEvents += events
+		d, err := raw.publish(ctx, w.captured(), int(events))
+		if err != nil {
+			return nil, err
 		}
-	case <-time.After(time.Minute):
-		return nil, fmt.Errorf("the following replay saw %d of %d results a minute after the core subscriber had them all", replayResults.Load(), len(sample)*cfg.Turns)
+		rawTime += d
 	}
-	rep.Replay = replayLat.latency()
+	rep.NodeRSSAfter = nodes.rss()
+	rep.Core = w.core.latency()
+	if nodeTime > 0 && rawTime > 0 {
+		rep.NodeRate = float64(nodeEvents) / nodeTime.Seconds()
+		rep.RawRate = float64(nodeEvents) / rawTime.Seconds()
+		rep.Ratio = rep.NodeRate / rep.RawRate
+	}
+	if err := follow.wait(); err != nil {
+		return nil, err
+	}
+	rep.Replay = follow.lat.latency()
 
 	say("checking every agent's stream")
 	var stored samples
-	envelopes, err := verify(ctx, f, agents, cfg.Turns, rep, &stored)
-	if err != nil {
+	if err := verify(ctx, f, agents, cfg.Turns, rep, &stored); err != nil {
 		return nil, err
 	}
 	rep.Stored = stored.latency()
-	if first, last := firstPrinted.Load(), lastResult.Load(); first > 0 && last > first {
-		rep.NodeRate = float64(rep.Events) / (float64(last-first) / 1e9)
-	}
+	rep.Bus = w.bus.latency()
 
-	say("raw JetStream async publishes of %d of the same envelopes", rep.Events)
-	rep.RawRate, err = rawPublish(ctx, url, obs, envelopes, int(rep.Events))
+	say("a fresh Kaimon bus for the agents' %d stored events, then plain zmq4 PUB/SUB of as many of the same messages", rep.Verified.Stored)
+	ids := make([]string, len(agents))
+	for i, a := range agents {
+		ids[i] = a.id
+	}
+	rep.BusEvents, rep.BusRate, err = drainBus(ctx, url, cfg.Dir, ids, rep.Verified.Stored)
 	if err != nil {
 		return nil, err
 	}
-	if rep.RawRate > 0 {
-		rep.Ratio = rep.NodeRate / rep.RawRate
+	rep.RawZMQRate, err = bridge.RawZMQ(ctx, "ipc://"+filepath.Join(cfg.Dir, "raw-zmq.sock"), busFrames(agents[0].id, w.captured(), int(rep.BusEvents)))
+	if err != nil {
+		return nil, fmt.Errorf("raw zmq4: %w", err)
+	}
+	if rep.RawZMQRate > 0 {
+		rep.BusRatio = rep.BusRate / rep.RawZMQRate
 	}
 	return rep, nil
 }
 
 var errDone = errors.New("done")
 
-// openAgents opens n agents on node, 16 at a time, timing each open.
-func openAgents(ctx context.Context, f client.Client, node, dir string, n int) ([]*agent, *samples, error) {
+// openAgents opens n agents, 16 at a time, timing each open: agent i on
+// node i mod len(nodes), named, so a fabric's other nodes get none.
+func openAgents(ctx context.Context, f client.Client, nodes nodeProcs, dir string, n int) ([]*agent, *samples, error) {
 	agents := make([]*agent, n)
 	var opens samples
 	err := parallel(n, 16, func(i int) error {
+		node := nodes[i%len(nodes)].name
 		start := time.Now()
 		r, err := f.Open(ctx, schemas.OpenRequest{CWD: dir, Node: node})
 		if err != nil {
-			return fmt.Errorf("open agent %d: %w", i+1, err)
+			return fmt.Errorf("open agent %d on %s: %w", i+1, node, err)
 		}
 		opens.addDuration(time.Since(start))
-		agents[i] = &agent{id: r.AgentID}
+		agents[i] = &agent{id: r.AgentID, node: node}
 		return nil
 	})
 	var opened []*agent
@@ -408,57 +403,4 @@ func waitFor(ctx context.Context, count func() int64, want int64, why func() str
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-}
-
-// rawPublish publishes total envelopes, cycling through envelopes, with
-// raw JetStream async publishes to a subject of the stream, and returns
-// the rate at which a core subscriber on obs saw them all.
-func rawPublish(ctx context.Context, url string, obs *nats.Conn, envelopes [][]byte, total int) (float64, error) {
-	if len(envelopes) == 0 || total == 0 {
-		return 0, errors.New("no envelopes to publish raw")
-	}
-	pc, err := nats.Connect(url, nats.Name("shoal bench raw publisher"))
-	if err != nil {
-		return 0, err
-	}
-	defer pc.Close()
-	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(512))
-	if err != nil {
-		return 0, err
-	}
-	subject := agentSubject(fmt.Sprintf("bench-raw-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	var seen atomic.Int64
-	sub, err := obs.Subscribe(subject, func(*nats.Msg) { seen.Add(1) })
-	if err != nil {
-		return 0, err
-	}
-	sub.SetPendingLimits(-1, -1)
-	defer sub.Unsubscribe()
-	if err := obs.Flush(); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	for i := range total {
-		m := nats.NewMsg(subject)
-		m.Data = envelopes[i%len(envelopes)]
-		m.Header.Set(schemas.HeaderMsgID, fmt.Sprintf("%s.%d", subject, i+1))
-		// A full window waits for acknowledgements as long as it takes, as
-		// the node's publisher does, rather than the default 200ms.
-		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
-			return 0, fmt.Errorf("raw publish: %w", err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(5 * time.Minute):
-		return 0, errors.New("raw publishes not acknowledged in 5 minutes")
-	}
-	if err := waitFor(ctx, seen.Load, int64(total), func() string {
-		return fmt.Sprintf("the core subscriber saw %d of %d raw publishes", seen.Load(), total)
-	}); err != nil {
-		return 0, err
-	}
-	return float64(total) / time.Since(start).Seconds(), nil
 }

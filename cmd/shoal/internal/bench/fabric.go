@@ -48,18 +48,22 @@ type nodeProc struct {
 }
 
 // startNode runs `exe node` against url, under dir, with the claude CLI
-// a script that runs `exe __standin` with the turn's shape.
-func startNode(exe, url, dir string, events int, rate float64) (*nodeProc, error) {
+// a script that runs `exe __standin` with the turn's shape; with profile
+// set, the node writes a CPU profile there.
+func startNode(exe, url, dir string, events int, rate float64, profile, name string) (*nodeProc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	script := filepath.Join(dir, "claude")
 	body := fmt.Sprintf("#!/bin/sh\nexec %s %s --events %d --rate %s -- \"$@\"\n",
 		shellQuote(exe), StandinArg, events, strconv.FormatFloat(rate, 'f', -1, 64))
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		return nil, fmt.Errorf("write the stand-in's script: %w", err)
 	}
-	name := fmt.Sprintf("bench-%d", os.Getpid())
 	p := &nodeProc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(exe, "node", "--nats", url, "--claude", script, "--node-name", name,
 		"--dir", filepath.Join(dir, "node"), "--log-level", "warn")
+	p.cmd.Env = append(os.Environ(), "SHOAL_CPUPROFILE="+profile)
 	p.cmd.Stdout = &lockedBuffer{p}
 	p.cmd.Stderr = &lockedBuffer{p}
 	if err := p.cmd.Start(); err != nil {
@@ -117,6 +121,73 @@ func (p *nodeProc) ready(ctx context.Context, f client.Client) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// nodeProcs are the run's node processes.
+type nodeProcs []*nodeProc
+
+// startNodes starts cfg.Nodes node processes and waits for each to
+// register with a ready claude CLI at url; what it started is returned with any
+// error, for stop.
+func startNodes(ctx context.Context, f client.Client, url string, cfg Config) (nodeProcs, error) {
+	var ps nodeProcs
+	for i := range cfg.Nodes {
+		profile := ""
+		if i == 0 {
+			profile = cfg.Profile
+		}
+		p, err := startNode(cfg.Exe, url, filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1)), cfg.Events, cfg.Rate, profile, fmt.Sprintf("bench-%d-%d", os.Getpid(), i+1))
+		if err != nil {
+			return ps, err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if err := p.ready(ctx, f); err != nil {
+			return ps, err
+		}
+	}
+	return ps, nil
+}
+
+func (ps nodeProcs) stop() {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// pids names the processes.
+func (ps nodeProcs) pids() string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s pid %d", p.name, p.cmd.Process.Pid)
+	}
+	return b.String()
+}
+
+// rss is their resident memory together; 0 where /proc does not say.
+func (ps nodeProcs) rss() int64 {
+	var n int64
+	for _, p := range ps {
+		n += p.rss()
+	}
+	return n
+}
+
+// output is what they have printed, for an error.
+func (ps nodeProcs) output() string {
+	var b strings.Builder
+	for _, p := range ps {
+		if out := p.output(); out != "" {
+			fmt.Fprintf(&b, "[%s] %s\n", p.name, out)
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // stop ends the node with SIGTERM, and kills it if it lingers.

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -68,7 +69,7 @@ func RunStandin(args []string) int {
 }
 
 func standin(in io.Reader, out io.Writer, events int, rate float64) error {
-	session := fmt.Sprintf("standin-%d", os.Getpid())
+	session := fmt.Sprintf("00000000-0000-4000-8000-%012d", os.Getpid())
 	lines := make(chan []byte, 16)
 	go func() {
 		sc := bufio.NewScanner(in)
@@ -107,17 +108,26 @@ func standin(in io.Reader, out io.Writer, events int, rate float64) error {
 		}
 		start := time.Now()
 		buf := make([]byte, 0, 256)
+		var uuid [16]byte
 		for k := 1; k <= events; k++ {
 			if rate > 0 {
 				if d := time.Until(start.Add(time.Duration(float64(k-1) / rate * float64(time.Second)))); d > 0 {
 					time.Sleep(d)
 				}
 			}
-			buf = append(buf[:0], `{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"s`...)
+			// The CLI's own line: its keys in its order, its session and a
+			// uuid per line.
+			buf = append(buf[:0], `{"type":"stream_event","event":{"delta":{"text":"s`...)
 			buf = strconv.AppendInt(buf, int64(k), 10)
 			buf = append(buf, 't')
 			buf = strconv.AppendInt(buf, time.Now().UnixNano(), 10)
-			buf = append(buf, " \"}}}\n"...)
+			buf = append(buf, ` ","type":"text_delta"},"index":0,"type":"content_block_delta"},"session_id":"`...)
+			buf = append(buf, session...)
+			buf = append(buf, `","parent_tool_use_id":null,"uuid":"`...)
+			binary.BigEndian.PutUint64(uuid[:], uint64(os.Getpid()))
+			binary.BigEndian.PutUint64(uuid[8:], uint64(k))
+			buf = appendUUID(buf, uuid)
+			buf = append(buf, "\"}\n"...)
 			if err := write(buf); err != nil {
 				return err
 			}
@@ -129,6 +139,19 @@ func standin(in io.Reader, out io.Writer, events int, rate float64) error {
 	}
 	return nil
 }
+
+// appendUUID appends u in the 8-4-4-4-12 form.
+func appendUUID(b []byte, u [16]byte) []byte {
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigit[c>>4], hexDigit[c&15])
+	}
+	return b
+}
+
+const hexDigit = "0123456789abcdef"
 
 // stamp reads a stand-in delta's number and print time from an envelope
 // (or any bytes holding its text), or ok false when there is none.

@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// watcher is the core subscriber of the agents' events: it times each
+// delta from its print, finds each round's first print and last result,
+// counts the round's events, and keeps the first agent's envelopes of the
+// first round for the raw baseline to publish.
+type watcher struct {
+	sub       *nats.Subscription
+	byChannel map[string]*agent // "agent:<id>", as the bus names it
+	first     string            // the agent whose envelopes are kept
+
+	core, bus samples
+
+	results      atomic.Int64
+	events       atomic.Int64
+	firstPrinted atomic.Int64
+	lastResult   atomic.Int64
+	roundEvents  int64 // events when the round began
+
+	mu       sync.Mutex
+	keep     bool
+	envelope [][]byte
+}
+
+func watch(ctx context.Context, obs *nats.Conn, agents []*agent) (*watcher, error) {
+	w := &watcher{byChannel: make(map[string]*agent, len(agents)), first: agents[0].id, keep: true}
+	bySubject := make(map[string]*agent, len(agents))
+	for _, a := range agents {
+		bySubject[schemas.EventSubject(a.id)] = a
+		w.byChannel["agent:"+a.id] = a
+	}
+	sub, err := obs.Subscribe(schemas.EventSubjects, func(m *nats.Msg) {
+		a := bySubject[m.Subject]
+		if a == nil {
+			return
+		}
+		now := time.Now().UnixNano()
+		w.events.Add(1)
+		if a.id == w.first {
+			w.mu.Lock()
+			if w.keep {
+				w.envelope = append(w.envelope, m.Data)
+			}
+			w.mu.Unlock()
+		}
+		if _, printed, ok := stamp(m.Data); ok {
+			w.core.add(now - printed)
+			for {
+				old := w.firstPrinted.Load()
+				if (old != 0 && old <= printed) || w.firstPrinted.CompareAndSwap(old, printed) {
+					break
+				}
+			}
+			return
+		}
+		if bytes.HasPrefix(m.Data, []byte(`{"kind":"result"`)) {
+			w.results.Add(1)
+			w.lastResult.Store(now)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	sub.SetPendingLimits(-1, -1)
+	if err := obs.Flush(); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	w.sub = sub
+	return w, nil
+}
+
+func (w *watcher) stop() { w.sub.Unsubscribe() }
+
+// beginRound starts timing a round of turns.
+func (w *watcher) beginRound() {
+	w.firstPrinted.Store(0)
+	w.roundEvents = w.events.Load()
+}
+
+// endRound is how long the round took, from its first delta printed to
+// its last result seen, and how many events it brought. The first
+// round's envelopes are kept from then on.
+func (w *watcher) endRound() (time.Duration, int64) {
+	w.mu.Lock()
+	w.keep = false
+	w.mu.Unlock()
+	first, last := w.firstPrinted.Load(), w.lastResult.Load()
+	if first == 0 || last <= first {
+		return 0, 0
+	}
+	return time.Duration(last - first), w.events.Load() - w.roundEvents
+}
+
+// captured is the first agent's envelopes of the first round.
+func (w *watcher) captured() [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.envelope
+}
+
+// follower is a following replay of some agents, timing each delta from
+// its print, until it has seen every turn's result.
+type follower struct {
+	lat     samples
+	done    chan error
+	cancel  context.CancelFunc
+	results atomic.Int64
+	want    int64
+}
+
+func followReplay(ctx context.Context, f client.Client, ids []string, turns int) (*follower, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	fl := &follower{done: make(chan error, 1), cancel: cancel, want: int64(len(ids) * turns)}
+	started := make(chan struct{})
+	var once sync.Once
+	go func() {
+		fl.done <- f.Replay(ctx, ids, client.From{}, true, func(r client.Replayed, g *client.Gap) error {
+			once.Do(func() { close(started) })
+			if g != nil {
+				return nil // the verification reports it
+			}
+			if r.Delta {
+				if _, printed, ok := stamp(r.Raw); ok {
+					fl.lat.add(time.Now().UnixNano() - printed)
+				}
+				return nil
+			}
+			if r.Kind == schemas.KindResult && fl.results.Add(1) == fl.want {
+				return errDone
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-started:
+		return fl, nil
+	case err := <-fl.done:
+		cancel()
+		return nil, fmt.Errorf("the following replay ended before the turns: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		return nil, errors.New("the following replay delivered nothing in 30s")
+	}
+}
+
+// wait waits for the replay to have seen every result.
+func (fl *follower) wait() error {
+	select {
+	case err := <-fl.done:
+		fl.done <- err
+		if err != nil && !errors.Is(err, errDone) {
+			return fmt.Errorf("the following replay: %w", err)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("the following replay saw %d of %d results a minute after the core subscriber had them all", fl.results.Load(), fl.want)
+	}
+}
+
+func (fl *follower) stop() { fl.cancel() }
+
+// rawBaseline publishes envelopes the way the node does, with raw
+// JetStream async publishes under the node's three headers, to an agent
+// subject of its own, watched as the node's agents are: by a core
+// subscriber and a following replay.
+type rawBaseline struct {
+	conn   *nats.Conn
+	js     jetstream.JetStream
+	sub    *nats.Subscription
+	id     string
+	node   string
+	next   int // the number of the next message
+	seen   atomic.Int64
+	replay chan error
+	cancel context.CancelFunc
+}
+
+func newRawBaseline(ctx context.Context, url, node string, obs *nats.Conn, f client.Client) (*rawBaseline, error) {
+	pc, err := nats.Connect(url, nats.Name("shoal bench raw publisher"))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(512))
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	r := &rawBaseline{conn: pc, js: js, id: fmt.Sprintf("bench-raw-%d-%d", os.Getpid(), time.Now().UnixNano()), node: node,
+		next: 1, replay: make(chan error, 1)}
+	r.sub, err = obs.Subscribe(schemas.EventSubject(r.id), func(*nats.Msg) { r.seen.Add(1) })
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	r.sub.SetPendingLimits(-1, -1)
+	if err := obs.Flush(); err != nil {
+		r.close()
+		return nil, err
+	}
+	// One is stored before anything is timed, so the replay has an agent
+	// to follow (a replay refuses one the fabric does not know).
+	if _, err := js.PublishMsg(ctx, r.msg([]byte(`{"kind":"status","turn":0,"data":{"status":"idle"}}`))); err != nil {
+		r.close()
+		return nil, fmt.Errorf("raw publish: %w", err)
+	}
+	var replayed atomic.Int64
+	replayCtx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	go func() {
+		r.replay <- f.Replay(replayCtx, []string{r.id}, client.From{}, true, func(client.Replayed, *client.Gap) error {
+			replayed.Add(1)
+			return nil
+		})
+	}()
+	if err := waitFor(ctx, func() int64 {
+		select {
+		case err := <-r.replay:
+			r.replay <- err
+			return -1
+		default:
+			return replayed.Load()
+		}
+	}, 1, func() string { return "the raw baseline's following replay delivered nothing" }); err != nil {
+		r.close()
+		return nil, err
+	}
+	select {
+	case err := <-r.replay:
+		r.close()
+		return nil, fmt.Errorf("the raw baseline's following replay: %w", err)
+	default:
+	}
+	if err := waitFor(ctx, r.seen.Load, 1, func() string { return "the raw baseline's core subscriber saw nothing" }); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// msg is the next raw message, with the node's headers.
+func (r *rawBaseline) msg(data []byte) *nats.Msg {
+	m := nats.NewMsg(schemas.EventSubject(r.id))
+	m.Data = data
+	m.Header[schemas.HeaderMsgID] = []string{schemas.MsgID(r.id, uint64(r.next))}
+	m.Header[schemas.HeaderNode] = []string{r.node}
+	m.Header[schemas.HeaderTime] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+	r.next++
+	return m
+}
+
+// publish publishes n envelopes, cycling through envelopes, and returns
+// how long it took until the core subscriber had seen them all.
+func (r *rawBaseline) publish(ctx context.Context, envelopes [][]byte, n int) (time.Duration, error) {
+	if len(envelopes) == 0 || n == 0 {
+		return 0, errors.New("no envelopes to publish raw")
+	}
+	want := r.seen.Load() + int64(n)
+	start := time.Now()
+	for i := range n {
+		// A full window waits for acknowledgements as long as it takes, as
+		// the node's publisher does, rather than the default 200ms.
+		if _, err := r.js.PublishMsgAsync(r.msg(envelopes[i%len(envelopes)]), jetstream.WithStallWait(time.Minute)); err != nil {
+			return 0, fmt.Errorf("raw publish: %w", err)
+		}
+	}
+	select {
+	case <-r.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return 0, errors.New("raw publishes not acknowledged in 5 minutes")
+	}
+	if err := waitFor(ctx, r.seen.Load, want, func() string {
+		return fmt.Sprintf("the core subscriber saw %d of %d raw publishes", r.seen.Load()-(want-int64(n)), n)
+	}); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func (r *rawBaseline) close() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.replay
+	}
+	r.sub.Unsubscribe()
+	r.conn.Close()
+}
