@@ -28,12 +28,14 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	ctx := t.Context()
 	req := schemas.OpenRequest{RequestID: "client-retry-1", CWD: t.TempDir()}
 	first, err := f.Open(ctx, req)
-	if err != nil || first.Node != "a" {
+	if err != nil || (first.Node != "a" && first.Node != "b") {
 		t.Fatalf("first open: %+v %v", first, err)
 	}
 	schematest.ControlValue(t, "open_reply", first)
-	// Node a is busier now, so placement would pick b for a new agent.
-	if other, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "a"}); err != nil || other.Node != "a" {
+	otherNode := map[string]string{"a": "b", "b": "a"}[first.Node]
+	// The first node is busier now, so placement would pick the other for
+	// a new agent.
+	if other, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: first.Node}); err != nil || other.Node != first.Node {
 		t.Fatalf("filler: %+v %v", other, err)
 	}
 	again, err := f.Open(ctx, req)
@@ -47,7 +49,7 @@ func TestRetriedOpenIsOneAgent(t *testing.T) {
 	schematest.ControlValue(t, "list_reply", schemas.ListReply{Agents: recs})
 	// A new request is placed afresh.
 	fresh, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
-	if err != nil || fresh.Node != "b" {
-		t.Fatalf("a new open went to %+v (%v), want b", fresh, err)
+	if err != nil || fresh.Node != otherNode {
+		t.Fatalf("a new open went to %+v (%v), want %s", fresh, err, otherNode)
 	}
 }

@@ -2,8 +2,8 @@ package client
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -11,7 +11,7 @@ import (
 
 // place chooses the node for an agent: the one named, or among the nodes
 // that can run its model and carry its labels and have room, the least
-// loaded. When none fits, the error says why each node was passed over.
+// loaded (one of them at random when several are). When none fits, the error says why each node was passed over.
 func place(nodes []schemas.NodeRecord, req schemas.OpenRequest) (string, error) {
 	if req.Node != "" {
 		for _, n := range nodes {
@@ -39,14 +39,20 @@ func place(nodes []schemas.NodeRecord, req schemas.OpenRequest) (string, error) 
 	if len(fit) == 0 {
 		return "", schemas.Errf(schemas.CodeUnavailable, "no node can take this agent (%s)", strings.Join(reasons, "; "))
 	}
-	sort.Slice(fit, func(i, j int) bool {
-		li, lj := load(fit[i]), load(fit[j])
-		if li != lj {
-			return li < lj
+	// Among the least loaded, one at random: opens made together see the
+	// same loads (a node's record tells of an open only after it), and
+	// would all go to the same node if ties went by name.
+	least := load(fit[0])
+	for _, n := range fit[1:] {
+		least = min(least, load(n))
+	}
+	var tied []string
+	for _, n := range fit {
+		if load(n) == least {
+			tied = append(tied, n.Name)
 		}
-		return fit[i].Name < fit[j].Name
-	})
-	return fit[0].Name, nil
+	}
+	return tied[rand.IntN(len(tied))], nil
 }
 
 // load is how busy a node is: its share of its limit, or its agent count
@@ -78,7 +84,7 @@ func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
 		}
 	}
 	if len(missing) > 0 {
-		sort.Strings(missing)
+		slices.Sort(missing)
 		return strings.Join(missing, ", ")
 	}
 	switch {

@@ -70,6 +70,7 @@ func TestPlaceByModel(t *testing.T) {
 		nodeRec("coder", 9, opencode),
 		nodeRec("no-claude", 0, claudeGone, gemini),
 	}
+	pool[2].Agents = 1 // so acp:gemini has one least loaded node
 	for _, c := range []struct {
 		model, want string
 	}{
@@ -83,7 +84,7 @@ func TestPlaceByModel(t *testing.T) {
 		{"acp:opencode", "coder"},
 		// The ACP agent's own model does not change where it can run.
 		{"acp:opencode:anthropic/claude-sonnet-5", "coder"},
-		{"acp:gemini", "no-claude"}, // least loaded of other-ollama and no-claude, then by name
+		{"acp:gemini", "no-claude"}, // the less loaded of other-ollama and no-claude
 		// Claude models, and the default, go where the claude CLI is ready.
 		{"", "plain"},
 		{"sonnet", "plain"},
@@ -128,8 +129,8 @@ func TestPlaceByLabels(t *testing.T) {
 	}
 	pool := []schemas.NodeRecord{
 		labelled("bare", 0, nil),
-		labelled("gpu-only", 0, map[string]string{"gpu": "yes"}),
-		labelled("wrong-gpu", 0, map[string]string{"gpu": "no", "site": "lab"}),
+		labelled("gpu-only", 1, map[string]string{"gpu": "yes"}),
+		labelled("wrong-gpu", 2, map[string]string{"gpu": "no", "site": "lab"}),
 		labelled("both", 8, map[string]string{"gpu": "yes", "site": "lab", "arch": "arm64"}),
 	}
 	placed(t, pool, schemas.OpenRequest{Labels: map[string]string{"gpu": "yes", "site": "lab"}}, "both")
@@ -196,9 +197,7 @@ func TestPlaceLeastLoaded(t *testing.T) {
 		{[]schemas.NodeRecord{limited("a", 3, 4), limited("b", 2, 10), limited("c", 100, 0)}, "c"},
 		// 3/4, 2/10, 300/1000.
 		{[]schemas.NodeRecord{limited("c", 300, 0), limited("a", 3, 4), limited("b", 2, 10)}, "b"},
-		// The same share: the first by name, wherever it is in the list.
-		{[]schemas.NodeRecord{limited("z", 1, 4), limited("m", 2, 8), limited("k", 1, 4)}, "k"},
-		{[]schemas.NodeRecord{limited("y", 0, 0), limited("x", 0, 3), limited("w", 1, 2)}, "x"},
+		{[]schemas.NodeRecord{limited("y", 1, 0), limited("x", 0, 3), limited("w", 1, 2)}, "x"},
 		// A node that cannot run the agent never wins, however idle.
 		{[]schemas.NodeRecord{nodeRec("idle-mac", 0, mlxQwen), limited("busy", 9, 10)}, "busy"},
 	}
@@ -212,6 +211,27 @@ func TestPlaceLeastLoaded(t *testing.T) {
 	}
 	many[137].Agents = 0
 	placed(t, many, schemas.OpenRequest{}, "n137")
+
+	// Nodes as loaded as each other share the opens: opens made together
+	// see the same loads, and must not all go to one node.
+	tied := []schemas.NodeRecord{limited("z", 1, 4), limited("m", 3, 8), limited("k", 1, 4), limited("q", 0, 0), limited("r", 2, 8)}
+	tied[3].Agents = 250 // 250/1000, the same share as 1/4
+	got := map[string]int{}
+	for range 400 {
+		name, err := place(tied, schemas.OpenRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[name]++
+	}
+	if len(got) != 4 || got["m"] > 0 {
+		t.Errorf("400 placements over four nodes at a quarter and one at 3/8 went %v", got)
+	}
+	for name, n := range got {
+		if n < 50 {
+			t.Errorf("node %s got %d of 400 placements among four tied nodes: %v", name, n, got)
+		}
+	}
 }
 
 // A node holds at most MaxAgents live agents; no limit means none.
