@@ -7,21 +7,24 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
 )
 
 // benchOptions are the flags of `shoal bench`.
 type benchOptions struct {
-	nats    string
-	nodes   int
-	agents  int
-	events  int
-	turns   int
-	rate    float64
-	short   bool
-	json    bool
-	profile string
+	nats       string
+	nodes      int
+	agents     int
+	events     int
+	turns      int
+	rate       float64
+	short      bool
+	json       bool
+	profile    string
+	fleet      int
+	fleetOpens int
 }
 
 func benchCommand() *command {
@@ -56,8 +59,13 @@ and every turn ended with a result counting what the stand-in printed.
 Against --nats, the raw baseline's envelopes stay in that fabric's stream
 under agent.bench-raw-*; the bench's bus consumers are removed.
 
---short (for CI) runs 4 agents × 2 turns × 2,000 deltas unless those
-flags are given. --profile writes the (first) node's CPU profile; any
+Last, --fleet fake nodes register on the fabric, write their records on
+a real node's heartbeat interval, and take --fleet-opens opens through
+placement: it prints the heartbeat load on the server and placement's
+latency and spread.
+
+--short (for CI) runs 4 agents × 2 turns × 2,000 deltas and a fleet of
+20 beating every 250ms taking 100 opens, unless those flags are given. --profile writes the (first) node's CPU profile; any
 shoal command writes its own with SHOAL_CPUPROFILE=file.`,
 		flags: func(fs *flag.FlagSet) runner {
 			o := &benchOptions{}
@@ -68,6 +76,8 @@ shoal command writes its own with SHOAL_CPUPROFILE=file.`,
 			fs.IntVar(&o.turns, "turns", 3, "turns per agent, `n`, one after another")
 			fs.Float64Var(&o.rate, "rate", 0, "deltas per `second` each stand-in prints (0: as fast as it can)")
 			fs.BoolVar(&o.short, "short", false, "a run of a few seconds, for CI")
+			fs.IntVar(&o.fleet, "fleet", 100, "`n` fake nodes that register, beat and take opens, for the fleet figure (0: none)")
+			fs.IntVar(&o.fleetOpens, "fleet-opens", 1000, "agents opened through placement among the fleet, `n`")
 			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 			fs.StringVar(&o.profile, "profile", "", "write the node's Go CPU profile to this `file`, for go tool pprof")
 			return func(ctx context.Context, env *environment, args []string) error {
@@ -90,6 +100,12 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 		if !set["turns"] {
 			o.turns = 2
 		}
+		if !set["fleet"] {
+			o.fleet = 20
+		}
+		if !set["fleet-opens"] {
+			o.fleetOpens = 100
+		}
 	}
 	switch {
 	case o.nodes < 1:
@@ -102,8 +118,16 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 		return usagef("--turns %d: at least one", o.turns)
 	case o.rate < 0:
 		return usagef("--rate %v is negative", o.rate)
+	case o.fleet < 0:
+		return usagef("--fleet %d is negative", o.fleet)
+	case o.fleet > 0 && o.fleetOpens < 1:
+		return usagef("--fleet-opens %d: at least one", o.fleetOpens)
 	}
-	cfg := bench.Config{URL: o.nats, Nodes: o.nodes, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Profile: o.profile, Progress: env.io.err}
+	cfg := bench.Config{URL: o.nats, Nodes: o.nodes, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Profile: o.profile, Progress: env.io.err,
+		Fleet: o.fleet, FleetOpens: o.fleetOpens}
+	if o.short {
+		cfg.FleetBeat = 250 * time.Millisecond // a short window; the interval is in the report
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -151,6 +175,15 @@ func printBench(w io.Writer, r *bench.Report) {
 	if r.NodeRSSOpen > 0 {
 		fmt.Fprintf(w, "node resident memory: %s MB before the opens, %s MB with %d agents open (%s KB per agent), %s MB after the turns\n",
 			mb(r.NodeRSSBefore), mb(r.NodeRSSOpen), r.Agents, thousands(r.NodeRSSPerAgent/1024), mb(r.NodeRSSAfter))
+	}
+	if fl := r.Fleet; fl != nil {
+		hb := fl.Heartbeat
+		fmt.Fprintf(w, "fleet: %d fake nodes registered, each beating every %s (records live %s)\n",
+			fl.NodesRegistered, time.Duration(fl.HeartbeatInterval*float64(time.Millisecond)), time.Duration(fl.NodeTTL*float64(time.Millisecond)))
+		fmt.Fprintf(w, "  heartbeat load on the server over %.0fs: %.1f records/s stored, %s B/s in, %s B/s of acknowledgements; each watcher of the nodes bucket gets %.1f msgs/s, %s B/s\n",
+			hb.Window, hb.MsgsPerSec, thousands(hb.BytesInPerSec), thousands(hb.BytesOutPerSec), hb.WatchMsgsPerSec, thousands(hb.WatchBytesPerSec))
+		fmt.Fprintf(w, "  placement of %d opens naming no node: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %d of %d nodes took some, %d to %d each\n\n",
+			fl.Opens, fl.Placement.P50, fl.Placement.P99, fl.Placement.Max, fl.NodesUsed, fl.NodesRegistered, fl.MinOpensPerNode, fl.MaxOpensPerNode)
 	}
 	v := r.Verified
 	fmt.Fprintf(w, "verified: %d of %d agents' streams gapless, %d of %d turns ended, %s deltas stored as printed\n",

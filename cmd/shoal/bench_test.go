@@ -48,6 +48,10 @@ func TestBenchShort(t *testing.T) {
 	if r.Events <= deltas {
 		t.Errorf("%d events stored for %d deltas: the turns' other events (status, result) are missing", r.Events, deltas)
 	}
+	if fl := r.Fleet; fl == nil || fl.NodesRegistered != 20 || fl.Opens != 100 || fl.Placement.Samples != 100 ||
+		!(fl.Heartbeat.MsgsPerSec > 0) || !(fl.Heartbeat.BytesInPerSec > 0) || fl.NodesUsed < 2 || fl.Heartbeat.FailedBeats != 0 {
+		t.Errorf("the fleet figure of --short (20 nodes, 100 opens): %+v", fl)
+	}
 	v := r.Verified
 	if v.Gapless != r.Agents || v.TurnsEnded != r.Agents*r.Turns || v.TurnsExpected != r.Agents*r.Turns || v.Deltas != deltas || len(v.Problems) > 0 {
 		t.Errorf("verified: %+v", v)

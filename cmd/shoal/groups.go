@@ -92,7 +92,7 @@ var groupsByCommand = map[string][]flagGroup{
 		configGroup,
 	},
 	"bench": {
-		{"Load", false, []string{"nodes", "agents", "events", "turns", "rate", "short"}},
+		{"Load", false, []string{"nodes", "agents", "events", "turns", "rate", "fleet", "fleet-opens", "short"}},
 		{"Fabric", false, []string{"nats"}},
 		{"Output", false, []string{"json", "profile"}},
 		configGroup,

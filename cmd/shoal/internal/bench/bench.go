@@ -44,6 +44,13 @@ type Config struct {
 	// ReplayAgents is how many agents a following replay watches; 8 when
 	// zero (every agent when there are fewer).
 	ReplayAgents int
+	// Fleet is how many fake nodes register for the fleet figure, after
+	// the rest is measured, with FleetOpens agents opened through
+	// placement among them and FleetBeat their heartbeat interval (a
+	// real node's when zero); none when Fleet is zero.
+	Fleet      int
+	FleetOpens int
+	FleetBeat  time.Duration
 	// Profile is a file the (first) node process writes a Go CPU profile
 	// to, from its start to its end; none when empty.
 	Profile string
@@ -121,6 +128,10 @@ type Report struct {
 	NodeRSSPerAgent float64 `json:"node_rss_per_agent_bytes"`
 
 	Verified Verified `json:"verified"`
+
+	// Fleet is the fleet figure: fake nodes registered, their heartbeat
+	// load on the server and placement among them; nil when not run.
+	Fleet *FleetReport `json:"fleet,omitempty"`
 }
 
 // Verified is what the bench checked in the stream after the turns.
@@ -316,6 +327,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if rep.RawZMQRate > 0 {
 		rep.BusRatio = rep.BusRate / rep.RawZMQRate
+	}
+	if cfg.Fleet > 0 {
+		say("%d fake nodes registering, beating and taking %d opens through placement", cfg.Fleet, cfg.FleetOpens)
+		rep.Fleet, err = Fleet(ctx, FleetConfig{URL: url, Nodes: cfg.Fleet, Opens: cfg.FleetOpens, Beat: cfg.FleetBeat, Progress: cfg.Progress})
+		if err != nil {
+			return nil, fmt.Errorf("the fleet figure: %w", err)
+		}
 	}
 	return rep, nil
 }
