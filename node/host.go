@@ -66,8 +66,9 @@ type Config struct {
 	// AskTimeout is how long a permission request of an agent that asks
 	// waits for a person before it is denied; DefaultAskTimeout when zero.
 	AskTimeout time.Duration
-	// PublishWindow bounds unacknowledged publishes; 256 when zero, at
-	// most schemas.MaxEventsAhead.
+	// PublishWindow bounds unacknowledged publishes; 512 when zero (the
+	// window a raw JetStream async publisher is measured with), at most
+	// schemas.MaxEventsAhead.
 	PublishWindow int
 	// OutboxMemory is how many bytes of events the node keeps in memory
 	// while the fabric is away; 64 MiB when zero.
@@ -126,7 +127,7 @@ func (c Config) withDefaults() Config {
 		c.MaxDead = 10
 	}
 	if c.PublishWindow == 0 {
-		c.PublishWindow = 256
+		c.PublishWindow = 512
 	}
 	if c.OpenTimeout == 0 {
 		c.OpenTimeout = schemas.OpenTimeout

@@ -198,7 +198,11 @@ func (p *publisher) enqueue(m *outMsg) {
 	changed := full && !p.full
 	p.full = p.full || full
 	p.mu.Unlock()
-	p.cond.Signal()
+	if p.journal == nil {
+		// With a journal the sender waits for the record to be written,
+		// and the write wakes it.
+		p.cond.Signal()
+	}
 	if changed && p.onFull != nil {
 		p.onFull(true)
 	}
@@ -309,6 +313,7 @@ func (p *publisher) ack(ctx context.Context) {
 		case err = <-f.Err():
 		}
 		var storedAt time.Time
+		moved := false
 		p.mu.Lock()
 		p.inflight--
 		switch {
@@ -341,7 +346,7 @@ func (p *publisher) ack(ctx context.Context) {
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
 			p.sent--
-			p.refill()
+			moved = p.refill()
 			if len(p.queue) == 0 && len(p.tail) == 0 {
 				close(p.drained)
 				p.drained = make(chan struct{})
@@ -352,6 +357,10 @@ func (p *publisher) ack(ctx context.Context) {
 			p.failed, firstErr = true, err
 		}
 		retry := p.failed && p.inflight == 0
+		// The sender is woken once a batch of the window is free (or the
+		// window is empty, or the queue took what waited on disk), not at
+		// every acknowledgement: it then sends the batch together.
+		wake := p.inflight <= p.window-max(1, p.window/8) || p.inflight == 0 || moved
 		drained := p.full && p.memBytes+p.tailSize <= p.lim.Memory/2 && (p.spill == nil || p.spill.count == 0)
 		if drained {
 			p.full = false
@@ -363,7 +372,9 @@ func (p *publisher) ack(ctx context.Context) {
 		if drained && p.onFull != nil {
 			p.onFull(false)
 		}
-		p.cond.Broadcast()
+		if wake {
+			p.cond.Broadcast()
+		}
 		if !retry {
 			continue
 		}
