@@ -64,3 +64,18 @@ func environHas(pid int, key, value string) bool {
 	}
 	return false
 }
+
+// environValue is the value of key in pid's environment, if it has one.
+func environValue(pid int, key string) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return "", false
+	}
+	prefix := []byte(key + "=")
+	for kv := range bytes.SplitSeq(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, prefix); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}

@@ -383,21 +383,33 @@ func (rp *reaping) handle(req reaperRequest) {
 }
 
 // reap waits for every child that has exited. A process the node asked
-// for takes what it started with it, then its exit is reported.
+// for takes what it started with it, then its exit is reported. The
+// trees of all the leaders found exited are killed together, in one walk
+// of the process table per round: many agents closed at once cost one
+// walk, not one each.
 func (rp *reaping) reap() {
+	var exited []reaperMsg
+	tokens := map[string]bool{}
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
 		if pid <= 0 || err != nil {
-			return
+			break
 		}
 		token, ok := rp.leaders[pid]
 		if !ok {
 			continue // something an agent left behind, reparented here
 		}
 		delete(rp.leaders, pid)
-		rp.killTree(token)
-		rp.reply(reaperMsg{Op: "exited", PID: pid, Status: int(ws)})
+		tokens[token] = true
+		exited = append(exited, reaperMsg{Op: "exited", PID: pid, Status: int(ws)})
+	}
+	if len(tokens) == 0 {
+		return
+	}
+	rp.killTrees(tokens)
+	for _, m := range exited {
+		rp.reply(m)
 	}
 }
 
@@ -414,8 +426,20 @@ func (rp *reaping) reapQuietly() {
 
 // killTree kills every process below the reaper that carries token, what
 // one process the node asked for started, wherever it went since.
-func (rp *reaping) killTree(token string) {
-	killWhere(marked(os.Getpid(), procEnv, token), func() {
+func (rp *reaping) killTree(token string) { rp.killTrees(map[string]bool{token: true}) }
+
+// killTrees is killTree for several tokens at once.
+func (rp *reaping) killTrees(tokens map[string]bool) {
+	self := os.Getpid()
+	killWhere(func(table map[int]int) []int {
+		var out []int
+		for _, pid := range descendants(table, self) {
+			if v, ok := environValue(pid, procEnv); ok && tokens[v] {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}, func() {
 		// Waiting here may take a leader's exit: it is reported when its
 		// own turn comes, through the next SIGCHLD.
 		rp.reapOthers()
