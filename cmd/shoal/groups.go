@@ -49,7 +49,7 @@ func verbGroups(own ...flagGroup) []flagGroup {
 // groupsByCommand are the groups of each command, in help order.
 var groupsByCommand = map[string][]flagGroup{
 	"up": concat([]flagGroup{
-		{"NATS server", true, []string{"host", "port", "store", "max-payload"}},
+		{"NATS server", true, []string{"host", "port", "store", "max-payload", "memory-limit"}},
 		{"Authentication and TLS", true, []string{"auth", "auth-dir", "tls-cert", "tls-key", "tls-ca", "tls-verify-clients"}},
 		{"Leaf nodes and cluster", true, []string{"leaf-listen", "cluster", "cluster-listen", "routes", "server-name"}},
 		{"A NATS deployment instead of the embedded server", true, []string{"nats", "creds"}},

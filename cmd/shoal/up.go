@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ type upOptions struct {
 	port          int
 	store         string
 	maxPayload    int64
+	memoryLimit   int64
 	maxAge        time.Duration
 	maxBytes      int64
 	duplicates    time.Duration
@@ -109,11 +111,19 @@ Prometheus metrics of the coordinator and its node at /metrics.`,
 	}
 }
 
+// defaultMemoryLimit is the coordinator's soft memory limit. What it
+// holds grows with the event rate (the stream's duplicate window keeps
+// every event id it saw in that window, the file store caches what
+// readers read), and under a sustained firehose the Go heap's own slack
+// doubles it; the limit makes the runtime collect harder instead.
+const defaultMemoryLimit = 512 << 20
+
 func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.host, "host", broker.DefaultHost, "`address` NATS clients connect to; anything but loopback needs --auth")
 	fs.IntVar(&o.port, "port", broker.DefaultPort, "`port` NATS clients connect to (-1 picks a free port)")
 	fs.StringVar(&o.store, "store", "", "JetStream store `directory` (default: $XDG_DATA_HOME/shoal/jetstream)")
 	sizeFlag(fs, &o.maxPayload, "max-payload", broker.DefaultMaxPayload, "largest `size` of a message the server accepts")
+	sizeFlag(fs, &o.memoryLimit, "memory-limit", defaultMemoryLimit, "soft limit on this process's memory, a `size` the Go runtime collects harder to stay under (0: none; GOMEMLIMIT, when set, wins)")
 	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0: never)")
 	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0: no limit)")
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
@@ -321,6 +331,9 @@ func (o *upOptions) useExternal(ctx context.Context, env *environment, log *daem
 func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error {
 	if o.maxDepth < 0 {
 		return usagef("--max-depth %d: give 0 to forbid agents opening agents, or a depth from 1", o.maxDepth)
+	}
+	if o.memoryLimit > 0 && env.getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(o.memoryLimit)
 	}
 	dlog, err := o.log.open(env)
 	if err != nil {
