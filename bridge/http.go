@@ -45,11 +45,11 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 	mcpHTTP := server.NewStreamableHTTPServer(m.srv,
 		server.WithEndpointPath(MCPPath),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
-			if cfg.ObserverToken != "" && bearer(r) == cfg.ObserverToken && bearer(r) != cfg.Token {
-				ctx = withObserver(ctx)
-			}
 			if id := r.Header.Get(schemas.AgentIDHeader); id != "" {
-				return WithCallingAgent(ctx, id)
+				return WithCallingAgent(ctx, id) // admitted with its own token (below)
+			}
+			if cfg.ObserverToken != "" && matches(bearer(r), cfg.ObserverToken) && !matches(bearer(r), cfg.Token) {
+				ctx = withObserver(ctx)
 			}
 			return ctx
 		}),
@@ -66,7 +66,15 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 		}
 		if cfg.Token != "" || cfg.ObserverToken != "" {
 			got := bearer(r)
-			if !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken) && !m.agentToken(r.Context(), cfg.Token, id, got) {
+			switch {
+			case id != "" && !matches(got, cfg.Token) && !m.agentToken(r.Context(), cfg.Token, id, got):
+				// An agent's id comes with that agent's own token (or the
+				// full token, which the id only narrows); the observer's
+				// token names no agent, and acting as one would widen it.
+				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
+				http.Error(w, "an agent's calls carry that agent's own token", http.StatusUnauthorized)
+				return
+			case id == "" && !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken):
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
 				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 				return

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/schemas/validate"
 )
 
 // MCPConfig configures the MCP tools.
@@ -89,63 +91,65 @@ func NewMCP(cfg MCPConfig) *MCP {
 			"read its output with agent_output, and close it with agent_close. Events stream on NATS agent.<id> "+
 			"and on the Kaimon bus as agent:<id>."))
 	for _, t := range m.tools() {
-		in, err := loadSchema(t.schema)
-		if err != nil {
-			panic(fmt.Sprintf("tool %s: %v", t.name, err)) // the embedded schemas are part of the binary
-		}
+		in := validate.MustCaller(t.schema) // the embedded schemas are part of the binary
 		m.srv.AddTool(t.mcpTool(in), m.handler(t, in))
 	}
 	return m
 }
 
-// handler adapts a tool: validation against its schema, the door, the
-// call, and the JSON text Kaimon returns. A mistake is a result the
-// caller can read, flagged as an error.
-func (m *MCP) handler(t tool, in inputSchema) server.ToolHandlerFunc {
+// handler adapts a tool: validation against the schema tools/list
+// advertises, the caller, the tool's run (which asks the door), and the
+// JSON text Kaimon returns. A mistake is a result the caller can read,
+// flagged as an error.
+func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		raw := map[string]any{}
-		if req.Params.Arguments != nil {
-			if b, err := json.Marshal(req.Params.Arguments); err == nil {
-				json.Unmarshal(b, &raw)
-			}
+		args := req.Params.Arguments
+		if args == nil {
+			args = map[string]any{} // absent: no arguments
 		}
-		if problem := in.validate(raw); problem != "" {
+		raw, err := json.Marshal(args)
+		if err == nil {
+			raw, err = in.Check(raw)
+		}
+		if err != nil {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
-			return mcp.NewToolResultError(problem), nil
+			return mcp.NewToolResultError(err.Error()), nil
 		}
-		if refused := m.door(ctx, t.name, raw); refused != "" {
-			m.log.Info("MCP call refused", "tool", t.name, "agent", callingAgent(ctx), "observer", observing(ctx), "why", refused)
-			m.metrics.ToolCalled(t.name, OutcomeRefused)
-			return mcp.NewToolResultError(refused), nil
-		}
-		args, _ := json.Marshal(raw)
-		out, err := t.run(ctx, args)
-		if err != nil {
-			m.metrics.ToolCalled(t.name, OutcomeError)
-			if t.failed == "" {
-				return mcp.NewToolResultError(err.Error()), nil
+		c, err := m.caller(ctx)
+		if err == nil {
+			var out any
+			if out, err = t.run(ctx, c, raw); err == nil {
+				b, err := json.Marshal(out)
+				if err != nil {
+					m.metrics.ToolCalled(t.name, OutcomeError)
+					return nil, err
+				}
+				m.metrics.ToolCalled(t.name, OutcomeOK)
+				return mcp.NewToolResultText(string(b)), nil
 			}
-			return mcp.NewToolResultError("Error " + t.failed + ": " + err.Error()), nil
 		}
-		b, err := json.Marshal(out)
-		if err != nil {
-			m.metrics.ToolCalled(t.name, OutcomeError)
-			return nil, err
+		if r, ok := errors.AsType[*refusal](err); ok {
+			m.log.Info("MCP call refused", "tool", t.name, "caller", c.p.String(), "why", r.why)
+			m.metrics.ToolCalled(t.name, OutcomeRefused)
+			return mcp.NewToolResultError(t.name + " refused: " + r.why), nil
 		}
-		m.metrics.ToolCalled(t.name, OutcomeOK)
-		return mcp.NewToolResultText(string(b)), nil
+		m.metrics.ToolCalled(t.name, OutcomeError)
+		if t.failed == "" {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		return mcp.NewToolResultError("Error " + t.failed + ": " + err.Error()), nil
 	}
 }
 
-// mcpTool is the tool as tools/list shows it: its embedded schema and its
-// hints.
-func (t tool) mcpTool(in inputSchema) mcp.Tool {
-	mt := mcp.NewToolWithRawSchema(t.name, t.desc, in.raw)
+// mcpTool is the tool as tools/list shows it: its schema and its hints.
+func (t tool) mcpTool(in *validate.Request) mcp.Tool {
+	mt := mcp.NewToolWithRawSchema(t.name, t.desc, in.Schema())
 	hint := func(b bool) *bool { return &b }
+	readOnly := slices.Contains(schemas.ReadOnlyTools(), t.name)
 	mt.Annotations = mcp.ToolAnnotation{
-		ReadOnlyHint:    hint(t.readOnly),
+		ReadOnlyHint:    hint(readOnly),
 		DestructiveHint: hint(t.destructive),
-		IdempotentHint:  hint(t.readOnly || t.idempotent),
+		IdempotentHint:  hint(readOnly || t.idempotent),
 		OpenWorldHint:   hint(false),
 	}
 	return mt
@@ -154,10 +158,6 @@ func (t tool) mcpTool(in inputSchema) mcp.Tool {
 type agentKey struct{}
 
 type observerKey struct{}
-
-// observerTools are the tools that only read: all an observer's token may
-// call.
-var observerTools = []string{"agent_output", "agent_status", "agent_list", "agent_nodes", "agent_events", "agent_pending"}
 
 // withObserver marks ctx as a call made with an observer's token.
 func withObserver(ctx context.Context) context.Context {
@@ -179,116 +179,143 @@ func callingAgent(ctx context.Context) string {
 	return id
 }
 
-// door judges a call made by an agent against its policy, and confines
-// the paths it passes to its own working directory. It returns why the
-// call is refused, or "".
-func (m *MCP) door(ctx context.Context, name string, a map[string]any) string {
-	refused := func(why string) string { return name + " refused: " + why }
-	if observing(ctx) && !slices.Contains(observerTools, name) {
-		return refused("this token may only observe (" + strings.Join(observerTools, ", ") + ")")
+// caller is who makes a tool call: a person of a role, or an agent with
+// its record, read once per call.
+type caller struct {
+	p   schemas.Principal
+	rec *schemas.AgentRecord // an agent's own
+}
+
+// refusal is a call the door refused; its why names the rule.
+type refusal struct{ why string }
+
+func (r *refusal) Error() string { return r.why }
+
+func refused(format string, args ...any) error { return &refusal{why: fmt.Sprintf(format, args...)} }
+
+// caller reads who makes the call: an agent by the identity its node's
+// MCP config or its proxy gave the request, an observer by its token,
+// anyone else a person with every right.
+func (m *MCP) caller(ctx context.Context) (caller, error) {
+	if id := callingAgent(ctx); id != "" {
+		rec, err := m.f.Record(ctx, id)
+		if err != nil {
+			return caller{p: schemas.Principal{Kind: schemas.KindAgent, Agent: id}}, refused("the calling agent %s is unknown", id)
+		}
+		if rec.Policy == nil {
+			return caller{p: schemas.AgentPrincipal(rec)}, refused("agent %s has no recorded policy", id)
+		}
+		return caller{p: schemas.AgentPrincipal(rec), rec: &rec}, nil
 	}
-	id := callingAgent(ctx)
-	if id == "" {
-		return ""
+	if observing(ctx) {
+		return caller{p: schemas.Person(schemas.RoleObserver)}, nil
 	}
-	rec, err := m.f.Record(ctx, id)
-	if err != nil {
-		return refused("the calling agent " + id + " is unknown")
+	return caller{p: schemas.Person(schemas.RoleFull)}, nil
+}
+
+// door judges a call of tool name about agent target ("" for none): the
+// rights rules for every caller, and for an agent its tool policy too.
+func (m *MCP) door(ctx context.Context, c caller, name, target string) error {
+	if c.rec != nil {
+		if ok, why := c.rec.Policy.DecideTool(name); !ok {
+			return refused("%s", why)
+		}
 	}
-	if rec.Policy == nil {
-		return refused("agent " + id + " has no recorded policy")
+	if err := client.Authorize(ctx, m.f, c.p, c.rec, schemas.ToolAccess[name], target, toolVerb(name)); err != nil {
+		if schemas.CodeOf(err) == schemas.CodeForbidden {
+			return refused("%s", err.Error())
+		}
+		return err
 	}
-	if ok, why := rec.Policy.DecideTool(name); !ok {
-		return refused(why)
+	return nil
+}
+
+// toolVerb is what a tool does, as a refusal says it.
+func toolVerb(name string) string {
+	switch name {
+	case "agent_send":
+		return "send to"
+	case "agent_run":
+		return "run a turn of"
+	case "agent_set_model":
+		return "set the model of"
+	case "agent_permit":
+		return "answer a permission request of"
+	case "agent_open":
+		return "open agents"
+	case "agent_nodes":
+		return "list the nodes"
+	case "agent_list":
+		return "list agents"
+	case "agent_pending":
+		return "list permission requests"
 	}
-	// Paths are confined as the kernel will follow them: symlinks resolved,
-	// the resolved path passed on, so a link swapped afterwards changes
-	// nothing.
+	verb := strings.TrimPrefix(name, "agent_")
+	switch schemas.ToolAccess[name] {
+	case schemas.AccessRead:
+		return "read the " + verb + " of"
+	}
+	return verb
+}
+
+// confine holds the paths an agent passes to its own working directory,
+// as the kernel will follow them: symlinks resolved, the resolved path
+// passed on, so a link swapped afterwards changes nothing.
+func confine(rec *schemas.AgentRecord, paths ...*string) error {
 	root, err := filepath.EvalSymlinks(rec.Policy.CWD)
 	if err != nil {
 		root = filepath.Clean(rec.Policy.CWD)
 	}
-	for _, k := range []string{"cwd", "mcp_config"} {
-		p, _ := a[k].(string)
-		if p == "" {
+	for _, p := range paths {
+		if *p == "" {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil || !filepath.IsAbs(p) {
-			return refused(fmt.Sprintf("path %s cannot be resolved inside this agent's workspace", p))
+		real, err := filepath.EvalSymlinks(*p)
+		if err != nil || !filepath.IsAbs(*p) {
+			return refused("path %s cannot be resolved inside this agent's workspace", *p)
 		}
 		if !schemas.Within(root, real) {
-			return refused(fmt.Sprintf("path is outside this agent's workspace: %s", p))
+			return refused("path is outside this agent's workspace: %s", *p)
 		}
-		a[k] = real
+		*p = real
 	}
-	if name == "agent_open" {
-		return m.nested(rec, a, refused)
-	}
-	// An agent answers no request of its own or of its parent's: a person
-	// (or an agent above them) does.
-	if target, _ := a["agent_id"].(string); name == "agent_permit" && (target == id || target == rec.Parent) {
-		who := "its own"
-		if target != id {
-			who = "its parent's"
-		}
-		return refused(fmt.Sprintf("agent %s may not answer %s permission requests", id, who))
-	}
-	// A sandboxed agent acts only on sandboxed agents: driving one that
-	// is not would run its tools outside the sandbox.
-	if target, _ := a["agent_id"].(string); rec.Sandbox != nil && target != "" && target != id && drives(name) {
-		t, err := m.f.Record(ctx, target)
-		if err == nil && t.Sandbox == nil {
-			return refused(fmt.Sprintf("agent %s runs sandboxed, and agent %s does not", id, target))
-		}
-	}
-	return ""
-}
-
-// drives reports whether a tool acts on an agent rather than reading it.
-func drives(tool string) bool {
-	switch tool {
-	case "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model", "agent_permit":
-		return true
-	}
-	return false
+	return nil
 }
 
 // nested holds an agent's agent_open to its own rights: the child's
-// policy no wider than its parent's, its depth within the coordinator's
-// bound; the child's record names its parent and depth.
-func (m *MCP) nested(parent schemas.AgentRecord, a map[string]any, refused func(string) string) string {
-	var req schemas.OpenRequest
-	b, _ := json.Marshal(a)
-	if err := json.Unmarshal(b, &req); err != nil {
-		return refused(err.Error())
-	}
+// policy, reach and sandbox no wider than its parent's, its depth within
+// the coordinator's bound; the child's record names its parent and depth.
+func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error {
 	depth := parent.Depth + 1
 	if depth > m.maxDepth {
-		return refused(fmt.Sprintf("agent %s is at depth %d, and agents may open agents only %d deep", parent.ID, parent.Depth, m.maxDepth))
+		return refused("agent %s is at depth %d, and agents may open agents only %d deep", parent.ID, parent.Depth, m.maxDepth)
 	}
 	child, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only)
 	if err != nil {
-		return refused(err.Error())
+		return refused("%s", err.Error())
 	}
 	if err := parent.Policy.Admits(child, req.CWD); err != nil {
-		return refused("a child may not exceed its parent: " + err.Error())
+		return refused("a child may not exceed its parent: %s", err.Error())
+	}
+	if req.Reach.Wider(parent.Reach) {
+		return refused("a child may not exceed its parent: reach %s is wider than agent %s's (%s)", req.Reach, parent.ID, parent.Reach.String())
 	}
 	// A sandboxed agent's children are sandboxed, reaching no host their
 	// parent may not.
 	if sb := parent.Sandbox; sb != nil {
 		if req.Sandbox != nil && !*req.Sandbox {
-			return refused("a child may not exceed its parent: agent " + parent.ID + " runs sandboxed, so its children do too")
+			return refused("a child may not exceed its parent: agent %s runs sandboxed, so its children do too", parent.ID)
 		}
 		for _, h := range req.SandboxNet {
 			if !netAllows(sb.Net, h) {
-				return refused(fmt.Sprintf("a child may not exceed its parent: agent %s may not reach %s", parent.ID, h))
+				return refused("a child may not exceed its parent: agent %s may not reach %s", parent.ID, h)
 			}
 		}
-		a["sandbox"] = true
+		yes := true
+		req.Sandbox = &yes
 	}
-	a["parent"], a["depth"] = parent.ID, depth
-	return ""
+	req.Parent, req.Depth = parent.ID, depth
+	return nil
 }
 
 // netAllows reports whether a sandbox's host list lets host (host or
@@ -305,12 +332,14 @@ func netAllows(list []string, host string) bool {
 	})
 }
 
-// visible hides from an agent the tools its policy does not let it call,
-// when it runs under only or the specialist preset. A call of a single
-// tool passes through, so a refused call gets the door's explanation.
+// visible hides from an observer the tools it may not call, and from an
+// agent that runs under only or the specialist preset the tools its
+// policy does not let it call. A call of a single tool passes through, so
+// a refused call gets the door's explanation.
 func (m *MCP) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	if observing(ctx) && len(tools) > 1 {
-		tools = slices.DeleteFunc(slices.Clone(tools), func(t mcp.Tool) bool { return !slices.Contains(observerTools, t.Name) })
+		reads := schemas.ReadOnlyTools()
+		tools = slices.DeleteFunc(slices.Clone(tools), func(t mcp.Tool) bool { return !slices.Contains(reads, t.Name) })
 	}
 	id := callingAgent(ctx)
 	if id == "" || len(tools) <= 1 {

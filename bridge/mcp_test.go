@@ -22,6 +22,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/claude"
@@ -210,7 +211,7 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 		t.Fatalf("agent_send returned %+v", sent)
 	}
 	var out schemas.OutputReply
-	pollUntil(t, 60*time.Second, "turn 1 to finish", func() bool {
+	poll.Until(t, 60*time.Second, "turn 1 to finish", func() bool {
 		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
 		return out.Done && out.Text != ""
 	})
@@ -238,7 +239,7 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 		t.Error("agent_interrupt with no turn running said true")
 	}
 	ok(t, s, "agent_send", map[string]any{"agent_id": "mcp-1", "text": "Go slowly."}, &sent)
-	pollUntil(t, 60*time.Second, "turn 3 to stream some text", func() bool {
+	poll.Until(t, 60*time.Second, "turn 3 to stream some text", func() bool {
 		ok(t, s, "agent_output", map[string]any{"agent_id": "mcp-1"}, &out)
 		return out.Turn == 3 && out.Text != ""
 	})
@@ -249,7 +250,7 @@ func TestMCPDrivesRealClaude(t *testing.T) {
 	if !ir.Interrupted {
 		t.Fatal("agent_interrupt of a running turn said false")
 	}
-	pollUntil(t, 60*time.Second, "the interrupted turn 3 to end", func() bool {
+	poll.Until(t, 60*time.Second, "the interrupted turn 3 to end", func() bool {
 		ok(t, s, "agent_status", map[string]any{"agent_id": "mcp-1"}, &rec)
 		return rec.Status == schemas.StatusIdle && rec.Turn == 3
 	})
@@ -537,19 +538,6 @@ func TestMCPValidation(t *testing.T) {
 	}
 }
 
-// pollUntil calls cond every 20ms until it holds, and fails the test,
-// naming what it waited for, if it does not within d.
-func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // putRecord writes an agent record as a node would.
 func putRecord(t *testing.T, fb *fabric, rec schemas.AgentRecord) {
 	t.Helper()
@@ -598,14 +586,19 @@ func TestMCPDoor(t *testing.T) {
 			t.Errorf("%s by a guarded agent: %q", name, text)
 		}
 	}
-	if text, isErr := call(t, g, "agent_output", map[string]any{"agent_id": "narrow"}); isErr && strings.Contains(text, "refused") {
-		t.Errorf("agent_output by a guarded agent: %q", text)
+	// The guard leaves reads open, of the agent's own subtree: itself
+	// here, and no other agent.
+	if text, isErr := call(t, g, "agent_output", map[string]any{"agent_id": "guarded"}); isErr && strings.Contains(text, "refused") {
+		t.Errorf("agent_output of itself by a guarded agent: %q", text)
+	}
+	if text, isErr := call(t, g, "agent_output", map[string]any{"agent_id": "narrow"}); !isErr || !strings.Contains(text, "agent_output refused: agent guarded may not read the output of agent narrow (not of its tree): rule subtree") {
+		t.Errorf("agent_output of another agent by a guarded agent: %q", text)
 	}
 	f := fb.client(map[string]string{schemas.AgentIDHeader: "free"})
 	var list schemas.ListReply
 	ok(t, f, "agent_list", nil, &list)
-	if len(list.Agents) != 3 {
-		t.Errorf("agent_list through the door, guard lifted: %d agents", len(list.Agents))
+	if len(list.Agents) != 1 || list.Agents[0].ID != "free" {
+		t.Errorf("agent_list through the door, guard lifted: %+v, want the agent itself alone", list.Agents)
 	}
 
 	n := fb.client(map[string]string{schemas.AgentIDHeader: "narrow"})
@@ -774,13 +767,20 @@ func TestMCPTokenRights(t *testing.T) {
 	}
 	for _, name := range []string{"agent_open", "agent_send", "agent_run", "agent_interrupt", "agent_close", "agent_set_model"} {
 		text, isErr := call(t, watcher, name, argsFor(name))
-		if !isErr || !strings.HasPrefix(text, name+" refused: this token may only observe") {
+		if !isErr || !strings.HasPrefix(text, name+" refused: an observer may not ") || !strings.Contains(text, "rule observer") {
 			t.Errorf("%s with the observer's token: %q", name, text)
 		}
 	}
 	driver := fb.client(map[string]string{"Authorization": "Bearer driver"})
 	if text, _ := call(t, driver, "agent_close", map[string]any{"agent_id": "nobody"}); strings.Contains(text, "refused") {
 		t.Errorf("agent_close with the control token: %q", text)
+	}
+	// The observer's token names no agent: with an agent's id beside it,
+	// it is refused, not widened to that agent's rights.
+	c0 := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	if _, err := c0.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url, HTTPClient: &http.Client{Transport: headerTransport{
+		"Authorization": "Bearer watcher", schemas.AgentIDHeader: "seen"}}}, nil); err == nil {
+		t.Error("the observer's token with an agent's id connected")
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
 	if _, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url}, nil); err == nil {
@@ -876,10 +876,13 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 		}
 		a := tool.Annotations
 		ro := slices.Contains(readOnly, tool.Name)
-		props, _ := got.(map[string]any)["properties"].(map[string]any)
-		_, takesRequestID := props["request_id"]
-		if a == nil || a.ReadOnlyHint != ro || a.DestructiveHint == nil || *a.DestructiveHint != (tool.Name == "agent_close") ||
-			a.IdempotentHint != (ro || takesRequestID) || a.OpenWorldHint == nil || *a.OpenWorldHint {
+		// Open, send and run act anew on each call without a request_id;
+		// a second interrupt, close, model switch or answer changes
+		// nothing the first did not.
+		anew := slices.Contains([]string{"agent_open", "agent_send", "agent_run"}, tool.Name)
+		destroys := tool.Name == "agent_close" || tool.Name == "agent_interrupt"
+		if a == nil || a.ReadOnlyHint != ro || a.DestructiveHint == nil || *a.DestructiveHint != destroys ||
+			a.IdempotentHint != !anew || a.OpenWorldHint == nil || *a.OpenWorldHint {
 			t.Errorf("%s's hints: %s", tool.Name, mustJSON(a))
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/local"
@@ -23,7 +24,7 @@ import (
 // ollamaBackend runs local-model agents against a fake Ollama server.
 func ollamaBackend(t *testing.T, fake *fakemodel.Server) backend.Backend {
 	t.Helper()
-	b, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
+	b, err := local.New(local.Config{Kind: backend.BackendOllama, Host: fake.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,12 +99,12 @@ func TestMCPOpenByNodeAndLabels(t *testing.T) {
 		t.Errorf("labels: n1 %v, n2 %v", n1.Labels, n2.Labels)
 	}
 	claudePath := peers.Claude.Command(t)[0]
-	if len(n1.Backends) != 1 || n1.Backends[0].Kind != backend.KindClaude || n1.Backends[0].Path != claudePath ||
+	if len(n1.Backends) != 1 || n1.Backends[0].Kind != backend.BackendClaude || n1.Backends[0].Path != claudePath ||
 		n1.Backends[0].Version == "" || !n1.Backends[0].Ready {
 		t.Errorf("n1 can run: %s; want the claude CLI at %s with its version", mustJSON(n1.Backends), claudePath)
 	}
-	if len(n2.Backends) != 2 || n2.Backends[0].Kind != backend.KindClaude || n2.Backends[0].Version != n1.Backends[0].Version ||
-		n2.Backends[1].Kind != backend.KindOllama || n2.Backends[1].Host != fakeOllama.URL() ||
+	if len(n2.Backends) != 2 || n2.Backends[0].Kind != backend.BackendClaude || n2.Backends[0].Version != n1.Backends[0].Version ||
+		n2.Backends[1].Kind != backend.BackendOllama || n2.Backends[1].Host != fakeOllama.URL() ||
 		!slices.Equal(n2.Backends[1].Models, []string{"fake-model", "other-model:7b"}) || !n2.Backends[1].Ready {
 		t.Errorf("n2 can run: %s; want claude, and Ollama at %s with fake-model and other-model:7b", mustJSON(n2.Backends), fakeOllama.URL())
 	}
@@ -155,7 +156,7 @@ func TestMCPOpenByNodeAndLabels(t *testing.T) {
 		}
 	}
 	// agent_nodes counts the agents each node runs.
-	pollUntil(t, 30*time.Second, "agent_nodes to count n1's no agent and n2's three", func() bool {
+	poll.Until(t, 30*time.Second, "agent_nodes to count n1's no agent and n2's three", func() bool {
 		ok(t, s, "agent_nodes", nil, &listed)
 		return len(listed.Nodes) == 2 && listed.Nodes[0].Agents == 0 && listed.Nodes[1].Agents == 3
 	})
@@ -284,7 +285,7 @@ func TestMCPRunTimeoutAndOneRunAtATime(t *testing.T) {
 	if !ir.Interrupted {
 		t.Error("agent_interrupt of the hung turn said false")
 	}
-	pollUntil(t, 30*time.Second, "turn 1 to end", func() bool {
+	poll.Until(t, 30*time.Second, "turn 1 to end", func() bool {
 		ok(t, s, "agent_status", map[string]any{"agent_id": "run-1"}, &rec)
 		return rec.Status == schemas.StatusIdle
 	})
@@ -301,7 +302,7 @@ func TestMCPRunTimeoutAndOneRunAtATime(t *testing.T) {
 		res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_run", Arguments: map[string]any{"agent_id": "run-1", "text": "Hold.", "timeout": 60}})
 		first <- result{res, err}
 	}()
-	pollUntil(t, 30*time.Second, "the first run's turn 2 to start", func() bool {
+	poll.Until(t, 30*time.Second, "the first run's turn 2 to start", func() bool {
 		ok(t, s, "agent_status", map[string]any{"agent_id": "run-1"}, &rec)
 		return rec.Status == schemas.StatusWorking && rec.Turn == 2
 	})

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -53,7 +55,7 @@ func TestMCPRetriesActOnce(t *testing.T) {
 		return rep
 	}
 	waitIdle := func() {
-		pollUntil(t, 30*time.Second, "the agent idle", func() bool {
+		poll.Until(t, 30*time.Second, "the agent idle", func() bool {
 			rec, err := fb.f.Status(t.Context(), id)
 			return err == nil && rec.Status == schemas.StatusIdle
 		})
@@ -63,13 +65,19 @@ func TestMCPRetriesActOnce(t *testing.T) {
 	if two := send("send-1"); two != one || be.Prompts.Load() != 1 {
 		t.Fatalf("a retried send answered %+v (first %+v) after %d turns; want the first reply and 1 turn", two, one, be.Prompts.Load())
 	}
+	// The same request id for a different request is no retry: refused as
+	// a conflict that names the first, and nothing acts.
+	text, isErr := call(t, s, "agent_send", map[string]any{"agent_id": id, "text": "something else", "request_id": "send-1"})
+	if !isErr || !strings.Contains(text, "request id send-1 was used") || !strings.Contains(text, "another send request about agent "+id) || strings.Contains(text, "hello") || be.Prompts.Load() != 1 {
+		t.Fatalf("another send under request id send-1: %q after %d turns", text, be.Prompts.Load())
+	}
 	// The same request id on another agent is another request.
 	var other schemas.OpenReply
 	ok(t, s, "agent_open", map[string]any{"cwd": cwd}, &other)
 	var elsewhere schemas.SendReply
 	ok(t, s, "agent_send", map[string]any{"agent_id": other.AgentID, "text": "hi", "request_id": "send-1"}, &elsewhere)
 	// The send is accepted before the turn reaches the backend.
-	pollUntil(t, 30*time.Second, "a request id reused for another agent acts", func() bool { return be.Prompts.Load() == 2 })
+	poll.Until(t, 30*time.Second, "a request id reused for another agent acts", func() bool { return be.Prompts.Load() == 2 })
 	waitIdle()
 	if fresh := send(""); fresh.Turn != one.Turn+1 {
 		t.Fatalf("a send without a request id is turn %d, want %d", fresh.Turn, one.Turn+1)
@@ -109,11 +117,11 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc := natstest.Connect(t, srv)
-	ask := func(verb string, req schemas.AgentRequest) []byte {
+	ask := func(verb schemas.Verb, req schemas.AgentRequest) []byte {
 		t.Helper()
 		b, _ := json.Marshal(req)
 		var m *nats.Msg
-		pollUntil(t, 30*time.Second, "the fabric service answering "+verb, func() bool {
+		poll.Until(t, 30*time.Second, "the fabric service answering "+string(verb), func() bool {
 			m, err = nc.Request(schemas.FabricSubject(verb), b, 10*time.Second)
 			return err == nil
 		})
@@ -123,7 +131,7 @@ func TestServiceRetriesKeepTheirRequestID(t *testing.T) {
 	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "stall on"}); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, 30*time.Second, "the turn running", func() bool {
+	poll.Until(t, 30*time.Second, "the turn running", func() bool {
 		rec, err := f.Status(t.Context(), open.AgentID)
 		return err == nil && rec.Status == schemas.StatusWorking
 	})

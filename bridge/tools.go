@@ -6,33 +6,46 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 // tool is one MCP tool: its arguments are the embedded request schema
-// named by schema, unmarshalled straight into the request type run takes.
+// named by schema, checked and unmarshalled into the request type run
+// takes.
 type tool struct {
 	name   string
 	desc   string
 	failed string // how a failure reads: "Error <failed>: <message>"
 	schema string // schemas/jsonschema/control/<schema>.json
-	// The hints MCP clients read: a tool that only reads, one that
-	// destroys (close), one a retry with the same request_id repeats
-	// without acting twice.
-	readOnly, destructive, idempotent bool
-	run                               func(ctx context.Context, args json.RawMessage) (any, error)
+	// The hints MCP clients read, beside the read-only one, which
+	// schemas.ReadOnlyTools says: a tool that destroys work (close,
+	// interrupt); one that a second call with the same arguments leaves as
+	// the first did. Open, send and run act anew on every call that
+	// carries no request_id, so they are not idempotent, though a retry
+	// under the same request_id acts once.
+	destructive, idempotent bool
+	run                     func(ctx context.Context, c caller, args json.RawMessage) (any, error)
 }
 
-// call adapts an operation on a request type to a tool's run.
-func call[Req, Rep any](op func(context.Context, Req) (Rep, error)) func(context.Context, json.RawMessage) (any, error) {
-	return func(ctx context.Context, raw json.RawMessage) (any, error) {
+// about adapts an operation on a request about one agent (target names
+// it; "" for none): the door judges the call, then op runs.
+func about[Req, Rep any](m *MCP, name string, target func(Req) string, op func(context.Context, Req) (Rep, error)) func(context.Context, caller, json.RawMessage) (any, error) {
+	return func(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
 		var req Req
 		if err := json.Unmarshal(raw, &req); err != nil {
 			return nil, fmt.Errorf("the arguments do not fit the request: %w", err)
 		}
+		if err := m.door(ctx, c, name, target(req)); err != nil {
+			return nil, err
+		}
 		return op(ctx, req)
 	}
 }
+
+func agentOf[Req interface{ Agent() string }](r Req) string { return r.Agent() }
+
+func none[Req any](Req) string { return "" }
 
 // tools are Kaimon's nine agent tools with its argument names, defaults
 // and return shapes, plus agent_events and agent_nodes.
@@ -40,34 +53,34 @@ func (m *MCP) tools() []tool {
 	f := m.f
 	return []tool{
 		{
-			name: "agent_open", failed: "opening agent", schema: "open_request", idempotent: true,
+			name: "agent_open", failed: "opening agent", schema: "open_request",
 			desc: "Open a headless AI coding agent in a working directory and return its id; its events stream on NATS agent.<id> " +
 				"and the Kaimon bus as agent:<id>. The model selects the backend: acp:<agent>[:<model>], ollama:<tag>, vmlx:<tag>, " +
 				"anything else runs the claude CLI (a Claude model may carry an effort suffix, e.g. sonnet/high).",
-			run: call(f.Open),
+			run: m.open,
 		},
 		{
-			name: "agent_send", failed: "sending to agent", schema: "send_request", idempotent: true,
+			name: "agent_send", failed: "sending to agent", schema: "send_request",
 			desc: "Write a user turn to an agent and return at once with the turn's number; a turn sent while another runs waits for it. " +
 				"Events stream on agent:<id>.",
-			run: call(f.Send),
+			run: about(m, "agent_send", agentOf[schemas.SendRequest], f.Send),
 		},
 		{
-			name: "agent_run", failed: "running agent turn", schema: "run_request", idempotent: true,
+			name: "agent_run", failed: "running agent turn", schema: "run_request",
 			desc: "Send a turn and block until it ends, returning the assistant's text, the turn and how it ended. " +
 				"One synchronous run per agent at a time.",
-			run: call(f.Run),
+			run: about(m, "agent_run", agentOf[schemas.RunRequest], f.Run),
 		},
 		{
-			name: "agent_output", failed: "reading agent output", schema: "output_request", readOnly: true,
+			name: "agent_output", failed: "reading agent output", schema: "output_request",
 			desc: "Read an agent's output without blocking (partial while it still works): the last message of a turn, the " +
 				"whole turn, or every turn. Works for agents whose node is gone, from the event stream.",
-			run: call(f.Output),
+			run: about(m, "agent_output", agentOf[schemas.OutputRequest], f.Output),
 		},
 		{
-			name: "agent_status", schema: "status_request", readOnly: true,
+			name: "agent_status", schema: "status_request",
 			desc: "An agent's status: status, model, cwd, turn, timestamps, session id, transcript and event log paths, usage, and the node it runs on.",
-			run: call(func(ctx context.Context, req schemas.StatusRequest) (schemas.AgentRecord, error) {
+			run: about(m, "agent_status", agentOf[schemas.StatusRequest], func(ctx context.Context, req schemas.StatusRequest) (schemas.AgentRecord, error) {
 				rec, err := f.Status(ctx, req.AgentID)
 				if schemas.CodeOf(err) == schemas.CodeNotFound {
 					return rec, errors.New("No such agent: " + req.AgentID)
@@ -76,15 +89,15 @@ func (m *MCP) tools() []tool {
 			}),
 		},
 		{
-			name: "agent_list", failed: "listing agents", schema: "list_request", readOnly: true,
+			name: "agent_list", failed: "listing agents", schema: "list_request",
 			desc: "Every agent of the fabric, dead ones kept for review included, oldest first.",
-			run: call(func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
-				recs, err := f.List(ctx)
-				if recs == nil {
-					recs = []schemas.AgentRecord{}
+			run: func(ctx context.Context, c caller, _ json.RawMessage) (any, error) {
+				if err := m.door(ctx, c, "agent_list", ""); err != nil {
+					return nil, err
 				}
-				return schemas.ListReply{Agents: recs}, err
-			}),
+				recs, err := f.List(ctx)
+				return schemas.ListReply{Agents: client.Visible(c.p, c.rec, recs)}, err
+			},
 		},
 		{
 			name: "agent_set_model", failed: "setting agent model", schema: "set_model_request", idempotent: true,
@@ -92,32 +105,32 @@ func (m *MCP) tools() []tool {
 				"its own agent, a local-model agent a tag of its kind. Returns whether it switched.",
 			// Kaimon's reply is {"switched": bool} exactly; the reason is
 			// for Shoal's own clients.
-			run: call(func(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
+			run: about(m, "agent_set_model", agentOf[schemas.SetModelRequest], func(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
 				rep, err := f.SetModel(ctx, req)
 				rep.Reason = ""
 				return rep, err
 			}),
 		},
 		{
-			name: "agent_interrupt", failed: "interrupting agent", schema: "agent_request", idempotent: true,
+			name: "agent_interrupt", failed: "interrupting agent", schema: "agent_request", destructive: true, idempotent: true,
 			desc: "Cancel an agent's running turn, and the turns sent behind it; each ends with stop reason cancelled. Returns whether anything was interrupted.",
-			run:  call(f.Interrupt),
+			run:  about(m, "agent_interrupt", agentOf[schemas.AgentRequest], f.Interrupt),
 		},
 		{
 			name: "agent_close", failed: "closing agent", schema: "agent_request", destructive: true, idempotent: true,
 			desc: "Close an agent: stop its process and everything it started. It is kept as dead for review. false for an unknown id.",
-			run:  call(f.Close),
+			run:  about(m, "agent_close", agentOf[schemas.AgentRequest], f.Close),
 		},
 		{
-			name: "agent_events", failed: "reading agent events", schema: "events_request", readOnly: true,
+			name: "agent_events", failed: "reading agent events", schema: "events_request",
 			desc: "Replay an agent's stored events (a Shoal addition): from the start, from an event number, a turn or a time, " +
 				"a page at a time. next_event continues the read; gaps in the numbering are reported.",
-			run: call(f.Events),
+			run: about(m, "agent_events", agentOf[schemas.EventsRequest], f.Events),
 		},
 		{
-			name: "agent_nodes", failed: "listing nodes", schema: "nodes_request", readOnly: true,
+			name: "agent_nodes", failed: "listing nodes", schema: "nodes_request",
 			desc: "The nodes of the fabric and what each can run (a Shoal addition).",
-			run: call(func(ctx context.Context, _ schemas.NodesRequest) (schemas.NodesReply, error) {
+			run: about(m, "agent_nodes", none[schemas.NodesRequest], func(ctx context.Context, _ schemas.NodesRequest) (schemas.NodesReply, error) {
 				nodes, err := f.Nodes(ctx)
 				if nodes == nil {
 					nodes = []schemas.NodeRecord{}
@@ -130,24 +143,99 @@ func (m *MCP) tools() []tool {
 			name: "agent_permit", failed: "answering a permission request", schema: "permit_request", idempotent: true,
 			desc: "Answer a permission request an agent opened with permission ask waits on (a Shoal addition): allow lets the " +
 				"tool run, deny refuses it with your message. Only the first answer counts; a later one is a conflict naming it.",
-			run: call(func(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+			run: func(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
+				var req schemas.PermitRequest
+				if err := json.Unmarshal(raw, &req); err != nil {
+					return nil, err
+				}
+				if err := m.door(ctx, c, "agent_permit", req.AgentID); err != nil {
+					return nil, err
+				}
 				req.By = "mcp"
-				if id := callingAgent(ctx); id != "" {
-					req.By = "agent " + id
+				if c.rec != nil {
+					req.By = "agent " + c.rec.ID
 				}
 				return f.Permit(ctx, req)
-			}),
+			},
 		},
 		{
-			name: "agent_pending", failed: "listing permission requests", schema: "pending_request", readOnly: true,
+			name: "agent_pending", failed: "listing permission requests", schema: "pending_request",
 			desc: "The permission requests agents wait on, oldest first, with each tool call's input (a Shoal addition).",
-			run: call(func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
-				reqs, err := f.Pending(ctx)
-				if reqs == nil {
-					reqs = []schemas.PermitRecord{}
+			run: func(ctx context.Context, c caller, _ json.RawMessage) (any, error) {
+				if err := m.door(ctx, c, "agent_pending", ""); err != nil {
+					return nil, err
 				}
-				return schemas.PendingReply{Requests: reqs}, err
-			}),
+				reqs, err := f.Pending(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return schemas.PendingReply{Requests: m.readable(ctx, c, reqs)}, nil
+			},
 		},
 	}
+}
+
+// open opens an agent. An agent's open passes its door: its policy, the
+// paths it passes confined to its workspace, and its child no wider than
+// itself. A person may grant the agent a reach; an agent's child has no
+// more than its parent.
+func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
+	var req schemas.OpenRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return nil, fmt.Errorf("the arguments do not fit the request: %w", err)
+	}
+	if err := m.door(ctx, c, "agent_open", ""); err != nil {
+		return nil, err
+	}
+	if c.rec != nil {
+		if err := confine(c.rec, &req.CWD, &req.MCPConfig); err != nil {
+			return nil, err
+		}
+		if err := m.nested(*c.rec, &req); err != nil {
+			return nil, err
+		}
+		if err := m.reopens(ctx, c, req.ID); err != nil {
+			return nil, err
+		}
+	}
+	return m.f.Open(ctx, req)
+}
+
+// reopens holds an agent's open of a named id to its own subtree: a fresh
+// id, or a dead agent it reaches. Reopening any other id would give it
+// that agent's stream, every earlier life of it, and the lineage of its
+// children (who name the id as their parent).
+func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
+	if id == "" {
+		return nil
+	}
+	switch _, err := m.f.Record(ctx, id); {
+	case schemas.CodeOf(err) == schemas.CodeNotFound:
+		page, err := m.f.Events(ctx, schemas.EventsRequest{AgentID: id, Max: 1})
+		switch {
+		case schemas.CodeOf(err) == schemas.CodeNotFound, err == nil && len(page.Events) == 0:
+			return nil // never used: no record, no stream
+		case err != nil:
+			return err
+		}
+		// A pruned agent's stream, with no record to tell its lineage by:
+		// Authorize finds it outside the caller's reach.
+	case err != nil:
+		return err
+	}
+	if err := client.Authorize(ctx, m.f, c.p, c.rec, schemas.AccessAct, id, "reopen"); err != nil {
+		return refused("%s", err.Error())
+	}
+	return nil
+}
+
+// readable keeps the permission requests of the agents c may read.
+func (m *MCP) readable(ctx context.Context, c caller, reqs []schemas.PermitRecord) []schemas.PermitRecord {
+	out := []schemas.PermitRecord{}
+	for _, r := range reqs {
+		if c.p.Kind == schemas.KindPerson || client.Authorize(ctx, m.f, c.p, c.rec, schemas.AccessRead, r.AgentID, "read") == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

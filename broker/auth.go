@@ -79,11 +79,11 @@ func permissions(role Role, name string) jwt.Permissions {
 		p.Pub.Allow.Add(schemas.RelayNamespace(name), schemas.NodeReplyPrefix(name)+".>")
 		p.Sub.Allow.Add(schemas.NodeGroup(name)+".>", "$SRV.>", inbox)
 	case RoleClient:
-		p.Pub.Allow.Add("shoal.fabric.>")
+		p.Pub.Allow.Add(schemas.FabricPrefix + ".>")
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)
 	case RoleObserver:
-		for _, v := range schemas.FabricReadVerbs {
-			p.Pub.Allow.Add("shoal.fabric." + v)
+		for _, v := range schemas.FabricReadVerbs() {
+			p.Pub.Allow.Add(schemas.FabricSubject(v))
 		}
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)
 	}

@@ -177,10 +177,10 @@ func TestObserverCanOnlyRead(t *testing.T) {
 	t.Parallel()
 	b, auth := authBroker(t)
 	o := connectAs(t, b, issue(t, auth, broker.RoleObserver, "eyes"))
-	for _, v := range schemas.FabricReadVerbs {
-		allowed(t, b, o, "shoal.fabric."+v)
+	for _, v := range schemas.FabricReadVerbs() {
+		allowed(t, b, o, schemas.FabricSubject(v))
 	}
-	for _, v := range []string{"open", "send", "run", "interrupt", "close", "set_model"} {
+	for _, v := range []string{"open", "send", "run", "interrupt", "close", "set_model", "permit"} {
 		o.denied(t, "an observer's "+v, "shoal.fabric."+v, func() error {
 			return o.nc.Publish("shoal.fabric."+v, []byte("{}"))
 		})

@@ -216,19 +216,15 @@ func (b *Broker) Shutdown() {
 	})
 }
 
-// checkWritable makes dir and proves a file can be created in it, so a bad
-// store dir fails with its own name rather than deep inside JetStream.
+// checkWritable makes dir; that a file can be written in it is proved by
+// the store's lock, made or opened for writing next, so a bad store dir
+// fails with its own name rather than deep inside JetStream, and a store
+// in use has nothing written into it.
 func checkWritable(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("store dir %s: %w", dir, unwrapPath(err))
 	}
-	f, err := os.CreateTemp(dir, ".shoal-probe-*")
-	if err != nil {
-		return fmt.Errorf("store dir %s is not writable: %w", dir, unwrapPath(err))
-	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
+	return nil
 }
 
 func unwrapPath(err error) error {

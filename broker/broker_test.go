@@ -203,7 +203,16 @@ func TestStoreInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Shutdown()
+	before, err := os.Stat(store)
+	if err != nil {
+		t.Fatal(err)
+	}
 	err = second.Start(natstest.Context(t, 20*time.Second))
+	// Nothing was written into the live store, not even a file made and
+	// removed (the directory's time would say so).
+	if after, serr := os.Stat(store); serr != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the refused server touched the live store: modified %v, before %v (%v)", after.ModTime(), before.ModTime(), serr)
+	}
 	want := "store " + store + " is in use by process " + strconv.Itoa(os.Getpid())
 	if err == nil || !strings.Contains(err.Error(), want) || schemas.CodeOf(err) != schemas.CodeInvalid {
 		t.Fatalf("got %v, want it to say %q", err, want)

@@ -26,7 +26,7 @@ func lockStore(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("store dir %s: %w", dir, unwrapPath(err))
+		return nil, fmt.Errorf("store dir %s is not writable: %w", dir, unwrapPath(err))
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		b, _ := os.ReadFile(path)

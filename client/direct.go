@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // Direct is a client with the coordinator's rights: it reads records and
@@ -111,25 +112,75 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
 		}
 	}
-	nodes, err := f.Nodes(ctx)
-	if err != nil {
-		return schemas.OpenReply{}, err
+	if req.ID != "" {
+		if err := validAgent(req.ID); err != nil {
+			return schemas.OpenReply{}, err
+		}
 	}
-	node, err := place(nodes, req)
-	if err != nil {
-		return schemas.OpenReply{}, err
-	}
-	req.Node = node
 	req.RequestID = requestID(req.RequestID)
 	if req.ID == "" {
 		// A retry of this request names the same agent, so wherever
 		// placement sends it, it finds the agent the first attempt opened.
 		req.ID = derivedID(req.RequestID)
 	}
+	// An open placed by the fabric goes to another node when the one
+	// chosen cannot take it after all (stopping, gone, full, unable to
+	// start agents): placement read the nodes' records a moment before,
+	// and a record outlives its node by up to a heartbeat.
+	placed := req.Node == ""
+	var passed []string
+	for attempt := 0; ; attempt++ {
+		nodes, err := f.Nodes(ctx)
+		if err != nil {
+			return schemas.OpenReply{}, err
+		}
+		nodes = slices.DeleteFunc(nodes, func(n schemas.NodeRecord) bool { return slices.Contains(passed, n.Name) })
+		try := req
+		node, err := place(nodes, req)
+		if err != nil {
+			if placed && attempt < maxPlacements && schemas.CodeOf(err) == schemas.CodeUnavailable {
+				// A view of the nodes read as one left may miss the
+				// others for a moment: look again.
+				if !sleepCtx(ctx, 100*time.Millisecond*time.Duration(attempt+1)) {
+					return schemas.OpenReply{}, err
+				}
+				continue
+			}
+			if len(passed) > 0 {
+				err = fmt.Errorf("%w (passed over: %s)", err, strings.Join(passed, ", "))
+			}
+			return schemas.OpenReply{}, err
+		}
+		try.Node = node
+		rep, err := f.openOn(ctx, try, passed)
+		if err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
+			return rep, err
+		}
+		passed = append(passed, node)
+	}
+}
+
+// maxPlacements bounds how many times an open placed by the fabric goes
+// to another node.
+const maxPlacements = 4
+
+// sleepCtx waits d, reporting false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// openOn claims the agent for req.Node and asks that node to open it.
+func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []string) (schemas.OpenReply, error) {
+	node := req.Node
 	// The id is claimed for the node before the node hears of it: a node
 	// writes only the records that name it (the relay holds confined nodes
 	// to that), so ownership is given here, not taken.
-	release, err := f.claim(ctx, req)
+	release, err := f.claim(ctx, req, passed)
 	if err != nil {
 		if rec, _, rerr := f.record(ctx, req.ID); schemas.CodeOf(err) == schemas.CodeConflict && rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead && rec.Status != schemas.StatusStarting {
 			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil // a retry of an open that went through
@@ -150,7 +201,10 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 // (a retry) is left as it is. The release gives the claim up if the node
 // never took it up: a node that answered with an error, or could not be
 // reached, left the record as claimed.
-func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest) (release func(context.Context), err error) {
+//
+// passed names nodes this open was sent to and went on from: a claim of
+// this request they left, still starting, is taken over.
+func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []string) (release func(context.Context), err error) {
 	kv, err := f.agentsKV(ctx)
 	if err != nil {
 		return nil, err
@@ -160,27 +214,54 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest) (release fu
 	if model == "" {
 		model = schemas.DefaultModel
 	}
-	grant, _ := json.Marshal(schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
+	claimed := schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
 		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID,
-		Parent: req.Parent, Depth: req.Depth})
+		Parent: req.Parent, Depth: req.Depth, Reach: req.Reach}
+	// What the rights rules read of the record is the coordinator's to
+	// say, not the node's: the policy composed from the request, as the
+	// node will compose it, and a sandbox the open asked for. The relay
+	// holds a confined node's writes to them.
+	if pol, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only); err == nil {
+		pol.Ask = pol.Ask || req.Ask
+		claimed.Policy = pol.Record(req.CWD)
+	}
+	if req.Sandbox != nil && *req.Sandbox {
+		claimed.Sandbox = &schemas.SandboxPolicy{}
+	}
+	grant, _ := json.Marshal(claimed)
 	var prev []byte
-	rev, err := kv.Create(ctx, req.ID, grant)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	var rev uint64
+	// A record that changes between the read and the write (a node giving
+	// back a claim it could not use) is read again.
+	for try := 0; ; try++ {
+		prev = nil
+		rev, err = kv.Create(ctx, req.ID, grant)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			break
+		}
 		e, gerr := kv.Get(ctx, req.ID)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) && try < 3 {
+			continue // deleted since: create it
+		}
 		if gerr != nil {
 			return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", req.ID, gerr)
 		}
+		prev = e.Value()
 		var old schemas.AgentRecord
 		if json.Unmarshal(e.Value(), &old) == nil {
 			switch {
 			case old.RequestID == req.RequestID && old.Status != schemas.StatusDead && old.Node == req.Node:
 				return nil, nil // this request's own claim: a retry
+			case old.RequestID == req.RequestID && old.Status == schemas.StatusStarting && slices.Contains(passed, old.Node):
+				prev = nil // left by a node this open went on from: nothing to give back
 			case old.Status != schemas.StatusDead && !staleClaim(old):
 				return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", req.ID) // Kaimon's words
 			}
 		}
-		prev = e.Value()
 		rev, err = kv.Update(ctx, req.ID, grant, e.Revision())
+		if err == nil || try >= 3 {
+			break
+		}
 	}
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening: %v)", req.ID, err)
@@ -224,6 +305,11 @@ func (f *Direct) Send(ctx context.Context, req schemas.SendRequest) (schemas.Sen
 // the turn never answers, and the fabric marks its agents dead within
 // the node heartbeat's lifetime, which ends the wait as unavailable.
 func (f *Direct) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+	// The id names subjects the watch below subscribes to: it is checked
+	// before anything is asked of the server.
+	if err := validAgent(req.AgentID); err != nil {
+		return schemas.RunReply{}, err
+	}
 	timeout, err := schemas.RunTimeout(req.Timeout)
 	if err != nil {
 		return schemas.RunReply{}, err
@@ -351,7 +437,7 @@ func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	LongWait(ctx) // a read per agent
+	service.LongWait(ctx) // a read per agent
 	lister, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, err
@@ -386,10 +472,18 @@ func (f *Direct) Record(ctx context.Context, id string) (schemas.AgentRecord, er
 	return rec, err
 }
 
+// validAgent checks an agent id before any subject is built from it.
+func validAgent(id string) error {
+	if err := schemas.ValidID(id); err != nil {
+		return schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	return nil
+}
+
 // record is Record with the record's revision.
 func (f *Direct) record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
-	if err := schemas.ValidID(id); err != nil {
-		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	if err := validAgent(id); err != nil {
+		return schemas.AgentRecord{}, 0, err
 	}
 	kv, err := f.agentsKV(ctx)
 	if err != nil {
@@ -457,7 +551,7 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 	}
 	// A node may take a while: to start an agent, end a turn, stop one;
 	// or it may hang, and any request waits out its timeout.
-	LongWait(ctx)
+	service.LongWait(ctx)
 	attempts, attempt := 1, ctx
 	if retryable(verb) {
 		attempts = 3

@@ -2,7 +2,10 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -77,11 +80,40 @@ func (f *Direct) recordFromStream(ctx context.Context, id string) (schemas.Agent
 	if s.First == 0 {
 		return schemas.AgentRecord{}, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 	}
+	if rec, ok := f.prunedRecord(ctx, id); ok {
+		return rec, nil
+	}
 	return schemas.AgentRecord{
 		ID: id, Status: schemas.StatusDead, Turn: s.Last, Usage: s.Usage, Node: ends[1].Node,
 		CreatedAt: unixSeconds(ends[0].Time), LastActivity: unixSeconds(ends[1].Time),
 		QueuesPrompts: true,
 	}, nil
+}
+
+// prunedRecord is the last record a node wrote of a dead agent it has
+// since forgotten (pruned beyond the dead it keeps): the bucket keeps a
+// few revisions of a key, the deleted one's included, so its model, cwd,
+// session and event log are still said.
+func (f *Direct) prunedRecord(ctx context.Context, id string) (schemas.AgentRecord, bool) {
+	kv, err := f.agentsKV(ctx)
+	if err != nil {
+		return schemas.AgentRecord{}, false
+	}
+	hist, err := kv.History(ctx, id)
+	if err != nil {
+		return schemas.AgentRecord{}, false
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		if hist[i].Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var rec schemas.AgentRecord
+		if json.Unmarshal(hist[i].Value(), &rec) != nil || rec.Status != schemas.StatusDead {
+			return schemas.AgentRecord{}, false
+		}
+		return rec, true
+	}
+	return schemas.AgentRecord{}, false
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

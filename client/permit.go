@@ -9,20 +9,24 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // Permit answers a permission request: the agent's node takes the first
 // answer and refuses any later one as a conflict naming the first.
 func (f *Direct) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
-	if err := schemas.ValidID(req.AgentID); err != nil {
-		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	if err := validAgent(req.AgentID); err != nil {
+		return schemas.PermitReply{}, err
+	}
+	if err := schemas.ValidID(req.RequestID); err != nil {
+		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "permission request %v", err)
 	}
 	if _, err := schemas.ParseDecision(string(req.Decision)); err != nil {
 		return schemas.PermitReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
 	var rep schemas.PermitReply
 	err := f.toOwner(ctx, req.AgentID, schemas.VerbPermit, req, &rep, 0)
-	if schemas.CodeOf(err) == schemas.CodeNotFound {
+	if c := schemas.CodeOf(err); c == schemas.CodeNotFound || c == schemas.CodeUnavailable {
 		// An answered request is told apart from one that never was.
 		if rec, ok := f.permit(ctx, req.AgentID, req.RequestID); ok && rec.Answer != nil {
 			a := rec.Answer
@@ -52,7 +56,7 @@ func (f *Direct) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
 	}
-	LongWait(ctx) // a read per request
+	service.LongWait(ctx) // a read per request
 	lister, err := kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return []schemas.PermitRecord{}, nil
@@ -85,13 +89,15 @@ func (f *Direct) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
 
 // Permit implements Client.
 func (r *Remote) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
+	// Who answers is the fabric service's to say (by is read-only there).
+	req.By = ""
 	var rep schemas.PermitReply
-	return rep, r.via(ctx, "permit", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbPermit, req, &rep, 0)
 }
 
 // Pending implements Client.
 func (r *Remote) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
 	var rep schemas.PendingReply
-	err := r.via(ctx, "pending", struct{}{}, &rep, 0)
+	err := r.via(ctx, schemas.VerbPending, struct{}{}, &rep, 0)
 	return rep.Requests, err
 }

@@ -66,9 +66,12 @@ func load(n schemas.NodeRecord) float64 {
 
 // unfit says why a node cannot take the agent, or "".
 func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
+	if n.Unhealthy != "" {
+		return "cannot start agents now: " + n.Unhealthy
+	}
 	model := req.Model
 	if model == "" {
-		model = "sonnet"
+		model = schemas.DefaultModel
 	}
 	if why := cannotRun(n, model); why != "" {
 		return why
@@ -88,7 +91,9 @@ func unfit(n schemas.NodeRecord, req schemas.OpenRequest) string {
 		return strings.Join(missing, ", ")
 	}
 	switch {
-	case req.Sandbox != nil && *req.Sandbox && n.Sandbox == "":
+	case req.SandboxKind == schemas.SandboxNamespaces && n.Sandbox != "" && !schemas.SandboxGives(n.Sandbox, req.SandboxKind):
+		return "cannot put agents in namespaces of their own: " + n.SandboxProblem
+	case (req.SandboxKind != "" || (req.Sandbox != nil && *req.Sandbox)) && n.Sandbox == "":
 		if n.SandboxProblem != "" {
 			return "cannot sandbox agents: " + n.SandboxProblem
 		}

@@ -320,4 +320,13 @@ func TestPlaceSandbox(t *testing.T) {
 		"plain: cannot run acp:gemini agents", "strict: cannot run acp:gemini agents")
 	refused(t, []schemas.NodeRecord{strict}, schemas.OpenRequest{Sandbox: &no}, schemas.CodeUnavailable,
 		"strict: runs every agent sandboxed")
+	// A sandbox at least as strong as asked: namespaces where a node gives
+	// them, Landlock alone anywhere that sandboxes.
+	spaced := nodeRec("spaced", 9, claudeReady)
+	spaced.Sandbox, spaced.SandboxMode = "namespaces, landlock ABI 7", schemas.SandboxOff
+	confining.SandboxProblem = "new user, mount, pid and network namespaces cannot be made"
+	placed(t, []schemas.NodeRecord{confining, spaced}, schemas.OpenRequest{SandboxKind: schemas.SandboxNamespaces}, "spaced")
+	placed(t, []schemas.NodeRecord{plain, confining}, schemas.OpenRequest{SandboxKind: schemas.SandboxLandlock}, "confining")
+	refused(t, []schemas.NodeRecord{plain, confining}, schemas.OpenRequest{SandboxKind: schemas.SandboxNamespaces}, schemas.CodeUnavailable,
+		"confining: cannot put agents in namespaces of their own: new user, mount, pid and network namespaces cannot be made", "plain: cannot sandbox agents")
 }

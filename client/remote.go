@@ -37,14 +37,14 @@ func (r *Remote) Conn() *nats.Conn { return r.nc }
 func (r *Remote) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.OpenReply
-	return rep, r.via(ctx, "open", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbOpen, req, &rep, 0)
 }
 
 // Send implements Client.
 func (r *Remote) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SendReply
-	return rep, r.via(ctx, "send", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbSend, req, &rep, 0)
 }
 
 // Run implements Client; the coordinator watches the agent's record.
@@ -55,40 +55,40 @@ func (r *Remote) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 	}
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.RunReply
-	return rep, r.via(ctx, "run", req, &rep, timeout+60*time.Second)
+	return rep, r.via(ctx, schemas.VerbRun, req, &rep, timeout+60*time.Second)
 }
 
 // Interrupt implements Client.
 func (r *Remote) Interrupt(ctx context.Context, req schemas.AgentRequest) (schemas.InterruptReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.InterruptReply
-	return rep, r.via(ctx, "interrupt", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbInterrupt, req, &rep, 0)
 }
 
 // Close implements Client.
 func (r *Remote) Close(ctx context.Context, req schemas.AgentRequest) (schemas.CloseReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.CloseReply
-	return rep, r.via(ctx, "close", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbClose, req, &rep, 0)
 }
 
 // SetModel implements Client.
 func (r *Remote) SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error) {
 	req.RequestID = requestID(req.RequestID)
 	var rep schemas.SetModelReply
-	return rep, r.via(ctx, "set_model", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbSetModel, req, &rep, 0)
 }
 
 // Output implements Client.
 func (r *Remote) Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error) {
 	var rep schemas.OutputReply
-	return rep, r.via(ctx, "output", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbOutput, req, &rep, 0)
 }
 
 // Status implements Client.
 func (r *Remote) Status(ctx context.Context, id string) (schemas.AgentRecord, error) {
 	var rep schemas.AgentRecord
-	return rep, r.via(ctx, "status", schemas.AgentRequest{AgentID: id}, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbStatus, schemas.AgentRequest{AgentID: id}, &rep, 0)
 }
 
 // Record implements Client.
@@ -97,33 +97,33 @@ func (r *Remote) Record(ctx context.Context, id string) (schemas.AgentRecord, er
 		return schemas.AgentRecord{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
 	var rec schemas.AgentRecord
-	return rec, r.via(ctx, "record", schemas.AgentRequest{AgentID: id}, &rec, 0)
+	return rec, r.via(ctx, schemas.VerbRecord, schemas.AgentRequest{AgentID: id}, &rec, 0)
 }
 
 // List implements Client.
 func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	var rep schemas.ListReply
-	return rep.Agents, r.via(ctx, "list", schemas.ListRequest{}, &rep, 0)
+	return rep.Agents, r.via(ctx, schemas.VerbList, schemas.ListRequest{}, &rep, 0)
 }
 
 // Nodes implements Client.
 func (r *Remote) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 	var rep schemas.NodesReply
-	return rep.Nodes, r.via(ctx, "nodes", struct{}{}, &rep, 0)
+	return rep.Nodes, r.via(ctx, schemas.VerbNodes, struct{}{}, &rep, 0)
 }
 
 // Events implements Client.
 func (r *Remote) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
 	rep := schemas.EventsReply{AgentID: req.AgentID, Events: []schemas.StoredEvent{}, Gaps: []schemas.EventGap{}}
-	return rep, r.via(ctx, "events", req, &rep, 0)
+	return rep, r.via(ctx, schemas.VerbEvents, req, &rep, 0)
 }
 
 // via sends one request to the coordinator's fabric service.
 // A request the coordinator did not get (it was briefly away) is sent
 // again once; requests that change state carry their request id, so the
 // owner recognises a retry.
-func (r *Remote) via(ctx context.Context, verb string, req, rep any, timeout time.Duration) error {
-	if r.readOnly && !slices.Contains(schemas.FabricReadVerbs, verb) {
+func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeout time.Duration) error {
+	if r.readOnly && !slices.Contains(schemas.FabricReadVerbs(), verb) {
 		return schemas.Errf(schemas.CodeInvalid, "these credentials may only observe: %s needs client credentials (shoal creds client NAME)", verb)
 	}
 	body, err := json.Marshal(req)
@@ -178,7 +178,7 @@ func (r *Remote) Replay(ctx context.Context, ids []string, from From, follow boo
 		return err
 	}
 	defer sub.Unsubscribe()
-	if err := r.nc.PublishMsg(&nats.Msg{Subject: schemas.FabricSubject("replay"), Reply: inbox, Data: body}); err != nil {
+	if err := r.nc.PublishMsg(&nats.Msg{Subject: schemas.FabricSubject(schemas.VerbReplay), Reply: inbox, Data: body}); err != nil {
 		return err
 	}
 	lost := time.NewTimer(schemas.ReplayLost)
@@ -194,7 +194,7 @@ func (r *Remote) Replay(ctx context.Context, ids []string, from From, follow boo
 		}
 		lost.Reset(schemas.ReplayLost)
 		if m.Header.Get("Status") == "503" {
-			return schemas.Errf(schemas.CodeUnavailable, "no coordinator answers %s (is `shoal up` running?)", schemas.FabricSubject("replay"))
+			return schemas.Errf(schemas.CodeUnavailable, "no coordinator answers %s (is `shoal up` running?)", schemas.FabricSubject(schemas.VerbReplay))
 		}
 		switch m.Header.Get(schemas.HeaderReplay) {
 		case "ack":

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // From says where a replay starts. Its zero value is the beginning.
@@ -90,7 +91,7 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 	if err := f.checkFrom(ctx, stream, ids, from); err != nil {
 		return err
 	}
-	LongWait(ctx) // however many events there are to read
+	service.LongWait(ctx) // however many events there are to read
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
 	switch {
 	case from.New:
@@ -252,12 +253,12 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 
 // replayState is what a replay remembers between events.
 type replayState struct {
-	turn    int       // the turn a replay from a turn starts at
-	started bool      // that turn has begun (always, for other replays)
-	pending *Replayed // a user's text held back while looking for the turn it starts
-	first   uint64    // the number of the first event seen (a replay from a turn names one agent)
-	whole   bool      // the life being read began in the stored history
-	passed  *Replayed // the start of a later turn, where the turn asked for was dropped
+	turn    int        // the turn a replay from a turn starts at
+	started bool       // that turn has begun (always, for other replays)
+	pending []Replayed // the echoes of the turn asked for and later ones, held back until it begins
+	first   uint64     // the number of the first event seen (a replay from a turn names one agent)
+	whole   bool       // the life being read began in the stored history
+	passed  *Replayed  // the start of a later turn, where the turn asked for was dropped
 	fn      func(Replayed, *Gap) error
 }
 
@@ -296,7 +297,14 @@ func (rs *replayState) add(r *Replayed, gap *Gap) error {
 			rs.whole = true // a new life of the id, from its beginning
 			return nil
 		case r.Kind == schemas.KindUserText:
-			rs.pending = r
+			// An echo is stamped with the turn before its own; turns sent
+			// while another ran have theirs before the turn asked for
+			// begins.
+			if r.Turn >= rs.turn-1 {
+				rs.pending = append(rs.pending, *r)
+			} else {
+				rs.pending = nil
+			}
 			return nil
 		case r.Turn >= rs.turn && (r.Kind == schemas.KindTurnStarted || isWorking(*r)):
 			if r.Turn > rs.turn && !rs.whole {
@@ -306,11 +314,12 @@ func (rs *replayState) add(r *Replayed, gap *Gap) error {
 				return nil
 			}
 			rs.started = true
-			if p := rs.pending; p != nil && p.Turn == rs.turn-1 {
-				if err := rs.fn(*p, nil); err != nil {
+			for _, p := range rs.pending {
+				if err := rs.fn(p, nil); err != nil {
 					return err
 				}
 			}
+			rs.pending = nil
 		default:
 			return nil
 		}

@@ -155,3 +155,35 @@ func TestReplayFromATurnOfAReusedID(t *testing.T) {
 	}
 	c.check(t)
 }
+
+// Turns sent while another runs: their echoes come before the running
+// turn ends. A replay (and a page) from turn 2 starts with turn 2's own
+// prompt and shows turn 3's, which came before turn 2 began; an earlier
+// version kept only the last echo it had passed and lost turn 2's.
+func TestReplayFromAHeldTurnHasItsPrompt(t *testing.T) {
+	t.Parallel()
+	f, js := streamFabric(t)
+	a := &agentStream{t: t, js: js, id: "queued"}
+	a.emit(0, schemas.Status{Status: schemas.StatusIdle})       // 1
+	a.emit(0, schemas.UserText{Content: schemas.Text("first")}) // 2
+	a.emit(1, schemas.Status{Status: schemas.StatusWorking})    // 3
+	a.emit(1, schemas.TurnStarted{})                            // 4
+	second := a.emit(1, schemas.UserText{Content: schemas.Text("second")})
+	third := a.emit(2, schemas.UserText{Content: schemas.Text("third")})
+	a.emit(1, schemas.AssistantText{Content: schemas.Text("one")}) // 7
+	a.emit(1, schemas.Status{Status: schemas.StatusIdle})          // 8
+	a.emit(1, schemas.Result{StopReason: schemas.StopEndTurn})     // 9
+	start := a.emit(2, schemas.Status{Status: schemas.StatusWorking})
+	a.emit(2, schemas.TurnStarted{}) // 11
+	var c collected
+	if err := f.Replay(t.Context(), []string{"queued"}, client.From{Turn: 2}, false, c.fn); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{second, third, start, start + 1}; !equal(c.numbers(), want) {
+		t.Errorf("replay from turn 2 delivered %v, want %v", c.numbers(), want)
+	}
+	page, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: "queued", FromTurn: 2})
+	if err != nil || len(page.Events) == 0 || page.Events[0].N != second {
+		t.Errorf("a page from turn 2: %+v %v", page.Events, err)
+	}
+}

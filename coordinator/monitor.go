@@ -21,7 +21,10 @@ type MonitorConfig struct {
 	// when empty.
 	Name string
 	// Grace is how long after starting the monitor waits before it takes
-	// nodes that never showed up for lost; 3× the bucket TTL when zero.
+	// for lost the nodes it has not heard from since it started (their
+	// entries written before, or gone while no monitor ran); 3× the bucket
+	// TTL when zero. A node heard from since the start is lost as soon as
+	// its entry goes.
 	Grace  time.Duration
 	Logger *slog.Logger
 }
@@ -87,11 +90,21 @@ func (m *Monitor) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
-	// A coordinator that starts (or restarts) gives nodes the grace period
-	// to check in: entries that expired while it was down are not losses
-	// yet. After it, nodes that have not come back are lost, and from then
-	// on every expiry is.
-	present := map[string]bool{}
+	// A node heard from since the monitor started is lost the moment its
+	// entry expires or is removed. A node whose entry was there before
+	// (written before this coordinator started) may be reconnecting to a
+	// restarted server, so its expiry waits for the grace period, as do
+	// nodes whose entries expired while no monitor ran: after it, the
+	// nodes that have not come back are lost, and from then on every
+	// expiry is.
+	permits, err := m.js.KeyValue(ctx, schemas.PermitsBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.PermitsBucket, err)
+	}
+	overdue := time.NewTicker(time.Second)
+	defer overdue.Stop()
+	started := time.Now()
+	present := map[string]bool{} // node -> heard from since the start
 	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
@@ -100,9 +113,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-overdue.C:
+			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
 			settled = true
-			m.sweep(ctx, agents, stream, func(node string) bool { return !present[node] })
+			m.sweep(ctx, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost")
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the node watch ended")
@@ -110,23 +125,63 @@ func (m *Monitor) Run(ctx context.Context) error {
 			if e == nil {
 				continue
 			}
-			gone := e.Operation() != jetstream.KeyValuePut
-			if gone {
-				delete(present, e.Key())
-			} else {
-				present[e.Key()] = true
+			node := e.Key()
+			if e.Operation() == jetstream.KeyValuePut {
+				present[node] = present[node] || e.Created().After(started)
+				continue
 			}
-			if gone && settled {
-				node := e.Key()
+			heard, known := present[node]
+			delete(present, node)
+			if e.Operation() == jetstream.KeyValueDelete {
+				// A node that stops removes its entry itself, having
+				// closed its agents: it left, it was not lost. What it
+				// could not close is closed as a loss all the same.
+				m.log.Info("node left", "node", node)
+			} else if settled || (known && heard) {
 				m.log.Warn("node lost", "node", node)
-				m.sweep(ctx, agents, stream, func(n string) bool { return n == node })
+			}
+			switch {
+			case e.Operation() == jetstream.KeyValueDelete:
+				m.sweep(ctx, agents, stream, func(n string) bool { return n == node }, "stopped")
+			case settled || (known && heard):
+				m.sweep(ctx, agents, stream, func(n string) bool { return n == node }, "was lost")
 			}
 		}
 	}
 }
 
+// denyOverdue answers the permission requests whose deadline has passed
+// and whose node is gone: a node answers its own at their deadline, and a
+// node lost (or stopped for good) never will, so the request would wait
+// in every list forever. The answer is a denial by the coordinator; the
+// record stays, answered, so a late answer is told it came too late.
+func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, now time.Time, gone func(node string) bool) {
+	keys, err := permits.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	for key := range keys.Keys() {
+		e, err := permits.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var rec schemas.PermitRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Answer != nil || rec.Deadline == 0 ||
+			now.Before(time.Unix(0, int64(rec.Deadline*1e9))) || !gone(rec.Node) {
+			continue
+		}
+		rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "coordinator", At: float64(now.UnixNano()) / 1e9,
+			Message: fmt.Sprintf("nobody answered by the request's deadline, and node %s, which asked, is gone; the request was denied", rec.Node)}
+		b, _ := json.Marshal(rec)
+		if _, err := permits.Update(ctx, key, b, e.Revision()); err == nil {
+			m.log.Info("denied an overdue permission request of a node that is gone", "agent", rec.AgentID, "request", rec.RequestID, "node", rec.Node)
+		}
+	}
+}
+
 // sweep closes the live agents of the nodes lost reports.
-func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool) {
+// how says what became of the node ("was lost", "stopped").
+func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string) {
 	keys, err := agents.ListKeys(ctx)
 	if err != nil {
 		return
@@ -140,14 +195,14 @@ func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream j
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Status == schemas.StatusDead || !lost(rec.Node) {
 			continue
 		}
-		if err := m.closeLost(ctx, agents, stream, rec, e.Revision()); err != nil {
+		if err := m.closeLost(ctx, agents, stream, rec, e.Revision(), how); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
 	}
 }
 
 // closeLost marks one agent dead and closes its stream.
-func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64) error {
+func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
 	dead := rec
 	dead.Status = schemas.StatusDead
 	b, _ := json.Marshal(dead)
@@ -159,7 +214,7 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 		return err
 	}
 	n := tail.Last
-	events := tail.Orphaned(rec.Turn, rec.Status == schemas.StatusWorking, "node "+rec.Node+" was lost")
+	events := tail.Closing(rec, "node "+rec.Node+" "+how)
 	for _, ev := range events {
 		n++
 		env, err := schemas.Encode(ev)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,10 +42,16 @@ type Relay struct {
 
 	metrics RelayMetrics
 
+	// acks is the subject prefix of the relay's own replies, under which
+	// JetStream acknowledges what the relay forwards; tokens names each.
+	acks   string
+	tokens atomic.Uint64
+
 	mu       sync.Mutex
 	owners   map[string]string              // agent id -> owner node, from the agents bucket
 	statuses map[string]schemas.AgentStatus // agent id -> its record's status
-	next     map[string]uint64              // agent id -> the event number expected next
+	seqs     map[string]*sequence           // agent id -> what the relay knows of its numbering
+	inflight map[string]inflight            // reply token -> a forwarded event awaiting its acknowledgement
 	warned   map[string]bool                // refusals already logged
 }
 
@@ -90,7 +98,9 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics,
-		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, next: map[string]uint64{}, warned: map[string]bool{}}, nil
+		acks:   cfg.Conn.NewInbox(),
+		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, seqs: map[string]*sequence{},
+		inflight: map[string]inflight{}, warned: map[string]bool{}}, nil
 }
 
 // Ready is closed once the relay forwards writes.
@@ -154,6 +164,24 @@ func (r *Relay) Run(ctx context.Context) error {
 			s.Drain()
 		}
 	}()
+	acks, err := r.nc.Subscribe(r.acks+".*", r.acked)
+	if err != nil {
+		return fmt.Errorf("relay acknowledgements: %w", err)
+	}
+	acks.SetPendingLimits(-1, 256<<20)
+	subs = append(subs, acks)
+	go func() {
+		t := time.NewTicker(ackWait / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				r.prune(now)
+			}
+		}
+	}()
 	for op, h := range handlers {
 		s, err := r.nc.QueueSubscribe(schemas.RelayWildcard(op), relayQueue, h)
 		if err != nil {
@@ -181,11 +209,14 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 			if json.Unmarshal(e.Value(), &rec) == nil {
 				r.owners[e.Key()] = rec.Node
 				r.statuses[e.Key()] = rec.Status
+				if rec.Status != schemas.StatusDead {
+					r.reborn(e.Key())
+				}
 			}
 		} else {
 			delete(r.owners, e.Key())
 			delete(r.statuses, e.Key())
-			delete(r.next, e.Key())
+			delete(r.seqs, e.Key())
 		}
 		r.mu.Unlock()
 	}
@@ -216,7 +247,7 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") {
+	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") || len(m.Reply) > schemas.MaxReplySubject {
 		r.metrics.Refused(op)
 		r.warn(node+"/reply", "dropped a relay message whose reply is not the node's inbox", "node", node, "subject", m.Subject, "reply", m.Reply)
 		return "", "", false
@@ -225,7 +256,8 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 }
 
 // event forwards an event of an agent the node owns to agent.<id>: a
-// Kaimon envelope, numbered as the agent's next event.
+// Kaimon envelope, numbered as the agent's next event (see sequence.go).
+// Whatever it refuses, the node is told why.
 func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	node, id, ok := r.from(m)
 	if !ok {
@@ -236,45 +268,59 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	if !r.owns(ctx, node, id) {
-		r.refuse(m, node, id, fmt.Errorf("node %s does not own agent %s", node, id))
+		p := schemas.NodePrincipal(node)
+		t := schemas.Target{Agent: id}
+		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store events of", t))
 		return
 	}
-	if _, err := schemas.Decode(m.Data); err != nil {
+	ev, err := schemas.Decode(m.Data)
+	if err != nil {
 		r.refuse(m, node, id, fmt.Errorf("the event is not an event envelope: %v", err))
 		return
 	}
 	_, n, _ := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
-	if err := r.inSequence(ctx, id, n, m.Data); err != nil {
+	v, err := r.admit(ctx, node, id, n, m.Data, r.recordDead(ctx, id))
+	switch {
+	case err != nil:
 		r.refuse(m, node, id, err)
 		return
+	case v == duplicate:
+		r.nc.Publish(m.Reply, duplicateAck())
+		return
 	}
-	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: m.Reply, Header: m.Header, Data: m.Data})
+	st, isStatus := ev.Payload.(schemas.Status)
+	token := r.token()
+	r.forwarded(token, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now()})
+	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data})
 }
 
-// inSequence checks that event n of an agent follows what is stored: the
-// next number, one of the few still in flight, or a number already used
-// (a retry, which the stream's duplicate window drops). A number further
-// ahead is refused, unless it is a node's error naming the numbers it
-// lost with its journal.
-func (r *Relay) inSequence(ctx context.Context, id string, n uint64, env []byte) error {
+// recordDead reports whether agent id's record says dead, as the watched
+// view has it, or, when the view says dead, as the bucket says now: a
+// reopen may have given the agent a new life the view does not show yet.
+func (r *Relay) recordDead(ctx context.Context, id string) bool {
 	r.mu.Lock()
-	next, known := r.next[id]
+	status := r.statuses[id]
 	r.mu.Unlock()
-	if !known || n > next {
-		// Another relay may have forwarded some: ask the stream.
-		t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
-		if err != nil {
-			return err
-		}
-		next = max(next, t.Last+1)
+	if status != schemas.StatusDead {
+		return false
 	}
-	if from, to, lost := schemas.LostRange(env); n > next+schemas.MaxEventsAhead && !(lost && from <= next && to == n-1) {
-		return fmt.Errorf("event %d of agent %s is too far ahead of its last stored event (%d)", n, id, next-1)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := r.agents.Get(ctx, id)
+	if err != nil {
+		return true
 	}
-	r.mu.Lock()
-	r.next[id] = max(r.next[id], next, n+1)
-	r.mu.Unlock()
-	return nil
+	var rec schemas.AgentRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return true
+	}
+	if rec.Status != schemas.StatusDead {
+		r.mu.Lock()
+		r.statuses[id] = rec.Status
+		r.reborn(id)
+		r.mu.Unlock()
+	}
+	return rec.Status == schemas.StatusDead
 }
 
 // eventHeaders accepts exactly the headers a node sets on an event: its
@@ -405,9 +451,19 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	case live == nil || live.Node != node:
 		r.refuse(m, node, id, fmt.Errorf("node %s was not given agent %s", node, id))
 		return
+	case del && live.Status != schemas.StatusDead:
+		r.refuse(m, node, id, fmt.Errorf("agent %s is alive; a node removes only the records of its dead agents", id))
+		return
 	case !del && live.Status == schemas.StatusDead && rec.Status != schemas.StatusDead:
 		r.refuse(m, node, id, fmt.Errorf("agent %s is dead; reopening it is a new claim, the coordinator's to make", id))
 		return
+	case !del:
+		if err := sameRights(*live, rec); err != nil {
+			r.refuse(m, node, id, err)
+			return
+		}
+	}
+	switch {
 	case expected != cur.Sequence:
 		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", cur.Sequence)))
 		return
@@ -418,6 +474,30 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 		h.Set("KV-Operation", "DEL")
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: m.Data})
+}
+
+// sameRights says why a node's write of an agent's record would change
+// what the rights rules read of it, which is the coordinator's to say:
+// its life (the open's request id), its lineage (parent, depth), its
+// reach, the policy the open composed, and a sandbox, once it has one.
+func sameRights(live, rec schemas.AgentRecord) error {
+	switch {
+	case rec.RequestID != live.RequestID:
+		return fmt.Errorf("the record is of another life of agent %s than the one its node was given", rec.ID)
+	case rec.Parent != live.Parent || rec.Depth != live.Depth:
+		return fmt.Errorf("a node may not change agent %s's lineage (parent, depth)", rec.ID)
+	case rec.Reach != live.Reach:
+		return fmt.Errorf("a node may not change agent %s's reach", rec.ID)
+	case live.Sandbox != nil && rec.Sandbox == nil:
+		return fmt.Errorf("a node may not take agent %s out of its sandbox", rec.ID)
+	case live.Policy != nil:
+		a, _ := json.Marshal(live.Policy)
+		b, _ := json.Marshal(rec.Policy)
+		if !bytes.Equal(a, b) {
+			return fmt.Errorf("a node may not change agent %s's policy", rec.ID)
+		}
+	}
+	return nil
 }
 
 // recordHeaders reads a record write's headers: the revision it expects

@@ -202,7 +202,7 @@ func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 			refusedWith("nb deleting "+id, write(id, nil, rev), "was not given agent "+id)
 		}
 		_, err = js.PublishMsg(ctx, event(id, schemas.MsgID(id, 99), forged))
-		refusedWith("an event of "+id, err, "does not own agent "+id)
+		refusedWith("an event of "+id, err, "node nb may not store events of agent "+id+": rule owner")
 	}
 	// Nor can it claim a fresh id for itself: claims are the coordinator's.
 	refusedWith("nb claiming a new id", write("fresh", &schemas.AgentRecord{ID: "fresh", Node: "nb", Status: schemas.StatusStarting}, 0), "was not given agent fresh")
@@ -234,7 +234,7 @@ func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 		}
 	}
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 99999), forged))
-	refusedWith("an event far ahead", err, "too far ahead")
+	refusedWith("an event far ahead", err, "event 99999 of agent mine does not follow its last stored event (2)")
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), "\x00 not an envelope"))
 	refusedWith("bytes that are no envelope", err, "not an event envelope")
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("live", 3), forged))
@@ -290,4 +290,203 @@ func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 // which the node knows already.
 func ownNumbers(desc string, n uint64) bool {
 	return strings.Contains(desc, "of agent mine") && strings.Contains(desc, fmt.Sprintf("(%d)", n))
+}
+
+// A node's own agent: the relay stores its events in order and nothing
+// else. A copy of an event already stored is answered as a duplicate and
+// not stored, even after the stream's duplicate window has passed; a
+// number that skips ahead is refused; once the dead status that ends its
+// life is stored, nothing more is. A reader of the agent then sees
+// exactly the node's real events.
+func TestRelayStoresOnlyTheNextEvent(t *testing.T) {
+	t.Parallel()
+	const window = 500 * time.Millisecond
+	s := fabrictest.StartSecured(t, func(c *broker.Config) { c.Assets.Duplicates = window })
+	ctx := natstest.Context(t, 60*time.Second)
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	grant, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	if _, err := kv.Create(ctx, "mine", grant); err != nil {
+		t.Fatal(err)
+	}
+	nb := s.Connect(t, broker.RoleNode, "nb")
+	js, err := jetstream.New(nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := func(s string) string {
+		b, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(s)}})
+		return string(b)
+	}
+	publish := func(n uint64, data string) (*jetstream.PubAck, error) {
+		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayEvent, "mine"))
+		m.Data = []byte(data)
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("mine", n))
+		m.Header.Set(schemas.HeaderNode, "nb")
+		return js.PublishMsg(ctx, m)
+	}
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, want) {
+			t.Fatalf("%s: got %v, want a refusal about %q", what, err, want)
+		}
+	}
+	real := map[uint64]string{}
+	for n := uint64(1); n <= 3; n++ {
+		real[n] = text(fmt.Sprintf("real %d", n))
+		if _, err := publish(n, real[n]); err != nil {
+			t.Fatalf("event %d: %v", n, err)
+		}
+	}
+	// A repeat within the window, and one after it: both acknowledged as
+	// duplicates, neither stored.
+	if ack, err := publish(2, text("forged copy of 2")); err != nil || !ack.Duplicate {
+		t.Fatalf("a copy of event 2: %+v %v, want a duplicate", ack, err)
+	}
+	time.Sleep(2 * window) // the stream's duplicate window no longer knows event 1
+	if ack, err := publish(1, text("forged copy of 1, past the window")); err != nil || !ack.Duplicate {
+		t.Fatalf("a copy of event 1 past the duplicate window: %+v %v, want a duplicate", ack, err)
+	}
+	_, err = publish(5, text("skips 4"))
+	refused("an event that skips a number", err, "event 5 of agent mine does not follow its last stored event (3)")
+	real[4] = text("real 4")
+	if _, err := publish(4, real[4]); err != nil {
+		t.Fatalf("event 4 after the refused skip: %v", err)
+	}
+
+	// The node ends the agent's life: its record says dead before the last
+	// events are stored (the node publishes them asynchronously), and they
+	// still are, up to the dead status; after it, nothing.
+	e, err := kv.Get(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusDead, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	if _, err := kv.Update(ctx, "mine", dead, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	real[5] = text("real 5, after the record said dead")
+	if _, err := publish(5, real[5]); err != nil {
+		t.Fatalf("event 5, the life's last text: %v", err)
+	}
+	end, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
+	real[6] = string(end)
+	if _, err := publish(6, real[6]); err != nil {
+		t.Fatalf("event 6, status dead: %v", err)
+	}
+	_, err = publish(7, text("after death"))
+	refused("an event after the agent's death", err, "node nb may not store event 7 of agent mine: rule ended")
+
+	// What a reader sees: exactly the real events, gapless, no strays.
+	page, err := s.F.Events(ctx, schemas.EventsRequest{AgentID: "mine", IncludeDeltas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Events) != len(real) || len(page.Gaps) != 0 || len(page.Foreign) != 0 {
+		t.Fatalf("the reader saw %d events, gaps %v, foreign %v; want the %d real ones", len(page.Events), page.Gaps, page.Foreign, len(real))
+	}
+	for _, ev := range page.Events {
+		if string(ev.Event) != real[ev.N] {
+			t.Errorf("event %d reads %s, want %s", ev.N, ev.Event, real[ev.N])
+		}
+	}
+	stream, _ := s.F.JetStream().Stream(ctx, schemas.StreamName)
+	info, _ := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
+	if n := info.State.Subjects[schemas.EventSubject("mine")]; n != uint64(len(real)) {
+		t.Fatalf("the stream holds %d messages of agent mine, want %d", n, len(real))
+	}
+
+	// Reopened, the agent takes its next number again.
+	e, _ = kv.Get(ctx, "mine")
+	if _, err := kv.Update(ctx, "mine", grant, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish(7, text("the next life")); err != nil {
+		t.Fatalf("the first event of the next life: %v", err)
+	}
+}
+
+// What the rights rules read of an agent's record is the coordinator's:
+// a confined node may write its agent's status and its sandbox's details,
+// not change its life, lineage, reach or policy, take it out of its
+// sandbox, or remove the record of a live agent. Its permission requests
+// are stored.
+func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 60*time.Second)
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := schemas.ComposePolicy("notebook", "", nil, nil, false)
+	now := float64(time.Now().Unix())
+	granted := schemas.AgentRecord{ID: "pinned", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp",
+		CreatedAt: now, LastActivity: now, RequestID: "r1", Parent: "boss", Depth: 1, Policy: pol.Record("/tmp"),
+		Sandbox: &schemas.SandboxPolicy{}}
+	b, _ := json.Marshal(granted)
+	if _, err := kv.Create(ctx, "pinned", b); err != nil {
+		t.Fatal(err)
+	}
+	nb := s.Connect(t, broker.RoleNode, "nb")
+	js, err := jetstream.New(nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(rec *schemas.AgentRecord) error {
+		e, err := kv.Get(ctx, "pinned")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "pinned"))
+		if rec == nil {
+			m.Header.Set("KV-Operation", "DEL")
+		} else {
+			m.Data, _ = json.Marshal(rec)
+		}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
+		_, err = js.PublishMsg(ctx, m)
+		return err
+	}
+	bypass, _ := schemas.ComposePolicy("bypass", "", nil, nil, false)
+	for what, change := range map[string]func(*schemas.AgentRecord){
+		"may not change agent pinned's reach":          func(r *schemas.AgentRecord) { r.Reach = schemas.ReachAll },
+		"may not change agent pinned's lineage":        func(r *schemas.AgentRecord) { r.Parent = "" },
+		"may not change agent pinned's policy":         func(r *schemas.AgentRecord) { r.Policy = bypass.Record("/") },
+		"may not take agent pinned out of its sandbox": func(r *schemas.AgentRecord) { r.Sandbox = nil },
+		"is of another life of agent pinned":           func(r *schemas.AgentRecord) { r.RequestID = "r2" },
+	} {
+		rec := granted
+		rec.Status = schemas.StatusIdle
+		change(&rec)
+		err := write(&rec)
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, what) {
+			t.Errorf("a write where the node %s: %v", what, err)
+		}
+	}
+	var apiErr *jetstream.APIError
+	if err := write(nil); !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "agent pinned is alive; a node removes only the records of its dead agents") {
+		t.Errorf("removing a live agent's record: %v", err)
+	}
+	// What is the node's to say: the status, and the sandbox as set up.
+	rec := granted
+	rec.Status = schemas.StatusIdle
+	rec.Sandbox = &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{"/tmp"}}
+	if err := write(&rec); err != nil {
+		t.Fatalf("the node's own write: %v", err)
+	}
+	// Its permission requests reach the bucket.
+	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "pinned", RequestID: "perm-1", Node: "nb", Tool: "Bash"})
+	if _, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "pinned"), req); err != nil {
+		t.Fatalf("the node's permission request: %v", err)
+	}
+	pending, err := s.F.Pending(ctx)
+	if err != nil || len(pending) != 1 || pending[0].RequestID != "perm-1" {
+		t.Fatalf("the fabric's pending requests: %+v %v", pending, err)
+	}
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/schemas/validate"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // Service is the coordinator's NATS micro service, shoal-fabric
@@ -41,24 +43,14 @@ type ServiceConfig struct {
 	Metrics ServiceMetrics
 }
 
-// ServiceMetrics receives what the fabric service counts. Its methods are
-// called from many goroutines and must not block.
-type ServiceMetrics interface {
-	// RequestFailed counts an error reply to a request of verb.
-	RequestFailed(verb string, code schemas.ErrorCode)
-}
-
-type noServiceMetrics struct{}
-
-func (noServiceMetrics) RequestFailed(string, schemas.ErrorCode) {}
+// ServiceMetrics receives what the fabric service counts: its error
+// replies by verb and code.
+type ServiceMetrics = service.Metrics
 
 // NewService checks cfg.
 func NewService(cfg ServiceConfig) (*Service, error) {
 	if cfg.Conn == nil || cfg.Client == nil {
 		return nil, errors.New("the fabric service needs a connection and a client")
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noServiceMetrics{}
 	}
 	return &Service{cfg: cfg, ready: make(chan struct{})}, nil
 }
@@ -76,45 +68,51 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register %s: %w", schemas.FabricService, err)
 	}
-	g := svc.AddGroup("shoal.fabric")
+	g := svc.AddGroup(schemas.FabricPrefix)
+	srv := service.NewServer(ctx, s.cfg.Metrics)
+	defer srv.Wait()
+	defer svc.Stop()
 	agent := func(op func(context.Context, string) (any, error)) func(context.Context, schemas.AgentRequest) (any, error) {
 		return func(ctx context.Context, r schemas.AgentRequest) (any, error) { return op(ctx, r.AgentID) }
 	}
-	endpoints := map[string]func(verb string) micro.Handler{
-		"events":    serveJSON(ctx, s, f.Events),
-		"open":      serveJSON(ctx, s, f.Open),
-		"send":      serveJSON(ctx, s, f.Send),
-		"run":       serveJSON(ctx, s, f.Run),
-		"output":    serveJSON(ctx, s, f.Output),
-		"set_model": serveJSON(ctx, s, f.SetModel),
-		"permit":    serveJSON(ctx, s, f.Permit),
-		"pending": serveJSON(ctx, s, func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
+	endpoints := map[schemas.Verb]micro.Handler{
+		schemas.VerbEvents:   serve(srv, schemas.VerbEvents, "events_request", f.Events),
+		schemas.VerbOpen:     serve(srv, schemas.VerbOpen, "open_request", f.Open),
+		schemas.VerbSend:     serve(srv, schemas.VerbSend, "send_request", f.Send),
+		schemas.VerbRun:      serve(srv, schemas.VerbRun, "run_request", f.Run),
+		schemas.VerbOutput:   serve(srv, schemas.VerbOutput, "output_request", f.Output),
+		schemas.VerbSetModel: serve(srv, schemas.VerbSetModel, "set_model_request", f.SetModel),
+		schemas.VerbPermit: serve(srv, schemas.VerbPermit, "permit_request", func(ctx context.Context, r schemas.PermitRequest) (schemas.PermitReply, error) {
+			r.By = "a client of the fabric service" // the service sets it: a request may not
+			return f.Permit(ctx, r)
+		}),
+		schemas.VerbInterrupt: serve(srv, schemas.VerbInterrupt, "agent_request", f.Interrupt),
+		schemas.VerbClose:     serve(srv, schemas.VerbClose, "agent_request", f.Close),
+		schemas.VerbPending: serve(srv, schemas.VerbPending, "pending_request", func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
 			reqs, err := f.Pending(ctx)
 			return schemas.PendingReply{Requests: reqs}, err
 		}),
-		"status":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
-		"record":    serveJSON(ctx, s, agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
-		"interrupt": serveJSON(ctx, s, f.Interrupt),
-		"close":     serveJSON(ctx, s, f.Close),
-		"list": serveJSON(ctx, s, func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
+		schemas.VerbStatus: serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
+		schemas.VerbRecord: serve(srv, schemas.VerbRecord, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
+		schemas.VerbList: serve(srv, schemas.VerbList, "list_request", func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
 			return schemas.ListReply{Agents: recs}, err
 		}),
-		"nodes": serveJSON(ctx, s, func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
+		schemas.VerbNodes: serve(srv, schemas.VerbNodes, "nodes_request", func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
 			nodes, err := f.Nodes(ctx)
 			return schemas.NodesReply{Nodes: nodes}, err
 		}),
-		"replay": func(string) micro.Handler {
-			return micro.HandlerFunc(func(r micro.Request) {
-				if !toInbox(r) {
-					return
-				}
-				go serveReplay(ctx, nc, f, r)
-			})
-		},
+		schemas.VerbReplay: micro.HandlerFunc(func(r micro.Request) {
+			if service.IsInbox(r.Reply()) && service.Answerable(r.Reply()) {
+				srv.Go(func() { serveReplay(ctx, nc, f, r) })
+			}
+		}),
 	}
-	for name, h := range endpoints {
-		if err := g.AddEndpoint(name, h(name)); err != nil {
+	if len(endpoints) != len(schemas.FabricVerbs) {
+		return fmt.Errorf("the fabric service serves %d verbs, the contract names %d", len(endpoints), len(schemas.FabricVerbs))
+	}
+	for verb, h := range endpoints {
+		if err := g.AddEndpoint(string(verb), h); err != nil {
 			return err
 		}
 	}
@@ -123,97 +121,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	close(s.ready)
 	<-ctx.Done()
-	return svc.Stop()
-}
-
-// toInbox reports whether a request's reply subject is an inbox, the only
-// kind of subject the coordinator answers on.
-func toInbox(r micro.Request) bool {
-	return strings.HasPrefix(r.Reply(), "_INBOX.")
-}
-
-// serveJSON adapts an operation to the handler of verb: JSON requests,
-// replies with the result or {"error":{"code","message"}} (with the micro
-// service-error headers).
-func serveJSON[Req, Rep any](ctx context.Context, s *Service, op func(context.Context, Req) (Rep, error)) func(verb string) micro.Handler {
-	return func(verb string) micro.Handler {
-		return micro.HandlerFunc(func(r micro.Request) {
-			if !toInbox(r) {
-				return
-			}
-			var req Req
-			if err := json.Unmarshal(r.Data(), &req); err != nil {
-				s.answer(verb, r, encodeReply(nil, schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)), true)
-				return
-			}
-			s.serveRequest(verb, r, func(notice func()) answer {
-				rep, err := op(client.WithWaitNotice(ctx, notice), req)
-				return encodeReply(rep, err)
-			})
-		})
-	}
-}
-
-// serveRequest answers r with what work returns. work runs on a goroutine
-// of its own; the handler holds r until work answers, or announces a long
-// wait with notice (client.WithWaitNotice). What is answered while r is
-// held counts in `nats micro stats`, errors included; r is let go before
-// a long wait (a run, an open), so the endpoint's next request is not held
-// up behind it.
-func (s *Service) serveRequest(verb string, r micro.Request, work func(notice func()) answer) {
-	client.Hold(func(f func()) { go f() }, work, func(a answer, held bool) { s.answer(verb, r, a, held) })
-}
-
-// answer is a reply of the fabric service: its body and, for a failure,
-// its error.
-type answer struct {
-	body []byte
-	err  *schemas.ControlError
-}
-
-// encodeReply is rep as a reply body, or err as {"error":{"code","message"}}.
-func encodeReply(rep any, err error) answer {
-	if err != nil {
-		ce, ok := errors.AsType[*schemas.ControlError](err)
-		if !ok {
-			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
-		}
-		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
-		return answer{body: b, err: ce}
-	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		ce := schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)
-		b, _ = json.Marshal(schemas.ErrorReply{Error: ce})
-		return answer{body: b, err: ce}
-	}
-	return answer{body: b}
-}
-
-// answer sends a to r. A failure carries the micro service-error headers
-// as well as its JSON body; held says the handler still holds r, so micro
-// counts it (a reply sent later must not touch micro's count: it would
-// race with the handler's return).
-func (s *Service) answer(verb string, r micro.Request, a answer, held bool) {
-	if a.err == nil {
-		r.Respond(a.body)
-		return
-	}
-	s.cfg.Metrics.RequestFailed(verb, a.err.Code)
-	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
-	if held {
-		r.Error(code, desc, a.body)
-		return
-	}
-	r.Respond(a.body, micro.WithHeaders(serviceErrorHeaders(a.err)))
-}
-
-// serviceErrorHeaders are the micro service-error headers of ce.
-func serviceErrorHeaders(ce *schemas.ControlError) micro.Headers {
-	return micro.Headers{
-		micro.ErrorHeader:     {ce.ServiceDescription()},
-		micro.ErrorCodeHeader: {strconv.Itoa(ce.Code.ServiceCode())},
-	}
+	return nil
 }
 
 // serveReplay streams a replay to the reply subject of r: each event with
@@ -238,13 +146,13 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		}
 		body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
 		m := control("error", body)
-		for k, v := range serviceErrorHeaders(ce) {
+		for k, v := range service.ErrorHeaders(ce) {
 			m.Header[k] = v
 		}
 		send(m)
 	}
 	var req schemas.ReplayRequest
-	if err := json.Unmarshal(r.Data(), &req); err != nil {
+	if err := validate.MustCaller("replay_request").Decode(r.Data(), &req); err != nil {
 		fail(schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err))
 		return
 	}
@@ -353,4 +261,56 @@ func replayFrom(req schemas.ReplayRequest) (client.From, error) {
 		return from, schemas.Errf(schemas.CodeInvalid, "give at most one of from_event, from_turn, since and new")
 	}
 	return from, nil
+}
+
+// serve is the endpoint of verb, op through the request adapter: a
+// request checked against its schema as a caller may send it (what Shoal
+// sets itself, such as an open's parent, is refused), the rights rules
+// asked for the verb's access, op run within the verb's deadline, and an
+// answer only to an inbox (a reply is published with the coordinator's
+// rights, and a requester may name any reply subject).
+//
+// Who asks is a person: the service cannot tell one's credentials from
+// another's, but the server lets observer credentials publish only to
+// the verbs that read, so a request for any other verb comes from a
+// person with every right, and one for a read from an observer at least.
+func serve[Req, Rep any](srv *service.Server, verb schemas.Verb, schema string, op func(context.Context, Req) (Rep, error)) micro.Handler {
+	access := schemas.FabricVerbs[verb]
+	p := schemas.Person(schemas.RoleFull)
+	if slices.Contains(schemas.FabricReadVerbs(), verb) {
+		p = schemas.Person(schemas.RoleObserver)
+	}
+	return service.Handler(srv, service.Endpoint[Req]{
+		Verb: verb, Schema: validate.MustCaller(schema), InboxOnly: true,
+		Deadline: func(r Req) time.Duration { return fabricDeadline(verb, r) },
+		Allow: func(req Req) error {
+			t := schemas.Target{}
+			if a, ok := any(req).(interface{ Agent() string }); ok {
+				t.Agent = a.Agent()
+			}
+			return schemas.Decide(p, access, t).Err(p, string(verb), t)
+		},
+		Handle: service.Op(op),
+	})
+}
+
+// fabricDeadline bounds a request of verb: a run waits its own timeout,
+// an open as long as a node waits for its agent to start, a close or a
+// model switch a stop ladder, the rest briefly.
+func fabricDeadline(verb schemas.Verb, req any) time.Duration {
+	switch verb {
+	case schemas.VerbRun:
+		timeout := schemas.DefaultRunTimeout
+		if r, ok := req.(schemas.RunRequest); ok {
+			if t, err := schemas.RunTimeout(r.Timeout); err == nil {
+				timeout = t
+			}
+		}
+		return timeout + time.Minute
+	case schemas.VerbOpen:
+		return schemas.OpenTimeout + 30*time.Second
+	case schemas.VerbClose, schemas.VerbSetModel:
+		return 2 * time.Minute
+	}
+	return time.Minute
 }

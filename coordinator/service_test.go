@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,10 +24,10 @@ type failures struct {
 	n  map[string]int
 }
 
-func (f *failures) RequestFailed(verb string, code schemas.ErrorCode) {
+func (f *failures) RequestFailed(verb schemas.Verb, code schemas.ErrorCode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.n[verb+"/"+string(code)]++
+	f.n[string(verb)+"/"+string(code)]++
 }
 
 // The fabric service answers a failure as a NATS micro service error:
@@ -57,16 +58,30 @@ func TestFabricErrorsAreServiceErrors(t *testing.T) {
 		}
 		return m
 	}
-	for _, c := range []struct {
+	rows := []struct {
 		verb, body   string
 		code         schemas.ErrorCode
 		status, desc string
 	}{
 		{"status", `{"agent_id":"nope"}`, schemas.CodeNotFound, "404", "no such agent: nope"},
 		{"run", `{"agent_id":"nope","text":"hi"}`, schemas.CodeNotFound, "404", "no such agent: nope"},
-		{"send", `[`, schemas.CodeInvalid, "400", "invalid request: unexpected end of JSON input"},
-		{"open", `{"cwd":"/tmp","node":"Bad Name"}`, schemas.CodeInvalid, "400", `node id "Bad Name" has 'B' at position 1 (want [a-z0-9][a-z0-9_-]{0,63})`},
-	} {
+		{"send", `[`, schemas.CodeInvalid, "400", "invalid send request: the request is not JSON: unexpected EOF"},
+		{"send", `["a"]`, schemas.CodeInvalid, "400", "invalid send request: the request must be a JSON object, not an array"},
+		{"open", `{"cwd":"/tmp","node":"Bad Name"}`, schemas.CodeInvalid, "400", `invalid open request: Invalid parameter(s): node must match ^[a-z0-9][a-z0-9_-]{0,63}$, not "Bad Name"`},
+		// Every argument is checked as the schema says: a missing text,
+		// an unknown field, what only Shoal sets, an id that is no id.
+		{"send", `{"agent_id":"nope"}`, schemas.CodeInvalid, "400", "invalid send request: Missing required parameter(s): text"},
+		{"send", `{"agent_id":"nope","text":"hi","colour":"red"}`, schemas.CodeInvalid, "400", "invalid send request: Unknown parameter(s): colour. Valid parameters are: agent_id, request_id, text"},
+		{"open", `{"cwd":"/tmp","parent":"boss","depth":1}`, schemas.CodeInvalid, "400", "invalid open request: Unknown parameter(s): depth, parent. Valid parameters are: allowed_tools, ask, ask_timeout, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, reach, request_id, sandbox, sandbox_kind, sandbox_net, system_prompt"},
+		{"open", `{"cwd":"/tmp","id":"../x"}`, schemas.CodeInvalid, "400", `invalid open request: Invalid parameter(s): id must match ^[a-z0-9][a-z0-9_-]{0,63}$, not "../x"`},
+		{"run", `{"agent_id":"` + strings.Repeat("a", 5000) + `","text":"hi"}`, schemas.CodeInvalid, "400", "invalid run request: Invalid parameter(s): agent_id must match ^[a-z0-9][a-z0-9_-]{0,63}$, not a string of 5000 characters"},
+	}
+	failed := map[string]int{} // by verb, then by verb/code
+	for _, c := range rows {
+		failed[c.verb]++
+		failed[c.verb+"/"+string(c.code)]++
+	}
+	for _, c := range rows {
 		m := request(c.verb, c.body)
 		var ce *schemas.ControlError
 		if err := schemas.DecodeReply(m.Data, &struct{}{}); !errors.As(err, &ce) || ce.Code != c.code {
@@ -83,31 +98,79 @@ func TestFabricErrorsAreServiceErrors(t *testing.T) {
 		t.Errorf("a successful list carries %s", micro.ErrorCodeHeader)
 	}
 
-	m, err := caller.Request("$SRV.STATS."+schemas.FabricService, nil, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stats micro.Stats
-	if err := json.Unmarshal(m.Data, &stats); err != nil {
-		t.Fatalf("stats %s: %v", m.Data, err)
-	}
-	errs := map[string]int{}
-	for _, e := range stats.Endpoints {
-		errs[e.Name] = e.NumErrors
-	}
+	// micro counts a request once its handler returns, which may be just
+	// after the reply reached us: the counts are read until they settle.
 	// The unknown agent's status is looked for in the stream too, after
 	// the service let the request go, so micro does not count it; the
 	// others fail before.
-	for verb, want := range map[string]int{"run": 1, "send": 1, "open": 1, "list": 0} {
-		if errs[verb] != want {
-			t.Errorf("nats micro stats counts %d errors of %s, want %d (%s)", errs[verb], verb, want, m.Data)
+	want := map[string]int{"run": failed["run"], "send": failed["send"], "open": failed["open"], "list": 0}
+	var last []byte
+	counts := func() bool {
+		m, err := caller.Request("$SRV.STATS."+schemas.FabricService, nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
 		}
+		last = m.Data
+		var stats micro.Stats
+		if err := json.Unmarshal(m.Data, &stats); err != nil {
+			t.Fatalf("stats %s: %v", m.Data, err)
+		}
+		for _, e := range stats.Endpoints {
+			if w, ok := want[e.Name]; ok && e.NumErrors != w {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("nats micro stats count %s, want errors %v", last, want)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	counted.mu.Lock()
 	defer counted.mu.Unlock()
-	for key, want := range map[string]int{"status/not_found": 1, "run/not_found": 1, "send/invalid": 1, "open/invalid": 1} {
+	for _, key := range []string{"status/not_found", "run/not_found", "run/invalid", "send/invalid", "open/invalid"} {
+		want := failed[key]
 		if counted.n[key] != want {
 			t.Errorf("the metrics counted %d of %s, want %d (%v)", counted.n[key], key, want, counted.n)
 		}
+	}
+}
+
+// A replay asked for with a reply subject so long that the service's own
+// flow-control request to it (that subject and the service's inbox on one
+// protocol line) would pass the server's limit is not served: the
+// service's connection, which every client's requests share, stays open
+// past the moment that request would have gone out, and answers others.
+func TestReplayWithALongReplySubjectLeavesTheServiceUp(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	nc := natstest.Connect(t, b)
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := coordinator.NewService(coordinator.ServiceConfig{Conn: nc, Client: f, Version: "0.0.0-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabrictest.Run(t, s)
+	caller := natstest.Connect(t, b)
+	long := "_INBOX." + strings.Repeat("x", 4050)
+	if err := caller.PublishRequest(schemas.FabricSubject(schemas.VerbReplay), long, []byte(`{"agents":["a1"],"follow":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The flow-control request goes out after ReplayIdle without events.
+	deadline := time.Now().Add(schemas.ReplayIdle + 2*time.Second)
+	for time.Now().Before(deadline) {
+		if nc.IsClosed() {
+			t.Fatalf("the service's connection was closed: %v", nc.LastError())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := caller.Request(schemas.FabricSubject(schemas.VerbList), []byte(`{}`), 10*time.Second); err != nil {
+		t.Fatalf("the service after the long replay request: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 		Host:      hostInfo(),
 		MaxAgents: h.cfg.MaxAgents,
 		StartedAt: unixSeconds(time.Now()),
-		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why, SandboxMode: h.cfg.Sandbox,
+		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why + h.sandbox.nsWhy, SandboxMode: h.cfg.Sandbox,
 	}
 	if a.rec.Labels == nil {
 		a.rec.Labels = map[string]string{}
@@ -56,6 +56,7 @@ func (a *advertiser) record() schemas.NodeRecord {
 	defer a.mu.Unlock()
 	rec := a.rec
 	rec.Agents = a.h.liveAgents()
+	rec.Unhealthy = a.h.health()
 	return rec
 }
 
@@ -105,6 +106,7 @@ func readiness(infos []schemas.BackendInfo) (ready, notReady []string) {
 func (a *advertiser) write(ctx context.Context) error {
 	a.mu.Lock()
 	a.rec.Agents = a.h.liveAgents()
+	a.rec.Unhealthy = a.h.health()
 	a.rec.Heartbeat = unixSeconds(time.Now())
 	b, _ := json.Marshal(a.rec)
 	a.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/pngscale"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -33,14 +34,23 @@ type agent struct {
 	work    sync.WaitGroup
 	endLife context.CancelFunc // ends the context the agent's goroutines run in
 
+	// mu guards what follows. It comes after the host's h.mu in the lock
+	// order: an agent never takes h.mu while holding it.
+	// sendMu is held by a send from numbering its turn to echoing it.
+	sendMu sync.Mutex
+	// closedTurn is the turn that ran when the agent was closed, and
+	// closedSaid that its error says so already.
+	closedTurn int
+	closedSaid bool
+	// recMu is held while the agent's record is written.
+	recMu         sync.Mutex
 	mu            sync.Mutex
 	rec           schemas.AgentRecord
 	turns         turns
 	text          turnText
-	seq           uint64 // the last event number used
-	stamp         int    // the turn the loop stamps backend events with
-	lastEvent     time.Time
-	lastActivity  time.Time
+	seq           uint64    // the last event number used
+	stamp         int       // the turn the loop stamps backend events with
+	lastEvent     time.Time // when the loop last handled something; rec.LastActivity says it in seconds
 	closing       bool
 	dead          bool
 	muted         bool // the fabric closed this agent's stream; publish nothing more
@@ -51,6 +61,7 @@ type agent struct {
 	stderrLog     *os.File
 	ends          []func()      // undone when the agent is dead (its sandbox's proxy, its temp directory)
 	askTimeout    time.Duration // how long its permission requests wait for a person
+	reaper        *proc.Reaper  // the reaper that holds its processes, nil when none does
 }
 
 // item is one thing the loop handles: an event (from the backend, or the
@@ -60,6 +71,7 @@ type item struct {
 	backend bool         // the backend's: stamped with the turn it belongs to
 	begin   *pendingTurn // the node begins this turn
 	failed  *promptFailure
+	advance bool // the first held turn begins if none runs
 }
 
 // promptFailure says the backend could not be given a turn.
@@ -98,8 +110,7 @@ func (a *agent) loop(ctx context.Context) {
 func (a *agent) handle(ctx context.Context, it item) bool {
 	now := time.Now()
 	a.mu.Lock()
-	a.lastEvent, a.lastActivity = now, now
-	a.rec.LastActivity = unixSeconds(now)
+	a.lastEvent, a.rec.LastActivity = now, unixSeconds(now)
 	a.mu.Unlock()
 	switch {
 	case it.begin != nil:
@@ -107,6 +118,9 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 		return false
 	case it.failed != nil:
 		a.promptFailed(ctx, *it.failed)
+		return false
+	case it.advance:
+		a.advance(ctx)
 		return false
 	}
 	ev := it.ev
@@ -127,7 +141,7 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 			return false
 		}
 		ev.Turn = running
-		a.finish(ctx, ev, p)
+		a.finish(ctx, ev, p, "")
 	case schemas.Thought:
 		if p.Delta {
 			a.mu.Lock()
@@ -148,13 +162,11 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 		}
 		a.publish(ev, true)
 	case schemas.AssistantText:
-		a.mu.Lock()
-		if p.Delta {
-			a.text.partial.WriteString(textOf(p.Content))
-		} else if p.Content.Type == schemas.ContentText {
+		if !p.Delta && p.Content.Type == schemas.ContentText {
+			a.mu.Lock()
 			a.text.texts = append(a.text.texts, p.Content.Text)
+			a.mu.Unlock()
 		}
-		a.mu.Unlock()
 		a.publish(ev, !p.Delta)
 	case schemas.ToolResult:
 		ev.Payload = a.shrinkImages(p)
@@ -191,7 +203,9 @@ func (a *agent) begun(p pendingTurn) {
 // finish ends the running turn with its result (status idle, then the
 // result), wakes the runs waiting for it, then begins the next held turn,
 // publishing in their place the turns that were dropped.
-func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result) {
+// notBegun, when not empty, says why the turn never began (it was dropped
+// while held).
+func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result, notBegun string) {
 	a.mu.Lock()
 	if r.Usage != nil {
 		a.rec.Usage.Add(*r.Usage)
@@ -202,7 +216,17 @@ func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result) 
 		a.rec.Status = schemas.StatusIdle
 	}
 	text := strings.Join(a.text.texts, "\n")
+	// A turn the backend ends itself when the agent is closed (the claude
+	// CLI does, at the end of its input) says why, as one that dies with
+	// it does.
+	sayClosed := a.closing && a.closedTurn == ev.Turn && !a.closedSaid && notBegun == ""
+	if sayClosed {
+		a.closedSaid = true
+	}
 	a.mu.Unlock()
+	if sayClosed {
+		a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Errorf("the agent was closed during turn %d", ev.Turn)}, true)
+	}
 	if idle {
 		a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Status{Status: schemas.StatusIdle}}, false)
 	}
@@ -212,40 +236,41 @@ func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result) 
 	seq := a.seq
 	a.mu.Unlock()
 	for _, w := range waiters {
-		w <- runOutcome{text: text, stop: r.StopReason, seq: seq}
+		w <- runOutcome{text: text, stop: r.StopReason, seq: seq, notBegun: notBegun}
 	}
 	a.h.recs.mark(a, true)
 	a.advance(ctx)
 }
 
-// advance begins the next held turn; a dropped one is published as begun
-// and cancelled, in its place, and the one after is looked at.
+// advance begins the next held turn. A dropped one is published as begun
+// and cancelled, in its place; its finish advances again, to the one
+// after.
 func (a *agent) advance(ctx context.Context) {
-	for {
-		a.mu.Lock()
-		if a.turns.running != 0 || a.dead || a.closing {
-			a.mu.Unlock()
-			return
-		}
-		p, ok := a.turns.next()
-		if !ok {
-			a.mu.Unlock()
-			return
-		}
-		if p.dropped != "" {
-			a.turns.begin(p, time.Now())
-			a.mu.Unlock()
-			a.begun(p)
-			a.publish(schemas.Event{Turn: p.n, Payload: schemas.Errorf("%s", p.dropped)}, true)
-			a.finish(ctx, schemas.Event{Turn: p.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
-			return // finish advanced past it
-		}
-		a.turns.begin(p, time.Now())
+	a.mu.Lock()
+	if a.turns.running != 0 || a.dead || a.closing {
 		a.mu.Unlock()
-		a.begun(p)
-		a.prompt(ctx, p)
 		return
 	}
+	p, ok := a.turns.next()
+	if !ok {
+		a.mu.Unlock()
+		return
+	}
+	a.turns.begin(p, time.Now())
+	a.rec.Held = a.turns.held()
+	a.mu.Unlock()
+	// Recorded before its start is published, so whoever closes the
+	// stream of a lost agent knows which turns began.
+	if err := a.h.recs.writeNow(ctx, a); err != nil {
+		a.log.Warn("cannot record that a held turn begins", "turn", p.n, "err", err)
+	}
+	a.begun(p)
+	if p.dropped != "" {
+		a.publish(schemas.Event{Turn: p.n, Payload: schemas.Errorf("%s", p.dropped)}, true)
+		a.finish(ctx, schemas.Event{Turn: p.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled}, p.dropped)
+		return
+	}
+	a.prompt(ctx, p)
 }
 
 // prompt gives the backend the running turn's text, on its own goroutine,
@@ -285,12 +310,12 @@ func (a *agent) promptFailed(ctx context.Context, f promptFailure) {
 	if !running || closing {
 		return // a closing agent's death ends the turn, saying so
 	}
-	if errors.Is(f.err, backend.ErrStalled) {
+	if errors.Is(f.err, proc.ErrStalled) {
 		a.stopFor(ctx, fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
 		return
 	}
 	a.publish(schemas.Event{Turn: f.n, Payload: schemas.Errorf("turn %d could not be given to the agent: %v", f.n, f.err)}, true)
-	a.finish(ctx, schemas.Event{Turn: f.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled})
+	a.finish(ctx, schemas.Event{Turn: f.n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, schemas.Result{StopReason: schemas.StopCancelled}, "")
 }
 
 // stopFor stops the agent on the node's own authority, saying why: the
@@ -353,7 +378,7 @@ func (a *agent) die(ctx context.Context, ev schemas.Event) {
 	}
 	a.mu.Lock()
 	a.dead = true
-	a.rec.Status = schemas.StatusDead
+	a.rec.Status, a.rec.Held = schemas.StatusDead, 0
 	ev.Turn = max(a.stamp, a.turns.last)
 	waiters := a.turns.waiters
 	a.turns.waiters = nil
@@ -382,6 +407,15 @@ func (a *agent) closeTurn(n int, why string) {
 		a.turns.running = 0
 	}
 	a.mu.Unlock()
+}
+
+// enqueue numbers an event for the outbox: its number reserved in the
+// numbers file first, then the event to the journal and on to the stream.
+func (h *Host) enqueue(agent string, seq uint64, wire []byte, at time.Time) {
+	if err := h.nums.reserve(agent, seq); err != nil {
+		h.log.Error("cannot reserve event numbers on disk; a lost journal could not be told", "agent", agent, "err", err)
+	}
+	h.pub.enqueue(newOutMsg(h.store.eventSubject(agent), h.cfg.Name, agent, seq, wire, at))
 }
 
 // publish numbers an event, logs it when it is not a liveness-only chunk or
@@ -515,7 +549,7 @@ func (a *agent) isDead() bool {
 func (a *agent) lastActivityTime() time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lastActivity
+	return a.lastEvent
 }
 
 // outboxFilled notes the running turn as the one the full outbox

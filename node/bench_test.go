@@ -26,7 +26,7 @@ import (
 // from decoding to JetStream, without a CLI process in the way.
 type replayBackend struct{ lines [][]byte }
 
-func (r *replayBackend) Kind() string { return backend.KindClaude }
+func (r *replayBackend) Kind() string { return backend.BackendClaude }
 
 func (r *replayBackend) Start(_ context.Context, spec backend.Spec, sink backend.Sink) (backend.Session, error) {
 	return &replaySession{lines: r.lines, sink: sink}, nil

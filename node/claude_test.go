@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -106,5 +107,5 @@ func TestRealClaude(t *testing.T) {
 		t.Fatalf("close: %+v %v", r, err)
 	}
 	w.until(i, "status dead", isStatus(schemas.StatusDead))
-	eventually(t, 10*time.Second, "no claude process is left", func() bool { return gone(pid) })
+	poll.Until(t, 10*time.Second, "no claude process is left", func() bool { return gone(pid) })
 }

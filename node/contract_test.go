@@ -89,7 +89,7 @@ func harnesses() []harness {
 		{name: "ollama", model: "ollama:fake-model",
 			start: func(t *testing.T) parts {
 				fake := fakemodel.Start(t, fakemodel.Config{Default: contractReply})
-				b, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
+				b, err := local.New(local.Config{Kind: backend.BackendOllama, Host: fake.URL()})
 				if err != nil {
 					t.Fatal(err)
 				}

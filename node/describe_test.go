@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/schemas"
@@ -67,13 +68,13 @@ func TestDescribeAndRefresh(t *testing.T) {
 	if err := os.Symlink(os.Args[0], cli.Path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the node finds the CLI installed since", func() bool {
+	poll.Until(t, 30*time.Second, "the node finds the CLI installed since", func() bool {
 		return claudeOf(describe()).Ready
 	})
 	if c := claudeOf(describe()); c.Version != "0.0.0 (fake claude, echo)" {
 		t.Errorf("the CLI found later: %+v", c)
 	}
-	eventually(t, 30*time.Second, "the node's record says so too", func() bool {
+	poll.Until(t, 30*time.Second, "the node's record says so too", func() bool {
 		nodes, err := f.fabric.Nodes(f.ctx(10 * time.Second))
 		return err == nil && len(nodes) == 1 && claudeOf(nodes[0]).Ready
 	})

@@ -237,6 +237,12 @@ func fakeClaude(mode string) {
 		emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": reply}}}})
 		result("end_turn", false, "success")
 	}
+	if mode == "halfline" { // cut off mid-write as it is stopped
+		mu <- struct{}{}
+		out.WriteString(`{"type":"stream_event","event":{"type":"content_blo`)
+		out.Flush()
+		os.Exit(0)
+	}
 	if mode == "signals" || mode == "sigint" {
 		for { // stdin has ended; only a signal ends this one
 			time.Sleep(time.Hour)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,18 +28,21 @@ import (
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case backend.ReaperArg: // the node's reaper, as shoal __reaper is
-			os.Exit(backend.RunReaper())
-		case backend.KeeperArg:
-			os.Exit(backend.RunKeeper(os.Args[2:]))
-		case backend.SandboxArg:
-			os.Exit(backend.RunSandbox(os.Args[2:]))
+		case proc.ReaperArg: // the node's reaper, as shoal __reaper is
+			os.Exit(proc.RunReaper())
+		case proc.KeeperArg:
+			os.Exit(proc.RunKeeper(os.Args[2:]))
+		case proc.SandboxArg:
+			os.Exit(proc.RunSandbox(os.Args[2:]))
+		case proc.SandboxInitArg:
+			os.Exit(proc.RunSandboxInit(os.Args[2:]))
 		}
 	}
 	if mode := os.Getenv("SHOAL_FAKE_CLAUDE"); mode != "" {
@@ -335,7 +339,10 @@ func nodeProcess() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := h.Run(context.Background()); err != nil {
+	// SIGTERM stops it cleanly, as `shoal node` does; SIGKILL is a crash.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := h.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -430,18 +437,6 @@ func alive(pid int) bool {
 func gone(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
 	return err == syscall.ESRCH
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func mustJSON(v any) string {

@@ -21,7 +21,9 @@ import (
 
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/pngscale"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // Config configures a node. Name, Conn and Dir are required; every other
@@ -59,6 +61,11 @@ type Config struct {
 	// default: agents are sandboxed when their open asks), SandboxOn
 	// (unless it declines) or SandboxRequired (always).
 	Sandbox string
+	// SandboxKind is the strongest sandbox the node gives: "" or
+	// schemas.SandboxNamespaces (namespaces of their own around Landlock
+	// and seccomp, where this machine allows them), or
+	// schemas.SandboxLandlock (Landlock and seccomp alone).
+	SandboxKind string
 	// OpenTimeout is how long an agent may take to start (an ACP agent's
 	// handshake); schemas.OpenTimeout when zero. One that has not started
 	// by then is dead, and its stream says why.
@@ -99,7 +106,7 @@ type Config struct {
 	NoJournal bool
 	// Reaper is a binary that holds agents' processes (a shoal binary):
 	// run as `Reaper __reaper` once per node on Linux, as `Reaper __keeper
-	// -- <agent>` once per agent on macOS (backend.Reaper). With it,
+	// -- <agent>` once per agent on macOS (proc.Reaper). With it,
 	// everything an agent starts, in any session or group, ends with the
 	// agent and with the node, even one killed with SIGKILL; without it,
 	// an agent's own process group does.
@@ -174,16 +181,25 @@ type Host struct {
 	pids     *pidFile
 	permits  *permitBook
 	nums     *numbers
-	reaper   *backend.Reaper
 	maxEvent int
 	backends map[string]backend.Backend
 	ready    chan struct{}
 	// agentWork is every goroutine of every agent, requests every
 	// request being answered: Run waits for both.
-	agentWork, requests sync.WaitGroup
+	agentWork sync.WaitGroup
+	requests  *service.Server
 
 	sandbox sandboxing
 
+	// reaperMu guards the reaper, replaced when it dies, and why the node
+	// cannot start agents meanwhile.
+	reaperMu  sync.Mutex
+	reaper    *proc.Reaper
+	unhealthy string
+
+	// mu guards the agent table. Lock order: h.mu before an agent's a.mu
+	// (the table is read, and each agent asked whether it is dead, under
+	// h.mu); never take h.mu while holding an a.mu.
 	mu     sync.Mutex
 	agents map[string]*agent
 	runs   map[string]bool
@@ -306,13 +322,24 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	for _, r := range h.pids.reap() {
-		h.log.Info("reaped an agent a previous node left behind", "agent", r.agent, "pid", r.pid, "how", r.how)
+		h.log.Info("the restart reaped what a previous node left of an agent", "agent", r.agent, "pid", r.pid, "how", r.how)
 	}
 	if h.cfg.Reaper != "" {
-		if h.reaper, err = backend.StartReaper(h.cfg.Reaper); err != nil {
+		r, err := proc.StartReaper(h.cfg.Reaper)
+		if err != nil {
 			return fmt.Errorf("start the node's reaper: %w", err)
 		}
-		defer h.reaper.Close() // last: it kills whatever the agents left
+		h.setReaper(r, "")
+		keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+		kept := make(chan struct{})
+		go func() { h.keepReaper(keep); close(kept) }()
+		defer func() { // last: the reaper kills whatever the agents left
+			stopKeeping()
+			<-kept
+			if r := h.currentReaper(); r != nil {
+				r.Close()
+			}
+		}()
 	} else {
 		h.log.Warn("no reaper: an agent's processes that leave its process group may outlive it")
 	}
@@ -350,6 +377,9 @@ func (h *Host) Run(ctx context.Context) error {
 	close(h.ready)
 	ready, notReady := readiness(h.ads.record().Backends)
 	h.log.Info("node ready", "backends", strings.Join(ready, ","), "not_ready", strings.Join(notReady, "; "), "dir", h.cfg.Dir)
+	if h.sandbox.kernel != "" && !h.sandbox.namespaces {
+		h.log.Warn("sandboxed agents get Landlock and seccomp, without namespaces of their own", "why", h.sandbox.nsWhy)
+	}
 	<-ctx.Done()
 
 	svc.Stop()
@@ -477,7 +507,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 					fmt.Sprintf("permission request %s (%s) was denied: %s", p.RequestID, p.Tool, p.Answer.Message),
 					map[string]string{"requestId": p.RequestID, "toolCallId": p.ToolCallID})})
 			}
-			closing = append(closing, tail.Orphaned(o.rec.Turn, o.rec.Status == schemas.StatusWorking, "node "+h.cfg.Name+" restarted")...)
+			closing = append(closing, tail.Closing(o.rec, "node "+h.cfg.Name+" restarted")...)
 			for _, ev := range closing {
 				wire, err := schemas.Encode(ev)
 				if err != nil {
@@ -498,6 +528,12 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 	for id, seq := range wait {
 		if err := h.pub.waitStored(stored, id, seq); err != nil {
 			h.log.Warn("the closing events of an agent a previous run left open are not stored yet", "agent", id, "err", err)
+			continue
+		}
+		// Its last number, exactly: the block reserved for the closing
+		// events was not used, and a journal lost later must not say so.
+		if err := h.nums.settle(id, seq); err != nil {
+			h.log.Warn("cannot write the numbers file", "err", err)
 		}
 	}
 }
@@ -527,8 +563,8 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 	// there is none, or it died (taking the CLI with it), the processes
 	// that carry the agent's life token are ended here, before its entry
 	// that would let a restarted node find them is gone.
-	if life := h.pids.remove(a.id); life != "" && (h.reaper == nil || h.reaper.Gone()) {
-		if n := backend.ReapLife(life); n > 0 {
+	if life := h.pids.remove(a.id); life != "" && !a.heldByLiveReaper() {
+		if n := proc.ReapLife(life); n > 0 {
 			a.log.Info("ended what the agent left running", "processes", n)
 		}
 	}
@@ -599,7 +635,8 @@ func (h *Host) watch(ctx context.Context) {
 	}
 }
 
-// serve registers the node's micro service; its requests run in ctx.
+// serve registers the node's micro service; its requests run in ctx, on
+// goroutines h.requests waits for.
 func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
 		Name:        schemas.ServiceName,
@@ -611,7 +648,8 @@ func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 		return nil, fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
 	}
 	g := svc.AddGroup(schemas.NodeGroup(h.cfg.Name), micro.WithGroupQueueGroupDisabled())
-	for _, e := range h.endpoints(ctx) {
+	h.requests = service.NewServer(ctx, h.cfg.Metrics)
+	for _, e := range h.endpoints(h.requests) {
 		if err := g.AddEndpoint(string(e.verb), e.handler, micro.WithEndpointQueueGroupDisabled()); err != nil {
 			svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", e.verb, err)
@@ -707,4 +745,71 @@ func bytesText(n int64) string {
 		}
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// setReaper makes r the node's reaper; why, when not empty, says the node
+// cannot start agents until it has one again.
+func (h *Host) setReaper(r *proc.Reaper, why string) {
+	h.reaperMu.Lock()
+	h.reaper, h.unhealthy = r, why
+	h.reaperMu.Unlock()
+	if h.ads != nil {
+		h.ads.poke()
+	}
+}
+
+func (h *Host) currentReaper() *proc.Reaper {
+	h.reaperMu.Lock()
+	defer h.reaperMu.Unlock()
+	return h.reaper
+}
+
+// health says why the node cannot start agents now, "" when it can.
+func (h *Host) health() string {
+	h.reaperMu.Lock()
+	defer h.reaperMu.Unlock()
+	return h.unhealthy
+}
+
+// keepReaper starts another reaper whenever the node's dies (killed: the
+// agents it held died with it, and the node's own ends close them). Until
+// one runs the node's record says it cannot start agents, and opens are
+// refused, so placement passes it over.
+func (h *Host) keepReaper(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for {
+		r := h.currentReaper()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Done():
+		}
+		h.log.Error("the node's reaper died; starting another", "pid", r.PID())
+		h.setReaper(r, fmt.Sprintf("its reaper (pid %d) died and another is starting", r.PID()))
+		for {
+			next, err := proc.StartReaper(h.cfg.Reaper)
+			if err == nil {
+				h.setReaper(next, "")
+				h.log.Info("the node has a reaper again", "pid", next.PID())
+				wait = 100 * time.Millisecond
+				break
+			}
+			h.log.Error("cannot start a reaper; the node starts no agent until it can", "err", err)
+			h.setReaper(r, fmt.Sprintf("its reaper died and another cannot start: %v", err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+	}
+}
+
+// heldByLiveReaper reports whether a reaper that is still running holds
+// the agent's processes (and so ends what they leave).
+func (a *agent) heldByLiveReaper() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reaper != nil && !a.reaper.Gone()
 }

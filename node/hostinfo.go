@@ -38,3 +38,6 @@ func hostInfo() schemas.HostInfo {
 	}
 	return h
 }
+
+// MachineMemory is the machine's memory in bytes, 0 when it cannot be read.
+func MachineMemory() uint64 { return memoryBytes() }

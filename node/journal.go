@@ -106,6 +106,9 @@ type previous struct {
 	events   []*outMsg
 	segments []string
 	ids      map[string]bool
+	// damaged says a segment held a damaged record: what followed it is
+	// not read, and its numbers may have been used.
+	damaged bool
 }
 
 // readJournal reads every segment a previous run left, in order, and
@@ -134,6 +137,7 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 				// A run killed while writing leaves half a record at the
 				// end; nothing after it is whole.
 				log.Warn("the journal ends with a damaged record; what follows it is not read", "segment", name, "err", err)
+				prev.damaged = true
 				break
 			}
 			out = append(out, m)

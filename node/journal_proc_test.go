@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -25,12 +28,9 @@ import (
 // before the restart, the stream says which event numbers may have been
 // lost, they are never used again, and a replay reports them as a gap.
 func TestNodeJournalSurvivesTwoKills(t *testing.T) {
-	for _, deleted := range []bool{false, true} {
-		name := "the journal kept"
-		if deleted {
-			name = "the journal deleted"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, damage := range []string{"kept", "deleted", "cut short"} {
+		deleted := damage != "kept" // numbers may be missing either way
+		t.Run("the journal "+damage, func(t *testing.T) {
 			t.Parallel()
 			store, dir := t.TempDir(), t.TempDir()
 			printed := filepath.Join(t.TempDir(), "printed")
@@ -41,7 +41,7 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "the node process is up", func() bool {
+			poll.Until(t, 30*time.Second, "the node process is up", func() bool {
 				nodes, _ := f.Nodes(t.Context())
 				return len(nodes) == 1
 			})
@@ -52,13 +52,13 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "the stream holds the turn's start", func() bool {
+			poll.Until(t, 30*time.Second, "the stream holds the turn's start", func() bool {
 				rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: 200, Max: 1, IncludeDeltas: true})
 				return err == nil && len(rep.Events) == 1
 			})
 			b.kill()
 			atKill := printedCount(printed)
-			eventually(t, 60*time.Second, "the node numbers 20,000 more chunks into its outbox", func() bool {
+			poll.Until(t, 60*time.Second, "the node numbers 20,000 more chunks into its outbox", func() bool {
 				return printedCount(printed) > atKill+20000
 			})
 			node.Process.Kill()
@@ -66,10 +66,13 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			last := printedCount(printed)
 
 			b = runBrokerProcess(t, store, port)
-			if deleted {
+			switch damage {
+			case "deleted":
 				if err := os.RemoveAll(filepath.Join(dir, "journal")); err != nil {
 					t.Fatal(err)
 				}
+			case "cut short":
+				cutJournal(t, filepath.Join(dir, "journal"))
 			}
 			g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, url: b.url})
 			w := g.watchWith(open.AgentID, deleted) // checks the numbering: gapless, unless the journal is gone
@@ -98,7 +101,7 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 				}
 				return
 			}
-			if chunks == 0 || chunks > atKill {
+			if damage == "deleted" && (chunks == 0 || chunks > atKill) {
 				t.Fatalf("with the journal gone, the stream holds %d chunks; the coordinator was killed after %d", chunks, atKill)
 			}
 			var lost *schemas.Error
@@ -134,6 +137,30 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 	}
 }
 
+// cutJournal cuts the largest segment of a journal in the middle of a
+// record, as a damaged disk would.
+func cutJournal(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var biggest string
+	var size int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".seg") && info.Size() > size {
+			biggest, size = filepath.Join(dir, e.Name()), info.Size()
+		}
+	}
+	if size < 1024 {
+		t.Fatalf("the journal has no segment to cut (largest %d bytes)", size)
+	}
+	// An odd offset a little past the half: inside a record, not at its end.
+	if err := os.Truncate(biggest, size/2+7); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func printedCount(path string) int {
 	b, _ := os.ReadFile(path)
 	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -158,4 +185,99 @@ func connectTo(t *testing.T, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// An agent closed by a restart's recovery (its node killed mid-life),
+// then its node killed again and its journal deleted: the third start
+// reports no loss for it, since the recovery's closing events were its
+// last and the numbers file says so exactly (it kept the block reserved
+// for them, and a gap of numbers never used was reported after the
+// agent's status dead).
+func TestNoFalseLossAfterRecovery(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	dir := t.TempDir()
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	node, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "echo")
+	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
+		nodes, _ := f.Nodes(ctx)
+		return len(nodes) == 1
+	})
+	open, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatalf("open: %v\n%s", err, stderr.String())
+	}
+	if _, err := f.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	node.Process.Kill()
+	<-exited
+	node, exited, _ = startNodeProcess(t, b.ClientURL(), dir, "echo")
+	var last uint64
+	poll.Until(t, 30*time.Second, "the restart's recovery closes the agent", func() bool {
+		rep, err := f.Events(ctx, schemas.EventsRequest{AgentID: open.AgentID, IncludeDeltas: true})
+		if err != nil || len(rep.Events) == 0 {
+			return false
+		}
+		ev := rep.Events[len(rep.Events)-1]
+		last = ev.N
+		return strings.Contains(string(ev.Event), `"kind":"status"`) && strings.Contains(string(ev.Event), `"dead"`)
+	})
+	node.Process.Kill()
+	<-exited
+	if err := os.RemoveAll(filepath.Join(dir, "journal")); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, broker: b})
+	rep, err := f.Events(ctx, schemas.EventsRequest{AgentID: open.AgentID, IncludeDeltas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rep.Events[len(rep.Events)-1]; e.N != last || len(rep.Gaps) != 0 {
+		t.Errorf("after the journal was deleted the agent's stream goes on to event %d (%s) past its status dead at %d; gaps %+v", e.N, e.Event, last, rep.Gaps)
+	}
+}
+
+// A node stopped cleanly (SIGTERM: its agents closed, every event
+// stored), its journal then deleted: the next start reports no loss.
+func TestNoLossAfterACleanStop(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	dir := t.TempDir()
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	node, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "echo")
+	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
+		nodes, _ := f.Nodes(ctx)
+		return len(nodes) == 1
+	})
+	open, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatalf("open: %v\n%s", err, stderr.String())
+	}
+	if _, err := f.Run(ctx, schemas.RunRequest{AgentID: open.AgentID, Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	node.Process.Signal(syscall.SIGTERM)
+	<-exited
+	before, err := f.Events(ctx, schemas.EventsRequest{AgentID: open.AgentID, IncludeDeltas: true})
+	if err != nil || len(before.Events) == 0 {
+		t.Fatalf("the stream after the clean stop: %+v %v", before, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "journal")); err != nil {
+		t.Fatal(err)
+	}
+	startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, broker: b})
+	after, err := f.Events(ctx, schemas.EventsRequest{AgentID: open.AgentID, IncludeDeltas: true})
+	if err != nil || len(after.Events) != len(before.Events) || len(after.Gaps) != 0 {
+		t.Errorf("after the journal of a clean stop was deleted: %d events (was %d), gaps %+v, %v; the last: %s",
+			len(after.Events), len(before.Events), after.Gaps, err, after.Events[len(after.Events)-1].Event)
+	}
 }

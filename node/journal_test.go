@@ -70,9 +70,13 @@ func TestJournalRecovery(t *testing.T) {
 	if nums.marks["a"] != numbersBlock {
 		t.Errorf("reserved up to %d", nums.marks["a"])
 	}
-	// A fast stream reserves more at a time.
+	// A fast stream reserves more at a time, up to a bound.
+	nums.reserve("a", 20_001)
+	if nums.marks["a"] != 25_000 {
+		t.Errorf("at event 20,001, reserved up to %d", nums.marks["a"])
+	}
 	nums.reserve("a", 100_001)
-	if nums.marks["a"] != 125_000 {
+	if nums.marks["a"] != 100_000+maxNumbersBlock {
 		t.Errorf("at event 100,001, reserved up to %d", nums.marks["a"])
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -57,7 +58,7 @@ func ladderAgent(t *testing.T, mode string, wait time.Duration) (*fixture, strin
 	w := f.watch(id)
 	f.send(id, "hello")
 	w.until(0, "the result", isResult(1))
-	eventually(t, 10*time.Second, "the fake CLI is ready for signals", func() bool {
+	poll.Until(t, 10*time.Second, "the fake CLI is ready for signals", func() bool {
 		b, _ := os.ReadFile(file)
 		return strings.HasPrefix(string(b), "ready ")
 	})
@@ -77,7 +78,7 @@ func TestStopLadderOrder(t *testing.T) {
 	}
 	w.until(0, "status dead", isStatus(schemas.StatusDead))
 	// It ignored everything it could, so only the SIGKILL ended it.
-	eventually(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
+	poll.Until(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
 	recs := readSignals(t, file)
 	if got := names(recs); got != "ready eof interrupt terminated" {
 		t.Fatalf("the CLI saw %q, want stdin's end, then SIGINT, then SIGTERM", got)
@@ -106,7 +107,7 @@ func TestStopLadderStopsAtSIGINT(t *testing.T) {
 		t.Fatalf("close: %+v %v", rep, err)
 	}
 	w.until(0, "status dead", isStatus(schemas.StatusDead))
-	eventually(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
+	poll.Until(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
 	if got := names(readSignals(t, file)); got != "ready eof interrupt" {
 		t.Fatalf("the CLI saw %q, want stdin's end then SIGINT only", got)
 	}

@@ -21,7 +21,7 @@ func newAgent(h *Host, rec schemas.AgentRecord) *agent {
 		log:   h.log.With("agent", rec.ID),
 		queue: newEventQueue(),
 		done:  make(chan struct{}),
-		rec:   rec, lastActivity: now, lastEvent: now,
+		rec:   rec, lastEvent: now,
 	}
 }
 
@@ -60,7 +60,7 @@ func (a *agent) started(ctx context.Context, sess backend.Session) {
 	a.sess = sess
 	a.endLife = end
 	a.rec.Status = schemas.StatusIdle
-	turn, sandbox := a.turns.last, a.rec.Sandbox
+	turn, sandbox, closing := a.turns.last, a.rec.Sandbox, a.closing
 	a.mu.Unlock()
 	a.h.agentWork.Go(func() {
 		defer end()
@@ -69,6 +69,16 @@ func (a *agent) started(ctx context.Context, sess backend.Session) {
 	})
 	a.emit(turn, schemas.Status{Status: schemas.StatusIdle, Sandbox: sandbox})
 	a.h.recs.mark(a, true)
+	if closing { // a close came while it started
+		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})
+		a.h.agentWork.Go(func() {
+			ctx, cancel := context.WithTimeout(life, 30*time.Second)
+			defer cancel()
+			if err := sess.Close(ctx); err != nil {
+				a.log.Warn("closing the agent", "err", err)
+			}
+		})
+	}
 }
 
 // sandboxed records what the kernel confines this life to: the record
@@ -97,25 +107,6 @@ func (a *agent) ended() {
 	}
 }
 
-// failed ends a life whose backend did not start: its stream says why,
-// then status dead, and its record says dead. The id was claimed for it,
-// so an open that fails this late is never dropped in silence.
-func (a *agent) failed(ctx context.Context, why string) {
-	life, end := context.WithCancel(context.WithoutCancel(ctx))
-	a.mu.Lock()
-	a.sess = noSession{}
-	a.endLife = end
-	turn := a.turns.last
-	a.mu.Unlock()
-	a.h.agentWork.Go(func() {
-		defer end()
-		a.loop(life)
-		a.work.Wait()
-	})
-	a.emit(turn, schemas.Errorf("the agent did not start: %s", why))
-	a.emit(turn, schemas.Status{Status: schemas.StatusDead})
-}
-
 // noSession is the session of an agent whose backend never started.
 type noSession struct{}
 
@@ -126,10 +117,17 @@ func (noSession) Interrupt(context.Context) (bool, error) { return false, nil }
 func (noSession) Close(context.Context) error             { return nil }
 func (noSession) Info() backend.Info                      { return backend.Info{} }
 
-// send numbers a turn, echoes its text (stamped with the previous turn,
-// as Kaimon does) and begins it, or holds it while another runs. A waiter,
+// send numbers a turn, records its number, echoes its text (stamped with
+// the previous turn, as Kaimon does) and begins it, or holds it while
+// another runs. The number is in the agent's record before the caller is
+// told it, so a node lost at any moment after leaves it to be closed by
+// whoever closes the agent's stream, and never numbered again. A waiter,
 // when given, is registered for the turn before it can end.
 func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (int, error) {
+	// One send at a time per agent: echoes go out in the order of the
+	// numbers, each after its number is recorded.
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
 	a.mu.Lock()
 	switch {
 	case a.dead:
@@ -143,14 +141,34 @@ func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (
 	if waiter != nil {
 		a.turns.wait(p.n, waiter)
 	}
-	// Queued under the lock, so the stream has the echoes in the order
-	// the turns were numbered.
+	a.rec.Turn, a.rec.Held = p.n, a.turns.held()
+	a.mu.Unlock()
+	err := a.h.recs.writeNow(ctx, a)
+	a.mu.Lock()
+	if err == nil && (a.dead || a.closing) {
+		err = schemas.Errf(schemas.CodeUnavailable, "agent '%s' was closed as the turn was sent", a.id)
+	} else if err != nil {
+		err = schemas.Errf(schemas.CodeUnavailable, "cannot record turn %d in the agent's record: %v", p.n, err)
+	}
+	if err != nil {
+		a.turns.unnumber(p.n)
+		a.rec.Turn, a.rec.Held = a.turns.last, a.turns.held()
+		a.mu.Unlock()
+		a.h.recs.mark(a, true)
+		return 0, err
+	}
+	a.turns.sure(p.n)
 	a.queue.push(item{ev: schemas.Event{Turn: p.n - 1, Payload: schemas.UserText{Content: schemas.Text(text)}}})
+	if !now && a.turns.running == 0 {
+		// The running turn ended while the number was being recorded, and
+		// nothing began since: this turn, the first held, begins in the
+		// loop.
+		a.queue.push(item{advance: true})
+	}
 	if now {
 		a.turns.begin(p, time.Now())
 		a.queue.push(item{begin: &p})
 	}
-	a.rec.Turn = p.n
 	a.mu.Unlock()
 	if now {
 		a.prompt(ctx, p)
@@ -199,10 +217,20 @@ func (a *agent) interruptRunning(ctx context.Context) bool {
 // dead or ctx ends.
 func (a *agent) close(ctx context.Context) {
 	a.mu.Lock()
+	if a.sess == nil {
+		// Still starting: it is closed as soon as it has started.
+		a.closing = true
+		a.mu.Unlock()
+		return
+	}
 	already := a.dead || a.closing
 	a.closing = true
 	a.turns.drop(func(n int) string { return fmt.Sprintf("turn %d was dropped: the agent was closed before it began", n) })
-	turn := a.turns.last
+	// The turn it was on: the last begun, not the last held.
+	turn := max(a.turns.running, a.stamp)
+	if !already {
+		a.closedTurn = a.turns.running
+	}
 	a.mu.Unlock()
 	if !already {
 		a.emit(turn, schemas.Status{Status: schemas.StatusClosed})

@@ -43,7 +43,7 @@ func BenchmarkOllamaTokensVsRawStream(b *testing.B) {
 		return n
 	}
 
-	be, err := local.New(local.Config{Kind: backend.KindOllama, Host: fake.URL()})
+	be, err := local.New(local.Config{Kind: backend.BackendOllama, Host: fake.URL()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend/claude"
@@ -66,7 +67,7 @@ func TestTurnLifecycle(t *testing.T) {
 		!bytes.Contains(log, []byte(`"kind":"user_text"`)) || !bytes.Contains(log, []byte(`"ts":`)) {
 		t.Errorf("event log:\n%s", log)
 	}
-	eventually(t, 10*time.Second, "the KV record says idle at turn 1", func() bool {
+	poll.Until(t, 10*time.Second, "the KV record says idle at turn 1", func() bool {
 		r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 		return err == nil && r.Status == schemas.StatusIdle && r.Turn == 1
 	})
@@ -95,7 +96,7 @@ func TestTurnLifecycle(t *testing.T) {
 	if !listed {
 		t.Errorf("the node's list lacks %s", id)
 	}
-	eventually(t, 10*time.Second, "the KV record (agent_list) has both turns' usage", func() bool {
+	poll.Until(t, 10*time.Second, "the KV record (agent_list) has both turns' usage", func() bool {
 		recs, err := f.fabric.List(f.ctx(5 * time.Second))
 		for _, r := range recs {
 			if r.ID == id {
@@ -113,11 +114,11 @@ func TestTurnLifecycle(t *testing.T) {
 	}
 	closed := w.until(0, "status closed", isStatus(schemas.StatusClosed))
 	w.until(closed, "status dead", isStatus(schemas.StatusDead))
-	eventually(t, 10*time.Second, "the agent's process group is gone", func() bool { return gone(pid) })
+	poll.Until(t, 10*time.Second, "the agent's process group is gone", func() bool { return gone(pid) })
 	if _, err := f.fabric.Send(f.ctx(10*time.Second), schemas.SendRequest{AgentID: id, Text: "x"}); err == nil || err.Error() != "agent 'life-1' is dead" {
 		t.Errorf("send to a dead agent: %v", err)
 	}
-	eventually(t, 10*time.Second, "the KV record says dead", func() bool {
+	poll.Until(t, 10*time.Second, "the KV record says dead", func() bool {
 		r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 		return err == nil && r.Status == schemas.StatusDead
 	})
@@ -246,9 +247,9 @@ func TestMisbehavingCLI(t *testing.T) {
 			}
 			if c.status == schemas.StatusDead {
 				w.until(i, "status dead", isStatus(schemas.StatusDead))
-				eventually(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
+				poll.Until(t, 10*time.Second, "the process group is gone", func() bool { return gone(pid) })
 			}
-			eventually(t, 10*time.Second, "the status", func() bool {
+			poll.Until(t, 10*time.Second, "the status", func() bool {
 				r, err := f.fabric.Record(f.ctx(5*time.Second), id)
 				return err == nil && r.Status == c.status
 			})
@@ -277,27 +278,36 @@ func TestControlRejectsBadInput(t *testing.T) {
 	f := startNode(t, fixtureOptions{claude: fakeCLI("slow")})
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, nil, 0o600)
+	notMCP := filepath.Join(t.TempDir(), "servers.json")
+	os.WriteFile(notMCP, []byte(`{"servers":["a"]}`), 0o600)
 	ctx := f.ctx(60 * time.Second)
 	openCases := []struct {
 		req  schemas.OpenRequest
 		code schemas.ErrorCode
 		msg  string
 	}{
-		{schemas.OpenRequest{Node: "n1"}, schemas.CodeInvalid, "cwd is required"},
+		{schemas.OpenRequest{Node: "n1"}, schemas.CodeInvalid, "invalid open request: Invalid parameter(s): cwd must not be empty"},
 		{schemas.OpenRequest{CWD: "/no/such/dir", Node: "n1"}, schemas.CodeInvalid, "agent cwd does not exist: /no/such/dir"},
 		{schemas.OpenRequest{CWD: file, Node: "n1"}, schemas.CodeInvalid, "agent cwd is not a directory: " + file},
 		{schemas.OpenRequest{CWD: "relative", Node: "n1"}, schemas.CodeInvalid, "must be an absolute path"},
 		{schemas.OpenRequest{CWD: t.TempDir(), ID: "Bad.Id", Node: "n1"}, schemas.CodeInvalid, `agent id "Bad.Id" has 'B' at position 1`},
-		{schemas.OpenRequest{CWD: t.TempDir(), Permission: "yolo", Node: "n1"}, schemas.CodeInvalid, `unknown permission preset "yolo"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), Permission: "yolo", Node: "n1"}, schemas.CodeInvalid, `permission must be one of default, ask, notebook, specialist, lab, auto, bypass, not "yolo"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), Model: strings.Repeat("m", 1<<20), Node: "n1"}, schemas.CodeInvalid, "model must be at most 256 characters long, not 1048576"},
 		{schemas.OpenRequest{CWD: t.TempDir(), PermissionMode: "sideways", Node: "n1"}, schemas.CodeInvalid, `unknown permission_mode "sideways"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), Model: "acp:opencode", Node: "n1"}, schemas.CodeUnavailable, "node n1 cannot take this agent: cannot run acp:opencode agents"},
 		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: notMCP, Node: "n1"}, schemas.CodeInvalid, "mcp_config " + notMCP + " is not an MCP configuration (a JSON object with an mcpServers object)"},
+		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: "/no/such.json", Node: "n1"}, schemas.CodeInvalid, "mcp_config /no/such.json: no such file or directory"},
 	}
 	for _, c := range openCases {
 		_, err := f.fabric.Open(ctx, c.req)
 		if err == nil || !strings.Contains(err.Error(), c.msg) || schemas.CodeOf(err) != c.code {
 			t.Errorf("open %+v: got %v (%s), want %s %q", c.req, err, schemas.CodeOf(err), c.code, c.msg)
 		}
+	}
+	// A refused open leaves no record behind.
+	if recs, err := f.fabric.List(ctx); err != nil || len(recs) != 0 {
+		t.Errorf("after the refused opens the fabric lists %d agents (%v): %+v", len(recs), err, recs)
 	}
 	id := f.open(schemas.OpenRequest{ID: "taken"})
 	if _, err := f.fabric.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: id, Node: "n1"}); err == nil || err.Error() != "agent id already in use: taken" || schemas.CodeOf(err) != schemas.CodeConflict {
@@ -322,12 +332,14 @@ func TestControlRejectsBadInput(t *testing.T) {
 	// The raw endpoints reject malformed bodies with a clear message.
 	nc := natstest.Connect(t, f.b)
 	raw := []struct{ verb, body, want string }{
-		{"send", `{"agent_id":"taken","text":"x","colour":"red"}`, `invalid send request: json: unknown field "colour"`},
-		{"send", `{"agent_id":7}`, "cannot unmarshal number"},
+		{"send", `{"agent_id":"taken","text":"x","colour":"red"}`, `invalid send request: Unknown parameter(s): colour. Valid parameters are: agent_id, request_id, text`},
+		{"send", `{"agent_id":7}`, "invalid send request: Missing required parameter(s): text. Invalid parameter(s): agent_id must be a string, not the number 7"},
+		{"send", `["taken"]`, "invalid send request: the request must be a JSON object, not an array"},
+		{"status", `{"agent_id":"` + strings.Repeat("a", 5000) + `"}`, "invalid status request: Invalid parameter(s): agent_id must match ^[a-z0-9][a-z0-9_-]{0,63}$, not a string of 5000 characters"},
 		{"open", `not json`, "invalid open request"},
-		{"run", `{"agent_id":"taken","text":"x","timeout":-2}`, "timeout must be more than 0 and at most 86400 seconds (24 hours), got -2"},
-		{"run", `{"agent_id":"taken","text":"x","timeout":1e308}`, "timeout must be more than 0 and at most 86400 seconds (24 hours), got 1e+308"},
-		{"set_model", `{"agent_id":"taken"}`, "model is required"},
+		{"run", `{"agent_id":"taken","text":"x","timeout":-2}`, "invalid run request: Invalid parameter(s): timeout must be more than 0, not -2"},
+		{"run", `{"agent_id":"taken","text":"x","timeout":1e308}`, "invalid run request: Invalid parameter(s): timeout must be at most 86400, not 1e+308"},
+		{"set_model", `{"agent_id":"taken"}`, "invalid set_model request: Missing required parameter(s): model"},
 	}
 	for _, r := range raw {
 		msg, err := nc.Request(schemas.ControlSubject("n1", schemas.Verb(r.verb)), []byte(r.body), 10*time.Second)
@@ -463,10 +475,15 @@ func TestDuplicateRequestsActOnce(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("%d user turns, want 2 (the retry must not act)", n)
 	}
-	o1, err1 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: t.TempDir(), Node: "n1"})
-	o2, err2 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: t.TempDir(), Node: "n1"})
+	cwd := t.TempDir()
+	o1, err1 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: cwd, Node: "n1"})
+	o2, err2 := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: cwd, Node: "n1"})
 	if err1 != nil || err2 != nil || o1.AgentID != o2.AgentID {
 		t.Fatalf("a duplicated open: %+v %v / %+v %v", o1, err1, o2, err2)
+	}
+	// The same request id for an open elsewhere is another request.
+	if _, err := f.fabric.Open(ctx, schemas.OpenRequest{RequestID: "open-1", CWD: t.TempDir(), Node: "n1"}); schemas.CodeOf(err) != schemas.CodeConflict || !strings.Contains(err.Error(), "request id open-1 was used") {
+		t.Fatalf("another open under request id open-1: %v", err)
 	}
 }
 
@@ -516,12 +533,12 @@ func TestReopenDeadID(t *testing.T) {
 	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: a})
 	b := f.open(schemas.OpenRequest{})
 	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: b})
-	eventually(t, 10*time.Second, "the oldest dead agent is forgotten", func() bool {
+	poll.Until(t, 10*time.Second, "the oldest dead agent is forgotten", func() bool {
 		_, err := f.fabric.Record(f.ctx(5*time.Second), a)
 		return schemas.CodeOf(err) == schemas.CodeNotFound
 	})
 	// The numbers file forgets it too, and keeps the agent still kept.
-	eventually(t, 10*time.Second, "the forgotten agent's mark leaves the numbers file", func() bool {
+	poll.Until(t, 10*time.Second, "the forgotten agent's mark leaves the numbers file", func() bool {
 		nums, err := os.ReadFile(filepath.Join(f.dir, "numbers.json"))
 		return err == nil && !bytes.Contains(nums, []byte(`"`+a+`"`)) && bytes.Contains(nums, []byte(`"`+b+`"`))
 	})
@@ -583,7 +600,7 @@ func TestTurnTimeoutInterrupts(t *testing.T) {
 	if errs := errorsOf(w.events()); len(errs) != 1 || errs[0] != "turn 1 ran longer than 300ms; interrupting it" {
 		t.Errorf("errors %q", errs)
 	}
-	eventually(t, 10*time.Second, "the agent is idle again", func() bool {
+	poll.Until(t, 10*time.Second, "the agent is idle again", func() bool {
 		r, err := f.fabric.Status(f.ctx(5*time.Second), id)
 		return err == nil && r.Status == schemas.StatusIdle
 	})

@@ -28,6 +28,10 @@ type numbers struct {
 // not once every thousand.
 const numbersBlock = 1024
 
+// maxNumbersBlock bounds a reservation, and so the range a lost journal
+// can leave in doubt.
+const maxNumbersBlock = 16384
+
 type numbersFile struct {
 	Journal string            `json:"journal"`
 	Marks   map[string]uint64 `json:"marks"`
@@ -65,7 +69,7 @@ func (n *numbers) reserve(agent string, seq uint64) error {
 	if seq <= n.marks[agent] {
 		return nil
 	}
-	n.marks[agent] = seq + max(numbersBlock, seq/4) - 1
+	n.marks[agent] = seq + max(numbersBlock, min(seq/4, maxNumbersBlock)) - 1
 	return n.saveLocked()
 }
 

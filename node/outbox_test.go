@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/claude"
@@ -52,12 +53,12 @@ func TestOutboxFullInterruptsAndSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Let it stream, then take the coordinator away.
-	eventually(t, 30*time.Second, "the turn streams", func() bool {
+	poll.Until(t, 30*time.Second, "the turn streams", func() bool {
 		m, err := live.NextMsg(time.Second)
 		return err == nil && strings.Contains(string(m.Data), "chatter")
 	})
 	b.Shutdown()
-	eventually(t, 60*time.Second, "the turn is interrupted", func() bool {
+	poll.Until(t, 60*time.Second, "the turn is interrupted", func() bool {
 		r, err := h.AgentStatus(t.Context(), schemas.AgentRequest{AgentID: rep.AgentID})
 		return err == nil && r.Status == schemas.StatusIdle
 	})

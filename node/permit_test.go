@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/schemas"
@@ -49,7 +50,7 @@ func TestRealOpencodeAsks(t *testing.T) {
 	next := func(want string) schemas.PermitRecord {
 		t.Helper()
 		var got []schemas.PermitRecord
-		eventually(t, 2*time.Minute, "a request for "+want, func() bool {
+		poll.Until(t, 2*time.Minute, "a request for "+want, func() bool {
 			got, _ = f.fabric.Pending(f.ctx(10 * time.Second))
 			return len(got) == 1
 		})

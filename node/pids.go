@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 // pidFile is pids.json: the agent processes this node runs, so that a node
@@ -24,7 +25,7 @@ type pidEntry struct {
 	PID   int    `json:"pid,omitempty"`
 	Start string `json:"start,omitempty"`
 	// Life is the token every process of the agent's life carries
-	// (backend.LifeEnv).
+	// (proc.LifeEnv).
 	Life string `json:"life,omitempty"`
 }
 
@@ -51,7 +52,7 @@ func (f *pidFile) save(m map[string]pidEntry) error {
 func (f *pidFile) add(agent string, pid int, life string) error {
 	e := pidEntry{PID: pid, Life: life}
 	if pid > 0 {
-		start, err := backend.StartTime(pid)
+		start, err := proc.StartTime(pid)
 		if err != nil {
 			return err
 		}
@@ -82,33 +83,33 @@ type reaped struct {
 	pid        int
 }
 
-// reap kills the process group of every listed agent that is still
-// around, and every process that carries the agent's life token, then
-// empties the file. A leader that is still running is killed only if its
-// start time matches; a leader that is gone while its group lives on
-// (children it started) has its group killed. A process without the token
-// is never killed by it, so a recycled pid is safe.
+// reap kills, for every listed agent, every process that carries the
+// agent's life token, and the process group of a leader that is still
+// running with the start time it was recorded with (a pid and its start
+// time name one process; a recycled pid has another start), then empties
+// the file. A group whose leader is gone is not killed whole: its number
+// may have been handed to a stranger who made a group of it, and nothing
+// proves its members are the agent's but the token, which has already
+// found them; the ones without it are left alone and said so.
 func (f *pidFile) reap() []reaped {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []reaped
 	for id, e := range f.load() {
-		if n := backend.ReapLife(e.Life); n > 0 {
+		if n := proc.ReapLife(e.Life); n > 0 {
 			out = append(out, reaped{id, fmt.Sprintf("killed %d processes of its life", n), e.PID})
 		}
 		if e.PID <= 1 {
 			continue
 		}
-		start, err := backend.StartTime(e.PID)
+		start, err := proc.StartTime(e.PID)
 		switch {
 		case err == nil && start == e.Start:
-			if backend.KillGroup(e.PID) == nil {
+			if proc.KillGroup(e.PID) == nil {
 				out = append(out, reaped{id, "killed its process group", e.PID})
 			}
-		case err != nil && groupExists(e.PID):
-			if backend.KillGroup(e.PID) == nil {
-				out = append(out, reaped{id, "killed the children it left", e.PID})
-			}
+		case groupExists(e.PID):
+			out = append(out, reaped{id, "left process group " + strconv.Itoa(e.PID) + " alone: its leader is gone or another process, and nothing in it carries the agent's token", e.PID})
 		}
 	}
 	f.save(map[string]pidEntry{})

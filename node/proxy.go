@@ -32,6 +32,9 @@ type proxy struct {
 	// agent's id and token set by the proxy, whatever the agent sent.
 	mcp *mcpRoute
 
+	// lookup resolves a host's name (the system's resolver).
+	lookup func(ctx context.Context, host string) ([]net.IPAddr, error)
+
 	// ctx ends with the proxy: dials in flight end with it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -60,11 +63,16 @@ const (
 // It lives until close, whatever becomes of ctx, which it keeps for its
 // values.
 func startProxy(ctx context.Context, allow []string, mcp *mcpRoute, log *slog.Logger) (*proxy, error) {
+	return startProxyResolving(ctx, allow, mcp, log, net.DefaultResolver.LookupIPAddr)
+}
+
+// startProxyResolving is startProxy with names resolved by lookup.
+func startProxyResolving(ctx context.Context, allow []string, mcp *mcpRoute, log *slog.Logger, lookup func(context.Context, string) ([]net.IPAddr, error)) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("the sandbox's proxy: %w", err)
 	}
-	p := &proxy{ln: ln, log: log, mcp: mcp, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &proxy{ln: ln, log: log, mcp: mcp, conns: map[net.Conn]struct{}{}, done: make(chan struct{}), lookup: lookup}
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, a := range allow {
 		if a = strings.ToLower(strings.TrimSpace(a)); a != "" && !slices.Contains(p.allow, a) {
@@ -145,10 +153,60 @@ func (p *proxy) allowed(target string) bool {
 	})
 }
 
+// resolve finds the address to dial for target (host:port), which the
+// allowlist lets through. A name that resolves to an address of this
+// machine or its network's infrastructure (loopback, link-local, where
+// clouds answer for instance metadata, unspecified) is refused unless the
+// allowlist names that address itself, or "localhost": an allowed name
+// is a host out there, and a DNS answer must not turn it into a way to
+// the node's own services. The address checked is the one dialled, so a
+// second answer cannot differ.
+func (p *proxy) resolve(target string) (string, error) {
+	host, port, err := net.SplitHostPort(target)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(strings.Trim(host, "[]")); ip != nil {
+		return target, nil // an address the allowlist names as such
+	}
+	ips, err := p.lookup(p.ctx, host)
+	if err != nil || len(ips) == 0 {
+		return "", fmt.Errorf("%s does not resolve: %v", host, err)
+	}
+	ip := ips[0].IP
+	if inside(ip) && !strings.EqualFold(host, "localhost") && !p.allowed(net.JoinHostPort(ip.String(), port)) {
+		return "", fmt.Errorf("%s resolves to %s, an address of this machine or its network (%s), which the agent's list does not name", host, ip, addressKind(ip))
+	}
+	return net.JoinHostPort(ip.String(), port), nil
+}
+
+// inside reports whether ip is of this machine or its network's
+// infrastructure rather than a host out there.
+func inside(ip net.IP) bool {
+	return ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() ||
+		ip.IsInterfaceLocalMulticast() || ip.Equal(net.ParseIP("fd00:ec2::254"))
+}
+
+func addressKind(ip net.IP) string {
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.Equal(net.IPv4(169, 254, 169, 254)), ip.Equal(net.ParseIP("fd00:ec2::254")):
+		return "instance metadata"
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return "link-local"
+	}
+	return "unspecified"
+}
+
 // refuse answers a request for a host the agent may not reach.
 func (p *proxy) refuse(c net.Conn, target string) {
 	p.log.Warn("the sandbox refused a connection", "to", target)
-	body := fmt.Sprintf("shoal sandbox: %s is not among the hosts this agent may reach (%s)\n", target, strings.Join(p.allow, ", "))
+	p.forbid(c, fmt.Sprintf("shoal sandbox: %s is not among the hosts this agent may reach (%s)\n", target, strings.Join(p.allow, ", ")))
+}
+
+// forbid answers 403 with body and ends the connection.
+func (p *proxy) forbid(c net.Conn, body string) {
 	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
@@ -191,7 +249,13 @@ func (p *proxy) handle(c net.Conn) {
 			p.refuse(c, target)
 			return
 		}
-		up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(p.ctx, "tcp", target)
+		addr, err := p.resolve(target)
+		if err != nil {
+			p.log.Warn("the sandbox refused a connection", "to", target, "why", err)
+			p.forbid(c, fmt.Sprintf("shoal sandbox: %v\n", err))
+			return
+		}
+		up, err := (&net.Dialer{Timeout: 30 * time.Second}).DialContext(p.ctx, "tcp", addr)
 		if err != nil {
 			fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			return
@@ -236,6 +300,14 @@ func (p *proxy) toMCP(c net.Conn, req *http.Request) bool {
 		return false
 	}
 	u := p.mcp.url
+	if req.URL.Path != u.Path {
+		// Only the MCP endpoint: the dashboard, its API and anything else
+		// on that listener are no door of an agent's.
+		p.log.Warn("the sandbox refused a path beside the MCP endpoint", "path", req.URL.Path)
+		p.forbid(c, fmt.Sprintf("shoal sandbox: this proxy forwards only Shoal's MCP endpoint (%s), not %s: rule %s: %s\n",
+			u.Path, req.URL.Path, schemas.RuleSideDoors, schemas.RuleSideDoors.Text()))
+		return false
+	}
 	req.URL.Scheme, req.URL.Host, req.Host = u.Scheme, u.Host, u.Host
 	req.Header.Del(schemas.AgentIDHeader)
 	req.Header.Del("Authorization")

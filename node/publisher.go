@@ -148,11 +148,11 @@ func (p *publisher) wakeOnWrites(ctx context.Context) {
 			return
 		case <-p.written:
 		}
-		// Taken and let go, so a sender that has just found the record
-		// unwritten is waiting before it is woken.
+		// Woken under the lock, so a sender that has just found the
+		// record unwritten is waiting before it is woken.
 		p.mu.Lock()
-		p.mu.Unlock()
 		p.cond.Broadcast()
+		p.mu.Unlock()
 	}
 }
 

@@ -61,40 +61,64 @@ func (r *records) claim(ctx context.Context, a *agent) (release func(context.Con
 		delete(r.dirty, rec.ID)
 	}
 	r.mu.Unlock()
+	for try := 0; ; try++ {
+		release, again, err := r.claimOnce(ctx, a, rec, val)
+		if !again || try >= 3 {
+			return release, err
+		}
+	}
+}
+
+// claimOnce is one try of claim; again says the record changed between
+// its read and its write, so another try may succeed.
+func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentRecord, val []byte) (release func(context.Context), again bool, err error) {
 	e, err := r.kv.get(ctx, rec.ID)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		rev, err := r.kv.create(ctx, rec.ID, val)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyExists):
-			return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
+			return nil, true, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
 		case err != nil:
-			return nil, claimErr(rec, err)
+			return nil, false, claimErr(rec, err)
 		}
 		r.setRev(rec.ID, rev)
-		return func(ctx context.Context) { r.forget(ctx, a) }, nil
+		return func(ctx context.Context) { r.forget(ctx, a) }, false, nil
 	case err != nil:
-		return nil, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
+		return nil, false, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
 	old, err := decodeRecord(e.value)
 	granted := err == nil && old.Node == r.node && old.Status == schemas.StatusStarting && old.RequestID == rec.RequestID
 	if !granted && err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
-		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
+		return nil, false, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
 	rev, err := r.kv.update(ctx, rec.ID, val, e.rev)
 	if err != nil {
 		if refused(err) {
-			return nil, claimErr(rec, err)
+			return nil, false, claimErr(rec, err)
 		}
-		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
+		return nil, true, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (its record changed while opening)", rec.ID)
 	}
 	r.setRev(rec.ID, rev)
 	return func(ctx context.Context) {
+		// An id with no event stored had no life before: its record goes.
+		// One with a past is left dead, as its past life left it.
+		if a.lastSeq() == 0 {
+			r.mu.Lock()
+			delete(r.life, rec.ID)
+			delete(r.dirty, rec.ID)
+			delete(r.rev, rec.ID)
+			r.mu.Unlock()
+			if err := r.kv.remove(ctx, rec.ID, rev); err != nil {
+				r.log.Warn("cannot give up an agent's claim", "agent", rec.ID, "err", err)
+			}
+			return
+		}
 		old.Status = schemas.StatusDead
 		if _, err := r.kv.update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
 			r.log.Warn("cannot give up an agent's claim", "agent", rec.ID, "err", err)
 		}
-	}, nil
+	}, false, nil
 }
 
 // claimErr is the error of a claim the fabric refused.
@@ -166,6 +190,16 @@ func (r *records) run(ctx context.Context) {
 	}
 }
 
+// writeNow writes the agent's record before it returns: what a caller is
+// told (a turn's number) is in the record first, so a node lost right
+// after cannot take it with it.
+func (r *records) writeNow(ctx context.Context, a *agent) error {
+	r.mu.Lock()
+	delete(r.dirty, a.id)
+	r.mu.Unlock()
+	return r.write(ctx, a)
+}
+
 // flush writes every pending record.
 func (r *records) flush(ctx context.Context) { r.writeAll(ctx) }
 
@@ -186,9 +220,15 @@ func (r *records) writeAll(ctx context.Context) {
 // write stores one record with compare-and-set, re-reading the revision
 // when it moved; a record another node now owns is left alone.
 func (r *records) write(ctx context.Context, a *agent) error {
-	rec := a.record()
-	val := encodeRecord(rec)
+	// One write of an agent's record at a time: the node's own writes
+	// never race each other for the revision.
+	a.recMu.Lock()
+	defer a.recMu.Unlock()
 	for range 3 {
+		// Taken anew on each try: a try that lost to a newer write must not
+		// put back an older state.
+		rec := a.record()
+		val := encodeRecord(rec)
 		r.mu.Lock()
 		rev, lost, current := r.rev[a.id], r.lost[a.id], r.life[a.id] == a
 		r.mu.Unlock()

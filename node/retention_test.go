@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -44,7 +46,7 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 		if schemas.CodeOf(err) != schemas.CodeNotFound || err.Error() != "no such agent: "+id {
 			t.Errorf("status of forgotten %s: %v", id, err)
 		}
-		eventually(t, 10*time.Second, "the fabric forgets "+id, func() bool {
+		poll.Until(t, 10*time.Second, "the fabric forgets "+id, func() bool {
 			_, err := f.fabric.Record(f.ctx(5*time.Second), id)
 			return schemas.CodeOf(err) == schemas.CodeNotFound
 		})
@@ -64,6 +66,14 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 	rec, err := f.fabric.Status(f.ctx(10*time.Second), ids[0])
 	if err != nil || rec.Status != schemas.StatusDead || rec.ID != ids[0] || rec.Turn != 0 || rec.Node != "n1" {
 		t.Errorf("status of a forgotten agent: %s %v", mustJSON(rec), err)
+	}
+	// Its model, cwd, policy and event log are said, as its node last
+	// wrote them (the bucket keeps the deleted key's revisions), and the
+	// event log is still on disk.
+	if rec.Model == "" || rec.CWD == "" || rec.EventLog == "" || rec.Policy == nil {
+		t.Errorf("status of a forgotten agent lacks what its node knew: %s", mustJSON(rec))
+	} else if _, err := os.Stat(rec.EventLog); err != nil {
+		t.Errorf("the forgotten agent's event log: %v", err)
 	}
 	schematest.ControlValue(t, "agent_record", rec)
 }

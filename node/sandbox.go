@@ -10,15 +10,22 @@ import (
 	"strconv"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 // sandboxing is what the node can do for sandboxed agents: the kernel's
 // mechanism, or why there is none.
 type sandboxing struct {
-	kernel string // "landlock ABI 7"; "" when the node cannot sandbox
-	why    string // why it cannot
+	kernel     string // "namespaces, landlock ABI 7"; "" when the node cannot sandbox
+	why        string // why it cannot
+	namespaces bool   // agents get namespaces of their own around Landlock
+	nsWhy      string // why they do not
 }
+
+// SandboxNamespaces begins the kernel mechanism of a node whose sandboxed
+// agents get namespaces of their own around Landlock and seccomp.
+const SandboxNamespaces = schemas.SandboxNamespaces
 
 // detectSandbox finds what this node can confine agents with: the
 // kernel's Landlock, and a shoal binary to confine them through.
@@ -26,12 +33,27 @@ func detectSandbox(cfg Config) sandboxing {
 	if cfg.Reaper == "" {
 		return sandboxing{why: "the node has no shoal binary to confine agents with (node.Config.Reaper)"}
 	}
-	kernel, err := backend.SandboxSupport()
+	kernel, err := proc.SandboxSupport()
 	if err != nil {
 		return sandboxing{why: err.Error()}
 	}
-	return sandboxing{kernel: kernel}
+	if cfg.SandboxKind == schemas.SandboxLandlock {
+		return sandboxing{kernel: kernel, nsWhy: "the node gives Landlock and seccomp alone (its sandbox kind is landlock)"}
+	}
+	if err := proc.NamespacesSupport(); err != nil {
+		return sandboxing{kernel: kernel, nsWhy: err.Error()}
+	}
+	return sandboxing{kernel: SandboxNamespaces + ", " + kernel, namespaces: true}
 }
+
+// commonEnv are the variables every sandboxed agent keeps of its node's
+// environment, beside what its backend names and what Shoal sets for it:
+// what any program needs to run (its paths, its home, its locale and
+// terminal, where its certificates are).
+var commonEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "COLORTERM",
+	"TZ", "XDG_*", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "SHOAL_AGENT_*", "SHOAL_NODE",
+	"SHOAL_PARENT_PID", "SHOAL_PERMITS_*", "SHOAL_PROC", "TMPDIR", "TMP", "TEMP", "HTTP_PROXY", "HTTPS_PROXY",
+	"http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"}
 
 // sandboxWanted decides whether an open runs sandboxed: the open says, or
 // the node's mode does. It refuses what the node cannot do or its mode
@@ -41,6 +63,17 @@ func (h *Host) sandboxWanted(req schemas.OpenRequest) (bool, error) {
 	want := mode == schemas.SandboxOn || mode == schemas.SandboxRequired
 	if req.Sandbox != nil {
 		want = *req.Sandbox
+	}
+	if req.SandboxKind != "" {
+		switch {
+		case req.Sandbox != nil && !*req.Sandbox:
+			return false, schemas.Errf(schemas.CodeInvalid, "sandbox_kind %s asks for a sandbox, and sandbox is false", req.SandboxKind)
+		case req.SandboxKind != schemas.SandboxLandlock && req.SandboxKind != schemas.SandboxNamespaces:
+			return false, schemas.Errf(schemas.CodeInvalid, "sandbox_kind %q: want landlock or namespaces", req.SandboxKind)
+		case h.sandbox.kernel != "" && !schemas.SandboxGives(h.sandbox.kernel, req.SandboxKind):
+			return false, schemas.Errf(schemas.CodeUnavailable, "node %s cannot put agents in namespaces of their own: %s", h.cfg.Name, h.sandbox.nsWhy)
+		}
+		want = true
 	}
 	switch {
 	case !want && mode == schemas.SandboxRequired:
@@ -58,7 +91,7 @@ func (h *Host) sandboxWanted(req schemas.OpenRequest) (bool, error) {
 // and temp directory, the policy its record and stream show, and what to
 // undo when the agent ends.
 type confinement struct {
-	conf   *backend.Confinement
+	conf   *proc.Confinement
 	env    []string
 	policy *schemas.SandboxPolicy
 	mcpURL string // the agent's way to the MCP endpoint, through its proxy
@@ -82,8 +115,8 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	}
 	tmp := filepath.Join(h.cfg.Dir, "tmp", spec.AgentID)
 	os.RemoveAll(tmp) // a previous life's
-	writable := backend.Compact(append([]string{cwd, tmp}, needs.Writable...))
-	if err := backend.EnsureDirs(writable...); err != nil {
+	writable := proc.Compact(append([]string{cwd, tmp}, needs.Writable...))
+	if err := proc.EnsureDirs(writable...); err != nil {
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	hosts := append(slices.Clone(needs.Hosts), net_...)
@@ -113,10 +146,11 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 		mcpURL = "http://" + px.addr() + route.url.EscapedPath()
 	}
 	ports := append([]uint16{px.port()}, needs.Ports...)
-	readable := backend.Compact(append(slices.Clone(backend.SystemReadable), needs.Readable...))
+	readable := proc.Compact(append(slices.Clone(proc.SystemReadable), needs.Readable...))
 	proxyURL := "http://" + px.addr()
 	return &confinement{
-		conf: &backend.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind},
+		conf: &proc.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind,
+			Namespaces: h.sandbox.namespaces, Env: append(slices.Clone(commonEnv), needs.Env...)},
 		env: []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp,
 			"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
 			"ALL_PROXY=" + proxyURL, "all_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="},
@@ -139,6 +173,11 @@ func checkSandboxMode(cfg Config, sb sandboxing) error {
 		}
 	default:
 		return fmt.Errorf("--sandbox %q: want off, on or required", cfg.Sandbox)
+	}
+	switch cfg.SandboxKind {
+	case "", schemas.SandboxNamespaces, schemas.SandboxLandlock:
+	default:
+		return fmt.Errorf("--sandbox-kind %q: want namespaces or landlock", cfg.SandboxKind)
 	}
 	return nil
 }

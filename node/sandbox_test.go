@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/proctest"
 
 	"github.com/shoalfabric/shoal/client"
@@ -78,7 +79,8 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		return reqs[i].ToolResults[0]
 	}
 	for i, what := range map[int]string{1: "the write outside", 2: "the read of the secret", 3: "the read through the symlink", 4: "the node's environment", 5: "the CLI's settings"} {
-		if r := result(i); !r.IsError || !strings.Contains(strings.ToLower(r.Content), "permission denied") || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
+		// Refused by Landlock, or not there at all in namespaces of its own.
+		if r := result(i); !r.IsError || !refused(r.Content) || strings.Contains(r.Content, "decoy") || strings.Contains(r.Content, "PATH=") {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}
@@ -98,7 +100,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 		t.Errorf("the daemon: %+v", r)
 	}
 	daemon := 0
-	eventually(t, 10*time.Second, "the daemon runs", func() bool {
+	poll.Until(t, 10*time.Second, "the daemon runs", func() bool {
 		daemon = proctest.Sleep("611")
 		return daemon > 0
 	})
@@ -107,7 +109,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	}
 
 	rec, err := f.fabric.Status(f.ctx(10*time.Second), id)
-	if err != nil || rec.Sandbox == nil || !strings.HasPrefix(rec.Sandbox.Kernel, "landlock ABI ") || !contains(rec.Sandbox.Writable, cwd) || rec.Sandbox.Proxy == "" {
+	if err != nil || rec.Sandbox == nil || !strings.Contains(rec.Sandbox.Kernel, "landlock ABI ") || !contains(rec.Sandbox.Writable, cwd) || rec.Sandbox.Proxy == "" {
 		t.Fatalf("the record's sandbox: %s %v", mustJSON(rec.Sandbox), err)
 	}
 	var first *schemas.Event
@@ -122,7 +124,7 @@ func TestRealClaudeSandboxed(t *testing.T) {
 	}
 
 	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
-	eventually(t, 10*time.Second, "the daemon ends with the agent", func() bool { return proctest.Sleep("611") == 0 })
+	poll.Until(t, 10*time.Second, "the daemon ends with the agent", func() bool { return proctest.Sleep("611") == 0 })
 }
 
 func contains(xs []string, x string) bool {
@@ -288,5 +290,47 @@ func TestSandboxRefusalAndPlacement(t *testing.T) {
 		if (rec.Sandbox != nil) != (n == "n2") {
 			t.Errorf("an open on %s that does not say: sandbox %+v", n, rec.Sandbox)
 		}
+	}
+}
+
+// refused reports whether a tool's output says the sandbox refused it:
+// Landlock's "permission denied", or, in namespaces of the agent's own,
+// "no such file or directory" for what is not there.
+func refused(out string) bool {
+	out = strings.ToLower(out)
+	return strings.Contains(out, "permission denied") || strings.Contains(out, "no such file or directory")
+}
+
+// A sandboxed agent plants a symlink (to a file outside the sandbox) in
+// its own config directory, where its node copies the user's settings
+// each life; reopened, the node replaces the link and writes nothing
+// through it.
+func TestPlantedSymlinkSurvivesAReopen(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	cwd, outside, home := t.TempDir(), t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("untouched"), 0o644)
+	os.MkdirAll(filepath.Join(home, ".claude"), 0o700)
+	os.WriteFile(filepath.Join(home, ".claude", "settings.json"), []byte(`{"theme":"dark"}`), 0o600)
+	fake.Script(bash(`ln -sf `+victim+` "$CLAUDE_CONFIG_DIR/settings.json" && ls -l "$CLAUDE_CONFIG_DIR/settings.json"`), fakemodel.Reply{Text: "Planted."},
+		fakemodel.Reply{Text: "Back."})
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second}})
+	yes := true
+	id := f.open(schemas.OpenRequest{ID: "planter", Permission: "bypass", Sandbox: &yes, CWD: cwd})
+	if rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "Plant."}); err != nil || rep.Text != "Planted." {
+		t.Fatalf("the turn: %+v %v", rep, err)
+	}
+	if r := fake.Requests()[1].ToolResults; len(r) != 1 || !strings.Contains(r[0].Content, "-> "+victim) {
+		t.Fatalf("the plant: %+v", r)
+	}
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
+	f.open(schemas.OpenRequest{ID: "planter", Permission: "bypass", Sandbox: &yes, CWD: cwd})
+	if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+		t.Fatalf("the file outside now holds %q", b)
+	}
+	if rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "Again."}); err != nil || rep.Text != "Back." {
+		t.Fatalf("the reopened agent's turn: %+v %v", rep, err)
 	}
 }

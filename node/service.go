@@ -1,18 +1,17 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"strconv"
+	"crypto/sha256"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/schemas/validate"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // endpoint is one control verb the node answers.
@@ -21,23 +20,39 @@ type endpoint struct {
 	handler micro.Handler
 }
 
-// endpoints binds each verb to its operation. Every request is handled on
-// its own goroutine, so a long agent_run never holds up another request,
-// in a context of its own with the verb's deadline.
-func (h *Host) endpoints(ctx context.Context) []endpoint {
+// endpoints binds each verb to its operation through the request adapter
+// (package service): every request checked against its schema (as the
+// fabric's parts send it to a node), run on its own goroutine within the
+// verb's deadline, so a long agent_run never holds up another request;
+// state-changing verbs answer every retry of a request id with the first
+// reply.
+func (h *Host) endpoints(srv *service.Server) []endpoint {
 	d := newDedupe(2 * time.Minute)
-	return []endpoint{
-		{schemas.VerbOpen, handle(ctx, h, d, schemas.VerbOpen, func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
-		{schemas.VerbSend, handle(ctx, h, d, schemas.VerbSend, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
-		{schemas.VerbRun, handle(ctx, h, d, schemas.VerbRun, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
-		{schemas.VerbStatus, handle(ctx, h, nil, schemas.VerbStatus, nil, h.AgentStatus)},
-		{schemas.VerbList, handle(ctx, h, nil, schemas.VerbList, nil, h.ListAgents)},
-		{schemas.VerbInterrupt, handle(ctx, h, d, schemas.VerbInterrupt, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
-		{schemas.VerbClose, handle(ctx, h, d, schemas.VerbClose, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
-		{schemas.VerbSetModel, handle(ctx, h, d, schemas.VerbSetModel, func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
-		{schemas.VerbPermit, handle(ctx, h, nil, schemas.VerbPermit, nil, h.Permit)},
-		{schemas.VerbDescribe, handle(ctx, h, nil, schemas.VerbDescribe, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
+	run := func(r schemas.RunRequest) time.Duration {
+		timeout := schemas.DefaultRunTimeout
+		if t, err := schemas.RunTimeout(r.Timeout); err == nil {
+			timeout = t
+		}
+		return timeout + 30*time.Second
 	}
+	fixed := func(d time.Duration) func(any) time.Duration { return func(any) time.Duration { return d } }
+	return []endpoint{
+		{schemas.VerbOpen, handle(srv, d, schemas.VerbOpen, "open_request", deadline[schemas.OpenRequest](fixed(h.cfg.OpenTimeout+10*time.Second)), func(r schemas.OpenRequest) string { return onAgent(r.ID, r.RequestID) }, h.OpenAgent)},
+		{schemas.VerbSend, handle(srv, d, schemas.VerbSend, "send_request", nil, func(r schemas.SendRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Send)},
+		{schemas.VerbRun, handle(srv, d, schemas.VerbRun, "run_request", run, func(r schemas.RunRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.RunTurn)},
+		{schemas.VerbStatus, handle(srv, nil, schemas.VerbStatus, "agent_request", nil, nil, h.AgentStatus)},
+		{schemas.VerbList, handle(srv, nil, schemas.VerbList, "list_request", nil, nil, h.ListAgents)},
+		{schemas.VerbInterrupt, handle(srv, d, schemas.VerbInterrupt, "agent_request", nil, func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.Interrupt)},
+		{schemas.VerbClose, handle(srv, d, schemas.VerbClose, "agent_request", deadline[schemas.AgentRequest](fixed(time.Minute)), func(r schemas.AgentRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.CloseAgent)},
+		{schemas.VerbSetModel, handle(srv, d, schemas.VerbSetModel, "set_model_request", deadline[schemas.SetModelRequest](fixed(time.Minute)), func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
+		{schemas.VerbPermit, handle(srv, nil, schemas.VerbPermit, "permit_request", nil, nil, h.Permit)},
+		{schemas.VerbDescribe, handle(srv, nil, schemas.VerbDescribe, "nodes_request", nil, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
+	}
+}
+
+// deadline adapts a deadline of any request to one of Req.
+func deadline[Req any](f func(any) time.Duration) func(Req) time.Duration {
+	return func(r Req) time.Duration { return f(r) }
 }
 
 // onAgent keys a request id by the agent it acts on, since callers (an
@@ -50,121 +65,27 @@ func onAgent(agent, requestID string) string {
 	return agent + "/" + requestID
 }
 
-// handle adapts an operation to a micro handler: strict JSON decoding,
-// replies with the result or {"error":{"code","message"}} (with the micro
-// service-error headers), and, for state-changing verbs, the first reply
-// to every retry of a request id.
-func handle[Req, Rep any](ctx context.Context, h *Host, d *dedupe, verb schemas.Verb, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
-	return micro.HandlerFunc(func(r micro.Request) {
-		var req Req
-		if err := decodeStrict(r.Data(), &req); err != nil {
-			h.answer(verb, r, reply(nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", verb, err)), true)
-			return
-		}
-		h.serveRequest(verb, r, func(notice func()) answer {
-			do := func() (answer, bool) {
-				rctx, cancel := context.WithTimeout(client.WithWaitNotice(ctx, notice), h.verbDeadline(verb, req))
-				defer cancel()
-				rep, err := op(rctx, req)
+// handle is the endpoint of verb: op run through the adapter, and, for
+// state-changing verbs (d and requestID given), the first reply to every
+// retry of a request id.
+func handle[Req, Rep any](srv *service.Server, d *dedupe, verb schemas.Verb, schema string, deadline func(Req) time.Duration, requestID func(Req) string, op func(context.Context, Req) (Rep, error)) micro.Handler {
+	return service.Handler(srv, service.Endpoint[Req]{
+		Verb: verb, Schema: validate.MustFull(schema), Deadline: deadline,
+		Handle: func(ctx context.Context, req Req, body []byte) service.Reply {
+			do := func() (service.Reply, bool) {
+				rep, err := op(ctx, req)
 				code := schemas.CodeOf(err)
 				// A failure that may pass (a node busy or away, a
 				// timeout) is not kept: a retry tries again.
-				return reply(rep, err), code != schemas.CodeUnavailable && code != schemas.CodeTimeout
+				return service.Encode(rep, err), code != schemas.CodeUnavailable && code != schemas.CodeTimeout
 			}
 			if d != nil && requestID != nil && requestID(req) != "" {
-				return d.do(string(verb)+"/"+requestID(req), notice, do)
+				return d.do(string(verb)+"/"+requestID(req), body, func() { service.LongWait(ctx) }, do)
 			}
 			a, _ := do()
 			return a
-		})
+		},
 	})
-}
-
-// serveRequest answers r with what work returns. work runs on a goroutine
-// of its own; the handler holds r until work answers, or announces a long
-// wait with notice (client.WithWaitNotice). What is answered while r is
-// held counts in `nats micro stats`, errors included; r is let go before
-// a long wait, so the endpoint's next request is not held up behind it.
-func (h *Host) serveRequest(verb schemas.Verb, r micro.Request, work func(notice func()) answer) {
-	client.Hold(h.requests.Go, work, func(a answer, held bool) { h.answer(verb, r, a, held) })
-}
-
-// answer is a control reply: its body and, for a failure, its error.
-type answer struct {
-	body []byte
-	err  *schemas.ControlError
-}
-
-// answer sends a to r. A failure carries the micro service-error headers
-// as well as its JSON body; held says the handler still holds r, so micro
-// counts it (a reply sent later must not touch micro's count: it would
-// race with the handler's return).
-func (h *Host) answer(verb schemas.Verb, r micro.Request, a answer, held bool) {
-	if a.err == nil {
-		r.Respond(a.body)
-		return
-	}
-	h.cfg.Metrics.RequestFailed(verb, a.err.Code)
-	code, desc := strconv.Itoa(a.err.Code.ServiceCode()), a.err.ServiceDescription()
-	if held {
-		r.Error(code, desc, a.body)
-		return
-	}
-	r.Respond(a.body, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {desc}, micro.ErrorCodeHeader: {code}}))
-}
-
-// verbDeadline bounds a request of verb: a run waits its own timeout, an
-// open a little longer than the node waits for its agent to start, the
-// rest briefly.
-func (h *Host) verbDeadline(verb schemas.Verb, req any) time.Duration {
-	switch verb {
-	case schemas.VerbRun:
-		timeout := schemas.DefaultRunTimeout
-		if r, ok := req.(schemas.RunRequest); ok {
-			if t, err := schemas.RunTimeout(r.Timeout); err == nil {
-				timeout = t
-			}
-		}
-		return timeout + 30*time.Second
-	case schemas.VerbOpen:
-		return h.cfg.OpenTimeout + 10*time.Second
-	case schemas.VerbClose, schemas.VerbSetModel:
-		return time.Minute
-	}
-	return 30 * time.Second
-}
-
-func decodeStrict(data []byte, v any) error {
-	if len(bytes.TrimSpace(data)) == 0 {
-		data = []byte("{}")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
-func reply(rep any, err error) answer {
-	if err != nil {
-		ce, ok := errors.AsType[*schemas.ControlError](err)
-		if !ok {
-			ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: err.Error()}
-		}
-		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
-		return answer{body: b, err: ce}
-	}
-	b, err := json.Marshal(rep)
-	if err != nil {
-		ce := schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)
-		b, _ = json.Marshal(schemas.ErrorReply{Error: ce})
-		return answer{body: b, err: ce}
-	}
-	return answer{body: b}
 }
 
 // dedupe answers every retry of a request id with the first reply, and
@@ -179,9 +100,16 @@ type dedupe struct {
 
 type dedupeEntry struct {
 	done  chan struct{}
-	reply answer
+	reply service.Reply
 	at    time.Time
 	set   bool
+	// body is the first request's digest, first when it came and head
+	// what it was (its verb and agent, never its content): a retry
+	// carries the same body, and a different one under the same id is
+	// another request, refused.
+	body  [sha256.Size]byte
+	first time.Time
+	head  string
 }
 
 func newDedupe(window time.Duration) *dedupe {
@@ -190,7 +118,10 @@ func newDedupe(window time.Duration) *dedupe {
 
 // do runs fn for the first request of key, and answers the others with its
 // reply; a retry that has to wait for the first announces it with notice.
-func (d *dedupe) do(key string, notice func(), fn func() (reply answer, keep bool)) answer {
+// A request under the same key whose body differs is no retry: it is
+// refused as a conflict naming the first.
+func (d *dedupe) do(key string, body []byte, notice func(), fn func() (reply service.Reply, keep bool)) service.Reply {
+	sum := sha256.Sum256(body)
 	d.mu.Lock()
 	now := time.Now()
 	for k, e := range d.entries {
@@ -200,6 +131,14 @@ func (d *dedupe) do(key string, notice func(), fn func() (reply answer, keep boo
 	}
 	if e, ok := d.entries[key]; ok {
 		d.mu.Unlock()
+		if e.body != sum {
+			id := key // <verb>/<agent>/<request id>, and neither verb nor agent holds a '/'
+			if parts := strings.SplitN(key, "/", 3); len(parts) == 3 {
+				id = parts[2]
+			}
+			return service.Encode(nil, schemas.Errf(schemas.CodeConflict, "request id %s was used %s ago for another %s: a retry carries the same request; a new request needs a new request id",
+				id, time.Since(e.first).Round(time.Millisecond), e.head))
+		}
 		select {
 		case <-e.done:
 		default:
@@ -208,7 +147,7 @@ func (d *dedupe) do(key string, notice func(), fn func() (reply answer, keep boo
 		}
 		return e.reply
 	}
-	e := &dedupeEntry{done: make(chan struct{})}
+	e := &dedupeEntry{done: make(chan struct{}), body: sum, first: now, head: describeKey(key)}
 	d.entries[key] = e
 	d.mu.Unlock()
 	rep, keep := fn()
@@ -220,4 +159,14 @@ func (d *dedupe) do(key string, notice func(), fn func() (reply answer, keep boo
 	d.mu.Unlock()
 	close(e.done)
 	return rep
+}
+
+// describeKey names the request a dedupe key stands for: its verb and its
+// agent.
+func describeKey(key string) string {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) < 3 {
+		return "request"
+	}
+	return parts[0] + " request about agent " + parts[1]
 }

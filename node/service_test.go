@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -48,7 +49,7 @@ func TestControlErrorsAreServiceErrors(t *testing.T) {
 
 	failed(request(schemas.VerbStatus, `{"agent_id":"nope"}`), schemas.CodeNotFound, "404", "no such agent: nope")
 	failed(request(schemas.VerbStatus, `{"agent_id":"nope"}`), schemas.CodeNotFound, "404", "no such agent: nope")
-	failed(request(schemas.VerbSend, `{"agent_id":`), schemas.CodeInvalid, "400", "invalid send request: unexpected EOF")
+	failed(request(schemas.VerbSend, `{"agent_id":`), schemas.CodeInvalid, "400", "invalid send request: the request is not JSON: unexpected EOF")
 	failed(request(schemas.VerbRun, `{"agent_id":"nope","text":"hi"}`), schemas.CodeNotFound, "404", "no such agent: nope")
 
 	id := f.open(schemas.OpenRequest{ID: "dies"})
@@ -77,7 +78,7 @@ func TestControlErrorsAreServiceErrors(t *testing.T) {
 		lastError        string
 	}{
 		{"status", 3, 2, "404:no such agent: nope"},
-		{"send", 1, 1, "400:invalid send request: unexpected EOF"},
+		{"send", 1, 1, "400:invalid send request: the request is not JSON: unexpected EOF"},
 		{"open", 1, 0, ""},
 	} {
 		e := byName[want.endpoint]
@@ -142,7 +143,7 @@ func TestNodeMetrics(t *testing.T) {
 	if err != nil || page.More {
 		t.Fatalf("events: %+v %v", page, err)
 	}
-	eventually(t, 10*time.Second, "every stored event is counted", func() bool {
+	poll.Until(t, 10*time.Second, "every stored event is counted", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.stored == len(page.Events) && f.host.OutboxDepth() == 0

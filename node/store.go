@@ -298,13 +298,32 @@ func (s *relayStore) owned(ctx context.Context) ([]entry, error) {
 	return out, nil
 }
 
+// hello is the node's first word. A node whose connection is new (a leaf
+// server that has just joined the hub above all) may ask before the
+// relay's subscriptions have reached it: no responders then is not yet an
+// answer, and it asks again, for up to helloWait.
 func (s *relayStore) hello(ctx context.Context) (bool, time.Duration, error) {
 	var rep schemas.RelayHelloReply
-	if err := s.ask(ctx, schemas.RelayHello, nil, &rep); err != nil {
-		return false, 0, err
+	deadline := time.Now().Add(helloWait)
+	for {
+		err := s.ask(ctx, schemas.RelayHello, nil, &rep)
+		if err == nil {
+			return rep.NameTaken, time.Duration(rep.NodeTTLMS) * time.Millisecond, nil
+		}
+		if schemas.CodeOf(err) != schemas.CodeUnavailable || time.Now().After(deadline) {
+			return false, 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, 0, err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return rep.NameTaken, time.Duration(rep.NodeTTLMS) * time.Millisecond, nil
 }
+
+// helloWait bounds how long a joining node waits for the relay to be
+// reachable.
+const helloWait = 10 * time.Second
 
 func (s *relayStore) beat(ctx context.Context, rec []byte) error {
 	_, err := s.publish(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, schemas.RelayBeat), Data: rec})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
@@ -79,16 +80,20 @@ func TestRealClaudeTurnDuringToolCall(t *testing.T) {
 }
 
 // A CLI that never reads its stdin never holds up anyone: a send larger
-// than the pipe answers at once, an interrupt and a close answer within
-// their deadlines, the agent is stopped with a turn that says why, and no
-// process remains; a close while the write waits ends the agent too. A small turn that fits the pipe is ended by the
+// than the pipe answers without waiting for the write, an interrupt and
+// a close answer within their deadlines, the agent is stopped with a turn
+// that says why, and no process remains; a close while the write waits
+// ends the agent too. A small turn that fits the pipe is ended by the
 // watchdog, which climbs the stop ladder when the interrupt changes
 // nothing.
 func TestCLIThatStopsReading(t *testing.T) {
 	t.Parallel()
 	deaf := func(t *testing.T, idle time.Duration) *fixture {
 		cli := fakeCLI("deaf")
-		cli.WriteTimeout = time.Second
+		// Long enough that the interrupt or close sent right after a send
+		// reaches the node while the write still waits, on a loaded
+		// machine too; short enough to keep the test quick.
+		cli.WriteTimeout = 3 * time.Second
 		return startNode(t, fixtureOptions{claude: cli, node: func(c *node.Config) {
 			c.TurnIdleTimeout, c.InterruptGrace = idle, 500*time.Millisecond
 		}})
@@ -100,7 +105,12 @@ func TestCLIThatStopsReading(t *testing.T) {
 		id := f.open(schemas.OpenRequest{})
 		w := f.watch(id)
 		pid := pidOf(t, f, id)
-		if rep, err := f.fabric.Send(f.ctx(5*time.Second), schemas.SendRequest{AgentID: id, Text: strings.Repeat("x", 4<<20)}); err != nil || rep.Turn != 1 {
+		// The deadline guards against a hang only: 4 MiB through the race
+		// detector on a loaded machine takes seconds to encode, carry and
+		// check, while a send that waited on the pipe would never answer
+		// before the write gave up and stopped the agent, which the
+		// interrupt below would then find dead.
+		if rep, err := f.fabric.Send(f.ctx(30*time.Second), schemas.SendRequest{AgentID: id, Text: strings.Repeat("x", 4<<20)}); err != nil || rep.Turn != 1 {
 			t.Fatalf("send: %+v %v", rep, err)
 		}
 		if rep, err := f.fabric.Interrupt(f.ctx(5*time.Second), schemas.AgentRequest{AgentID: id}); err != nil || !rep.Interrupted {
@@ -113,7 +123,7 @@ func TestCLIThatStopsReading(t *testing.T) {
 		if stop, errs := stopOf(w, 1), turnErrors(w, 1); stop != schemas.StopCancelled || len(errs) != 1 || !strings.Contains(errs[0], "the agent stopped reading its input") {
 			t.Errorf("turn 1 ended %s with %q", stop, errs)
 		}
-		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+		poll.Until(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
 	})
 	t.Run("a close while a write waits", func(t *testing.T) {
 		t.Parallel()
@@ -129,7 +139,7 @@ func TestCLIThatStopsReading(t *testing.T) {
 		if stop, errs := stopOf(w, 1), turnErrors(w, 1); stop != schemas.StopCancelled || len(errs) != 1 || errs[0] != "the agent was closed during turn 1" {
 			t.Errorf("turn 1 ended %s with %q", stop, errs)
 		}
-		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+		poll.Until(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
 	})
 	t.Run("the watchdog", func(t *testing.T) {
 		t.Parallel()
@@ -151,7 +161,7 @@ func TestCLIThatStopsReading(t *testing.T) {
 		if err := <-ran; schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "died during the turn") {
 			t.Errorf("the run: %v", err)
 		}
-		eventually(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
+		poll.Until(t, 10*time.Second, "no process of the agent is left", func() bool { return gone(pid) })
 	})
 }
 
@@ -194,8 +204,109 @@ func TestRealClaudeTranscriptPath(t *testing.T) {
 	if err != nil || rec.Transcript == nil {
 		t.Fatalf("status: %s %v", mustJSON(rec), err)
 	}
-	eventually(t, 10*time.Second, "the transcript "+*rec.Transcript+" exists", func() bool {
+	poll.Until(t, 10*time.Second, "the transcript "+*rec.Transcript+" exists", func() bool {
 		_, err := os.Stat(*rec.Transcript)
 		return err == nil
 	})
+}
+
+// A turn held behind a running one and dropped by an interrupt: the run
+// that waited on it says it never began, and why, not that it was
+// interrupted before it ended. A close with one turn running and two held
+// says status closed on the running turn, not on the last held one.
+func TestHeldTurnsTellTheTruth(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("chatty")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	f.send(id, "go on")
+	w.until(0, "turn 1 streams", func(ev schemas.Event) bool { return ev.Turn == 1 && ev.IsDelta() })
+	ran := make(chan schemas.RunReply, 1)
+	go func() {
+		rep, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "held"})
+		if err != nil {
+			t.Errorf("the held run: %v", err)
+		}
+		ran <- rep
+	}()
+	poll.Until(t, 10*time.Second, "turn 2 is held", func() bool {
+		rec, err := f.fabric.Record(f.ctx(5*time.Second), id)
+		return err == nil && rec.Turn == 2 && rec.Held == 1
+	})
+	if _, err := f.fabric.Interrupt(f.ctx(10*time.Second), schemas.AgentRequest{AgentID: id}); err != nil {
+		t.Fatal(err)
+	}
+	rep := <-ran
+	if rep.Turn != 2 || rep.StopReason != schemas.StopCancelled || rep.NotBegun != "turn 2 was interrupted before it began" {
+		t.Errorf("the run of the dropped held turn: %+v", rep)
+	}
+	w.until(0, "turn 2's result", isResult(2))
+
+	f.send(id, "go on again") // turn 3 runs
+	w.until(0, "turn 3 streams", func(ev schemas.Event) bool { return ev.Turn == 3 && ev.IsDelta() })
+	f.send(id, "held 4")
+	f.send(id, "held 5")
+	if _, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil {
+		t.Fatal(err)
+	}
+	ev := w.events()[w.until(0, "status closed", isStatus(schemas.StatusClosed))]
+	if ev.Turn != 3 {
+		t.Errorf("status closed carries turn %d; the agent was on turn 3 (4 and 5 held)", ev.Turn)
+	}
+	// The running turn says it was closed, as it does for every backend
+	// (the claude CLI ends it itself at the end of its input; it said
+	// nothing), and nothing else: no parse error of a line cut short.
+	w.until(0, "status dead", isStatus(schemas.StatusDead))
+	if errs := turnErrors(w, 3); len(errs) != 1 || errs[0] != "the agent was closed during turn 3" {
+		t.Errorf("turn 3's errors: %q", errs)
+	}
+}
+
+// The real claude CLI closed mid-turn: the turn says the agent was closed
+// during it, as an ACP agent's does, and nothing else is published (no
+// parse error of the line the CLI was cut off in).
+func TestRealClaudeClosedMidTurn(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fake.Script(fakemodel.Reply{Text: strings.Repeat("slowly ", 400), ChunkSize: 7, Delay: 50 * time.Millisecond})
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	f.send(id, "Take your time.")
+	w.until(0, "the answer streams", func(ev schemas.Event) bool { return ev.Turn == 1 && ev.IsDelta() })
+	if _, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil {
+		t.Fatal(err)
+	}
+	w.until(0, "status dead", isStatus(schemas.StatusDead))
+	var all []string
+	for _, e := range w.events() {
+		if p, ok := e.Payload.(schemas.Error); ok {
+			all = append(all, fmt.Sprintf("%d: %s", e.Turn, p.Message))
+		}
+	}
+	if len(all) != 1 || all[0] != "1: the agent was closed during turn 1" {
+		t.Errorf("the errors on the stream: %q", all)
+	}
+}
+
+// A claude CLI stopped by a close is cut off in the middle of a line: the
+// half line is not read as one, so no parse error reaches the stream.
+func TestClosedCLIHalfLineIsNoError(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: fakeCLI("halfline")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	if _, err := f.fabric.Run(f.ctx(30*time.Second), schemas.RunRequest{AgentID: id, Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil {
+		t.Fatal(err)
+	}
+	w.until(0, "status dead", isStatus(schemas.StatusDead))
+	for _, e := range w.events() {
+		if p, ok := e.Payload.(schemas.Error); ok {
+			t.Errorf("an error on the stream of a cleanly closed agent: %s", p.Message)
+		}
+	}
 }

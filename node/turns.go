@@ -41,6 +41,9 @@ type pendingTurn struct {
 	// it will. A dropped turn still gets its own turn_started and result,
 	// in its place, so every reader sees each turn number begin and end.
 	dropped string
+	// unsure says the turn's number is not in the agent's record yet: it
+	// does not begin, nor does any turn after it, until it is.
+	unsure bool
 }
 
 // runOutcome is how a turn a synchronous run waits for ended.
@@ -49,19 +52,48 @@ type runOutcome struct {
 	stop schemas.StopReason
 	died bool
 	seq  uint64 // the turn's last event
+	// notBegun says why a turn dropped while held never began.
+	notBegun string
 }
 
 // number numbers a new turn and returns it with what the agent should do
 // now: begin it (true) or hold it until the running one ends.
+// A held turn is unsure until sure says its number is recorded.
 func (t *turns) number(text string) (pendingTurn, bool) {
 	t.last++
 	p := pendingTurn{n: t.last, text: text}
-	if t.running != 0 {
+	if t.running != 0 || len(t.queue) > 0 {
+		p.unsure = true
 		t.queue = append(t.queue, p)
 		return p, false
 	}
 	return p, true
 }
+
+// sure says held turn n's number is recorded: it may begin in its turn.
+func (t *turns) sure(n int) {
+	for i := range t.queue {
+		if t.queue[i].n == n {
+			t.queue[i].unsure = false
+		}
+	}
+}
+
+// unnumber takes back the last turn numbered, n, which could not be
+// recorded: no caller was told it, so it is numbered again.
+func (t *turns) unnumber(n int) {
+	if t.last != n {
+		return
+	}
+	t.last--
+	if k := len(t.queue); k > 0 && t.queue[k-1].n == n {
+		t.queue = t.queue[:k-1]
+	}
+	delete(t.waiters, n)
+}
+
+// held is how many numbered turns have not begun.
+func (t *turns) held() int { return len(t.queue) }
 
 // begin makes p the running turn.
 func (t *turns) begin(p pendingTurn, now time.Time) {
@@ -78,9 +110,9 @@ func (t *turns) end(n int) []chan runOutcome {
 	return ws
 }
 
-// next takes the first held turn, if any.
+// next takes the first held turn, if any is there and sure.
 func (t *turns) next() (pendingTurn, bool) {
-	if len(t.queue) == 0 {
+	if len(t.queue) == 0 || t.queue[0].unsure {
 		return pendingTurn{}, false
 	}
 	p := t.queue[0]
@@ -110,17 +142,14 @@ func (t *turns) wait(n int, ch chan runOutcome) {
 }
 
 // turnText is what the node keeps of the running turn's output: its
-// streamed text for agent_output while it runs, its authoritative texts
-// for agent_run, and its streamed thought for an empty authoritative one.
-// Only the loop touches it.
+// authoritative texts for agent_run, and its streamed thought for an
+// empty authoritative one. (agent_output reads the stream.)
 type turnText struct {
 	thinking strings.Builder
-	partial  strings.Builder
 	texts    []string
 }
 
 func (t *turnText) reset() {
 	t.thinking.Reset()
-	t.partial.Reset()
 	t.texts = nil
 }

@@ -14,6 +14,7 @@ type ErrorCode string
 // The error codes a control reply may carry.
 const (
 	CodeInvalid     ErrorCode = "invalid"     // the request is malformed or names something impossible
+	CodeForbidden   ErrorCode = "forbidden"   // the rights rules refuse the caller this (schemas.Decide)
 	CodeNotFound    ErrorCode = "not_found"   // no such agent or node
 	CodeConflict    ErrorCode = "conflict"    // the id is taken, or a run is already in flight
 	CodeUnavailable ErrorCode = "unavailable" // the owner is gone or not accepting work
@@ -23,12 +24,14 @@ const (
 
 // ServiceCode is the number a failed control reply carries in its
 // Nats-Service-Error-Code header, the NATS micro convention of HTTP-like
-// status codes: invalid 400, not_found 404, conflict 409, internal 500,
-// unavailable 503, timeout 504. An unknown code is 500.
+// status codes: invalid 400, forbidden 403, not_found 404, conflict 409,
+// internal 500, unavailable 503, timeout 504. An unknown code is 500.
 func (c ErrorCode) ServiceCode() int {
 	switch c {
 	case CodeInvalid:
 		return 400
+	case CodeForbidden:
+		return 403
 	case CodeNotFound:
 		return 404
 	case CodeConflict:
@@ -137,6 +140,10 @@ type OpenRequest struct {
 	// hosts a sandboxed agent may reach besides its model API.
 	Sandbox    *bool    `json:"sandbox,omitempty"`
 	SandboxNet []string `json:"sandbox_net,omitempty"`
+	// SandboxKind asks for a sandbox at least this strong (and so for a
+	// sandbox): SandboxNamespaces, or SandboxLandlock (Landlock and
+	// seccomp alone, what every node that sandboxes gives).
+	SandboxKind string `json:"sandbox_kind,omitempty"`
 	// Ask puts what the preset neither allows nor denies to a person:
 	// the agent waits for an answer (agent_permit) for up to AskTimeout
 	// seconds (the node's default when 0), then is denied.
@@ -147,6 +154,10 @@ type OpenRequest struct {
 	// agent's own child). No caller may set them.
 	Parent string `json:"parent,omitempty"`
 	Depth  int    `json:"depth,omitempty"`
+	// Reach is what the agent may read and drive beyond its own subtree
+	// (a Shoal addition): ReachOwn by default; only a person may grant
+	// more, and a child never has more than its parent.
+	Reach Reach `json:"reach,omitempty"`
 }
 
 // OpenReply names the opened agent and the node that owns it.
@@ -187,6 +198,9 @@ type RunReply struct {
 	StopReason   StopReason `json:"stop_reason,omitempty"`
 	Truncated    bool       `json:"truncated,omitempty"`
 	DroppedBytes int        `json:"dropped_bytes,omitempty"`
+	// NotBegun says why a turn that was held behind another never began
+	// (an interrupt or a close dropped it); its stop reason is cancelled.
+	NotBegun string `json:"not_begun,omitempty"`
 }
 
 // TruncationMarker is what Shoal puts where it cut text to fit a message
@@ -256,6 +270,10 @@ type AgentRecord struct {
 	Usage         Usage       `json:"usage"`
 	QueuesPrompts bool        `json:"queues_prompts"`
 	Node          string      `json:"node"`
+	// Held is how many of the turns numbered (the last is Turn) have not
+	// begun: they wait behind the running one. The turns up to Turn-Held
+	// have begun. A Shoal addition, written before a send is answered.
+	Held int `json:"held,omitempty"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
 	// Sandbox is what the kernel confines this life of the agent to; nil
@@ -266,6 +284,9 @@ type AgentRecord struct {
 	// agent; both empty for an agent a person or a program opened.
 	Parent string `json:"parent,omitempty"`
 	Depth  int    `json:"depth,omitempty"`
+	// Reach is what the agent may read and drive beyond its own subtree;
+	// empty is ReachOwn.
+	Reach Reach `json:"reach,omitempty"`
 	// RequestID is the id of the open request that made this life of the
 	// agent, so a retried open recognises it.
 	RequestID string `json:"request_id,omitempty"`
@@ -410,3 +431,24 @@ const (
 	HeaderStray = "Shoal-Stray"
 	HeaderAgent = "Shoal-Agent"
 )
+
+// Agent names the agent a request is about, for the rights rules.
+func (r SendRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r RunRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r OutputRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r StatusRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r AgentRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r SetModelRequest) Agent() string { return r.AgentID }
+
+// Agent names the agent a request is about.
+func (r EventsRequest) Agent() string { return r.AgentID }

@@ -17,12 +17,18 @@ type NodeRecord struct {
 	MaxAgents int     `json:"max_agents"`
 	StartedAt float64 `json:"started_at"`
 	Heartbeat float64 `json:"heartbeat"`
-	// Sandbox is the kernel sandbox the node can put agents in ("landlock
-	// ABI 7"), empty when it cannot, and SandboxProblem then says why;
-	// SandboxMode is its --sandbox mode.
+	// Sandbox is the kernel sandbox the node can put agents in
+	// ("namespaces, landlock ABI 7", or "landlock ABI 7" where the machine
+	// gives no namespaces), empty when it cannot; SandboxProblem says why it
+	// cannot, or why it gives no namespaces; SandboxMode is its --sandbox
+	// mode.
 	Sandbox        string `json:"sandbox,omitempty"`
 	SandboxProblem string `json:"sandbox_problem,omitempty"`
 	SandboxMode    string `json:"sandbox_mode,omitempty"`
+	// Unhealthy says why the node cannot start agents now (its reaper
+	// died and another is starting); placement passes it over. Empty when
+	// it can.
+	Unhealthy string `json:"unhealthy,omitempty"`
 }
 
 // BackendInfo is one kind of agent a node can run, or has found the means

@@ -89,3 +89,6 @@ type PermitReply struct {
 type PendingReply struct {
 	Requests []PermitRecord `json:"requests"`
 }
+
+// Agent names the agent a request is about, for the rights rules.
+func (r PermitRequest) Agent() string { return r.AgentID }

@@ -4,10 +4,10 @@ import "strings"
 
 // Backend kinds, as Route returns them.
 const (
-	KindClaude = "claude"
-	KindACP    = "acp"
-	KindOllama = "ollama"
-	KindVMLX   = "vmlx"
+	BackendClaude = "claude"
+	BackendACP    = "acp"
+	BackendOllama = "ollama"
+	BackendVMLX   = "vmlx"
 )
 
 // Route picks the backend for a model string, Kaimon's way (first match
@@ -15,10 +15,10 @@ const (
 // is the claude CLI. It returns the kind and the model with its prefix
 // removed. Placement and the nodes route by it alike.
 func Route(model string) (kind, rest string) {
-	for _, k := range []string{KindACP, KindVMLX, KindOllama} {
+	for _, k := range []string{BackendACP, BackendVMLX, BackendOllama} {
 		if r, ok := strings.CutPrefix(model, k+":"); ok {
 			return k, r
 		}
 	}
-	return KindClaude, model
+	return BackendClaude, model
 }

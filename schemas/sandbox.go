@@ -1,5 +1,7 @@
 package schemas
 
+import "strings"
+
 // Sandbox modes a node runs in (shoal node --sandbox).
 const (
 	// SandboxOff runs agents unconfined unless their open asks for the
@@ -11,6 +13,28 @@ const (
 	// sandbox false.
 	SandboxRequired = "required"
 )
+
+// Sandbox kinds, weakest first: what a node's sandbox gives its agents.
+const (
+	// SandboxLandlock is Landlock and seccomp around the agent's tree.
+	SandboxLandlock = "landlock"
+	// SandboxNamespaces adds namespaces of the agent's own: a root holding
+	// only its policy's paths, a private /dev, /tmp and /proc, its own pid
+	// namespace (its end ends every process), a network of loopback only.
+	SandboxNamespaces = "namespaces"
+)
+
+// SandboxGives reports whether a node's sandbox (its record's Sandbox,
+// e.g. "namespaces, landlock ABI 7") is of kind or stronger.
+func SandboxGives(sandbox, kind string) bool {
+	switch kind {
+	case "", SandboxLandlock:
+		return sandbox != ""
+	case SandboxNamespaces:
+		return strings.HasPrefix(sandbox, SandboxNamespaces)
+	}
+	return false
+}
 
 // SandboxPolicy is what a sandboxed agent's whole process tree is
 // confined to, by the kernel: the agent record and the first status event

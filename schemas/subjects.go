@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,7 +106,8 @@ const ServiceName = "shoal-node"
 // Verb names a control operation.
 type Verb string
 
-// The control verbs a node answers, one per Kaimon tool, and describe.
+// The control verbs. A node answers those of NodeVerbs; the
+// coordinator's fabric service those of FabricVerbs.
 const (
 	VerbOpen      Verb = "open"
 	VerbSend      Verb = "send"
@@ -121,10 +123,29 @@ const (
 	// VerbDescribe answers the node's record as it stands: what it can
 	// run (detected again every refresh), its labels, load and host.
 	VerbDescribe Verb = "describe"
+	// The verbs only the fabric service answers: a page of an agent's
+	// events, the waiting permission requests, an agent's record as the
+	// fabric keeps it, the nodes, and a streamed replay.
+	VerbEvents  Verb = "events"
+	VerbPending Verb = "pending"
+	VerbRecord  Verb = "record"
+	VerbNodes   Verb = "nodes"
+	VerbReplay  Verb = "replay"
 )
 
-// Verbs lists every control verb.
-var Verbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbOutput, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel, VerbDescribe}
+// NodeVerbs lists the verbs a node answers under
+// shoal.node.<node>.<verb>. (Output is read from the stream: the fabric
+// service answers it, no node does.)
+var NodeVerbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel, VerbPermit, VerbDescribe}
+
+// FabricVerbs are the verbs of the coordinator's fabric service, each with
+// the access it asks of the rights rules (Decide).
+var FabricVerbs = map[Verb]Access{
+	VerbEvents: AccessRead, VerbReplay: AccessRead, VerbStatus: AccessRead, VerbRecord: AccessRead,
+	VerbList: AccessRead, VerbOutput: AccessRead, VerbPending: AccessRead, VerbNodes: AccessNodes,
+	VerbOpen: AccessOpen, VerbSend: AccessAct, VerbRun: AccessAct, VerbInterrupt: AccessAct, VerbClose: AccessAct,
+	VerbSetModel: AccessAct, VerbPermit: AccessAnswer,
+}
 
 // NodeGroup is the subject prefix of a node's control endpoints.
 func NodeGroup(node string) string { return "shoal.node." + node }
@@ -142,12 +163,12 @@ const relayPrefix = "shoal.relay."
 // RelayOp names what a confined node asks of the relay.
 type RelayOp string
 
-// The relay's operations. Event and record carry an agent id as their
-// last token; the rest take none.
+// The relay's operations. Event, record, get and permit carry an agent id
+// as their last token; the rest take none.
 const (
-	// RelayEvent stores an event of an agent the node owns: forwarded to
-	// agent.<id> with the node's reply subject, so JetStream acknowledges
-	// it to the node directly.
+	// RelayEvent stores an event of an agent the node owns, numbered as
+	// its next: forwarded to agent.<id>, and JetStream's acknowledgement
+	// handed back to the node by the relay.
 	RelayEvent RelayOp = "event"
 	// RelayRecord writes an agent record with compare-and-set: forwarded
 	// to the agent's key in AgentsBucket.
@@ -185,7 +206,7 @@ func RelayNamespace(node string) string { return relayPrefix + node + ".>" }
 
 // RelayWildcard matches op from every node: shoal.relay.*.<op>[.*].
 func RelayWildcard(op RelayOp) string {
-	if op == RelayEvent || op == RelayRecord || op == RelayGet {
+	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit {
 		return relayPrefix + "*." + string(op) + ".*"
 	}
 	return relayPrefix + "*." + string(op)
@@ -222,17 +243,39 @@ func NodeReplyPrefix(node string) string { return "_INBOX.from-" + node }
 // the relay only forwards a node's messages whose reply is under it.
 func InboxPrefix(role, name string) string { return "_INBOX." + role + "-" + name }
 
-// FabricReadVerbs are the verbs of the coordinator's fabric service
-// (shoal.fabric.<verb>) that only read: all an observer may call.
-var FabricReadVerbs = []string{"events", "replay", "status", "record", "list", "nodes", "output", "pending"}
+// FabricReadVerbs are the verbs of the coordinator's fabric service that
+// only read, sorted: all an observer may call (derived from FabricVerbs
+// and Decide).
+func FabricReadVerbs() []Verb {
+	var out []Verb
+	for v, a := range FabricVerbs {
+		if Decide(Person(RoleObserver), a, Target{}).Allowed {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// MaxReplySubject bounds the reply subject of a request Shoal answers: a
+// reply is published on it, sometimes with a reply of Shoal's own beside
+// it, and a protocol line past the server's limit (4 KiB) closes the
+// connection that sends it, which the service shares with every other
+// request. Inboxes are far shorter; a request with a longer reply subject
+// is dropped unanswered.
+const MaxReplySubject = 512
+
+// FabricPrefix is the subject prefix of the fabric service's verbs.
+const FabricPrefix = "shoal.fabric"
 
 // FabricService is the coordinator's NATS micro service, shoal-fabric:
 // the whole fabric behind one door, for clients whose credentials reach
 // neither the nodes nor the stream.
 const FabricService = "shoal-fabric"
 
-// FabricSubject is where the coordinator answers verb.
-func FabricSubject(verb string) string { return "shoal.fabric." + verb }
+// FabricSubject is where the coordinator answers verb:
+// shoal.fabric.<verb>.
+func FabricSubject(verb Verb) string { return FabricPrefix + "." + string(verb) }
 
 // Flow control of a streamed replay (shoal.fabric.replay): the
 // coordinator asks the client to answer every ReplayAckEvery events and

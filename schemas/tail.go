@@ -21,10 +21,16 @@ type Tail struct {
 	// Ended says the last event is a dead or closed status: the stream is
 	// closed already.
 	Ended bool `json:"ended,omitempty"`
+	// Dead says the last event is a dead status: the life it ended has
+	// nothing more to store.
+	Dead bool `json:"dead,omitempty"`
 	// Errored says the last event is an error, which comes inside a turn
 	// or between turns (an unreadable line, the outbox's notice): whether
 	// a turn is open is then the agent record's to say.
 	Errored bool `json:"errored,omitempty"`
+	// Echo says the last event is a user's echo: turn Turn+1 was numbered
+	// (an echo is stamped with the turn before its own).
+	Echo bool `json:"echo,omitempty"`
 }
 
 // TailOf is the tail of a stream whose last message carries msgID (its
@@ -42,41 +48,72 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 	}
 	t := Tail{Last: n, Turn: ev.Turn, Open: true}
 	switch p := ev.Payload.(type) {
-	case Result, UserText:
+	case Result:
 		t.Open = false
+	case UserText:
+		t.Open, t.Echo = false, true
 	case Status:
 		t.Open = p.Status == StatusWorking
 		t.Ended = p.Status == StatusDead || p.Status == StatusClosed
+		t.Dead = p.Status == StatusDead
 	case Error:
 		t.Errored = true
 	}
 	return t, nil
 }
 
-// Orphaned returns the events that close the stream of an agent whose
-// process is gone: an error saying why (what happened, such as "node mac
-// was lost"), a cancelled result when a turn was open, and status dead.
-// turn is the agent's current turn, used when the stream leaves none
-// open, and working what its record says, used when the stream cannot
-// tell. Nothing is returned for a stream that is closed already.
-func (t Tail) Orphaned(turn int, working bool, what string) []Event {
+// Closing returns the events that close the stream of an agent whose
+// process is gone, from the stream's tail and the agent's last record
+// (whose Turn and Held the node writes before a turn's number is given
+// out, and before a held turn begins). what says what happened ("node mac
+// was lost"). The turn that had begun, when it is open, gets an error
+// saying so and a cancelled result (and its start, when that was never
+// stored); each turn numbered that never began gets its start, an error
+// and a cancelled result, in its place; then status dead. Nothing is
+// returned for a stream that is closed already.
+func (t Tail) Closing(rec AgentRecord, what string) []Event {
 	if t.Ended {
 		return nil
 	}
-	open := t.Open
-	if t.Errored {
-		open = working
+	numbered := max(rec.Turn, t.Turn)
+	if t.Echo {
+		numbered = max(numbered, t.Turn+1)
 	}
+	begun := max(min(rec.Turn-rec.Held, numbered), 0)
+	if !t.Echo {
+		begun = max(begun, t.Turn) // what is stored of a turn says it began
+	}
+	working := rec.Status == StatusWorking
 	var evs []Event
-	if open {
-		turn = t.Turn
-		evs = append(evs,
-			Event{Turn: turn, Payload: Errorf("%s during turn %d; the turn cannot finish", what, turn)},
-			Event{Turn: turn, Payload: Result{StopReason: StopCancelled}})
-	} else {
-		evs = append(evs, Event{Turn: turn, Payload: Errorf("%s; the agent is gone with it", what)})
+	closeTurn := func(k int, start bool, msg string) {
+		if start {
+			evs = append(evs, Event{Turn: k, Payload: TurnStarted{}})
+		}
+		evs = append(evs, Event{Turn: k, Payload: Errorf("%s", msg)}, Event{Turn: k, Payload: Result{StopReason: StopCancelled}})
 	}
-	return append(evs, Event{Turn: turn, Payload: Status{Status: StatusDead}})
+	for k := max(min(t.Turn, begun), 1); k <= numbered; k++ {
+		during := fmt.Sprintf("%s during turn %d; the turn cannot finish", what, k)
+		switch {
+		case k > begun:
+			closeTurn(k, true, fmt.Sprintf("%s before turn %d began; it will not run", what, k))
+		case k > t.Turn:
+			// Begun, says the record, but nothing stamped with it is
+			// stored, its start included.
+			closeTurn(k, true, during)
+		case !t.Echo: // k is the tail's turn
+			if (t.Open && !t.Errored) || (t.Errored && (working || k < begun)) {
+				closeTurn(k, false, during)
+			}
+		case k == begun && working:
+			// The last stored is the echo of a later turn; the record says
+			// this one runs.
+			closeTurn(k, false, during)
+		}
+	}
+	if len(evs) == 0 {
+		evs = append(evs, Event{Turn: numbered, Payload: Errorf("%s; the agent is gone with it", what)})
+	}
+	return append(evs, Event{Turn: numbered, Payload: Status{Status: StatusDead}})
 }
 
 // LostRangeError is the event a node publishes, numbered to, after a range

@@ -1,8 +1,12 @@
 package schemas
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
-func TestTailOrphaned(t *testing.T) {
+func TestTailClosing(t *testing.T) {
 	enc := func(ev Event) []byte {
 		b, err := Encode(ev)
 		if err != nil {
@@ -10,51 +14,61 @@ func TestTailOrphaned(t *testing.T) {
 		}
 		return b
 	}
+	working := func(turn, held int) AgentRecord {
+		return AgentRecord{Status: StatusWorking, Turn: turn, Held: held}
+	}
+	idle := func(turn int) AgentRecord { return AgentRecord{Status: StatusIdle, Turn: turn} }
+	text := Event{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("x")}}
 	cases := []struct {
-		name    string
-		last    Event
-		working bool   // what the agent's record says
-		kinds   []Kind // what Orphaned(5, ...) returns
-		turn    int    // the turn of what it returns
+		name string
+		last Event
+		rec  AgentRecord
+		want string // the closing events, kind@turn, the error's kind of message in brackets
 	}{
-		{"mid-turn", Event{Turn: 3, Payload: AssistantText{Delta: true, Content: Text("x")}}, false, []Kind{KindError, KindResult, KindStatus}, 3},
-		{"working", Event{Turn: 3, Payload: Status{Status: StatusWorking}}, false, []Kind{KindError, KindResult, KindStatus}, 3},
-		{"after a result", Event{Turn: 3, Payload: Result{StopReason: StopEndTurn}}, false, []Kind{KindError, KindStatus}, 5},
-		{"idle", Event{Turn: 3, Payload: Status{Status: StatusIdle}}, false, []Kind{KindError, KindStatus}, 5},
-		{"a user's text", Event{Turn: 3, Payload: UserText{Content: Text("q")}}, false, []Kind{KindError, KindStatus}, 5},
-		{"dead", Event{Turn: 3, Payload: Status{Status: StatusDead}}, false, nil, 0},
-		{"closed", Event{Turn: 3, Payload: Status{Status: StatusClosed}}, false, nil, 0},
-		{"an error between turns", Event{Turn: 3, Payload: Errorf("unreadable")}, false, []Kind{KindError, KindStatus}, 5},
-		{"an error in a turn", Event{Turn: 3, Payload: Errorf("unreadable")}, true, []Kind{KindError, KindResult, KindStatus}, 3},
+		{"mid-turn", text, working(3, 0), "error[during]@3 result@3 status@3"},
+		{"mid-turn, two held", text, working(5, 2), "error[during]@3 result@3 turn_started@4 error[before]@4 result@4 turn_started@5 error[before]@5 result@5 status@5"},
+		{"working", Event{Turn: 3, Payload: Status{Status: StatusWorking}}, working(3, 0), "error[during]@3 result@3 status@3"},
+		{"after a result", Event{Turn: 3, Payload: Result{StopReason: StopEndTurn}}, idle(3), "error[gone]@3 status@3"},
+		{"after a result, the next begun unstored", Event{Turn: 3, Payload: Result{StopReason: StopEndTurn}}, working(4, 0), "turn_started@4 error[during]@4 result@4 status@4"},
+		{"idle", Event{Turn: 3, Payload: Status{Status: StatusIdle}}, idle(3), "error[gone]@3 status@3"},
+		{"the echo of the next, which began", Event{Turn: 3, Payload: UserText{Content: Text("q")}}, working(4, 0), "turn_started@4 error[during]@4 result@4 status@4"},
+		{"the echo of a held one", Event{Turn: 4, Payload: UserText{Content: Text("q")}}, working(5, 2), "error[during]@3 result@3 turn_started@4 error[before]@4 result@4 turn_started@5 error[before]@5 result@5 status@5"},
+		{"an echo beyond the record", Event{Turn: 3, Payload: UserText{Content: Text("q")}}, idle(3), "turn_started@4 error[before]@4 result@4 status@4"},
+		{"dead", Event{Turn: 3, Payload: Status{Status: StatusDead}}, working(5, 2), ""},
+		{"closed", Event{Turn: 3, Payload: Status{Status: StatusClosed}}, idle(3), ""},
+		{"an error between turns", Event{Turn: 3, Payload: Errorf("unreadable")}, idle(3), "error[gone]@3 status@3"},
+		{"an error in a turn", Event{Turn: 3, Payload: Errorf("unreadable")}, working(3, 0), "error[during]@3 result@3 status@3"},
 	}
 	for _, c := range cases {
 		tail, err := TailOf(MsgID("a", 42), enc(c.last))
 		if err != nil || tail.Last != 42 {
 			t.Fatalf("%s: %+v %v", c.name, tail, err)
 		}
-		evs := tail.Orphaned(5, c.working, "node x was lost")
-		if len(evs) != len(c.kinds) {
-			t.Errorf("%s: %d closing events, want %d", c.name, len(evs), len(c.kinds))
-			continue
-		}
-		for i, ev := range evs {
-			if ev.Kind() != c.kinds[i] || ev.Turn != c.turn {
-				t.Errorf("%s: event %d is %s@%d, want %s@%d", c.name, i, ev.Kind(), ev.Turn, c.kinds[i], c.turn)
+		var got []string
+		for _, ev := range tail.Closing(c.rec, "node x was lost") {
+			s := string(ev.Kind())
+			if e, ok := ev.Payload.(Error); ok {
+				switch {
+				case strings.HasPrefix(e.Message, fmt.Sprintf("node x was lost during turn %d;", ev.Turn)):
+					s += "[during]"
+				case strings.HasPrefix(e.Message, fmt.Sprintf("node x was lost before turn %d began;", ev.Turn)):
+					s += "[before]"
+				case e.Message == "node x was lost; the agent is gone with it":
+					s += "[gone]"
+				default:
+					s += "[" + e.Message + "]"
+				}
 			}
-		}
-		if len(evs) == 3 {
-			if e := evs[0].Payload.(Error); e.Message != "node x was lost during turn 3; the turn cannot finish" {
-				t.Errorf("%s: %q", c.name, e.Message)
+			if r, ok := ev.Payload.(Result); ok && r.StopReason != StopCancelled {
+				s += "[" + string(r.StopReason) + "]"
 			}
-			if r := evs[1].Payload.(Result); r.StopReason != StopCancelled {
-				t.Errorf("%s: result %s", c.name, r.StopReason)
+			if st, ok := ev.Payload.(Status); ok && st.Status != StatusDead {
+				s += "[" + string(st.Status) + "]"
 			}
+			got = append(got, fmt.Sprintf("%s@%d", s, ev.Turn))
 		}
-		if len(evs) == 2 && evs[0].Payload.(Error).Message != "node x was lost; the agent is gone with it" {
-			t.Errorf("%s: %q", c.name, evs[0].Payload.(Error).Message)
-		}
-		if len(evs) > 0 && evs[len(evs)-1].Payload.(Status).Status != StatusDead {
-			t.Errorf("%s: the last closing event is not status dead", c.name)
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, g, c.want)
 		}
 	}
 	if _, err := TailOf("no-number", nil); err == nil {
@@ -63,7 +77,7 @@ func TestTailOrphaned(t *testing.T) {
 	if tail, err := TailOf(MsgID("a", 7), []byte("not an envelope")); err != nil || tail != (Tail{Last: 7}) {
 		t.Errorf("an undecodable last event: %+v %v", tail, err)
 	}
-	if evs := (Tail{}).Orphaned(0, false, "node x restarted"); len(evs) != 2 {
+	if evs := (Tail{}).Closing(AgentRecord{Status: StatusIdle}, "node x restarted"); len(evs) != 2 {
 		t.Errorf("an empty stream closes with %d events, want an error and status dead", len(evs))
 	}
 }

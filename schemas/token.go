@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // AgentToken is the bearer token one life of an agent presents at the
@@ -14,5 +15,12 @@ import (
 func AgentToken(endpointToken, agent, openRequestID string) string {
 	mac := hmac.New(sha256.New, []byte("shoal agent token\x00"+endpointToken))
 	mac.Write([]byte(agent + "\x00" + openRequestID))
-	return "agent-" + hex.EncodeToString(mac.Sum(nil))
+	return agentTokenPrefix + hex.EncodeToString(mac.Sum(nil))
 }
+
+// agentTokenPrefix begins every agent's token.
+const agentTokenPrefix = "agent-"
+
+// IsAgentToken reports whether a bearer token has the form of an agent's
+// own (AgentToken): it names an agent, never a person.
+func IsAgentToken(token string) bool { return strings.HasPrefix(token, agentTokenPrefix) }

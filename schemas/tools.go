@@ -87,10 +87,10 @@ const (
 	ACPRules
 )
 
-// mutating are the words that mark a tool the auto preset refuses under
+// autoRefused are the words that mark a tool the auto preset refuses under
 // ACPRules, matched anywhere in the tool's bare name (run_shell_command,
 // MultiEdit and fs/write_text_file all count).
-var mutating = []string{"write", "edit", "patch", "bash", "shell", "run", "delete", "move"}
+var autoRefused = []string{"write", "edit", "patch", "bash", "shell", "run", "delete", "move"}
 
 // Decide judges a call of tool under the policy by rules. why says what
 // refused it.
@@ -138,7 +138,7 @@ func (p Policy) Decide(tool ToolName, rules Rules) (allow bool, why string) {
 		}
 		return true, ""
 	case PresetAuto:
-		for _, w := range mutating {
+		for _, w := range autoRefused {
 			if strings.Contains(tool.Bare, w) {
 				return false, "the auto preset cannot consult a classifier over ACP"
 			}

@@ -10,22 +10,22 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// codeForbidden is the wire code of an action a token may not take.
-const codeForbidden schemas.ErrorCode = "forbidden"
-
 // By is how the dashboard names itself in a permission answer.
 const By = "web"
 
-// act guards an action: the full token only, from the dashboard's own
-// origin, with a JSON body.
-func (h *Handler) act(do func(w http.ResponseWriter, r *http.Request, body []byte)) http.HandlerFunc {
+// act guards an action: what schemas.Decide allows the principal (the
+// full token: everything; the observer's: nothing), from the dashboard's
+// own origin, with a JSON body.
+func (h *Handler) act(a schemas.Access, what string, do func(w http.ResponseWriter, r *http.Request, body []byte)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if roleOf(r.Context()) != roleFull {
-			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: &schemas.ControlError{Code: codeForbidden, Message: "this token may only watch"}})
+		p := principalOf(r.Context())
+		t := schemas.Target{Agent: r.PathValue("id")}
+		if err := schemas.Decide(p, a, t).Err(p, what, t); err != nil {
+			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: err.(*schemas.ControlError)})
 			return
 		}
 		if !sameOrigin(r) {
-			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: &schemas.ControlError{Code: codeForbidden, Message: "origin not allowed: " + r.Header.Get("Origin")}})
+			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: &schemas.ControlError{Code: schemas.CodeForbidden, Message: "origin not allowed: " + r.Header.Get("Origin")}})
 			return
 		}
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {

@@ -7,65 +7,61 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // CookieName is the cookie the token login sets.
 const CookieName = "shoal_token"
 
-// role is what a request may do.
-type role int
+// principalKey carries the request's principal.
+type principalKey struct{}
 
-const (
-	roleNone     role = iota // nothing: no valid token
-	roleObserver             // watch
-	roleFull                 // watch and act
-)
+func withPrincipal(ctx context.Context, p schemas.Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
 
-func (r role) String() string {
-	switch r {
-	case roleFull:
-		return "full"
-	case roleObserver:
-		return "observer"
+func principalOf(ctx context.Context) schemas.Principal {
+	p, _ := ctx.Value(principalKey{}).(schemas.Principal)
+	return p
+}
+
+// roleName is what the pages are told of the principal's role.
+func roleName(p schemas.Principal) string {
+	if p.Kind != schemas.KindPerson {
+		return "none"
 	}
-	return "none"
+	return string(p.Role)
 }
 
-type roleKey struct{}
-
-func withRole(ctx context.Context, r role) context.Context {
-	return context.WithValue(ctx, roleKey{}, r)
-}
-
-func roleOf(ctx context.Context) role {
-	r, _ := ctx.Value(roleKey{}).(role)
-	return r
-}
-
-// role reads the request's token from its Authorization header or the
-// login cookie. With no token configured, a request naming a loopback
-// host may act: the listener is on loopback, and the host check keeps a
-// page on another site from reaching it through DNS rebinding.
-func (h *Handler) role(r *http.Request) role {
-	if h.cfg.Token == "" && h.cfg.ObserverToken == "" {
-		if !isLoopbackHost(hostOnly(r.Host)) {
-			return roleNone
-		}
-		return roleFull
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+// principal reads who makes the request. An agent is known by the marks
+// its node and proxy put on its requests to Shoal (its id header, its own
+// token): the dashboard is no door of an agent's, and schemas.Decide
+// refuses it. A person is known by a token from its Authorization header
+// or the login cookie; with no token configured, a request naming a
+// loopback host is a person with every right: the listener is on
+// loopback, and the host check keeps a page on another site from reaching
+// it through DNS rebinding. ok is false for no principal at all.
+func (h *Handler) principal(r *http.Request) (p schemas.Principal, ok bool) {
+	got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !bearer {
 		if c, err := r.Cookie(CookieName); err == nil {
 			got = c.Value
 		}
 	}
+	if _, marked := r.Header[http.CanonicalHeaderKey(schemas.AgentIDHeader)]; marked || schemas.IsAgentToken(got) {
+		return schemas.Principal{Kind: schemas.KindAgent, Agent: r.Header.Get(schemas.AgentIDHeader)}, true
+	}
+	if h.cfg.Token == "" && h.cfg.ObserverToken == "" {
+		return schemas.Person(schemas.RoleFull), isLoopbackHost(hostOnly(r.Host))
+	}
 	switch {
 	case matches(got, h.cfg.Token):
-		return roleFull
+		return schemas.Person(schemas.RoleFull), true
 	case matches(got, h.cfg.ObserverToken):
-		return roleObserver
+		return schemas.Person(schemas.RoleObserver), true
 	}
-	return roleNone
+	return schemas.Principal{}, false
 }
 
 // login stores ?token= in an HttpOnly cookie and redirects to the same

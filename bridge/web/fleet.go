@@ -41,7 +41,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 	}
 	f := Fleet{
 		Now:     float64(time.Now().UnixNano()) / 1e9,
-		Role:    roleOf(ctx).String(),
+		Role:    roleName(principalOf(ctx)),
 		Nodes:   nonNil(nodes),
 		Agents:  nonNil(agents),
 		Pending: nonNil(pending),
@@ -77,11 +77,11 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mine := slices.DeleteFunc(pending, func(p schemas.PermitRecord) bool { return p.AgentID != id })
-	writeJSON(w, http.StatusOK, AgentPage{Role: roleOf(r.Context()).String(), Record: rec, Pending: nonNil(mine)})
+	writeJSON(w, http.StatusOK, AgentPage{Role: roleName(principalOf(r.Context())), Record: rec, Pending: nonNil(mine)})
 }
 
 func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"role": roleOf(r.Context()).String()})
+	writeJSON(w, http.StatusOK, map[string]string{"role": roleName(principalOf(r.Context()))})
 }
 
 func nonNil[T any](s []T) []T {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 //go:embed assets
@@ -53,12 +54,12 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /api/fleet", h.fleet)
 	h.mux.HandleFunc("GET /api/agents/{id}", h.agent)
 	h.mux.HandleFunc("GET /api/agents/{id}/events", h.events)
-	h.mux.HandleFunc("POST /api/open", h.act(h.open))
-	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(h.send()))
-	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(h.interrupt()))
-	h.mux.HandleFunc("POST /api/agents/{id}/close", h.act(h.close()))
-	h.mux.HandleFunc("POST /api/agents/{id}/model", h.act(h.setModel()))
-	h.mux.HandleFunc("POST /api/agents/{id}/permit", h.act(h.permit()))
+	h.mux.HandleFunc("POST /api/open", h.act(schemas.AccessOpen, "open agents", h.open))
+	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(schemas.AccessAct, "send to", h.send()))
+	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(schemas.AccessAct, "interrupt", h.interrupt()))
+	h.mux.HandleFunc("POST /api/agents/{id}/close", h.act(schemas.AccessAct, "close", h.close()))
+	h.mux.HandleFunc("POST /api/agents/{id}/model", h.act(schemas.AccessAct, "set the model of", h.setModel()))
+	h.mux.HandleFunc("POST /api/agents/{id}/permit", h.act(schemas.AccessAnswer, "answer a permission request of", h.permit()))
 	return h
 }
 
@@ -73,8 +74,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mux.ServeHTTP(w, r) // the embedded styles and script hold no data
 		return
 	}
-	role := h.role(r)
-	if role == roleNone {
+	p, ok := h.principal(r)
+	if ok && p.Kind != schemas.KindPerson {
+		err := schemas.Decide(p, schemas.AccessSideDoor, schemas.Target{}).Err(p, "use the dashboard", schemas.Target{})
+		h.log.Warn("an agent was refused the dashboard", "agent", p.Agent, "path", r.URL.Path)
+		if isAPI(r) {
+			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: err.(*schemas.ControlError)})
+		} else {
+			http.Error(w, err.Error(), http.StatusForbidden)
+		}
+		return
+	}
+	if !ok {
 		if r.Method == http.MethodGet && !isAPI(r) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.WriteHeader(http.StatusUnauthorized)
@@ -85,5 +96,5 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 		return
 	}
-	h.mux.ServeHTTP(w, r.WithContext(withRole(r.Context(), role)))
+	h.mux.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -19,22 +18,8 @@ import (
 func TestAgentsReachTheMCPEndpointWithTheirOwnToken(t *testing.T) {
 	t.Parallel()
 	const token = "op-token-7c1e5d"
-	fake := fakemodel.Start(t, fakemodel.Config{})
-	dir := t.TempDir()
-	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
-	up := startShoal(t, dir, env, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--no-bus", "--mcp-token", token,
-		"--claude", peers.Claude.Command(t)[0], "--node-name", "n")
-	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
-	up.waitLine("shoal: ready")
-	client := []string{"SHOAL_NATS=" + url}
-	must := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), client, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: %s", args, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	c := startCoordinator(t, nil, "--mcp-token", token)
+	fake, must, dir := c.fake, c.must, c.dir
 	cwd := t.TempDir()
 	id := must("open", "--id", "labrat", "--permission", "lab", "--allow-nested", cwd)
 	fake.Script(
@@ -61,5 +46,48 @@ func TestAgentsReachTheMCPEndpointWithTheirOwnToken(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// An agent's environment holds none of its node's Shoal settings: a
+// coordinator given its MCP token in SHOAL_MCP_TOKEN starts an agent
+// whose own Bash tool finds neither the token nor any SHOAL_ variable but
+// those the node gives the agent itself.
+func TestAgentsGetNoneOfTheNodesShoalVariables(t *testing.T) {
+	t.Parallel()
+	const token = "op-token-from-the-environment-4d2a"
+	c := startCoordinator(t, []string{"SHOAL_MCP_TOKEN=" + token, "SHOAL_MCP_OBSERVER_TOKEN=observer-from-the-environment"})
+	fake, must, client := c.fake, c.must, c.client
+	in, _ := json.Marshal(map[string]string{"command": "env | sort", "description": "look around"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Looked."})
+	id := must("open", "--permission", "bypass", "--reach", "read", t.TempDir())
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal([]byte(must("status", "--json", id)), &rec); err != nil || rec.Reach != schemas.ReachRead {
+		t.Errorf("the record of an agent opened with --reach read: %+v %v", rec, err)
+	}
+	if code, _, errOut := runShoal(t, t.TempDir(), client, "open", "--reach", "everything", t.TempDir()); code != exitUsage || !strings.Contains(errOut, `unknown reach "everything" (want own, read or all)`) {
+		t.Errorf("open --reach everything: exit %d, %q", code, errOut)
+	}
+	if out := must("run", id, "What is in your environment?"); out != "Looked." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := fake.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 || got[0].IsError {
+		t.Fatalf("the Bash tool: %+v", got)
+	}
+	out := got[0].Content
+	if strings.Contains(out, token) || strings.Contains(out, "observer-from-the-environment") {
+		t.Errorf("the agent's environment holds the node's tokens:\n%s", out)
+	}
+	allowed := map[string]bool{"SHOAL_AGENT_ID": true, "SHOAL_NODE": true, "SHOAL_PARENT_PID": true, "SHOAL_AGENT_LIFE": true, "SHOAL_PROC": true}
+	for _, line := range strings.Split(out, "\n") {
+		name, _, _ := strings.Cut(line, "=")
+		if strings.HasPrefix(name, "SHOAL_") && !allowed[name] {
+			t.Errorf("the agent's environment holds the node's %s", line)
+		}
+	}
+	if !strings.Contains(out, "SHOAL_AGENT_ID="+id) {
+		t.Errorf("the agent's own id is not in its environment:\n%s", out)
 	}
 }

@@ -17,7 +17,7 @@ import (
 const (
 	exitOK          = 0
 	exitError       = 1 // the command failed
-	exitUsage       = 2 // the command line, configuration or request is wrong
+	exitUsage       = 2 // the command line, configuration or request is wrong, or the rights rules refuse it
 	exitNotFound    = 3 // no such agent or node
 	exitUnavailable = 4 // the agent is dead, its node gone, or nothing can take it
 	exitTimeout     = 5 // the operation did not finish in time
@@ -34,7 +34,7 @@ func exitFor(err error) int {
 		return exitCancelled
 	}
 	switch schemas.CodeOf(err) {
-	case schemas.CodeInvalid:
+	case schemas.CodeInvalid, schemas.CodeForbidden:
 		return exitUsage
 	case schemas.CodeNotFound:
 		return exitNotFound
@@ -119,9 +119,15 @@ func (e *usageError) Error() string { return e.msg }
 
 // cancelledError is a run whose turn was interrupted: its text so far is
 // printed, and the command exits with its own status.
-type cancelledError struct{ turn int }
+type cancelledError struct {
+	turn     int
+	notBegun string // why a held turn never began
+}
 
 func (e *cancelledError) Error() string {
+	if e.notBegun != "" {
+		return fmt.Sprintf("turn %d never began: %s (stop reason cancelled)", e.turn, e.notBegun)
+	}
 	return fmt.Sprintf("turn %d was interrupted before it ended (stop reason cancelled)", e.turn)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -66,7 +67,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 
 	client := []string{"SHOAL_NATS=" + urls[1]}
 	var id string
-	eventually(t, 30*time.Second, "placement sees the node", func() bool {
+	poll.Until(t, 30*time.Second, "placement sees the node", func() bool {
 		code, out, _ := runShoal(t, t.TempDir(), client, "open", t.TempDir())
 		id = strings.TrimSpace(out)
 		return code == 0
@@ -74,13 +75,13 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	if code, _, errOut := runShoal(t, t.TempDir(), client, "send", id, "Keep going."); code != 0 {
 		t.Fatalf("send: %s", errOut)
 	}
-	eventually(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, urls[1], id) })
+	poll.Until(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, urls[1], id) })
 
 	members[0].stop(syscall.SIGKILL)
 
 	// The turn finishes; replay from a surviving member is whole.
 	var evs []schemas.Event
-	eventually(t, 120*time.Second, "the turn's result is stored", func() bool {
+	poll.Until(t, 120*time.Second, "the turn's result is stored", func() bool {
 		var err error
 		evs, err = storedEvents(t, urls[2], id)
 		if err != nil {
@@ -109,7 +110,7 @@ func TestClusterSurvivesAKilledMember(t *testing.T) {
 	// The fabric still answers through the survivors, once they have
 	// moved the buckets' leaders.
 	var out, errOut string
-	eventually(t, 60*time.Second, "output through a survivor", func() bool {
+	poll.Until(t, 60*time.Second, "output through a survivor", func() bool {
 		var code int
 		code, out, errOut = runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + urls[2]}, "output", id)
 		return code == 0

@@ -79,7 +79,7 @@ func TestCompletionBash(t *testing.T) {
 		want  []string
 	}{
 		{[]string{"shoal", "op"}, []string{"open"}},
-		{[]string{"shoal", "open", "--sa"}, []string{"--sandbox", "--sandbox-net"}},
+		{[]string{"shoal", "open", "--sa"}, []string{"--sandbox", "--sandbox-kind", "--sandbox-net"}},
 		{[]string{"shoal", "up", "--log-f"}, []string{"--log-format"}},
 		{[]string{"shoal", "completion", ""}, []string{"bash", "fish", "zsh"}},
 		{[]string{"shoal", "open", "--model", ""}, nil}, // a value: the default completion
@@ -148,7 +148,7 @@ func TestCompletionFish(t *testing.T) {
 		want []string
 	}{
 		{"shoal op", []string{"open"}},
-		{"shoal open --sa", []string{"--sandbox", "--sandbox-net"}},
+		{"shoal open --sa", []string{"--sandbox", "--sandbox-kind", "--sandbox-net"}},
 		{"shoal completion ", []string{"bash", "fish", "zsh"}},
 		{"shoal node --node-n", []string{"--node-name"}},
 	} {

@@ -19,7 +19,8 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 // mcpServerMode, when set in the environment, makes this test binary a
@@ -54,7 +55,7 @@ func lifeProcesses(token string) []string {
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil || !bytes.Contains(env, []byte("\x00"+backend.LifeEnv+"="+token+"\x00")) && !bytes.HasPrefix(env, []byte(backend.LifeEnv+"="+token+"\x00")) {
+		if err != nil || !bytes.Contains(env, []byte("\x00"+proc.LifeEnv+"="+token+"\x00")) && !bytes.HasPrefix(env, []byte(proc.LifeEnv+"="+token+"\x00")) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -70,7 +71,7 @@ func lifeToken(t *testing.T, dir, id string) string {
 		Life string `json:"life"`
 	}
 	var token string
-	eventually(t, 30*time.Second, "agent "+id+" in pids.json", func() bool {
+	poll.Until(t, 30*time.Second, "agent "+id+" in pids.json", func() bool {
 		b, err := os.ReadFile(filepath.Join(dir, "pids.json"))
 		if err != nil || json.Unmarshal(b, &pids) != nil {
 			return false
@@ -132,26 +133,26 @@ func TestKilledNodeLeavesNoAgentProcess(t *testing.T) {
 					p.must("send", id, turn)
 				}
 				token := lifeToken(t, dir, id)
-				eventually(t, 3*time.Minute, "the agent's "+tool+" runs", func() bool {
+				poll.Until(t, 3*time.Minute, "the agent's "+tool+" runs", func() bool {
 					return strings.Contains(strings.Join(lifeProcesses(token), "\n"), tool)
 				})
 				if reaperToo {
 					// Frozen first, so the node cannot end what the dying
 					// reaper leaves: both go as if at once.
-					reaper := childWithArg(t, n.cmd.Process.Pid, backend.ReaperArg)
+					reaper := childWithArg(t, n.cmd.Process.Pid, proc.ReaperArg)
 					syscall.Kill(n.cmd.Process.Pid, syscall.SIGSTOP)
 					syscall.Kill(reaper, syscall.SIGKILL)
 				}
 				n.stop(syscall.SIGKILL)
 				if !reaperToo {
-					eventually(t, 5*time.Second, "no process of the agent's tree", func() bool { return len(lifeProcesses(token)) == 0 })
+					poll.Until(t, 5*time.Second, "no process of the agent's tree", func() bool { return len(lifeProcesses(token)) == 0 })
 					return
 				}
 				if left := lifeProcesses(token); !strings.Contains(strings.Join(left, "\n"), tool) {
 					t.Fatalf("with its reaper killed too, the agent left %q; the test needs the %s left behind to prove the reaping", left, tool)
 				}
 				p.nodeWith(node, env, "--dir", dir)
-				eventually(t, 10*time.Second, "the restarted node reaps the agent's tree", func() bool { return len(lifeProcesses(token)) == 0 })
+				poll.Until(t, 10*time.Second, "the restarted node reaps the agent's tree", func() bool { return len(lifeProcesses(token)) == 0 })
 			})
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/proctest"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
@@ -108,7 +109,7 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 		code, out, errOut := runShoal(t, t.TempDir(), client, "run", id, "Wait a while.")
 		done <- result{code, out, errOut}
 	}()
-	eventually(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("37") > 0 })
+	poll.Until(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("37") > 0 })
 	must("interrupt", id)
 	select {
 	case r := <-done:

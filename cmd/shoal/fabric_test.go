@@ -14,6 +14,7 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -37,8 +38,14 @@ const poolNodeTTL = 2 * time.Second
 
 func startPool(t *testing.T) *pool {
 	t.Helper()
+	return startPoolTTL(t, poolNodeTTL)
+}
+
+// startPoolTTL is startPool with another node TTL.
+func startPoolTTL(t *testing.T, ttl time.Duration) *pool {
+	t.Helper()
 	p := &pool{t: t, dir: t.TempDir(), fake: fakemodel.Start(t, fakemodel.Config{}), claude: peers.Claude.Command(t)[0]}
-	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", poolNodeTTL.String())
+	up := startShoal(t, p.dir, nil, "up", "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", ttl.String())
 	p.url = strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	up.waitLine("shoal: ready")
 	p.ready, p.up = time.Now(), up
@@ -193,7 +200,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the turn streams", func() bool {
+	poll.Until(t, 60*time.Second, "the turn streams", func() bool {
 		m, err := stream.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id))
 		return err == nil && strings.Contains(string(m.Data), `"delta":true`)
 	})
@@ -209,7 +216,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Logf("the node exited %d", code)
 	}
 	var rec schemas.AgentRecord
-	eventually(t, 60*time.Second, "the agent is dead", func() bool {
+	poll.Until(t, 60*time.Second, "the agent is dead", func() bool {
 		code, out, _ := p.shoal("status", id)
 		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusDead
 	})
@@ -309,7 +316,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	} {
 		body, _ := json.Marshal(r.req)
 		start := time.Now()
-		m, err := nc.Request(schemas.FabricSubject(r.verb), body, reqTimeout)
+		m, err := nc.Request(schemas.FabricSubject(schemas.Verb(r.verb)), body, reqTimeout)
 		took := time.Since(start)
 		var reply schemas.ErrorReply
 		switch {
@@ -335,7 +342,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	// node would answer for a dead agent, without waiting on the node.
 	for _, r := range []struct{ verb, want string }{{"interrupt", `{"interrupted":false}`}, {"close", `{"closed":true}`}} {
 		start := time.Now()
-		m, err := nc.Request(schemas.FabricSubject(r.verb), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
+		m, err := nc.Request(schemas.FabricSubject(schemas.Verb(r.verb)), []byte(`{"agent_id":"`+id+`"}`), reqTimeout)
 		if took := time.Since(start); err != nil || string(m.Data) != r.want || took > reqTimeout/10 {
 			t.Errorf("%s of the lost agent through the coordinator: %v %s after %s, want %s", r.verb, err, msgData(m), took, r.want)
 		}

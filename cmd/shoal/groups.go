@@ -37,7 +37,7 @@ func nodeGroups(title string, more ...string) []flagGroup {
 		{title, true, append(more, nodeFlags...)},
 		{"Agent CLIs", true, []string{"claude", "opencode", "claude-agent-acp", "gemini"}},
 		{"Turns", true, []string{"turn-idle-timeout", "turn-timeout", "interrupt-grace", "stop-wait", "image-max-long-edge"}},
-		{"Sandbox", true, []string{"sandbox"}},
+		{"Sandbox", true, []string{"sandbox", "sandbox-kind"}},
 	}
 }
 
@@ -69,9 +69,9 @@ var groupsByCommand = map[string][]flagGroup{
 	},
 	"open": verbGroups(
 		flagGroup{"Agent", false, []string{"model", "effort", "id", "system-prompt", "mcp-config"}},
-		flagGroup{"Permissions", false, []string{"permission", "permission-mode", "allow", "only", "disallow", "allow-nested", "ask", "ask-timeout"}},
+		flagGroup{"Permissions", false, []string{"permission", "permission-mode", "allow", "only", "disallow", "allow-nested", "reach", "ask", "ask-timeout"}},
 		flagGroup{"Placement", false, []string{"node", "labels"}},
-		flagGroup{"Sandbox", false, []string{"sandbox", "sandbox-net"}},
+		flagGroup{"Sandbox", false, []string{"sandbox", "sandbox-kind", "sandbox-net"}},
 	),
 	"send":      verbGroups(),
 	"run":       verbGroups(flagGroup{"Run", false, []string{"wait"}}),

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -29,7 +30,7 @@ func TestVMLXPlacedWhereTheModelIs(t *testing.T) {
 	p.nodeWith("linux", []string{"VMLX_HOST=127.0.0.1:1", "OLLAMA_HOST=127.0.0.1:1"})
 
 	var listed schemas.NodesReply
-	eventually(t, 30*time.Second, "the mac node advertises its MLX model", func() bool {
+	poll.Until(t, 30*time.Second, "the mac node advertises its MLX model", func() bool {
 		code, out, _ := p.shoal("nodes", "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &listed) != nil {
 			return false

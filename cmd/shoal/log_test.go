@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoalfabric/shoal/internal/poll"
 )
 
 // jsonLines fails unless every line of s is a JSON log record, and
@@ -40,7 +42,7 @@ func TestLogFormatJSON(t *testing.T) {
 	up := startShoal(t, dir, nil, "up", "--log-format", "json", "--port", "-1", "--no-bus", "--mcp-listen", "127.0.0.1:0",
 		"--claude", "/nonexistent/claude", "--node-name", "j")
 	var url string
-	eventually(t, 60*time.Second, "shoal up's JSON ready record", func() bool {
+	poll.Until(t, 60*time.Second, "shoal up's JSON ready record", func() bool {
 		for _, m := range jsonLines(t, "shoal up stdout", strings.Join(up.stdoutLines(), "\n")) {
 			if u, ok := strings.CutPrefix(m, "INFO NATS listening on "); ok {
 				url = u
@@ -52,7 +54,7 @@ func TestLogFormatJSON(t *testing.T) {
 		return false
 	})
 	node := startShoal(t, t.TempDir(), nil, "node", "--log-format", "json", "--nats", url, "--claude", "/nonexistent/claude", "--node-name", "k")
-	eventually(t, 60*time.Second, "shoal node's JSON joined record", func() bool {
+	poll.Until(t, 60*time.Second, "shoal node's JSON joined record", func() bool {
 		for _, m := range jsonLines(t, "shoal node stdout", strings.Join(node.stdoutLines(), "\n")) {
 			if strings.HasPrefix(m, "INFO node k joined ") {
 				return true

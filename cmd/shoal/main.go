@@ -12,22 +12,25 @@ import (
 	"syscall"
 
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
-		case backend.KeeperArg: // this process holds one agent for a node (macOS)
-			os.Exit(backend.RunKeeper(os.Args[2:]))
-		case backend.ReaperArg: // this process holds a node's agents (Linux)
-			os.Exit(backend.RunReaper())
-		case backend.SandboxArg: // this process confines itself, then becomes an agent
-			os.Exit(backend.RunSandbox(os.Args[2:]))
+		case proc.KeeperArg: // this process holds one agent for a node (macOS)
+			os.Exit(proc.RunKeeper(os.Args[2:]))
+		case proc.ReaperArg: // this process holds a node's agents (Linux)
+			os.Exit(proc.RunReaper())
+		case proc.SandboxArg: // this process confines itself, then becomes an agent
+			os.Exit(proc.RunSandbox(os.Args[2:]))
+		case proc.SandboxInitArg: // the first process of an agent's namespaces
+			os.Exit(proc.RunSandboxInit(os.Args[2:]))
 		case bench.StandinArg: // this process is shoal bench's stand-in claude CLI
 			os.Exit(bench.RunStandin(os.Args[2:]))
 		}
 	}
+	proc.PassNothingOn() // nothing a caller left open reaches the agents
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	endProfile := cpuProfile(os.Getenv(envCPUProfile))
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)

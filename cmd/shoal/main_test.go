@@ -13,19 +13,24 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // The test binary doubles as the shoal binary: with SHOAL_TEST_MAIN=1 it
-// runs main, so tests drive real processes without a go build.
+// runs main, so tests drive real processes without a go build. Shoal's
+// own hidden verbs (__sandbox, __reaper, …) run main too: a node starts
+// them with its agents' environment, which holds none of Shoal's
+// variables.
 func TestMain(m *testing.M) {
 	if os.Getenv(mcpServerMode) == "1" {
 		runTestMCPServer()
 	}
-	if os.Getenv("SHOAL_TEST_MAIN") == "1" {
+	if os.Getenv("SHOAL_TEST_MAIN") == "1" || (len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "__") && os.Getenv("SHOAL_TEST_MAIN") != "0") {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // shoalProc is a shoal process started by a test.
@@ -173,18 +178,6 @@ func runShoal(t *testing.T, dir string, env []string, args ...string) (code int,
 		}
 	}
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func readFile(path string) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -118,7 +120,7 @@ func TestMetricsAfterAKnownRun(t *testing.T) {
 		}
 		return text
 	}
-	eventually(t, 20*time.Second, "the node is placed", func() bool {
+	poll.Until(t, 20*time.Second, "the node is placed", func() bool {
 		return strings.Contains(call("agent_nodes", map[string]any{}, false), `"box"`)
 	})
 	call("agent_open", map[string]any{"cwd": t.TempDir(), "id": "m1"}, false)
@@ -155,7 +157,7 @@ func TestMetricsAfterAKnownRun(t *testing.T) {
 	}
 
 	var nm scrape
-	eventually(t, 20*time.Second, "the node's counts settle", func() bool {
+	poll.Until(t, 20*time.Second, "the node's counts settle", func() bool {
 		nm = scrapeMetrics(t, nodeMetrics)
 		return nm.value("shoal_events_published_total", "node", "box") == stored && nm.value("shoal_outbox_events", "node", "box") == 0
 	})
@@ -178,6 +180,25 @@ func TestMetricsAfterAKnownRun(t *testing.T) {
 		}
 	}
 	um := scrapeMetrics(t, upMetrics)
+	// The metrics are for people: a scrape that carries an agent's marks
+	// is refused by the rights rules.
+	for _, mark := range []map[string]string{{schemas.AgentIDHeader: "a1"}, {"Authorization": "Bearer " + schemas.AgentToken("t", "a1", "r")}} {
+		for _, u := range []string{upMetrics, nodeMetrics} {
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			for k, v := range mark {
+				req.Header.Set(k, v)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "may not read the metrics: rule side-doors") {
+				t.Errorf("GET %s with %v: %d %s", u, mark, res.StatusCode, body)
+			}
+		}
+	}
 	for _, want := range []struct {
 		name   string
 		labels []string

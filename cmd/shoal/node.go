@@ -23,6 +23,7 @@ import (
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/node/backend/local"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -46,6 +47,7 @@ type nodeOptions struct {
 	outboxDisk     int64
 	refresh        time.Duration
 	sandbox        string
+	sandboxKind    string
 	// metrics receives the node's metrics, when the command serves them.
 	metrics *metrics.Registry
 }
@@ -69,6 +71,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet) {
 	sizeFlag(fs, &o.outboxMemory, "outbox-memory", 64<<20, "events kept in memory while the coordinator is away, in `bytes`")
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
 	fs.StringVar(&o.sandbox, "sandbox", schemas.SandboxOff, "sandbox `mode`: off (agents run confined only when their open asks), on (every agent, unless its open declines), required (every agent)")
+	fs.StringVar(&o.sandboxKind, "sandbox-kind", schemas.SandboxNamespaces, "the strongest `kind` of sandbox this node gives: namespaces (of their own around Landlock and seccomp, where this machine allows them) or landlock (Landlock and seccomp alone)")
 	durationFlag(fs, &o.refresh, "refresh", time.Minute, "detect again what this node can run (CLIs, model servers and their models) every `duration`")
 }
 
@@ -143,14 +146,14 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		log.Warn("claude CLI not found; this node cannot run claude agents until it is installed (or give --claude PATH)", "looked-for", o.claude)
 		path = o.claude
 	}
-	backends := []backend.Backend{claude.New(claude.Config{Path: path, Env: os.Environ(), StopWait: o.stopWait})}
-	backends = append(backends, acp.New(acp.Config{Commands: commands, Env: os.Environ(), StopWait: o.stopWait}))
+	backends := []backend.Backend{claude.New(claude.Config{Path: path, Env: proc.NodeEnviron(), StopWait: o.stopWait})}
+	backends = append(backends, acp.New(acp.Config{Commands: commands, Env: proc.NodeEnviron(), StopWait: o.stopWait}))
 	// Local models: the servers at OLLAMA_HOST and VMLX_HOST (or their
 	// defaults on loopback), each advertised with its models when it
 	// answers.
 	for _, l := range []struct{ kind, host string }{
-		{backend.KindOllama, local.OllamaHost(env.getenv("OLLAMA_HOST"))},
-		{backend.KindVMLX, local.VMLXHost(env.getenv("VMLX_HOST"))},
+		{backend.BackendOllama, local.OllamaHost(env.getenv("OLLAMA_HOST"))},
+		{backend.BackendVMLX, local.VMLXHost(env.getenv("VMLX_HOST"))},
 	} {
 		b, err := local.New(local.Config{Kind: l.kind, Host: l.host})
 		if err != nil {
@@ -196,6 +199,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		Confined:         confined,
 		Reaper:           reaper,
 		Sandbox:          o.sandbox,
+		SandboxKind:      o.sandboxKind,
 		Logger:           log,
 		Metrics:          counts,
 	})
@@ -327,7 +331,7 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		o.name = who.Name
 	}
 	var nc *nats.Conn
-	joined := o.client.url
+	var joined string
 	if o.leaf != "" {
 		leaf, err := o.joinAsLeaf(ctx, log)
 		if err != nil {

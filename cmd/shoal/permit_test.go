@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -148,7 +149,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	}
 
 	// Neither an observer nor the agent itself may answer.
-	if text := permitOver(mcpAs(observer, ""), id, req.RequestID); !strings.Contains(text, "this token may only observe") {
+	if text := permitOver(mcpAs(observer, ""), id, req.RequestID); !strings.Contains(text, "an observer may not answer a permission request of agent "+id+": rule observer") {
 		t.Errorf("an observer's agent_permit: %s", text)
 	}
 	var rec schemas.AgentRecord
@@ -163,7 +164,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 
 	// A person allows it: the tool runs, the turn ends with its result.
 	// (The node may still be reconnecting to the restarted server.)
-	eventually(t, 30*time.Second, "the answer reaches the node", func() bool {
+	poll.Until(t, 30*time.Second, "the answer reaches the node", func() bool {
 		// Allowed with the input changed: the tool runs what the person
 		// said.
 		code, _, errOut := shoal("permit", "--input", `{"command":"echo changed by a person","description":"run it"}`, id, req.RequestID, "allow")
@@ -178,7 +179,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 		t.Fatalf("the second request: %+v", touch)
 	}
 	must("permit", id, touch.RequestID, "allow")
-	eventually(t, 60*time.Second, "the turn ends", func() bool { return must("output", id) == "Touched." })
+	poll.Until(t, 60*time.Second, "the turn ends", func() bool { return must("output", id) == "Touched." })
 	if _, err := readFile(filepath.Join(cwd, "allowed.txt")); err != nil {
 		t.Errorf("the allowed tool did not run: %v", err)
 	}
@@ -198,7 +199,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	must("send", id, "Touch another.")
 	req2 := waitFor(id)
 	must("permit", "--message", "not in this directory", id, req2.RequestID, "deny")
-	eventually(t, 60*time.Second, "the second turn ends", func() bool { return must("output", id) == "Refused, then." })
+	poll.Until(t, 60*time.Second, "the second turn ends", func() bool { return must("output", id) == "Refused, then." })
 	if _, err := readFile(filepath.Join(cwd, "denied.txt")); err == nil {
 		t.Error("the denied tool ran")
 	}
@@ -243,7 +244,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	must("send", id3, "Touch it.")
 	waitFor(id3)
 	must("close", id3)
-	eventually(t, 30*time.Second, "the closed agent's request settles", func() bool { return len(pending(id3)) == 0 })
+	poll.Until(t, 30*time.Second, "the closed agent's request settles", func() bool { return len(pending(id3)) == 0 })
 	if raw := must("tail", "--raw", "--no-follow", id3); !strings.Contains(raw, `"by":"closed"`) {
 		t.Errorf("the closed agent's stream does not say its request was denied:\n%s", raw)
 	}
@@ -257,7 +258,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	node.stop(syscall.SIGKILL)
 	node = startShoal(t, nodeHome, env, "node", "--nats", url, "--node-name", "remote", "--claude", peers.Claude.Command(t)[0])
 	node.waitLine("shoal: node remote joined")
-	eventually(t, 30*time.Second, "the orphaned request settles", func() bool { return len(pending(id4)) == 0 })
+	poll.Until(t, 30*time.Second, "the orphaned request settles", func() bool { return len(pending(id4)) == 0 })
 	if raw := must("tail", "--raw", "--no-follow", id4); !strings.Contains(raw, "permission request "+r4.RequestID+" (Bash) was denied: node remote restarted") {
 		t.Errorf("the stream does not say the request died with its node:\n%s", raw)
 	}

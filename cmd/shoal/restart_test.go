@@ -16,6 +16,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -58,14 +59,14 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	if code, _, errOut := runShoal(t, t.TempDir(), client, "send", id, "Keep going."); code != 0 {
 		t.Fatalf("send: %s", errOut)
 	}
-	eventually(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, url, id) })
+	poll.Until(t, 60*time.Second, "the turn streams", func() bool { return streaming(t, url, id) })
 
 	killed := time.Now()
 	if code := up.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the coordinator exited %d", code)
 	}
 	// The node notices, and its outbox holds the turn's events meanwhile.
-	eventually(t, 30*time.Second, "the node keeps events for later", func() bool {
+	poll.Until(t, 30*time.Second, "the node keeps events for later", func() bool {
 		return strings.Contains(node.stderrText(), "storing events failed; retrying")
 	})
 	back := time.Now()
@@ -75,7 +76,7 @@ func TestCoordinatorKilledMidTurn(t *testing.T) {
 	var evs []schemas.Event
 	var raws []string
 	var whileDown int // events the node made while the coordinator was away
-	eventually(t, 90*time.Second, "the turn's result is stored", func() bool {
+	poll.Until(t, 90*time.Second, "the turn's result is stored", func() bool {
 		evs, raws, whileDown = nil, nil, 0
 		nc, err := nats.Connect(url)
 		if err != nil {

@@ -10,10 +10,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/internal/proctest"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -24,7 +27,6 @@ import (
 // through the proxy; the model and Shoal's MCP endpoint work.
 func TestSandboxNet(t *testing.T) {
 	t.Parallel()
-	fake := fakemodel.Start(t, fakemodel.Config{})
 	allowed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "answered through the proxy")
 	}))
@@ -48,21 +50,8 @@ func TestSandboxNet(t *testing.T) {
 	forbiddenPort := forbidden.Addr().(*net.TCPAddr).Port
 	allowedHost := strings.TrimPrefix(allowed.URL, "http://")
 
-	dir := t.TempDir()
-	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
-	up := startShoal(t, dir, env, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--no-bus",
-		"--claude", peers.Claude.Command(t)[0], "--node-name", "n")
-	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
-	up.waitLine("shoal: ready")
-	client := []string{"SHOAL_NATS=" + url}
-	must := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), client, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: %s", args, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	c := startCoordinator(t, nil)
+	fake, must := c.fake, c.must
 	bash := func(cmd string) fakemodel.Reply {
 		in, _ := json.Marshal(map[string]string{"command": cmd, "description": "run it"})
 		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
@@ -123,23 +112,8 @@ func mustJSONText(v any) string {
 // door keeps a sandboxed agent's children sandboxed: nothing is opened.
 func TestSandboxedAgentCannotEscapeThroughMCP(t *testing.T) {
 	t.Parallel()
-	fake := fakemodel.Start(t, fakemodel.Config{})
-	dir := t.TempDir()
-	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
-	up := startShoal(t, dir, env, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--no-bus",
-		"--claude", peers.Claude.Command(t)[0], "--node-name", "n")
-	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
-	endpoint := strings.TrimPrefix(up.waitLine("shoal: MCP endpoint "), "shoal: MCP endpoint ")
-	up.waitLine("shoal: ready")
-	client := []string{"SHOAL_NATS=" + url}
-	must := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), client, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: %s", args, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	c := startCoordinator(t, nil)
+	fake, must, endpoint := c.fake, c.must, c.printed("MCP endpoint ")
 	cwd := t.TempDir()
 	post := `curl -s -X POST "$HTTP_PROXY/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'X-Shoal-Agent-Id: ' -H 'Authorization: Bearer forged'`
 	script := `curl -s --noproxy '*' -o /dev/null ` + endpoint + `; echo "direct=$?"
@@ -170,5 +144,159 @@ sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initi
 	}
 	if ls := must("ls"); strings.Count(ls, "\n") > 1 {
 		t.Errorf("an agent was opened:\n%s", ls)
+	}
+}
+
+// From inside a sandboxed real claude agent, its own Bash tool tries
+// Shoal's side doors through its proxy: the dashboard's API (an open of
+// an unsandboxed bypass agent among them), its pages and the metrics are
+// refused with 403 and the rule, and the metrics port itself cannot be
+// dialled. $HTTP_PROXY/mcp works, as that agent: it reads its own record
+// and is refused another agent's. Nothing is opened.
+func TestSandboxedAgentReachesOnlyTheMCPEndpoint(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--metrics", "127.0.0.1:0")
+	fake, must, metrics := c.fake, c.must, c.printed("metrics ")
+	other := must("open", "--id", "other", t.TempDir())
+	cwd := t.TempDir()
+	mcpPost := `curl -s -X POST "$HTTP_PROXY/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'`
+	script := `for p in api/fleet api/agents/other agents/other "" api/whoami metrics; do
+  curl -s -o body -w "GET /$p=%{http_code} " "$HTTP_PROXY/$p"; head -c 400 body; echo
+done
+curl -s -o body -w "POST /api/open=%{http_code} " -X POST "$HTTP_PROXY/api/open" -H 'Content-Type: application/json' -d '{"cwd":"/","permission":"bypass","sandbox":false}'; head -c 400 body; echo
+curl -s --noproxy '*' -o /dev/null ` + metrics + `; echo "metrics-direct=$?"
+sid=$(` + mcpPost + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"inside","version":"0"}}}' | tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+echo "self: $(` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_status","arguments":{"agent_id":"inside"}}}')"
+echo "other: $(` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"agent_status","arguments":{"agent_id":"` + other + `"}}}')"
+`
+	if err := os.WriteFile(filepath.Join(cwd, "doors.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := json.Marshal(map[string]string{"command": "sh doors.sh", "description": "try the doors"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Tried."})
+	id := must("open", "--id", "inside", "--permission", "bypass", "--allow-nested", "--sandbox", cwd)
+	if out := must("run", id, "Try every door."); out != "Tried." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := fake.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 {
+		t.Fatalf("tool results: %+v", got)
+	}
+	out := got[0].Content
+	t.Logf("inside the sandbox:\n%s", out)
+	for _, door := range []string{"GET /api/fleet", "GET /api/agents/other", "GET /agents/other", "GET /", "GET /api/whoami", "GET /metrics", "POST /api/open"} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, door+"=") {
+				line = l
+			}
+		}
+		if !strings.HasPrefix(line, door+"=403 ") || !strings.Contains(line, "rule side-doors") {
+			t.Errorf("%s from inside: %q, want 403 naming rule side-doors", door, line)
+		}
+	}
+	if !strings.Contains(out, "metrics-direct=7") {
+		t.Errorf("a direct connect to the metrics port was not refused:\n%s", out)
+	}
+	if !strings.Contains(out, `self: `) || !strings.Contains(out, `\"id\":\"inside\"`) {
+		t.Errorf("the agent's MCP call about itself through its proxy:\n%s", out)
+	}
+	if !strings.Contains(out, "agent_status refused: agent inside may not read the status of agent "+other+" (not of its tree): rule subtree") {
+		t.Errorf("the agent's MCP call about another agent:\n%s", out)
+	}
+	if ls := must("ls"); strings.Count(ls, "\n") > 2 {
+		t.Errorf("an agent was opened:\n%s", ls)
+	}
+}
+
+// A daemon a sandboxed agent's own Bash tool detaches, the way that
+// escapes a tree found by its environment (`setsid env -i sleep N &`),
+// ends within 2 s of the agent's close, of the agent's death, and of its
+// node's SIGKILL: it is in the agent's pid namespace, which ends with it.
+func TestSandboxedDaemonEndsWithTheAgent(t *testing.T) {
+	t.Parallel()
+	for i, end := range []string{"close", "death", "node SIGKILL"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			c := startCoordinator(t, nil)
+			arg := fmt.Sprintf("%d", 7761+i)
+			in, _ := json.Marshal(map[string]string{"command": "(setsid env -i sleep " + arg + " > /dev/null 2>&1 < /dev/null &); echo detached", "description": "detach"})
+			c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Detached."})
+			id := c.must("open", "--permission", "bypass", "--sandbox", t.TempDir())
+			if out := c.must("run", id, "Leave something running."); out != "Detached." {
+				t.Fatalf("run: %q", out)
+			}
+			var daemon int
+			poll.Until(t, 10*time.Second, "the daemon runs", func() bool {
+				daemon = proctest.Sleep(arg)
+				return daemon > 0
+			})
+			switch end {
+			case "close":
+				c.must("close", id)
+			case "death":
+				var pids map[string]struct {
+					PID int `json:"pid"`
+				}
+				b, err := os.ReadFile(filepath.Join(c.dir, "cache", "shoal", "agents", "n", "pids.json"))
+				if err != nil || json.Unmarshal(b, &pids) != nil || pids[id].PID == 0 {
+					t.Fatalf("the agent's pid: %s %v", b, err)
+				}
+				if err := syscall.Kill(pids[id].PID, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			case "node SIGKILL":
+				c.up.stop(syscall.SIGKILL)
+			}
+			poll.Until(t, 2*time.Second, "the detached daemon to end with the agent ("+end+")", func() bool {
+				return syscall.Kill(daemon, 0) == syscall.ESRCH || processState(daemon) == "Z"
+			})
+		})
+	}
+}
+
+// A node whose sandbox kind is landlock gives Landlock and seccomp alone
+// even where namespaces could be had, and says so: one line when it
+// starts, its record's sandbox without "namespaces" and with the reason;
+// an open that asks for namespaces is refused with it, one that asks for
+// landlock runs in the node's own pid namespace. A default node's record
+// says namespaces.
+func TestNodeSandboxKindLandlock(t *testing.T) {
+	t.Parallel()
+	plain := startCoordinator(t, nil)
+	var nodes schemas.NodesReply
+	if err := json.Unmarshal([]byte(plain.must("nodes", "--json")), &nodes); err != nil || len(nodes.Nodes) != 1 {
+		t.Fatalf("nodes: %+v %v", nodes, err)
+	}
+	if !strings.HasPrefix(nodes.Nodes[0].Sandbox, schemas.SandboxNamespaces+", landlock ABI ") {
+		t.Errorf("a default node's sandbox: %q (%s)", nodes.Nodes[0].Sandbox, nodes.Nodes[0].SandboxProblem)
+	}
+
+	c := startCoordinator(t, nil, "--sandbox-kind", "landlock")
+	if err := json.Unmarshal([]byte(c.must("nodes", "--json")), &nodes); err != nil || len(nodes.Nodes) != 1 {
+		t.Fatalf("nodes: %+v %v", nodes, err)
+	}
+	if n := nodes.Nodes[0]; !strings.HasPrefix(n.Sandbox, "landlock ABI ") || !strings.Contains(n.SandboxProblem, "sandbox kind is landlock") {
+		t.Errorf("the landlock node's record: sandbox %q, problem %q", n.Sandbox, n.SandboxProblem)
+	}
+	if said := c.up.stderrText(); strings.Count(said, "without namespaces of their own") != 1 {
+		t.Errorf("the node did not say once that its agents get no namespaces:\n%s", said)
+	}
+	code, _, errOut := c.shoal("open", "--sandbox-kind", "namespaces", t.TempDir())
+	if code == 0 || !strings.Contains(errOut, "cannot put agents in namespaces of their own") || !strings.Contains(errOut, "sandbox kind is landlock") {
+		t.Errorf("an open asking for namespaces: exit %d: %s", code, errOut)
+	}
+	in, _ := json.Marshal(map[string]string{"command": "readlink /proc/self/ns/pid", "description": "which pid namespace"})
+	c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Looked."})
+	id := c.must("open", "--sandbox-kind", "landlock", "--permission", "bypass", t.TempDir())
+	if out := c.must("run", id, "Which pid namespace?"); out != "Looked." {
+		t.Fatalf("run: %q", out)
+	}
+	mine, _ := os.Readlink("/proc/self/ns/pid")
+	reqs := c.fake.Requests()
+	if r := reqs[len(reqs)-1]; len(r.ToolResults) != 1 || !strings.Contains(r.ToolResults[0].Content, mine) {
+		t.Errorf("the landlock agent's pid namespace: %+v; the node's is %s", r.ToolResults, mine)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/tlstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -79,7 +81,7 @@ func TestSecuredPool(t *testing.T) {
 	var nodes struct {
 		Nodes []schemas.NodeRecord `json:"nodes"`
 	}
-	eventually(t, 20*time.Second, "both nodes are listed", func() bool {
+	poll.Until(t, 20*time.Second, "both nodes are listed", func() bool {
 		json.Unmarshal([]byte(must("cli", "nodes", "--json")), &nodes)
 		return len(nodes.Nodes) == 2
 	})
@@ -206,5 +208,69 @@ func TestUpOnExternalNATS(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(store, "jetstream")); err != nil {
 		t.Errorf("the deployment's store has no JetStream data: %v", err)
+	}
+}
+
+// Under --auth, an agent on a remote node (its own credentials) asks
+// permission: `shoal pending` lists the request while the agent waits.
+// The node is then killed for good: at the request's deadline the
+// coordinator denies it and it leaves every list, and a late answer is
+// told it came too late.
+func TestPermitsUnderAuthFromARemoteNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	creds := map[string]string{}
+	for _, c := range [][2]string{{"node", "far"}, {"client", "cli"}} {
+		path := filepath.Join(dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		creds[c[1]] = path
+	}
+	up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", "-1",
+		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "far")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	n := startShoal(t, home, env, "node", "--nats", url, "--creds", creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	n.waitLine("shoal: node far joined")
+	as := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["cli"]}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), as, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	pending := func() []schemas.PermitRecord {
+		var rep schemas.PendingReply
+		if err := json.Unmarshal([]byte(must("pending", "--json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Requests
+	}
+	in, _ := json.Marshal(map[string]string{"command": "echo hi", "description": "run it"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Done."})
+	const askFor = 8 * time.Second
+	id := must("open", "--permission", "ask", "--ask-timeout", askFor.String(), t.TempDir())
+	must("send", id, "Say hi.")
+	var reqs []schemas.PermitRecord
+	poll.Until(t, 60*time.Second, "shoal pending lists the remote agent's request", func() bool {
+		reqs = pending()
+		return len(reqs) == 1 && reqs[0].AgentID == id && reqs[0].Node == "far"
+	})
+	n.stop(syscall.SIGKILL)
+	deadline := time.Unix(0, int64(reqs[0].Deadline*1e9))
+	poll.Until(t, time.Until(deadline)+10*time.Second, "the request leaves the list", func() bool { return len(pending()) == 0 })
+	if early := time.Until(deadline); early > 0 {
+		t.Errorf("the request left the list %s before its deadline", early)
+	}
+	code, _, errOut := runShoal(t, t.TempDir(), as, "permit", id, reqs[0].RequestID, "allow")
+	if code == 0 || !strings.Contains(errOut, "already answered: deny by coordinator") {
+		t.Errorf("a late answer: %d %q", code, errOut)
 	}
 }

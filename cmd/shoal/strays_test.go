@@ -15,6 +15,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -100,7 +101,7 @@ func TestStraysOnTheStream(t *testing.T) {
 
 	// shoal tail, following: the second turn in full, each stray named on
 	// stderr, nothing of theirs on stdout.
-	eventually(t, 30*time.Second, "tail shows the second turn's answer", func() bool {
+	poll.Until(t, 30*time.Second, "tail shows the second turn's answer", func() bool {
 		return strings.Contains(strings.Join(tail.stdoutLines(), "\n"), "The real second answer.")
 	})
 	out := strings.Join(tail.stdoutLines(), "\n")
@@ -110,7 +111,7 @@ func TestStraysOnTheStream(t *testing.T) {
 	if !strings.Contains(out, "turn 2") {
 		t.Errorf("tail did not show turn 2 begin:\n%s", out)
 	}
-	eventually(t, 10*time.Second, "tail names the five strays", func() bool {
+	poll.Until(t, 10*time.Second, "tail names the five strays", func() bool {
 		return strings.Count(tail.stderrText(), "that is not one of its events") == len(strays)
 	})
 	for _, why := range []string{"it has no event number", "numbered 99999", "a copy of event 3", "it is not an event envelope"} {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/proctest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -160,7 +161,7 @@ func TestTUIWatchesTheFabric(t *testing.T) {
 	var rec struct {
 		Status string `json:"status"`
 	}
-	eventually(t, 30*time.Second, "the agent is dead", func() bool {
+	poll.Until(t, 30*time.Second, "the agent is dead", func() bool {
 		out := p.must("status", "watched")
 		return json.Unmarshal([]byte(out), &rec) == nil && rec.Status == "dead"
 	})
@@ -253,13 +254,13 @@ func TestTUIActs(t *testing.T) {
 	scr.typeText("Wait a while.")
 	scr.keys("Enter")
 	scr.waitText("▶ Bash sleep 40")
-	eventually(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("40") > 0 })
+	poll.Until(t, time.Minute, "the tool runs", func() bool { return proctest.Sleep("40") > 0 })
 	scr.keys("i")
 	scr.waitText("Interrupt agent " + id + "'s turn 2?")
 	scr.keys("y")
 	scr.waitText("interrupted " + id + "'s turn")
 	scr.waitText("turn 2 ended: cancelled")
-	eventually(t, time.Minute, "the tool is gone", func() bool { return proctest.Sleep("40") == 0 })
+	poll.Until(t, time.Minute, "the tool is gone", func() bool { return proctest.Sleep("40") == 0 })
 
 	// Set the model: the node's reason comes back.
 	scr.keys("m")
@@ -327,7 +328,7 @@ func TestTUIReconnectsAfterARestart(t *testing.T) {
 	scr.waitText("reconnecting…")
 	coordinator()
 	scr.wait("the feed back", func(s string) bool { return !strings.Contains(s, "reconnecting…") })
-	eventually(t, time.Minute, "a send after the restart", func() bool {
+	poll.Until(t, time.Minute, "a send after the restart", func() bool {
 		code, _, _ := runShoal(t, t.TempDir(), client, "send", "steady", "After.")
 		return code == 0
 	})
@@ -366,7 +367,7 @@ func TestTUIAnswersAPermissionRequest(t *testing.T) {
 	})
 	scr.keys("a")
 	scr.waitText("allowed Bash for " + id)
-	eventually(t, 60*time.Second, "the turn ends", func() bool { return strings.TrimSpace(p.must("output", id)) == "Made it." })
+	poll.Until(t, 60*time.Second, "the turn ends", func() bool { return strings.TrimSpace(p.must("output", id)) == "Made it." })
 	if _, err := readFile(target); err != nil {
 		t.Errorf("the allowed tool did not run: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -84,7 +85,7 @@ func TestRunEndsWhenItsNodeDies(t *testing.T) {
 		ranMCP <- ended{code, text}
 	}()
 	for _, id := range []string{cli, viaMCP} {
-		eventually(t, 60*time.Second, "agent "+id+" working", func() bool {
+		poll.Until(t, 60*time.Second, "agent "+id+" working", func() bool {
 			var rec schemas.AgentRecord
 			code, out, _ := p.shoal("status", id)
 			return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusWorking
@@ -231,5 +232,148 @@ func TestReadsOfWhatDoesNotExist(t *testing.T) {
 	fromTurn, err := events(schemas.EventsRequest{AgentID: id, FromTurn: 2})
 	if err != nil || len(fromTurn.Events) != 0 || fromTurn.NextEvent != all.NextEvent {
 		t.Errorf("from the next turn: next %d, %d events, %v; want %d", fromTurn.NextEvent, len(fromTurn.Events), err, all.NextEvent)
+	}
+}
+
+// A node killed with SIGKILL while it runs one turn and holds two more:
+// the coordinator closes all three on the stream (the held ones each get
+// their start, an error naming the loss and a cancelled result), within
+// the TTL of the kill plus a margin, and the id, reopened on another node,
+// numbers its next turn 4: a number handed out is never handed out again.
+func TestNodeLossClosesHeldTurns(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: "never finishes", Hang: true})
+	n := p.node("victim")
+	id, _ := p.openOn("--id", "held")
+	for i, text := range []string{"first", "second", "third"} {
+		var rep schemas.SendReply
+		if err := json.Unmarshal([]byte(p.must("send", "--json", id, text)), &rep); err != nil || rep.Turn != i+1 {
+			t.Fatalf("send %q: %+v %v", text, rep, err)
+		}
+	}
+	poll.Until(t, 60*time.Second, "turn 1 working", func() bool {
+		var rec schemas.AgentRecord
+		code, out, _ := p.shoal("status", id)
+		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusWorking
+	})
+	killed := time.Now()
+	n.stop(syscall.SIGKILL)
+	type closing struct {
+		started, errored, cancelled bool
+		at                          time.Time
+	}
+	var turns map[int]*closing
+	poll.Until(t, 60*time.Second, "the stream ends in status dead", func() bool {
+		code, out, _ := p.shoal("tail", "--json", "--no-follow", id)
+		if code != 0 {
+			return false
+		}
+		turns = map[int]*closing{}
+		dead := false
+		for line := range strings.Lines(out) {
+			var ev struct {
+				Kind string          `json:"kind"`
+				Turn int             `json:"turn"`
+				Time time.Time       `json:"time"`
+				Data json.RawMessage `json:"data"`
+			}
+			if json.Unmarshal([]byte(line), &ev) != nil {
+				continue
+			}
+			c := turns[ev.Turn]
+			if c == nil {
+				c = &closing{}
+				turns[ev.Turn] = c
+			}
+			switch ev.Kind {
+			case "turn_started":
+				c.started = true
+			case "error":
+				c.errored = c.errored || strings.Contains(string(ev.Data), "node victim was lost")
+			case "result":
+				c.cancelled, c.at = strings.Contains(string(ev.Data), `"cancelled"`), ev.Time
+			case "status":
+				dead = dead || strings.Contains(string(ev.Data), `"dead"`)
+			}
+		}
+		return dead
+	})
+	for turn := 1; turn <= 3; turn++ {
+		c := turns[turn]
+		if c == nil || !c.started || !c.errored || !c.cancelled {
+			t.Errorf("turn %d on the stream after its node was lost: %+v, want a start, an error naming the loss and a cancelled result", turn, c)
+			continue
+		}
+		if late := c.at.Sub(killed); late > poolNodeTTL+5*time.Second {
+			t.Errorf("turn %d was closed %s after the kill (TTL %s)", turn, late.Round(10*time.Millisecond), poolNodeTTL)
+		}
+	}
+	p.node("heir")
+	p.openOn("--id", id, "--node", "heir")
+	var rep schemas.SendReply
+	if err := json.Unmarshal([]byte(p.must("send", "--json", id, "fourth")), &rep); err != nil || rep.Turn != 4 {
+		t.Errorf("the first send after the reopen: %+v %v, want turn 4", rep, err)
+	}
+}
+
+// A node killed 5 s after the coordinator started, long before the
+// monitor's start-up grace (3× the TTL) ends: the monitor heard the node
+// since it started, so it takes the node for lost as soon as its entry
+// expires, and `shoal run` answers unavailable within the TTL of the
+// kill plus a margin.
+func TestEarlyNodeLossIsActedOnAtOnce(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	p := startPoolTTL(t, ttl)
+	p.fake.Script(fakemodel.Reply{Text: "never finishes", Hang: true})
+	n := p.node("early")
+	id, _ := p.openOn()
+	ran := make(chan int, 1)
+	var errOut string
+	go func() {
+		var code int
+		code, _, errOut = p.shoal("run", "--timeout", "10m", id, "Take forever.")
+		ran <- code
+	}()
+	poll.Until(t, 60*time.Second, "the turn works", func() bool {
+		var rec schemas.AgentRecord
+		code, out, _ := p.shoal("status", id)
+		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusWorking
+	})
+	if wait := time.Until(p.ready.Add(5 * time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	if since := time.Since(p.ready); since > 3*ttl-ttl-5*time.Second {
+		t.Fatalf("the pool took %s to open and start the turn; the kill must come well inside the grace of %s", since, 3*ttl)
+	}
+	n.stop(syscall.SIGKILL)
+	select {
+	case code := <-ran:
+		want := "agent '" + id + "' is dead: its node early was lost during the turn"
+		if code != exitUnavailable || !strings.Contains(errOut, want) {
+			t.Errorf("shoal run ended %d with %q, want %d and %q", code, errOut, exitUnavailable, want)
+		}
+	case <-time.After(ttl + 5*time.Second):
+		t.Fatalf("shoal run still waits %s after its node was killed, %s after the coordinator started (TTL %s)", ttl+5*time.Second, time.Since(p.ready).Round(time.Second), ttl)
+	}
+}
+
+// A node stopped (SIGTERM) and started again: the coordinator says it
+// left, not that it was lost; a node killed is lost.
+func TestAStoppedNodeLeftNotLost(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	n := p.node("calm")
+	if code := n.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("the node exited %d on SIGTERM", code)
+	}
+	p.node("calm").stop(syscall.SIGKILL)
+	poll.Until(t, 30*time.Second, "the coordinator takes the killed node for lost", func() bool {
+		return strings.Contains(p.up.stderrText(), `msg="node lost" component=monitor node=calm`)
+	})
+	log := p.up.stderrText()
+	if !strings.Contains(log, `msg="node left" component=monitor node=calm`) || strings.Count(log, `msg="node lost"`) != 1 {
+		t.Errorf("the coordinator's log:\n%s", log)
 	}
 }

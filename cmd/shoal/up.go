@@ -22,6 +22,7 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/metrics"
 	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -111,20 +112,25 @@ Prometheus metrics of the coordinator and its node at /metrics.`,
 	}
 }
 
-// defaultMemoryLimit is the coordinator's soft memory limit: none. What
-// it holds grows with the event rate (the stream's duplicate window keeps
-// every event id it saw in that window, the file store caches what
-// readers read), and under a sustained firehose the Go heap's own slack
-// doubles it; a limit (512 MiB held a 20,000 events/s firehose at about
-// 520 MB) makes the runtime collect harder instead.
-const defaultMemoryLimit = 0
+// defaultMemoryLimit is the coordinator's soft memory limit: an eighth of
+// the machine's memory, at least 512 MiB and at most 2 GiB (512 MiB where
+// the machine does not say). What the coordinator holds grows with the
+// event rate (the stream's duplicate window keeps every event id it saw
+// in that window, the file store caches what readers read), and under a
+// sustained firehose the Go heap's slack doubles it; near the limit the
+// runtime collects harder instead. A heap that needs more still gets it:
+// the limit is soft.
+func defaultMemoryLimit() int64 {
+	const floor, ceiling = 512 << 20, 2 << 30
+	return min(max(int64(node.MachineMemory()/8), floor), ceiling)
+}
 
 func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.host, "host", broker.DefaultHost, "`address` NATS clients connect to; anything but loopback needs --auth")
 	fs.IntVar(&o.port, "port", broker.DefaultPort, "`port` NATS clients connect to (-1 picks a free port)")
 	fs.StringVar(&o.store, "store", "", "JetStream store `directory` (default: $XDG_DATA_HOME/shoal/jetstream)")
 	sizeFlag(fs, &o.maxPayload, "max-payload", broker.DefaultMaxPayload, "largest `size` of a message the server accepts")
-	sizeFlag(fs, &o.memoryLimit, "memory-limit", defaultMemoryLimit, "soft limit on this process's memory, a `size` the Go runtime collects harder to stay under (0: none; GOMEMLIMIT, when set, wins)")
+	sizeFlag(fs, &o.memoryLimit, "memory-limit", defaultMemoryLimit(), "soft limit on this process's memory, a `size` the Go runtime collects harder to stay under (default: an eighth of the machine's memory, 512MiB to 2GiB; 0: none; GOMEMLIMIT, when set, wins)")
 	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0: never)")
 	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0: no limit)")
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
@@ -484,27 +490,13 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		}},
 	}
 	for _, sv := range services {
-		nc, err := connect("shoal-" + sv.name)
-		if err != nil {
-			return err
-		}
-		s, err := sv.make(nc)
-		if err != nil {
-			nc.Close()
-			return fmt.Errorf("%s: %w", sv.name, err)
-		}
-		failed := make(chan error, 1)
-		workers.Go(func() {
-			defer nc.Close()
-			if err := s.Run(ctx); err != nil && ctx.Err() == nil {
-				failed <- err
-				errc <- fmt.Errorf("%s: %w", sv.name, err)
-			}
-		})
+		ready := make(chan error, 1)
+		workers.Go(func() { supervise(ctx, sv.name, connect, sv.make, log, ready, errc) })
 		select {
-		case <-s.Ready():
-		case err := <-failed:
-			return fmt.Errorf("%s: %w", sv.name, err)
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -512,17 +504,93 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 	return nil
 }
 
+// supervise runs one of the coordinator's services on a connection of its
+// own until ctx ends. When the server closes that connection, the service
+// is made again on a new one, and the log says so. ready receives the
+// first start's outcome; errc a later failure.
+func supervise(ctx context.Context, name string, connect connector, start func(*nats.Conn) (service, error), log *slog.Logger, ready, errc chan<- error) {
+	first := true
+	fail := func(err error) {
+		err = fmt.Errorf("%s: %w", name, err)
+		if first {
+			ready <- err
+		} else {
+			errc <- err
+		}
+	}
+	for {
+		nc, err := connect("shoal-" + name)
+		if err != nil {
+			fail(err)
+			return
+		}
+		closed := make(chan struct{})
+		nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		s, err := start(nc)
+		if err != nil {
+			nc.Close()
+			fail(err)
+			return
+		}
+		run, stop := context.WithCancel(ctx)
+		ended := make(chan error, 1)
+		go func() { ended <- s.Run(run) }()
+		if first {
+			select {
+			case <-s.Ready():
+				ready <- nil
+				first = false
+			case err := <-ended:
+				stop()
+				nc.Close()
+				fail(err)
+				return
+			case <-ctx.Done():
+				stop()
+				<-ended
+				nc.Close()
+				ready <- ctx.Err()
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			<-ended
+			stop()
+			nc.Close()
+			return
+		case err := <-ended:
+			stop()
+			if !nc.IsClosed() && ctx.Err() == nil && err != nil {
+				nc.Close()
+				fail(err)
+				return
+			}
+			nc.Close()
+			if ctx.Err() != nil {
+				return
+			}
+		case <-closed:
+			stop()
+			<-ended
+		}
+		why := "closed"
+		if err := nc.LastError(); err != nil {
+			why = err.Error()
+		}
+		log.Warn("the server closed a service's NATS connection; connecting again", "service", name, "closed", why)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // serveMCP starts the MCP endpoint and returns its URL once it listens.
 func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
-	nc, err := connect("shoal-mcp")
+	f, err := newRedialing(ctx, "shoal-mcp", connect, log)
 	if err != nil {
-		return "", err
-	}
-	f, err := client.NewDirect(nc, client.Config{})
-	if err != nil {
-		return "", err
-	}
-	if err := f.WatchNodes(ctx); err != nil {
 		return "", err
 	}
 	depth := o.maxDepth
@@ -537,7 +605,7 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	urls := make(chan string, 1)
 	done := make(chan error, 1)
 	workers.Go(func() {
-		defer nc.Close()
+		defer f.closeAll()
 		cfg := bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}
 		if !o.noWeb {
 			cfg.Web = web.New(web.Config{Client: f, Token: o.mcpToken, ObserverToken: o.mcpObserver, Logger: log})
@@ -582,7 +650,7 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 		err := bus.Run(ctx, ready)
 		done <- err
 		if err != nil {
-			errc <- fmt.Errorf("Kaimon bus: %w", err)
+			errc <- fmt.Errorf("the Kaimon bus: %w", err)
 		}
 	})
 	select {

@@ -108,7 +108,7 @@ effort suffix, e.g. sonnet/high).`,
 			var req schemas.OpenRequest
 			var allowed, disallowed string
 			var guardOff bool
-			fs.StringVar(&req.Model, "model", "sonnet", "`model` alias or id, with an optional backend prefix")
+			fs.StringVar(&req.Model, "model", schemas.DefaultModel, "`model` alias or id, with an optional backend prefix")
 			fs.StringVar(&req.Effort, "effort", "", "claude thinking `effort`: low, medium or high")
 			fs.StringVar(&req.Permission, "permission", "default", "permission `preset`: default, ask, notebook, specialist, lab, auto or bypass")
 			fs.BoolVar(&req.Ask, "ask", false, "ask a person (shoal permit, agent_permit) before what the preset neither allows nor denies")
@@ -119,6 +119,8 @@ effort suffix, e.g. sonnet/high).`,
 			fs.BoolVar(&req.Only, "only", false, "make --allow the agent's whole tool set")
 			fs.StringVar(&disallowed, "disallow", "", "comma-separated `tools` the agent may not use (default: the recursion guard)")
 			fs.BoolVar(&guardOff, "allow-nested", false, "lift the recursion guard, so the agent may open and drive agents")
+			var reach string
+			fs.StringVar(&reach, "reach", "own", "what the agent may read and drive through Shoal's tools: `own` (the agents it opened, and theirs), read (and read every agent) or all (read and drive every agent)")
 			fs.StringVar(&req.MCPConfig, "mcp-config", "", "an extra MCP config `file` for the agent")
 			fs.StringVar(&req.SystemPrompt, "system-prompt", "", "`text` appended to the agent's system prompt")
 			fs.StringVar(&req.ID, "id", "", "the agent's `id` (default: 8 random hex characters)")
@@ -128,11 +130,19 @@ effort suffix, e.g. sonnet/high).`,
 			var sandbox optionalBool
 			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox; --sandbox=false declines it (default: the node's --sandbox mode)")
 			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
+			fs.StringVar(&req.SandboxKind, "sandbox-kind", "", "a sandbox at least this strong, on a node that gives it: `kind` namespaces or landlock (implies --sandbox)")
 			return func(ctx context.Context, v *verb, args []string) error {
 				if askTimeout < 0 {
 					return usagef("--ask-timeout %s: a person needs some time to answer", askTimeout)
 				}
 				req.AskTimeout = askTimeout.Seconds()
+				r, err := schemas.ParseReach(reach)
+				if err != nil {
+					return usagef("--reach: %v", err)
+				}
+				if r != schemas.ReachOwn {
+					req.Reach = r
+				}
 				req.Sandbox = sandbox.value
 				req.SandboxNet = splitList(sandboxNet)
 				if len(args) > 1 {
@@ -214,7 +224,7 @@ func runCommand() *command {
 		"Sends a turn and waits until it ends, then prints the assistant's text.\nOne synchronous run per agent at a time.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var wait time.Duration
-			durationFlag(fs, &wait, "wait", 600*time.Second, "give up waiting after this `duration`")
+			durationFlag(fs, &wait, "wait", schemas.DefaultRunTimeout, "give up waiting after this `duration`")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {
@@ -239,7 +249,7 @@ func runCommand() *command {
 					return err
 				}
 				if rep.StopReason == schemas.StopCancelled {
-					return &cancelledError{turn: rep.Turn}
+					return &cancelledError{turn: rep.Turn, notBegun: rep.NotBegun}
 				}
 				return nil
 			}
@@ -255,7 +265,7 @@ func outputCommand() *command {
 			fs.IntVar(&turn, "turn", -1, "the `turn` to read (default: the latest)")
 			fs.StringVar(&req.Which, "which", "last_message", "what to print, a `part`: last_message, full_turn or all")
 			fs.BoolVar(&req.IncludeTools, "tools", false, "include a line per tool call and result")
-			fs.IntVar(&maxChars, "max-chars", 20000, "print at most this many `characters`")
+			fs.IntVar(&maxChars, "max-chars", schemas.DefaultMaxChars, "print at most this many `characters`")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {

@@ -113,7 +113,7 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 		{[]string{"send"}, exitUsage, "shoal send: missing the agent id"},
 		{[]string{"send", "Bad!"}, exitUsage, "shoal send: agent id \"Bad!\""},
 		{[]string{"open", "/does/not/exist"}, exitUsage, "shoal open: agent cwd does not exist: /does/not/exist"},
-		{[]string{"open", "--permission", "yolo", work}, exitUsage, `unknown permission preset "yolo"`},
+		{[]string{"open", "--permission", "yolo", work}, exitUsage, `permission must be one of default, ask, notebook, specialist, lab, auto, bypass, not "yolo"`},
 		{[]string{"close", "ghost"}, exitNotFound, "shoal close: no such agent: ghost"},
 		{[]string{"status", "--nats", "nats://127.0.0.1:1", "x"}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
 	} {

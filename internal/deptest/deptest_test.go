@@ -67,10 +67,18 @@ func oursUnder(prefixes ...string) func(_, imp string) bool {
 var rules = []rule{
 	{
 		why:  "schemas imports only the standard library",
-		from: under("schemas"),
+		from: func(p string) bool { return under("schemas")(p) && !under("schemas/validate")(p) },
 		forbid: func(_, imp string) bool {
 			first, _, _ := strings.Cut(imp, "/")
 			return strings.Contains(first, ".")
+		},
+	},
+	{
+		why:  "schemas/validate imports only schemas of ours and the JSON Schema library",
+		from: under("schemas/validate"),
+		forbid: func(_, imp string) bool {
+			first, _, _ := strings.Cut(imp, "/")
+			return (ours(imp) && rel(imp) != "schemas") || (!ours(imp) && strings.Contains(first, ".") && !strings.HasPrefix(imp, "github.com/santhosh-tekuri/jsonschema/"))
 		},
 	},
 	{
@@ -89,21 +97,35 @@ var rules = []rule{
 		forbid: oursUnder("node", "bridge", "broker"),
 	},
 	{
-		why:  "client imports only schemas of ours",
+		why:  "client imports only schemas and the wait notice of service of ours",
 		from: under("client"),
 		forbid: func(_, imp string) bool {
-			return ours(imp) && rel(imp) != "schemas"
+			return ours(imp) && rel(imp) != "schemas" && rel(imp) != "service"
 		},
 	},
 	{
-		why:  "the backend interface package imports only schemas of ours",
+		why:  "service, the request adapter, imports only schemas and schemas/validate of ours",
+		from: under("service"),
+		forbid: func(_, imp string) bool {
+			return ours(imp) && rel(imp) != "schemas" && rel(imp) != "schemas/validate"
+		},
+	},
+	{
+		why:  "the backend contract imports only schemas and the process kit of ours",
 		from: func(p string) bool { return p == "node/backend" },
+		forbid: func(_, imp string) bool {
+			return ours(imp) && rel(imp) != "schemas" && rel(imp) != "node/proc"
+		},
+	},
+	{
+		why:  "the process kit imports only schemas of ours",
+		from: under("node/proc"),
 		forbid: func(_, imp string) bool {
 			return ours(imp) && rel(imp) != "schemas"
 		},
 	},
 	{
-		why:  "a backend imports only schemas and node/backend of ours",
+		why:  "a backend imports only schemas, node/backend and node/proc of ours",
 		from: isBackend,
 		forbid: func(pkg, imp string) bool {
 			if !ours(imp) {
@@ -111,7 +133,7 @@ var rules = []rule{
 			}
 			r := rel(imp)
 			own := strings.Join(strings.SplitN(pkg, "/", 4)[:3], "/") // node/backend/<kind>
-			return r != "schemas" && r != "node/backend" && !under(own)(r)
+			return r != "schemas" && r != "node/backend" && r != "node/proc" && !under(own)(r)
 		},
 	},
 	{
@@ -143,6 +165,11 @@ var rules = []rule{
 		why:    "only bridge serves MCP",
 		from:   only("bridge"),
 		forbid: importsOf("github.com/mark3labs/mcp-go/server"),
+	},
+	{
+		why:    "only the process kit confines with Landlock",
+		from:   only("node/proc"),
+		forbid: importsOf("github.com/landlock-lsm/go-landlock"),
 	},
 	{
 		why:    "only the local-model backend is an MCP client",
@@ -244,7 +271,7 @@ func importGraph(t *testing.T) map[string][]string {
 
 func TestDependencyDirection(t *testing.T) {
 	graph := importGraph(t)
-	for _, pkg := range []string{"schemas", "broker", "node", "node/backend", "client", "coordinator", "bridge", "bridge/web", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
+	for _, pkg := range []string{"schemas", "schemas/validate", "service", "broker", "node", "node/backend", "node/proc", "client", "coordinator", "bridge", "bridge/web", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("package %s is missing from the layout", pkg)
 		}
@@ -265,8 +292,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		"bridge/mcp":          {m("broker")},
 		"coordinator":         {m("node"), m("bridge"), m("broker")},
 		"client":              {m("node"), m("coordinator")},
+		"service":             {m("client"), m("node")},
 		"node/backend":        {m("node")},
-		"node/backend/claude": {m("node/backend/acp"), m("node")},
+		"node/backend/claude": {m("node/backend/acp"), m("node"), "github.com/landlock-lsm/go-landlock/landlock"},
+		"node/proc":           {m("node/backend"), m("node")},
 		"broker":              {m("node")},
 		"node/backend/local":  {m("internal/fakemodel"), "github.com/mark3labs/mcp-go/server"},
 		"internal/natstest":   {m("cmd/shoal"), "github.com/nats-io/nats-server/v2/server"},
@@ -279,17 +308,20 @@ func TestRulesCatchViolations(t *testing.T) {
 		"bridge/web":          {"github.com/chromedp/chromedp", m("node")},
 	}
 	got := violations(bad)
-	if want := 29; len(got) != want {
+	if want := 34; len(got) != want {
 		t.Fatalf("found %d violations, want %d:\n%s", len(got), want, strings.Join(got, "\n"))
 	}
 	fine := map[string][]string{
 		"schemas":                    {"encoding/json", "fmt"},
 		"node":                       {m("schemas"), m("node/backend"), m("client"), "github.com/nats-io/nats.go"},
-		"node/backend/claude":        {m("schemas"), m("node/backend"), m("node/backend/claude/stream")},
+		"node/backend/claude":        {m("schemas"), m("node/backend"), m("node/proc"), m("node/backend/claude/stream")},
+		"node/backend":               {m("schemas"), m("node/proc")},
+		"node/proc":                  {m("schemas"), "github.com/landlock-lsm/go-landlock/landlock"},
 		"node/backend/local":         {m("schemas"), "github.com/mark3labs/mcp-go/client", "github.com/mark3labs/mcp-go/mcp"},
 		"node/backend/acp":           {"github.com/coder/acp-go-sdk"},
 		"client":                     {m("schemas"), "github.com/nats-io/nats.go/jetstream"},
-		"coordinator":                {m("schemas"), m("client"), "github.com/nats-io/nats.go/micro"},
+		"coordinator":                {m("schemas"), m("client"), m("service"), "github.com/nats-io/nats.go/micro"},
+		"service":                    {m("schemas"), m("schemas/validate"), "github.com/nats-io/nats.go/micro"},
 		"bridge":                     {m("schemas"), m("client"), "github.com/mark3labs/mcp-go/server", "github.com/go-zeromq/zmq4"},
 		"broker":                     {m("schemas"), "github.com/nats-io/nats-server/v2/server"},
 		"cmd/shoal":                  {m("broker"), m("node"), m("bridge"), m("coordinator"), m("internal/natstest")},

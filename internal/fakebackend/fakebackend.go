@@ -30,7 +30,7 @@ import (
 // Config configures the fake; its zero value is a claude-kind backend
 // that answers at once.
 type Config struct {
-	// Kind is what the backend says it is; backend.KindClaude when empty.
+	// Kind is what the backend says it is; backend.BackendClaude when empty.
 	Kind string
 	// Delay is the pause between two chunks of an answer.
 	Delay time.Duration
@@ -52,7 +52,7 @@ type Backend struct {
 // New returns a fake backend.
 func New(cfg Config) *Backend {
 	if cfg.Kind == "" {
-		cfg.Kind = backend.KindClaude
+		cfg.Kind = backend.BackendClaude
 	}
 	return &Backend{cfg: cfg}
 }

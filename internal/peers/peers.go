@@ -19,16 +19,18 @@ import (
 	"testing"
 )
 
-// Peer is an agent CLI published on npm.
+// Peer is a program published on npm that the tests run: an agent CLI,
+// or the sandbox the escape battery holds Shoal's against.
 type Peer struct {
-	Name    string // short name: claude, claude-agent-acp, opencode, gemini
+	Name    string // short name: claude, claude-agent-acp, opencode, gemini, srt
 	Package string // npm package
 	Version string // pinned version
 	// argv returns the command that runs the CLI, given its install dir.
 	argv func(dir string) ([]string, error)
 }
 
-// The pinned peers (reference/peers.md).
+// The pinned peers: the agent CLIs the tests run, each at the version the
+// test command installs.
 var (
 	Claude = Peer{Name: "claude", Package: "@anthropic-ai/claude-code", Version: "2.1.197",
 		argv: nativeBinary("node_modules/@anthropic-ai/claude-code-%s/claude")}
@@ -38,10 +40,15 @@ var (
 		argv: nativeBinary("node_modules/opencode-%s/bin/opencode")}
 	Gemini = Peer{Name: "gemini", Package: "@google/gemini-cli", Version: "0.61.0",
 		argv: nodeScript("node_modules/@google/gemini-cli/bundle/gemini.js")}
+	// SandboxRuntime is srt, a bubblewrap sandbox (it needs Debian's
+	// bubblewrap, socat and ripgrep): the escape battery runs under it
+	// beside Shoal's own sandbox.
+	SandboxRuntime = Peer{Name: "srt", Package: "@anthropic-ai/sandbox-runtime", Version: "0.0.83",
+		argv: nodeScript("node_modules/@anthropic-ai/sandbox-runtime/dist/cli.js")}
 )
 
 // All lists every pinned peer.
-var All = []Peer{Claude, ClaudeACP, Opencode, Gemini}
+var All = []Peer{Claude, ClaudeACP, Opencode, Gemini, SandboxRuntime}
 
 // Dir is the cache folder peers are installed in: $SHOAL_PEERS_DIR, else
 // $XDG_CACHE_HOME/shoal-peers, else ~/.cache/shoal-peers.

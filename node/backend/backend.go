@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -92,11 +93,11 @@ type Spec struct {
 	Stderr io.Writer
 	// Reaper holds the agent's processes (ProcessSpec.Reaper); nil when
 	// the node has none.
-	Reaper *Reaper
+	Reaper *proc.Reaper
 	// Sandbox confines every process of the agent (ProcessSpec.Sandbox);
 	// nil when it runs unconfined. Env then points it at its proxy and its
 	// temp directory.
-	Sandbox *Confinement
+	Sandbox *proc.Confinement
 	// Asker puts the tool calls the agent asks permission for to a person
 	// when its policy asks (Policy.Ask); nil refuses them.
 	Asker  Asker
@@ -144,10 +145,10 @@ type MCPEndpoint struct {
 
 // Backend kinds (schemas.Route names them).
 const (
-	KindClaude = schemas.KindClaude
-	KindACP    = schemas.KindACP
-	KindOllama = schemas.KindOllama
-	KindVMLX   = schemas.KindVMLX
+	BackendClaude = schemas.BackendClaude
+	BackendACP    = schemas.BackendACP
+	BackendOllama = schemas.BackendOllama
+	BackendVMLX   = schemas.BackendVMLX
 )
 
 // Describer is implemented by backends that can say what they run here:
@@ -161,4 +162,12 @@ type Describer interface {
 // one this machine has.
 type ManyDescriber interface {
 	DescribeAll(ctx context.Context) []schemas.BackendInfo
+}
+
+// Checker is implemented by backends that can tell a spec they would
+// refuse before anything is started or claimed for it (an unknown
+// effort, an mcp_config that is no MCP configuration): the node asks
+// first, so a refused open leaves nothing behind.
+type Checker interface {
+	Check(spec Spec) error
 }

@@ -19,6 +19,7 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -68,7 +69,7 @@ type Backend struct {
 // New returns an ACP backend.
 func New(cfg Config) *Backend {
 	if cfg.Env == nil {
-		cfg.Env = os.Environ()
+		cfg.Env = proc.NodeEnviron()
 	}
 	if cfg.StopWait == 0 {
 		cfg.StopWait = 3 * time.Second
@@ -83,7 +84,7 @@ func New(cfg Config) *Backend {
 }
 
 // Kind implements backend.Backend.
-func (b *Backend) Kind() string { return backend.KindACP }
+func (b *Backend) Kind() string { return backend.BackendACP }
 
 // Command is the command that runs agent.
 func (b *Backend) Command(agent string) []string {
@@ -112,7 +113,7 @@ func (b *Backend) DescribeAll(context.Context) []schemas.BackendInfo {
 	avail := b.Available()
 	for _, a := range Agents {
 		if p, ok := avail[a]; ok {
-			out = append(out, schemas.BackendInfo{Kind: backend.KindACP, Agent: a, Path: p, Ready: true})
+			out = append(out, schemas.BackendInfo{Kind: backend.BackendACP, Agent: a, Path: p, Ready: true})
 		}
 	}
 	return out
@@ -173,24 +174,24 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if own && spec.Sandbox != nil {
 		argv = append(slices.Clone(argv), "--port", strconv.Itoa(int(port)))
 	}
-	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
+	cli, stdout, err := proc.StartProcess(proc.ProcessSpec{
 		Argv: argv, Dir: spec.CWD, Env: env, Stderr: spec.Stderr, Reaper: spec.Reaper, Sandbox: spec.Sandbox,
 	})
 	if err != nil {
 		s.cleanup()
 		return nil, err
 	}
-	s.proc = proc
+	s.proc = cli
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	pr, pw := io.Pipe()
 	w := &wire{in: stdout, out: pw, log: spec.Stderr, maxLine: b.cfg.MaxLine,
 		update: s.onUpdate, permission: s.onPermission, garbage: s.onGarbage}
-	s.conn = acpsdk.NewConnection(s.handle, procWriter{proc}, pr)
+	s.conn = acpsdk.NewConnection(s.handle, procWriter{cli}, pr)
 	s.conn.SetLogger(log)
 	go func() {
 		w.run()
 		stdout.Close()
-		<-proc.Done()
+		<-cli.Done()
 		s.onExit()
 	}()
 	if err := s.handshake(ctx, model); err != nil {
@@ -199,7 +200,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		s.mu.Unlock()
 		s.stop(context.WithoutCancel(ctx))
 		<-s.exited
-		if last := backend.LastLine(proc.StderrTail()); last != "" {
+		if last := proc.LastLine(cli.StderrTail()); last != "" {
 			err = fmt.Errorf("%w (%s)", err, last)
 		}
 		return nil, fmt.Errorf("acp:%s: %w", agent, err)
@@ -208,7 +209,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 }
 
 // procWriter writes the JSON-RPC connection's output to the agent's stdin.
-type procWriter struct{ p *backend.Process }
+type procWriter struct{ p *proc.Process }
 
 func (w procWriter) Write(b []byte) (int, error) { return w.p.Write(b) }
 
@@ -236,24 +237,26 @@ func opencodeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "acp
 // the state the agent kept there before.
 func geminiHome(spec backend.Spec, env []string) (string, error) {
 	home := backend.AgentHome(spec, "gemini")
-	src := backend.EnvValue(env, "GEMINI_CLI_HOME")
+	src := proc.EnvValue(env, "GEMINI_CLI_HOME")
 	if src == "" {
-		src = backend.HomeDir(env)
+		src = proc.HomeDir(env)
 	}
 	if src != "" {
 		src = filepath.Join(src, ".gemini")
 	}
 	dst := filepath.Join(home, ".gemini")
-	if err := backend.SeedHome(dst, src); err != nil {
+	if err := proc.SeedHome(dst, src); err != nil {
 		return "", err
 	}
-	return home, noPTYShell(filepath.Join(dst, "settings.json"))
+	return home, noPTYShell(dst)
 }
 
-// noPTYShell turns gemini's pseudo-terminal shell off in a settings file:
-// a sandboxed agent opens no terminal in /dev/pts (where a person's are),
-// and gemini then runs commands as plain child processes.
-func noPTYShell(path string) error {
+// noPTYShell turns gemini's pseudo-terminal shell off in the settings of
+// its directory dir: a sandboxed agent opens no terminal in /dev/pts
+// (where a person's are), and gemini then runs commands as plain child
+// processes.
+func noPTYShell(dir string) error {
+	path := filepath.Join(dir, "settings.json")
 	settings := map[string]any{}
 	if b, err := os.ReadFile(path); err == nil {
 		if err := json.Unmarshal(b, &settings); err != nil {
@@ -271,10 +274,18 @@ func noPTYShell(path string) error {
 	shell["enableInteractiveShell"] = false
 	tools["shell"], settings["tools"] = shell, tools
 	b, _ := json.MarshalIndent(settings, "", "  ")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := proc.WriteBeneath(dir, "settings.json", b, 0o600); err != nil {
 		return fmt.Errorf("gemini's settings: %w", err)
 	}
 	return nil
+}
+
+// agentEnv are the variables each ACP agent reads: its model providers'
+// and its own settings.
+var agentEnv = map[string][]string{
+	AgentOpencode: {"OPENCODE_*", "ANTHROPIC_*", "OPENAI_*", "GOOGLE_*", "GEMINI_*", "OPENROUTER_*", "AWS_*", "AZURE_*"},
+	AgentClaude:   {"ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "IS_SANDBOX", "AWS_*", "CLOUD_ML_REGION", "VERTEX_*"},
+	AgentGemini:   {"GEMINI_*", "GOOGLE_*"},
 }
 
 // SandboxNeeds implements backend.Confiner. Every agent reads its install
@@ -289,23 +300,23 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		return backend.Needs{}, err
 	}
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
-	var n backend.Needs
+	n := backend.Needs{Env: agentEnv[agent]}
 	cmd := b.Command(agent)
-	n.Readable = append(n.Readable, backend.InstallRoot(cmd[0]))
+	n.Readable = append(n.Readable, proc.InstallRoot(cmd[0]))
 	for _, a := range cmd[1:] {
 		if _, err := os.Stat(a); err == nil && filepath.IsAbs(a) {
-			n.Readable = append(n.Readable, backend.InstallRoot(a)) // a script
+			n.Readable = append(n.Readable, proc.InstallRoot(a)) // a script
 		}
 	}
 	switch agent {
 	case AgentOpencode:
 		// The user's own config directory is read, not written: the
 		// agent's is the one Shoal wrote for it.
-		n.Readable = append(n.Readable, filepath.Join(backend.XDGDir(env, "XDG_CONFIG_HOME", ".config"), "opencode"))
+		n.Readable = append(n.Readable, filepath.Join(proc.XDGDir(env, "XDG_CONFIG_HOME", ".config"), "opencode"))
 		n.Writable = append(n.Writable, opencodeDir(spec),
-			filepath.Join(backend.XDGDir(env, "XDG_DATA_HOME", ".local/share"), "opencode"),
-			filepath.Join(backend.XDGDir(env, "XDG_CACHE_HOME", ".cache"), "opencode"),
-			filepath.Join(backend.XDGDir(env, "XDG_STATE_HOME", ".local/state"), "opencode"))
+			filepath.Join(proc.XDGDir(env, "XDG_DATA_HOME", ".local/share"), "opencode"),
+			filepath.Join(proc.XDGDir(env, "XDG_CACHE_HOME", ".cache"), "opencode"),
+			filepath.Join(proc.XDGDir(env, "XDG_STATE_HOME", ".local/state"), "opencode"))
 		p, err := b.permitServer()
 		if err != nil {
 			return n, err
@@ -315,7 +326,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		n.Hosts = append(n.Hosts, "127.0.0.1:"+p.port())
 		// opencode serves itself over HTTP on loopback (port 4096, or the
 		// next free one, by default): sandboxed, it is given its port.
-		own, err := backend.FreePort()
+		own, err := proc.FreePort()
 		if err != nil {
 			return n, err
 		}
@@ -330,7 +341,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		}
 		json.Unmarshal(userConfig(env)["provider"], &providers)
 		for _, pr := range providers {
-			if h := backend.URLHost(pr.Options.BaseURL); h != "" {
+			if h := proc.URLHost(pr.Options.BaseURL); h != "" {
 				n.Hosts = append(n.Hosts, h)
 			}
 		}
@@ -338,16 +349,16 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		// claude-agent-acp runs the claude CLI's code: a config directory
 		// of the agent's own, as the claude backend gives its agents.
 		dir := backend.AgentHome(spec, "claude")
-		src := backend.EnvValue(env, "CLAUDE_CONFIG_DIR")
-		if h := backend.HomeDir(env); src == "" && h != "" {
+		src := proc.EnvValue(env, "CLAUDE_CONFIG_DIR")
+		if h := proc.HomeDir(env); src == "" && h != "" {
 			src = filepath.Join(h, ".claude")
 		}
-		if err := backend.SeedHome(dir, src); err != nil {
+		if err := proc.SeedHome(dir, src); err != nil {
 			return n, err
 		}
 		n.Writable = append(n.Writable, dir)
 		api := "api.anthropic.com"
-		if h := backend.URLHost(backend.EnvValue(env, "ANTHROPIC_BASE_URL")); h != "" {
+		if h := proc.URLHost(proc.EnvValue(env, "ANTHROPIC_BASE_URL")); h != "" {
 			api = h
 		}
 		n.Hosts = append(n.Hosts, api)
@@ -362,7 +373,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		}
 		n.Writable = append(n.Writable, h)
 		api := "generativelanguage.googleapis.com"
-		if h := backend.URLHost(backend.EnvValue(env, "GOOGLE_GEMINI_BASE_URL")); h != "" {
+		if h := proc.URLHost(proc.EnvValue(env, "GOOGLE_GEMINI_BASE_URL")); h != "" {
 			api = h
 		}
 		n.Hosts = append(n.Hosts, api)
@@ -414,13 +425,11 @@ func (b *Backend) opencodeConfig(s *session, model string, env []string) (string
 		filepath.Join("opencode", "package-lock.json"):     opencodeLock,
 		filepath.Join("opencode", "node_modules", ".keep"): nil,
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
 	for name, b := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			os.RemoveAll(dir)
-			return "", nil, err
-		}
-		if err := os.WriteFile(p, b, 0o600); err != nil {
+		if err := proc.WriteBeneath(dir, name, b, 0o600); err != nil {
 			os.RemoveAll(dir)
 			return "", nil, fmt.Errorf("opencode's config: %w", err)
 		}
@@ -450,9 +459,9 @@ var opencodeLock = []byte(`{"packages":{"":{"dependencies":{"@opencode-ai/plugin
 // opencode.json: its providers, and its default models, without which
 // opencode would fall back to its hosted default.
 func userConfig(env []string) map[string]json.RawMessage {
-	dir := backend.EnvValue(env, "XDG_CONFIG_HOME")
+	dir := proc.EnvValue(env, "XDG_CONFIG_HOME")
 	if dir == "" {
-		if home := backend.EnvValue(env, "HOME"); home != "" {
+		if home := proc.EnvValue(env, "HOME"); home != "" {
 			dir = filepath.Join(home, ".config")
 		}
 	}

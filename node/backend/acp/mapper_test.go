@@ -29,8 +29,8 @@ func mapperUpdateGolden() bool {
 	return f != nil && f.Value.String() == "true"
 }
 
-// mapperTranscripts are the real ACP sessions of reference/transcripts,
-// copied into testdata: 6 prompts each, the fourth cancelled.
+// mapperTranscripts are real ACP sessions captured from the three agents,
+// in testdata: 6 prompts each, the fourth cancelled.
 var mapperTranscripts = []string{"acp-opencode", "acp-claude", "acp-gemini"}
 
 // mapperRun is what one transcript yields through one mapper.

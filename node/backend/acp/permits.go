@@ -113,7 +113,7 @@ func (b *permits) permission(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	allow, why := a.s.judgeTool(req.Tool, req.Args)
-	if allow && a.s.asks() && mutating(req.Tool) && !allowlisted(a.s.spec.Policy, req.Tool) {
+	if allow && a.s.asks() && askable(req.Tool) && !allowlisted(a.s.spec.Policy, req.Tool) {
 		// Held until a person answers, or the agent ends.
 		v := a.s.spec.Asker.Ask(r.Context(), backend.Question{Tool: req.Tool, Input: req.Args})
 		allow, why = v.Allow, v.Message

@@ -26,10 +26,10 @@ func decide(pol schemas.Policy, tool string) (allow bool, why string) {
 	return pol.Decide(schemas.ParseToolName(tool), schemas.ACPRules)
 }
 
-// mutating reports whether one of opencode's tools changes something
+// askable reports whether one of opencode's tools changes something
 // (runs a command, writes, fetches): what an agent that asks puts to a
 // person. Its reads and searches are not asked about.
-func mutating(tool string) bool {
+func askable(tool string) bool {
 	t := strings.ToLower(tool)
 	for _, p := range []string{"write", "edit", "patch", "bash", "shell", "run", "delete", "move", "webfetch"} {
 		if strings.HasPrefix(t, p) {

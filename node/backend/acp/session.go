@@ -20,6 +20,7 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -34,7 +35,7 @@ type session struct {
 	sink      backend.Sink
 	log       *slog.Logger
 	ws        *workspace
-	proc      *backend.Process
+	proc      *proc.Process
 	conn      *acpsdk.Connection
 	ctx       context.Context // ends when the agent does
 	cancel    context.CancelFunc
@@ -238,7 +239,7 @@ func (s *session) rpcError(err error) error {
 	}
 	select {
 	case <-s.exited:
-		return fmt.Errorf("the agent exited: %s", backend.ExitDescription(s.proc.Err()))
+		return fmt.Errorf("the agent exited: %s", proc.ExitDescription(s.proc.Err()))
 	default:
 	}
 	return err
@@ -706,7 +707,7 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 // SetModel implements backend.ModelSetter. model is a model id, or a
 // whole acp:<agent>:<model> naming this agent.
 func (s *session) SetModel(ctx context.Context, model string) (string, error) {
-	rest, ok := strings.CutPrefix(model, backend.KindACP+":")
+	rest, ok := strings.CutPrefix(model, backend.BackendACP+":")
 	if !ok {
 		return "", fmt.Errorf("%q is not an ACP model (acp:%s:<model>)", model, s.agent)
 	}
@@ -729,7 +730,7 @@ func (s *session) SetModel(ctx context.Context, model string) (string, error) {
 	s.mu.Lock()
 	s.model = m
 	s.mu.Unlock()
-	return backend.KindACP + ":" + s.agent + ":" + m, nil
+	return backend.BackendACP + ":" + s.agent + ":" + m, nil
 }
 
 // Info implements backend.Session.
@@ -756,8 +757,8 @@ func (s *session) Close(ctx context.Context) error {
 
 func (s *session) stop(ctx context.Context) {
 	w := s.cfg.StopWait
-	s.proc.Stop(ctx, []backend.Step{
-		{Signal: backend.CloseStdin, Wait: w},
+	s.proc.Stop(ctx, []proc.Step{
+		{Signal: proc.CloseStdin, Wait: w},
 		{Signal: syscall.SIGTERM, Wait: w},
 	})
 }
@@ -768,8 +769,8 @@ func (s *session) onExit() {
 	s.mu.Lock()
 	s.dead = true
 	if !s.closing {
-		msg := fmt.Sprintf("acp:%s exited: %s", s.agent, backend.ExitDescription(s.proc.Err()))
-		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
+		msg := fmt.Sprintf("acp:%s exited: %s", s.agent, proc.ExitDescription(s.proc.Err()))
+		if last := proc.LastLine(s.proc.StderrTail()); last != "" {
 			msg += ": " + last
 		}
 		s.emit(schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))

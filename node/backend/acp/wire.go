@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"io"
 
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 // wire reads an agent's stdout a line at a time, in order. Session update
@@ -40,7 +40,7 @@ func (w *wire) run() {
 	defer w.out.Close()
 	r := bufio.NewReaderSize(w.in, 256<<10)
 	for {
-		line, tooLong, err := backend.ReadLine(r, w.maxLine)
+		line, tooLong, err := proc.ReadLine(r, w.maxLine)
 		if len(line) > 0 || tooLong > 0 {
 			w.line(line, tooLong)
 		}

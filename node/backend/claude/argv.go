@@ -12,15 +12,12 @@ import (
 	"unicode/utf16"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
 // Efforts are the values --effort takes.
 var Efforts = []string{"low", "medium", "high"}
-
-// DefaultModel is the model an agent runs when the caller names none: the
-// CLI's alias for its latest Sonnet.
-const DefaultModel = "sonnet"
 
 // SplitModel separates an inline effort suffix: "claude-sonnet-5/high" is
 // model claude-sonnet-5 with effort high. The text after the last '/' is
@@ -57,7 +54,7 @@ type Launch struct {
 func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	model, effort := SplitModel(spec.Model)
 	if model == "" {
-		model = DefaultModel
+		model = schemas.DefaultModel
 	}
 	if spec.Effort != "" {
 		effort = spec.Effort
@@ -123,8 +120,8 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 		configs = append(configs, l.MCPConfigPath)
 	}
 	if spec.MCPConfig != "" {
-		if _, err := os.Stat(spec.MCPConfig); err != nil {
-			return Launch{}, fmt.Errorf("mcp_config %s: %w", spec.MCPConfig, errors.Unwrap(err))
+		if err := checkMCPConfig(spec.MCPConfig); err != nil {
+			return Launch{}, err
 		}
 		configs = append(configs, spec.MCPConfig)
 	}
@@ -176,10 +173,10 @@ func Transcript(configDir, cwd, sessionID string) string {
 
 // ConfigDir is the claude CLI's configuration directory in env.
 func ConfigDir(env []string) string {
-	if d := backend.EnvValue(env, "CLAUDE_CONFIG_DIR"); d != "" {
+	if d := proc.EnvValue(env, "CLAUDE_CONFIG_DIR"); d != "" {
 		return d
 	}
-	if home := backend.EnvValue(env, "HOME"); home != "" {
+	if home := proc.EnvValue(env, "HOME"); home != "" {
 		return filepath.Join(home, ".claude")
 	}
 	return ""
@@ -194,7 +191,7 @@ func ConfigDir(env []string) string {
 // refreshed inside stays inside.
 func SandboxConfigDir(spec backend.Spec, env []string) (string, error) {
 	dst := backend.AgentHome(spec, "claude")
-	return dst, backend.SeedHome(dst, ConfigDir(env))
+	return dst, proc.SeedHome(dst, ConfigDir(env))
 }
 
 // askedTools are the CLI's acting tools no allowlist entry names, which
@@ -236,4 +233,30 @@ func ProjectDir(path string) string {
 		abs = -abs
 	}
 	return string(b[:projectDirMax]) + "-" + strconv.FormatInt(abs, 36)
+}
+
+// checkMCPConfig reads a caller's mcp_config: a JSON object whose
+// mcpServers is an object of servers, as the CLI takes it.
+func checkMCPConfig(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("mcp_config %s: %w", path, errors.Unwrap(err))
+	}
+	var doc struct {
+		Servers map[string]json.RawMessage `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || doc.Servers == nil {
+		why := "it has no mcpServers object"
+		if err != nil {
+			why = err.Error()
+		}
+		return fmt.Errorf("mcp_config %s is not an MCP configuration (a JSON object with an mcpServers object): %s", path, why)
+	}
+	for name, s := range doc.Servers {
+		var server map[string]json.RawMessage
+		if json.Unmarshal(s, &server) != nil {
+			return fmt.Errorf("mcp_config %s: server %q is not an object", path, name)
+		}
+	}
+	return nil
 }

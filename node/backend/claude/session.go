@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -36,7 +37,7 @@ type Config struct {
 	// MaxLine is the longest stdout line accepted; 64 MiB when zero.
 	MaxLine int
 	// WriteTimeout is how long the CLI may leave a line on its stdin
-	// unread before it counts as stalled; backend.DefaultWriteTimeout
+	// unread before it counts as stalled; proc.DefaultWriteTimeout
 	// when zero.
 	WriteTimeout time.Duration
 }
@@ -50,7 +51,7 @@ func New(cfg Config) *Backend {
 		cfg.Path = "claude"
 	}
 	if cfg.Env == nil {
-		cfg.Env = os.Environ()
+		cfg.Env = proc.NodeEnviron()
 	}
 	if cfg.StopWait == 0 {
 		cfg.StopWait = 2 * time.Second
@@ -62,7 +63,7 @@ func New(cfg Config) *Backend {
 }
 
 // Kind implements backend.Backend.
-func (b *Backend) Kind() string { return backend.KindClaude }
+func (b *Backend) Kind() string { return backend.BackendClaude }
 
 // Path is the CLI the backend runs.
 func (b *Backend) Path() string { return b.cfg.Path }
@@ -73,12 +74,17 @@ const readBuffer = 16 << 10
 // maxParseErrors bounds the error events one turn's garbage produces.
 const maxParseErrors = 50
 
+// cliEnv are the variables the claude CLI reads: its API's (Anthropic's,
+// or Bedrock's and Vertex's), its own settings and switches.
+var cliEnv = []string{"ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "MCP_*", "BASH_*", "IS_SANDBOX", "API_TIMEOUT_MS",
+	"MAX_THINKING_TOKENS", "MAX_MCP_OUTPUT_TOKENS", "AWS_*", "CLOUD_ML_REGION", "VERTEX_*", "USE_BUILTIN_RIPGREP"}
+
 // SandboxNeeds implements backend.Confiner: the CLI writes its config
 // directory (~/.claude), reads its install and the MCP configs it is
 // given, and reaches its model API.
 func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
-	n := backend.Needs{Readable: []string{backend.InstallRoot(b.cfg.Path)}}
+	n := backend.Needs{Readable: []string{proc.InstallRoot(b.cfg.Path)}, Env: cliEnv}
 	dir, err := SandboxConfigDir(spec, env)
 	if err != nil {
 		return n, err
@@ -91,11 +97,17 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		n.Readable = append(n.Readable, filepath.Join(spec.Dir, spec.AgentID+"-mcp.json"))
 	}
 	api := "api.anthropic.com"
-	if u := backend.URLHost(backend.EnvValue(env, "ANTHROPIC_BASE_URL")); u != "" {
+	if u := proc.URLHost(proc.EnvValue(env, "ANTHROPIC_BASE_URL")); u != "" {
 		api = u
 	}
 	n.Hosts = append(n.Hosts, api)
 	return n, nil
+}
+
+// Check implements backend.Checker: what Plan would refuse.
+func (b *Backend) Check(spec backend.Spec) error {
+	_, err := Plan(spec, false)
+	return err
 }
 
 // Start implements backend.Backend: it spawns the CLI, which then waits
@@ -114,7 +126,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if spec.Sandbox != nil {
 		env = append(env, "CLAUDE_CONFIG_DIR="+backend.AgentHome(spec, "claude"))
 	}
-	proc, stdout, err := backend.StartProcess(backend.ProcessSpec{
+	cli, stdout, err := proc.StartProcess(proc.ProcessSpec{
 		Argv:         append([]string{b.cfg.Path}, launch.Args...),
 		Dir:          spec.CWD,
 		Env:          env,
@@ -136,13 +148,16 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 		spec:       spec,
 		life:       life,
 		endLife:    endLife,
-		proc:       proc,
+		proc:       cli,
 		sink:       sink,
 		configDir:  ConfigDir(env),
 		cwd:        spec.CWD,
 		log:        log,
 		readerDone: make(chan struct{}),
+		writerDone: make(chan struct{}),
+		replies:    replyQueue{wake: make(chan struct{}, 1)},
 	}
+	go s.writeReplies()
 	go s.read(stdout)
 	return s, nil
 }
@@ -150,7 +165,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 // session is one claude CLI process.
 type session struct {
 	cfg        Config
-	proc       *backend.Process
+	proc       *proc.Process
 	sink       backend.Sink
 	configDir  string // the CLI's, where its transcripts are
 	cwd        string
@@ -161,6 +176,13 @@ type session struct {
 	// then denied.
 	life    context.Context
 	endLife context.CancelFunc
+	// The answers to the CLI's permission requests are written in the
+	// order they are given, by one writer the session owns; the questions
+	// a person answers wait on goroutines of asks. Both end with life,
+	// and the reader waits for them before it reports the session done.
+	replies    replyQueue
+	asks       sync.WaitGroup
+	writerDone chan struct{}
 
 	mu          sync.Mutex
 	dec         Decoder
@@ -169,6 +191,7 @@ type session struct {
 	interrupts  int
 	parseErrs   int
 	dead        bool
+	closing     bool // Close was called: the CLI is being stopped
 }
 
 func (s *session) emit(p schemas.Payload) {
@@ -250,11 +273,11 @@ func (s *session) Interrupt(ctx context.Context) (bool, error) {
 func (s *session) Close(ctx context.Context) error {
 	// A turn the ladder cuts short was cancelled, whatever the CLI says.
 	s.mu.Lock()
-	s.interrupted = s.running
+	s.interrupted, s.closing = s.running, true
 	s.mu.Unlock()
 	w := s.cfg.StopWait
-	s.proc.Stop(ctx, []backend.Step{
-		{Signal: backend.CloseStdin, Wait: w},
+	s.proc.Stop(ctx, []proc.Step{
+		{Signal: proc.CloseStdin, Wait: w},
 		{Signal: syscall.SIGINT, Wait: w},
 		{Signal: syscall.SIGTERM, Wait: w},
 	})
@@ -286,7 +309,13 @@ func (s *session) read(stdout io.ReadCloser) {
 	r := bufio.NewReaderSize(stdout, readBuffer)
 	var buf []byte // each line's storage: nothing keeps a line once handled
 	for {
-		line, tooLong, err := backend.ReadLineInto(buf, r, s.cfg.MaxLine)
+		line, tooLong, err := proc.ReadLineInto(buf, r, s.cfg.MaxLine)
+		if err != nil && len(line) > 0 && line[len(line)-1] != '\n' && s.isClosing() {
+			// Half a line at the end of a CLI being stopped: it was cut
+			// off mid-write, and is no line to read.
+			s.log.Debug("dropping the half line a stopped claude left", "bytes", len(line))
+			line = line[:0]
+		}
 		if len(line) > 0 || tooLong > 0 {
 			s.handle(line, tooLong)
 		}
@@ -300,6 +329,58 @@ func (s *session) read(stdout io.ReadCloser) {
 	stdout.Close()
 	<-s.proc.Done()
 	s.exited()
+	s.asks.Wait()
+	<-s.writerDone
+}
+
+// replyQueue holds the control responses waiting to be written to the
+// CLI, in order.
+type replyQueue struct {
+	mu      sync.Mutex
+	pending [][]byte
+	wake    chan struct{}
+}
+
+// reply queues a control response (a JSON object) for the CLI.
+func (s *session) reply(v any) {
+	b, _ := json.Marshal(v)
+	q := &s.replies
+	q.mu.Lock()
+	q.pending = append(q.pending, append(b, '\n'))
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeReplies writes the queued control responses in order until the
+// session's life ends.
+func (s *session) writeReplies() {
+	defer close(s.writerDone)
+	q := &s.replies
+	for {
+		select {
+		case <-q.wake:
+		case <-s.life.Done():
+			return
+		}
+		q.mu.Lock()
+		batch := q.pending
+		q.pending = nil
+		q.mu.Unlock()
+		for _, b := range batch {
+			if _, err := s.proc.Write(b); err != nil {
+				s.log.Warn("a permission answer did not reach claude", "err", err)
+			}
+		}
+	}
+}
+
+func (s *session) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
 }
 
 func (s *session) handle(line []byte, tooLong int) {
@@ -322,7 +403,8 @@ func (s *session) handle(line []byte, tooLong int) {
 		}
 		if perm, ok := p.(schemas.Permission); ok && s.spec.Asker != nil && s.spec.Policy.Ask {
 			// The node publishes the request under its own id.
-			go s.ask(perm, s.dec.Suggestions(perm.RequestID))
+			suggestions := s.dec.Suggestions(perm.RequestID)
+			s.asks.Go(func() { s.ask(perm, suggestions) })
 			continue
 		}
 		if perm, ok := p.(schemas.Permission); ok {
@@ -364,11 +446,10 @@ func (s *session) ask(perm schemas.Permission, suggestions json.RawMessage) {
 			answer["updatedPermissions"] = inSession(suggestions)
 		}
 	}
-	reply, _ := json.Marshal(map[string]any{
+	s.reply(map[string]any{
 		"type":     "control_response",
 		"response": map[string]any{"subtype": "success", "request_id": perm.RequestID, "response": answer},
 	})
-	s.proc.Write(append(reply, '\n'))
 }
 
 // inSession is the CLI's permission suggestions with every destination
@@ -388,7 +469,7 @@ func inSession(suggestions json.RawMessage) []map[string]any {
 func (s *session) refuse(perm schemas.Permission) {
 	const why = "Shoal runs this agent headless: its permissions come from its preset, and nobody is here to approve a prompt"
 	s.emit(schemas.ErrorWith("refused a tool call: "+why, map[string]string{"toolCallId": perm.ToolCall.ToolCallID}))
-	reply, _ := json.Marshal(map[string]any{
+	s.reply(map[string]any{
 		"type": "control_response",
 		"response": map[string]any{
 			"subtype":    "success",
@@ -396,7 +477,6 @@ func (s *session) refuse(perm schemas.Permission) {
 			"response":   map[string]any{"behavior": "deny", "message": why},
 		},
 	})
-	go s.proc.Write(append(reply, '\n'))
 }
 
 func isUnmapped(e schemas.Error) bool {
@@ -413,8 +493,8 @@ func (s *session) exited() {
 	select {
 	case <-s.proc.Stopping():
 	default:
-		msg := "claude exited: " + backend.ExitDescription(s.proc.Err())
-		if last := backend.LastLine(s.proc.StderrTail()); last != "" {
+		msg := "claude exited: " + proc.ExitDescription(s.proc.Err())
+		if last := proc.LastLine(s.proc.StderrTail()); last != "" {
 			msg += ": " + last
 		}
 		s.emit(schemas.ErrorWith(msg, map[string]string{"stderr": s.proc.StderrTail()}))
@@ -424,7 +504,7 @@ func (s *session) exited() {
 
 // Describe implements backend.Describer: the CLI's path and its version.
 func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
-	info := schemas.BackendInfo{Kind: backend.KindClaude, Path: b.cfg.Path, Ready: true}
+	info := schemas.BackendInfo{Kind: backend.BackendClaude, Path: b.cfg.Path, Ready: true}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.cfg.Path, "--version")

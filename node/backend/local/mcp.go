@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -212,8 +211,8 @@ type mcpConn struct {
 	name   string
 	client *client.Client
 	stop   context.CancelFunc // ends the transport's lifetime
-	proc   *backend.Process   // a stdio server's process, held as the agent's are
-	stderr *backend.Tail      // the end of a stdio server's standard error
+	proc   *proc.Process      // a stdio server's process, held as the agent's are
+	stderr *proc.Ring         // the end of a stdio server's standard error
 }
 
 // openToolbox connects to every server, lists its tools and keeps those
@@ -295,8 +294,8 @@ const mcpStopWait = 2 * time.Second
 // reaper, with the agent's own environment added (its life token among
 // it), as every process of the agent is.
 type launch struct {
-	reaper  *backend.Reaper
-	sandbox *backend.Confinement
+	reaper  *proc.Reaper
+	sandbox *proc.Confinement
 	env     []string
 }
 
@@ -311,11 +310,11 @@ func connectMCP(ctx context.Context, s mcpServer, l launch) (c *mcpConn, tools [
 	var t transport.Interface
 	switch {
 	case s.Command != "":
-		c.stderr = backend.NewTail(4 << 10)
+		c.stderr = proc.NewRing(4 << 10)
 		// The process lasts until close, which ends it and all it started.
-		proc, stdout, perr := backend.StartProcess(backend.ProcessSpec{
+		server, stdout, perr := proc.StartProcess(proc.ProcessSpec{
 			Argv: append([]string{s.Command}, s.Args...), Dir: s.Dir,
-			Env:    append(append(os.Environ(), l.env...), s.Env...),
+			Env:    append(append(proc.NodeEnviron(), l.env...), s.Env...),
 			Stderr: c.stderr, Reaper: l.reaper, Sandbox: l.sandbox,
 		})
 		if perr != nil {
@@ -323,8 +322,8 @@ func connectMCP(ctx context.Context, s mcpServer, l launch) (c *mcpConn, tools [
 			stop()
 			return nil, nil, fmt.Errorf("MCP server %q: %w", s.Name, perr)
 		}
-		c.proc = proc
-		t = transport.NewIO(stdout, proc.Stdin(), nil)
+		c.proc = server
+		t = transport.NewIO(stdout, server.Stdin(), nil)
 	case s.SSE:
 		t, err = transport.NewSSE(s.URL, transport.WithHeaders(s.Headers))
 	default:
@@ -369,7 +368,7 @@ func (c *mcpConn) stderrNote() string {
 	if c.stderr == nil {
 		return ""
 	}
-	if l := backend.LastLine(c.stderr.String()); l != "" {
+	if l := proc.LastLine(c.stderr.String()); l != "" {
 		return " (its stderr: " + l + ")"
 	}
 	return ""

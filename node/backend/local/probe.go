@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 // DefaultOllamaHost is where Ollama listens unless OLLAMA_HOST says otherwise.
@@ -36,7 +36,7 @@ func OllamaModels(ctx context.Context, host string) ([]string, error) {
 			Model string `json:"model"`
 		} `json:"models"`
 	}
-	if err := backend.FetchJSON(ctx, host+"/api/tags", &tags); err != nil {
+	if err := proc.FetchJSON(ctx, host+"/api/tags", &tags); err != nil {
 		return nil, err
 	}
 	out := []string{}
@@ -74,7 +74,7 @@ func OpenAIModels(ctx context.Context, host string) ([]string, error) {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := backend.FetchJSON(ctx, host+"/v1/models", &list); err != nil {
+	if err := proc.FetchJSON(ctx, host+"/v1/models", &list); err != nil {
 		return nil, err
 	}
 	out := []string{}

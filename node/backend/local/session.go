@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -24,7 +25,7 @@ const defaultSystemPrompt = "You are a tool-using agent run by Shoal. Call the t
 
 // Config configures a local-model backend.
 type Config struct {
-	// Kind is backend.KindOllama or backend.KindVMLX.
+	// Kind is backend.BackendOllama or backend.BackendVMLX.
 	Kind string
 	// Host is the model server's base URL (OllamaHost, VMLXHost).
 	Host string
@@ -48,12 +49,12 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{cfg: cfg}
 	switch cfg.Kind {
-	case backend.KindOllama:
+	case backend.BackendOllama:
 		b.d = newOllama(cfg.Host)
-	case backend.KindVMLX:
+	case backend.BackendVMLX:
 		b.d = newOpenAI(cfg.Host)
 	default:
-		return nil, fmt.Errorf("no local-model backend of kind %q (want %s or %s)", cfg.Kind, backend.KindOllama, backend.KindVMLX)
+		return nil, fmt.Errorf("no local-model backend of kind %q (want %s or %s)", cfg.Kind, backend.BackendOllama, backend.BackendVMLX)
 	}
 	return b, nil
 }
@@ -67,7 +68,7 @@ func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
 	info := schemas.BackendInfo{Kind: b.cfg.Kind, Host: b.cfg.Host, Models: []string{}}
 	var models []string
 	var err error
-	if b.cfg.Kind == backend.KindOllama {
+	if b.cfg.Kind == backend.BackendOllama {
 		models, err = OllamaModels(ctx, b.cfg.Host)
 	} else {
 		models, err = OpenAIModels(ctx, b.cfg.Host)
@@ -116,10 +117,14 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		if s.Command == "" {
 			continue
 		}
-		n.Readable = append(n.Readable, backend.InstallRoot(s.Command))
+		for _, kv := range s.Env { // what its configuration gives it
+			name, _, _ := strings.Cut(kv, "=")
+			n.Env = append(n.Env, name)
+		}
+		n.Readable = append(n.Readable, proc.InstallRoot(s.Command))
 		for _, a := range s.Args {
 			if _, err := os.Stat(a); err == nil && filepath.IsAbs(a) {
-				n.Readable = append(n.Readable, backend.InstallRoot(a))
+				n.Readable = append(n.Readable, proc.InstallRoot(a))
 			}
 		}
 		if s.Dir != "" {
@@ -231,7 +236,11 @@ func (s *session) turn(ctx context.Context, n int) {
 	}
 	s.interrupt()
 	s.interrupt = nil
-	s.emit(schemas.Result{StopReason: stop, Usage: &usage})
+	r := schemas.Result{StopReason: stop, Usage: &usage}
+	if usage == (schemas.Usage{CostUSD: usage.CostUSD}) {
+		r.Usage = nil // the model reported nothing (a turn cut off before it did): unknown, not zero
+	}
+	s.emit(r)
 }
 
 // round asks the model once, streams its answer, then runs its tool
@@ -346,7 +355,7 @@ func (s *session) Interrupt(context.Context) (bool, error) {
 func (s *session) SetModel(_ context.Context, model string) (string, error) {
 	if kind, rest := schemas.Route(model); kind == s.b.cfg.Kind {
 		model = rest
-	} else if kind != backend.KindClaude {
+	} else if kind != backend.BackendClaude {
 		return "", fmt.Errorf("this agent runs %s models; it cannot switch to %s", s.b.cfg.Kind, model)
 	}
 	if model == "" {

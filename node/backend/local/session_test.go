@@ -92,8 +92,8 @@ var dialects = []struct {
 	kind string
 	mlx  bool
 }{
-	{"ollama", backend.KindOllama, false},
-	{"mlx", backend.KindVMLX, true},
+	{"ollama", backend.BackendOllama, false},
+	{"mlx", backend.BackendVMLX, true},
 }
 
 // startLocal starts an agent of kind against fake, with the test MCP
@@ -287,8 +287,14 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 			if ok, err := s.Interrupt(t.Context()); !ok || err != nil {
 				t.Fatalf("interrupt: %v %v", ok, err)
 			}
-			if got := kinds(ev.result(n)); !strings.HasSuffix(got, "result(cancelled)") {
+			cut := ev.result(n)
+			if got := kinds(cut); !strings.HasSuffix(got, "result(cancelled)") {
 				t.Fatalf("interrupted turn: %s", got)
+			}
+			// The model never said what the cut-off turn used: its usage is
+			// unknown (none), not zero.
+			if r := cut[len(cut)-1].Payload.(schemas.Result); r.Usage != nil {
+				t.Errorf("the interrupted turn reports usage %+v; the model reported none", *r.Usage)
 			}
 			evs = ev.result(ev.send(s, "and now"))
 			if got := kinds(evs); !strings.HasSuffix(got, "result(end_turn)") {

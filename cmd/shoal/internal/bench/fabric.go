@@ -15,7 +15,6 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/schemas"
 )
 
 // embedded starts a NATS server with JetStream and the fabric's stream
@@ -218,6 +217,3 @@ func (p *nodeProc) rss() int64 {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// agentSubject is where an agent's events are published.
-func agentSubject(id string) string { return schemas.EventSubject(id) }

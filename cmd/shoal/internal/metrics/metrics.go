@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,22 @@ func (r *Registry) Handler() http.Handler {
 	return promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg})
 }
 
+// refuseAgents keeps agents out: a request that carries an agent's marks
+// (its id header, its own token) is refused by the rights rules, as the
+// dashboard refuses it.
+func refuseAgents(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if _, marked := r.Header[http.CanonicalHeaderKey(schemas.AgentIDHeader)]; marked || schemas.IsAgentToken(token) {
+			p := schemas.Principal{Kind: schemas.KindAgent, Agent: r.Header.Get(schemas.AgentIDHeader)}
+			err := schemas.Decide(p, schemas.AccessSideDoor, schemas.Target{}).Err(p, "read the metrics", schemas.Target{})
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Listen binds addr (host:port; port 0 picks a free one) and returns the
 // URL of /metrics there and a function that serves it until ctx ends.
 func (r *Registry) Listen(addr string) (url string, serve func(ctx context.Context) error, err error) {
@@ -40,7 +57,7 @@ func (r *Registry) Listen(addr string) (url string, serve func(ctx context.Conte
 		return "", nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", r.Handler())
+	mux.Handle("GET /metrics", refuseAgents(r.Handler()))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serve = func(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() {
@@ -187,8 +204,8 @@ func (c *Coordinator) WatchAgents(agents func() map[schemas.AgentStatus]int) {
 func (c *Coordinator) Refused(op schemas.RelayOp) { c.refusals.WithLabelValues(string(op)).Inc() }
 
 // RequestFailed implements coordinator.ServiceMetrics.
-func (c *Coordinator) RequestFailed(verb string, code schemas.ErrorCode) {
-	c.errors.WithLabelValues(verb, string(code)).Inc()
+func (c *Coordinator) RequestFailed(verb schemas.Verb, code schemas.ErrorCode) {
+	c.errors.WithLabelValues(string(verb), string(code)).Inc()
 }
 
 // ToolCalled implements bridge.MCPMetrics.

@@ -204,7 +204,7 @@ func (m *Model) modelForm(a schemas.AgentRecord) tea.Cmd {
 // openAgentForm asks where and how to open an agent; its fields start as
 // the selected agent's.
 func (m *Model) openAgentForm() tea.Cmd {
-	cwd, model, preset := m.opts.Dir, "sonnet", "default"
+	cwd, model, preset := m.opts.Dir, schemas.DefaultModel, string(schemas.PresetDefault)
 	if a, ok := m.selected(); ok {
 		cwd, model = a.CWD, a.Model
 		if a.Policy != nil && a.Policy.Preset != "" {

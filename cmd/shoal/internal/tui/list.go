@@ -151,10 +151,6 @@ func (m *Model) top(es []entry, h int) int {
 	return m.listTop
 }
 
-// listRows is how many rows the list's entries have: the body less its
-// column header.
-func (m *Model) listRows() int { return m.bodyHeight() - 1 }
-
 // rowAt is the agent shown on screen row y.
 func (m *Model) rowAt(y int) (int, bool) {
 	es := m.entries(m.shown())

@@ -1,0 +1,333 @@
+package bridge_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// The door holds every tool to the rights rules: an agent asks about
+// agents of each relation to it, with each tool that names an agent, and
+// is refused exactly where schemas.Decide refuses, with the rule named;
+// its lists show its own subtree alone. Its guard is lifted, so its tool
+// policy lets every tool through and the rights alone decide.
+func TestDoorHoldsEveryToolToTheRights(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	work := t.TempDir()
+	put := func(id, parent string, reach schemas.Reach, sandboxed bool) schemas.AgentRecord {
+		rec := schemas.AgentRecord{ID: id, Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work), Parent: parent, Reach: reach}
+		if parent != "" {
+			rec.Depth = 1
+		}
+		if sandboxed {
+			rec.Sandbox = &schemas.SandboxPolicy{Kernel: "test"}
+		}
+		putRecord(t, fb, rec)
+		return rec
+	}
+	// root ── p ──┬── a ── kid ── grand
+	//             └── sib ── cousin
+	// stranger (another client's), and a sandboxed agent with reach all.
+	put("root", "", "", false)
+	put("p", "root", "", false)
+	me := put("a", "p", "", false)
+	put("kid", "a", "", false)
+	put("grand", "kid", "", false)
+	put("sib", "p", "", false)
+	put("cousin", "sib", "", false)
+	put("stranger", "", "", false)
+	wide := put("wide", "", schemas.ReachRead, false)
+	boxed := put("boxed", "", schemas.ReachAll, true)
+	put("boxedkid", "boxed", "", true)
+	relations := map[string]schemas.Relation{
+		"a": schemas.RelSelf, "kid": schemas.RelChild, "grand": schemas.RelDescendant, "p": schemas.RelParent,
+		"root": schemas.RelAncestor, "sib": schemas.RelSibling, "cousin": schemas.RelRelative, "stranger": schemas.RelUnrelated,
+	}
+	argsOn := func(tool, target string) map[string]any {
+		switch tool {
+		case "agent_send":
+			return map[string]any{"agent_id": target, "text": "x"}
+		case "agent_run":
+			return map[string]any{"agent_id": target, "text": "x", "timeout": 1}
+		case "agent_set_model":
+			return map[string]any{"agent_id": target, "model": "opus"}
+		case "agent_permit":
+			return map[string]any{"agent_id": target, "request_id": "perm-1", "decision": "allow"}
+		}
+		return map[string]any{"agent_id": target}
+	}
+	var targeted []string
+	for tool, a := range schemas.ToolAccess {
+		if a == schemas.AccessRead || a == schemas.AccessAct || a == schemas.AccessAnswer {
+			if tool != "agent_list" && tool != "agent_pending" {
+				targeted = append(targeted, tool)
+			}
+		}
+	}
+	slices.Sort(targeted)
+	check := func(s *mcp.ClientSession, who schemas.AgentRecord, tool, target string, rel schemas.Relation, sandboxed bool) {
+		t.Helper()
+		v := schemas.Decide(schemas.AgentPrincipal(who), schemas.ToolAccess[tool], schemas.Target{Agent: target, Rel: rel, Sandboxed: sandboxed})
+		text, isErr := call(t, s, tool, argsOn(tool, target))
+		refused := isErr && strings.HasPrefix(text, tool+" refused: ")
+		switch {
+		case v.Allowed && refused:
+			t.Errorf("%s by %s on its %s %s was refused: %s", tool, who.ID, rel, target, text)
+		case !v.Allowed && (!refused || !strings.Contains(text, fmt.Sprintf("rule %s: %s", v.Rule, v.Rule.Text()))):
+			t.Errorf("%s by %s on its %s %s: %q, want a refusal by rule %s", tool, who.ID, rel, target, text, v.Rule)
+		}
+	}
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	for _, tool := range targeted {
+		for target, rel := range relations {
+			check(as, me, tool, target, rel, false)
+		}
+	}
+	// Reach granted at open: reading every agent, not driving one.
+	ws := fb.client(map[string]string{schemas.AgentIDHeader: "wide"})
+	for _, tool := range targeted {
+		check(ws, wide, tool, "stranger", schemas.RelUnrelated, false)
+	}
+	// A sandboxed agent, even with reach all, drives only sandboxed agents.
+	bs := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
+	for _, tool := range targeted {
+		check(bs, boxed, tool, "stranger", schemas.RelUnrelated, false)
+		check(bs, boxed, tool, "boxedkid", schemas.RelChild, true)
+	}
+
+	// Lists hold the agent's own subtree.
+	var list schemas.ListReply
+	ok(t, as, "agent_list", nil, &list)
+	var ids []string
+	for _, r := range list.Agents {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	if strings.Join(ids, " ") != "a grand kid" {
+		t.Errorf("agent a lists %v, want itself, its child and grandchild", ids)
+	}
+	ok(t, ws, "agent_list", nil, &list)
+	if len(list.Agents) != 11 {
+		t.Errorf("an agent with reach read lists %d agents, want all 11", len(list.Agents))
+	}
+	// A person is held to nothing of this.
+	person := fb.client(nil)
+	ok(t, person, "agent_list", nil, &list)
+	if len(list.Agents) != 11 {
+		t.Errorf("a person lists %d agents, want all 11", len(list.Agents))
+	}
+
+	// An agent opens a child no wider in reach than itself.
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "reach": "read"}); !isErr || !strings.Contains(text, "a child may not exceed its parent: reach read is wider than agent a's (own)") {
+		t.Errorf("a child with more reach than its parent: %q", text)
+	}
+}
+
+// Permission requests: an agent sees, in agent_pending, only the requests
+// of its own subtree, and answers those of its children, never its own or
+// its parent's.
+func TestDoorPendingAndAnswers(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	for _, r := range []struct{ id, parent string }{{"p", ""}, {"a", "p"}, {"kid", "a"}, {"other", ""}} {
+		putRecord(t, fb, schemas.AgentRecord{ID: r.id, Status: schemas.StatusIdle, Node: "n9", Policy: free.Record("/work"), Parent: r.parent})
+	}
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.PermitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p", "a", "kid", "other"} {
+		b, _ := json.Marshal(schemas.PermitRecord{AgentID: id, RequestID: "perm-" + id, Node: "n9", Tool: "Bash", Input: json.RawMessage(`{"command":"secret of ` + id + `"}`)})
+		if _, err := kv.Put(t.Context(), schemas.PermitKey(id, "perm-"+id), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	var pending schemas.PendingReply
+	ok(t, as, "agent_pending", nil, &pending)
+	var seen []string
+	for _, r := range pending.Requests {
+		seen = append(seen, r.AgentID)
+	}
+	slices.Sort(seen)
+	if strings.Join(seen, " ") != "a kid" {
+		t.Errorf("agent a sees the requests of %v, want its own and its child's", seen)
+	}
+	for target, want := range map[string]string{"a": "rule own-requests", "p": "rule own-requests", "other": "rule subtree", "kid": ""} {
+		text, isErr := call(t, as, "agent_permit", map[string]any{"agent_id": target, "request_id": "perm-" + target, "decision": "allow"})
+		switch {
+		case want == "" && strings.Contains(text, "refused"):
+			t.Errorf("agent a answering its child's request: %q", text)
+		case want != "" && (!isErr || !strings.Contains(text, want)):
+			t.Errorf("agent a answering %s's request: %q, want %s", target, text, want)
+		}
+	}
+}
+
+// A 5,000-character id in every argument that names something, for every
+// tool: each call is refused by the schema's own pattern or length, and
+// the connection the MCP endpoint shares stays open, so every other
+// client is still answered.
+func TestLongIDsAreRefusedAndMCPKeepsAnswering(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	s := fb.client(nil)
+	long := strings.Repeat("x", 5000)
+	tried := 0
+	for tool, args := range advertisedArgs(t, s) {
+		for _, a := range args {
+			if a.kind != "string" || !slices.Contains([]string{"agent_id", "id", "node", "request_id"}, a.name) {
+				continue
+			}
+			in := validArgs(args)
+			in[a.name] = long
+			text, isErr := call(t, s, tool, in)
+			if !isErr || !strings.HasPrefix(text, "Invalid parameter(s): "+a.name+" must ") {
+				t.Errorf("%s with a 5000-character %s: %q", tool, a.name, text)
+			}
+			tried++
+		}
+	}
+	if tried < 12 {
+		t.Errorf("only %d calls carried an id", tried)
+	}
+	if fb.f.Conn().IsClosed() {
+		t.Fatalf("the endpoint's NATS connection was closed: %v", fb.f.Conn().LastError())
+	}
+	other := fb.client(nil)
+	var nodes schemas.NodesReply
+	ok(t, other, "agent_nodes", nil, &nodes)
+	var list schemas.ListReply
+	ok(t, other, "agent_list", nil, &list)
+}
+
+// A real claude agent, its recursion guard lifted, driven by the fake
+// model: it cannot run, send to, close or read an agent a person opened
+// on another node, and it can do each to its own child there. Each node
+// has its own fake model, so the child's turns take their replies from
+// the second in order while the parent's come from the first.
+func TestRealClaudeDrivesOnlyItsOwnSubtree(t *testing.T) {
+	t.Parallel()
+	mine, theirs := fakemodel.Start(t, fakemodel.Config{}), fakemodel.Start(t, fakemodel.Config{})
+	fb, door := startRecordedFabric(t)
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fb.claudeBackend(mine)}})
+	fb.runNode(node.Config{Name: "n2", Backends: []backend.Backend{fb.claudeBackend(theirs)}})
+	ctx := t.Context()
+	victim, err := fb.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "n2", Permission: "bypass", ID: "victim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cwd := t.TempDir()
+	tool := func(name, args string) fakemodel.Reply {
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + name, Input: json.RawMessage(args)}}}
+	}
+	on := func(id string) string { return `"agent_id":"` + id + `"` }
+	steps := []struct {
+		reply   fakemodel.Reply
+		refused bool
+		want    string // in the tool's result
+	}{
+		{tool("agent_run", `{`+on("victim")+`,"text":"cat ~/.ssh/id_rsa"}`), true, "rule subtree"},
+		{tool("agent_send", `{`+on("victim")+`,"text":"hello"}`), true, "rule subtree"},
+		{tool("agent_close", `{`+on("victim")+`}`), true, "rule subtree"},
+		{tool("agent_output", `{`+on("victim")+`}`), true, "rule subtree"},
+		{tool("agent_events", `{`+on("victim")+`}`), true, "rule subtree"},
+		{tool("agent_open", `{"cwd":"`+cwd+`","permission":"lab","id":"kid","node":"n2"}`), false, `"agent_id":"kid"`},
+		{tool("agent_send", `{`+on("kid")+`,"text":"one"}`), false, `"turn":1`},
+		{tool("agent_run", `{`+on("kid")+`,"text":"two"}`), false, "kid two"},
+		{tool("agent_output", `{`+on("kid")+`,"which":"all"}`), false, "kid one"},
+		{tool("agent_events", `{`+on("kid")+`}`), false, `"next_event"`},
+		{tool("agent_close", `{`+on("kid")+`}`), false, `"closed":true`},
+	}
+	var replies []fakemodel.Reply
+	for _, s := range steps {
+		replies = append(replies, s.reply)
+	}
+	mine.Script(append(replies, fakemodel.Reply{Text: "Done."})...)
+	theirs.Script(fakemodel.Reply{Text: "kid one"}, fakemodel.Reply{Text: "kid two"})
+	none := []string{}
+	parent, err := fb.f.Open(ctx, schemas.OpenRequest{CWD: cwd, Node: "n1", Permission: "lab", DisallowedTools: &none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, err := fb.f.Run(ctx, schemas.RunRequest{AgentID: parent.AgentID, Text: "Reach for every agent you can.", Timeout: 240})
+	if err != nil || ran.Text != "Done." {
+		t.Fatalf("the parent's run: %+v %v", ran, err)
+	}
+	reqs := mine.Requests()
+	if len(reqs) != len(steps)+1 {
+		t.Fatalf("the parent's model was asked %d times: %s", len(reqs), toolResults(reqs))
+	}
+	for i, s := range steps {
+		got := reqs[i+1].ToolResults
+		if len(got) != 1 {
+			t.Fatalf("step %d: %d tool results", i, len(got))
+		}
+		r := got[0]
+		if r.IsError != s.refused || !strings.Contains(r.Content, s.want) || (s.refused && !strings.Contains(r.Content, "agent "+parent.AgentID+" may not")) {
+			t.Errorf("step %d (%s): %+v, want refused %v with %q", i, s.reply.ToolCalls[0].Name, r, s.refused, s.want)
+		}
+	}
+	// The door saw every call as the parent's.
+	for _, c := range door.toolCalls() {
+		if c.AgentID != parent.AgentID {
+			t.Errorf("a tool call reached the door as %q", c.AgentID)
+		}
+	}
+	// The victim ran nothing: no turn, no request to its model beyond the
+	// kid's two.
+	if rec, err := fb.f.Record(ctx, victim.AgentID); err != nil || rec.Turn != 0 || rec.Status == schemas.StatusDead {
+		t.Errorf("the victim after the parent's attempts: %s %v", mustJSON(rec), err)
+	}
+	if n := len(theirs.Requests()); n != 2 {
+		t.Errorf("the second node's model was asked %d times, want the kid's two turns", n)
+	}
+}
+
+// An agent's open may name a fresh id or a dead agent of its own subtree;
+// reopening any other dead id (another client's, or a dead parent whose
+// children would then be its) is refused, since the id's stream, every
+// earlier life, and its children's lineage would come with it.
+func TestDoorRefusesReopeningAnotherAgentsID(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	work := t.TempDir()
+	for _, r := range []struct {
+		id, parent string
+		status     schemas.AgentStatus
+	}{{"boss", "", schemas.StatusDead}, {"worker", "boss", schemas.StatusIdle}, {"victim", "", schemas.StatusDead},
+		{"a", "", schemas.StatusIdle}, {"deadkid", "a", schemas.StatusDead}} {
+		putRecord(t, fb, schemas.AgentRecord{ID: r.id, Status: r.status, Node: "n9", Policy: free.Record(work), Parent: r.parent})
+	}
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	for _, id := range []string{"victim", "boss", "worker"} {
+		text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": id})
+		if !isErr || !strings.Contains(text, "agent_open refused: agent a may not reopen agent "+id) || !strings.Contains(text, "rule subtree") {
+			t.Errorf("agent a reopening %s: %q", id, text)
+		}
+	}
+	for _, id := range []string{"deadkid", "fresh"} {
+		if text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "id": id}); strings.Contains(text, "refused") {
+			t.Errorf("agent a opening %s: %q", id, text)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+)
+
+// upFixture is `shoal up` on ports of its own (no Kaimon bus), its local
+// node "n" running the pinned claude CLI against a fake model, started and
+// ready, with a client environment that reaches it.
+type upFixture struct {
+	t      *testing.T
+	dir    string
+	fake   *fakemodel.Server
+	up     *shoalProc
+	url    string   // the NATS URL clients dial
+	client []string // the environment of a client
+	said   []string // what `shoal up` printed until it was ready
+}
+
+// startCoordinator starts one; env is added to its environment and args
+// to its command line (after --port -1 --mcp-listen 127.0.0.1:0 --no-bus
+// and the claude CLI).
+func startCoordinator(t *testing.T, env []string, args ...string) *upFixture {
+	t.Helper()
+	c := &upFixture{t: t, dir: t.TempDir(), fake: fakemodel.Start(t, fakemodel.Config{})}
+	env = append(append(peers.ClaudeEnv(filepath.Join(c.dir, "claude"), c.fake.URL()), "XDG_CACHE_HOME="+c.dir+"/cache"), env...)
+	c.up = startShoal(t, c.dir, env, append([]string{"up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--no-bus",
+		"--claude", peers.Claude.Command(t)[0], "--node-name", "n"}, args...)...)
+	for {
+		l := c.up.waitLine("shoal: ")
+		c.said = append(c.said, l)
+		if strings.HasPrefix(l, "shoal: ready") {
+			break
+		}
+	}
+	c.url = c.printed("NATS listening on ")
+	c.client = []string{"SHOAL_NATS=" + c.url}
+	return c
+}
+
+// printed is what `shoal up` said after "shoal: "+prefix before it was
+// ready; the test fails if it said no such thing.
+func (c *upFixture) printed(prefix string) string {
+	c.t.Helper()
+	for _, l := range c.said {
+		if v, ok := strings.CutPrefix(l, "shoal: "+prefix); ok {
+			return v
+		}
+	}
+	c.t.Fatalf("shoal up did not say %q; it said:\n%s", prefix, strings.Join(c.said, "\n"))
+	return ""
+}
+
+// shoal runs a client command against the coordinator.
+func (c *upFixture) shoal(args ...string) (code int, stdout, stderr string) {
+	c.t.Helper()
+	return runShoal(c.t, c.t.TempDir(), c.client, args...)
+}
+
+// must runs a client command that must succeed and returns its output,
+// trimmed.
+func (c *upFixture) must(args ...string) string {
+	c.t.Helper()
+	code, out, errOut := c.shoal(args...)
+	if code != 0 {
+		c.t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
+	}
+	return strings.TrimSpace(out)
+}

@@ -1,0 +1,259 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// The relay stores an agent's events in their numbers' order and nothing
+// else: per agent it knows the number it expects next and the numbers
+// the stream has acknowledged, because it forwards each event under a
+// reply subject of its own and hands JetStream's acknowledgement on to
+// the node. So a copy of an old event is answered as a duplicate and never
+// stored again, however long ago the original was; a number that skips
+// ahead is refused; and nothing follows the dead status that ended a life
+// until the agent is given a new one.
+
+// sequence is what the relay knows of one agent's numbering.
+type sequence struct {
+	// next is the number the relay expects next: one past the last it
+	// forwarded, or past the stream's last when it asked the stream.
+	next uint64
+	// stored is the highest number up to which every event is stored, as
+	// acknowledged (or read from the stream); ahead holds numbers
+	// acknowledged past it.
+	stored uint64
+	ahead  map[uint64]bool
+	// flying counts the forwards of each number not yet acknowledged.
+	flying map[uint64]int
+	// dead says the stream holds the dead status that ended the agent's
+	// last life.
+	dead bool
+}
+
+// inflight is an event the relay forwarded and whose acknowledgement it
+// waits for, to hand on to the node.
+type inflight struct {
+	agent string
+	n     uint64
+	reply string
+	ends  bool // the event is a dead status
+	at    time.Time
+}
+
+// ackWait is how long the relay keeps an inflight entry: past it, the
+// node has given up on that acknowledgement and will send the event again.
+const ackWait = 2 * time.Minute
+
+// seq returns id's sequence, reading the stream's tail when the relay
+// knows nothing of it yet. Called with r.mu held; it unlocks to read.
+func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
+	if s, ok := r.seqs[id]; ok {
+		return s, nil
+	}
+	r.mu.Unlock()
+	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+	r.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := r.seqs[id]; ok { // another read got here first
+		return s, nil
+	}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead}
+	r.seqs[id] = s
+	return s, nil
+}
+
+// refresh brings s up to the stream's tail: another relay, or the
+// coordinator's node monitor, may have stored events since. Called with
+// r.mu held; it unlocks to read.
+func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
+	r.mu.Unlock()
+	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+	r.mu.Lock()
+	if err != nil {
+		return err
+	}
+	if t.Last >= s.next {
+		s.next = t.Last + 1
+	}
+	if t.Last > s.stored {
+		s.stored = t.Last
+		s.dead = t.Dead
+	}
+	return nil
+}
+
+// verdict is what the relay does with an event.
+type verdict int
+
+const (
+	forward   verdict = iota // store it
+	duplicate                // stored already: acknowledge it as a duplicate
+)
+
+// admit decides event n of agent id, which node owns and whose record
+// may say dead: forward it, answer it as a duplicate, or refuse it (an
+// error that says why).
+func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte, recordDead bool) (verdict, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.seq(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if recordDead && !s.dead {
+		// The coordinator may have closed the agent's stream itself (its
+		// node was lost): the stream has the last word.
+		if err := r.refresh(ctx, id, s); err != nil {
+			return 0, err
+		}
+	}
+	if recordDead && s.dead && n > s.stored {
+		p := schemas.NodePrincipal(node)
+		t := schemas.Target{Agent: id, Owner: node, Ended: true}
+		return 0, schemas.Decide(p, schemas.AccessStore, t).Err(p, fmt.Sprintf("store event %d of", n), t)
+	}
+	switch {
+	case n == s.next:
+		return forward, nil
+	case n < s.next && n <= s.stored:
+		return duplicate, nil
+	case n < s.next && s.flying[n] > 0:
+		return forward, nil // a retry of one in flight: the stream's duplicate window has it
+	}
+	// The relay's view may be behind the stream's.
+	if err := r.refresh(ctx, id, s); err != nil {
+		return 0, err
+	}
+	switch {
+	case n <= s.stored:
+		return duplicate, nil
+	case n < s.next, n == s.next:
+		return forward, nil // a retry of one lost on its way
+	}
+	if from, to, lost := schemas.LostRange(env); lost && from == s.next && to == n-1 {
+		return forward, nil // a node that lost its journal names what it lost
+	}
+	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
+}
+
+// forwarded records that event n of id went to the stream under token.
+func (r *Relay) forwarded(token string, f inflight) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.seqs[f.agent]
+	if s == nil {
+		return
+	}
+	if f.n >= s.next {
+		s.next = f.n + 1
+	}
+	s.flying[f.n]++
+	r.inflight[token] = f
+}
+
+// acked takes JetStream's acknowledgement of a forwarded event: it hands
+// it on to the node, and on success counts the event stored.
+func (r *Relay) acked(m *nats.Msg) {
+	token := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	r.mu.Lock()
+	f, ok := r.inflight[token]
+	delete(r.inflight, token)
+	if ok {
+		s := r.seqs[f.agent]
+		if s != nil {
+			if s.flying[f.n]--; s.flying[f.n] <= 0 {
+				delete(s.flying, f.n)
+			}
+			if storedAck(m) {
+				s.store(f.n, f.ends)
+			}
+		}
+	}
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.nc.PublishMsg(&nats.Msg{Subject: f.reply, Header: m.Header, Data: m.Data})
+}
+
+// store counts n stored.
+func (s *sequence) store(n uint64, ends bool) {
+	switch {
+	case n == s.stored+1:
+		s.stored = n
+		for s.ahead[s.stored+1] {
+			delete(s.ahead, s.stored+1)
+			s.stored++
+		}
+	case n > s.stored+1:
+		s.ahead[n] = true
+	}
+	if ends {
+		s.dead = true
+	}
+}
+
+// reborn clears what the relay knows of an agent's death once its record
+// names a new life.
+func (r *Relay) reborn(id string) {
+	if s := r.seqs[id]; s != nil {
+		s.dead = false
+	}
+}
+
+// prune drops the acknowledgements the relay waited for too long.
+func (r *Relay) prune(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for token, f := range r.inflight {
+		if now.Sub(f.at) > ackWait {
+			delete(r.inflight, token)
+			if s := r.seqs[f.agent]; s != nil {
+				if s.flying[f.n]--; s.flying[f.n] <= 0 {
+					delete(s.flying, f.n)
+				}
+			}
+		}
+	}
+}
+
+// storedAck reports whether m is a JetStream acknowledgement of a stored
+// message (a duplicate included), not an error or a no-responders status.
+func storedAck(m *nats.Msg) bool {
+	if len(m.Data) == 0 {
+		return false
+	}
+	var ack struct {
+		Stream string          `json:"stream"`
+		Error  json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(m.Data, &ack) == nil && ack.Stream != "" && len(ack.Error) == 0
+}
+
+// duplicateAck is the acknowledgement of an event the stream holds
+// already, as JetStream gives one for a duplicate.
+func duplicateAck() []byte {
+	b, _ := json.Marshal(struct {
+		Stream    string `json:"stream"`
+		Seq       uint64 `json:"seq"`
+		Duplicate bool   `json:"duplicate"`
+	}{schemas.StreamName, 0, true})
+	return b
+}
+
+// token names a forwarded event in the relay's reply subject.
+func (r *Relay) token() string {
+	return strconv.FormatUint(r.tokens.Add(1), 36)
+}

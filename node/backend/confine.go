@@ -1,0 +1,41 @@
+package backend
+
+import "path/filepath"
+
+// Confiner is implemented by backends that can run their agents
+// sandboxed: it names what an agent's processes need beyond its directory
+// and its temp directory.
+type Confiner interface {
+	SandboxNeeds(spec Spec) (Needs, error)
+}
+
+// Needs is what a sandboxed agent's processes need besides its directory
+// and its temp directory.
+type Needs struct {
+	// Writable are where the CLI keeps its own state (created when
+	// missing, so the kernel can grant them).
+	Writable []string
+	// Readable are what it reads besides the system: its install, the
+	// files the node wrote for it.
+	Readable []string
+	// Hosts are the model API and anything else it must reach through the
+	// agent's proxy (host or host:port).
+	Hosts []string
+	// Ports are loopback TCP ports it must reach directly (an endpoint of
+	// the node's own).
+	Ports []uint16
+	// Bind are TCP ports it listens on (a server of its own, which it
+	// also reaches).
+	Bind []uint16
+	// Env names the environment variables its CLI reads (a name, or a
+	// prefix ending in "*": its model API's and its own settings). A
+	// sandboxed agent gets these, the few every program needs and what
+	// Shoal sets for it; the node's other variables stay behind.
+	Env []string
+}
+
+// AgentHome is a directory of a sandboxed agent's own beside the node's
+// files for it (its CLI's config or home), kept from life to life.
+func AgentHome(spec Spec, cli string) string {
+	return filepath.Join(spec.Dir, cli+"-"+spec.AgentID)
+}

@@ -1,0 +1,265 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/proc"
+	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
+)
+
+// An open is a plan, made from the request before anything is touched
+// (planOpen: everything a request can be refused for without claiming
+// its id), then its steps: the id reserved on this node, its record
+// claimed, its stream's end read, its files opened, its sandbox set up,
+// its backend started.
+
+// openPlan is an open as it will be carried out.
+type openPlan struct {
+	id, cwd, model string
+	be             backend.Backend
+	spec           backend.Spec // without what the steps add: files, life, sandbox
+	sandboxed      bool
+	askTimeout     time.Duration
+	rec            schemas.AgentRecord // the record it starts with
+}
+
+// planOpen checks an open request and plans it.
+func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
+	p := openPlan{cwd: req.CWD, model: req.Model, askTimeout: h.cfg.AskTimeout}
+	switch {
+	case p.cwd == "":
+		return p, schemas.Errf(schemas.CodeInvalid, "cwd is required")
+	case !filepath.IsAbs(p.cwd):
+		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd must be an absolute path on node %s: %s", h.cfg.Name, p.cwd)
+	}
+	switch fi, err := os.Stat(p.cwd); {
+	case err != nil:
+		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd does not exist: %s", p.cwd)
+	case !fi.IsDir():
+		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd is not a directory: %s", p.cwd)
+	}
+	if req.Node != "" && req.Node != h.cfg.Name {
+		return p, schemas.Errf(schemas.CodeInvalid, "this is node %s, not %s", h.cfg.Name, req.Node)
+	}
+	if p.model == "" {
+		p.model = schemas.DefaultModel
+	}
+	kind, rest := schemas.Route(p.model)
+	var ok bool
+	if p.be, ok = h.backends[kind]; !ok {
+		return p, schemas.Errf(schemas.CodeUnavailable, "node %s cannot run %s agents (it runs: %s)", h.cfg.Name, kind, strings.Join(h.kinds(), ", "))
+	}
+	pol, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only)
+	if err != nil {
+		return p, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	pol.Ask = pol.Ask || req.Ask
+	switch {
+	case pol.Ask && pol.Dangerous:
+		return p, schemas.Errf(schemas.CodeInvalid, "ask has nothing to ask under the bypass preset, which permits everything")
+	case req.AskTimeout < 0:
+		return p, schemas.Errf(schemas.CodeInvalid, "ask_timeout must not be negative")
+	case req.AskTimeout > 0 && !pol.Ask:
+		return p, schemas.Errf(schemas.CodeInvalid, "ask_timeout is how long a person has to answer; this agent does not ask (permission ask, or ask: true)")
+	case req.AskTimeout > 0:
+		p.askTimeout = time.Duration(req.AskTimeout * float64(time.Second))
+	}
+	if p.sandboxed, err = h.sandboxWanted(req); err != nil {
+		return p, err
+	}
+	if p.id = req.ID; p.id == "" {
+		p.id = schemas.NewAgentID()
+	} else if err := schemas.ValidID(p.id); err != nil {
+		return p, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	p.spec = backend.Spec{
+		AgentID: p.id, CWD: p.cwd, Model: rest, Effort: req.Effort, Policy: pol,
+		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.agentEndpoint(p.id, req.RequestID),
+		Dir: h.cfg.Dir,
+	}
+	// What the backend would refuse is refused before the id is claimed.
+	if c, ok := p.be.(backend.Checker); ok {
+		if err := c.Check(p.spec); err != nil {
+			return p, schemas.Errf(schemas.CodeInvalid, "%v", err)
+		}
+	}
+	p.rec = schemas.AgentRecord{
+		ID: p.id, Status: schemas.StatusStarting, Model: p.model, CWD: p.cwd,
+		EventLog: filepath.Join(h.cfg.Dir, p.id+".events.jsonl"),
+		Usage:    schemas.Usage{}, Node: h.cfg.Name,
+		Policy:    pol.Record(p.cwd),
+		RequestID: req.RequestID,
+		Parent:    req.Parent, Depth: req.Depth, Reach: req.Reach,
+	}
+	if p.sandboxed {
+		// Sandboxed from its first record on, as its claim may say: the
+		// policy the kernel confines it to comes once it is set up.
+		p.rec.Sandbox = &schemas.SandboxPolicy{}
+	}
+	return p, nil
+}
+
+// OpenAgent starts an agent (agent_open) and returns its id once it is
+// ready.
+func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	p, err := h.planOpen(req)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	a, err := h.reserve(p)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	release, err := h.claimAndResume(ctx, a)
+	if err != nil {
+		h.unreserve(a)
+		return schemas.OpenReply{}, err
+	}
+	// An open that fails here leaves nothing: the caller has the error,
+	// the claim is given back (an id with no past has no record), and the
+	// stream holds nothing of it.
+	if err := h.start(ctx, a, p, req.SandboxNet); err != nil {
+		h.abortOpen(ctx, a, release)
+		return schemas.OpenReply{}, err
+	}
+	h.recs.mark(a, true)
+	// Placement reads the node's load from its record: it is current before
+	// the reply goes out.
+	if err := h.ads.write(ctx); err != nil {
+		h.ads.poke()
+	}
+	a.log.Info("agent opened", "model", p.model, "cwd", p.cwd)
+	return schemas.OpenReply{AgentID: p.id, Node: h.cfg.Name}, nil
+}
+
+// reserve takes the id on this node for the plan's agent, within the
+// node's limit. The limit is checked and the id reserved under one lock,
+// so concurrent opens cannot all see room for themselves; an agent still
+// starting holds its slot.
+func (h *Host) reserve(p openPlan) (*agent, error) {
+	if why := h.health(); why != "" {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s cannot start agents now: %s", h.cfg.Name, why)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if max := h.cfg.MaxAgents; max > 0 && h.liveAgentsLocked() >= max {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s is full (%d of %d agents)", h.cfg.Name, max, max)
+	}
+	if old, ok := h.agents[p.id]; ok && !old.isDead() {
+		return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", p.id)
+	}
+	a := newAgent(h, p.rec)
+	a.askTimeout = p.askTimeout
+	h.agents[p.id] = a
+	return a, nil
+}
+
+// unreserve gives back an id the open could not claim.
+func (h *Host) unreserve(a *agent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.agents[a.id] == a {
+		delete(h.agents, a.id)
+	}
+}
+
+// claimAndResume takes up the record the coordinator claimed for the
+// agent, then reads where its previous life's stream ended: a reopened id
+// goes on with its event and turn numbers. Without its stream's end the
+// agent cannot number an event, and the claim is given back.
+func (h *Host) claimAndResume(ctx context.Context, a *agent) (release func(context.Context), err error) {
+	release, err = h.recs.claim(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	tails, err := h.tails(ctx, []string{a.id})
+	if err != nil {
+		release(context.WithoutCancel(ctx))
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read the agent's last event: %v", err)
+	}
+	a.resume(tails[a.id])
+	return release, nil
+}
+
+// abortOpen undoes an open whose agent did not start: what its start set
+// up (its sandbox's proxy, its files), its claim, its place on the node.
+func (h *Host) abortOpen(ctx context.Context, a *agent, release func(context.Context)) {
+	a.mu.Lock()
+	a.sess, a.dead, a.muted = noSession{}, true, true
+	a.rec.Status = schemas.StatusDead
+	a.mu.Unlock()
+	close(a.done) // its loop never ran
+	a.ended()
+	a.closeFiles()
+	if life := h.pids.remove(a.id); life != "" {
+		proc.ReapLife(life)
+	}
+	release(context.WithoutCancel(ctx))
+	h.unreserve(a)
+	h.ads.poke()
+}
+
+// start opens the agent's files, confines it when it runs sandboxed, and
+// starts its backend within the node's open timeout.
+func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) error {
+	stderr, err := a.openFiles(filepath.Join(h.cfg.Dir, a.id+".log"))
+	if err != nil {
+		return schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	// Every process of this life of the agent carries its token, so a
+	// restarted node finds what a crash left, wherever it went.
+	life := proc.NewLifeToken()
+	spec := p.spec
+	spec.Env = append(append([]string(nil), h.cfg.Env...), "SHOAL_AGENT_ID="+a.id, "SHOAL_NODE="+h.cfg.Name,
+		"SHOAL_PARENT_PID="+strconv.Itoa(os.Getpid()), proc.LifeEnv+"="+life)
+	spec.Stderr, spec.Reaper, spec.Logger = stderr, h.currentReaper(), a.log
+	a.mu.Lock()
+	a.reaper = spec.Reaper
+	a.mu.Unlock()
+	if spec.Policy.Ask {
+		spec.Asker = a
+	}
+	if p.sandboxed {
+		// Confined before it starts: the wrapper that execs the CLI
+		// restricts itself first, and everything after inherits it.
+		c, err := h.confine(ctx, p.be, spec, net)
+		if err != nil {
+			return err
+		}
+		a.atEnd(c.end)
+		spec.Sandbox = c.conf
+		spec.Env = append(spec.Env, c.env...)
+		spec.MCP.URL = c.mcpURL
+		a.sandboxed(c.policy)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
+	defer cancel()
+	service.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
+	sess, err := p.be.Start(startCtx, spec, a)
+	if r := spec.Reaper; err != nil && r != nil && r.Gone() {
+		return schemas.Errf(schemas.CodeUnavailable, "node %s cannot start agents now: its reaper died as the agent started, and another is starting", h.cfg.Name)
+	}
+	if err != nil {
+		code := schemas.CodeInvalid
+		switch _, launch := errors.AsType[*proc.LaunchError](err); {
+		case startCtx.Err() != nil:
+			return schemas.Errf(schemas.CodeTimeout, "agent %s did not start within %s: %v", a.id, h.cfg.OpenTimeout, err)
+		case launch:
+			code = schemas.CodeUnavailable // this node cannot run it
+		}
+		return schemas.Errf(code, "%v", err)
+	}
+	if err := h.pids.add(a.id, sess.Info().PID, life); err != nil {
+		a.log.Warn("cannot record the agent's pid", "err", err)
+	}
+	a.started(ctx, sess)
+	return nil
+}

@@ -1,0 +1,193 @@
+//go:build linux
+
+package proc_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/proc"
+	"golang.org/x/sys/unix"
+)
+
+// run starts argv as an agent's process would be, through the reaper and
+// optionally confined, and returns what it printed.
+func run(t *testing.T, spec proc.ProcessSpec) string {
+	t.Helper()
+	exe, _ := os.Executable()
+	r, err := proc.StartReaper(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	spec.Reaper = r
+	p, out, err := proc.StartProcess(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(out)
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process did not end")
+	}
+	if err := p.Err(); err != nil {
+		t.Logf("the process ended: %v; its stderr: %s", err, p.StderrTail())
+	}
+	return string(b)
+}
+
+// A key given twice in an agent's environment means its last value,
+// through the reaper as through os/exec.
+func TestProcessEnvLastValueWins(t *testing.T) {
+	t.Parallel()
+	got := run(t, proc.ProcessSpec{Argv: []string{"/bin/sh", "-c", "echo $WHICH; env | grep -c ^WHICH="},
+		Env: []string{"PATH=/usr/bin:/bin", "WHICH=first", "WHICH=last"}})
+	if got != "last\n1\n" {
+		t.Fatalf("the process saw %q", got)
+	}
+}
+
+// Confined: a shell writes only where it may, reads nothing else of the
+// file system's contents nor another process's environment, connects to
+// no port it was not given (not with TCP Fast Open either) nor an
+// abstract socket outside, makes no UDP, raw, multipath or vsock socket,
+// no io_uring and no listener, signals no process outside, writes to no
+// other terminal, and holds no capability, even as root; a daemon it
+// forks is as confined.
+func TestSandboxConfinesTheTree(t *testing.T) {
+	t.Parallel()
+	for _, ns := range []bool{false, true} {
+		name := "landlock"
+		if ns {
+			name = "namespaces"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			confinesTheTree(t, ns)
+		})
+	}
+}
+
+func confinesTheTree(t *testing.T, namespaces bool) {
+	if _, err := proc.SandboxSupport(); err != nil {
+		t.Fatalf("this machine cannot run the sandbox test: %v", err)
+	}
+	exe, _ := os.Executable()
+	cwd, outside := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("decoy"), 0o644)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port it was not given: refused, not unanswered
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	abstract := fmt.Sprintf("@shoal-sandbox-test-%d-%v", os.Getpid(), namespaces)
+	ul, err := net.Listen("unix", abstract) // outside the sandbox: refused
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	pid := strconv.Itoa(os.Getpid())
+	// Another terminal (a person's shell, say): its pty is not the agent's.
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	ptn, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `
+echo in > ok && echo wrote-inside
+echo out > ` + outside + `/f 2>/dev/null || echo no-write-outside
+cat ` + outside + `/secret 2>/dev/null || echo no-read-outside
+ls ` + outside + ` >/dev/null 2>&1 && echo listed-outside || echo not-listed-outside
+python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>/dev/null || echo no-udp
+python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)' 2>/dev/null || echo no-mptcp
+python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)' 2>/dev/null || echo no-raw
+python3 -c 'import socket; s=socket.socket(); s.settimeout(2); s.connect(("127.0.0.1", ` + port + `))' 2>/dev/null || echo no-connect
+python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("\0` + abstract[1:] + `")' 2>/dev/null || echo no-abstract-socket
+python3 -c 'import ctypes, sys; libc=ctypes.CDLL(None, use_errno=True); sys.exit(1 if libc.syscall(425, 1, ctypes.create_string_buffer(120)) < 0 else 0)' 2>/dev/null || echo no-io-uring
+cat /proc/` + pid + `/environ >/dev/null 2>&1 || echo no-environ
+python3 -c 'import socket; s=socket.socket(); s.sendto(b"x", 0x20000000, ("127.0.0.1", ` + port + `))' 2>/dev/null || echo no-fastopen
+python3 -c 'import socket; socket.socket(40, socket.SOCK_STREAM)' 2>/dev/null || echo no-vsock
+python3 -c 'import socket; s=socket.socket(); s.listen()' 2>/dev/null || echo no-listen
+echo x > /dev/pts/` + strconv.Itoa(ptn) + ` 2>/dev/null || echo no-other-terminal
+mknod dev c 1 3 2>/dev/null || echo no-mknod
+grep -q '^CapEff:\s*0*$' /proc/$$/status && grep -q '^CapBnd:\s*0*$' /proc/$$/status && echo no-capabilities
+kill -0 ` + pid + ` 2>/dev/null || echo no-signal
+(setsid sh -c 'echo daemon > ` + outside + `/d' 2>/dev/null; echo daemon-tried) &
+wait
+sleep 0.5
+`
+	got := run(t, proc.ProcessSpec{Argv: []string{"/bin/sh", "-c", script}, Dir: cwd,
+		Env:     []string{"PATH=/usr/bin:/bin"},
+		Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: proc.SystemReadable, Namespaces: namespaces}})
+	// Landlock lets directory names show everywhere; in namespaces of its
+	// own, what is not named is not there at all.
+	listed := "listed-outside"
+	if namespaces {
+		listed = "not-listed-outside"
+	}
+	for _, want := range []string{"wrote-inside", "no-write-outside", "no-read-outside", listed, "no-udp", "no-mptcp", "no-raw", "no-connect",
+		"no-abstract-socket", "no-io-uring", "no-environ", "no-signal", "no-fastopen", "no-vsock", "no-listen",
+		"no-other-terminal", "no-mknod", "no-capabilities", "daemon-tried"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("the confined shell did not say %s:\n%s", want, got)
+		}
+	}
+	for _, f := range []string{"f", "d"} {
+		if _, err := os.Stat(filepath.Join(outside, f)); !os.IsNotExist(err) {
+			t.Errorf("%s was written outside: %v", f, err)
+		}
+	}
+}
+
+// The node's writes into a directory an agent may write follow nothing
+// the agent planted: a symlink in the path or at the file is not
+// followed, a hardlink to a file outside is replaced, not written
+// through, and ".." is refused.
+func TestWriteBeneathFollowsNothingPlanted(t *testing.T) {
+	t.Parallel()
+	root, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("untouched"), 0o644)
+	os.Symlink(victim, filepath.Join(root, "link"))
+	os.Symlink(outside, filepath.Join(root, "dirlink"))
+	if err := os.Link(victim, filepath.Join(root, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"link", "hard"} {
+		if err := proc.WriteBeneath(root, rel, []byte("seeded"), 0o600); err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+		if fi, err := os.Lstat(filepath.Join(root, rel)); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("%s after the write: %v %v", rel, fi, err)
+		}
+	}
+	if err := proc.WriteBeneath(root, "dirlink/x", []byte("seeded"), 0o600); err == nil {
+		t.Error("a write through a planted directory symlink went through")
+	}
+	if err := proc.WriteBeneath(root, "../x", []byte("seeded"), 0o600); err == nil {
+		t.Error("a write above the root went through")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+		t.Fatalf("the file outside holds %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); !os.IsNotExist(err) {
+		t.Fatalf("a file was made outside: %v", err)
+	}
+}

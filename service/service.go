@@ -1,0 +1,182 @@
+// Package service is the request adapter of Shoal's NATS micro services,
+// the node's (shoal-node) and the coordinator's (shoal-fabric): every
+// request checked against its schema before anything is built from it and
+// decoded strictly, run on a goroutine the service owns (Server.Wait waits
+// for them all) within its verb's deadline, and answered with its result
+// or {"error":{"code","message"}} and the micro service-error headers.
+//
+// It also holds the wait notice by which an operation tells the adapter
+// it starts a long wait (LongWait), so that a request which fails at once
+// is answered while micro still counts it, and a long one lets the
+// endpoint take the next request.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/schemas/validate"
+)
+
+// Reply is a control reply: its body and, for a failure, its error.
+type Reply struct {
+	Body []byte
+	Err  *schemas.ControlError
+}
+
+// Encode is rep as a reply, or err as {"error":{"code","message"}}; an
+// error that is no ControlError is internal.
+func Encode(rep any, err error) Reply {
+	if err != nil {
+		ce, ok := errors.AsType[*schemas.ControlError](err)
+		if !ok {
+			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
+		}
+		b, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+		return Reply{Body: b, Err: ce}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		ce := schemas.Errf(schemas.CodeInternal, "encode the reply: %v", err)
+		b, _ = json.Marshal(schemas.ErrorReply{Error: ce})
+		return Reply{Body: b, Err: ce}
+	}
+	return Reply{Body: b}
+}
+
+// Metrics receives what a service counts. Its methods are called from
+// many goroutines and must not block.
+type Metrics interface {
+	// RequestFailed counts an error reply to a request of verb.
+	RequestFailed(verb schemas.Verb, code schemas.ErrorCode)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RequestFailed(schemas.Verb, schemas.ErrorCode) {}
+
+// Server runs the requests of one service. Its zero value is not usable:
+// make one with NewServer.
+type Server struct {
+	ctx     context.Context
+	metrics Metrics
+	work    sync.WaitGroup
+}
+
+// NewServer returns a server whose requests live within ctx; metrics may
+// be nil.
+func NewServer(ctx context.Context, metrics Metrics) *Server {
+	if metrics == nil {
+		metrics = noMetrics{}
+	}
+	return &Server{ctx: ctx, metrics: metrics}
+}
+
+// Wait waits for every request the server has started to be answered.
+func (s *Server) Wait() { s.work.Wait() }
+
+// Go runs fn on a goroutine the server waits for.
+func (s *Server) Go(fn func()) { s.work.Go(fn) }
+
+// DefaultDeadline bounds a request whose endpoint names none.
+const DefaultDeadline = 30 * time.Second
+
+// Endpoint is one verb of a service.
+type Endpoint[Req any] struct {
+	Verb schemas.Verb
+	// Schema is what a request must be; its problems are answered as
+	// invalid, in Kaimon's words, before Handle runs.
+	Schema *validate.Request
+	// Deadline bounds the request; DefaultDeadline when nil.
+	Deadline func(Req) time.Duration
+	// Allow, when given, may refuse a decoded request before it runs (the
+	// rights rules, say).
+	Allow func(Req) error
+	// Handle answers the request; body is its bytes as received.
+	Handle func(ctx context.Context, req Req, body []byte) Reply
+	// InboxOnly drops requests whose reply subject is no inbox, unanswered:
+	// a reply is published with the service's rights, and a requester may
+	// name any reply subject.
+	InboxOnly bool
+}
+
+// Op adapts an operation to Endpoint.Handle.
+func Op[Req, Rep any](op func(context.Context, Req) (Rep, error)) func(context.Context, Req, []byte) Reply {
+	return func(ctx context.Context, req Req, _ []byte) Reply {
+		rep, err := op(ctx, req)
+		return Encode(rep, err)
+	}
+}
+
+// Handler is e as a micro handler on s.
+func Handler[Req any](s *Server, e Endpoint[Req]) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		if !Answerable(r.Reply()) || (e.InboxOnly && !IsInbox(r.Reply())) {
+			return
+		}
+		var req Req
+		if err := e.Schema.Decode(r.Data(), &req); err != nil {
+			s.answer(e.Verb, r, Encode(nil, schemas.Errf(schemas.CodeInvalid, "invalid %s request: %v", e.Verb, err)), true)
+			return
+		}
+		if e.Allow != nil {
+			if err := e.Allow(req); err != nil {
+				s.answer(e.Verb, r, Encode(nil, err), true)
+				return
+			}
+		}
+		deadline := DefaultDeadline
+		if e.Deadline != nil {
+			deadline = e.Deadline(req)
+		}
+		body := r.Data()
+		hold(s.Go, func(notice func()) Reply {
+			ctx, cancel := context.WithTimeout(WithWaitNotice(s.ctx, notice), deadline)
+			defer cancel()
+			return e.Handle(ctx, req, body)
+		}, func(a Reply, held bool) { s.answer(e.Verb, r, a, held) })
+	})
+}
+
+// IsInbox reports whether a reply subject is an inbox.
+func IsInbox(subject string) bool {
+	return len(subject) > len("_INBOX.") && subject[:len("_INBOX.")] == "_INBOX."
+}
+
+// Answerable reports whether a request's reply subject may be answered:
+// set, and no longer than schemas.MaxReplySubject.
+func Answerable(reply string) bool {
+	return reply != "" && len(reply) <= schemas.MaxReplySubject
+}
+
+// answer sends a to r. A failure carries the micro service-error headers
+// as well as its JSON body; held says the handler still holds r, so micro
+// counts it (a reply sent later must not touch micro's count: it would
+// race with the handler's return).
+func (s *Server) answer(verb schemas.Verb, r micro.Request, a Reply, held bool) {
+	if a.Err == nil {
+		r.Respond(a.Body)
+		return
+	}
+	s.metrics.RequestFailed(verb, a.Err.Code)
+	if held {
+		r.Error(strconv.Itoa(a.Err.Code.ServiceCode()), a.Err.ServiceDescription(), a.Body)
+		return
+	}
+	r.Respond(a.Body, micro.WithHeaders(ErrorHeaders(a.Err)))
+}
+
+// ErrorHeaders are the micro service-error headers of ce.
+func ErrorHeaders(ce *schemas.ControlError) micro.Headers {
+	return micro.Headers{
+		micro.ErrorHeader:     {ce.ServiceDescription()},
+		micro.ErrorCodeHeader: {strconv.Itoa(ce.Code.ServiceCode())},
+	}
+}
