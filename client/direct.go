@@ -128,7 +128,7 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 	// start agents): placement read the nodes' records a moment before,
 	// and a record outlives its node by up to a heartbeat.
 	placed := req.Node == ""
-	var passed []string
+	var passed, why []string // the nodes tried and gone on from, and what each said
 	for attempt := 0; ; attempt++ {
 		nodes, err := f.Nodes(ctx)
 		if err != nil {
@@ -146,8 +146,11 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 				}
 				continue
 			}
-			if len(passed) > 0 {
-				err = fmt.Errorf("%w (passed over: %s)", err, strings.Join(passed, ", "))
+			switch {
+			case len(passed) > 0 && len(nodes) == 0:
+				err = schemas.Errf(schemas.CodeUnavailable, "no node can take this agent: %s", strings.Join(why, "; "))
+			case len(passed) > 0:
+				err = fmt.Errorf("%w (passed over: %s)", err, strings.Join(why, "; "))
 			}
 			return schemas.OpenReply{}, err
 		}
@@ -157,6 +160,7 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 			return rep, err
 		}
 		passed = append(passed, node)
+		why = append(why, err.Error())
 	}
 }
 

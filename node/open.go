@@ -244,7 +244,7 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 	defer cancel()
 	service.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
 	sess, err := p.be.Start(startCtx, spec, a)
-	if r := spec.Reaper; err != nil && r != nil && r.Gone() {
+	if r := spec.Reaper; err != nil && r != nil && (errors.Is(err, proc.ErrReaperGone) || r.Gone()) {
 		return schemas.Errf(schemas.CodeUnavailable, "node %s cannot start agents now: its reaper died as the agent started, and another is starting", h.cfg.Name)
 	}
 	if err != nil {

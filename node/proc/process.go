@@ -71,6 +71,11 @@ const DefaultWriteTimeout = 10 * time.Second
 // written to it: the agent can only be stopped.
 var ErrStalled = errors.New("the agent stopped reading its input")
 
+// ErrReaperGone is in the error of a start that failed because the node's
+// reaper had died: the node can start the process again once it has
+// another.
+var ErrReaperGone = errors.New("the node's reaper is gone")
+
 // StartProcess runs spec and returns its stdout. The reader reaches EOF
 // once the process and everything in its group are gone; the process is
 // reaped independently of it, so a child holding the pipe open can never

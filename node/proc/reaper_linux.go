@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -178,10 +179,10 @@ func (r *Reaper) read() {
 	r.pending, r.procs = map[int]chan reaperReply{}, map[int]*Process{}
 	r.mu.Unlock()
 	for _, ch := range pending {
-		ch <- reaperReply{err: errors.New("the node's reaper is gone")}
+		ch <- reaperReply{err: ErrReaperGone}
 	}
 	for _, p := range procs {
-		p.exited(errors.New("the node's reaper is gone, and the process with it"))
+		p.exited(fmt.Errorf("%w, and the process with it", ErrReaperGone))
 	}
 }
 
@@ -200,6 +201,22 @@ func (r *Reaper) send(m reaperMsg, files ...*os.File) error {
 	}
 	_, _, err = r.conn.WriteMsgUnix(b, oob, nil)
 	return err
+}
+
+// goneAfter reports whether a failed send to the reaper was its death.
+// The socket breaks when the reaper's process ends, a moment before the
+// wait for it returns, so a broken socket waits for that (bounded: a
+// reaper that closed its end and lives on is not gone).
+func (r *Reaper) goneAfter(err error) bool {
+	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, net.ErrClosed) {
+		return r.Gone()
+	}
+	select {
+	case <-r.gone:
+		return true
+	case <-time.After(5 * time.Second):
+		return false
+	}
 }
 
 // start runs spec as a child of the reaper.
@@ -226,16 +243,22 @@ func (r *Reaper) start(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 		delete(r.pending, id)
 		r.mu.Unlock()
 		pipes.closeOurEnds()
+		if r.goneAfter(err) {
+			return nil, nil, fmt.Errorf("ask the reaper to start %s: %w", spec.Argv[0], ErrReaperGone)
+		}
 		return nil, nil, fmt.Errorf("ask the reaper to start %s: %w", spec.Argv[0], err)
 	}
 	var rep reaperReply
 	select {
 	case rep = <-ch:
 	case <-r.gone:
-		rep.err = errors.New("the node's reaper is gone")
+		rep.err = ErrReaperGone
 	}
 	if rep.err != nil {
 		pipes.closeOurEnds()
+		if errors.Is(rep.err, ErrReaperGone) {
+			return nil, nil, fmt.Errorf("start %s: %w", spec.Argv[0], rep.err)
+		}
 		return nil, nil, launchError(spec.Argv[0], rep.err)
 	}
 	pid := rep.pid
