@@ -137,6 +137,11 @@ var rules = []rule{
 		},
 	},
 	{
+		why:    "workspace, the git side of agents on a repository, imports only schemas of ours",
+		from:   under("workspace"),
+		forbid: func(_, imp string) bool { return ours(imp) && rel(imp) != "schemas" },
+	},
+	{
 		why:    "broker imports only schemas of ours",
 		from:   under("broker"),
 		forbid: func(_, imp string) bool { return ours(imp) && rel(imp) != "schemas" },
@@ -271,7 +276,7 @@ func importGraph(t *testing.T) map[string][]string {
 
 func TestDependencyDirection(t *testing.T) {
 	graph := importGraph(t)
-	for _, pkg := range []string{"schemas", "schemas/validate", "service", "broker", "node", "node/backend", "node/proc", "client", "coordinator", "bridge", "bridge/web", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics"} {
+	for _, pkg := range []string{"schemas", "schemas/validate", "service", "broker", "node", "node/backend", "node/proc", "client", "coordinator", "bridge", "bridge/web", "cmd/shoal", "cmd/shoal/internal/tui", "cmd/shoal/internal/metrics", "workspace"} {
 		if _, ok := graph[pkg]; !ok {
 			t.Errorf("package %s is missing from the layout", pkg)
 		}

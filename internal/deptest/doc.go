@@ -5,6 +5,7 @@
 // broker; client imports only schemas and service; service only schemas
 // and schemas/validate; node/backend only schemas and node/proc, node/proc
 // only schemas, and each backend only schemas, node/backend and node/proc;
+// workspace (git for agents on a repository, not yet wired in) only schemas;
 // production packages never import the test helpers under internal/; only
 // cmd/ wires the parts together. Third-party libraries stay with their one
 // user: the NATS server with broker, ZeroMQ and MCP's server side with

@@ -1,0 +1,96 @@
+package schemas
+
+import "fmt"
+
+// ReposBucket is the JetStream object store of repository bundles: what a
+// caller ships to the node that runs an agent on its repository, and what
+// a node ships back of the agent's work.
+const ReposBucket = "shoal_repos"
+
+// A Workspace is an agent's own checkout of a caller's repository (a
+// Shoal addition): the agent starts on Commit, on branch Branch, in a
+// directory of its node.
+type Workspace struct {
+	// Repo is the repository's identity: its first root commit, the same
+	// in every clone.
+	Repo string `json:"repo"`
+	// Source is the caller's repository, as the caller named it; for
+	// people to read, never opened by a node.
+	Source string `json:"source,omitempty"`
+	// Ref is what the caller named (HEAD by default); Base the commit it
+	// named; Commit the one the agent starts on: Base, or, with
+	// WithChanges, a commit of the caller's uncommitted work on top.
+	Ref         string `json:"ref,omitempty"`
+	Base        string `json:"base"`
+	Commit      string `json:"commit"`
+	WithChanges bool   `json:"with_changes,omitempty"`
+	// Bundle names the object in ReposBucket holding what the node lacked
+	// of Commit; empty when it had it all.
+	Bundle string `json:"bundle,omitempty"`
+	// Branch is the agent's branch in its checkout, and in the caller's
+	// repository once fetched: BranchName(id).
+	Branch string `json:"branch,omitempty"`
+}
+
+// BranchName is the branch of agent id's work.
+func BranchName(id string) string { return "shoal/" + id }
+
+// ValidCommit reports why s is not a full commit id, or nil.
+func ValidCommit(what, s string) error {
+	if len(s) != 40 && len(s) != 64 {
+		return fmt.Errorf("%s %.20q is not a full commit id (40 or 64 hexadecimal digits)", what, s)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("%s %.20q is not a full commit id (40 or 64 hexadecimal digits)", what, s)
+		}
+	}
+	return nil
+}
+
+// RepoHasRequest asks a node whether its cache holds a commit of a
+// repository (shoal.node.<node>.repo_has).
+type RepoHasRequest struct {
+	Repo   string `json:"repo"`
+	Commit string `json:"commit"`
+}
+
+// RepoHasReply says whether it does and, when not, the newest commits of
+// the repository it holds, which a bundle for it may leave out.
+type RepoHasReply struct {
+	Has   bool     `json:"has"`
+	Haves []string `json:"haves,omitempty"`
+}
+
+// DiffRequest asks for an agent's work against its start
+// (shoal.node.<node>.diff): the diff, or with Stat a summary of it.
+type DiffRequest struct {
+	AgentID string `json:"agent_id"`
+	Stat    bool   `json:"stat,omitempty"`
+}
+
+// DiffReply is an agent's work as git diff prints it, against Base (the
+// commit it started on), and how many files it changes.
+type DiffReply struct {
+	Diff  string `json:"diff"`
+	Base  string `json:"base"`
+	Files int    `json:"files"`
+}
+
+// WorkRequest asks a node for a bundle of an agent's work
+// (shoal.node.<node>.work): its commits and, on top, a commit of its
+// uncommitted work.
+type WorkRequest struct {
+	AgentID string `json:"agent_id"`
+}
+
+// WorkReply names the bundle in ReposBucket (empty when the agent's work
+// is its start, which the caller has), its tip and the agent's branch.
+type WorkReply struct {
+	Bundle  string `json:"bundle,omitempty"`
+	Tip     string `json:"tip"`
+	Base    string `json:"base"`
+	Branch  string `json:"branch"`
+	Commits int    `json:"commits"`
+	Files   int    `json:"files"`
+}

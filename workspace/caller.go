@@ -1,0 +1,204 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// A Start is where an agent starts on a caller's repository.
+type Start struct {
+	Root   string // the top of the caller's work tree
+	Repo   string // the repository's identity: its first root commit
+	Ref    string // what the caller named (HEAD by default)
+	Base   string // the commit Ref names
+	Commit string // the commit the agent starts on: Base, or a commit of the uncommitted work on top of it
+
+	objects string // where that commit's objects are (the caller's, or a temporary directory)
+	scratch string // the temporary directory to remove, "" when none
+}
+
+// Prepare finds the repository dir is in and the commit an agent on it
+// starts on: ref's (HEAD when empty), or, withChanges, a commit of the
+// tracked and untracked files (not ignored ones) as they are now, on top
+// of HEAD. Close removes what it made.
+func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, error) {
+	if ref == "" {
+		ref = "HEAD"
+	}
+	if withChanges && ref != "HEAD" {
+		return nil, fmt.Errorf("--with-changes takes the uncommitted work on top of HEAD; it cannot be given with a ref (%s)", ref)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("repository %s is not a directory", dir)
+	}
+	root, err := line(ctx, abs, nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		if errors.Is(err, ErrNoGit) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+	}
+	s := &Start{Root: root, Ref: ref}
+	if s.objects, err = objectDir(ctx, root); err != nil {
+		return nil, err
+	}
+	if s.Base, err = line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err != nil || s.Base == "" {
+		if ref == "HEAD" {
+			return nil, fmt.Errorf("repository %s has no commit yet: commit something first", root)
+		}
+		return nil, fmt.Errorf("%s names no commit in %s", ref, root)
+	}
+	if s.Repo, err = identity(ctx, root, s.Base); err != nil {
+		return nil, err
+	}
+	s.Commit = s.Base
+	if withChanges {
+		if err := s.snapshot(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close removes what Prepare made for the start.
+func (s *Start) Close() {
+	if s.scratch != "" {
+		os.RemoveAll(s.scratch)
+	}
+}
+
+// snapshot makes the start's commit of the work tree as it is, in a
+// temporary object directory (reading the caller's objects) through a
+// temporary copy of the caller's index.
+func (s *Start) snapshot(ctx context.Context) error {
+	tmp, err := os.MkdirTemp("", "shoal-start-")
+	if err != nil {
+		return err
+	}
+	s.scratch = tmp
+	objects := filepath.Join(tmp, "objects")
+	if err := os.MkdirAll(objects, 0o700); err != nil {
+		return err
+	}
+	commit, err := snapshotTree(ctx, s.Root, s.objects, objects, filepath.Join(tmp, "index"), s.Base,
+		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost")
+	if err != nil {
+		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
+	}
+	s.Commit, s.objects = commit, objects+"\n"+s.objects
+	return nil
+}
+
+// snapshotTree commits the work tree root (tracked and untracked files,
+// not ignored ones) on top of parent, writing objects to newObjects and
+// reading existing ones from objects; index is a temporary index file,
+// seeded from the repository's own. It returns parent when nothing
+// differs from it.
+func snapshotTree(ctx context.Context, root, objects, newObjects, index, parent, message, name, email string) (string, error) {
+	gitDir, err := line(ctx, root, nil, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return "", err
+	}
+	if b, err := os.ReadFile(filepath.Join(gitDir, "index")); err == nil {
+		if err := os.WriteFile(index, b, 0o600); err != nil {
+			return "", err
+		}
+	}
+	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
+		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + strings.ReplaceAll(objects, "\n", ":"),
+		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
+	if _, err := run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
+		return "", err
+	}
+	tree, err := line(ctx, root, env, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	if old, _ := line(ctx, root, env, "rev-parse", parent+"^{tree}"); old == tree {
+		return parent, nil
+	}
+	return line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+}
+
+// objectDir is the object directory of the repository whose work tree is
+// root.
+func objectDir(ctx context.Context, root string) (string, error) {
+	d, err := line(ctx, root, nil, "rev-parse", "--git-path", "objects")
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(d) {
+		d = filepath.Join(root, d)
+	}
+	return d, nil
+}
+
+// identity is a repository's identity: the first (by name) root commit of
+// what commit descends from. Clones share it, whatever their remotes.
+func identity(ctx context.Context, dir, commit string) (string, error) {
+	out, err := run(ctx, dir, nil, nil, "rev-list", "--max-parents=0", commit)
+	if err != nil {
+		return "", err
+	}
+	roots := strings.Fields(out)
+	if len(roots) == 0 {
+		return "", fmt.Errorf("commit %s has no root commit", commit)
+	}
+	slices.Sort(roots)
+	return roots[0], nil
+}
+
+// Bundle writes to path a bundle of what the node lacks of the start's
+// commit, given the commits the node has (haves; those the caller does
+// not know are left out). It returns how many commits it holds.
+func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, error) {
+	return writeBundle(ctx, s.objects, s.Commit, haves, path)
+}
+
+// Land puts the agent's work, a bundle of the commit tip made by the node,
+// on branch in the caller's repository at dir (created, or moved to tip),
+// without touching the caller's checkout. git refuses when the branch is
+// the one checked out.
+func Land(ctx context.Context, dir, bundle, tip, branch string) error {
+	if !isCommitID(tip) {
+		return fmt.Errorf("the node named no commit (%q)", tip)
+	}
+	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+	}
+	if _, err := run(ctx, root, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":refs/heads/"+branch); err != nil {
+		return err
+	}
+	got, err := line(ctx, root, nil, "rev-parse", "--verify", "refs/heads/"+branch)
+	if err != nil || got != tip {
+		return fmt.Errorf("branch %s is at %s after the fetch, not the agent's %s", branch, got, tip)
+	}
+	return nil
+}
+
+// SetBranch puts branch at commit in the caller's repository at dir, for
+// an agent whose work is the commit it started on; dir must have it.
+func SetBranch(ctx context.Context, dir, branch, commit string) error {
+	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+	}
+	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
+		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
+	}
+	if _, err := run(ctx, root, nil, nil, "update-ref", "refs/heads/"+branch, commit); err != nil {
+		return err
+	}
+	return nil
+}

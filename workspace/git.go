@@ -1,0 +1,103 @@
+// Package workspace moves a git repository's commits between the machine
+// of the person who opens an agent and the node that runs it, and brings
+// the agent's work back: the caller's side prepares the commit an agent
+// starts on and bundles what the node lacks; the node keeps one cache per
+// repository and gives each agent its own checkout, reading the cache's
+// objects, on branch shoal/<id>; the agent's changes come back as a
+// bundle that lands on the same branch in the caller's repository.
+//
+// Nothing here changes the caller's checkout, index, stash, HEAD or
+// configuration: commits of uncommitted work are made in a temporary
+// object directory through a temporary index, and bundles are written
+// from a temporary repository that reads the caller's objects. No remote
+// URL or credential is read or carried; every git runs with a clean
+// environment.
+package workspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// ErrNoGit is returned when git cannot be run.
+var ErrNoGit = errors.New("git is not installed (not found on PATH)")
+
+// Available reports git's version, or an error when git cannot be run.
+func Available() (string, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return "", ErrNoGit
+	}
+	out, err := run(context.Background(), "", nil, nil, "version")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimPrefix(strings.TrimSpace(out), "git version "), nil
+}
+
+// cleanEnv is the environment every git runs in: the caller's, without
+// what would point git at another repository, index or object store, or
+// read a person's configuration (and so their credentials, hooks and
+// signing): no global or system config, no prompts, no pager.
+func cleanEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "GIT_") || k == "HOME" || k == "XDG_CONFIG_HOME" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0",
+		"GIT_PAGER=cat", "GIT_OPTIONAL_LOCKS=0", "HOME=/nonexistent", "LC_ALL=C")
+	return append(env, extra...)
+}
+
+// run runs git in dir with the clean environment plus extra, and returns
+// its standard output. The error carries git's standard error.
+func run(ctx context.Context, dir string, extra []string, stdin []byte, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv(extra)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return "", ErrNoGit
+		}
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return out.String(), fmt.Errorf("git %s: %s", args[0], msg)
+	}
+	return out.String(), nil
+}
+
+// line runs git and returns the first line of its output, trimmed.
+func line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
+	out, err := run(ctx, dir, extra, nil, args...)
+	first, _, _ := strings.Cut(out, "\n")
+	return strings.TrimSpace(first), err
+}
+
+// isCommitID reports whether s is a full hexadecimal object name (SHA-1
+// or SHA-256).
+func isCommitID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

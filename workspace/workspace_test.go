@@ -1,0 +1,179 @@
+package workspace
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// git runs real git in dir for the test, as a person would.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=p", "GIT_AUTHOR_EMAIL=p@x", "GIT_COMMITTER_NAME=p", "GIT_COMMITTER_EMAIL=p@x")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newRepo makes a caller's repository with two commits and an ignore rule.
+func newRepo(t *testing.T) string {
+	dir := t.TempDir()
+	git(t, dir, "init", "-q", "-b", "main")
+	write(t, filepath.Join(dir, "a.txt"), "one\n")
+	write(t, filepath.Join(dir, ".gitignore"), "*.log\n")
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-q", "-m", "first")
+	write(t, filepath.Join(dir, "a.txt"), "one\ntwo\n")
+	git(t, dir, "commit", "-q", "-am", "second")
+	return dir
+}
+
+// state is what a person sees of their repository: HEAD, the index, the
+// status, the stash and the refs.
+func state(t *testing.T, dir string) string {
+	return strings.Join([]string{git(t, dir, "rev-parse", "HEAD"), git(t, dir, "ls-files", "-s"),
+		git(t, dir, "status", "--porcelain=v1", "--untracked-files=all"), git(t, dir, "stash", "list"),
+		git(t, dir, "for-each-ref")}, "\n--\n")
+}
+
+// A round trip: the caller's work with its uncommitted changes goes to a
+// cache, an agent's checkout starts on it, the agent's work comes back as
+// a branch; the caller's checkout is as it was throughout.
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	write(t, filepath.Join(repo, "a.txt"), "one\ntwo\nedited\n")
+	write(t, filepath.Join(repo, "new.txt"), "untracked\n")
+	write(t, filepath.Join(repo, "x.log"), "ignored\n")
+	before := state(t, repo)
+
+	s, err := Prepare(ctx, filepath.Join(repo), "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Commit == s.Base || s.Base != git(t, repo, "rev-parse", "HEAD") {
+		t.Fatalf("start %+v: want a commit of the changes on top of HEAD", s)
+	}
+	if s.Repo != git(t, repo, "rev-list", "--max-parents=0", "HEAD") {
+		t.Fatalf("identity %s is not the root commit", s.Repo)
+	}
+	cache := &Cache{Dir: t.TempDir()}
+	has, haves, err := cache.Has(ctx, s.Repo, s.Commit)
+	if err != nil || has || len(haves) != 0 {
+		t.Fatalf("an empty cache: %v %v %v", has, haves, err)
+	}
+	b := filepath.Join(t.TempDir(), "b")
+	n, err := s.Bundle(ctx, haves, b)
+	if err != nil || n != 3 {
+		t.Fatalf("first bundle: %d commits, %v; want 3", n, err)
+	}
+	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
+		t.Fatal(err)
+	}
+	if has, _, err := cache.Has(ctx, s.Repo, s.Commit); err != nil || !has {
+		t.Fatalf("the cache lacks the commit it received: %v", err)
+	}
+	if got := state(t, repo); got != before {
+		t.Fatalf("the caller's repository changed:\n%s\nwas\n%s", got, before)
+	}
+
+	co := filepath.Join(t.TempDir(), "work", "a1")
+	if err := cache.Checkout(ctx, s.Repo, s.Commit, co, "shoal/a1", "agent a1", "a1@shoal"); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a.txt": "one\ntwo\nedited\n", "new.txt": "untracked\n"} {
+		if b, err := os.ReadFile(filepath.Join(co, name)); err != nil || string(b) != want {
+			t.Fatalf("checkout's %s: %q %v", name, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(co, "x.log")); !os.IsNotExist(err) {
+		t.Fatalf("an ignored file travelled: %v", err)
+	}
+	// The agent commits one file and leaves another uncommitted.
+	write(t, filepath.Join(co, "committed.txt"), "c\n")
+	git(t, co, "add", "committed.txt")
+	git(t, co, "-c", "user.name=agent a1", "-c", "user.email=a1@shoal", "commit", "-q", "-m", "agent commit")
+	write(t, filepath.Join(co, "loose.txt"), "l\n")
+	d, err := Diff(ctx, co, s.Commit, false)
+	if err != nil || !strings.Contains(d, "+c") || !strings.Contains(d, "+l") || !strings.Contains(d, "b/loose.txt") {
+		t.Fatalf("diff: %v\n%s", err, d)
+	}
+	if c, err := Changed(ctx, co, s.Commit); err != nil || c != 2 {
+		t.Fatalf("changed: %d %v", c, err)
+	}
+	tip, err := Snapshot(ctx, co, "uncommitted work of a1", "agent a1", "a1@shoal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := filepath.Join(t.TempDir(), "w")
+	if n, err := BundleWork(ctx, co, tip, s.Base, wb); err != nil || n != 3 {
+		t.Fatalf("work bundle: %d %v; want the changes, the agent's commit and its uncommitted work", n, err)
+	}
+	if err := Land(ctx, repo, wb, tip, "shoal/a1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := git(t, repo, "show", "shoal/a1:loose.txt"); got != "l" {
+		t.Fatalf("landed branch: %q", got)
+	}
+	if st := git(t, repo, "status", "--porcelain=v1", "--untracked-files=all"); !strings.Contains(st, "new.txt") || strings.Contains(st, "loose") {
+		t.Fatalf("the caller's work tree changed: %s", st)
+	}
+
+	// A second start after a new commit sends that commit only.
+	git(t, repo, "stash", "-u", "-q")
+	write(t, filepath.Join(repo, "b.txt"), "b\n")
+	git(t, repo, "add", "b.txt")
+	git(t, repo, "commit", "-q", "-m", "third")
+	s2, err := Prepare(ctx, repo, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	has, haves, err = cache.Has(ctx, s2.Repo, s2.Commit)
+	if err != nil || has || len(haves) != 1 {
+		t.Fatalf("the cache's haves: %v %v %v", has, haves, err)
+	}
+	if n, err := s2.Bundle(ctx, haves, filepath.Join(t.TempDir(), "b2")); err != nil || n != 1 {
+		t.Fatalf("second bundle: %d commits, %v; want 1", n, err)
+	}
+}
+
+// What cannot be a start is refused, saying why.
+func TestPrepareRefuses(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	empty := t.TempDir()
+	git(t, empty, "init", "-q")
+	for _, c := range []struct {
+		dir, ref string
+		changes  bool
+		want     string
+	}{
+		{t.TempDir(), "", false, "not in a git work tree"},
+		{filepath.Join(repo, "nope"), "", false, "not a directory"},
+		{empty, "", false, "has no commit yet"},
+		{repo, "no-such-branch", false, "names no commit"},
+		{repo, "main", true, "cannot be given with a ref"},
+	} {
+		if _, err := Prepare(ctx, c.dir, c.ref, c.changes); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Prepare(%s, %q, %v): %v, want %q", c.dir, c.ref, c.changes, err, c.want)
+		}
+	}
+}
