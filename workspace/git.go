@@ -28,11 +28,11 @@ import (
 var ErrNoGit = errors.New("git is not installed (not found on PATH)")
 
 // Available reports git's version, or an error when git cannot be run.
-func Available() (string, error) {
+func Available(ctx context.Context) (string, error) {
 	if _, err := exec.LookPath("git"); err != nil {
 		return "", ErrNoGit
 	}
-	out, err := run(context.Background(), "", nil, nil, "version")
+	out, err := run(ctx, "", nil, nil, "version")
 	if err != nil {
 		return "", err
 	}

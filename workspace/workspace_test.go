@@ -177,3 +177,11 @@ func TestPrepareRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Available names git's version here, where the tests run real git.
+func TestAvailable(t *testing.T) {
+	v, err := Available(context.Background())
+	if err != nil || v == "" || !strings.Contains(v, ".") {
+		t.Fatalf("Available: %q %v", v, err)
+	}
+}
