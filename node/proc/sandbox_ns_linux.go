@@ -23,7 +23,7 @@ import (
 	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
-// The namespaced sandbox, around Landlock and seccomp. Three stages of the
+// The namespaced sandbox, around Landlock and seccomp. Two stages of the
 // shoal binary run an agent's program:
 //
 //  1. the wrapper (SandboxArg), a child of the node in the node's own
@@ -37,11 +37,16 @@ import (
 //     a root holding only what the confinement names, every mount nosuid
 //     and nodev, a private /dev, /tmp and /proc; brings loopback up;
 //     listens on the ports the agent may reach and hands each connection
-//     to the wrapper over a unix socket pair; then starts stage 3 with no
-//     capability, reaps whatever the agent leaves, and ends with it, which
-//     ends every process of the namespace however it detached;
-//  3. the confiner (SandboxArg again, without namespaces): Landlock and
-//     seccomp, then the agent's program (RunSandbox).
+//     to the wrapper over a unix socket pair; then gives up every
+//     capability, confines itself with Landlock and seccomp as the
+//     Landlock-only sandbox confines its agents, and starts the agent's
+//     program under that confinement; it reaps whatever the agent leaves,
+//     and ends with it, which ends every process of the namespace however
+//     it detached.
+//
+// The init starts the agent itself rather than through one more stage:
+// each start of the shoal binary costs a turn some 15 ms of package
+// initialisation.
 
 func init() {
 	// The wrapper's init gets SIGKILL when the thread that started it
@@ -324,18 +329,28 @@ func RunSandboxInit(args []string) int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(err)
 	}
-	inner := c
-	inner.Namespaces = false
-	conf, err := json.Marshal(inner)
-	if err != nil {
-		return fail(err)
-	}
-	pid, err := startUnprivileged(append([]string{"/proc/self/exe", SandboxArg, string(conf), "--"}, args[2:]...))
+	pid, err := startConfined(ownProc(c), args[2:])
 	if err != nil {
 		return fail(err)
 	}
 	os.Exit(reap(pid, signals))
 	return 0
+}
+
+// ownProc is the confinement Landlock gets inside the namespaces: the
+// whole of /proc where the Landlock-only sandbox names /proc/self. The
+// sandbox's /proc is its own pid namespace's, holding only the agent's
+// processes and the init (which no one may trace or read the secrets of),
+// and of the kernel's files privateProc has left only those named.
+func ownProc(c Confinement) Confinement {
+	c.Namespaces = false
+	c.Readable = slices.Clone(c.Readable)
+	for i, p := range c.Readable {
+		if p == "/proc/self" {
+			c.Readable[i] = "/proc"
+		}
+	}
+	return c
 }
 
 // handOut hands each connection to port inside the sandbox to the
@@ -406,11 +421,13 @@ func reap(pid int, signals chan os.Signal) int {
 	}
 }
 
-// startUnprivileged starts argv with no capability at all, from a thread
-// that has given up every one: the bounding set, the ambient set and the
+// startConfined starts argv confined by c, from a thread that has given
+// up every capability (the bounding set, the ambient set and the
 // securebits that would let uid 0 regain them, then the capability sets
-// of every thread of this process.
-func startUnprivileged(argv []string) (int, error) {
+// of every thread of this process) and then confines the whole init with
+// Landlock and seccomp: the agent inherits both, and the init needs
+// nothing they take.
+func startConfined(c Confinement, argv []string) (int, error) {
 	type started struct {
 		pid int
 		err error
@@ -424,9 +441,18 @@ func startUnprivileged(argv []string) (int, error) {
 			ch <- started{err: fmt.Errorf("drop the init's capabilities: %w", err)}
 			return
 		}
-		pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}})
+		path, err := lookPath(argv[0])
 		if err != nil {
-			err = fmt.Errorf("start the agent: %w", err)
+			ch <- started{err: err}
+			return
+		}
+		if err := confine(c); err != nil {
+			ch <- started{err: err}
+			return
+		}
+		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}})
+		if err != nil {
+			err = fmt.Errorf("exec %s: %w", argv[0], err)
 		}
 		ch <- started{pid, err}
 	}()
@@ -496,7 +522,8 @@ const (
 // host's (a user namespace may make none).
 var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// procReadOnly are the kernel's knobs in a sandbox's /proc, read-only.
+// procReadOnly are the kernel's knobs in a sandbox's /proc, read-only
+// where the confinement names them.
 var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
 
 // buildRoot makes the sandbox's root and moves into it, at cwd.
@@ -545,7 +572,7 @@ func buildRoot(c Confinement, cwd string, edge *os.File) error {
 		return mount("tmpfs", newRoot+"/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777")
 	})
 	add("/dev", 0, privateDev)
-	add("/proc", 0, privateProc)
+	add("/proc", 0, func() error { return privateProc(c.Readable) })
 	for _, p := range c.Readable {
 		if isSystemView(p) {
 			continue // the private /dev and /proc
@@ -744,10 +771,14 @@ func privateDev() error {
 	return mount("tmpfs", d+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777")
 }
 
-// privateProc mounts a /proc of the sandbox's own pid namespace, its
-// kernel knobs read-only. It must come while the node's /proc is still
-// reachable (the kernel lets a namespace mount a proc only then).
-func privateProc() error {
+// privateProc mounts a /proc of the sandbox's own pid namespace. Of the
+// kernel's files and directories in it (those that are not a process's)
+// only the ones readable names stay, its knobs read-only; the others are
+// covered, as if empty: the kernel's command line, its symbols and
+// memory, the keys of the node's session, the machine's disks. It must
+// come while the node's /proc is still reachable (the kernel lets a
+// namespace mount a proc only then).
+func privateProc(readable []string) error {
 	p := newRoot + "/proc"
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return err
@@ -755,16 +786,31 @@ func privateProc() error {
 	if err := mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
-	for _, s := range procReadOnly {
-		sp := p + "/" + s
-		if _, err := os.Lstat(sp); err != nil {
-			continue
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name, sp := e.Name(), p+"/"+e.Name()
+		if _, err := strconv.Atoi(name); err == nil || e.Type()&os.ModeSymlink != 0 {
+			continue // a process, or self, thread-self, mounts, net: the reader's own
 		}
-		if err := mount(sp, sp, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return err
-		}
-		if err := setattr(sp, true, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
-			return err
+		switch {
+		case !slices.Contains(readable, "/proc/"+name):
+			over := "/empty"
+			if e.IsDir() {
+				over = "/emptydir"
+			}
+			if err := mount(over, sp, "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		case slices.Contains(procReadOnly, name):
+			if err := mount(sp, sp, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return err
+			}
+			if err := setattr(sp, true, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
