@@ -129,6 +129,11 @@ echo x > /dev/pts/` + strconv.Itoa(ptn) + ` 2>/dev/null || echo no-other-termina
 mknod dev c 1 3 2>/dev/null || echo no-mknod
 grep -q '^CapEff:\s*0*$' /proc/$$/status && grep -q '^CapBnd:\s*0*$' /proc/$$/status && echo no-capabilities
 kill -0 ` + pid + ` 2>/dev/null || echo no-signal
+[ -n "$(cat /proc/cmdline 2>/dev/null)" ] || echo no-kernel-cmdline
+[ -n "$(cat /proc/keys 2>/dev/null)" ] || echo no-keys
+grep -q '^Name:' /proc/$$/status && echo own-status
+grep -q '^processor' /proc/cpuinfo && echo cpuinfo
+grep -q '^Name:' /proc/self/status 2>/dev/null && echo child-status
 (setsid sh -c 'echo daemon > ` + outside + `/d' 2>/dev/null; echo daemon-tried) &
 wait
 sleep 0.5
@@ -138,16 +143,21 @@ sleep 0.5
 		Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: proc.SystemReadable, Namespaces: namespaces}})
 	// Landlock lets directory names show everywhere; in namespaces of its
 	// own, what is not named is not there at all.
-	listed := "listed-outside"
+	// A shell's children read their own /proc/<pid> only in namespaces of
+	// their own (Landlock alone names the first process's).
+	listed, child := "listed-outside", ""
 	if namespaces {
-		listed = "not-listed-outside"
+		listed, child = "not-listed-outside", "child-status"
 	}
 	for _, want := range []string{"wrote-inside", "no-write-outside", "no-read-outside", listed, "no-udp", "no-mptcp", "no-raw", "no-connect",
 		"no-abstract-socket", "no-io-uring", "no-environ", "no-signal", "no-fastopen", "no-vsock", "no-listen",
-		"no-other-terminal", "no-mknod", "no-capabilities", "daemon-tried"} {
-		if !strings.Contains(got, want+"\n") {
+		"no-other-terminal", "no-mknod", "no-capabilities", "daemon-tried", "no-kernel-cmdline", "no-keys", "own-status", "cpuinfo", child} {
+		if want != "" && !strings.Contains(got, want+"\n") {
 			t.Errorf("the confined shell did not say %s:\n%s", want, got)
 		}
+	}
+	if !namespaces && strings.Contains(got, "child-status\n") {
+		t.Errorf("a child of the confined shell read its /proc/<pid>, which Landlock alone does not name:\n%s", got)
 	}
 	for _, f := range []string{"f", "d"} {
 		if _, err := os.Stat(filepath.Join(outside, f)); !os.IsNotExist(err) {
