@@ -165,15 +165,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 
 // retryUnavailable runs do until it succeeds, fails for a reason other
 // than JetStream being briefly unavailable, or ctx ends.
+//
+// An attempt waits a quarter of a second at first, then twice as long
+// each time, up to 5 s: a cluster's JetStream API leaves a request
+// unanswered while the members elect a meta leader, and when members
+// starting together create the same stream at once all but one of them
+// go unanswered (the one answered creates it for all). With a fixed 5 s
+// wait a three-member cluster took 25 s to start; the requests are
+// idempotent, so asking again soon costs nothing.
 func retryUnavailable(ctx context.Context, do func(context.Context) error) error {
-	delay := 50 * time.Millisecond
+	delay, wait := 50*time.Millisecond, 250*time.Millisecond
 	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		attempt, cancel := context.WithTimeout(ctx, wait)
 		err := do(attempt)
 		cancel()
 		if err == nil || !transient(err) {
 			return err
 		}
+		wait = min(2*wait, 5*time.Second)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
