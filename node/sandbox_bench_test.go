@@ -27,9 +27,10 @@ import (
 // turn's, the CLI's model traffic through the proxy and the tool's shell
 // under the sandbox.
 //
-// Each round runs the three ways back to back, so each round gives a
-// sandboxed turn's ratio to the plain turn beside it; the ratio reported
-// is the median of the rounds'. On two cores a turn's time drifts by more
+// Each round runs the three ways back to back (each round starting with
+// the next way, so none always follows the same one's close), and so
+// gives a sandboxed turn's ratio to the plain turn beside it; the ratio
+// reported is the median of the rounds'. On two cores a turn's time drifts by more
 // than the sandbox costs (the same plain turn varies by a tenth from one
 // round to the next), and a round's pair shares its drift; the mean
 // milliseconds of each way are reported beside it.
@@ -69,7 +70,11 @@ func BenchmarkSandboxedVsPlain(b *testing.B) {
 	openRatio, turnRatio := make([][]float64, len(ways)), make([][]float64, len(ways))
 	for i := 0; b.Loop(); i++ {
 		var openTook, turnTook [3]time.Duration
-		for w, way := range ways {
+		for k := range ways {
+			// Each round starts with the next way: none always follows
+			// the same one's close.
+			w := (i + k) % len(ways)
+			way := ways[w]
 			t0 := time.Now()
 			op, err := fabric.Open(ctx, schemas.OpenRequest{CWD: b.TempDir(), Permission: "bypass", Sandbox: &way.sandbox, Node: way.node})
 			if err != nil {
