@@ -105,6 +105,11 @@ func (a Assets) StreamConfig() jetstream.StreamConfig {
 	}
 }
 
+// ReposTTL is how long a bundle stays in the repositories' object store:
+// long enough for a node to read it and a caller to fetch an agent's
+// work, which a node makes again on each fetch.
+const ReposTTL = 24 * time.Hour
+
 // Provision creates or updates the AGENTS stream and the KV buckets on a
 // JetStream deployment, embedded or not. It is idempotent. While the
 // JetStream cluster elects a leader it retries until ctx ends.
@@ -151,6 +156,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 				LimitMarkerTTL: a.NodeTTL,
 				Storage:        jetstream.FileStorage,
 				Replicas:       a.Replicas,
+			})
+			return err
+		}},
+		{"object store " + schemas.ReposBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket:      schemas.ReposBucket,
+				Description: "Shoal repository bundles: what a caller sends a node of its repository, and what a node sends back of an agent's work",
+				TTL:         ReposTTL,
+				Storage:     jetstream.FileStorage,
+				Replicas:    a.Replicas,
+				Compression: true,
 			})
 			return err
 		}},

@@ -67,6 +67,9 @@ type Config struct {
 	// set_model. The server would refuse them anyway, but only by letting
 	// the request time out.
 	ReadOnly bool
+	// Progress, when set, is told in a line each what a long transfer
+	// (a repository sent to a node) has done so far.
+	Progress func(string)
 }
 
 func (c Config) timeout() time.Duration {

@@ -24,9 +24,10 @@ import (
 // an agent to the node that owns it. The coordinator's own services and
 // the command line with full credentials use it.
 type Direct struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	timeout time.Duration
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	timeout  time.Duration
+	progress func(string)
 
 	mu     sync.Mutex
 	cache  *nodeCache
@@ -41,7 +42,7 @@ func NewDirect(nc *nats.Conn, cfg Config) (*Direct, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Direct{nc: nc, js: js, timeout: cfg.timeout()}, nil
+	return &Direct{nc: nc, js: js, timeout: cfg.timeout(), progress: cfg.Progress}, nil
 }
 
 // Conn implements Client.
@@ -107,6 +108,15 @@ func (f *Direct) events(ctx context.Context) (jetstream.Stream, error) {
 // Open starts an agent on the node req names or, through placement, on
 // the least loaded node that can run it.
 func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	if req.Workspace != nil {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "workspace is Shoal's to set: open on a repository with OpenRepo")
+	}
+	return f.open(ctx, req, nil)
+}
+
+// open places and opens req; ship, when set, sends the node chosen what
+// it needs of a repository and returns the agent's workspace there.
+func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ctx context.Context, node string) (*schemas.Workspace, error)) (schemas.OpenReply, error) {
 	if req.Node != "" {
 		if err := schemas.ValidID(req.Node); err != nil {
 			return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "node %v", err)
@@ -135,6 +145,11 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 			return schemas.OpenReply{}, err
 		}
 		nodes = slices.DeleteFunc(nodes, func(n schemas.NodeRecord) bool { return slices.Contains(passed, n.Name) })
+		if ship != nil {
+			if err := gitNodes(&nodes, req.Node); err != nil {
+				return schemas.OpenReply{}, err
+			}
+		}
 		try := req
 		node, err := place(nodes, req)
 		if err != nil {
@@ -155,7 +170,13 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 			return schemas.OpenReply{}, err
 		}
 		try.Node = node
-		rep, err := f.openOn(ctx, try, passed)
+		var rep schemas.OpenReply
+		if ship != nil {
+			try.Workspace, err = ship(ctx, node)
+		}
+		if err == nil {
+			rep, err = f.openOn(ctx, try, passed)
+		}
 		if err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
 			return rep, err
 		}
@@ -186,8 +207,10 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 	// to that), so ownership is given here, not taken.
 	release, err := f.claim(ctx, req, passed)
 	if err != nil {
-		if rec, _, rerr := f.record(ctx, req.ID); schemas.CodeOf(err) == schemas.CodeConflict && rerr == nil && rec.RequestID == req.RequestID && rec.Status != schemas.StatusDead && rec.Status != schemas.StatusStarting {
-			return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil // a retry of an open that went through
+		if schemas.CodeOf(err) == schemas.CodeConflict {
+			if rec, ok := f.sameOpen(ctx, req); ok {
+				return schemas.OpenReply{AgentID: rec.ID, Node: rec.Node}, nil // a retry of an open that went through
+			}
 		}
 		return schemas.OpenReply{}, err
 	}
@@ -197,6 +220,25 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 		release(context.WithoutCancel(ctx))
 	}
 	return rep, err
+}
+
+// sameOpen reports whether agent req.ID is the one this request opened,
+// and its record: a retry of an open that went through. While that open
+// is still under way on its node (the record says starting) it waits for
+// the outcome, up to the open's time.
+func (f *Direct) sameOpen(ctx context.Context, req schemas.OpenRequest) (schemas.AgentRecord, bool) {
+	deadline := time.Now().Add(schemas.OpenTimeout + 10*time.Second)
+	for {
+		rec, _, err := f.record(ctx, req.ID)
+		switch {
+		case err != nil || rec.RequestID != req.RequestID || rec.Status == schemas.StatusDead:
+			return rec, false
+		case rec.Status != schemas.StatusStarting:
+			return rec, true
+		case time.Now().After(deadline) || !sleepCtx(ctx, 50*time.Millisecond):
+			return rec, false
+		}
+	}
 }
 
 // claim gives agent req.ID to node req.Node: its record, created or

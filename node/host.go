@@ -190,6 +190,7 @@ type Host struct {
 	requests  *service.Server
 
 	sandbox sandboxing
+	repos   *repos
 
 	// reaperMu guards the reaper, replaced when it dies, and why the node
 	// cannot start agents meanwhile.
@@ -356,6 +357,7 @@ func (h *Host) Run(ctx context.Context) error {
 
 	// What the node can run is known before its endpoints answer (the
 	// describe verb tells, an open updates the record).
+	h.repos = newRepos(ctx, h)
 	h.ads = newAdvertiser(ctx, h, ttl)
 	svc, err := h.serve(ctx)
 	if err != nil {

@@ -27,6 +27,7 @@ type openPlan struct {
 	be             backend.Backend
 	spec           backend.Spec // without what the steps add: files, life, sandbox
 	sandboxed      bool
+	readable       []string // beside what its backend reads: the cache of its repository
 	askTimeout     time.Duration
 	rec            schemas.AgentRecord // the record it starts with
 }
@@ -104,12 +105,43 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 		// policy the kernel confines it to comes once it is set up.
 		p.rec.Sandbox = &schemas.SandboxPolicy{}
 	}
+	if ws := req.Workspace; ws != nil {
+		p.rec.Workspace = ws
+		// Its checkout reads the objects it started from in the cache;
+		// it writes its own.
+		p.readable = append(p.readable, h.repos.cache.Objects(ws.Repo))
+	}
 	return p, nil
 }
 
 // OpenAgent starts an agent (agent_open) and returns its id once it is
 // ready.
-func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep schemas.OpenReply, err error) {
+	if req.Workspace != nil {
+		// On a repository: the agent works in a checkout of its own, made
+		// here (or kept from its previous life), which an open that
+		// fails takes away again.
+		if req.ID == "" {
+			return rep, schemas.Errf(schemas.CodeInvalid, "an open on a repository names its agent")
+		}
+		if err := schemas.ValidID(req.ID); err != nil {
+			return rep, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+		}
+		ws := *req.Workspace
+		var dir string
+		var made bool
+		if dir, made, err = h.repos.prepare(ctx, req.ID, &ws); err != nil {
+			return rep, err
+		}
+		if made {
+			defer func() {
+				if err != nil {
+					h.repos.undo(req.ID)
+				}
+			}()
+		}
+		req.Workspace, req.CWD = &ws, dir
+	}
 	p, err := h.planOpen(req)
 	if err != nil {
 		return schemas.OpenReply{}, err
@@ -230,7 +262,7 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 	if p.sandboxed {
 		// Confined before it starts: the wrapper that execs the CLI
 		// restricts itself first, and everything after inherits it.
-		c, err := h.confine(ctx, p.be, spec, net)
+		c, err := h.confine(ctx, p.be, spec, net, p.readable...)
 		if err != nil {
 			return err
 		}

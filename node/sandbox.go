@@ -100,7 +100,7 @@ type confinement struct {
 
 // confine prepares the sandbox of one agent: its private temp directory,
 // its proxy, and the paths and ports the kernel will allow.
-func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spec, net_ []string) (*confinement, error) {
+func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spec, net_ []string, readable ...string) (*confinement, error) {
 	cf, ok := be.(backend.Confiner)
 	if !ok {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s cannot sandbox %s agents", h.cfg.Name, be.Kind())
@@ -146,7 +146,7 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 		mcpURL = "http://" + px.addr() + route.url.EscapedPath()
 	}
 	ports := append([]uint16{px.port()}, needs.Ports...)
-	readable := proc.Compact(append(slices.Clone(proc.SystemReadable), needs.Readable...))
+	readable = proc.Compact(append(append(slices.Clone(proc.SystemReadable), needs.Readable...), readable...))
 	proxyURL := "http://" + px.addr()
 	return &confinement{
 		conf: &proc.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind,

@@ -47,6 +47,9 @@ func (h *Host) endpoints(srv *service.Server) []endpoint {
 		{schemas.VerbSetModel, handle(srv, d, schemas.VerbSetModel, "set_model_request", deadline[schemas.SetModelRequest](fixed(time.Minute)), func(r schemas.SetModelRequest) string { return onAgent(r.AgentID, r.RequestID) }, h.SetModel)},
 		{schemas.VerbPermit, handle(srv, nil, schemas.VerbPermit, "permit_request", nil, nil, h.Permit)},
 		{schemas.VerbDescribe, handle(srv, nil, schemas.VerbDescribe, "nodes_request", nil, nil, func(context.Context, struct{}) (schemas.NodeRecord, error) { return h.ads.record(), nil })},
+		{schemas.VerbRepoHas, handle(srv, nil, schemas.VerbRepoHas, "repo_has_request", nil, nil, h.RepoHas)},
+		{schemas.VerbDiff, handle(srv, nil, schemas.VerbDiff, "diff_request", deadline[schemas.DiffRequest](fixed(time.Minute)), nil, h.Diff)},
+		{schemas.VerbWork, handle(srv, nil, schemas.VerbWork, "work_request", deadline[schemas.WorkRequest](fixed(10*time.Minute)), nil, h.Work)},
 	}
 }
 

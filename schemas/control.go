@@ -158,6 +158,11 @@ type OpenRequest struct {
 	// (a Shoal addition): ReachOwn by default; only a person may grant
 	// more, and a child never has more than its parent.
 	Reach Reach `json:"reach,omitempty"`
+	// Workspace is set by Shoal's client for an open on a repository:
+	// the checkout the node makes for the agent, which becomes its
+	// working directory (CWD then names the caller's repository, for
+	// people to read). No caller may set it.
+	Workspace *Workspace `json:"workspace,omitempty"`
 }
 
 // OpenReply names the opened agent and the node that owns it.
@@ -290,6 +295,9 @@ type AgentRecord struct {
 	// RequestID is the id of the open request that made this life of the
 	// agent, so a retried open recognises it.
 	RequestID string `json:"request_id,omitempty"`
+	// Workspace is the agent's own checkout of a caller's repository, when
+	// it was opened on one (a Shoal addition): CWD is then that checkout.
+	Workspace *Workspace `json:"workspace,omitempty"`
 }
 
 // AgentPolicy is the part of an agent's composed policy the MCP door

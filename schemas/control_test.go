@@ -17,13 +17,22 @@ import (
 func controlSamples() map[string]any {
 	turn, max := 2, 100
 	none := []string{}
+	c1, c2 := strings.Repeat("a1", 20), strings.Repeat("b2", 20)
+	ws := &schemas.Workspace{Repo: c1, Source: "/home/me/proj", Ref: "HEAD", Base: c1, Commit: c2, WithChanges: true,
+		Bundle: c1 + "/" + c2 + "-0123456789abcdef.bundle", Branch: "shoal/9f3a1c20"}
 	record := schemas.AgentRecord{ID: "9f3a1c20", Status: schemas.StatusIdle, Model: "sonnet/high", CWD: "/p", Turn: 2,
-		CreatedAt: 1.7566e9, LastActivity: 1.7566e9, EventLog: "/c/9f3a1c20.events.jsonl", Node: "n1"}
+		CreatedAt: 1.7566e9, LastActivity: 1.7566e9, EventLog: "/c/9f3a1c20.events.jsonl", Node: "n1", Workspace: ws}
 	recordJSON, _ := json.Marshal(record)
 	return map[string]any{
 		"open_request": schemas.OpenRequest{RequestID: "r1", CWD: "/p", Model: "sonnet", Effort: "low", Permission: "default",
 			PermissionMode: "plan", AllowedTools: []string{"Read"}, Only: true, DisallowedTools: &none, MCPConfig: "/m.json",
-			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}},
+			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}, Workspace: ws},
+		"repo_has_request":  schemas.RepoHasRequest{Repo: c1, Commit: c2},
+		"repo_has_reply":    schemas.RepoHasReply{Has: false, Haves: []string{c1}},
+		"diff_request":      schemas.DiffRequest{AgentID: "9f3a1c20", Stat: true},
+		"diff_reply":        schemas.DiffReply{Diff: "diff --git a/x b/x\n", Base: c1, Files: 1},
+		"work_request":      schemas.WorkRequest{AgentID: "9f3a1c20"},
+		"work_reply":        schemas.WorkReply{Bundle: c1 + "/" + c2 + ".bundle", Tip: c2, Base: c1, Branch: "shoal/9f3a1c20", Commits: 2, Files: 1},
 		"open_reply":        schemas.OpenReply{AgentID: "9f3a1c20", Node: "n1"},
 		"send_request":      schemas.SendRequest{RequestID: "r2", AgentID: "9f3a1c20", Text: "hi"},
 		"status_request":    schemas.StatusRequest{AgentID: "9f3a1c20"},
@@ -159,5 +168,5 @@ var sampleNode = schemas.NodeRecord{
 		{Kind: "acp", Agent: "gemini", Problem: "gemini was not found", Ready: false},
 	},
 	Host:   schemas.HostInfo{Hostname: "box", OS: "linux", Arch: "amd64", CPUs: 2, MemoryBytes: 1 << 30, GPUs: []string{}},
-	Agents: 1, MaxAgents: 4, StartedAt: 1.5e9, Heartbeat: 1.5e9,
+	Agents: 1, MaxAgents: 4, StartedAt: 1.5e9, Heartbeat: 1.5e9, Git: "2.39.5",
 }

@@ -29,6 +29,10 @@ type NodeRecord struct {
 	// died and another is starting); placement passes it over. Empty when
 	// it can.
 	Unhealthy string `json:"unhealthy,omitempty"`
+	// Git is the version of the git the node runs agents on repositories
+	// with; empty when it has none, and placement then passes it over for
+	// an open on a repository.
+	Git string `json:"git,omitempty"`
 }
 
 // BackendInfo is one kind of agent a node can run, or has found the means

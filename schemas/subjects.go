@@ -131,12 +131,19 @@ const (
 	VerbRecord  Verb = "record"
 	VerbNodes   Verb = "nodes"
 	VerbReplay  Verb = "replay"
+	// The verbs of agents on repositories (answered by nodes): whether
+	// the node's cache holds a commit, an agent's diff, and a bundle of
+	// its work.
+	VerbRepoHas Verb = "repo_has"
+	VerbDiff    Verb = "diff"
+	VerbWork    Verb = "work"
 )
 
 // NodeVerbs lists the verbs a node answers under
 // shoal.node.<node>.<verb>. (Output is read from the stream: the fabric
 // service answers it, no node does.)
-var NodeVerbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel, VerbPermit, VerbDescribe}
+var NodeVerbs = []Verb{VerbOpen, VerbSend, VerbRun, VerbStatus, VerbList, VerbInterrupt, VerbClose, VerbSetModel, VerbPermit, VerbDescribe,
+	VerbRepoHas, VerbDiff, VerbWork}
 
 // FabricVerbs are the verbs of the coordinator's fabric service, each with
 // the access it asks of the rights rules (Decide).

@@ -70,7 +70,8 @@ type DiffRequest struct {
 }
 
 // DiffReply is an agent's work as git diff prints it, against Base (the
-// commit it started on), and how many files it changes.
+// commit it started on: with the caller's uncommitted work, the commit of
+// that), and how many files it changes.
 type DiffReply struct {
 	Diff  string `json:"diff"`
 	Base  string `json:"base"`

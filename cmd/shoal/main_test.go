@@ -49,7 +49,15 @@ type shoalProc struct {
 // dir, plus env.
 func startShoal(t *testing.T, dir string, env []string, args ...string) *shoalProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	return startCommand(t, dir, env, append([]string{os.Args[0]}, args...))
+}
+
+// startCommand is startShoal for a command line of its own (one that runs
+// shoal in the end, under a wrapper).
+func startCommand(t *testing.T, dir string, env []string, argv []string) *shoalProc {
+	t.Helper()
+	args := argv[1:]
+	cmd := exec.Command(argv[0], args...)
 	cmd.Env = append(baseEnv(dir), env...)
 	p := &shoalProc{t: t, cmd: cmd, done: make(chan struct{}), lines: make(chan string, 100)}
 	out, err := cmd.StdoutPipe()

@@ -96,10 +96,18 @@ func textArg(env *environment, args []string) (string, error) {
 }
 
 func openCommand() *command {
-	return verbCommand("open", "[dir]", "open an agent in a directory",
+	return verbCommand("open", "[dir]", "open an agent in a directory, or on a repository",
 		`Opens an agent with its working directory at dir (default: the current
 directory; a relative path is made absolute here, and must exist on the
 node that runs the agent). Prints the agent's id.
+
+With --repo, the agent works on a git repository of this machine instead,
+on whichever node it runs: in a checkout of its own on branch shoal/<id>,
+starting on --ref (default HEAD) or, with --with-changes, on the
+uncommitted work (tracked and untracked files, not ignored ones). Only
+the commits the node lacks are sent, through the fabric; this checkout,
+its index, stash and HEAD are not touched. `+"`shoal diff`"+` shows the
+agent's work, `+"`shoal fetch`"+` brings it back as branch shoal/<id>.
 
 The model selects the backend: acp:<agent>[:<model>], ollama:<tag>,
 vmlx:<tag>, anything else runs the claude CLI (a Claude model may carry an
@@ -131,7 +139,17 @@ effort suffix, e.g. sonnet/high).`,
 			fs.Var(&sandbox, "sandbox", "run the agent in its node's kernel sandbox; --sandbox=false declines it (default: the node's --sandbox mode)")
 			fs.StringVar(&sandboxNet, "sandbox-net", "", "comma-separated `hosts` a sandboxed agent may reach besides its model API")
 			fs.StringVar(&req.SandboxKind, "sandbox-kind", "", "a sandbox at least this strong, on a node that gives it: `kind` namespaces or landlock (implies --sandbox)")
+			var repo client.RepoSource
+			fs.StringVar(&repo.Dir, "repo", "", "work on the git repository at `dir` of this machine, in a checkout of the agent's own on its node")
+			fs.StringVar(&repo.Ref, "ref", "", "with --repo: the `ref` the agent starts on (default HEAD)")
+			fs.BoolVar(&repo.WithChanges, "with-changes", false, "with --repo: start on the uncommitted work, on top of HEAD")
 			return func(ctx context.Context, v *verb, args []string) error {
+				if repo.Dir == "" && (repo.Ref != "" || repo.WithChanges) {
+					return usagef("--ref and --with-changes go with --repo DIR")
+				}
+				if repo.Dir != "" && len(args) > 0 {
+					return usagef("open --repo works on a copy of the repository on the agent's node; it takes no directory (got %s)", args[0])
+				}
 				if askTimeout < 0 {
 					return usagef("--ask-timeout %s: a person needs some time to answer", askTimeout)
 				}
@@ -174,7 +192,16 @@ effort suffix, e.g. sonnet/high).`,
 				if err != nil {
 					return err
 				}
-				rep, err := f.Open(ctx, req)
+				var rep schemas.OpenReply
+				if repo.Dir != "" {
+					d, ok := f.(*client.Direct)
+					if !ok {
+						return schemas.Errf(schemas.CodeForbidden, "an open on a repository needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store")
+					}
+					rep, err = d.OpenRepo(ctx, req, repo)
+				} else {
+					rep, err = f.Open(ctx, req)
+				}
 				if err != nil {
 					return err
 				}

@@ -97,10 +97,10 @@ var rules = []rule{
 		forbid: oursUnder("node", "bridge", "broker"),
 	},
 	{
-		why:  "client imports only schemas and the wait notice of service of ours",
+		why:  "client imports only schemas, the wait notice of service and the git side of workspace of ours",
 		from: under("client"),
 		forbid: func(_, imp string) bool {
-			return ours(imp) && rel(imp) != "schemas" && rel(imp) != "service"
+			return ours(imp) && rel(imp) != "schemas" && rel(imp) != "service" && rel(imp) != "workspace"
 		},
 	},
 	{

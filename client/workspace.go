@@ -1,0 +1,287 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/workspace"
+)
+
+// Agents on a caller's repository (shoal open --repo). The client makes
+// the agent's start on the caller's machine (a commit of a ref, or of the
+// uncommitted work, without touching the caller's checkout), asks the
+// node placement chose what it has of the repository, and sends a bundle
+// of the rest through the fabric's object store; the node checks out the
+// agent's own copy from it. The agent's work comes back the same way.
+
+// RepoSource is the caller's repository an agent is opened on.
+type RepoSource struct {
+	Dir         string // a directory of the caller's git work tree
+	Ref         string // what the agent starts on: HEAD when empty
+	WithChanges bool   // start on the uncommitted work, on top of HEAD
+}
+
+// MaxBundle is the largest bundle sent to a node: a repository whose
+// commits the node lacks take more is refused before anything is sent.
+const MaxBundle = 2 << 30
+
+// OpenRepo opens an agent on the caller's repository src: on a node with
+// git, in a checkout of its own on branch shoal/<id>. Only what the node
+// lacks of the start's history is sent.
+func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src RepoSource) (schemas.OpenReply, error) {
+	if req.Workspace != nil {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "workspace is Shoal's to set")
+	}
+	if req.Parent != "" {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeForbidden, "an agent may not open an agent on a repository of the caller's machine; open it on a directory")
+	}
+	start, err := workspace.Prepare(ctx, src.Dir, src.Ref, src.WithChanges)
+	if err != nil {
+		code := schemas.CodeInvalid
+		if errors.Is(err, workspace.ErrNoGit) {
+			code = schemas.CodeUnavailable
+		}
+		return schemas.OpenReply{}, schemas.Errf(code, "%v", err)
+	}
+	defer start.Close()
+	req.CWD = start.Root
+	return f.open(ctx, req, func(ctx context.Context, node string) (*schemas.Workspace, error) {
+		return f.ship(ctx, start, node)
+	})
+}
+
+// gitNodes keeps the nodes that can run an agent on a repository; the
+// node an open names must be one.
+func gitNodes(nodes *[]schemas.NodeRecord, named string) error {
+	if named != "" {
+		for _, n := range *nodes {
+			if n.Name == named && n.Git == "" {
+				return schemas.Errf(schemas.CodeUnavailable, "node %s has no git, so it cannot run an agent on a repository", named)
+			}
+		}
+	}
+	all := len(*nodes)
+	*nodes = slices.DeleteFunc(*nodes, func(n schemas.NodeRecord) bool { return n.Git == "" })
+	if all > 0 && len(*nodes) == 0 {
+		return schemas.Errf(schemas.CodeUnavailable, "no node has git, so none can run an agent on a repository (%d running)", all)
+	}
+	return nil
+}
+
+// ship sends node what it lacks of start and returns the workspace the
+// open carries.
+func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) (*schemas.Workspace, error) {
+	ws := &schemas.Workspace{Repo: start.Repo, Source: start.Root, Ref: start.Ref, Base: start.Base, Commit: start.Commit, WithChanges: start.Commit != start.Base}
+	var has schemas.RepoHasReply
+	if err := f.request(ctx, node, schemas.VerbRepoHas, schemas.RepoHasRequest{Repo: start.Repo, Commit: start.Commit}, &has, f.timeout); err != nil {
+		return nil, err
+	}
+	if has.Has {
+		f.say("node %s has commit %.12s of %s already: nothing to send", node, start.Commit, start.Root)
+		return ws, nil
+	}
+	obs, err := f.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
+	}
+	ws.Bundle = bundleName(start.Repo, start.Commit, has.Haves)
+	if info, err := obs.GetInfo(ctx, ws.Bundle); err == nil && !info.Deleted {
+		// Sent whole before: by an earlier try, or for another node that
+		// held what this one holds.
+		f.say("the commits node %s lacks of %s were sent before (%d bytes): not sent again", node, start.Root, info.Size)
+		return ws, nil
+	}
+	tmp, err := os.CreateTemp("", "shoal-bundle-")
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	commits, err := start.Bundle(ctx, has.Haves, tmp.Name())
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "bundle %s: %v", start.Root, err)
+	}
+	if commits == 0 {
+		// The node holds every commit but not the ref: nothing to send
+		// that it could not have, so the start itself is asked again.
+		return nil, schemas.Errf(schemas.CodeInternal, "node %s lacks commit %s of %s, yet has all its history", node, start.Commit, start.Root)
+	}
+	in, err := os.Open(tmp.Name())
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	if fi.Size() > MaxBundle {
+		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
+			start.Root, node, commits, bytesText(fi.Size()), bytesText(MaxBundle))
+	}
+	what := fmt.Sprintf("%d commits of %s to node %s", commits, start.Root, node)
+	began := time.Now()
+	r := &countingReader{r: in}
+	done := f.report(r, fi.Size(), "sending "+what)
+	_, err = obs.Put(ctx, jetstream.ObjectMeta{Name: ws.Bundle, Description: "commits of " + start.Root + " for node " + node}, r)
+	done()
+	if err != nil {
+		// A bundle cut off is never read: the node reads only a whole
+		// object, whose digest it checks. A retry sends it again.
+		obs.Delete(context.WithoutCancel(ctx), ws.Bundle)
+		return nil, schemas.Errf(schemas.CodeUnavailable, "send %s: %v", what, err)
+	}
+	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
+	return ws, nil
+}
+
+// bundleName is the object a bundle of commit for a node holding haves
+// is stored under.
+func bundleName(repo, commit string, haves []string) string {
+	h := sha256.Sum256([]byte(strings.Join(slices.Sorted(slices.Values(haves)), "\n")))
+	return repo + "/" + commit + "-" + hex.EncodeToString(h[:8]) + ".bundle"
+}
+
+// say tells the caller's progress line, if it has one.
+func (f *Direct) say(format string, args ...any) {
+	if f.progress != nil {
+		f.progress(fmt.Sprintf(format, args...))
+	}
+}
+
+// report says every few seconds how much of size r has read, until done
+// is called.
+func (f *Direct) report(r *countingReader, size int64, what string) (done func()) {
+	if f.progress == nil {
+		return func() {}
+	}
+	f.say("%s: %s", what, bytesText(size))
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				n := r.n.Load()
+				f.say("%s: %s of %s (%d%%)", what, bytesText(n), bytesText(size), n*100/max(size, 1))
+			}
+		}
+	}()
+	return func() { close(stop); <-ended }
+}
+
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// bytesText is a size as people read it.
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// Diff is agent id's work against the commit it started on.
+func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error) {
+	if err := validAgent(id); err != nil {
+		return schemas.DiffReply{}, err
+	}
+	var rep schemas.DiffReply
+	err := f.toOwner(ctx, id, schemas.VerbDiff, schemas.DiffRequest{AgentID: id, Stat: stat}, &rep, time.Minute)
+	return rep, err
+}
+
+// Fetched is what Fetch brought into the caller's repository.
+type Fetched struct {
+	Branch  string // shoal/<id>
+	Tip     string // its commit
+	Base    string // the commit the agent started on
+	Commits int    // how many commits came
+	Files   int    // how many files its work changes
+	Into    string // the repository the branch is in
+}
+
+// Fetch creates or moves branch shoal/<id> in the caller's repository
+// into (the one the agent was opened on when empty) to the agent's work:
+// its commits and, on top, a commit of its uncommitted work. The caller's
+// checkout, index and HEAD are not touched, nor is the branch if it is
+// the one checked out.
+func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
+	rec, err := f.Record(ctx, id)
+	if err != nil {
+		return Fetched{}, err
+	}
+	if rec.Workspace == nil {
+		return Fetched{}, schemas.Errf(schemas.CodeInvalid, "agent %s was not opened on a repository: there is no work to fetch as a branch", id)
+	}
+	if into == "" {
+		into = rec.Workspace.Source
+	}
+	var rep schemas.WorkReply
+	if err := f.toOwner(ctx, id, schemas.VerbWork, schemas.WorkRequest{AgentID: id}, &rep, 10*time.Minute); err != nil {
+		return Fetched{}, err
+	}
+	got := Fetched{Branch: rep.Branch, Tip: rep.Tip, Base: rep.Base, Commits: rep.Commits, Files: rep.Files, Into: into}
+	if rep.Bundle == "" {
+		// The agent's work is where it started, which the caller has.
+		if err := workspace.SetBranch(ctx, into, rep.Branch, rep.Tip); err != nil {
+			return got, schemas.Errf(schemas.CodeInvalid, "%v", err)
+		}
+		return got, nil
+	}
+	obs, err := f.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return got, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
+	}
+	tmp, err := os.CreateTemp("", "shoal-work-")
+	if err != nil {
+		return got, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	obj, err := obs.Get(ctx, rep.Bundle)
+	if err != nil {
+		return got, schemas.Errf(schemas.CodeUnavailable, "read the work of agent %s: %v", id, err)
+	}
+	defer obj.Close()
+	if _, err := io.Copy(tmp, obj); err != nil {
+		return got, schemas.Errf(schemas.CodeUnavailable, "read the work of agent %s: %v", id, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return got, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	if err := workspace.Land(ctx, into, tmp.Name(), rep.Tip, rep.Branch); err != nil {
+		return got, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
+	return got, nil
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"path/filepath"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// The commands of agents on a repository (open --repo): their work
+// against their start, and their work brought back as a branch.
+
+// direct is the fabric as a client with the coordinator's rights, which
+// the repository commands need: scoped credentials do not reach the
+// repositories' object store yet.
+func (v *verb) direct(what string) (*client.Direct, error) {
+	f, err := v.fabric()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := f.(*client.Direct)
+	if !ok {
+		return nil, schemas.Errf(schemas.CodeForbidden, "%s needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store", what)
+	}
+	return d, nil
+}
+
+func diffCommand() *command {
+	return verbCommand("diff", "<agent>", "show the work of an agent opened on a repository",
+		`Prints what the agent changed against the commit it started on, as git
+diff prints it: its commits and what it has not committed, untracked files
+included (ignored ones not). With --stat, a summary of the files changed.`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var stat bool
+			fs.BoolVar(&stat, "stat", false, "a summary of the files changed instead of the diff")
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q", rest[0])
+				}
+				d, err := v.direct("shoal diff")
+				if err != nil {
+					return err
+				}
+				rep, err := d.Diff(ctx, id, stat)
+				if err != nil {
+					return err
+				}
+				if v.json {
+					return printJSON(v.env, rep)
+				}
+				_, err = fmt.Fprint(v.out(), rep.Diff)
+				return err
+			}
+		})
+}
+
+func fetchCommand() *command {
+	return verbCommand("fetch", "<agent>", "bring the work of an agent opened on a repository back as a branch",
+		`Creates or moves branch shoal/<agent> in the repository the agent was
+opened on (or --into DIR) to the agent's work: its commits and, on top, a
+commit of what it has not committed, whose message names the agent and its
+turn. Your checkout, index and HEAD are not touched; a branch checked out
+is not moved. Prints the branch and its commit.`,
+		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
+			var into string
+			fs.StringVar(&into, "into", "", "the repository to fetch into, a `dir` of its work tree (default: the one the agent was opened on)")
+			return func(ctx context.Context, v *verb, args []string) error {
+				id, rest, err := agentArg(args, "the agent id")
+				if err != nil {
+					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q", rest[0])
+				}
+				if into != "" {
+					if into, err = filepath.Abs(into); err != nil {
+						return err
+					}
+				}
+				d, err := v.direct("shoal fetch")
+				if err != nil {
+					return err
+				}
+				got, err := d.Fetch(ctx, id, into)
+				if err != nil {
+					return err
+				}
+				line := fmt.Sprintf("%s %s (%d commits, %d files changed) in %s", got.Branch, got.Tip, got.Commits, got.Files, got.Into)
+				return v.reply(got, line)
+			}
+		})
+}

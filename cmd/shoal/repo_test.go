@@ -1,0 +1,216 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+)
+
+// gitIn runs git in dir and returns its output, trimmed; the test fails
+// if git does.
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// hiddenNode starts `shoal node` in a mount namespace of its own in which
+// hide is an empty tmpfs: the node cannot see what the caller keeps
+// there, as a node on another machine cannot.
+func hiddenNode(t *testing.T, c *upFixture, model *fakemodel.Server, name, hide string) *shoalProc {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatalf("this test needs unshare (util-linux, which scripts/test installs): %v", err)
+	}
+	home := filepath.Join(t.TempDir(), name)
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), model.URL()), "XDG_CACHE_HOME="+home+"/cache", "HIDE="+hide, "SHOAL_BIN="+os.Args[0])
+	env = append(env, c.client...)
+	script := `mount -t tmpfs -o size=1m shoal-hidden "$HIDE" && exec "$SHOAL_BIN" node --name ` + name + ` --claude ` + peers.Claude.Command(t)[0]
+	p := startCommand(t, home, env, []string{unshare, "--mount", "--propagation", "private", "sh", "-c", script})
+	p.waitLine("shoal: node " + name + " joined")
+	return p
+}
+
+// An agent opened on a repository of the caller's works, on a node that
+// has no copy of it and cannot see the caller's files, in a checkout of
+// its own; its work comes back as a branch, the caller's checkout
+// untouched; a second open sends only the new commits; --with-changes
+// carries the uncommitted work, ignored files left behind.
+func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--no-node")
+	// The agents' model: "run: <command>" runs it with the Bash tool.
+	model := fakemodel.Start(t, fakemodel.Config{Default: func(r fakemodel.Request) fakemodel.Reply {
+		if len(r.ToolResults) > 0 {
+			return fakemodel.Reply{Text: "Done."}
+		}
+		if cmd, ok := strings.CutPrefix(r.UserText, "run: "); ok {
+			in, _ := json.Marshal(map[string]string{"command": cmd, "description": "as asked"})
+			return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+		}
+		return fakemodel.Reply{Text: "ok"}
+	}})
+	hidden := t.TempDir()
+	repo := filepath.Join(hidden, "repo")
+	gitIn(t, hidden, "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, ".gitignore"), []byte("*.log\n"), 0o644)
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "first")
+	for i := range 3 {
+		os.WriteFile(filepath.Join(repo, "f"+strconv.Itoa(i)), []byte(strings.Repeat("line\n", 200*(i+1))), 0o644)
+		gitIn(t, repo, "add", ".")
+		gitIn(t, repo, "commit", "-q", "-m", "more "+strconv.Itoa(i))
+	}
+	head := gitIn(t, repo, "rev-parse", "HEAD")
+
+	hiddenNode(t, c, model, "n1", hidden)
+	hiddenNode(t, c, model, "n2", hidden)
+
+	open := func(args ...string) (id string, sent string) {
+		t.Helper()
+		code, out, errOut := c.shoal(append([]string{"open", "--repo", repo, "--permission", "bypass"}, args...)...)
+		if code != 0 {
+			t.Fatalf("open --repo %v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out), errOut
+	}
+	sentBytes := regexp.MustCompile(`sent (\d+) commits of \S+ to node (\S+): (\d+) bytes`)
+
+	// On each node, a checkout of its own; the first open sends all four
+	// commits.
+	a, said := open("--node", "n1")
+	m := sentBytes.FindStringSubmatch(said)
+	if m == nil || m[1] != "4" || m[2] != "n1" {
+		t.Fatalf("the first open to n1 did not say it sent the 4 commits:\n%s", said)
+	}
+	firstBytes, _ := strconv.Atoi(m[3])
+	// n2 lacks what n1 lacked: the same bundle serves, already sent.
+	b, said := open("--node", "n2")
+	if !strings.Contains(said, "were sent before ("+m[3]+" bytes): not sent again") {
+		t.Fatalf("the first open to n2 did not say the bundle sent for n1 serves it:\n%s", said)
+	}
+	var recA, recB struct {
+		CWD       string `json:"cwd"`
+		Node      string `json:"node"`
+		Workspace struct {
+			Repo, Base, Commit, Branch, Source string
+		} `json:"workspace"`
+	}
+	json.Unmarshal([]byte(c.must("status", a)), &recA)
+	json.Unmarshal([]byte(c.must("status", b)), &recB)
+	if recA.Workspace.Base != head || recA.Workspace.Branch != "shoal/"+a || recA.Workspace.Source != repo || recA.CWD == repo || recA.CWD == recB.CWD {
+		t.Fatalf("agent %s's record: %+v (agent %s's: %+v)", a, recA, b, recB)
+	}
+
+	// Agent a adds a file and edits one, and notes whether it can see the
+	// caller's repository (it cannot: its node does not); b does nothing.
+	if out := c.must("run", a, "run: echo from-agent > added.txt && echo changed >> README && (test -e "+repo+"/README && echo visible || echo hidden) > probe.txt"); !strings.Contains(out, "Done.") {
+		t.Fatalf("agent %s's turn said %q", a, out)
+	}
+	diff := c.must("diff", a)
+	for _, want := range []string{"added.txt", "+from-agent", "+changed", "+hidden"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("shoal diff %s lacks %q:\n%s", a, want, diff)
+		}
+	}
+	if d := c.must("diff", b); d != "" {
+		t.Fatalf("agent %s did nothing, yet its diff is:\n%s", b, d)
+	}
+	if stat := c.must("diff", "--stat", a); !strings.Contains(stat, "3 files changed") {
+		t.Fatalf("shoal diff --stat %s: %s", a, stat)
+	}
+
+	// Its work comes back as branch shoal/<a>; the caller's HEAD, index and
+	// files are as they were.
+	fetched := c.must("fetch", a)
+	if !strings.HasPrefix(fetched, "shoal/"+a+" ") {
+		t.Fatalf("shoal fetch %s printed %q", a, fetched)
+	}
+	if got := gitIn(t, repo, "show", "shoal/"+a+":added.txt"); got != "from-agent" {
+		t.Fatalf("added.txt on shoal/%s is %q", a, got)
+	}
+	if got := gitIn(t, repo, "show", "shoal/"+a+":README"); got != "hello\nchanged" {
+		t.Fatalf("README on shoal/%s is %q", a, got)
+	}
+	if msg := gitIn(t, repo, "log", "-1", "--format=%an%n%B", "shoal/"+a); !strings.Contains(msg, "shoal agent "+a) || !strings.Contains(msg, "Turn: 1") {
+		t.Fatalf("the commit of agent %s's uncommitted work says:\n%s", a, msg)
+	}
+	if got := gitIn(t, repo, "rev-parse", "HEAD"); got != head {
+		t.Fatalf("the caller's HEAD moved to %s", got)
+	}
+	if st := gitIn(t, repo, "status", "--porcelain"); st != "" {
+		t.Fatalf("the caller's checkout changed:\n%s", st)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "added.txt")); !os.IsNotExist(err) {
+		t.Fatalf("added.txt is in the caller's working tree: %v", err)
+	}
+	if branches := gitIn(t, repo, "branch", "--list", "shoal/*"); strings.Contains(branches, "shoal/"+b) {
+		t.Fatalf("agent %s's branch came back unasked:\n%s", b, branches)
+	}
+
+	// A second open on n1 after one more commit sends that commit alone.
+	os.WriteFile(filepath.Join(repo, "f9"), []byte("nine\n"), 0o644)
+	gitIn(t, repo, "add", "f9")
+	gitIn(t, repo, "commit", "-q", "-m", "nine")
+	head = gitIn(t, repo, "rev-parse", "HEAD")
+	_, said = open("--node", "n1")
+	m = sentBytes.FindStringSubmatch(said)
+	if m == nil || m[1] != "1" {
+		t.Fatalf("the second open to n1 did not say it sent 1 commit:\n%s", said)
+	}
+	if second, _ := strconv.Atoi(m[3]); second*2 > firstBytes {
+		t.Fatalf("the second open sent %d bytes, the first %d: not only the new commit", second, firstBytes)
+	}
+	// The same commit again: nothing to send.
+	if _, said = open("--node", "n1"); !strings.Contains(said, "nothing to send") {
+		t.Fatalf("a third open of the same commit on n1 said:\n%s", said)
+	}
+
+	// --with-changes: an uncommitted edit and an untracked file go, an
+	// ignored file stays behind; the caller's checkout keeps them as they
+	// were, uncommitted.
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\nuncommitted\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, "new.txt"), []byte("untracked\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, "secret.log"), []byte("ignored\n"), 0o644)
+	before := gitIn(t, repo, "status", "--porcelain")
+	w, _ := open("--with-changes", "--node", "n2")
+	if out := c.must("run", w, "run: cat README new.txt; test -e secret.log && echo has-secret || echo no-secret"); !strings.Contains(out, "Done.") {
+		t.Fatalf("agent %s's turn said %q", w, out)
+	}
+	if d := c.must("diff", w); d != "" {
+		t.Fatalf("agent %s changed nothing, yet its diff (against its start, the caller's changes) is:\n%s", w, d)
+	}
+	c.must("fetch", w)
+	if got := gitIn(t, repo, "show", "shoal/"+w+":README"); got != "hello\nuncommitted" {
+		t.Fatalf("README on shoal/%s is %q", w, got)
+	}
+	if got := gitIn(t, repo, "show", "shoal/"+w+":new.txt"); got != "untracked" {
+		t.Fatalf("new.txt on shoal/%s is %q", w, got)
+	}
+	if out, err := exec.Command("git", "-C", repo, "cat-file", "-e", "shoal/"+w+":secret.log").CombinedOutput(); err == nil {
+		t.Fatalf("the ignored secret.log went to the agent: %s", out)
+	}
+	if after := gitIn(t, repo, "status", "--porcelain"); after != before {
+		t.Fatalf("the caller's uncommitted work changed from\n%s\nto\n%s", before, after)
+	}
+	if got := gitIn(t, repo, "rev-parse", "HEAD"); got != head {
+		t.Fatalf("the caller's HEAD moved to %s", got)
+	}
+}

@@ -1,0 +1,280 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/workspace"
+)
+
+// Agents on a caller's repository. The node keeps one cache per
+// repository (a bare repository per identity, under <dir>/repos) and
+// gives each such agent a checkout of its own on branch shoal/<id>, under
+// <dir>/work/<id>, which is its working directory; what it was opened on
+// is kept beside it (<dir>/work/<id>.json), so its diff and its work can
+// be had after the agent ended and after a restart. The repository comes
+// as a git bundle in the fabric's object store, holding only what the
+// node said it lacked: no path of the caller's machine, no remote URL and
+// no credential reaches the node.
+
+// repos is the node's side of agents on repositories.
+type repos struct {
+	dir   string
+	cache *workspace.Cache
+	git   string // the git's version; "" when the node has none
+	why   string // why not, when it has none
+	js    jetstream.JetStream
+	node  string
+}
+
+func newRepos(ctx context.Context, h *Host) *repos {
+	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name}
+	if !h.cfg.Confined {
+		r.js = h.js
+	}
+	if v, err := workspace.Available(ctx); err != nil {
+		r.why = err.Error()
+	} else {
+		r.git = v
+	}
+	return r
+}
+
+// checkout is agent id's checkout.
+func (r *repos) checkout(id string) string { return filepath.Join(r.dir, id) }
+
+func (r *repos) metaPath(id string) string { return filepath.Join(r.dir, id+".json") }
+
+// able refuses what this node cannot do for agents on repositories.
+func (r *repos) able() error {
+	switch {
+	case r.git == "":
+		return schemas.Errf(schemas.CodeUnavailable, "node %s cannot run agents on a repository: %s", r.node, r.why)
+	case r.js == nil:
+		return schemas.Errf(schemas.CodeUnavailable, "node %s runs with scoped credentials, which do not yet reach the repositories' object store: open the agent on a directory of the node instead", r.node)
+	}
+	return nil
+}
+
+// prepare makes agent id's checkout of ws (from its bundle, or from the
+// cache when the node had it all) and returns it, with whether this call
+// made it: a reopened id goes on in the checkout it has. ws comes back
+// with its branch set.
+func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (string, bool, error) {
+	if err := r.able(); err != nil {
+		return "", false, err
+	}
+	for what, c := range map[string]string{"repo": ws.Repo, "base": ws.Base, "commit": ws.Commit} {
+		if err := schemas.ValidCommit("workspace "+what, c); err != nil {
+			return "", false, schemas.Errf(schemas.CodeInvalid, "%v", err)
+		}
+	}
+	ws.Branch = schemas.BranchName(id)
+	dir := r.checkout(id)
+	if old, err := r.meta(id); err == nil {
+		if _, err := os.Stat(dir); err == nil {
+			if old.Repo != ws.Repo {
+				return "", false, schemas.Errf(schemas.CodeConflict, "agent %s works on another repository (%s) on node %s; give this agent another id", id, short(old.Repo), r.node)
+			}
+			// A reopened id goes on where it was: its start stays the
+			// one it was first opened on.
+			*ws = old
+			return dir, false, nil
+		}
+	}
+	if ws.Bundle != "" {
+		if err := r.receive(ctx, ws); err != nil {
+			return "", false, err
+		}
+	} else if has, _, err := r.cache.Has(ctx, ws.Repo, ws.Commit); err != nil {
+		return "", false, schemas.Errf(schemas.CodeInternal, "read the cache of repository %s: %v", short(ws.Repo), err)
+	} else if !has {
+		return "", false, schemas.Errf(schemas.CodeInvalid, "node %s does not have commit %s of repository %s, and no bundle of it was sent", r.node, short(ws.Commit), short(ws.Repo))
+	}
+	if err := r.cache.Keep(ctx, ws.Repo, ws.Commit); err != nil {
+		return "", false, schemas.Errf(schemas.CodeInternal, "keep commit %s: %v", short(ws.Commit), err)
+	}
+	if err := r.cache.Checkout(ctx, ws.Repo, ws.Commit, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid"); err != nil {
+		return "", false, schemas.Errf(schemas.CodeInternal, "check out agent %s's copy: %v", id, err)
+	}
+	b, _ := json.Marshal(ws)
+	if err := os.WriteFile(r.metaPath(id), b, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", false, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	return dir, true, nil
+}
+
+// undo removes a checkout prepare made for an open that then failed.
+func (r *repos) undo(id string) {
+	os.RemoveAll(r.checkout(id))
+	os.Remove(r.metaPath(id))
+}
+
+// meta is what agent id was opened on.
+func (r *repos) meta(id string) (schemas.Workspace, error) {
+	var ws schemas.Workspace
+	b, err := os.ReadFile(r.metaPath(id))
+	if err != nil {
+		return ws, err
+	}
+	return ws, json.Unmarshal(b, &ws)
+}
+
+// receive reads ws's bundle from the object store into the cache.
+func (r *repos) receive(ctx context.Context, ws *schemas.Workspace) error {
+	if !strings.HasPrefix(ws.Bundle, ws.Repo+"/") || !strings.HasSuffix(ws.Bundle, ".bundle") {
+		return schemas.Errf(schemas.CodeInvalid, "bundle %q is not one of repository %s", ws.Bundle, short(ws.Repo))
+	}
+	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
+	}
+	f, err := os.CreateTemp("", "shoal-bundle-")
+	if err != nil {
+		return schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	obj, err := obs.Get(ctx, ws.Bundle)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return schemas.Errf(schemas.CodeInvalid, "bundle %s is not in the object store (sent and expired, or never sent whole)", ws.Bundle)
+		}
+		return schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", ws.Bundle, err)
+	}
+	defer obj.Close()
+	// The object store checks the digest as the last chunk is read.
+	if _, err := io.Copy(f, obj); err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", ws.Bundle, err)
+	}
+	if err := f.Close(); err != nil {
+		return schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	if err := r.cache.Receive(ctx, ws.Repo, f.Name(), ws.Commit); err != nil {
+		return schemas.Errf(schemas.CodeInvalid, "bundle %s: %v", ws.Bundle, err)
+	}
+	return nil
+}
+
+// RepoHas says whether the node's cache holds a commit of a repository
+// and, when not, what it holds of it.
+func (h *Host) RepoHas(ctx context.Context, req schemas.RepoHasRequest) (schemas.RepoHasReply, error) {
+	if err := h.repos.able(); err != nil {
+		return schemas.RepoHasReply{}, err
+	}
+	has, haves, err := h.repos.cache.Has(ctx, req.Repo, req.Commit)
+	if err != nil {
+		return schemas.RepoHasReply{}, schemas.Errf(schemas.CodeInternal, "read the cache of repository %s: %v", short(req.Repo), err)
+	}
+	return schemas.RepoHasReply{Has: has, Haves: haves}, nil
+}
+
+// Diff is an agent's work against the commit it started on.
+func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffReply, error) {
+	ws, dir, err := h.repos.of(req.AgentID)
+	if err != nil {
+		return schemas.DiffReply{}, err
+	}
+	// Against its start: with the caller's uncommitted work, that is the
+	// commit of it, which is not the agent's doing.
+	diff, err := workspace.Diff(ctx, dir, ws.Commit, req.Stat)
+	if err != nil {
+		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInternal, "the diff of agent %s: %v", req.AgentID, err)
+	}
+	files, err := workspace.Changed(ctx, dir, ws.Commit)
+	if err != nil {
+		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInternal, "the diff of agent %s: %v", req.AgentID, err)
+	}
+	return schemas.DiffReply{Diff: diff, Base: ws.Commit, Files: files}, nil
+}
+
+// Work puts a bundle of an agent's work in the object store: its commits
+// and, on top, a commit of what it has not committed, whose message says
+// which agent and turn made it.
+func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkReply, error) {
+	ws, dir, err := h.repos.of(req.AgentID)
+	if err != nil {
+		return schemas.WorkReply{}, err
+	}
+	if err := h.repos.able(); err != nil {
+		return schemas.WorkReply{}, err
+	}
+	turn := 0
+	h.mu.Lock()
+	if a, ok := h.agents[req.AgentID]; ok {
+		a.mu.Lock()
+		turn = a.rec.Turn
+		a.mu.Unlock()
+	}
+	h.mu.Unlock()
+	msg := fmt.Sprintf("shoal: work of agent %s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", req.AgentID, turn, req.AgentID, h.cfg.Name, turn)
+	tip, err := workspace.Snapshot(ctx, dir, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
+	if err != nil {
+		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
+	}
+	files, err := workspace.Changed(ctx, dir, ws.Commit)
+	if err != nil {
+		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
+	}
+	rep := schemas.WorkReply{Tip: tip, Base: ws.Base, Branch: ws.Branch, Files: files}
+	if tip == ws.Base {
+		return rep, nil
+	}
+	f, err := os.CreateTemp("", "shoal-work-")
+	if err != nil {
+		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	if rep.Commits, err = workspace.BundleWork(ctx, dir, tip, ws.Base, f.Name()); err != nil {
+		return rep, schemas.Errf(schemas.CodeInternal, "bundle the work of agent %s: %v", req.AgentID, err)
+	}
+	obs, err := h.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return rep, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
+	}
+	rep.Bundle = ws.Repo + "/" + tip + ".bundle"
+	in, err := os.Open(f.Name())
+	if err != nil {
+		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	defer in.Close()
+	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: rep.Bundle, Description: "the work of agent " + req.AgentID}, in); err != nil {
+		return rep, schemas.Errf(schemas.CodeUnavailable, "store the work of agent %s: %v", req.AgentID, err)
+	}
+	return rep, nil
+}
+
+// of is the workspace and checkout of agent id.
+func (r *repos) of(id string) (schemas.Workspace, string, error) {
+	if err := schemas.ValidID(id); err != nil {
+		return schemas.Workspace{}, "", schemas.Errf(schemas.CodeInvalid, "agent %v", err)
+	}
+	ws, err := r.meta(id)
+	if err != nil {
+		return ws, "", schemas.Errf(schemas.CodeNotFound, "agent %s was not opened on a repository on node %s", id, r.node)
+	}
+	dir := r.checkout(id)
+	if _, err := os.Stat(dir); err != nil {
+		return ws, "", schemas.Errf(schemas.CodeNotFound, "agent %s's checkout is gone from node %s", id, r.node)
+	}
+	return ws, dir, nil
+}
+
+// short is a commit id as people read it.
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
