@@ -2,14 +2,11 @@ package client
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -57,9 +54,56 @@ func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src Repo
 	}
 	defer start.Close()
 	req.CWD = start.Root
+	// A reopened id goes on with its work: where it was, or carried from
+	// there to the node placement chooses.
+	var prev *schemas.AgentRecord
+	if req.ID != "" {
+		if rec, err := f.Record(ctx, req.ID); err == nil && rec.Workspace != nil {
+			if rec.Workspace.Repo != start.Repo {
+				return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent %s works on another repository (%s, from %s); give this agent another id", req.ID, rec.Workspace.Repo, rec.Workspace.Source)
+			}
+			prev = &rec
+			if req.Node == "" {
+				if nodes, err := f.Nodes(ctx); err == nil && slices.ContainsFunc(nodes, func(n schemas.NodeRecord) bool { return n.Name == rec.Node }) {
+					req.Node = rec.Node // where its checkout is, if that node runs
+				}
+			}
+		}
+	}
 	return f.open(ctx, req, func(ctx context.Context, node string) (*schemas.Workspace, error) {
+		if prev != nil {
+			return f.move(ctx, start, *prev, node)
+		}
 		return f.ship(ctx, start, node)
 	})
+}
+
+// move is the workspace of a reopened agent on node: on the node it ran
+// on, its checkout there; on another, its work there carried over (its
+// commits and a commit of what it had not committed), beyond what node
+// holds.
+func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.AgentRecord, node string) (*schemas.Workspace, error) {
+	ws := *prev.Workspace
+	ws.Source, ws.Bundle, ws.Resume = start.Root, "", ""
+	if node == prev.Node {
+		return &ws, nil
+	}
+	var has schemas.RepoHasReply
+	if err := f.request(ctx, node, schemas.VerbRepoHas, schemas.RepoHasRequest{Repo: ws.Repo, Commit: ws.Commit}, &has, f.timeout); err != nil {
+		return nil, err
+	}
+	haves := has.Haves
+	if has.Has {
+		haves = append(haves, ws.Commit)
+	}
+	var work schemas.WorkReply
+	req := schemas.WorkRequest{AgentID: prev.ID, Haves: haves, Whole: len(haves) == 0}
+	if err := f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute); err != nil {
+		return nil, schemas.Errf(schemas.CodeOf(err), "agent %s's work is on node %s, which could not send it (%v): reopen it when %s answers, or open a new agent", prev.ID, prev.Node, err, prev.Node)
+	}
+	ws.Resume, ws.Bundle = work.Tip, work.Bundle
+	f.say("carried agent %s's work (%d commits, %d files changed) from node %s to node %s", prev.ID, work.Commits, work.Files, prev.Node, node)
+	return &ws, nil
 }
 
 // gitNodes keeps the nodes that can run an agent on a repository; the
@@ -96,7 +140,7 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
 	}
-	ws.Bundle = bundleName(start.Repo, start.Commit, has.Haves)
+	ws.Bundle = schemas.BundleName(start.Repo, start.Commit, has.Haves)
 	if info, err := obs.GetInfo(ctx, ws.Bundle); err == nil && !info.Deleted {
 		// Sent whole before: by an earlier try, or for another node that
 		// held what this one holds.
@@ -145,13 +189,6 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 	}
 	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
 	return ws, nil
-}
-
-// bundleName is the object a bundle of commit for a node holding haves
-// is stored under.
-func bundleName(repo, commit string, haves []string) string {
-	h := sha256.Sum256([]byte(strings.Join(slices.Sorted(slices.Values(haves)), "\n")))
-	return repo + "/" + commit + "-" + hex.EncodeToString(h[:8]) + ".bundle"
 }
 
 // say tells the caller's progress line, if it has one.

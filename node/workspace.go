@@ -78,8 +78,20 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 			return "", false, schemas.Errf(schemas.CodeInvalid, "%v", err)
 		}
 	}
+	at := ws.Commit // where the checkout begins
+	if ws.Resume != "" {
+		if err := schemas.ValidCommit("workspace resume", ws.Resume); err != nil {
+			return "", false, schemas.Errf(schemas.CodeInvalid, "%v", err)
+		}
+		at = ws.Resume
+	}
 	ws.Branch = schemas.BranchName(id)
 	dir := r.checkout(id)
+	if ws.Resume != "" {
+		// The agent comes from another node, with its work there: a
+		// checkout this node kept of an earlier life is older than that.
+		r.undo(id)
+	}
 	if old, err := r.meta(id); err == nil {
 		if _, err := os.Stat(dir); err == nil {
 			if old.Repo != ws.Repo {
@@ -92,18 +104,21 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 		}
 	}
 	if ws.Bundle != "" {
-		if err := r.receive(ctx, ws); err != nil {
+		if err := r.receive(ctx, ws, at); err != nil {
 			return "", false, err
 		}
-	} else if has, _, err := r.cache.Has(ctx, ws.Repo, ws.Commit); err != nil {
-		return "", false, schemas.Errf(schemas.CodeInternal, "read the cache of repository %s: %v", short(ws.Repo), err)
-	} else if !has {
-		return "", false, schemas.Errf(schemas.CodeInvalid, "node %s does not have commit %s of repository %s, and no bundle of it was sent", r.node, short(ws.Commit), short(ws.Repo))
 	}
-	if err := r.cache.Keep(ctx, ws.Repo, ws.Commit); err != nil {
-		return "", false, schemas.Errf(schemas.CodeInternal, "keep commit %s: %v", short(ws.Commit), err)
+	for _, c := range []string{ws.Commit, at} {
+		if has, _, err := r.cache.Has(ctx, ws.Repo, c); err != nil {
+			return "", false, schemas.Errf(schemas.CodeInternal, "read the cache of repository %s: %v", short(ws.Repo), err)
+		} else if !has {
+			return "", false, schemas.Errf(schemas.CodeInvalid, "node %s does not have commit %s of repository %s, and no bundle of it was sent", r.node, short(c), short(ws.Repo))
+		}
+		if err := r.cache.Keep(ctx, ws.Repo, c); err != nil {
+			return "", false, schemas.Errf(schemas.CodeInternal, "keep commit %s: %v", short(c), err)
+		}
 	}
-	if err := r.cache.Checkout(ctx, ws.Repo, ws.Commit, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid"); err != nil {
+	if err := r.cache.Checkout(ctx, ws.Repo, at, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid"); err != nil {
 		return "", false, schemas.Errf(schemas.CodeInternal, "check out agent %s's copy: %v", id, err)
 	}
 	b, _ := json.Marshal(ws)
@@ -130,8 +145,9 @@ func (r *repos) meta(id string) (schemas.Workspace, error) {
 	return ws, json.Unmarshal(b, &ws)
 }
 
-// receive reads ws's bundle from the object store into the cache.
-func (r *repos) receive(ctx context.Context, ws *schemas.Workspace) error {
+// receive reads ws's bundle, of commit tip, from the object store into
+// the cache.
+func (r *repos) receive(ctx context.Context, ws *schemas.Workspace, tip string) error {
 	if !strings.HasPrefix(ws.Bundle, ws.Repo+"/") || !strings.HasSuffix(ws.Bundle, ".bundle") {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %q is not one of repository %s", ws.Bundle, short(ws.Repo))
 	}
@@ -160,7 +176,7 @@ func (r *repos) receive(ctx context.Context, ws *schemas.Workspace) error {
 	if err := f.Close(); err != nil {
 		return schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
-	if err := r.cache.Receive(ctx, ws.Repo, f.Name(), ws.Commit); err != nil {
+	if err := r.cache.Receive(ctx, ws.Repo, f.Name(), tip); err != nil {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %s: %v", ws.Bundle, err)
 	}
 	return nil
@@ -227,8 +243,12 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
 	}
 	rep := schemas.WorkReply{Tip: tip, Base: ws.Base, Branch: ws.Branch, Files: files}
-	if tip == ws.Base {
-		return rep, nil
+	haves := req.Haves
+	if len(haves) == 0 && !req.Whole {
+		if tip == ws.Base {
+			return rep, nil // the caller has it
+		}
+		haves = []string{ws.Base}
 	}
 	f, err := os.CreateTemp("", "shoal-work-")
 	if err != nil {
@@ -236,14 +256,17 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	}
 	f.Close()
 	defer os.Remove(f.Name())
-	if rep.Commits, err = workspace.BundleWork(ctx, dir, tip, ws.Base, f.Name()); err != nil {
+	if rep.Commits, err = workspace.BundleWork(ctx, dir, tip, haves, f.Name()); err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "bundle the work of agent %s: %v", req.AgentID, err)
 	}
 	obs, err := h.js.ObjectStore(ctx, schemas.ReposBucket)
 	if err != nil {
 		return rep, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
 	}
-	rep.Bundle = ws.Repo + "/" + tip + ".bundle"
+	if rep.Commits == 0 {
+		return rep, nil // the reader holds all of it
+	}
+	rep.Bundle = schemas.BundleName(ws.Repo, tip, haves)
 	in, err := os.Open(f.Name())
 	if err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)

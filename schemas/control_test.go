@@ -19,7 +19,7 @@ func controlSamples() map[string]any {
 	none := []string{}
 	c1, c2 := strings.Repeat("a1", 20), strings.Repeat("b2", 20)
 	ws := &schemas.Workspace{Repo: c1, Source: "/home/me/proj", Ref: "HEAD", Base: c1, Commit: c2, WithChanges: true,
-		Bundle: c1 + "/" + c2 + "-0123456789abcdef.bundle", Branch: "shoal/9f3a1c20"}
+		Bundle: c1 + "/" + c2 + "-0123456789abcdef.bundle", Branch: "shoal/9f3a1c20", Resume: c2}
 	record := schemas.AgentRecord{ID: "9f3a1c20", Status: schemas.StatusIdle, Model: "sonnet/high", CWD: "/p", Turn: 2,
 		CreatedAt: 1.7566e9, LastActivity: 1.7566e9, EventLog: "/c/9f3a1c20.events.jsonl", Node: "n1", Workspace: ws}
 	recordJSON, _ := json.Marshal(record)
@@ -31,7 +31,7 @@ func controlSamples() map[string]any {
 		"repo_has_reply":    schemas.RepoHasReply{Has: false, Haves: []string{c1}},
 		"diff_request":      schemas.DiffRequest{AgentID: "9f3a1c20", Stat: true},
 		"diff_reply":        schemas.DiffReply{Diff: "diff --git a/x b/x\n", Base: c1, Files: 1},
-		"work_request":      schemas.WorkRequest{AgentID: "9f3a1c20"},
+		"work_request":      schemas.WorkRequest{AgentID: "9f3a1c20", Haves: []string{c1}},
 		"work_reply":        schemas.WorkReply{Bundle: c1 + "/" + c2 + ".bundle", Tip: c2, Base: c1, Branch: "shoal/9f3a1c20", Commits: 2, Files: 1},
 		"open_reply":        schemas.OpenReply{AgentID: "9f3a1c20", Node: "n1"},
 		"send_request":      schemas.SendRequest{RequestID: "r2", AgentID: "9f3a1c20", Text: "hi"},

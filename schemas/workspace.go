@@ -1,6 +1,12 @@
 package schemas
 
-import "fmt"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // ReposBucket is the JetStream object store of repository bundles: what a
 // caller ships to the node that runs an agent on its repository, and what
@@ -30,6 +36,18 @@ type Workspace struct {
 	// Branch is the agent's branch in its checkout, and in the caller's
 	// repository once fetched: BranchName(id).
 	Branch string `json:"branch,omitempty"`
+	// Resume is where the checkout begins when the agent moved from
+	// another node: its work there (its commits, and a commit of what it
+	// had not committed). Empty: at Commit.
+	Resume string `json:"resume,omitempty"`
+}
+
+// BundleName is the object in ReposBucket a bundle of commit for a reader
+// holding haves is stored under: the same commit for the same haves is
+// one bundle, whichever node reads it.
+func BundleName(repo, commit string, haves []string) string {
+	h := sha256.Sum256([]byte(strings.Join(slices.Sorted(slices.Values(haves)), "\n")))
+	return repo + "/" + commit + "-" + hex.EncodeToString(h[:8]) + ".bundle"
 }
 
 // BranchName is the branch of agent id's work.
@@ -83,6 +101,12 @@ type DiffReply struct {
 // uncommitted work.
 type WorkRequest struct {
 	AgentID string `json:"agent_id"`
+	// Haves are commits the bundle's reader holds, which it may leave
+	// out; empty: the agent's base (what the caller has).
+	Haves []string `json:"haves,omitempty"`
+	// Whole asks for all the history up to the work, for a reader that
+	// holds nothing of the repository.
+	Whole bool `json:"whole,omitempty"`
 }
 
 // WorkReply names the bundle in ReposBucket (empty when the agent's work

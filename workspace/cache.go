@@ -219,11 +219,12 @@ func Snapshot(ctx context.Context, dir, message, name, email string) (string, er
 }
 
 // BundleWork writes to path a bundle of commit tip of checkout dir beyond
-// base, for Land; it returns how many commits it holds.
-func BundleWork(ctx context.Context, dir, tip, base, path string) (int, error) {
+// the haves (commits its reader holds; those dir does not know are left
+// out), for Land or Receive; it returns how many commits it holds.
+func BundleWork(ctx context.Context, dir, tip string, haves []string, path string) (int, error) {
 	objects, err := objectDir(ctx, dir)
 	if err != nil {
 		return 0, err
 	}
-	return writeBundle(ctx, objects, tip, []string{base}, path)
+	return writeBundle(ctx, objects, tip, haves, path)
 }

@@ -124,7 +124,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	wb := filepath.Join(t.TempDir(), "w")
-	if n, err := BundleWork(ctx, co, tip, s.Base, wb); err != nil || n != 3 {
+	if n, err := BundleWork(ctx, co, tip, []string{s.Base}, wb); err != nil || n != 3 {
 		t.Fatalf("work bundle: %d %v; want the changes, the agent's commit and its uncommitted work", n, err)
 	}
 	if err := Land(ctx, repo, wb, tip, "shoal/a1"); err != nil {

@@ -165,6 +165,29 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 		t.Fatalf("agent %s's branch came back unasked:\n%s", b, branches)
 	}
 
+	// Closed, and reopened on the other node: its work, committed or not,
+	// is carried there, and it goes on from it.
+	c.must("close", a)
+	_, said = open("--id", a, "--node", "n2")
+	if !strings.Contains(said, "carried agent "+a+"'s work") || !strings.Contains(said, "from node n1 to node n2") {
+		t.Fatalf("reopening %s on n2 said:\n%s", a, said)
+	}
+	json.Unmarshal([]byte(c.must("status", a)), &recA)
+	if recA.Node != "n2" || recA.Workspace.Branch != "shoal/"+a || recA.Workspace.Base != head {
+		t.Fatalf("agent %s reopened: %+v", a, recA)
+	}
+	c.must("run", a, "run: echo more >> added.txt")
+	diff = c.must("diff", a)
+	for _, want := range []string{"+from-agent", "+more", "+changed", "+hidden"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("after the move to n2, shoal diff %s lacks %q:\n%s", a, want, diff)
+		}
+	}
+	c.must("fetch", a)
+	if got := gitIn(t, repo, "show", "shoal/"+a+":added.txt"); got != "from-agent\nmore" {
+		t.Fatalf("added.txt on shoal/%s after the move is %q", a, got)
+	}
+
 	// A second open on n1 after one more commit sends that commit alone.
 	os.WriteFile(filepath.Join(repo, "f9"), []byte("nine\n"), 0o644)
 	gitIn(t, repo, "add", "f9")
