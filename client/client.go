@@ -70,6 +70,9 @@ type Config struct {
 	// Progress, when set, is told in a line each what a long transfer
 	// (a repository sent to a node) has done so far.
 	Progress func(string)
+	// MaxBundle is the largest bundle of a repository sent to a node;
+	// DefaultMaxBundle when zero.
+	MaxBundle int64
 }
 
 func (c Config) timeout() time.Duration {

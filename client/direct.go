@@ -24,10 +24,11 @@ import (
 // an agent to the node that owns it. The coordinator's own services and
 // the command line with full credentials use it.
 type Direct struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	timeout  time.Duration
-	progress func(string)
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	timeout   time.Duration
+	progress  func(string)
+	maxBundle int64
 
 	mu     sync.Mutex
 	cache  *nodeCache
@@ -42,7 +43,11 @@ func NewDirect(nc *nats.Conn, cfg Config) (*Direct, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Direct{nc: nc, js: js, timeout: cfg.timeout(), progress: cfg.Progress}, nil
+	maxBundle := cfg.MaxBundle
+	if maxBundle <= 0 {
+		maxBundle = DefaultMaxBundle
+	}
+	return &Direct{nc: nc, js: js, timeout: cfg.timeout(), progress: cfg.Progress, maxBundle: maxBundle}, nil
 }
 
 // Conn implements Client.

@@ -330,3 +330,22 @@ func TestPlaceSandbox(t *testing.T) {
 	refused(t, []schemas.NodeRecord{plain, confining}, schemas.OpenRequest{SandboxKind: schemas.SandboxNamespaces}, schemas.CodeUnavailable,
 		"confining: cannot put agents in namespaces of their own: new user, mount, pid and network namespaces cannot be made", "plain: cannot sandbox agents")
 }
+
+// An open on a repository goes only to nodes with git, and says so when
+// none has it or the node it names lacks it.
+func TestGitNodes(t *testing.T) {
+	withGit := schemas.NodeRecord{Name: "a", Git: "2.39.5"}
+	without := schemas.NodeRecord{Name: "b"}
+	nodes := []schemas.NodeRecord{withGit, without}
+	if err := gitNodes(&nodes, ""); err != nil || len(nodes) != 1 || nodes[0].Name != "a" {
+		t.Fatalf("kept %+v (%v), want node a alone", nodes, err)
+	}
+	nodes = []schemas.NodeRecord{withGit, without}
+	if err := gitNodes(&nodes, "b"); err == nil || err.Error() != "node b has no git, so it cannot run an agent on a repository" {
+		t.Fatalf("naming node b: %v", err)
+	}
+	nodes = []schemas.NodeRecord{without}
+	if err := gitNodes(&nodes, ""); err == nil || !strings.Contains(err.Error(), "no node has git") || schemas.CodeOf(err) != schemas.CodeUnavailable {
+		t.Fatalf("no node with git: %v", err)
+	}
+}

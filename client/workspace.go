@@ -30,9 +30,10 @@ type RepoSource struct {
 	WithChanges bool   // start on the uncommitted work, on top of HEAD
 }
 
-// MaxBundle is the largest bundle sent to a node: a repository whose
-// commits the node lacks take more is refused before anything is sent.
-const MaxBundle = 2 << 30
+// DefaultMaxBundle is the largest bundle sent to a node unless
+// Config.MaxBundle says otherwise: a repository whose commits the node
+// lacks take more is refused before anything is sent.
+const DefaultMaxBundle = 2 << 30
 
 // OpenRepo opens an agent on the caller's repository src: on a node with
 // git, in a checkout of its own on branch shoal/<id>. Only what the node
@@ -171,9 +172,9 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
-	if fi.Size() > MaxBundle {
+	if fi.Size() > f.maxBundle {
 		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
-			start.Root, node, commits, bytesText(fi.Size()), bytesText(MaxBundle))
+			start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle))
 	}
 	what := fmt.Sprintf("%d commits of %s to node %s", commits, start.Root, node)
 	began := time.Now()

@@ -167,8 +167,8 @@ func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, e
 
 // Land puts the agent's work, a bundle of the commit tip made by the node,
 // on branch in the caller's repository at dir (created, or moved to tip),
-// without touching the caller's checkout. git refuses when the branch is
-// the one checked out.
+// without touching the caller's checkout; a branch checked out is
+// refused.
 func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if !isCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
@@ -176,6 +176,9 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+	}
+	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
+		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first, or fetch --into another repository", branch, root)
 	}
 	if _, err := run(ctx, root, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":refs/heads/"+branch); err != nil {
 		return err

@@ -119,6 +119,10 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 		t.Fatalf("agent %s's record: %+v (agent %s's: %+v)", a, recA, b, recB)
 	}
 
+	if ls := c.must("ls"); !strings.Contains(ls, repo+" (shoal/"+a+" from "+head[:12]+")") || !strings.Contains(ls, repo+" (shoal/"+b+" from "+head[:12]+")") {
+		t.Fatalf("shoal ls does not show the repository, branch and base of %s and %s:\n%s", a, b, ls)
+	}
+
 	// Agent a adds a file and edits one, and notes whether it can see the
 	// caller's repository (it cannot: its node does not); b does nothing.
 	if out := c.must("run", a, "run: echo from-agent > added.txt && echo changed >> README && (test -e "+repo+"/README && echo visible || echo hidden) > probe.txt"); !strings.Contains(out, "Done.") {
@@ -149,7 +153,7 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 	if got := gitIn(t, repo, "show", "shoal/"+a+":README"); got != "hello\nchanged" {
 		t.Fatalf("README on shoal/%s is %q", a, got)
 	}
-	if msg := gitIn(t, repo, "log", "-1", "--format=%an%n%B", "shoal/"+a); !strings.Contains(msg, "shoal agent "+a) || !strings.Contains(msg, "Turn: 1") {
+	if msg := gitIn(t, repo, "log", "-1", "--format=%an%n%B", "shoal/"+a); !strings.Contains(msg, "shoal agent "+a) || !strings.Contains(msg, "Turn: 1") || !strings.Contains(msg, "Node: n1") {
 		t.Fatalf("the commit of agent %s's uncommitted work says:\n%s", a, msg)
 	}
 	if got := gitIn(t, repo, "rev-parse", "HEAD"); got != head {
@@ -187,6 +191,18 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 	if got := gitIn(t, repo, "show", "shoal/"+a+":added.txt"); got != "from-agent\nmore" {
 		t.Fatalf("added.txt on shoal/%s after the move is %q", a, got)
 	}
+
+	// A branch the caller has checked out is not moved.
+	gitIn(t, repo, "switch", "-q", "shoal/"+a)
+	atA := gitIn(t, repo, "rev-parse", "HEAD")
+	c.must("run", a, "run: echo again >> added.txt")
+	if code, _, errOut := c.shoal("fetch", a); code == 0 || !strings.Contains(errOut, "branch shoal/"+a+" is checked out in "+repo+": switch to another branch first") {
+		t.Fatalf("fetch into the checked-out branch shoal/%s: exit %d: %s", a, code, errOut)
+	}
+	if got := gitIn(t, repo, "rev-parse", "HEAD"); got != atA {
+		t.Fatalf("the checked-out branch moved from %s to %s", atA, got)
+	}
+	gitIn(t, repo, "switch", "-q", "main")
 
 	// A second open on n1 after one more commit sends that commit alone.
 	os.WriteFile(filepath.Join(repo, "f9"), []byte("nine\n"), 0o644)

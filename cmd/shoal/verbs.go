@@ -353,7 +353,7 @@ func statusCommand() *command {
 
 func lsCommand() *command {
 	return verbCommand("ls", "", "list the agents of the fabric",
-		"Lists every agent the fabric knows, dead ones kept for review included,\noldest first, with the node each runs on.",
+		"Lists every agent the fabric knows, dead ones kept for review included,\noldest first, with the node each runs on; an agent on a repository shows\nthe repository, its branch and the commit it started from.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			return func(ctx context.Context, v *verb, args []string) error {
 				f, err := v.fabric()
@@ -374,8 +374,14 @@ func lsCommand() *command {
 				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tNODE\tSTATUS\tMODEL\tTURN\tTOKENS\tCWD")
 				for _, r := range recs {
+					where := r.CWD
+					if ws := r.Workspace; ws != nil {
+						// On a repository: the caller's, and the agent's
+						// branch of it from its base.
+						where = fmt.Sprintf("%s (%s from %.12s)", ws.Source, ws.Branch, ws.Base)
+					}
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d in / %d out\t%s\n", r.ID, r.Node, r.Status, r.Model, r.Turn,
-						r.Usage.InputTokens, r.Usage.OutputTokens, r.CWD)
+						r.Usage.InputTokens, r.Usage.OutputTokens, where)
 				}
 				return tw.Flush()
 			}
