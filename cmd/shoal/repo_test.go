@@ -222,6 +222,17 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 		t.Fatalf("a third open of the same commit on n1 said:\n%s", said)
 	}
 
+	// Sandboxed, the agent writes its checkout, and git in it reads the
+	// history it shares with the node's cache.
+	sb, _ := open("--node", "n1", "--sandbox")
+	c.must("run", sb, "run: echo boxed > boxed.txt && git log --oneline | wc -l > count.txt")
+	diff = c.must("diff", sb)
+	for _, want := range []string{"+boxed", "+5"} {
+		if !strings.Contains(diff, want) {
+			t.Fatalf("the sandboxed agent %s's diff lacks %q:\n%s", sb, want, diff)
+		}
+	}
+
 	// --with-changes: an uncommitted edit and an untracked file go, an
 	// ignored file stays behind; the caller's checkout keeps them as they
 	// were, uncommitted.
