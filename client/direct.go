@@ -220,11 +220,78 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 		return schemas.OpenReply{}, err
 	}
 	var rep schemas.OpenReply
-	err = f.request(ctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second)
+	// A node that dies while it opens never answers: its entry in
+	// shoal_nodes going (or naming another instance) ends the wait, not
+	// the open's timeout of minutes.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := f.watchNode(wctx, node)
+	answered := make(chan error, 1)
+	go func() { answered <- f.request(wctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second) }()
+	select {
+	case err = <-answered:
+	case why := <-lost:
+		select {
+		case err = <-answered:
+		case <-time.After(lossGrace):
+			cancel()
+			<-answered
+			rep, err = schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s %s while it opened agent %s", node, why, req.ID)
+		}
+	}
 	if err != nil && release != nil {
 		release(context.WithoutCancel(ctx))
 	}
 	return rep, err
+}
+
+// watchNode reports, once, what became of node when its entry in
+// shoal_nodes goes (it stopped, or its heartbeat lapsed) or names another
+// instance (it restarted) while it is watched, until ctx ends.
+func (f *Direct) watchNode(ctx context.Context, node string) <-chan string {
+	f.mu.Lock()
+	c := f.cache
+	f.mu.Unlock()
+	if c != nil {
+		// A client that follows the nodes already: one watch serves
+		// every open.
+		lost, stop := c.watch(node)
+		context.AfterFunc(ctx, stop)
+		return lost
+	}
+	lost := make(chan string, 1)
+	kv, err := f.nodesKV(ctx)
+	if err != nil {
+		return lost // the node's answer, or the timeout, ends the wait
+	}
+	w, err := kv.Watch(ctx, node)
+	if err != nil {
+		return lost
+	}
+	go func() {
+		defer w.Stop()
+		instance := ""
+		for e := range w.Updates() {
+			if e == nil {
+				continue // the initial value is in
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				lost <- "was lost or stopped"
+				return
+			}
+			var rec schemas.NodeRecord
+			if json.Unmarshal(e.Value(), &rec) != nil {
+				continue
+			}
+			if instance == "" {
+				instance = rec.Instance
+			} else if rec.Instance != instance {
+				lost <- "restarted"
+				return
+			}
+		}
+	}()
+	return lost
 }
 
 // sameOpen reports whether agent req.ID is the one this request opened,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 
@@ -18,6 +19,30 @@ type nodeCache struct {
 	mu     sync.RWMutex
 	nodes  map[string]schemas.NodeRecord
 	synced chan struct{}
+	// watchers are told, once, what became of a node that goes or
+	// restarts (watchNode).
+	watchers map[string][]chan string
+}
+
+// watch reports, once, what becomes of node if it goes or restarts; stop
+// ends the watch.
+func (c *nodeCache) watch(node string) (lost <-chan string, stop func()) {
+	ch := make(chan string, 1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.nodes[node]; !ok {
+		ch <- "is not running"
+		return ch, func() {}
+	}
+	if c.watchers == nil {
+		c.watchers = map[string][]chan string{}
+	}
+	c.watchers[node] = append(c.watchers[node], ch)
+	return ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.watchers[node] = slices.DeleteFunc(c.watchers[node], func(w chan string) bool { return w == ch })
+	}
 }
 
 // WatchNodes keeps the fabric's view of its nodes current until ctx ends;
@@ -56,12 +81,22 @@ func (f *Direct) WatchNodes(ctx context.Context) error {
 func (c *nodeCache) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	tell := func(why string) {
+		for _, w := range c.watchers[e.Key()] {
+			w <- why
+		}
+		delete(c.watchers, e.Key())
+	}
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.nodes, e.Key())
+		tell("was lost or stopped")
 		return
 	}
 	var rec schemas.NodeRecord
 	if json.Unmarshal(e.Value(), &rec) == nil {
+		if old, ok := c.nodes[e.Key()]; ok && old.Instance != rec.Instance {
+			tell("restarted")
+		}
 		c.nodes[e.Key()] = rec
 	}
 }

@@ -195,6 +195,15 @@ func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream j
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Status == schemas.StatusDead || !lost(rec.Node) {
 			continue
 		}
+		if untakenClaim(rec) {
+			// The node never took the agent up: there is no life to
+			// close. The client that claimed it gives it back when its
+			// open fails; one that went too leaves it stale, and it goes.
+			if staleClaim(rec) {
+				agents.Delete(ctx, id, jetstream.LastRevision(e.Revision()))
+			}
+			continue
+		}
 		if err := m.closeLost(ctx, agents, stream, rec, e.Revision(), how); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
@@ -232,4 +241,16 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	}
 	m.log.Info("closed a lost node's agent", "agent", rec.ID, "node", rec.Node)
 	return nil
+}
+
+// untakenClaim reports whether rec is an open's claim its node has not
+// taken up: a node's own record of an agent names its event log.
+func untakenClaim(rec schemas.AgentRecord) bool {
+	return rec.Status == schemas.StatusStarting && rec.EventLog == ""
+}
+
+// staleClaim reports whether an untaken claim is older than any open
+// would take.
+func staleClaim(rec schemas.AgentRecord) bool {
+	return time.Since(time.Unix(int64(rec.CreatedAt), 0)) > schemas.OpenTimeout+time.Minute
 }

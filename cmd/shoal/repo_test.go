@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,10 +9,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
 )
 
 // gitIn runs git in dir and returns its output, trimmed; the test fails
@@ -262,5 +266,60 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 	}
 	if got := gitIn(t, repo, "rev-parse", "HEAD"); got != head {
 		t.Fatalf("the caller's HEAD moved to %s", got)
+	}
+}
+
+// A node SIGKILLed while it receives a repository: the open fails at once
+// saying so (not after the open's timeout of minutes), leaves no record
+// of the agent, and once the node is back a retry succeeds without the
+// bundle being sent again.
+func TestRepositoryOpenOnANodeKilledMidTransfer(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--no-node", "--node-ttl", "3s")
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	big := make([]byte, 48<<20) // incompressible, so the node takes a while over it
+	rand.Read(big)
+	os.WriteFile(filepath.Join(repo, "big.bin"), big, 0o644)
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "big")
+
+	home, tmp := filepath.Join(t.TempDir(), "n1"), t.TempDir()
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), c.fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "TMPDIR="+tmp)
+	env = append(env, c.client...)
+	startNode := func() *shoalProc {
+		p := startShoal(t, home, env, "node", "--name", "n1", "--claude", peers.Claude.Command(t)[0])
+		p.waitLine("shoal: node n1 joined")
+		return p
+	}
+	n1 := startNode()
+
+	open := startShoal(t, t.TempDir(), c.client, "open", "--repo", repo, "--node", "n1", "--id", "moved")
+	// The node is receiving once its copy of the bundle is on its disk.
+	poll.Until(t, 2*time.Minute, "the node receives the bundle", func() bool {
+		got, _ := filepath.Glob(filepath.Join(tmp, "shoal-bundle-*"))
+		return len(got) > 0
+	})
+	n1.stop(syscall.SIGKILL)
+	select {
+	case <-open.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the open still waits a minute after its node was killed; it said:\n%s", open.stderrText())
+	}
+	if code := open.cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(open.stderrText(), "node n1 was lost or stopped while it opened agent moved") {
+		t.Fatalf("the open on a node killed mid-transfer: exit %d:\n%s", code, open.stderrText())
+	}
+	if code, out, errOut := c.shoal("ls", "--json"); code != 0 || strings.Contains(out, `"moved"`) {
+		t.Fatalf("the failed open left a record (exit %d):\n%s%s", code, out, errOut)
+	}
+
+	// Back, the node takes the retry; what was sent is not sent again.
+	startNode()
+	code, out, errOut := c.shoal("open", "--repo", repo, "--node", "n1", "--id", "moved")
+	if code != 0 || strings.TrimSpace(out) != "moved" || !strings.Contains(errOut, "were sent before") || strings.Contains(errOut, "sending ") {
+		t.Fatalf("the retry: exit %d: %s\n%s", code, out, errOut)
+	}
+	if d := c.must("diff", "moved"); d != "" {
+		t.Fatalf("the retried agent's diff: %s", d)
 	}
 }

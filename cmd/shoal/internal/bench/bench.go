@@ -207,6 +207,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As a long-lived client does: one watch of the nodes serves
+	// placement and every open's watch for its node's loss.
+	if err := f.WatchNodes(ctx); err != nil {
+		return nil, err
+	}
 
 	nodes, err := startNodes(ctx, f, url, cfg)
 	defer nodes.stop()
