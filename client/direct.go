@@ -227,7 +227,9 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 	defer cancel()
 	lost := f.watchNode(wctx, node)
 	answered := make(chan error, 1)
-	go func() { answered <- f.request(wctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second) }()
+	go func() {
+		answered <- f.request(wctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second)
+	}()
 	select {
 	case err = <-answered:
 	case why := <-lost:
