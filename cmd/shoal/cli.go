@@ -96,7 +96,7 @@ func (e *environment) warn(msg string, err error) {
 func commands() []*command {
 	return []*command{
 		upCommand(), nodeCommand(), credsCommand(),
-		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(), diffCommand(), fetchCommand(),
+		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(), diffCommand(), fetchCommand(), jobCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
 		tailCommand(), tuiCommand(), mcpCommand(),
 		benchCommand(), configCommand(), completionCommand(), versionCommand(),

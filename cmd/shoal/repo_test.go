@@ -323,3 +323,42 @@ func TestRepositoryOpenOnANodeKilledMidTransfer(t *testing.T) {
 		t.Fatalf("the retried agent's diff: %s", d)
 	}
 }
+
+// shoal job: one prompt on a repository, its work back as a branch, the
+// agent closed; a turn that fails exits non-zero saying why.
+func TestJobBringsItsWorkBackAsABranch(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "first")
+	head := gitIn(t, repo, "rev-parse", "HEAD")
+
+	in, _ := json.Marshal(map[string]string{"command": "echo from-job > job.txt", "description": "write"})
+	c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})
+	code, out, errOut := c.shoal("job", "--repo", repo, "--permission", "bypass", "Write job.txt.")
+	m := regexp.MustCompile(`^shoal/(\S+) [0-9a-f]{40} \(1 commits, 1 files changed\)\n$`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("shoal job: exit %d: %q\n%s", code, out, errOut)
+	}
+	id := m[1]
+	if got := gitIn(t, repo, "show", "shoal/"+id+":job.txt"); got != "from-job" {
+		t.Fatalf("job.txt on shoal/%s is %q", id, got)
+	}
+	if gitIn(t, repo, "rev-parse", "HEAD") != head || gitIn(t, repo, "status", "--porcelain") != "" {
+		t.Fatal("the job touched the caller's checkout")
+	}
+	var rec struct{ Status string }
+	json.Unmarshal([]byte(c.must("status", id)), &rec)
+	if rec.Status != "dead" {
+		t.Fatalf("the job's agent is %s after the job, want closed (dead)", rec.Status)
+	}
+
+	c.fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "the prompt is not allowed"})
+	code, out, errOut = c.shoal("job", "--repo", repo, "Fail.")
+	if code == 0 || !strings.Contains(errOut, "the turn failed") || !strings.Contains(errOut, "the prompt is not allowed") {
+		t.Fatalf("a job whose turn fails: exit %d: %q\n%s", code, out, errOut)
+	}
+}
