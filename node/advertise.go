@@ -135,6 +135,7 @@ func (a *advertiser) run(ctx context.Context) {
 			return
 		case <-refresh.C:
 			a.detect(ctx)
+			a.h.repos.sweep(a.h.cfg.KeepFor, a.h.isLive)
 		case <-beat.C:
 		case <-a.changed:
 		}
@@ -149,6 +150,14 @@ func (a *advertiser) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	a.h.store.leave(ctx)
+}
+
+// isLive reports whether agent id runs on this node.
+func (h *Host) isLive(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.agents[id]
+	return ok && !a.isDead()
 }
 
 // liveAgents counts the agents that are not dead.

@@ -90,6 +90,10 @@ type Config struct {
 	Labels map[string]string
 	// MaxAgents limits the live agents the node runs; 0 means no limit.
 	MaxAgents int
+	// KeepFor is how long the checkout of an agent on a repository stays
+	// on the node once the agent has ended (for shoal diff and fetch, and
+	// a reopen); DefaultKeepFor when zero, forever when negative.
+	KeepFor time.Duration
 	// RefreshInterval is how often the node asks its backends again what
 	// they can run (a CLI installed since, a model pulled); 1m when zero.
 	RefreshInterval time.Duration
@@ -156,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Version == "" {
 		c.Version = "0.0.0"
+	}
+	if c.KeepFor == 0 {
+		c.KeepFor = DefaultKeepFor
 	}
 	if c.RefreshInterval == 0 {
 		c.RefreshInterval = time.Minute

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +26,10 @@ import (
 // as a git bundle in the fabric's object store, holding only what the
 // node said it lacked: no path of the caller's machine, no remote URL and
 // no credential reaches the node.
+
+// DefaultKeepFor is how long an ended agent's checkout stays on its node
+// unless the node says otherwise (--keep-for).
+const DefaultKeepFor = 7 * 24 * time.Hour
 
 // repos is the node's side of agents on repositories.
 type repos struct {
@@ -129,10 +134,12 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 	return dir, true, nil
 }
 
-// undo removes a checkout prepare made for an open that then failed.
+// undo removes a checkout prepare made for an open that then failed, or
+// one kept past its time.
 func (r *repos) undo(id string) {
 	os.RemoveAll(r.checkout(id))
 	os.Remove(r.metaPath(id))
+	os.Remove(filepath.Join(r.dir, id+".ended"))
 }
 
 // meta is what agent id was opened on.
@@ -300,4 +307,28 @@ func short(c string) string {
 		return c[:12]
 	}
 	return c
+}
+
+// sweep removes the checkouts of agents that ended more than keep ago (a
+// negative keep keeps them all). An agent is seen to have ended at the
+// first sweep that finds it not live, which marks its checkout so; a
+// reopen before the end of keep takes the mark away.
+func (r *repos) sweep(keep time.Duration, live func(id string) bool) {
+	metas, _ := filepath.Glob(filepath.Join(r.dir, "*.json"))
+	for _, m := range metas {
+		id := strings.TrimSuffix(filepath.Base(m), ".json")
+		mark := filepath.Join(r.dir, id+".ended")
+		if live(id) {
+			os.Remove(mark)
+			continue
+		}
+		fi, err := os.Stat(mark)
+		switch {
+		case os.IsNotExist(err):
+			os.WriteFile(mark, nil, 0o600)
+		case err == nil && keep >= 0 && time.Since(fi.ModTime()) > keep:
+			r.undo(id)
+			os.Remove(mark)
+		}
+	}
 }

@@ -27,7 +27,7 @@ var (
 	configGroup     = flagGroup{"Configuration", false, []string{"config"}}
 	loggingGroup    = flagGroup{"Logging", true, []string{"log-level", "log-format"}}
 
-	nodeFlags = []string{"node-name", "dir", "labels", "max-agents", "refresh", "mcp-url", "outbox-memory", "outbox-disk"}
+	nodeFlags = []string{"node-name", "dir", "labels", "max-agents", "refresh", "keep-for", "mcp-url", "outbox-memory", "outbox-disk"}
 )
 
 // nodeGroups are the node's groups, for shoal node and the local node of

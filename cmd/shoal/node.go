@@ -46,6 +46,7 @@ type nodeOptions struct {
 	outboxMemory   int64
 	outboxDisk     int64
 	refresh        time.Duration
+	keepFor        time.Duration
 	sandbox        string
 	sandboxKind    string
 	// metrics receives the node's metrics, when the command serves them.
@@ -72,6 +73,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet) {
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
 	fs.StringVar(&o.sandbox, "sandbox", schemas.SandboxOff, "sandbox `mode`: off (agents run confined only when their open asks), on (every agent, unless its open declines), required (every agent)")
 	fs.StringVar(&o.sandboxKind, "sandbox-kind", schemas.SandboxNamespaces, "the strongest `kind` of sandbox this node gives: namespaces (of their own around Landlock and seccomp, where this machine allows them) or landlock (Landlock and seccomp alone)")
+	durationFlag(fs, &o.keepFor, "keep-for", node.DefaultKeepFor, "keep an ended agent's checkout of a repository this `duration` (for shoal diff, fetch and a reopen); 0: until removed by hand")
 	durationFlag(fs, &o.refresh, "refresh", time.Minute, "detect again what this node can run (CLIs, model servers and their models) every `duration`")
 }
 
@@ -168,6 +170,13 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	if o.refresh <= 0 {
 		return nil, usagef("--refresh %s is not a positive duration", o.refresh)
 	}
+	if o.keepFor < 0 {
+		return nil, usagef("--keep-for %s is negative (0 keeps checkouts until removed by hand)", o.keepFor)
+	}
+	keep := o.keepFor
+	if keep == 0 {
+		keep = -1 // the node's "forever"
+	}
 	if o.maxAgents < 0 {
 		return nil, usagef("--max-agents %d is negative", o.maxAgents)
 	}
@@ -186,6 +195,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		OutboxMemory:     int(o.outboxMemory),
 		OutboxDisk:       negativeIfZero(o.outboxDisk),
 		RefreshInterval:  o.refresh,
+		KeepFor:          keep,
 		Name:             name,
 		Conn:             nc,
 		Dir:              dir,
