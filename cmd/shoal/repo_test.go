@@ -362,3 +362,30 @@ func TestJobBringsItsWorkBackAsABranch(t *testing.T) {
 		t.Fatalf("a job whose turn fails: exit %d: %q\n%s", code, out, errOut)
 	}
 }
+
+// The repository commands refuse what cannot work in one line each.
+func TestRepositoryCommandsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	plain := c.must("open", t.TempDir())
+	notRepo := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"open", "--ref", "main", t.TempDir()}, 2, "--ref and --with-changes go with --repo DIR"},
+		{[]string{"open", "--repo", notRepo, "somewhere"}, 2, "it takes no directory"},
+		{[]string{"open", "--repo", filepath.Join(notRepo, "nope")}, 2, "is not a directory"},
+		{[]string{"open", "--repo", notRepo}, 2, "is not in a git work tree"},
+		{[]string{"job", "do it"}, 2, "job needs --repo DIR"},
+		{[]string{"diff", plain}, 3, "agent " + plain + " was not opened on a repository"},
+		{[]string{"fetch", plain}, 2, "agent " + plain + " was not opened on a repository"},
+		{[]string{"diff", "Not/An/Id"}, 2, "agent id"},
+	} {
+		code, _, errOut := c.shoal(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("shoal %v: exit %d, want %d saying %q in one line:\n%s", tc.args, code, tc.code, tc.want, errOut)
+		}
+	}
+}
