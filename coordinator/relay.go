@@ -304,6 +304,13 @@ func (r *Relay) recordDead(ctx context.Context, id string) bool {
 	if status != schemas.StatusDead {
 		return false
 	}
+	return r.bucketDead(ctx, id)
+}
+
+// bucketDead reports whether agent id's record says dead as the bucket
+// has it now; a record that names a new life clears what the relay knew
+// of the old one's death.
+func (r *Relay) bucketDead(ctx context.Context, id string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	e, err := r.agents.Get(ctx, id)

@@ -112,6 +112,15 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	if err != nil {
 		return 0, err
 	}
+	if !recordDead && s.dead && n > s.stored {
+		// The stream ended with the agent's death, and the watched view
+		// of its record may not show that death yet (the node writes the
+		// record before its last events): the bucket says whether this
+		// is a new life.
+		r.mu.Unlock()
+		recordDead = r.bucketDead(ctx, id)
+		r.mu.Lock()
+	}
 	if recordDead && !s.dead {
 		// The coordinator may have closed the agent's stream itself (its
 		// node was lost): the stream has the last word.
