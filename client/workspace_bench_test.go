@@ -12,6 +12,7 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
@@ -26,15 +27,7 @@ import (
 // times, the ratio, and Shoal's rate.
 func BenchmarkRepoTransfer(b *testing.B) {
 	repo := b.TempDir()
-	git := func(dir string, args ...string) {
-		b.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@x.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@x.invalid")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	git := func(dir string, args ...string) { gittest.Git(b, dir, args...) }
 	git(repo, "init", "-q", "-b", "main")
 	const size = 100 << 20
 	data := make([]byte, size/20)

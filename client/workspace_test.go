@@ -3,7 +3,6 @@ package client_test
 import (
 	"crypto/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
@@ -27,15 +27,7 @@ func TestOpenRepoRefusesABundlePastTheLimit(t *testing.T) {
 	srv := natstest.Start(t)
 	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 	repo := t.TempDir()
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@x.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@x.invalid")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	git := func(args ...string) { gittest.Git(t, repo, args...) }
 	git("init", "-q", "-b", "main")
 	noise := make([]byte, 64<<10) // incompressible: the bundle is at least this
 	rand.Read(noise)

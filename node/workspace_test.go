@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
@@ -26,17 +26,10 @@ func TestEndedCheckoutsGoAfterKeepFor(t *testing.T) {
 	fabrictest.Node(t, srv, node.Config{Name: "a", Dir: dir, KeepFor: 300 * time.Millisecond, RefreshInterval: 50 * time.Millisecond,
 		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 	repo := t.TempDir()
-	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "."}, {"commit", "-q", "-m", "first"}} {
-		if args[0] == "add" {
-			os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
-		}
-		cmd := exec.Command("git", args...)
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@x.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@x.invalid")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	gittest.Git(t, repo, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
 	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
 	if err != nil {
 		t.Fatal(err)

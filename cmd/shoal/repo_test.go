@@ -14,23 +14,15 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/poll"
 )
 
-// gitIn runs git in dir and returns its output, trimmed; the test fails
-// if git does.
+// gitIn runs git in dir (gittest.Git).
 func gitIn(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return gittest.Git(t, dir, args...)
 }
 
 // hiddenNode starts `shoal node` in a mount namespace of its own in which

@@ -1,0 +1,25 @@
+// Package gittest runs real git for tests, apart from the machine's and
+// the user's git configuration, with a fixed identity.
+package gittest
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Git runs git in dir and returns its output, trimmed; the test fails if
+// git does.
+func Git(tb testing.TB, dir string, args ...string) string {
+	tb.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
