@@ -38,12 +38,9 @@ included (ignored ones not). With --stat, a summary of the files changed.`,
 			var stat bool
 			fs.BoolVar(&stat, "stat", false, "a summary of the files changed instead of the diff")
 			return func(ctx context.Context, v *verb, args []string) error {
-				id, rest, err := agentArg(args, "the agent id")
+				id, err := oneAgent(args)
 				if err != nil {
 					return err
-				}
-				if len(rest) > 0 {
-					return usagef("unexpected argument %q", rest[0])
 				}
 				d, err := v.direct("shoal diff")
 				if err != nil {
@@ -73,12 +70,9 @@ is not moved. Prints the branch and its commit.`,
 			var into string
 			fs.StringVar(&into, "into", "", "the repository to fetch into, a `dir` of its work tree (default: the one the agent was opened on)")
 			return func(ctx context.Context, v *verb, args []string) error {
-				id, rest, err := agentArg(args, "the agent id")
+				id, err := oneAgent(args)
 				if err != nil {
 					return err
-				}
-				if len(rest) > 0 {
-					return usagef("unexpected argument %q", rest[0])
 				}
 				if into != "" {
 					if into, err = filepath.Abs(into); err != nil {
@@ -93,8 +87,7 @@ is not moved. Prints the branch and its commit.`,
 				if err != nil {
 					return err
 				}
-				line := fmt.Sprintf("%s %s (%d commits, %d files changed) in %s", got.Branch, got.Tip, got.Commits, got.Files, got.Into)
-				return v.reply(got, line)
+				return v.reply(got, fetchedLine(got)+" in "+got.Into)
 			}
 		})
 }
@@ -162,7 +155,7 @@ fetched all the same and the job exits non-zero, saying why.`,
 					}
 					return err
 				}
-				if err := v.reply(got, fmt.Sprintf("%s %s (%d commits, %d files changed)", got.Branch, got.Tip, got.Commits, got.Files)); err != nil {
+				if err := v.reply(got, fetchedLine(got)); err != nil {
 					return err
 				}
 				if failed != nil {
@@ -193,4 +186,18 @@ func turnFailure(ctx context.Context, d *client.Direct, id string, rep schemas.R
 		return fmt.Errorf("the turn stopped: %s", rep.StopReason)
 	}
 	return nil
+}
+
+// oneAgent is the agent id of a command that takes it and nothing else.
+func oneAgent(args []string) (string, error) {
+	id, rest, err := agentArg(args, "the agent id")
+	if err == nil && len(rest) > 0 {
+		err = usagef("unexpected argument %q", rest[0])
+	}
+	return id, err
+}
+
+// fetchedLine is what fetch and job print of the branch they made.
+func fetchedLine(got client.Fetched) string {
+	return fmt.Sprintf("%s %s (%d commits, %d files changed)", got.Branch, got.Tip, got.Commits, got.Files)
 }
