@@ -125,23 +125,41 @@ func (a *advertiser) poke() {
 }
 
 func (a *advertiser) run(ctx context.Context) {
+	// Detecting again runs CLIs and dials model servers, which can take
+	// longer than an entry lives on a loaded machine: it has a loop of its
+	// own, so no beat waits for it.
+	var refreshing sync.WaitGroup
+	defer refreshing.Wait()
+	refreshing.Go(func() { a.refresh(ctx) })
 	beat := time.NewTicker(a.interval)
 	defer beat.Stop()
-	refresh := time.NewTicker(a.h.cfg.RefreshInterval)
-	defer refresh.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-refresh.C:
-			a.detect(ctx)
-			a.h.repos.sweep(a.h.cfg.KeepFor, a.h.isLive)
 		case <-beat.C:
 		case <-a.changed:
 		}
 		if err := a.write(ctx); err != nil {
 			a.h.log.Warn("heartbeat failed", "err", err)
 		}
+	}
+}
+
+// refresh detects what the node can run again, and sweeps ended agents'
+// checkouts, every refresh interval; each refresh is written at once.
+func (a *advertiser) refresh(ctx context.Context) {
+	t := time.NewTicker(a.h.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.detect(ctx)
+		a.h.repos.sweep(a.h.cfg.KeepFor, a.h.isLive)
+		a.poke()
 	}
 }
 

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -148,4 +150,53 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// slowDescriber is a backend whose description hangs once told to, as a
+// CLI's --version or a model server's dial can on a loaded machine.
+type slowDescriber struct {
+	*fakebackend.Backend
+	hang    chan struct{} // closed: Describe hangs until release closes
+	release chan struct{}
+	hung    chan struct{} // closed once a Describe hangs
+	once    sync.Once
+}
+
+func (s *slowDescriber) Describe(ctx context.Context) schemas.BackendInfo {
+	select {
+	case <-s.hang:
+		s.once.Do(func() { close(s.hung) })
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+		}
+	default:
+	}
+	return schemas.BackendInfo{Kind: s.Kind(), Ready: true}
+}
+
+// A refresh that hangs holds no heartbeat: the node's entry stays for
+// several lives of an entry while its backends' description hangs, and
+// opens still find the node.
+func TestAHangingRefreshKeepsTheNodeListed(t *testing.T) {
+	t.Parallel()
+	slow := &slowDescriber{Backend: fakebackend.New(fakebackend.Config{Kind: "claude"}),
+		hang: make(chan struct{}), release: make(chan struct{}), hung: make(chan struct{})}
+	defer close(slow.release)
+	f := startNode(t, fixtureOptions{node: func(c *node.Config) {
+		c.Backends = []backend.Backend{slow}
+		c.RefreshInterval = 50 * time.Millisecond
+	}})
+	close(slow.hang)
+	<-slow.hung
+	// natstest's entries live 2 s without a beat: this spans three lives.
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		nodes, err := f.fabric.Nodes(f.ctx(10 * time.Second))
+		if err != nil || len(nodes) != 1 {
+			t.Fatalf("while a refresh hangs, the fabric lists %d nodes (%v)", len(nodes), err)
+		}
+	}
+	if _, err := f.fabric.Open(f.ctx(30*time.Second), schemas.OpenRequest{CWD: t.TempDir()}); err != nil {
+		t.Fatalf("an open while a refresh hangs: %v", err)
+	}
 }
