@@ -85,17 +85,18 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 }
 
 // agentToken reports whether got is the token of the live agent id: the
-// one its node derived for this life of it (schemas.AgentToken). An agent
-// id header alone is no credential.
+// one the node its record names derived for this life of it, from that
+// node's key (schemas.EndpointAgentToken). A node's key makes tokens for
+// its own agents only, and an agent id header alone is no credential.
 func (m *MCP) agentToken(ctx context.Context, endpointToken, id, got string) bool {
 	if endpointToken == "" || id == "" || got == "" {
 		return false
 	}
 	rec, err := m.f.Record(ctx, id)
-	if err != nil || rec.Status == schemas.StatusDead {
+	if err != nil || rec.Status == schemas.StatusDead || rec.Node == "" {
 		return false
 	}
-	return matches(got, schemas.AgentToken(endpointToken, id, rec.RequestID))
+	return matches(got, schemas.EndpointAgentToken(endpointToken, rec.Node, id, rec.RequestID))
 }
 
 // bearer is the request's bearer token, or "".

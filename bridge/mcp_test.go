@@ -713,12 +713,14 @@ func TestMCPHTTPSecurity(t *testing.T) {
 		h    map[string]string
 		want int
 	}{
-		"its own token":       {agent("a1", schemas.AgentToken("s3cret", "a1", "open-2")), http.StatusOK},
+		"its own token":       {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")), http.StatusOK},
 		"its id alone":        {map[string]string{schemas.AgentIDHeader: "a1"}, http.StatusUnauthorized},
-		"another's token":     {agent("a1", schemas.AgentToken("s3cret", "a2", "open-3")), http.StatusUnauthorized},
-		"an earlier life's":   {agent("a1", schemas.AgentToken("s3cret", "a1", "open-1")), http.StatusUnauthorized},
-		"a dead agent's":      {agent("gone", schemas.AgentToken("s3cret", "gone", "open-4")), http.StatusUnauthorized},
-		"a token without id":  {map[string]string{"Authorization": "Bearer " + schemas.AgentToken("s3cret", "a1", "open-2")}, http.StatusUnauthorized},
+		"another's token":     {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a2", "open-3")), http.StatusUnauthorized},
+		"an earlier life's":   {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-1")), http.StatusUnauthorized},
+		"a dead agent's":      {agent("gone", schemas.EndpointAgentToken("s3cret", "n9", "gone", "open-4")), http.StatusUnauthorized},
+		"a token without id":  {map[string]string{"Authorization": "Bearer " + schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")}, http.StatusUnauthorized},
+		"another node's key's": {agent("a1", schemas.EndpointAgentToken("s3cret", "n8", "a1", "open-2")), http.StatusUnauthorized},
+		"its node's key":       {agent("a1", schemas.NodeKey("s3cret", "n9")), http.StatusUnauthorized},
 		"the operator's, too": {agent("a1", "s3cret"), http.StatusOK},
 	} {
 		if code := post(c.h); code != c.want {

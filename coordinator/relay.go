@@ -41,6 +41,7 @@ type Relay struct {
 	ready  chan struct{}
 
 	metrics RelayMetrics
+	mcp     func(ctx context.Context) (url, token string)
 
 	// acks is the subject prefix of the relay's own replies, under which
 	// JetStream acknowledges what the relay forwards; tokens names each.
@@ -63,6 +64,12 @@ type RelayConfig struct {
 	Logger *slog.Logger
 	// Metrics counts refusals; nil counts nothing.
 	Metrics RelayMetrics
+	// MCP, when set, tells where the coordinator's MCP endpoint is and its
+	// token, waiting until both are known (or ctx ends); a node's hello is
+	// then answered with the node's key (schemas.NodeKey), so its agents
+	// reach the endpoint under tokens of their own. An empty token grants
+	// nothing.
+	MCP func(ctx context.Context) (url, token string)
 }
 
 // RelayMetrics receives what the relay counts. Its methods are called
@@ -97,7 +104,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics,
+	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
 		acks:   cfg.Conn.NewInbox(),
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, seqs: map[string]*sequence{},
 		inflight: map[string]inflight{}, warned: map[string]bool{}}, nil
@@ -650,8 +657,24 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = client.RequestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
-	replyJSON(r.nc, m.Reply, schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()})
+	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()}
+	if r.mcp != nil && !rep.NameTaken {
+		// Only node's own credentials publish under its relay subjects,
+		// so the key reaches that node alone.
+		mctx, cancel := context.WithTimeout(ctx, mcpGrantWait)
+		url, token := r.mcp(mctx)
+		cancel()
+		if url != "" && token != "" {
+			rep.MCP = &schemas.MCPGrant{URL: url, Key: schemas.NodeKey(token, node)}
+		}
+	}
+	replyJSON(r.nc, m.Reply, rep)
 }
+
+// mcpGrantWait bounds how long a hello waits for the coordinator's MCP
+// endpoint to be listening (a node that joins while the coordinator
+// starts).
+const mcpGrantWait = 5 * time.Second
 
 // refuse answers a write the node may not make with a final JetStream
 // error, and logs it once per node and agent.

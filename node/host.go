@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,10 @@ type Config struct {
 	Dir string
 	// Backends are the agent kinds this node can run.
 	Backends []backend.Backend
-	// MCP is the coordinator's MCP endpoint agents are pointed at.
+	// MCP is the coordinator's MCP endpoint agents are pointed at, its
+	// Token the node's key (schemas.NodeKey) from which each agent's own
+	// token is derived. A confined node without a key takes the one the
+	// coordinator grants it (and the endpoint, when URL is empty).
 	MCP backend.MCPEndpoint
 	// Env is added to every agent's environment.
 	Env []string
@@ -198,6 +202,9 @@ type Host struct {
 
 	sandbox sandboxing
 	repos   *repos
+	// mcp is the endpoint agents are pointed at, with the node's key: set
+	// by Run before any agent starts.
+	mcp backend.MCPEndpoint
 
 	// reaperMu guards the reaper, replaced when it dies, and why the node
 	// cannot start agents meanwhile.
@@ -277,12 +284,19 @@ func (h *Host) Run(ctx context.Context) error {
 	} else if h.store, err = newDirectStore(ctx, h.cfg.Conn, h.js, h.cfg.Name); err != nil {
 		return err
 	}
-	taken, ttl, err := h.store.hello(ctx)
+	hello, err := h.store.hello(ctx)
 	switch {
 	case err != nil:
 		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
-	case taken:
+	case hello.NameTaken:
 		return fmt.Errorf("a node named %s is already running; give this node another name", h.cfg.Name)
+	}
+	ttl := time.Duration(hello.NodeTTLMS) * time.Millisecond
+	h.mcp = h.cfg.MCP
+	if g := hello.MCP; g != nil && h.mcp.Token == "" {
+		// The coordinator's grant: the node's key, and the endpoint
+		// unless this node was told of another way to it.
+		h.mcp = backend.MCPEndpoint{URL: cmp.Or(h.mcp.URL, g.URL), Token: g.Key}
 	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
 	h.permits = newPermitBook(filepath.Join(h.cfg.Dir, "permits.json"))

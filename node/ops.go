@@ -15,9 +15,10 @@ import (
 )
 
 // agentEndpoint is the coordinator's MCP endpoint as one life of an agent
-// reaches it: with its own token, never the endpoint's.
+// reaches it: with its own token, derived from the node's key, never the
+// key itself.
 func (h *Host) agentEndpoint(id, requestID string) backend.MCPEndpoint {
-	e := h.cfg.MCP
+	e := h.mcp
 	if e.Token != "" {
 		e.Token = schemas.AgentToken(e.Token, id, requestID)
 	}

@@ -41,8 +41,9 @@ type store interface {
 	owned(ctx context.Context) ([]entry, error)
 
 	// hello says whether a running node answers to this name already,
-	// and how long a heartbeat entry lives.
-	hello(ctx context.Context) (taken bool, ttl time.Duration, err error)
+	// how long a heartbeat entry lives and, through the relay, what the
+	// node needs to give its agents MCP identities of their own.
+	hello(ctx context.Context) (schemas.RelayHelloReply, error)
 	// beat writes the node's entry; leave removes it.
 	beat(ctx context.Context, rec []byte) error
 	leave(ctx context.Context) error
@@ -162,21 +163,23 @@ func (s *directStore) owned(ctx context.Context) ([]entry, error) {
 	return out, nil
 }
 
-func (s *directStore) hello(ctx context.Context) (bool, time.Duration, error) {
+func (s *directStore) hello(ctx context.Context) (schemas.RelayHelloReply, error) {
 	st, err := s.nodes.Status(ctx)
 	if err != nil {
-		return false, 0, fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
+		return schemas.RelayHelloReply{}, fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
 	}
+	rep := schemas.RelayHelloReply{NodeTTLMS: st.TTL().Milliseconds()}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = s.nc.RequestWithContext(ctx, schemas.ControlSubject(s.node, schemas.VerbList), []byte(`{}`))
 	switch {
 	case err == nil:
-		return true, st.TTL(), nil
+		rep.NameTaken = true
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, context.DeadlineExceeded):
-		return false, st.TTL(), nil
+	default:
+		return schemas.RelayHelloReply{}, err
 	}
-	return false, 0, err
+	return rep, nil
 }
 
 func (s *directStore) beat(ctx context.Context, rec []byte) error {
@@ -302,20 +305,20 @@ func (s *relayStore) owned(ctx context.Context) ([]entry, error) {
 // server that has just joined the hub above all) may ask before the
 // relay's subscriptions have reached it: no responders then is not yet an
 // answer, and it asks again, for up to helloWait.
-func (s *relayStore) hello(ctx context.Context) (bool, time.Duration, error) {
+func (s *relayStore) hello(ctx context.Context) (schemas.RelayHelloReply, error) {
 	var rep schemas.RelayHelloReply
 	deadline := time.Now().Add(helloWait)
 	for {
 		err := s.ask(ctx, schemas.RelayHello, nil, &rep)
 		if err == nil {
-			return rep.NameTaken, time.Duration(rep.NodeTTLMS) * time.Millisecond, nil
+			return rep, nil
 		}
 		if schemas.CodeOf(err) != schemas.CodeUnavailable || time.Now().After(deadline) {
-			return false, 0, err
+			return rep, err
 		}
 		select {
 		case <-ctx.Done():
-			return false, 0, err
+			return rep, err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -9,6 +9,17 @@ type RelayHelloReply struct {
 	// NodeTTLMS is how long a node's heartbeat entry lives, in
 	// milliseconds; the node beats several times within it.
 	NodeTTLMS int64 `json:"node_ttl_ms"`
+	// MCP, when the coordinator serves an MCP endpoint with a token, is
+	// what the node needs to give its agents their own MCP identities.
+	MCP *MCPGrant `json:"mcp,omitempty"`
+}
+
+// MCPGrant is a node's way to the coordinator's MCP endpoint: where it is
+// and the node's key (NodeKey), from which the node derives each agent's
+// token (AgentToken).
+type MCPGrant struct {
+	URL string `json:"url"`
+	Key string `json:"key"`
 }
 
 // RelayEntry is an agent record as the agents bucket holds it.

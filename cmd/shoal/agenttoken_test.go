@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -90,4 +91,81 @@ func TestAgentsGetNoneOfTheNodesShoalVariables(t *testing.T) {
 	if !strings.Contains(out, "SHOAL_AGENT_ID="+id) {
 		t.Errorf("the agent's own id is not in its environment:\n%s", out)
 	}
+}
+
+// Under --auth, a node on another machine (its own credentials, no MCP
+// setting of its own) is given the way to the coordinator's MCP endpoint
+// with them: its agent's MCP call succeeds as that agent, and a call
+// beyond the agent's rights (driving an agent it did not open) is refused.
+// Neither the endpoint's token nor a way to it is on the node's disk.
+func TestRemoteNodeAgentsReachMCPUnderAuth(t *testing.T) {
+	t.Parallel()
+	const token = "op-token-remote-9b4e"
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	creds := map[string]string{}
+	for _, c := range [][2]string{{"node", "far"}, {"client", "cli"}} {
+		path := filepath.Join(dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		creds[c[1]] = path
+	}
+	up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", "-1", "--mcp-token", token,
+		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "far")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	startShoal(t, home, env, "node", "--nats", url, "--creds", creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms").
+		waitLine("shoal: node far joined")
+	as := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["cli"]}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), as, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	victim := must("open", "--id", "victim", "--permission", "bypass", t.TempDir())
+	tool := func(name, args string) fakemodel.Reply {
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + name, Input: json.RawMessage(args)}}}
+	}
+	fake.Script(
+		tool("agent_status", `{"agent_id":"remote"}`),
+		tool("agent_run", `{"agent_id":"`+victim+`","text":"cat ~/.ssh/id_rsa"}`),
+		fakemodel.Reply{Text: "Tried both."},
+	)
+	cwd := t.TempDir()
+	id := must("open", "--id", "remote", "--permission", "lab", "--allow-nested", cwd)
+	if out := must("run", id, "Look yourself up, then drive the victim."); out != "Tried both." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("the model was asked %d times, want 3", len(reqs))
+	}
+	status, run := reqs[1].ToolResults, reqs[2].ToolResults
+	if len(status) != 1 || status[0].IsError || !strings.Contains(status[0].Content, `"id":"remote"`) || !strings.Contains(status[0].Content, `"node":"far"`) {
+		t.Errorf("agent_status as the remote agent: %+v", status)
+	}
+	if len(run) != 1 || !run[0].IsError || !strings.Contains(run[0].Content, "agent remote may not") || !strings.Contains(run[0].Content, "rule subtree") {
+		t.Errorf("agent_run on an agent it did not open: %+v", run)
+	}
+	var rec schemas.AgentRecord
+	json.Unmarshal([]byte(must("status", "--json", victim)), &rec)
+	if rec.Turn != 0 {
+		t.Errorf("the victim ran a turn: %+v", rec)
+	}
+	filepath.WalkDir(home, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), token) {
+			t.Errorf("%s on the node holds the coordinator's MCP token", path)
+		}
+		return nil
+	})
 }

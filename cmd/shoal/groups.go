@@ -59,7 +59,7 @@ var groupsByCommand = map[string][]flagGroup{
 		{"Monitoring", true, []string{"monitor", "metrics"}},
 	}, nodeGroups("Local node", "no-node"), []flagGroup{loggingGroup, configGroup}),
 	"node": concat([]flagGroup{
-		{"Fabric connection", true, []string{"nats", "leaf", "creds", "tls-ca", "tls-cert", "tls-key"}},
+		{"Fabric connection", true, []string{"nats", "leaf", "creds", "tls-ca", "tls-cert", "tls-key", "mcp-token"}},
 		{"Monitoring", true, []string{"metrics"}},
 	}, nodeGroups("Node"), []flagGroup{loggingGroup, configGroup}),
 	"creds": {

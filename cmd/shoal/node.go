@@ -30,11 +30,13 @@ import (
 // nodeOptions are the settings of an agent host, shared by `shoal node`
 // and the local node of `shoal up`.
 type nodeOptions struct {
-	name           string
-	dir            string
-	claude         string
-	acpCommands    map[string]*string
-	mcpURL         string
+	name        string
+	dir         string
+	claude      string
+	acpCommands map[string]*string
+	mcpURL      string
+	// mcpToken is the endpoint's token; the node holds only its key
+	// (schemas.NodeKey) from it.
 	mcpToken       string
 	turnIdle       time.Duration
 	turnTimeout    time.Duration
@@ -61,7 +63,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet) {
 	for _, a := range []struct{ agent, flag string }{{acp.AgentOpencode, "opencode"}, {acp.AgentClaude, "claude-agent-acp"}, {acp.AgentGemini, "gemini"}} {
 		o.acpCommands[a.agent] = fs.String(a.flag, acp.DefaultCommands[a.agent][0], "the command that runs acp:"+a.agent+" agents, a `path` or a name looked up on PATH")
 	}
-	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (default: shoal up's own endpoint; none for shoal node)")
+	fs.StringVar(&o.mcpURL, "mcp-url", "", "the coordinator's MCP endpoint `URL` agents are pointed at (default: shoal up's own endpoint; for shoal node, the one the coordinator names to a node with credentials, else none)")
 	durationFlag(fs, &o.turnIdle, "turn-idle-timeout", 10*time.Minute, "interrupt a turn that produced no output for this `duration` (0: never)")
 	durationFlag(fs, &o.turnTimeout, "turn-timeout", 2*time.Hour, "interrupt a turn that ran this `duration` (0: never)")
 	durationFlag(fs, &o.interruptGrace, "interrupt-grace", 15*time.Second, "stop an agent whose turn has not ended this `duration` after a watchdog interrupt")
@@ -200,7 +202,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		Conn:             nc,
 		Dir:              dir,
 		Backends:         backends,
-		MCP:              backend.MCPEndpoint{URL: o.mcpURL, Token: o.mcpToken},
+		MCP:              backend.MCPEndpoint{URL: o.mcpURL, Token: schemas.NodeKey(o.mcpToken, name)},
 		TurnIdleTimeout:  negativeIfZero(o.turnIdle),
 		TurnTimeout:      negativeIfZero(o.turnTimeout),
 		InterruptGrace:   o.interruptGrace,
@@ -262,7 +264,12 @@ left behind (pids.json).
 When the coordinator runs with --auth, the node needs credentials issued
 for it on the coordinator (shoal creds node NAME > NAME.creds): they let it
 answer only its own control subjects and publish events only for agents it
-owns, through the coordinator. The node takes its name from them.
+owns, through the coordinator. The node takes its name from them, and the
+coordinator gives it the way to its MCP endpoint: each agent then reaches
+Shoal's tools under a token of its own, with that agent's rights (give
+--mcp-url when the coordinator's own address for it is not reachable from
+this machine). A node without credentials is given the endpoint with
+--mcp-url and --mcp-token.
 
 A machine that can only dial out (behind NAT) joins as a leaf node with
 --leaf nats-leaf://HUB:7422 instead of --nats: it runs a small embedded
@@ -274,6 +281,7 @@ leaf-node port (shoal up --leaf-listen).
 			o := &nodeCommandOptions{}
 			o.nodeOptions.register(fs)
 			fs.StringVar(&o.name, "name", "", "old spelling of --node-name")
+			fs.StringVar(&o.mcpToken, "mcp-token", "", "the coordinator's MCP endpoint `token`, for a node without credentials: the node derives each agent's own token from it (with --creds the coordinator gives the node a key of its own instead, and this is not needed)")
 			o.client.registerConn(fs)
 			fs.StringVar(&o.leaf, "leaf", "", "join as a leaf node: the coordinator's leaf-node `URL` (e.g. nats-leaf://hub:7422), instead of --nats")
 			o.log.register(fs)

@@ -154,7 +154,7 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	}
 	var rec schemas.AgentRecord
 	json.Unmarshal([]byte(must("status", "--json", id)), &rec)
-	self := mcpAs(schemas.AgentToken(token, id, rec.RequestID), id)
+	self := mcpAs(schemas.EndpointAgentToken(token, rec.Node, id, rec.RequestID), id)
 	if text := permitOver(self, id, req.RequestID); !strings.Contains(text, "refused") {
 		t.Errorf("the agent answering its own request: %s", text)
 	}

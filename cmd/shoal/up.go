@@ -378,7 +378,9 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			}
 		})
 	}
-	if err := o.runCoordinator(bridgeCtx, connect, log, &workers, errc); err != nil {
+	// Confined nodes are told of the MCP endpoint once it listens.
+	grant := &endpointGrant{known: make(chan struct{})}
+	if err := o.runCoordinator(bridgeCtx, connect, log, &workers, errc, grant.get); err != nil {
 		return err
 	}
 	mcpURL := o.node.mcpURL
@@ -395,6 +397,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			mcpURL = url
 		}
 	}
+	grant.set(mcpURL, o.mcpToken)
 	if !o.noBus {
 		address, err := o.runBus(bridgeCtx, env, connect, log, &workers, errc)
 		if err != nil {
@@ -447,6 +450,29 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	return nil
 }
 
+// endpointGrant is the MCP endpoint as the relay tells confined nodes of
+// it: its URL and token, known once it listens.
+type endpointGrant struct {
+	known      chan struct{}
+	url, token string
+}
+
+// set makes the endpoint known; called once.
+func (g *endpointGrant) set(url, token string) {
+	g.url, g.token = url, token
+	close(g.known)
+}
+
+// get waits until the endpoint is known, or ctx ends (then nothing).
+func (g *endpointGrant) get(ctx context.Context) (url, token string) {
+	select {
+	case <-g.known:
+		return g.url, g.token
+	case <-ctx.Done():
+		return "", ""
+	}
+}
+
 // service is one of the coordinator's own services, shaped alike: made
 // from a Config, run until its context ends, ready when it answers.
 type service interface {
@@ -458,7 +484,7 @@ type service interface {
 // connection, and returns once each is ready: the relay confined nodes
 // write through, the node-loss monitor, and the fabric service scoped
 // clients go through.
-func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) error {
+func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error, mcp func(context.Context) (string, string)) error {
 	var refusals coordinator.RelayMetrics
 	var failures coordinator.ServiceMetrics
 	if o.counts != nil {
@@ -469,7 +495,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		make func(nc *nats.Conn) (service, error)
 	}{
 		{"relay", func(nc *nats.Conn) (service, error) {
-			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals})
+			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals, MCP: mcp})
 			if err == nil && o.counts != nil {
 				o.counts.WatchAgents(r.AgentsByStatus)
 			}
