@@ -249,6 +249,8 @@ func toolVerb(name string) string {
 		return "list agents"
 	case "agent_pending":
 		return "list permission requests"
+	case "agent_fetch":
+		return "fetch the work of"
 	}
 	verb := strings.TrimPrefix(name, "agent_")
 	switch schemas.ToolAccess[name] {

@@ -159,7 +159,7 @@ func ok(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, v 
 }
 
 var toolNames = []string{"agent_open", "agent_send", "agent_run", "agent_output", "agent_status", "agent_set_model",
-	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events", "agent_permit", "agent_pending"}
+	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events", "agent_permit", "agent_pending", "agent_diff", "agent_fetch"}
 
 // The official MCP Go SDK client lists the tools and drives a real claude
 // agent through open, send, output, status, list, run, interrupt and
@@ -339,6 +339,9 @@ var kaimonArgs = map[string][]toolArg{
 		{name: "decision", kind: "string", required: true, enum: []string{"allow", "deny"}}, {name: "option", kind: "string"},
 		{name: "message", kind: "string"}, {name: "input", kind: "object"}},
 	"agent_pending": nil,
+	// Shoal's own, for agents on a repository.
+	"agent_diff":  {{name: "agent_id", kind: "string", required: true}, {name: "stat", kind: "boolean"}},
+	"agent_fetch": {{name: "agent_id", kind: "string", required: true}, {name: "into", kind: "string"}},
 }
 
 // advertisedArgs reads each tool's arguments from its advertised input
@@ -713,15 +716,15 @@ func TestMCPHTTPSecurity(t *testing.T) {
 		h    map[string]string
 		want int
 	}{
-		"its own token":       {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")), http.StatusOK},
-		"its id alone":        {map[string]string{schemas.AgentIDHeader: "a1"}, http.StatusUnauthorized},
-		"another's token":     {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a2", "open-3")), http.StatusUnauthorized},
-		"an earlier life's":   {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-1")), http.StatusUnauthorized},
-		"a dead agent's":      {agent("gone", schemas.EndpointAgentToken("s3cret", "n9", "gone", "open-4")), http.StatusUnauthorized},
-		"a token without id":  {map[string]string{"Authorization": "Bearer " + schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")}, http.StatusUnauthorized},
+		"its own token":        {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")), http.StatusOK},
+		"its id alone":         {map[string]string{schemas.AgentIDHeader: "a1"}, http.StatusUnauthorized},
+		"another's token":      {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a2", "open-3")), http.StatusUnauthorized},
+		"an earlier life's":    {agent("a1", schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-1")), http.StatusUnauthorized},
+		"a dead agent's":       {agent("gone", schemas.EndpointAgentToken("s3cret", "n9", "gone", "open-4")), http.StatusUnauthorized},
+		"a token without id":   {map[string]string{"Authorization": "Bearer " + schemas.EndpointAgentToken("s3cret", "n9", "a1", "open-2")}, http.StatusUnauthorized},
 		"another node's key's": {agent("a1", schemas.EndpointAgentToken("s3cret", "n8", "a1", "open-2")), http.StatusUnauthorized},
 		"its node's key":       {agent("a1", schemas.NodeKey("s3cret", "n9")), http.StatusUnauthorized},
-		"the operator's, too": {agent("a1", "s3cret"), http.StatusOK},
+		"the operator's, too":  {agent("a1", "s3cret"), http.StatusOK},
 	} {
 		if code := post(c.h); code != c.want {
 			t.Errorf("an agent with %s: %d, want %d", what, code, c.want)
@@ -759,7 +762,7 @@ func TestMCPTokenRights(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if strings.Join(names, " ") != "agent_events agent_list agent_nodes agent_output agent_pending agent_status" {
+	if strings.Join(names, " ") != "agent_diff agent_events agent_list agent_nodes agent_output agent_pending agent_status" {
 		t.Errorf("an observer's token sees %v", names)
 	}
 	var list schemas.ListReply
@@ -859,8 +862,9 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 	schemaOf := map[string]string{"agent_open": "open_request", "agent_send": "send_request", "agent_run": "run_request",
 		"agent_output": "output_request", "agent_status": "status_request", "agent_list": "list_request",
 		"agent_set_model": "set_model_request", "agent_interrupt": "agent_request", "agent_close": "agent_request",
-		"agent_events": "events_request", "agent_nodes": "nodes_request", "agent_permit": "permit_request", "agent_pending": "pending_request"}
-	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes", "agent_pending"}
+		"agent_events": "events_request", "agent_nodes": "nodes_request", "agent_permit": "permit_request", "agent_pending": "pending_request",
+		"agent_diff": "diff_request", "agent_fetch": "fetch_request"}
+	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes", "agent_pending", "agent_diff"}
 	if len(tools.Tools) != len(schemaOf) {
 		t.Fatalf("%d tools, want %d", len(tools.Tools), len(schemaOf))
 	}

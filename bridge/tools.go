@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -159,6 +160,43 @@ func (m *MCP) tools() []tool {
 			},
 		},
 		{
+			name: "agent_diff", failed: "reading agent diff", schema: "diff_request",
+			desc: "The work of an agent opened on a repository (repo in agent_open), as git diff prints it against the commit it " +
+				"started on: its commits and what it has not committed, untracked files included (a Shoal addition). stat: a summary.",
+			run: about(m, "agent_diff", agentOf[schemas.DiffRequest], func(ctx context.Context, req schemas.DiffRequest) (schemas.DiffReply, error) {
+				r, err := m.repos()
+				if err != nil {
+					return schemas.DiffReply{}, err
+				}
+				return r.Diff(ctx, req.AgentID, req.Stat)
+			}),
+		},
+		{
+			// A second fetch of unchanged work leaves the branch as the
+			// first did.
+			name: "agent_fetch", failed: "fetching agent work", schema: "fetch_request", idempotent: true,
+			desc: "Bring the work of an agent opened on a repository back as branch shoal/<id> of the repository it was opened on " +
+				"(or into, a directory of another's work tree), on this endpoint's machine: its commits and, on top, a commit of what " +
+				"it has not committed. The checkout, index and HEAD there are not touched (a Shoal addition).",
+			run: func(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
+				var req schemas.FetchRequest
+				if err := json.Unmarshal(raw, &req); err != nil {
+					return nil, fmt.Errorf("the arguments do not fit the request: %w", err)
+				}
+				if err := m.door(ctx, c, "agent_fetch", req.AgentID); err != nil {
+					return nil, err
+				}
+				if req.Into != "" && !filepath.IsAbs(req.Into) {
+					return nil, schemas.Errf(schemas.CodeInvalid, "into %q is not an absolute path", req.Into)
+				}
+				r, err := m.repos()
+				if err != nil {
+					return nil, err
+				}
+				return r.Fetch(ctx, req.AgentID, req.Into)
+			},
+		},
+		{
 			name: "agent_pending", failed: "listing permission requests", schema: "pending_request",
 			desc: "The permission requests agents wait on, oldest first, with each tool call's input (a Shoal addition).",
 			run: func(ctx context.Context, c caller, _ json.RawMessage) (any, error) {
@@ -187,6 +225,26 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 	if err := m.door(ctx, c, "agent_open", ""); err != nil {
 		return nil, err
 	}
+	if req.Repo {
+		if err := client.Authorize(ctx, m.f, c.p, c.rec, schemas.AccessFiles, "", "open agents on a repository"); err != nil {
+			if schemas.CodeOf(err) == schemas.CodeForbidden {
+				return nil, refused("%s", err.Error())
+			}
+			return nil, err
+		}
+		r, err := m.repos()
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(req.CWD) {
+			return nil, schemas.Errf(schemas.CodeInvalid, "cwd %q is not an absolute path: with repo it names a repository of the coordinator's machine", req.CWD)
+		}
+		src := client.RepoSource{Dir: req.CWD, Ref: req.Ref, WithChanges: req.WithChanges}
+		return r.OpenRepo(ctx, req, src)
+	}
+	if req.Ref != "" || req.WithChanges {
+		return nil, schemas.Errf(schemas.CodeInvalid, "ref and with_changes go with repo: true")
+	}
 	if c.rec != nil {
 		if err := confine(c.rec, &req.CWD, &req.MCPConfig); err != nil {
 			return nil, err
@@ -199,6 +257,23 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 		}
 	}
 	return m.f.Open(ctx, req)
+}
+
+// repoClient is a client that works on the caller's repositories: one
+// with the coordinator's rights (client.Direct).
+type repoClient interface {
+	OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error)
+	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
+	Fetch(ctx context.Context, id, into string) (schemas.FetchReply, error)
+}
+
+// repos is the client as a repoClient, or why it is not one.
+func (m *MCP) repos() (repoClient, error) {
+	r, ok := m.f.(repoClient)
+	if !ok {
+		return nil, schemas.Errf(schemas.CodeForbidden, "repositories need the coordinator's credentials: this MCP server's client is scoped (its credentials do not reach the repositories' object store); use the coordinator's endpoint")
+	}
+	return r, nil
 }
 
 // reopens holds an agent's open of a named id to its own subtree: a fresh

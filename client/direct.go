@@ -116,6 +116,11 @@ func (f *Direct) Open(ctx context.Context, req schemas.OpenRequest) (schemas.Ope
 	if req.Workspace != nil {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "workspace is Shoal's to set: open on a repository with OpenRepo")
 	}
+	if req.Repo || req.Ref != "" || req.WithChanges {
+		// The repository is on the caller's machine: its own client
+		// bundles it (OpenRepo); no service can on its behalf.
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "an open on a repository (repo, ref, with_changes) is made by the caller's own client, on the machine that holds the repository (shoal open --repo, or agent_open at the coordinator's MCP endpoint)")
+	}
 	return f.open(ctx, req, nil)
 }
 

@@ -45,6 +45,8 @@ func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src Repo
 	if req.Parent != "" {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeForbidden, "an agent may not open an agent on a repository of the caller's machine; open it on a directory")
 	}
+	// src says what the request's own repo fields would.
+	req.Repo, req.Ref, req.WithChanges = false, "", false
 	start, err := workspace.Prepare(ctx, src.Dir, src.Ref, src.WithChanges)
 	if err != nil {
 		code := schemas.CodeInvalid
@@ -260,14 +262,7 @@ func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffRe
 }
 
 // Fetched is what Fetch brought into the caller's repository.
-type Fetched struct {
-	Branch  string // shoal/<id>
-	Tip     string // its commit
-	Base    string // the commit the agent started on
-	Commits int    // how many commits came
-	Files   int    // how many files its work changes
-	Into    string // the repository the branch is in
-}
+type Fetched = schemas.FetchReply
 
 // Fetch creates or moves branch shoal/<id> in the caller's repository
 // into (the one the agent was opened on when empty) to the agent's work:

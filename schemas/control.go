@@ -158,6 +158,15 @@ type OpenRequest struct {
 	// (a Shoal addition): ReachOwn by default; only a person may grant
 	// more, and a child never has more than its parent.
 	Reach Reach `json:"reach,omitempty"`
+	// Repo says CWD is a git repository of the caller's machine, on whose
+	// own checkout the agent works (a Shoal addition, for MCP's
+	// agent_open: shoal open --repo): the caller's client acts on it and
+	// sends the node Workspace instead. Ref is what the agent starts on
+	// (HEAD when empty); WithChanges starts it on the caller's
+	// uncommitted work on top of HEAD.
+	Repo        bool   `json:"repo,omitempty"`
+	Ref         string `json:"ref,omitempty"`
+	WithChanges bool   `json:"with_changes,omitempty"`
 	// Workspace is set by Shoal's client for an open on a repository:
 	// the checkout the node makes for the agent, which becomes its
 	// working directory (CWD then names the caller's repository, for
@@ -460,3 +469,9 @@ func (r SetModelRequest) Agent() string { return r.AgentID }
 
 // Agent names the agent a request is about.
 func (r EventsRequest) Agent() string { return r.AgentID }
+
+// Agent is the agent the request is about.
+func (r DiffRequest) Agent() string { return r.AgentID }
+
+// Agent is the agent the request is about.
+func (r FetchRequest) Agent() string { return r.AgentID }

@@ -155,10 +155,14 @@ const (
 	// AccessStore stores an event, a record or a permission request of an
 	// agent (a node, through the relay).
 	AccessStore Access = "store"
+	// AccessFiles reads or writes files of the machine that serves the
+	// call: an open on one of its repositories (agent_open with repo), a
+	// fetch of an agent's work into one (agent_fetch).
+	AccessFiles Access = "files"
 )
 
 // Accesses lists every access, for tables.
-var Accesses = []Access{AccessRead, AccessAct, AccessAnswer, AccessOpen, AccessNodes, AccessSideDoor, AccessStore}
+var Accesses = []Access{AccessRead, AccessAct, AccessAnswer, AccessOpen, AccessNodes, AccessSideDoor, AccessStore, AccessFiles}
 
 // Relation is how a target agent stands to an agent principal.
 type Relation string
@@ -214,6 +218,7 @@ const (
 	RuleEnded      Rule = "ended"
 	RuleNodesOnly  Rule = "nodes-store"
 	RulePeopleOnly Rule = "people-and-agents"
+	RuleFiles      Rule = "callers-files"
 )
 
 // ruleText says each rule in a sentence.
@@ -229,6 +234,7 @@ var ruleText = map[Rule]string{
 	RuleEnded:      "an agent whose stream ended with its death has nothing more stored until it is reopened",
 	RuleNodesOnly:  "only the node that owns an agent stores for it",
 	RulePeopleOnly: "a node only hosts agents: it opens, drives, reads and answers nothing through the fabric's doors",
+	RuleFiles:      "the files of the machine serving the call (a repository an agent is opened on, one its work is fetched into) are a person's: an agent works in its own checkout",
 }
 
 // Text is the rule in a sentence.
@@ -316,6 +322,8 @@ func decideAgent(p Principal, a Access, t Target) Verdict {
 		return refuse(RuleSideDoors)
 	case AccessStore:
 		return refuse(RuleNodesOnly)
+	case AccessFiles:
+		return refuse(RuleFiles)
 	case AccessRead:
 		if t.Agent == "" {
 			return allow() // a listing: each agent in it is judged on its own
@@ -410,6 +418,8 @@ var ToolAccess = map[string]Access{
 	"agent_list":      AccessRead,
 	"agent_pending":   AccessRead,
 	"agent_nodes":     AccessNodes,
+	"agent_diff":      AccessRead,
+	"agent_fetch":     AccessFiles,
 }
 
 // ReadOnlyTools are the tools that only read, sorted: all an observer may

@@ -87,6 +87,24 @@ type DiffRequest struct {
 	Stat    bool   `json:"stat,omitempty"`
 }
 
+// FetchRequest brings an agent's work into the caller's repository as
+// branch shoal/<id> (agent_fetch); Into is a directory of that
+// repository's work tree (the one the agent was opened on when empty).
+type FetchRequest struct {
+	AgentID string `json:"agent_id"`
+	Into    string `json:"into,omitempty"`
+}
+
+// FetchReply is what a fetch brought into the caller's repository.
+type FetchReply struct {
+	Branch  string `json:"branch"`  // shoal/<id>
+	Tip     string `json:"tip"`     // its commit
+	Base    string `json:"base"`    // the commit the agent started on
+	Commits int    `json:"commits"` // how many commits came
+	Files   int    `json:"files"`   // how many files its work changes
+	Into    string `json:"into"`    // the repository the branch is in
+}
+
 // DiffReply is an agent's work as git diff prints it, against Base (the
 // commit it started on: with the caller's uncommitted work, the commit of
 // that), and how many files it changes.

@@ -27,8 +27,15 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 	defer s.Close()
 	tools, err := s.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 13 {
+	if err != nil || len(tools.Tools) != len(schemas.ToolAccess) {
 		t.Fatalf("tools over stdio: %d %v", len(tools.Tools), err)
+	}
+	// shoal mcp --help names every tool it serves.
+	_, help, _ := runShoal(t, t.TempDir(), nil, "mcp", "--help")
+	for _, tool := range tools.Tools {
+		if !strings.Contains(help, tool.Name) {
+			t.Errorf("shoal mcp --help does not name %s", tool.Name)
+		}
 	}
 	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_list"})
 	if err != nil || res.IsError {
