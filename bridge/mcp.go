@@ -251,6 +251,8 @@ func toolVerb(name string) string {
 		return "list permission requests"
 	case "agent_fetch":
 		return "fetch the work of"
+	case "agent_job":
+		return "run jobs on a repository"
 	}
 	verb := strings.TrimPrefix(name, "agent_")
 	switch schemas.ToolAccess[name] {

@@ -159,7 +159,7 @@ func ok(t *testing.T, s *mcp.ClientSession, name string, args map[string]any, v 
 }
 
 var toolNames = []string{"agent_open", "agent_send", "agent_run", "agent_output", "agent_status", "agent_set_model",
-	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events", "agent_permit", "agent_pending", "agent_diff", "agent_fetch"}
+	"agent_list", "agent_interrupt", "agent_close", "agent_nodes", "agent_events", "agent_permit", "agent_pending", "agent_diff", "agent_fetch", "agent_job"}
 
 // The official MCP Go SDK client lists the tools and drives a real claude
 // agent through open, send, output, status, list, run, interrupt and
@@ -342,6 +342,7 @@ var kaimonArgs = map[string][]toolArg{
 	// Shoal's own, for agents on a repository.
 	"agent_diff":  {{name: "agent_id", kind: "string", required: true}, {name: "stat", kind: "boolean"}},
 	"agent_fetch": {{name: "agent_id", kind: "string", required: true}, {name: "into", kind: "string"}},
+	"agent_job":   nil,
 }
 
 // advertisedArgs reads each tool's arguments from its advertised input
@@ -863,7 +864,7 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 		"agent_output": "output_request", "agent_status": "status_request", "agent_list": "list_request",
 		"agent_set_model": "set_model_request", "agent_interrupt": "agent_request", "agent_close": "agent_request",
 		"agent_events": "events_request", "agent_nodes": "nodes_request", "agent_permit": "permit_request", "agent_pending": "pending_request",
-		"agent_diff": "diff_request", "agent_fetch": "fetch_request"}
+		"agent_diff": "diff_request", "agent_fetch": "fetch_request", "agent_job": "job_request"}
 	readOnly := []string{"agent_output", "agent_status", "agent_list", "agent_events", "agent_nodes", "agent_pending", "agent_diff"}
 	if len(tools.Tools) != len(schemaOf) {
 		t.Fatalf("%d tools, want %d", len(tools.Tools), len(schemaOf))
@@ -882,10 +883,11 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 		}
 		a := tool.Annotations
 		ro := slices.Contains(readOnly, tool.Name)
-		// Open, send and run act anew on each call without a request_id;
+		// Open, send and run act anew on each call without a request_id (and
+		// a job on each call);
 		// a second interrupt, close, model switch or answer changes
 		// nothing the first did not.
-		anew := slices.Contains([]string{"agent_open", "agent_send", "agent_run"}, tool.Name)
+		anew := slices.Contains([]string{"agent_open", "agent_send", "agent_run", "agent_job"}, tool.Name)
 		destroys := tool.Name == "agent_close" || tool.Name == "agent_interrupt"
 		if a == nil || a.ReadOnlyHint != ro || a.DestructiveHint == nil || *a.DestructiveHint != destroys ||
 			a.IdempotentHint != !anew || a.OpenWorldHint == nil || *a.OpenWorldHint {

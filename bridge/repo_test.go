@@ -108,3 +108,81 @@ func TestMCPWorksOnARepository(t *testing.T) {
 		}
 	}
 }
+
+// agent_job runs a job on a repository of the endpoint's machine: a real
+// claude agent's two turns, its work back as a branch, the agent closed;
+// detached, it returns at once and agent_job with job_id waits for it. An
+// agent may not run one.
+func TestMCPRunsAJob(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.startNode(fake)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gittest.Git(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	bash := func(command string) fakemodel.Reply {
+		in, _ := json.Marshal(map[string]string{"command": command, "description": "write"})
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+	}
+	person := fb.client(nil)
+
+	fake.Script(bash("echo one > one.txt"), fakemodel.Reply{Text: "One."}, bash("echo two > two.txt"), fakemodel.Reply{Text: "Two."})
+	var job schemas.JobRecord
+	ok(t, person, "agent_job", map[string]any{"cwd": repo, "prompt": "Write one.txt.", "then": []string{"Write two.txt."}, "permission": "bypass"}, &job)
+	if job.Status != schemas.JobSucceeded || job.Done != 2 || job.Branch != "shoal/"+job.ID || job.Files != 2 || !strings.Contains(job.Stat, "two.txt | 1 +") || job.Usage == nil {
+		t.Fatalf("agent_job: %+v", job)
+	}
+	for file, want := range map[string]string{"one.txt": "one", "two.txt": "two"} {
+		if got := gittest.Git(t, repo, "show", job.Branch+":"+file); got != want {
+			t.Errorf("%s on %s: %q", file, job.Branch, got)
+		}
+	}
+	var rec schemas.AgentRecord
+	ok(t, person, "agent_status", map[string]any{"agent_id": job.ID}, &rec)
+	if rec.Status != schemas.StatusDead {
+		t.Errorf("the job's agent after the job: %s", rec.Status)
+	}
+
+	fake.Script(bash("echo three > three.txt"), fakemodel.Reply{Text: "Three."})
+	var started, ended schemas.JobRecord
+	ok(t, person, "agent_job", map[string]any{"cwd": repo, "prompt": "Write three.txt.", "permission": "bypass", "detach": true}, &started)
+	if started.Status != schemas.JobRunning || started.ID == "" {
+		t.Fatalf("a detached agent_job: %+v", started)
+	}
+	ok(t, person, "agent_job", map[string]any{"job_id": started.ID}, &ended)
+	if ended.Status != schemas.JobSucceeded || gittest.Git(t, repo, "show", ended.Branch+":three.txt") != "three" {
+		t.Errorf("the detached job as it ended: %+v", ended)
+	}
+
+	// A job whose turn fails is failed, saying why, with its work so far.
+	fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "the prompt is not allowed"})
+	ok(t, person, "agent_job", map[string]any{"cwd": repo, "prompt": "Fail.", "permission": "bypass"}, &job)
+	if job.Status != schemas.JobFailed || !strings.Contains(job.Error, "the prompt is not allowed") || job.Done != 0 {
+		t.Errorf("a failing job: %+v", job)
+	}
+
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "a", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(t.TempDir())})
+	agent := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	if text, isErr := call(t, agent, "agent_job", map[string]any{"cwd": repo, "prompt": "x"}); !isErr || !strings.Contains(text, "rule callers-files") {
+		t.Errorf("an agent's agent_job: %q", text)
+	}
+	for _, c := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"prompt": "x"}, "a job needs cwd"},
+		{map[string]any{"cwd": "repo", "prompt": "x"}, `cwd "repo" is not an absolute path`},
+		{map[string]any{"cwd": repo, "prompt": " "}, "a job needs a prompt"},
+		{map[string]any{"job_id": started.ID, "prompt": "x"}, "job_id waits for a job: give it alone"},
+		{map[string]any{"job_id": "nosuch"}, "no such job: nosuch"},
+	} {
+		if text, isErr := call(t, person, "agent_job", c.args); !isErr || !strings.Contains(text, c.want) {
+			t.Errorf("agent_job %v: %q, want %q", c.args, text, c.want)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -197,6 +199,14 @@ func (m *MCP) tools() []tool {
 			},
 		},
 		{
+			name: "agent_job", failed: "running job", schema: "job_request",
+			desc: "Run a job (a Shoal addition): open an agent on the repository at cwd on this endpoint's machine, on whichever node " +
+				"placement chooses, run prompt and then each of then, bring its work back as branch shoal/<job> there, close the agent, " +
+				"and return the job: status (succeeded or failed, with error), turns done, branch, tip, diff stat and usage. With detach " +
+				"it returns at once, running; agent_job with job_id alone waits for a job and returns it as it ended.",
+			run: m.job,
+		},
+		{
 			name: "agent_pending", failed: "listing permission requests", schema: "pending_request",
 			desc: "The permission requests agents wait on, oldest first, with each tool call's input (a Shoal addition).",
 			run: func(ctx context.Context, c caller, _ json.RawMessage) (any, error) {
@@ -265,6 +275,68 @@ type repoClient interface {
 	OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error)
 	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
 	Fetch(ctx context.Context, id, into string) (schemas.FetchReply, error)
+	RunJob(ctx context.Context, spec client.JobSpec) (schemas.JobRecord, error)
+	Job(ctx context.Context, id string) (schemas.JobRecord, error)
+	WaitJob(ctx context.Context, id string) (schemas.JobRecord, error)
+}
+
+// job runs a job (agent_job), or waits for one.
+func (m *MCP) job(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
+	var req schemas.JobRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		return nil, fmt.Errorf("the arguments do not fit the request: %w", err)
+	}
+	if err := m.door(ctx, c, "agent_job", req.JobID); err != nil {
+		return nil, err
+	}
+	r, err := m.repos()
+	if err != nil {
+		return nil, err
+	}
+	if req.JobID != "" {
+		if req.CWD != "" || req.Prompt != "" || len(req.Then) > 0 || req.Detach {
+			return nil, schemas.Errf(schemas.CodeInvalid, "job_id waits for a job: give it alone")
+		}
+		return r.WaitJob(ctx, req.JobID)
+	}
+	switch {
+	case req.CWD == "":
+		return nil, schemas.Errf(schemas.CodeInvalid, "a job needs cwd, the repository it works on")
+	case !filepath.IsAbs(req.CWD):
+		return nil, schemas.Errf(schemas.CodeInvalid, "cwd %q is not an absolute path", req.CWD)
+	case strings.TrimSpace(req.Prompt) == "":
+		return nil, schemas.Errf(schemas.CodeInvalid, "a job needs a prompt")
+	}
+	spec := client.JobSpec{
+		Open:        schemas.OpenRequest{Model: req.Model, Permission: req.Permission, Node: req.Node, Labels: req.Labels, Sandbox: req.Sandbox},
+		Source:      client.RepoSource{Dir: req.CWD, Ref: req.Ref, WithChanges: req.WithChanges},
+		Turns:       append([]string{req.Prompt}, req.Then...),
+		TurnTimeout: time.Duration(req.Timeout * float64(time.Second)),
+	}
+	if !req.Detach {
+		job, err := r.RunJob(ctx, spec)
+		if job.ID == "" {
+			return nil, err // it never began
+		}
+		return job, nil // its status and error say how it ended
+	}
+	// Detached, the job outlives the call: it runs until it ends, or
+	// this endpoint's process does.
+	started := make(chan string, 1)
+	failed := make(chan error, 1)
+	spec.Started = func(id string) { started <- id }
+	go func() {
+		job, err := r.RunJob(context.WithoutCancel(ctx), spec)
+		if job.ID == "" {
+			failed <- err
+		}
+	}()
+	select {
+	case id := <-started:
+		return r.Job(ctx, id)
+	case err := <-failed:
+		return nil, err
+	}
 }
 
 // repos is the client as a repoClient, or why it is not one.

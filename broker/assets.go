@@ -110,6 +110,9 @@ func (a Assets) StreamConfig() jetstream.StreamConfig {
 // work, which a node makes again on each fetch.
 const ReposTTL = 24 * time.Hour
 
+// JobsTTL is how long a job's record is kept after its last write.
+const JobsTTL = 30 * 24 * time.Hour
+
 // Provision creates or updates the AGENTS stream and the KV buckets on a
 // JetStream deployment, embedded or not. It is idempotent. While the
 // JetStream cluster elects a leader it retries until ctx ends.
@@ -156,6 +159,17 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 				LimitMarkerTTL: a.NodeTTL,
 				Storage:        jetstream.FileStorage,
 				Replicas:       a.Replicas,
+			})
+			return err
+		}},
+		{"KV bucket " + schemas.JobsBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      schemas.JobsBucket,
+				Description: "Shoal jobs (shoal job, agent_job): job id -> its record, written by the job's runner",
+				History:     1,
+				TTL:         JobsTTL,
+				Storage:     jetstream.FileStorage,
+				Replicas:    a.Replicas,
 			})
 			return err
 		}},

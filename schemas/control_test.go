@@ -18,6 +18,7 @@ func controlSamples() map[string]any {
 	turn, max := 2, 100
 	none := []string{}
 	c1, c2 := strings.Repeat("a1", 20), strings.Repeat("b2", 20)
+	yes := true
 	ws := &schemas.Workspace{Repo: c1, Source: "/home/me/proj", Ref: "HEAD", Base: c1, Commit: c2, WithChanges: true,
 		Bundle: c1 + "/" + c2 + "-0123456789abcdef.bundle", Branch: "shoal/9f3a1c20", Resume: c2}
 	record := schemas.AgentRecord{ID: "9f3a1c20", Status: schemas.StatusIdle, Model: "sonnet/high", CWD: "/p", Turn: 2,
@@ -28,10 +29,15 @@ func controlSamples() map[string]any {
 			PermissionMode: "plan", AllowedTools: []string{"Read"}, Only: true, DisallowedTools: &none, MCPConfig: "/m.json",
 			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}, Workspace: ws,
 			Repo: true, Ref: "main", WithChanges: true},
-		"repo_has_request":  schemas.RepoHasRequest{Repo: c1, Commit: c2},
-		"repo_has_reply":    schemas.RepoHasReply{Has: false, Haves: []string{c1}},
-		"diff_request":      schemas.DiffRequest{AgentID: "9f3a1c20", Stat: true},
-		"diff_reply":        schemas.DiffReply{Diff: "diff --git a/x b/x\n", Base: c1, Files: 1},
+		"repo_has_request": schemas.RepoHasRequest{Repo: c1, Commit: c2},
+		"repo_has_reply":   schemas.RepoHasReply{Has: false, Haves: []string{c1}},
+		"diff_request":     schemas.DiffRequest{AgentID: "9f3a1c20", Stat: true},
+		"diff_reply":       schemas.DiffReply{Diff: "diff --git a/x b/x\n", Base: c1, Files: 1},
+		"job_request": schemas.JobRequest{JobID: "9f3a1c20", CWD: "/home/me/proj", Prompt: "Fix it.", Then: []string{"Test it."}, Ref: "main",
+			WithChanges: true, Model: "sonnet", Permission: "auto", Node: "n1", Labels: map[string]string{"gpu": "yes"}, Sandbox: &yes, Timeout: 60, Detach: true},
+		"job_record": schemas.JobRecord{ID: "9f3a1c20", Status: schemas.JobSucceeded, Repo: "/home/me/proj", Runner: "laptop", Node: "n1",
+			Turns: []string{"Fix it."}, Done: 1, StartedAt: 1.7566e9, EndedAt: 1.7566e9 + 30, Beat: 1.7566e9 + 30, Branch: "shoal/9f3a1c20", Tip: c2,
+			Commits: 1, Files: 2, Stat: " a | 1 +\n", Usage: &schemas.Usage{InputTokens: 10, OutputTokens: 3}, Error: "the turn failed: x"},
 		"fetch_request":     schemas.FetchRequest{AgentID: "9f3a1c20", Into: "/home/me/proj"},
 		"fetch_reply":       schemas.FetchReply{Branch: "shoal/9f3a1c20", Tip: c2, Base: c1, Commits: 2, Files: 1, Into: "/home/me/proj"},
 		"work_request":      schemas.WorkRequest{AgentID: "9f3a1c20", Haves: []string{c1}},

@@ -420,6 +420,7 @@ var ToolAccess = map[string]Access{
 	"agent_nodes":     AccessNodes,
 	"agent_diff":      AccessRead,
 	"agent_fetch":     AccessFiles,
+	"agent_job":       AccessFiles,
 }
 
 // ReadOnlyTools are the tools that only read, sorted: all an observer may

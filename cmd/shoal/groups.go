@@ -78,7 +78,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"fetch": verbGroups(flagGroup{"Fetch", false, []string{"into"}}),
 	"job": verbGroups(
 		flagGroup{"Repository", false, []string{"repo", "ref", "with-changes"}},
-		flagGroup{"Agent", false, []string{"model", "permission", "wait"}},
+		flagGroup{"Agent", false, []string{"model", "permission", "then", "wait", "detach"}},
 		flagGroup{"Placement", false, []string{"node", "labels", "sandbox"}},
 	),
 	"send":      verbGroups(),

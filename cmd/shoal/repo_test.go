@@ -328,16 +328,25 @@ func TestJobBringsItsWorkBackAsABranch(t *testing.T) {
 	gitIn(t, repo, "commit", "-q", "-m", "first")
 	head := gitIn(t, repo, "rev-parse", "HEAD")
 
-	in, _ := json.Marshal(map[string]string{"command": "echo from-job > job.txt", "description": "write"})
-	c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})
-	code, out, errOut := c.shoal("job", "--repo", repo, "--permission", "bypass", "Write job.txt.")
-	m := regexp.MustCompile(`^shoal/(\S+) [0-9a-f]{40} \(1 commits, 1 files changed\)\n$`).FindStringSubmatch(out)
+	bash := func(command string) fakemodel.Reply {
+		in, _ := json.Marshal(map[string]string{"command": command, "description": "write"})
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+	}
+	c.fake.Script(bash("echo from-job > job.txt"), fakemodel.Reply{Text: "Written."},
+		bash("echo then > then.txt"), fakemodel.Reply{Text: "And that."})
+	code, out, errOut := c.shoal("job", "--repo", repo, "--permission", "bypass", "--then", "Write then.txt.", "Write job.txt.")
+	m := regexp.MustCompile(`^shoal/(\S+) [0-9a-f]{40} \(1 commits, 2 files changed\)\n job.txt  \| 1 \+\n then.txt \| 1 \+\n 2 files changed, 2 insertions\(\+\)\n$`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
 		t.Fatalf("shoal job: exit %d: %q\n%s", code, out, errOut)
 	}
 	id := m[1]
-	if got := gitIn(t, repo, "show", "shoal/"+id+":job.txt"); got != "from-job" {
-		t.Fatalf("job.txt on shoal/%s is %q", id, got)
+	if !regexp.MustCompile(`shoal: job ` + id + ` succeeded after [0-9.]+m?s: 2 of 2 turns, \d+ tokens in, \d+ out`).MatchString(errOut) {
+		t.Errorf("the job's status line: %q", errOut)
+	}
+	for file, want := range map[string]string{"job.txt": "from-job", "then.txt": "then"} {
+		if got := gitIn(t, repo, "show", "shoal/"+id+":"+file); got != want {
+			t.Fatalf("%s on shoal/%s is %q", file, id, got)
+		}
 	}
 	if gitIn(t, repo, "rev-parse", "HEAD") != head || gitIn(t, repo, "status", "--porcelain") != "" {
 		t.Fatal("the job touched the caller's checkout")

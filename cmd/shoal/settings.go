@@ -56,7 +56,13 @@ func (c *command) parseSettings(fs *flag.FlagSet, args []string, configPath *str
 	if err := c.applyEnv(fs, getenv, l.from); err != nil {
 		return nil, err
 	}
-	// The command line wins.
+	// The command line wins. A repeatable flag starts over, so that the
+	// first pass's values are not counted twice.
+	fs.VisitAll(func(f *flag.Flag) {
+		if r, ok := f.Value.(interface{ reset() }); ok {
+			r.reset()
+		}
+	})
 	if l.positional, err = parseArgs(fs, args); err != nil {
 		return nil, c.flagError(fs, err)
 	}
