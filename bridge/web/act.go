@@ -6,7 +6,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path/filepath"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -62,12 +64,66 @@ func (h *Handler) open(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeJSON(w, http.StatusBadRequest, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "parent and depth are set by the MCP door, not by a person")})
 		return
 	}
-	rep, err := h.cfg.Client.Open(r.Context(), req)
+	var rep schemas.OpenReply
+	var err error
+	if req.Repo {
+		rep, err = h.openRepo(r.Context(), req)
+	} else {
+		rep, err = h.cfg.Client.Open(r.Context(), req)
+	}
 	if err != nil {
 		h.fail(w, "opening an agent", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rep)
+}
+
+// repoClient is a client that works on repositories of the dashboard's
+// machine (one with the coordinator's rights).
+type repoClient interface {
+	OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error)
+	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
+}
+
+// repos is the dashboard's client as a repoClient, or why it is not one.
+func (h *Handler) repos() (repoClient, error) {
+	r, ok := h.cfg.Client.(repoClient)
+	if !ok {
+		return nil, schemas.Errf(schemas.CodeForbidden, "repositories need the coordinator's credentials, which this dashboard's client does not have")
+	}
+	return r, nil
+}
+
+// openRepo opens an agent on the repository at req.CWD of the dashboard's
+// machine, which only a person with every right may have read.
+func (h *Handler) openRepo(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
+	p := principalOf(ctx)
+	if err := schemas.Decide(p, schemas.AccessFiles, schemas.Target{}).Err(p, "open agents on a repository", schemas.Target{}); err != nil {
+		return schemas.OpenReply{}, err
+	}
+	if !filepath.IsAbs(req.CWD) {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "the repository %q is not an absolute path", req.CWD)
+	}
+	r, err := h.repos()
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	return r.OpenRepo(ctx, req, client.RepoSource{Dir: req.CWD, Ref: req.Ref, WithChanges: req.WithChanges})
+}
+
+// diff is an agent's work on its repository: GET /api/agents/{id}/diff,
+// with ?stat=1 a summary.
+func (h *Handler) diff(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rc, err := h.repos()
+	if err == nil {
+		var rep schemas.DiffReply
+		if rep, err = rc.Diff(r.Context(), id, r.URL.Query().Get("stat") == "1"); err == nil {
+			writeJSON(w, http.StatusOK, rep)
+			return
+		}
+	}
+	h.fail(w, "reading the work of agent "+id, err)
 }
 
 // onAgent adapts a client call on the agent the path names: the body is

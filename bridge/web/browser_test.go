@@ -3,6 +3,9 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +16,8 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge/web"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/gittest"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // thinking is long enough, streamed four runes at a time, to be seen
@@ -198,5 +203,59 @@ func checkNames(t *testing.T, ctx context.Context) {
 		.map(e => e.outerHTML)`)
 	if len(unnamed) > 0 {
 		t.Errorf("controls without an accessible name: %v", unnamed)
+	}
+}
+
+// In a real Chromium: an agent opened from the fleet page on a repository
+// of the dashboard's machine gets its own checkout; its page names the
+// repository and branch, and, once its Bash tool has added a file, shows
+// the change as a diff. An observer sees the diff too; it cannot open.
+func TestDashboardWorksOnARepository(t *testing.T) {
+	t.Parallel()
+	const token = "full-secret"
+	d := startDash(t, web.Config{Token: token, ObserverToken: "observer-secret"})
+	ctx := browser(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gittest.Git(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	head := gittest.Git(t, repo, "rev-parse", "HEAD")
+	in, _ := json.Marshal(map[string]string{"command": "echo from-web > web.txt", "description": "write"})
+	d.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})
+
+	do(t, ctx, chromedp.Navigate(d.url+"/?token="+token))
+	waitJS(t, ctx, "the node is listed", `document.querySelector('#nodes tr[data-node="n1"]')`, 20*time.Second)
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#open-form");
+		f.elements.cwd.value = `+jsString(repo)+`; f.elements.repo.checked = true; f.elements.id.value = "webrepo";
+		f.requestSubmit(); return true })()`)
+	waitJS(t, ctx, "the open went to the agent's page", `location.pathname === "/agents/webrepo"`, 60*time.Second)
+	waitJS(t, ctx, "the page names the repository", `!document.querySelector("#changes").hidden &&
+		document.querySelector('[data-fact="repository"] dd').textContent.includes("shoal/webrepo from `+head[:12]+`")`, 20*time.Second)
+	if fact := eval[string](t, ctx, `document.querySelector('[data-fact="repository"] dd').textContent`); !strings.HasPrefix(fact, repo+" ") {
+		t.Errorf("the repository fact: %q", fact)
+	}
+	rep, err := d.f.Run(t.Context(), schemas.RunRequest{AgentID: "webrepo", Text: "Write web.txt."})
+	if err != nil || rep.Text != "Written." {
+		t.Fatalf("the turn: %+v %v", rep, err)
+	}
+	eval[bool](t, ctx, `(document.querySelector("#show-diff").click(), true)`)
+	waitJS(t, ctx, "the diff is shown", `document.querySelector("#diff").dataset.files === "1"`, 30*time.Second)
+	if diff := eval[string](t, ctx, `document.querySelector("#diff").textContent`); !strings.Contains(diff, "web.txt") || !strings.Contains(diff, "+from-web") {
+		t.Errorf("the diff on the page: %q", diff)
+	}
+	checkNames(t, ctx)
+	screenshot(t, ctx, "agent-repository")
+
+	// The observer reads the same diff, and may not open on a repository.
+	observer := browser(t)
+	do(t, observer, chromedp.Navigate(d.url+"/agents/webrepo?token=observer-secret"))
+	waitJS(t, observer, "the observer sees the changes section", `!document.querySelector("#changes").hidden`, 20*time.Second)
+	eval[bool](t, observer, `(document.querySelector("#show-diff").click(), true)`)
+	waitJS(t, observer, "the observer's diff is shown", `document.querySelector("#diff").dataset.files === "1"`, 30*time.Second)
+	status := eval[int](t, observer, `fetch("/api/open", {method: "POST", headers: {"Content-Type": "application/json"},
+		body: JSON.stringify({cwd: `+jsString(repo)+`, repo: true})}).then(r => r.status)`)
+	if status != http.StatusForbidden {
+		t.Errorf("an observer's open on a repository: HTTP %d", status)
 	}
 }

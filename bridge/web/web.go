@@ -54,6 +54,7 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /api/fleet", h.fleet)
 	h.mux.HandleFunc("GET /api/agents/{id}", h.agent)
 	h.mux.HandleFunc("GET /api/agents/{id}/events", h.events)
+	h.mux.HandleFunc("GET /api/agents/{id}/diff", h.diff)
 	h.mux.HandleFunc("POST /api/open", h.act(schemas.AccessOpen, "open agents", h.open))
 	h.mux.HandleFunc("POST /api/agents/{id}/send", h.act(schemas.AccessAct, "send to", h.send()))
 	h.mux.HandleFunc("POST /api/agents/{id}/interrupt", h.act(schemas.AccessAct, "interrupt", h.interrupt()))

@@ -136,6 +136,17 @@ func (s fabricSource) Pending(ctx context.Context) ([]schemas.PermitRecord, erro
 	return s.f.Pending(ctx)
 }
 
+// Changed counts the files an agent on a repository changed (its diff's
+// stat), with the coordinator's credentials; scoped ones cannot.
+func (s fabricSource) Changed(ctx context.Context, agent string) (int, error) {
+	d, ok := s.f.(*client.Direct)
+	if !ok {
+		return 0, errors.New("counting an agent's changes needs the coordinator's credentials")
+	}
+	rep, err := d.Diff(ctx, agent, true)
+	return rep.Files, err
+}
+
 func (s fabricSource) Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
 	req.By = "tui"
 	return s.f.Permit(ctx, req)

@@ -58,7 +58,8 @@ function fleetPage() {
     ev.preventDefault();
     const f = new FormData(ev.target);
     const req = { cwd: f.get("cwd") };
-    for (const k of ["model", "permission", "id"]) if (f.get(k)) req[k] = f.get(k);
+    for (const k of ["model", "permission", "id", "ref"]) if (f.get(k)) req[k] = f.get(k);
+    if (f.get("repo")) req.repo = true;
     $("#open-error").textContent = "";
     try {
       const rep = await api("/api/open", req);
@@ -135,6 +136,14 @@ function agentPage(id) {
     ev.preventDefault();
     act("/model", { model: ev.target.elements.model.value }).catch(() => {});
   });
+  $("#show-diff").addEventListener("click", async () => {
+    $("#diff").textContent = "reading…";
+    try {
+      const d = await api(base + "/diff");
+      $("#diff").textContent = d.diff || "(no changes)";
+      $("#diff").dataset.files = d.files;
+    } catch (e) { $("#diff").textContent = e.message; }
+  });
   $("#replay-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const q = new URLSearchParams();
@@ -159,7 +168,11 @@ function renderFacts(r) {
   const u = r.usage || {};
   const facts = [["status", r.status], ["model", r.model], ["node", r.node], ["directory", r.cwd], ["turn", r.turn],
     ["tokens in/out", num(u.inputTokens) + " / " + num(u.outputTokens)], ["last activity", r.last_activity ? new Date(r.last_activity * 1000).toLocaleTimeString() : ""]];
+  const ws = r.workspace;
+  if (ws) facts.push(["repository", ws.source + " (" + ws.branch + " from " + ws.base.slice(0, 12) + ")"]);
   $("#agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k }, el("dt", { text: k }), el("dd", { text: v }))));
+  $("#changes").hidden = !ws;
+  if (ws) $("#changes-head").textContent = "The agent's work on " + ws.branch + " against " + ws.base.slice(0, 12) + ", committed or not; shoal fetch " + r.id + " brings it back.";
 }
 
 function renderPermits(pending, act, answered) {

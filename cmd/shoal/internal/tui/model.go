@@ -114,6 +114,45 @@ type Model struct {
 	feedLost  string // why the live feed is down, while it reconnects
 	tick      int
 	now       time.Time
+
+	// changed is how many files each agent on a repository has changed,
+	// as last read, and when; read again for the selected agent every
+	// changedEvery.
+	changed   map[string]int
+	changedAt map[string]time.Time
+}
+
+// changedEvery is how often the selected agent's changed files are
+// counted again (each count is a git diff on its node).
+const changedEvery = 5 * time.Second
+
+// changedMsg is a count of an agent's changed files.
+type changedMsg struct {
+	agent string
+	files int
+	err   error
+}
+
+// readChanged counts the selected agent's changed files, when it is on a
+// repository, the source can count, and the last count is old.
+func (m *Model) readChanged() tea.Cmd {
+	d, ok := m.src.(Differ)
+	a, sel := m.selected()
+	if !ok || !sel || a.Workspace == nil {
+		return nil
+	}
+	if at, read := m.changedAt[a.ID]; read && m.now.Sub(at) < changedEvery {
+		return nil
+	}
+	if m.changedAt == nil {
+		m.changedAt, m.changed = map[string]time.Time{}, map[string]int{}
+	}
+	m.changedAt[a.ID] = m.now
+	id := a.ID
+	return func() tea.Msg {
+		n, err := d.Changed(m.ctx, id)
+		return changedMsg{agent: id, files: n, err: err}
+	}
 }
 
 // New returns a monitor reading src.
@@ -247,7 +286,12 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case agentsMsg:
 		m.pollErr = ""
 		m.setAgents(msg)
-		return m, tea.Batch(m.readAgents(m.opts.Poll), m.backfill())
+		return m, tea.Batch(m.readAgents(m.opts.Poll), m.backfill(), m.readChanged())
+	case changedMsg:
+		if msg.err == nil {
+			m.changed[msg.agent] = msg.files
+		}
+		return m, nil
 	case nodesMsg:
 		m.nodes = msg
 		return m, m.readNodes(2 * m.opts.Poll)

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -479,5 +480,67 @@ func TestNodesView(t *testing.T) {
 		if strings.HasPrefix(l, "alpha") && !strings.Contains(l, " 1 ") {
 			t.Errorf("alpha's working count: %q", l)
 		}
+	}
+}
+
+// differSource counts changed files as told.
+type differSource struct {
+	*fakeSource
+	files map[string]int
+	asked []string
+}
+
+func (d *differSource) Changed(_ context.Context, agent string) (int, error) {
+	d.asked = append(d.asked, agent)
+	return d.files[agent], nil
+}
+
+// The selected agent on a repository shows its repository, branch and
+// how many files it changed; an agent on a plain directory shows its
+// directory and is never counted.
+func TestChangedFilesOfTheSelectedAgent(t *testing.T) {
+	ws := &schemas.Workspace{Source: "/home/me/app", Branch: "shoal/r1", Base: strings.Repeat("ab", 20)}
+	agents := []schemas.AgentRecord{
+		{ID: "r1", Status: schemas.StatusIdle, Node: "n1", CWD: "/node/work/r1", Workspace: ws, CreatedAt: 1},
+		{ID: "d1", Status: schemas.StatusIdle, Node: "n1", CWD: "/srv/d1", CreatedAt: 2},
+	}
+	src := &differSource{fakeSource: &fakeSource{agents: agents, stored: map[string][]Event{}}, files: map[string]int{"r1": 3}}
+	m := New(t.Context(), src, Options{Dir: "/home/me"})
+	m.Update(tea.WindowSizeMsg{Width: 160, Height: 30})
+	// count moves to agent id as a poll of the agents does, and takes
+	// the count that poll asks for, if it asks.
+	count := func(id string) {
+		m.keep = id
+		_, cmd := m.Update(agentsMsg(agents))
+		batch, _ := cmd().(tea.BatchMsg)
+		got := make(chan tea.Msg, len(batch))
+		for _, c := range batch {
+			if c != nil {
+				go func() { got <- c() }()
+			}
+		}
+		for {
+			select {
+			case msg := <-got:
+				if c, ok := msg.(changedMsg); ok {
+					m.Update(c)
+					return
+				}
+			case <-time.After(time.Second):
+				return // the poll asked for no count
+			}
+		}
+	}
+	count("r1")
+	if view := m.View(); !strings.Contains(view, "repo /home/me/app on shoal/r1 from abababababab  3 files changed") {
+		t.Errorf("the selected agent on a repository:\n%s", view)
+	}
+	count("r1") // counted a moment ago: not again
+	count("d1")
+	if view := m.View(); !strings.Contains(view, "cwd /srv/d1") {
+		t.Errorf("the selected agent on a directory:\n%s", view)
+	}
+	if strings.Join(src.asked, ",") != "r1" {
+		t.Errorf("counted the changes of %v, want r1 once", src.asked)
 	}
 }

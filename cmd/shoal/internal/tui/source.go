@@ -42,6 +42,13 @@ type Source interface {
 	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
 }
 
+// Differ is a Source that can say how many files an agent opened on a
+// repository has changed against its start: the monitor shows the count
+// of the selected one.
+type Differ interface {
+	Changed(ctx context.Context, agent string) (files int, err error)
+}
+
 // ErrNoPermits is what Pending and Permit return, wrapped or not, when
 // the fabric does not serve permission requests: the monitor then shows
 // no marker and says so when asked.

@@ -266,7 +266,7 @@ func (m *Model) detailLines(shown []schemas.AgentRecord, h int) []string {
 	lines := []string{
 		clip(styleTitle.Render("agent "+a.ID)+"  node "+a.Node+"  "+status, w),
 		clip(fmt.Sprintf("model %s  turn %d  tokens %d in / %d out", a.Model, a.Turn, a.Usage.InputTokens, a.Usage.OutputTokens), w),
-		clip("cwd "+a.CWD, w),
+		clip(m.where(a), w),
 		clip(activity, w),
 		styleDim.Render(strings.Repeat("─", max(1, w-2))),
 	}
@@ -334,4 +334,22 @@ func styleKind(kind, text string) string {
 		return styleDim.Render(text)
 	}
 	return text
+}
+
+// where is the agent's working directory or, for an agent on a
+// repository, the repository, its branch and how many files it changed.
+func (m *Model) where(a schemas.AgentRecord) string {
+	ws := a.Workspace
+	if ws == nil {
+		return "cwd " + a.CWD
+	}
+	base := ws.Base
+	if len(base) > 12 {
+		base = base[:12]
+	}
+	line := "repo " + ws.Source + " on " + ws.Branch + " from " + base
+	if n, ok := m.changed[a.ID]; ok {
+		line += fmt.Sprintf("  %d files changed", n)
+	}
+	return line
 }
