@@ -182,7 +182,9 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 		try.Node = node
 		var rep schemas.OpenReply
 		if ship != nil {
-			try.Workspace, err = ship(ctx, node)
+			if try.Workspace, err = ship(ctx, node); err == nil {
+				try.Workspace.Dir = checkoutOn(nodes, node, try.ID)
+			}
 		}
 		if err == nil {
 			rep, err = f.openOn(ctx, try, passed)
@@ -341,14 +343,20 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 	}
 	claimed := schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
 		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID,
-		Parent: req.Parent, Depth: req.Depth, Reach: req.Reach}
+		Parent: req.Parent, Depth: req.Depth, Reach: req.Reach, Workspace: req.Workspace}
 	// What the rights rules read of the record is the coordinator's to
 	// say, not the node's: the policy composed from the request, as the
-	// node will compose it, and a sandbox the open asked for. The relay
-	// holds a confined node's writes to them.
+	// node will compose it, a sandbox the open asked for, and the
+	// repository and bundle an agent on one is opened from (what its node
+	// may read of the object store). The relay holds a confined node's
+	// writes to them.
 	if pol, err := schemas.ComposePolicy(req.Permission, req.PermissionMode, req.AllowedTools, req.DisallowedTools, req.Only); err == nil {
 		pol.Ask = pol.Ask || req.Ask
-		claimed.Policy = pol.Record(req.CWD)
+		cwd := req.CWD
+		if req.Workspace != nil && req.Workspace.Dir != "" {
+			cwd = req.Workspace.Dir // where the agent will work
+		}
+		claimed.Policy = pol.Record(cwd)
 	}
 	if req.Sandbox != nil && *req.Sandbox {
 		claimed.Sandbox = &schemas.SandboxPolicy{}

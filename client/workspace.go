@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,17 @@ func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.
 	ws.Resume, ws.Bundle = work.Tip, work.Bundle
 	f.say("carried agent %s's work (%d commits, %d files changed) from node %s to node %s", prev.ID, work.Commits, work.Files, prev.Node, node)
 	return &ws, nil
+}
+
+// checkoutOn is agent id's checkout on node, as the node's record says;
+// "" when it does not say.
+func checkoutOn(nodes []schemas.NodeRecord, node, id string) string {
+	for _, n := range nodes {
+		if n.Name == node && n.Checkouts != "" {
+			return filepath.Join(n.Checkouts, id)
+		}
+	}
+	return ""
 }
 
 // gitNodes keeps the nodes that can run an agent on a repository; the

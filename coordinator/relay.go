@@ -42,6 +42,7 @@ type Relay struct {
 
 	metrics RelayMetrics
 	mcp     func(ctx context.Context) (url, token string)
+	bun     bundles
 
 	// acks is the subject prefix of the relay's own replies, under which
 	// JetStream acknowledges what the relay forwards; tokens names each.
@@ -107,7 +108,8 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
 		acks:   cfg.Conn.NewInbox(),
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, seqs: map[string]*sequence{},
-		inflight: map[string]inflight{}, warned: map[string]bool{}}, nil
+		inflight: map[string]inflight{}, warned: map[string]bool{},
+		bun: bundles{reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
 
 // Ready is closed once the relay forwards writes.
@@ -164,6 +166,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		schemas.RelayLast:   async(r.last),
 		schemas.RelayHello:  async(r.hello),
 		schemas.RelayPermit: async(r.permit),
+		// A bundle's chunks: a node asks for the next once it has the
+		// one before.
+		schemas.RelayBundleGet: async(r.bundleGet),
+		schemas.RelayBundlePut: async(r.bundlePut),
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -493,7 +499,8 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 // sameRights says why a node's write of an agent's record would change
 // what the rights rules read of it, which is the coordinator's to say:
 // its life (the open's request id), its lineage (parent, depth), its
-// reach, the policy the open composed, and a sandbox, once it has one.
+// reach, the policy the open composed, a sandbox, once it has one, and
+// the repository and bundle it is opened from.
 func sameRights(live, rec schemas.AgentRecord) error {
 	switch {
 	case rec.RequestID != live.RequestID:
@@ -504,6 +511,9 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		return fmt.Errorf("a node may not change agent %s's reach", rec.ID)
 	case live.Sandbox != nil && rec.Sandbox == nil:
 		return fmt.Errorf("a node may not take agent %s out of its sandbox", rec.ID)
+	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle):
+		// What the relay lets the node read of the repositories.
+		return fmt.Errorf("a node may not change the repository or bundle agent %s is opened from", rec.ID)
 	case live.Policy != nil:
 		a, _ := json.Marshal(live.Policy)
 		b, _ := json.Marshal(rec.Policy)

@@ -42,7 +42,7 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 		MaxAgents: h.cfg.MaxAgents,
 		StartedAt: unixSeconds(time.Now()),
 		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why + h.sandbox.nsWhy, SandboxMode: h.cfg.Sandbox,
-		Git: h.repos.git,
+		Git: h.repos.git, Checkouts: h.repos.dir,
 	}
 	if a.rec.Labels == nil {
 		a.rec.Labels = map[string]string{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -51,6 +52,11 @@ type store interface {
 	// putPermit writes a permission request of one of its agents, or its
 	// answer, to PermitsBucket.
 	putPermit(ctx context.Context, rec schemas.PermitRecord) error
+
+	// getBundle reads bundle name, the one agent is opened from, into w;
+	// putBundle stores a bundle of agent's work.
+	getBundle(ctx context.Context, agent, name string, w io.Writer) error
+	putBundle(ctx context.Context, agent, name, desc string, r io.Reader) error
 }
 
 // entry is an agent record with its revision.
@@ -63,6 +69,7 @@ type entry struct {
 // directStore reaches JetStream directly.
 type directStore struct {
 	nc      *nats.Conn
+	js      jetstream.JetStream
 	node    string
 	agents  jetstream.KeyValue
 	nodes   jetstream.KeyValue
@@ -71,7 +78,7 @@ type directStore struct {
 }
 
 func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node string) (*directStore, error) {
-	s := &directStore{nc: nc, node: node}
+	s := &directStore{nc: nc, js: js, node: node}
 	var err error
 	if s.agents, err = js.KeyValue(ctx, schemas.AgentsBucket); err != nil {
 		return nil, fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)

@@ -3,15 +3,11 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/workspace"
@@ -37,15 +33,13 @@ type repos struct {
 	cache *workspace.Cache
 	git   string // the git's version; "" when the node has none
 	why   string // why not, when it has none
-	js    jetstream.JetStream
+	store store  // where bundles are read and written
 	node  string
 }
 
 func newRepos(ctx context.Context, h *Host) *repos {
 	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name}
-	if !h.cfg.Confined {
-		r.js = h.js
-	}
+	r.store = h.store
 	if v, err := workspace.Available(ctx); err != nil {
 		r.why = err.Error()
 	} else {
@@ -64,8 +58,6 @@ func (r *repos) able() error {
 	switch {
 	case r.git == "":
 		return schemas.Errf(schemas.CodeUnavailable, "node %s cannot run agents on a repository: %s", r.node, r.why)
-	case r.js == nil:
-		return schemas.Errf(schemas.CodeUnavailable, "node %s runs with scoped credentials, which do not yet reach the repositories' object store: open the agent on a directory of the node instead", r.node)
 	}
 	return nil
 }
@@ -92,6 +84,11 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 	}
 	ws.Branch = schemas.BranchName(id)
 	dir := r.checkout(id)
+	if ws.Dir != "" && filepath.Clean(ws.Dir) != dir {
+		// The agent was claimed to work elsewhere: its policy names that.
+		return "", false, schemas.Errf(schemas.CodeInvalid, "the open names checkout %s, but node %s makes agent %s's at %s", ws.Dir, r.node, id, dir)
+	}
+	ws.Dir = dir
 	if ws.Resume != "" {
 		// The agent comes from another node, with its work there: a
 		// checkout this node kept of an earlier life is older than that.
@@ -103,13 +100,16 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 				return "", false, schemas.Errf(schemas.CodeConflict, "agent %s works on another repository (%s) on node %s; give this agent another id", id, short(old.Repo), r.node)
 			}
 			// A reopened id goes on where it was: its start stays the
-			// one it was first opened on.
+			// one it was first opened on. The bundle stays the one this
+			// open names, as its claim does.
+			bundle := ws.Bundle
 			*ws = old
+			ws.Bundle, ws.Dir = bundle, dir
 			return dir, false, nil
 		}
 	}
 	if ws.Bundle != "" {
-		if err := r.receive(ctx, ws, at); err != nil {
+		if err := r.receive(ctx, id, ws, at); err != nil {
 			return "", false, err
 		}
 	}
@@ -152,15 +152,10 @@ func (r *repos) meta(id string) (schemas.Workspace, error) {
 	return ws, json.Unmarshal(b, &ws)
 }
 
-// receive reads ws's bundle, of commit tip, from the object store into
-// the cache.
-func (r *repos) receive(ctx context.Context, ws *schemas.Workspace, tip string) error {
+// receive reads ws's bundle, of commit tip, for agent id into the cache.
+func (r *repos) receive(ctx context.Context, id string, ws *schemas.Workspace, tip string) error {
 	if !strings.HasPrefix(ws.Bundle, ws.Repo+"/") || !strings.HasSuffix(ws.Bundle, ".bundle") {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %q is not one of repository %s", ws.Bundle, short(ws.Repo))
-	}
-	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
-	if err != nil {
-		return schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
 	}
 	f, err := os.CreateTemp("", "shoal-bundle-")
 	if err != nil {
@@ -168,17 +163,8 @@ func (r *repos) receive(ctx context.Context, ws *schemas.Workspace, tip string) 
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
-	obj, err := obs.Get(ctx, ws.Bundle)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			return schemas.Errf(schemas.CodeInvalid, "bundle %s is not in the object store (sent and expired, or never sent whole)", ws.Bundle)
-		}
-		return schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", ws.Bundle, err)
-	}
-	defer obj.Close()
-	// The object store checks the digest as the last chunk is read.
-	if _, err := io.Copy(f, obj); err != nil {
-		return schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", ws.Bundle, err)
+	if err := r.store.getBundle(ctx, id, ws.Bundle, f); err != nil {
+		return err
 	}
 	if err := f.Close(); err != nil {
 		return schemas.Errf(schemas.CodeInternal, "%v", err)
@@ -266,10 +252,6 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	if rep.Commits, err = workspace.BundleWork(ctx, dir, tip, haves, f.Name()); err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "bundle the work of agent %s: %v", req.AgentID, err)
 	}
-	obs, err := h.js.ObjectStore(ctx, schemas.ReposBucket)
-	if err != nil {
-		return rep, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
-	}
 	if rep.Commits == 0 {
 		return rep, nil // the reader holds all of it
 	}
@@ -279,8 +261,8 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	defer in.Close()
-	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: rep.Bundle, Description: "the work of agent " + req.AgentID}, in); err != nil {
-		return rep, schemas.Errf(schemas.CodeUnavailable, "store the work of agent %s: %v", req.AgentID, err)
+	if err := h.store.putBundle(ctx, req.AgentID, rep.Bundle, "the work of agent "+req.AgentID, in); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }

@@ -33,6 +33,9 @@ type NodeRecord struct {
 	// with; empty when it has none, and placement then passes it over for
 	// an open on a repository.
 	Git string `json:"git,omitempty"`
+	// Checkouts is the directory under which the node makes each agent
+	// on a repository its checkout (<checkouts>/<id>).
+	Checkouts string `json:"checkouts,omitempty"`
 }
 
 // BackendInfo is one kind of agent a node can run, or has found the means

@@ -51,3 +51,9 @@ type RelayLastReply struct {
 // with when the node may not make it (an agent it does not own, a header
 // it may not set). It is final: sending the write again changes nothing.
 const RelayRefused = 403
+
+// RelayBundleRequest asks for the chunk at Offset of bundle Name.
+type RelayBundleRequest struct {
+	Name   string `json:"name"`
+	Offset int64  `json:"offset"`
+}

@@ -170,8 +170,8 @@ const relayPrefix = "shoal.relay."
 // RelayOp names what a confined node asks of the relay.
 type RelayOp string
 
-// The relay's operations. Event, record, get and permit carry an agent id
-// as their last token; the rest take none.
+// The relay's operations. Event, record, get, permit and the bundles'
+// carry an agent id as their last token; the rest take none.
 const (
 	// RelayEvent stores an event of an agent the node owns, numbered as
 	// its next: forwarded to agent.<id>, and JetStream's acknowledgement
@@ -195,6 +195,31 @@ const (
 	// RelayPermit writes a permission request of an agent the node owns,
 	// or its answer, to PermitsBucket.
 	RelayPermit RelayOp = "permit"
+	// RelayBundleGet reads a chunk of the bundle an agent the node was
+	// given is opened from (its record's workspace names it), from
+	// ReposBucket (RelayBundleRequest; the chunk, or an error, in the
+	// reply).
+	RelayBundleGet RelayOp = "bundle_get"
+	// RelayBundlePut writes a chunk of a bundle of an agent's work, of the
+	// agent's repository, to ReposBucket (headers HeaderBundle...).
+	RelayBundlePut RelayOp = "bundle_put"
+)
+
+// The headers of the relay's bundle chunks.
+const (
+	// HeaderBundle names the bundle a chunk belongs to (bundle_put).
+	HeaderBundle = "Shoal-Bundle"
+	// HeaderBundleOffset is where in its bundle a chunk begins.
+	HeaderBundleOffset = "Shoal-Bundle-Offset"
+	// HeaderBundleLast marks a bundle's last chunk ("1").
+	HeaderBundleLast = "Shoal-Bundle-Last"
+	// HeaderBundleDescription describes a bundle written (bundle_put).
+	HeaderBundleDescription = "Shoal-Bundle-Description"
+	// HeaderRelayError marks a reply whose body is an ErrorReply, not a
+	// chunk ("1").
+	HeaderRelayError = "Shoal-Relay-Error"
+	// BundleChunk is the most a chunk holds.
+	BundleChunk = 512 << 10
 )
 
 // RelaySubject is where a confined node asks the relay for op:
@@ -213,7 +238,7 @@ func RelayNamespace(node string) string { return relayPrefix + node + ".>" }
 
 // RelayWildcard matches op from every node: shoal.relay.*.<op>[.*].
 func RelayWildcard(op RelayOp) string {
-	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit {
+	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit || op == RelayBundleGet || op == RelayBundlePut {
 		return relayPrefix + "*." + string(op) + ".*"
 	}
 	return relayPrefix + "*." + string(op)

@@ -40,6 +40,11 @@ type Workspace struct {
 	// another node: its work there (its commits, and a commit of what it
 	// had not committed). Empty: at Commit.
 	Resume string `json:"resume,omitempty"`
+	// Dir is the agent's checkout on its node (NodeRecord.Checkouts/<id>):
+	// set by the caller's client from the node's record, so that the
+	// policy the coordinator's side claims the agent with names the
+	// directory the agent will work in.
+	Dir string `json:"dir,omitempty"`
 }
 
 // BundleName is the object in ReposBucket a bundle of commit for a reader

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// Under --auth, a node with its own credentials (confined: no JetStream of
+// its own) runs agents on a caller's repositories: it reads their bundles
+// and writes their work through the coordinator's relay, so open --repo,
+// diff and fetch work as on any node. With the same credentials it can
+// read no bundle but the one each of its agents is opened from, and write
+// none outside its agent's repository.
+func TestRepositoryOnAConfinedNode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	creds := map[string]string{}
+	for _, c := range [][2]string{{"node", "far"}, {"coordinator", "boss"}} {
+		path := filepath.Join(dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		creds[c[1]] = path
+	}
+	up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "far")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	startShoal(t, home, env, "node", "--nats", url, "--creds", creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms").
+		waitLine("shoal: node far joined")
+	as := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["boss"]}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), as, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	newRepo := func(name string) string {
+		repo := filepath.Join(t.TempDir(), name)
+		gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+		os.WriteFile(filepath.Join(repo, "README"), []byte(name+"\n"), 0o644)
+		gitIn(t, repo, "add", ".")
+		gitIn(t, repo, "commit", "-q", "-m", "first")
+		return repo
+	}
+	one, two := newRepo("one"), newRepo("two")
+	a := must("open", "--repo", one, "--permission", "bypass")
+	in, _ := json.Marshal(map[string]string{"command": "echo confined > c.txt", "description": "write"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})
+	if out := must("run", a, "Write c.txt."); out != "Written." {
+		t.Fatalf("run: %q", out)
+	}
+	if diff := must("diff", a); !strings.Contains(diff, "+confined") {
+		t.Errorf("shoal diff of an agent on a confined node:\n%s", diff)
+	}
+	if out := must("fetch", a); !strings.HasPrefix(out, "shoal/"+a+" ") {
+		t.Errorf("shoal fetch: %q", out)
+	}
+	if got := gitIn(t, one, "show", "shoal/"+a+":c.txt"); got != "confined" {
+		t.Errorf("c.txt on shoal/%s: %q", a, got)
+	}
+	b := must("open", "--repo", two, "--permission", "bypass")
+	record := func(id string) schemas.AgentRecord {
+		var rec schemas.AgentRecord
+		json.Unmarshal([]byte(must("status", "--json", id)), &rec)
+		if rec.Workspace == nil || rec.Workspace.Bundle == "" || rec.Node != "far" {
+			t.Fatalf("agent %s's record: %+v", id, rec)
+		}
+		return rec
+	}
+	recA, recB := record(a), record(b)
+
+	// The node's own credentials, asking the relay for what is not its
+	// agents'.
+	nc, err := nats.Connect(url, nats.UserCredentials(creds["far"]), nats.CustomInboxPrefix(schemas.InboxPrefix("node", "far")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	get := func(agent, name string) string {
+		body, _ := json.Marshal(schemas.RelayBundleRequest{Name: name})
+		m, err := nc.Request(schemas.RelaySubject("far", schemas.RelayBundleGet, agent), body, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(schemas.HeaderRelayError) == "" {
+			return "read"
+		}
+		return string(m.Data)
+	}
+	put := func(agent, name string) string {
+		m := nats.NewMsg(schemas.RelaySubject("far", schemas.RelayBundlePut, agent))
+		m.Header.Set(schemas.HeaderBundle, name)
+		m.Header.Set(schemas.HeaderBundleOffset, "0")
+		m.Header.Set(schemas.HeaderBundleLast, "1")
+		m.Data = []byte("not a bundle")
+		rep, err := nc.RequestMsg(m, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(rep.Data)
+	}
+	for what, got := range map[string]string{
+		"another agent's bundle":            get(a, recB.Workspace.Bundle),
+		"a bundle of no agent":              get("nosuch", recA.Workspace.Bundle),
+		"a write into another's repository": put(a, recB.Workspace.Repo+"/"+strings.Repeat("0", 40)+"-x.bundle"),
+	} {
+		if !strings.Contains(got, `"code":"forbidden"`) || !strings.Contains(got, "node far may") {
+			t.Errorf("%s through the relay with the node's credentials: %s", what, got)
+		}
+	}
+	if got := get(b, recB.Workspace.Bundle); strings.Contains(got, "forbidden") {
+		t.Errorf("the node's read of its own agent's bundle: %s", got)
+	}
+}

@@ -1,0 +1,285 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A confined node reaches the repositories' object store through the
+// relay, a chunk per request: it reads the bundle its agent is opened
+// from (the one the agent's record names, which the coordinator's side
+// wrote when it claimed the agent), and writes bundles of its agents'
+// work, of their repository only. Each read or write in progress is held
+// between its chunks; the node asks for them in order, and a read asked
+// at another offset (a relay that took over) starts again there.
+
+// bundleIdle is how long a read or write in progress waits for its next
+// chunk.
+const bundleIdle = 2 * time.Minute
+
+// bundles are the reads and writes in progress, by node, agent and name.
+type bundles struct {
+	mu     sync.Mutex
+	reads  map[string]*bundleRead
+	writes map[string]*bundleWrite
+}
+
+type bundleRead struct {
+	obj       jetstream.ObjectResult
+	pos, size int64
+	used      time.Time
+}
+
+type bundleWrite struct {
+	pw   *io.PipeWriter
+	done chan error
+	pos  int64
+	used time.Time
+}
+
+func bundleKey(node, agent, name string) string { return node + "\x00" + agent + "\x00" + name }
+
+// sweep ends what has waited too long for its next chunk; b.mu is held.
+func (b *bundles) sweepLocked(now time.Time) {
+	for k, rd := range b.reads {
+		if now.Sub(rd.used) > bundleIdle {
+			rd.obj.Close()
+			delete(b.reads, k)
+		}
+	}
+	for k, w := range b.writes {
+		if now.Sub(w.used) > bundleIdle {
+			w.pw.CloseWithError(errors.New("the node stopped writing the bundle"))
+			delete(b.writes, k)
+		}
+	}
+}
+
+// read returns the chunk at offset of bundle name, and whether it is the
+// last.
+func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, key, name string, offset int64) ([]byte, bool, error) {
+	b.mu.Lock()
+	b.sweepLocked(time.Now())
+	rd := b.reads[key]
+	delete(b.reads, key)
+	b.mu.Unlock()
+	if rd != nil && rd.pos != offset {
+		rd.obj.Close()
+		rd = nil
+	}
+	if rd == nil {
+		obj, err := obs.Get(ctx, name)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return nil, false, schemas.Errf(schemas.CodeInvalid, "bundle %s is not in the object store (sent and expired, or never sent whole)", name)
+			}
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", name, err)
+		}
+		info, err := obj.Info()
+		if err != nil {
+			obj.Close()
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", name, err)
+		}
+		rd = &bundleRead{obj: obj, size: int64(info.Size)}
+		if offset > rd.size {
+			obj.Close()
+			return nil, false, schemas.Errf(schemas.CodeInvalid, "offset %d is past the end of bundle %s (%d bytes)", offset, name, rd.size)
+		}
+		if _, err := io.CopyN(io.Discard, obj, offset); err != nil {
+			obj.Close()
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", name, err)
+		}
+		rd.pos = offset
+	}
+	buf := make([]byte, min(schemas.BundleChunk, rd.size-rd.pos))
+	// The object store checks the digest as the last chunk is read.
+	if _, err := io.ReadFull(rd.obj, buf); err != nil {
+		rd.obj.Close()
+		return nil, false, schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", name, err)
+	}
+	rd.pos += int64(len(buf))
+	if rd.pos >= rd.size {
+		// Read to its end, so that the digest is checked.
+		if _, err := io.Copy(io.Discard, rd.obj); err != nil {
+			rd.obj.Close()
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read bundle %s: %v", name, err)
+		}
+		rd.obj.Close()
+		return buf, true, nil
+	}
+	rd.used = time.Now()
+	b.mu.Lock()
+	b.reads[key] = rd
+	b.mu.Unlock()
+	return buf, false, nil
+}
+
+// write adds a chunk at offset to bundle name; the last chunk returns
+// once the object is stored whole.
+func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, key, name, desc string, offset int64, data []byte, last bool) error {
+	b.mu.Lock()
+	b.sweepLocked(time.Now())
+	w := b.writes[key]
+	delete(b.writes, key)
+	b.mu.Unlock()
+	if offset == 0 {
+		if w != nil {
+			w.pw.CloseWithError(errors.New("the node began the bundle again"))
+		}
+		pr, pw := io.Pipe()
+		w = &bundleWrite{pw: pw, done: make(chan error, 1)}
+		go func() {
+			_, err := obs.Put(bg, jetstream.ObjectMeta{Name: name, Description: desc}, pr)
+			pr.CloseWithError(err)
+			w.done <- err
+		}()
+	}
+	if w == nil || w.pos != offset {
+		if w != nil {
+			w.pw.CloseWithError(errors.New("a chunk out of order"))
+		}
+		return schemas.Errf(schemas.CodeInvalid, "bundle %s: a chunk at offset %d does not follow what was written; begin again at 0", name, offset)
+	}
+	if _, err := w.pw.Write(data); err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
+	}
+	w.pos += int64(len(data))
+	if last {
+		w.pw.Close()
+		if err := <-w.done; err != nil {
+			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
+		}
+		return nil
+	}
+	w.used = time.Now()
+	b.mu.Lock()
+	b.writes[key] = w
+	b.mu.Unlock()
+	return nil
+}
+
+// bundleRight says whether node may read (or, write, write) bundle name
+// for agent id: the agent is the node's, opened on a repository; a read
+// is of the bundle its record names, a write of a bundle of its
+// repository.
+func (r *Relay) bundleRight(ctx context.Context, node, id, name string, write bool) error {
+	e, err := r.agents.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return schemas.Errf(schemas.CodeForbidden, "node %s may not read or write bundles for agent %s: there is no such agent", node, id)
+		}
+		return schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return schemas.Errf(schemas.CodeInternal, "agent %s's record: %v", id, err)
+	}
+	p := schemas.NodePrincipal(node)
+	// A work bundle is made for a fetch, which may come after the agent
+	// ended: the owner alone decides.
+	if err := schemas.Decide(p, schemas.AccessStore, schemas.Target{Agent: id, Owner: rec.Node}).Err(p, "read or write bundles for", schemas.Target{Agent: id}); err != nil {
+		return err
+	}
+	ws := rec.Workspace
+	switch {
+	case ws == nil:
+		return schemas.Errf(schemas.CodeForbidden, "agent %s was not opened on a repository: node %s has no bundle of it to read or write", id, node)
+	case !write && name != ws.Bundle:
+		return schemas.Errf(schemas.CodeForbidden, "node %s may read only the bundle agent %s is opened from, not %s", node, id, name)
+	case write && (!strings.HasPrefix(name, ws.Repo+"/") || !strings.HasSuffix(name, ".bundle") || strings.Contains(name, "..")):
+		return schemas.Errf(schemas.CodeForbidden, "node %s may write only bundles of agent %s's repository, not %s", node, id, name)
+	}
+	return nil
+}
+
+// bundleGet answers a node's read of a bundle chunk.
+func (r *Relay) bundleGet(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	var req schemas.RelayBundleRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Name == "" || req.Offset < 0 {
+		r.bundleFail(m, schemas.Errf(schemas.CodeInvalid, "a bundle read names a bundle and an offset (%v)", err))
+		return
+	}
+	if err := r.bundleRight(ctx, node, id, req.Name, false); err != nil {
+		r.bundleFail(m, err)
+		return
+	}
+	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err))
+		return
+	}
+	chunk, last, err := r.bun.read(ctx, obs, bundleKey(node, id, req.Name), req.Name, req.Offset)
+	if err != nil {
+		r.bundleFail(m, err)
+		return
+	}
+	rep := nats.NewMsg(m.Reply)
+	rep.Data = chunk
+	if last {
+		rep.Header.Set(schemas.HeaderBundleLast, "1")
+	}
+	r.nc.PublishMsg(rep)
+}
+
+// bundlePut takes a chunk of a node's bundle of its agent's work.
+func (r *Relay) bundlePut(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	name := m.Header.Get(schemas.HeaderBundle)
+	offset, err := strconv.ParseInt(m.Header.Get(schemas.HeaderBundleOffset), 10, 64)
+	if name == "" || err != nil || offset < 0 {
+		r.bundleFail(m, schemas.Errf(schemas.CodeInvalid, "a bundle chunk names its bundle and offset (%s, %s)", schemas.HeaderBundle, schemas.HeaderBundleOffset))
+		return
+	}
+	if err := r.bundleRight(ctx, node, id, name, true); err != nil {
+		r.bundleFail(m, err)
+		return
+	}
+	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err))
+		return
+	}
+	desc := m.Header.Get(schemas.HeaderBundleDescription)
+	if err := r.bun.write(ctx, obs, bundleKey(node, id, name), name, desc, offset, m.Data, m.Header.Get(schemas.HeaderBundleLast) == "1"); err != nil {
+		r.bundleFail(m, err)
+		return
+	}
+	replyJSON(r.nc, m.Reply, struct{}{})
+}
+
+// bundleFail answers a bundle request with why it failed.
+func (r *Relay) bundleFail(m *nats.Msg, err error) {
+	ce, ok := errors.AsType[*schemas.ControlError](err)
+	if !ok {
+		ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: fmt.Sprint(err)}
+	}
+	if ce.Code == schemas.CodeForbidden {
+		if node, op, id, ok := schemas.ParseRelaySubject(m.Subject); ok {
+			r.metrics.Refused(op)
+			r.warn(node+"/"+id+"/bundle", "refused a node's bundle request", "node", node, "agent", id, "why", ce.Message)
+		}
+	}
+	rep := nats.NewMsg(m.Reply)
+	rep.Header.Set(schemas.HeaderRelayError, "1")
+	rep.Data, _ = json.Marshal(schemas.ErrorReply{Error: ce})
+	r.nc.PublishMsg(rep)
+}
