@@ -23,7 +23,7 @@ allow_always, say). Only the first answer counts: a second is refused
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var message, option, input string
 			fs.StringVar(&message, "message", "", "`text` said to the agent with a denial")
-			fs.StringVar(&option, "option", "", "one of the request's own `options` (allow_always: a claude agent stops asking about the like for this session)")
+			fs.StringVar(&option, "option", "", "one of the request's own `options`, as shoal pending --json lists them: ACP agents offer theirs (such as allow_always); claude requests offer none")
 			fs.StringVar(&input, "input", "", "the tool's input as a JSON `object` to run it with instead, with allow (claude agents)")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, rest, err := agentArg(args, "the agent id")
@@ -90,7 +90,7 @@ it has waited and its input. --json prints the requests in full.`,
 				fmt.Fprintln(w, "AGENT\tREQUEST\tTOOL\tWAITING\tINPUT")
 				for _, r := range reqs {
 					asked := time.Unix(0, int64(r.AskedAt*1e9))
-					input := strings.Join(strings.Fields(string(r.Input)), " ")
+					input := strings.Join(strings.Fields(schemas.Readable(r.Input, false)), " ")
 					if len(input) > 80 {
 						input = input[:77] + "..."
 					}

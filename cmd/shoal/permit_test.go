@@ -127,13 +127,14 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	cwd := t.TempDir()
 	id := must("open", "--permission", "ask", cwd)
 	touchIt := bash("touch " + filepath.Join(cwd, "allowed.txt"))
-	fake.Script(bash("echo hi"), touchIt, fakemodel.Reply{Text: "Touched."})
+	fake.Script(bash("echo hi && echo there > /dev/null"), touchIt, fakemodel.Reply{Text: "Touched."})
 	must("send", id, "Touch a file.")
 	req := waitFor(id)
-	if req.Tool != "Bash" || !strings.Contains(string(req.Input), `"echo hi"`) || req.Node != "remote" {
+	if req.Tool != "Bash" || !strings.Contains(schemas.Readable(req.Input, false), `"echo hi && echo there > /dev/null"`) || req.Node != "remote" {
 		t.Fatalf("the request: %+v", req)
 	}
-	if table := must("pending"); !regexp.MustCompile(`(?m)^AGENT +REQUEST +TOOL +WAITING +INPUT\n` + id + ` +` + req.RequestID + ` +Bash +`).MatchString(table + "\n") {
+	// The input as people read it: && and > as typed, not \u0026\u0026.
+	if table := must("pending"); !regexp.MustCompile(`(?m)^AGENT +REQUEST +TOOL +WAITING +INPUT\n` + id + ` +` + req.RequestID + ` +Bash +.*"echo hi && echo there > /dev/null"`).MatchString(table + "\n") {
 		t.Errorf("shoal pending:\n%s", table)
 	}
 	if raw := must("tail", "--raw", "--no-follow", id); !strings.Contains(raw, `"kind":"permission"`) || !strings.Contains(raw, req.RequestID) {

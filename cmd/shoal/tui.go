@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/schemas"
@@ -45,13 +47,17 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 				if len(args) > 0 {
 					return usagef("tui takes no arguments")
 				}
+				// Before anything is drawn or dialled: without a terminal
+				// on both sides there is nothing to draw on.
+				in, inOK := v.env.io.in.(*os.File)
+				out, outOK := v.env.io.out.(*os.File)
+				if !inOK || !outOK || !isTerminal(in) || !isTerminal(out) {
+					return usagef("shoal tui needs a terminal on its input and output; use shoal tail or shoal ls to watch without one")
+				}
 				v.client.persistent = true
 				f, err := v.fabric()
 				if err != nil {
 					return err
-				}
-				if in, ok := v.env.io.in.(*os.File); !ok || !isTerminal(in) {
-					return errors.New("shoal tui needs a terminal; use shoal tail or shoal ls to watch without one")
 				}
 				dir, _ := os.Getwd()
 				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir}, v.env.io.in, v.env.io.out)
@@ -59,10 +65,9 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 		})
 }
 
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
+// isTerminal reports whether f is a terminal (not merely a character
+// device, as /dev/null is).
+func isTerminal(f *os.File) bool { return isatty.IsTerminal(f.Fd()) }
 
 // fabricSource reads the monitor's data and acts through the fabric
 // client, so it works with direct access and with scoped credentials

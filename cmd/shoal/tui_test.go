@@ -377,3 +377,25 @@ func TestTUIAnswersAPermissionRequest(t *testing.T) {
 		t.Errorf("still pending: %+v", rep.Requests)
 	}
 }
+
+// Without a terminal (input from /dev/null, a character device but no
+// terminal), shoal tui exits 2 with one line, drawing nothing.
+func TestTUIWithoutATerminal(t *testing.T) {
+	t.Parallel()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	cmd := exec.Command(os.Args[0], "tui", "--nats", "nats://127.0.0.1:1")
+	cmd.Env = baseEnv(t.TempDir())
+	cmd.Stdin = null
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Run()
+	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+	if code := cmd.ProcessState.ExitCode(); code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "shoal tui needs a terminal") ||
+		strings.Contains(out.String()+errb.String(), "\x1b") {
+		t.Errorf("shoal tui </dev/null: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

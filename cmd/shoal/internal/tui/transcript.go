@@ -211,17 +211,7 @@ func toolInput(raw json.RawMessage) []string {
 
 // prettyJSON is raw indented, or as it is when it is not JSON.
 func prettyJSON(raw []byte) []string {
-	var b strings.Builder
-	var v any
-	if json.Unmarshal(raw, &v) == nil {
-		if pretty, err := json.MarshalIndent(v, "", "  "); err == nil {
-			b.Write(pretty)
-		}
-	}
-	if b.Len() == 0 {
-		b.Write(raw)
-	}
-	return strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	return strings.Split(strings.TrimRight(schemas.Readable(raw, true), "\n"), "\n")
 }
 
 // toolOutput is a tool result's whole content, as lines.
