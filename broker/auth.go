@@ -125,6 +125,13 @@ const (
 // AccountName is the name of the fabric's account.
 const AccountName = "SHOAL"
 
+// HasAuthority reports whether dir holds an authority's signing keys
+// (OpenAuthority would make them otherwise).
+func HasAuthority(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, accountFile))
+	return err == nil
+}
+
 // OpenAuthority loads the keys in dir, creating any that are missing.
 func OpenAuthority(dir string) (*Authority, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {

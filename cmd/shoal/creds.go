@@ -53,6 +53,16 @@ over a channel you trust.`,
 				if authDir == "" {
 					authDir = filepath.Join(dataHome(env.getenv), "shoal", "auth")
 				}
+				// Keys made here sign credentials only a coordinator with
+				// the same keys accepts: say so, rather than issue them
+				// silently for a coordinator started with others.
+				if !broker.HasAuthority(authDir) {
+					defer func() {
+						if broker.HasAuthority(authDir) {
+							fmt.Fprintf(env.io.err, "shoal: there were no signing keys in %s: made new ones; only a coordinator using them (shoal up --auth --auth-dir %s) accepts what they sign\n", authDir, authDir)
+						}
+					}()
+				}
 				if len(args) == 1 && args[0] == "server-config" {
 					auth, err := broker.OpenAuthority(authDir)
 					if err != nil {

@@ -274,3 +274,19 @@ func TestPermitsUnderAuthFromARemoteNode(t *testing.T) {
 		t.Errorf("a late answer: %d %q", code, errOut)
 	}
 }
+
+// shoal creds says when it makes new signing keys (a coordinator started
+// with other keys refuses what they sign), and not when it uses keys that
+// were there.
+func TestCredsSaysItMadeNewKeys(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, _, errOut := runShoal(t, dir, nil, "creds", "node", "a", "--out", filepath.Join(dir, "a.creds"))
+	if code != 0 || !strings.Contains(errOut, "there were no signing keys in ") || !strings.Contains(errOut, "made new ones") {
+		t.Errorf("the first shoal creds: exit %d: %q", code, errOut)
+	}
+	code, _, errOut = runShoal(t, dir, nil, "creds", "node", "b", "--out", filepath.Join(dir, "b.creds"))
+	if code != 0 || strings.Contains(errOut, "made new ones") {
+		t.Errorf("the second shoal creds: exit %d: %q", code, errOut)
+	}
+}

@@ -264,10 +264,20 @@ func (c *command) flagError(fs *flag.FlagSet, err error) error {
 	}
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		msg = "unknown flag --" + rest + didYouMean(rest, c.visibleFlags(fs), "--")
+		name := strings.TrimLeft(rest, "-")
+		if f, known := valueFlags[name]; known && fs.Lookup(f) != nil {
+			// A value of a flag, given as a flag of its own.
+			msg = "unknown flag --" + rest + "; did you mean --" + f + " " + name + "?"
+		} else {
+			msg = "unknown flag --" + rest + didYouMean(rest, c.visibleFlags(fs), "--")
+		}
 	}
 	return usagef("%s (see %s --help)", msg, fs.Name())
 }
+
+// valueFlags are values people give as flags of their own (shoal tail
+// --new), and the flag they are a value of.
+var valueFlags = map[string]string{"new": "from", "start": "from"}
 
 // setError says what a flag wanted, where the flag package only says
 // "parse error".

@@ -35,6 +35,8 @@ func nearest(word string, candidates []string) []string {
 	for _, c := range candidates {
 		d := editDistance(strings.ToLower(word), strings.ToLower(c))
 		switch {
+		case d > limit:
+			// too far to be what was meant
 		case d < best:
 			best, out = d, []string{c}
 		case d == best:

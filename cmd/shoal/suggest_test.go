@@ -21,6 +21,12 @@ func TestSuggestVerbsAndFlags(t *testing.T) {
 		{[]string{"node", "--node-nmae", "x"}, "did you mean --node-name?"},
 		{[]string{"xyzzy"}, ""},
 		{[]string{"open", "--frobnicate"}, ""},
+		// A value given as a flag is pointed at its flag; a word two
+		// edits from a short flag (new, raw) is not near it.
+		{[]string{"tail", "--new", "x"}, "shoal tail: unknown flag --new; did you mean --from new? (see shoal tail --help)"},
+		{[]string{"open", "--nod", "x"}, "did you mean --node?"},
+		{[]string{"ls", "--jsn"}, "did you mean --json?"},
+		{[]string{"ls", "--raw"}, ""},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), nil, c.args...)
 		if code != exitUsage || strings.Count(errOut, "\n") != 1 {
