@@ -57,8 +57,8 @@ func TestUpServesMCPWithTokens(t *testing.T) {
 	}
 	defer s.Close()
 	tools, err := s.ListTools(t.Context(), nil)
-	if err != nil || len(tools.Tools) != 13 {
-		t.Fatalf("the coordinator's token lists %d tools (%v), want 13", len(tools.Tools), err)
+	if err != nil || len(tools.Tools) != len(schemas.ToolAccess) {
+		t.Fatalf("the coordinator's token lists %d tools (%v), want %d", len(tools.Tools), err, len(schemas.ToolAccess))
 	}
 	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_nodes"})
 	if err != nil || res.IsError {
