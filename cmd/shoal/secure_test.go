@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -288,5 +289,30 @@ func TestCredsSaysItMadeNewKeys(t *testing.T) {
 	code, _, errOut = runShoal(t, dir, nil, "creds", "node", "b", "--out", filepath.Join(dir, "b.creds"))
 	if code != 0 || strings.Contains(errOut, "made new ones") {
 		t.Errorf("the second shoal creds: exit %d: %q", code, errOut)
+	}
+}
+
+// The embedded NATS server is named as the node is (as shoal config
+// says), or by --server-name, with or without a cluster.
+func TestServerIsNamedAsItsNode(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--node-name", "alpha"}, "alpha"},
+		{[]string{"--node-name", "alpha", "--server-name", "hub-1"}, "hub-1"},
+	} {
+		up := startShoal(t, t.TempDir(), nil, append([]string{"up", "--port", "-1", "--no-node", "--no-bus", "--no-mcp"}, c.args...)...)
+		url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+		up.waitLine("shoal: ready")
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nc.ConnectedServerName(); got != c.want {
+			t.Errorf("shoal up %v: the server is named %q, want %q", c.args, got, c.want)
+		}
+		nc.Close()
 	}
 }

@@ -154,7 +154,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cluster, "cluster", "", "join a NATS cluster of this `name` (with --routes)")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "127.0.0.1:6222", "`host:port` other cluster members route to")
 	fs.StringVar(&o.routes, "routes", "", "comma-separated nats-route://host:port `URLs` of the cluster's members")
-	fs.StringVar(&o.serverName, "server-name", "", "this server's `name`, unique in the cluster (default: the node name)")
+	fs.StringVar(&o.serverName, "server-name", "", "this NATS server's `name`, unique in a cluster (default: the node name)")
 	fs.StringVar(&o.monitor, "monitor", "", "serve the NATS server's HTTP monitoring (/varz, /connz, /jsz, …) on this `host:port`; a bare port listens on 127.0.0.1; off loopback it needs --auth")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics of the coordinator and its node at /metrics on this `host:port`; a bare port listens on 127.0.0.1")
 	fs.StringVar(&o.external.url, "nats", "", "use the NATS deployment at this `URL` and embed no server")
@@ -227,22 +227,24 @@ func (o *upOptions) brokerConfig(env *environment, log *slog.Logger) (broker.Con
 		}
 		cfg.Monitor = broker.MonitorConfig{Host: host, Port: port}
 	}
+	// The server is named as its node is, unless told otherwise (a
+	// cluster needs a name per member).
+	cfg.ServerName = o.serverName
+	if cfg.ServerName == "" {
+		cfg.ServerName = o.node.nodeName()
+	}
 	if o.cluster != "" {
 		host, port, err := hostPort("cluster-listen", o.clusterListen)
 		if err != nil {
 			return cfg, err
-		}
-		cfg.ServerName = o.serverName
-		if cfg.ServerName == "" {
-			cfg.ServerName = o.node.nodeName()
 		}
 		routes := splitList(o.routes)
 		if len(routes) == 0 {
 			return cfg, usagef("--cluster %s needs --routes: the nats-route:// URLs of the cluster's members", o.cluster)
 		}
 		cfg.Cluster = broker.ClusterConfig{Name: o.cluster, Host: host, Port: port, Routes: routes}
-	} else if o.routes != "" || o.serverName != "" {
-		return cfg, usagef("--routes and --server-name need --cluster NAME")
+	} else if o.routes != "" {
+		return cfg, usagef("--routes needs --cluster NAME")
 	}
 	return cfg, nil
 }
