@@ -25,6 +25,9 @@ type clientOptions struct {
 	persistent bool
 
 	who *broker.Credentials // what --creds are for, once read
+	// external is set for shoal up's own --nats: a deployment it uses,
+	// not one it runs.
+	external bool
 }
 
 // tlsOptions name the PEM files of one side of TLS.
@@ -119,6 +122,9 @@ type refusedError struct{ error }
 func (o *clientOptions) explain(err error) error {
 	if e := o.refused(err); e != nil {
 		return refusedError{e}
+	}
+	if o.external {
+		return fmt.Errorf("cannot reach NATS at %s: %v (shoal up --nats on the command line names a NATS deployment to use instead of the embedded server; leave it out to run the embedded one)", o.url, err)
 	}
 	return fmt.Errorf("cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
 }

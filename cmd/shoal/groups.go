@@ -52,7 +52,11 @@ var groupsByCommand = map[string][]flagGroup{
 		{"NATS server", true, []string{"host", "port", "store", "max-payload", "memory-limit"}},
 		{"Authentication and TLS", true, []string{"auth", "auth-dir", "tls-cert", "tls-key", "tls-ca", "tls-verify-clients"}},
 		{"Leaf nodes and cluster", true, []string{"leaf-listen", "cluster", "cluster-listen", "routes", "server-name"}},
-		{"A NATS deployment instead of the embedded server", true, []string{"nats", "creds"}},
+		// --nats is read from shoal up's command line only: a nats in the
+		// environment or the config file is where the fabric listens
+		// (settings.go, fabricAddress).
+		{"A NATS deployment instead of the embedded server", false, []string{"nats"}},
+		{"Its credentials there", true, []string{"creds"}},
 		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
 		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp", "no-web"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},

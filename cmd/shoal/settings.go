@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,6 +25,8 @@ type loaded struct {
 	// --port", "env SHOAL_PORT", "config file PATH" or "Kaimon config
 	// PATH". A flag left at its default is absent.
 	from map[string]string
+	// file is what the config file holds, every command's settings.
+	file map[string]any
 }
 
 // parseSettings fills the command's flags in fs from, in rising
@@ -48,7 +52,7 @@ func (c *command) parseSettings(fs *flag.FlagSet, args []string, configPath *str
 		path = filepath.Join(configHome(getenv), "shoal", "config.toml")
 	}
 	l.configFile = path
-	read, err := c.applyFile(fs, path, explicit, l.from)
+	read, err := c.applyFile(fs, path, explicit, l)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +76,63 @@ func (c *command) parseSettings(fs *flag.FlagSet, args []string, configPath *str
 	if err := applyKaimon(fs, getenv, l.from); err != nil {
 		return nil, err
 	}
+	if err := c.fabricAddress(fs, l, getenv); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// fabricAddress makes one setting of where the fabric is serve both
+// shoal up and its clients. A client (or node) given no nats dials the
+// port (and host) the config file or the environment gives shoal up; and
+// shoal up takes a nats from the config file or the environment as where
+// it listens, not as an external server, which only --nats on its own
+// command line names.
+func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string) string) error {
+	setting := func(name string) (string, string) {
+		env := "SHOAL_" + envName(name)
+		if v := getenv(env); v != "" {
+			return v, "env " + env
+		}
+		if v, ok := l.file[name]; ok {
+			return fileValue(v), "config file " + l.configFile
+		}
+		return "", ""
+	}
+	switch {
+	case fs.Lookup("nats") == nil:
+		return nil
+	case c.name == "up":
+		url, src := setting("nats")
+		if url == "" || l.from["port"] != "" {
+			return nil
+		}
+		u, err := neturl.Parse(url)
+		if err != nil || u.Port() == "" {
+			return usagef("%s: nats = %q names no port for shoal up to listen on (an external NATS server is named with --nats on shoal up's command line)", src, url)
+		}
+		if err := fs.Set("port", u.Port()); err != nil {
+			return usagef("%s: nats = %q: %v", src, url, err)
+		}
+		l.from["port"] = src + " (nats)"
+	case l.from["nats"] == "":
+		port, src := setting("port")
+		if port == "" {
+			return nil
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 {
+			return nil // any free port: nothing a client could dial
+		}
+		host, _ := setting("host")
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		if err := fs.Set("nats", "nats://"+net.JoinHostPort(host, port)); err != nil {
+			return err
+		}
+		l.from["nats"] = src + " (port)"
+	}
+	return nil
 }
 
 // canonical is the flag an old spelling stands for, else name itself.
@@ -154,7 +214,8 @@ func envName(flagName string) string {
 // whether the file was there. A missing file is an error only when it was
 // asked for. A key that is no command's setting is an error; settings of
 // other commands are ignored, so one file serves every command.
-func (c *command) applyFile(fs *flag.FlagSet, path string, explicit bool, from map[string]string) (bool, error) {
+func (c *command) applyFile(fs *flag.FlagSet, path string, explicit bool, l *loaded) (bool, error) {
+	from := l.from
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !explicit {
@@ -163,6 +224,7 @@ func (c *command) applyFile(fs *flag.FlagSet, path string, explicit bool, from m
 		return false, usagef("config file %s: %v", path, pathless(err))
 	}
 	var values map[string]any
+	defer func() { l.file = values }()
 	if _, err := toml.Decode(string(raw), &values); err != nil {
 		var perr toml.ParseError
 		if errors.As(err, &perr) {

@@ -318,6 +318,7 @@ func (o *upOptions) useExternal(ctx context.Context, env *environment, log *daem
 	} else if c != nil && c.Role != broker.RoleCoordinator {
 		return nil, nil, usagef("the credentials in %s are for %s %s; the coordinator needs `shoal creds coordinator NAME`", o.external.creds, c.Role, c.Name)
 	}
+	o.external.external = true // its errors say what sent shoal up there
 	connect := func(name string) (*nats.Conn, error) {
 		return o.external.connect(env, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
 	}
