@@ -98,7 +98,7 @@ func commands() []*command {
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(), diffCommand(), fetchCommand(), jobCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
-		tailCommand(), tuiCommand(), mcpCommand(),
+		tailCommand(), watchCommand(), tuiCommand(), mcpCommand(),
 		benchCommand(), configCommand(), completionCommand(), versionCommand(),
 	}
 }

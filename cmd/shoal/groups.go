@@ -97,6 +97,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"permit":    verbGroups(flagGroup{"Answer", false, []string{"message", "option", "input"}}),
 	"pending":   verbGroups(),
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
+	"watch":     verbGroups(flagGroup{"Watch", false, []string{"exec"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),
 	"mcp": {
 		{"This server", false, []string{"timeout"}},
