@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -52,6 +53,7 @@ func TestDashboardDrivesAnAgent(t *testing.T) {
 	}
 	waitJS(t, ctx, "the fleet page knows its role", `window.shoal.role === "full"`, 10*time.Second)
 	waitJS(t, ctx, "the node is listed", `document.querySelector('#nodes tr[data-node="n1"]')`, 20*time.Second)
+	waitJS(t, ctx, "the form offers the presets", `window.shoal.presets`, 10*time.Second)
 	eval[bool](t, ctx, `(() => { const f = document.querySelector("#open-form");
 		f.elements.cwd.value = `+jsString(t.TempDir())+`; f.elements.permission.value = "ask"; f.elements.id.value = "web1";
 		f.requestSubmit(); return true })()`)
@@ -257,5 +259,69 @@ func TestDashboardWorksOnARepository(t *testing.T) {
 		body: JSON.stringify({cwd: `+jsString(repo)+`, repo: true})}).then(r => r.status)`)
 	if status != http.StatusForbidden {
 		t.Errorf("an observer's open on a repository: HTTP %d", status)
+	}
+}
+
+// The Open form offers the presets the open request's schema lists, no
+// others, and an agent opens with each; Close and Interrupt act on a
+// second click only; Set model says how it went; a wrong token is told
+// so on the sign-in page.
+func TestDashboardOffersThePresetsAnOpenTakes(t *testing.T) {
+	t.Parallel()
+	const token = "full-secret"
+	d := startDash(t, web.Config{Token: token})
+	ctx := browser(t)
+	do(t, ctx, chromedp.Navigate(d.url+"/?token=wrong"))
+	if page := eval[string](t, ctx, "document.body.innerText"); !strings.Contains(page, "The token you signed in with is not this coordinator's") {
+		t.Errorf("the sign-in page after a wrong token:\n%s", page)
+	}
+	do(t, ctx, chromedp.Navigate(d.url+"/?token="+token))
+	waitJS(t, ctx, "the node is listed", `document.querySelector('#nodes tr[data-node="n1"]')`, 20*time.Second)
+	waitJS(t, ctx, "the form offers the presets", `window.shoal.presets`, 10*time.Second)
+	raw, err := fs.ReadFile(schemas.JSONSchemas, "jsonschema/control/open_request.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Permission struct{ Enum []string } `json:"permission"`
+		} `json:"properties"`
+	}
+	json.Unmarshal(raw, &schema)
+	offered := eval[[]string](t, ctx, `[...document.querySelectorAll("#presets option")].map(o => o.value)`)
+	if !slices.Equal(offered, schema.Properties.Permission.Enum) || len(offered) < 7 {
+		t.Fatalf("the form offers %v; the open request takes %v", offered, schema.Properties.Permission.Enum)
+	}
+	for _, preset := range offered {
+		do(t, ctx, chromedp.Navigate(d.url+"/"))
+		waitJS(t, ctx, "the form offers the presets", `window.shoal.presets`, 10*time.Second)
+		id := "p-" + preset
+		eval[bool](t, ctx, `(() => { const f = document.querySelector("#open-form");
+			f.elements.cwd.value = `+jsString(t.TempDir())+`; f.elements.permission.value = `+jsString(preset)+`; f.elements.id.value = `+jsString(id)+`;
+			f.requestSubmit(); return true })()`)
+		waitJS(t, ctx, "the open with "+preset+" went to the agent's page", `location.pathname === "/agents/`+id+`" || document.querySelector("#open-error").textContent`, 60*time.Second)
+		if e := eval[string](t, ctx, `document.querySelector("#open-error") ? document.querySelector("#open-error").textContent : ""`); e != "" && !strings.HasPrefix(eval[string](t, ctx, "location.pathname"), "/agents/") {
+			t.Errorf("opening with preset %s: %s", preset, e)
+		}
+	}
+
+	// On the last agent's page: Set model says why it did not switch; a
+	// first click on Close only asks.
+	waitJS(t, ctx, "the agent is idle", `document.querySelector('[data-fact="status"] dd') && document.querySelector('[data-fact="status"] dd').textContent === "idle"`, 60*time.Second)
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#model-form"); f.elements.model.value = "opus"; f.requestSubmit(); return true })()`)
+	waitJS(t, ctx, "the model's outcome is said", `document.querySelector("#act-status").textContent.startsWith("not switched: ")`, 20*time.Second)
+	last := "p-" + offered[len(offered)-1]
+	eval[bool](t, ctx, `(document.querySelector("#close").click(), true)`)
+	if got := eval[string](t, ctx, `document.querySelector("#close").textContent`); got != "Close: click again" {
+		t.Errorf("the close button after one click: %q", got)
+	}
+	time.Sleep(time.Second)
+	if rec, err := d.f.Record(t.Context(), last); err != nil || rec.Status == schemas.StatusDead {
+		t.Fatalf("one click closed the agent: %+v %v", rec, err)
+	}
+	eval[bool](t, ctx, `(document.querySelector("#close").click(), true)`)
+	waitJS(t, ctx, "the close is said", `document.querySelector("#act-status").textContent === "closed"`, 30*time.Second)
+	if rec, err := d.f.Record(t.Context(), last); err != nil || rec.Status != schemas.StatusDead {
+		t.Errorf("after the second click: %+v %v", rec, err)
 	}
 }

@@ -3,8 +3,11 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -81,8 +84,28 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"role": roleName(principalOf(r.Context()))})
+	writeJSON(w, http.StatusOK, map[string]any{"role": roleName(principalOf(r.Context())), "presets": presets()})
 }
+
+// presets are the permission presets an open takes, as the open request's
+// own schema lists them: the Open form offers these and no others.
+var presets = sync.OnceValue(func() []string {
+	raw, err := fs.ReadFile(schemas.JSONSchemas, "jsonschema/control/open_request.json")
+	if err != nil {
+		panic("web: the open request's schema: " + err.Error())
+	}
+	var s struct {
+		Properties struct {
+			Permission struct {
+				Enum []string `json:"enum"`
+			} `json:"permission"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil || len(s.Properties.Permission.Enum) == 0 {
+		panic(fmt.Sprintf("web: the open request's schema lists no presets (%v)", err))
+	}
+	return s.Properties.Permission.Enum
+})
 
 func nonNil[T any](s []T) []T {
 	if s == nil {

@@ -90,7 +90,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && !isAPI(r) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.WriteHeader(http.StatusUnauthorized)
-			w.Write([]byte(loginPage))
+			page := loginPage
+			if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
+				// Signed in with a token this coordinator does not have.
+				page = strings.Replace(page, "<form", `<p class="error" role="alert">The token you signed in with is not this coordinator's: give its --mcp-token (or --mcp-observer-token).</p><form`, 1)
+			}
+			w.Write([]byte(page))
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)

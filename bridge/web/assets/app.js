@@ -48,9 +48,39 @@ function setRole(role) {
 
 // ---- the fleet ----
 
+// presets fills the Open form's choices from the server's own list (the
+// open request's schema), so the form offers exactly what an open takes.
+async function presets() {
+  const who = await api("/api/whoami");
+  $("#presets").replaceChildren(...who.presets.map((p) => el("option", { value: p, text: p })));
+  $("#presets").value = "default";
+  shoal.presets = who.presets;
+}
+
+// twoStep makes a button act only on a second click within five seconds:
+// the first says what the second will do.
+function twoStep(button, again, act) {
+  const label = button.textContent;
+  let armed = null;
+  button.addEventListener("click", () => {
+    if (armed) {
+      clearTimeout(armed);
+      armed = null;
+      button.textContent = label;
+      delete button.dataset.armed;
+      act();
+      return;
+    }
+    button.textContent = again;
+    button.dataset.armed = "1";
+    armed = setTimeout(() => { armed = null; button.textContent = label; delete button.dataset.armed; }, 5000);
+  });
+}
+
 function fleetPage() {
   $("#fleet").hidden = false;
   document.title = "Shoal: fleet";
+  presets().catch((e) => { $("#open-error").textContent = e.message; });
   let last = null;
   const filter = $("#filter");
   filter.addEventListener("input", () => last && renderFleet(last, filter.value));
@@ -72,7 +102,8 @@ function fleetPage() {
       setRole(last.role);
       renderFleet(last, filter.value);
     } catch (e) { $("#role").textContent = "cannot reach the coordinator: " + e.message; }
-    setTimeout(poll, 1000);
+    // Every three seconds, and not while the page is not seen.
+    setTimeout(poll, document.hidden ? 10000 : 3000);
   };
   poll();
 }
@@ -130,11 +161,16 @@ function agentPage(id) {
     const t = ev.target.elements.text;
     await act("/send", { text: t.value }).then(() => { t.value = ""; }, () => {});
   });
-  $("#interrupt").addEventListener("click", () => act("/interrupt", {}).catch(() => {}));
-  $("#close").addEventListener("click", () => act("/close", {}).catch(() => {}));
+  const said = (text) => { $("#act-status").textContent = text; };
+  twoStep($("#interrupt"), "Interrupt: click again", () => act("/interrupt", {}).then(
+    (r) => said(r.interrupted ? "interrupted" : "nothing was running"), () => {}));
+  twoStep($("#close"), "Close: click again", () => act("/close", {}).then(
+    (r) => said(r.closed ? "closed" : "it was not open"), () => {}));
   $("#model-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    act("/model", { model: ev.target.elements.model.value }).catch(() => {});
+    const model = ev.target.elements.model.value;
+    act("/model", { model }).then(
+      (r) => said(r.switched ? "switched to " + model : "not switched: " + (r.reason || "the agent cannot switch in place")), () => {});
   });
   $("#show-diff").addEventListener("click", async () => {
     $("#diff").textContent = "reading…";
