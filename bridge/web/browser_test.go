@@ -325,3 +325,48 @@ func TestDashboardOffersThePresetsAnOpenTakes(t *testing.T) {
 		t.Errorf("after the second click: %+v %v", rec, err)
 	}
 }
+
+// The fleet page tells a person an agent waits for them: it asks once to
+// notify, raises a notification per new permission request, and shows a
+// badge (and the title) with how many wait; each backend of a node is a
+// badge, ready or not, its version on hover.
+func TestDashboardTellsOfWaitingAgents(t *testing.T) {
+	t.Parallel()
+	d := startDash(t, web.Config{})
+	ctx := browser(t)
+	op, err := d.f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir(), Permission: "ask", ID: "asker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.fake.Script(bashReply("echo waiting"), fakemodel.Reply{Text: "Done."})
+	if _, err := d.f.Send(t.Context(), schemas.SendRequest{AgentID: op.AgentID, Text: "Run it."}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	if !eval[bool](t, ctx, `window.shoal.notifyAsked`) {
+		t.Error("the page did not ask to notify")
+	}
+	waitJS(t, ctx, "the badge says one waits", `document.querySelector("#waiting-badge").textContent === "1 waiting" && !document.querySelector("#waiting-badge").hidden`, 60*time.Second)
+	if title := eval[string](t, ctx, "document.title"); title != "(1) Shoal: fleet" {
+		t.Errorf("the title: %q", title)
+	}
+	type note struct{ Title, Body string }
+	notes := eval[[]note](t, ctx, `window.shoal.notified`)
+	if len(notes) != 1 || !strings.Contains(notes[0].Title, "agent asker waits for you") || !strings.Contains(notes[0].Body, "Bash") {
+		t.Errorf("the notifications: %+v", notes)
+	}
+	if badge := eval[string](t, ctx, `(() => { const b = document.querySelector('#nodes tr[data-node="n1"] .badge[data-backend="claude"]'); return b ? b.className + "|" + b.title : "" })()`); !strings.HasPrefix(badge, "badge ready|") || strings.HasSuffix(badge, "|") {
+		t.Errorf("the claude backend's badge: %q", badge)
+	}
+	// A reload tells of nothing new and does not ask again.
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	waitJS(t, ctx, "the badge again", `document.querySelector("#waiting-badge").textContent === "1 waiting"`, 30*time.Second)
+	if eval[bool](t, ctx, `window.shoal.notifyAsked`) {
+		t.Error("the page asked to notify a second time")
+	}
+	if n := eval[int](t, ctx, `window.shoal.notified.length`); n != 0 {
+		t.Errorf("the reload notified of the same request again (%d)", n)
+	}
+	checkNames(t, ctx)
+	screenshot(t, ctx, "fleet-waiting")
+}

@@ -30,7 +30,7 @@ const pretty = (raw) => {
 // window.shoal is the page's state, for people poking at it in the
 // console and for the browser tests: received is every event number the
 // stream delivered, seen those shown.
-const shoal = (window.shoal = { role: "", received: [], seen: [], connects: 0, source: null });
+const shoal = (window.shoal = { role: "", received: [], seen: [], connects: 0, source: null, notified: [], told: new Set(JSON.parse(sessionStorage.getItem("shoal.told") || "[]")), notifyAsked: false });
 
 async function api(path, body) {
   const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
@@ -81,6 +81,7 @@ function fleetPage() {
   $("#fleet").hidden = false;
   document.title = "Shoal: fleet";
   presets().catch((e) => { $("#open-error").textContent = e.message; });
+  askToNotify();
   let last = null;
   const filter = $("#filter");
   filter.addEventListener("input", () => last && renderFleet(last, filter.value));
@@ -114,16 +115,53 @@ function matchesFilter(q, ...fields) {
   return fields.some((f) => String(f ?? "").toLowerCase().includes(q));
 }
 
+// notify raises a browser notification (once the person has allowed
+// them: asked once, on the first page they open) and keeps it in
+// window.shoal.notified.
+function notify(title, body) {
+  shoal.notified.push({ title, body });
+  if ("Notification" in window && Notification.permission === "granted") new Notification(title, { body });
+}
+
+function askToNotify() {
+  if (!("Notification" in window) || Notification.permission !== "default" || localStorage.getItem("shoal.notify.asked")) return;
+  localStorage.setItem("shoal.notify.asked", "1");
+  shoal.notifyAsked = true;
+  Notification.requestPermission().catch(() => {});
+}
+
+// waitingFor tells the person of permission requests: a badge and the
+// title say how many wait, and each new one is a notification.
+function waitingFor(pending) {
+  const n = pending.length;
+  $("#waiting-badge").hidden = n === 0;
+  $("#waiting-badge").textContent = n + " waiting";
+  document.title = (n ? "(" + n + ") " : "") + "Shoal: fleet";
+  for (const p of pending) {
+    if (shoal.told.has(p.request_id)) continue;
+    shoal.told.add(p.request_id);
+    sessionStorage.setItem("shoal.told", JSON.stringify([...shoal.told].slice(-500)));
+    notify("shoal: agent " + p.agent_id + " waits for you", p.tool + " " + (p.description || JSON.stringify(p.input || {})));
+  }
+}
+
 function renderFleet(f, q) {
+  waitingFor(f.pending);
   const waiting = {};
   for (const p of f.pending) waiting[p.agent_id] = (waiting[p.agent_id] || 0) + 1;
   const nodes = $("#nodes tbody");
   nodes.replaceChildren(...f.nodes.filter((n) => matchesFilter(q, n.name, JSON.stringify(n.labels), (n.backends || []).map((b) => b.kind + " " + (b.models || []).join(" ")).join(" "))).map((n) => {
-    const backends = (n.backends || []).map((b) => b.kind + (b.agent ? "/" + b.agent : "") + (b.version ? " " + b.version : "") + (b.ready ? "" : " (not ready" + (b.problem ? ": " + b.problem : "") + ")")).join(", ");
+    // A badge per backend: ready or not, the version or the reason on
+    // hover, never the raw error in the table.
+    const backends = (n.backends || []).map((b) => el("span", {
+      class: "badge " + (b.ready ? "ready" : "not-ready"), "data-backend": b.kind + (b.agent ? ":" + b.agent : ""),
+      title: b.ready ? (b.version || "ready") : "not ready: " + (b.problem || "no reason given"),
+      text: b.kind + (b.agent ? ":" + b.agent : ""),
+    }));
     const models = [...new Set((n.backends || []).flatMap((b) => b.models || []))].join(", ");
     const labels = Object.entries(n.labels || {}).map(([k, v]) => k + "=" + v).join(", ");
     return el("tr", { "data-node": n.name },
-      el("td", { text: n.name }), el("td", { text: backends }), el("td", { text: models }), el("td", { text: labels }),
+      el("td", { text: n.name }), el("td", { class: "badges" }, ...backends), el("td", { text: models }), el("td", { text: labels }),
       el("td", { class: "num", text: n.agents + (n.max_agents ? " / " + n.max_agents : "") }),
       el("td", { class: "num", text: age(f.now - n.heartbeat) + " ago" }));
   }));
