@@ -9,6 +9,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/tui"
 	"github.com/shoalfabric/shoal/schemas"
@@ -60,7 +61,14 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 					return err
 				}
 				dir, _ := os.Getwd()
-				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir}, v.env.io.in, v.env.io.out)
+				// Observer credentials may only watch: the monitor offers no
+				// action rather than have each refused once tried.
+				who, err := v.client.credentials()
+				if err != nil {
+					return err
+				}
+				observer := who != nil && who.Role == broker.RoleObserver
+				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir, Observer: observer}, v.env.io.in, v.env.io.out)
 			}
 		})
 }

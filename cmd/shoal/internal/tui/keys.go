@@ -1,6 +1,10 @@
 package tui
 
-import tea "github.com/charmbracelet/bubbletea"
+import (
+	"errors"
+
+	tea "github.com/charmbracelet/bubbletea"
+)
 
 // key handles a key: the filter's or a popup's first, when one is open.
 func (m *Model) key(k tea.KeyMsg) tea.Cmd {
@@ -106,10 +110,19 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 			m.overlay = detailOverlay
 		}
 	case "o":
+		if m.opts.Observer {
+			return m.watchOnly()
+		}
 		return m.openAgentForm()
 	}
 	if !ok || m.nodesView {
 		return nil
+	}
+	if m.opts.Observer {
+		switch k.String() {
+		case "x", "i", "s", "m", "p":
+			return m.watchOnly()
+		}
 	}
 	switch k.String() {
 	case "t":
@@ -235,5 +248,11 @@ func (m *Model) mouse(e tea.MouseMsg) tea.Cmd {
 		return nil
 	}
 	m.feedFocus = true
+	return nil
+}
+
+// watchOnly says, at once, that an observer's monitor acts on nothing.
+func (m *Model) watchOnly() tea.Cmd {
+	m.say("", errors.New("this monitor only watches (observer credentials): it opens, sends, interrupts, answers and closes nothing"))
 	return nil
 }

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,6 +23,9 @@ type Options struct {
 	// Dir is the directory the open form offers when no agent is
 	// selected.
 	Dir string
+	// Observer is a monitor that may only watch (observer credentials):
+	// it offers no action, and says so at the key.
+	Observer bool
 }
 
 // incoming is one event the follower received, and when.
@@ -46,7 +50,8 @@ type (
 		transcript bool
 		err        error
 	}
-	pollErrMsg struct{ err error }
+	pollErrMsg  struct{ err error }
+	nodesErrMsg struct{}
 	// doneMsg is an action's outcome, for the status line.
 	doneMsg struct {
 		text string
@@ -203,7 +208,9 @@ func (m *Model) readAgents(d time.Duration) tea.Cmd {
 	return m.after(d, func() tea.Msg {
 		as, err := m.src.Agents(m.ctx)
 		if err != nil {
-			return pollErrMsg{fmt.Errorf("reading the agents: %w", err)}
+			// As the live feed does: the coordinator is away, and the
+			// monitor tries again.
+			return pollErrMsg{fmt.Errorf("reconnecting… (the coordinator does not answer: %v)", unwrapped(err))}
 		}
 		return agentsMsg(as)
 	})
@@ -213,7 +220,10 @@ func (m *Model) readNodes(d time.Duration) tea.Cmd {
 	return m.after(d, func() tea.Msg {
 		ns, err := m.src.Nodes(m.ctx)
 		if err != nil {
-			return nil // the agents' read says the fabric is unreachable
+			// The agents' read says the fabric is unreachable; the nodes
+			// are read again all the same, so the view is not frozen once
+			// it is back.
+			return nodesErrMsg{}
 		}
 		return nodesMsg(ns)
 	})
@@ -294,6 +304,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case nodesMsg:
 		m.nodes = msg
+		return m, m.readNodes(2 * m.opts.Poll)
+	case nodesErrMsg:
 		return m, m.readNodes(2 * m.opts.Poll)
 	case pendingMsg:
 		return m, m.setPending(msg)
@@ -413,5 +425,17 @@ func (m *Model) readPendingNow() tea.Cmd {
 	return func() tea.Msg {
 		reqs, err := m.src.Pending(m.ctx)
 		return pendingMsg{reqs: reqs, err: err, once: true}
+	}
+}
+
+// unwrapped is the innermost of err's causes: "context deadline
+// exceeded" rather than the chain of what was being read.
+func unwrapped(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
 	}
 }

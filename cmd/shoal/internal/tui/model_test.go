@@ -544,3 +544,57 @@ func TestChangedFilesOfTheSelectedAgent(t *testing.T) {
 		t.Errorf("counted the changes of %v, want r1 once", src.asked)
 	}
 }
+
+// awaySource is a fabric whose coordinator does not answer.
+type awaySource struct{ *fakeSource }
+
+func (awaySource) Agents(context.Context) ([]schemas.AgentRecord, error) {
+	return nil, fmt.Errorf("list agents: %w", context.DeadlineExceeded)
+}
+func (awaySource) Nodes(context.Context) ([]schemas.NodeRecord, error) {
+	return nil, fmt.Errorf("list nodes: %w", context.DeadlineExceeded)
+}
+
+// While the coordinator is away the monitor says it is reconnecting (not
+// a raw deadline), and it goes on reading the nodes as well as the
+// agents, so neither view freezes once it is back.
+func TestTUIWhileTheCoordinatorIsAway(t *testing.T) {
+	src := awaySource{&fakeSource{stored: map[string][]Event{}}}
+	m := New(t.Context(), src, Options{Dir: "/home/me", Poll: time.Millisecond})
+	m.Update(tea.WindowSizeMsg{Width: 160, Height: 30})
+	msg := m.readAgents(0)()
+	_, again := m.Update(msg)
+	if again == nil {
+		t.Error("a failed read of the agents is not tried again")
+	}
+	if view := m.View(); !strings.Contains(view, "reconnecting… (the coordinator does not answer: context deadline exceeded)") {
+		t.Errorf("while away:\n%s", view)
+	}
+	nmsg := m.readNodes(0)()
+	if _, again := m.Update(nmsg); again == nil {
+		t.Error("a failed read of the nodes is not tried again: the nodes view would freeze")
+	}
+}
+
+// An observer's monitor offers no action: its key line says it watches,
+// and an action key says so at once, asking nothing of the fabric.
+func TestTUIObserverIsOfferedNoActions(t *testing.T) {
+	agents := []schemas.AgentRecord{{ID: "a1", Status: schemas.StatusIdle, Node: "n1", CWD: "/w", CreatedAt: 1}}
+	src := &fakeSource{agents: agents, stored: map[string][]Event{}}
+	m := New(t.Context(), src, Options{Dir: "/home/me", Observer: true})
+	m.Update(tea.WindowSizeMsg{Width: 160, Height: 30})
+	m.Update(agentsMsg(agents))
+	if view := m.View(); !strings.Contains(view, "watching only") || strings.Contains(view, "s send") {
+		t.Errorf("an observer's key line:\n%s", view)
+	}
+	for _, k := range []string{"s", "i", "x", "m", "p", "o"} {
+		key(m, k)
+		if m.overlay != noOverlay || m.form != nil || m.confirm != nil || !strings.Contains(m.status, "this monitor only watches") {
+			t.Errorf("key %s: overlay %v, form %v, confirm %v, status %q", k, m.overlay, m.form != nil, m.confirm != nil, m.status)
+		}
+		m.status = ""
+	}
+	if calls := src.took(); len(calls) != 0 {
+		t.Errorf("an observer's keys asked the fabric: %v", calls)
+	}
+}

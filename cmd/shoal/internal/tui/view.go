@@ -149,6 +149,9 @@ func (m *Model) footer() string {
 		parts = append(parts, styleError.Render(m.pollErr))
 	}
 	if len(parts) == 0 {
+		if m.opts.Observer {
+			return styleDim.Render(clip("watching only · ? keys · t transcript · / filter · n nodes · q quit", m.width))
+		}
 		return styleDim.Render(clip("? keys · s send · i interrupt · p permissions · m model · o open · x close · t transcript · / filter · n nodes · q quit", m.width))
 	}
 	return clip(strings.Join(parts, " · "), m.width)
