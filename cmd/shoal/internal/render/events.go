@@ -162,7 +162,7 @@ func (p *Printer) status(a *agent, s schemas.AgentStatus) {
 func (p *Printer) permission(a *agent, pm schemas.Permission) {
 	if ans := pm.Answer; ans != nil {
 		// The answer to a request shown before.
-		text := fmt.Sprintf("? permission %s by %s", map[schemas.Decision]string{schemas.DecisionAllow: "allowed", schemas.DecisionDeny: "denied"}[ans.Decision], cleanLine(ans.By))
+		text := fmt.Sprintf("? permission %s%s by %s", requestWord(pm), map[schemas.Decision]string{schemas.DecisionAllow: "allowed", schemas.DecisionDeny: "denied"}[ans.Decision], cleanLine(ans.By))
 		if pm.Tool != "" {
 			text += " for " + cleanLine(pm.Tool)
 		}
@@ -173,7 +173,8 @@ func (p *Printer) permission(a *agent, pm schemas.Permission) {
 		return
 	}
 	id := pm.ToolCall.ToolCallID
-	text := "? permission requested"
+	// Named by the request's id, the one shoal permit takes.
+	text := "? permission " + requestWord(pm) + "requested"
 	if id != "" {
 		text += " for " + cleanLine(id)
 		if c := a.calls[id]; c != nil {
@@ -213,4 +214,13 @@ func (p *Printer) fallback(a *agent, pl schemas.Payload) {
 		}
 	}
 	p.line(a, seg{text: "· " + kind, style: styleDim}, seg{text: detail, style: styleDim, flex: true})
+}
+
+// requestWord is a permission request's id and a space, as shoal permit
+// takes it, or nothing when the event carries none.
+func requestWord(pm schemas.Permission) string {
+	if pm.RequestID == "" {
+		return ""
+	}
+	return cleanLine(pm.RequestID) + " "
 }

@@ -492,7 +492,7 @@ func TestPermission(t *testing.T) {
 	)
 	expect(t, got, ""+
 		"▶ Bash  rm -rf build\n"+
-		"? permission requested for toolu_9: Bash rm -rf build (options: Allow, always, Reject)\n"+
+		"? permission 7 requested for toolu_9: Bash rm -rf build (options: Allow, always, Reject)\n"+
 		"? permission requested for toolu_x (no options)\n")
 }
 

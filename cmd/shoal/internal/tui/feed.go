@@ -126,11 +126,34 @@ func (f *feed) add(e Event, at time.Time) {
 	case schemas.Error:
 		f.push(line{kind: "error", text: "✖ " + oneLine(p.Message), ev: ev})
 	case schemas.Permission:
+		// Named by the request's id, which p and shoal permit take.
+		what := p.Tool
+		if hint := toolHint(p.Input); hint != "" {
+			what += " " + hint
+		}
+		if what == "" {
+			what = p.ToolCall.ToolCallID
+		}
+		if a := p.Answer; a != nil {
+			text := "✓ " + p.RequestID + " allowed by " + a.By
+			if a.Decision == schemas.DecisionDeny {
+				text = "✗ " + p.RequestID + " denied by " + a.By
+			}
+			if a.Message != "" {
+				text += ": " + a.Message
+			}
+			f.push(line{kind: "permission", text: oneLine(text), ev: ev})
+			return
+		}
 		var opts []string
 		for _, o := range p.Options {
 			opts = append(opts, o.Name)
 		}
-		f.push(line{kind: "permission", text: "? permission for " + p.ToolCall.ToolCallID + " (" + strings.Join(opts, ", ") + ")", ev: ev})
+		text := "? " + p.RequestID + " asks: " + what
+		if len(opts) > 0 {
+			text += " (" + strings.Join(opts, ", ") + ")"
+		}
+		f.push(line{kind: "permission", text: oneLine(text), ev: ev})
 	case schemas.Status:
 		if p.Status == schemas.StatusDead || p.Status == schemas.StatusClosed {
 			f.push(line{kind: "status", text: "· " + string(p.Status), ev: ev})

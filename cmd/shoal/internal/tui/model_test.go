@@ -598,3 +598,24 @@ func TestTUIObserverIsOfferedNoActions(t *testing.T) {
 		t.Errorf("an observer's keys asked the fabric: %v", calls)
 	}
 }
+
+// A permission request's line names it by the id p and shoal permit
+// take, with the tool and what it is about; its answer is a line of its
+// own saying who answered how, not a copy of the request.
+func TestFeedNamesPermissionRequests(t *testing.T) {
+	f := newFeed()
+	req := schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: "toolu_1"}, RequestID: "perm-1a2b", Tool: "Bash",
+		Input: []byte(`{"command":"rm -rf build \u0026\u0026 ls"}`)}
+	f.add(ev("a", 1, req), time.Now())
+	ans := req
+	ans.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "cli", Message: "not now"}
+	f.add(ev("a", 2, ans), time.Now())
+	var got []string
+	for i := range f.lines {
+		got = append(got, f.text(i))
+	}
+	want := []string{"? perm-1a2b asks: Bash rm -rf build && ls", "✗ perm-1a2b denied by cli: not now"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("feed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
