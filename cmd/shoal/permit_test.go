@@ -187,9 +187,14 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	if r := fake.Requests(); !strings.Contains(mustJSONText(r[len(r)-2].ToolResults), "changed by a person") {
 		t.Errorf("the allowed echo's result: %s", mustJSONText(r[len(r)-2].ToolResults))
 	}
-	// The human view names the request by the id shoal permit takes.
-	if human := must("tail", "--no-follow", id); !strings.Contains(human, "? permission "+req.RequestID+" allowed by cli:") || !strings.Contains(human, "? permission "+req.RequestID+" requested for ") {
+	// The human view names the request by the id shoal permit takes, and
+	// shows the command that ran, as the person changed it.
+	human := must("tail", "--no-follow", id)
+	if !strings.Contains(human, "? permission "+req.RequestID+" allowed by cli:") || !strings.Contains(human, "? permission "+req.RequestID+" requested for ") {
 		t.Errorf("the human view does not show the request and its answer by the request's id:\n%s", human)
+	}
+	if !regexp.MustCompile(`↳ completed +\[Bash echo changed by a person\]`).MatchString(human) {
+		t.Errorf("the human view does not show the command that ran:\n%s", human)
 	}
 	code, _, errOut := shoal("permit", id, req.RequestID, "deny")
 	if code != exitConflict || !strings.Contains(errOut, "already answered: allow by cli:") {

@@ -435,6 +435,9 @@ func (s *session) ask(perm schemas.Permission, suggestions json.RawMessage) {
 		input := perm.Input
 		if len(v.Input) > 0 {
 			input = v.Input // as the person changed it
+			// The tool call as it will run, so the stream (a tail, the
+			// TUI, the dashboard) shows what ran, not what was asked.
+			s.emit(schemas.ToolUse{Call: toolCall(perm.ToolCall.ToolCallID, perm.Tool, input)})
 		}
 		if len(input) == 0 {
 			input = json.RawMessage("{}")
