@@ -3,6 +3,8 @@ package deploy_test
 import (
 	"bufio"
 	"fmt"
+	"os"
+	"os/exec"
 	"path"
 	"strings"
 	"testing"
@@ -171,5 +173,33 @@ ENTRYPOINT ["/bin/tool", "sub"]
 	}
 	if _, err := parseDockerfile("FROM a\nRUN x \\\n"); err == nil {
 		t.Error("a dangling continuation is accepted")
+	}
+}
+
+// The image refuses to be built for root: its uid guard, run as the
+// Dockerfile runs it, fails for SHOAL_UID=0 in one line and passes for
+// another uid.
+func TestDockerfileRefusesRootUID(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guard string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "RUN ") && strings.Contains(l, `"$SHOAL_UID" != 0`) {
+			guard = strings.TrimPrefix(l, "RUN ")
+		}
+	}
+	if guard == "" {
+		t.Fatal("the Dockerfile has no RUN that refuses SHOAL_UID=0")
+	}
+	for uid, ok := range map[string]bool{"0": false, "1000": true, "10001": true} {
+		cmd := exec.Command("/bin/sh", "-c", guard)
+		cmd.Env = []string{"SHOAL_UID=" + uid}
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != ok || (!ok && (strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "may not be root"))) {
+			t.Errorf("SHOAL_UID=%s: %v, %q", uid, err, out)
+		}
 	}
 }

@@ -196,6 +196,10 @@ func TestSystemdUnits(t *testing.T) {
 				t.Errorf("%s: a command in the comments: %v", name, err)
 			}
 		}
+		// The steps in the header put the binary where ExecStart runs it.
+		if !strings.Contains(comments(string(b)), "sudo install -m 0755 shoal "+exec[0]) {
+			t.Errorf("%s: no step in the header installs shoal at %s, where ExecStart runs it", name, exec[0])
+		}
 
 		user := u.get(t, name, "Service", "User")
 		if user == "" || user == "root" {
