@@ -324,6 +324,15 @@ func TestDashboardOffersThePresetsAnOpenTakes(t *testing.T) {
 	if rec, err := d.f.Record(t.Context(), last); err != nil || rec.Status != schemas.StatusDead {
 		t.Errorf("after the second click: %+v %v", rec, err)
 	}
+
+	// The fleet lists the live agents, the dead one only once asked.
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	waitJS(t, ctx, "the live agents are listed", `document.querySelectorAll('#agents tbody tr').length === `+strconv.Itoa(len(offered)-1), 20*time.Second)
+	if eval[bool](t, ctx, `!!document.querySelector('#agents tr[data-agent="`+last+`"]')`) || eval[string](t, ctx, `document.querySelector("#show-dead-count").textContent`) != "1" {
+		t.Errorf("the dead agent is listed, or not counted, before the toggle")
+	}
+	eval[bool](t, ctx, `(() => { const c = document.querySelector("#show-dead"); c.checked = true; c.dispatchEvent(new Event("change")); return true })()`)
+	waitJS(t, ctx, "the dead agent is listed last", `(() => { const rows = [...document.querySelectorAll('#agents tbody tr')]; return rows.length === `+strconv.Itoa(len(offered))+` && rows[rows.length-1].dataset.agent === "`+last+`" })()`, 10*time.Second)
 }
 
 // The fleet page tells a person an agent waits for them: it asks once to

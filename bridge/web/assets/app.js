@@ -85,6 +85,7 @@ function fleetPage() {
   let last = null;
   const filter = $("#filter");
   filter.addEventListener("input", () => last && renderFleet(last, filter.value));
+  $("#show-dead").addEventListener("change", () => last && renderFleet(last, filter.value));
   $("#open-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = new FormData(ev.target);
@@ -165,8 +166,13 @@ function renderFleet(f, q) {
       el("td", { class: "num", text: n.agents + (n.max_agents ? " / " + n.max_agents : "") }),
       el("td", { class: "num", text: age(f.now - n.heartbeat) + " ago" }));
   }));
+  // Live agents first; the dead behind a toggle.
+  const dead = f.agents.filter((a) => a.status === "dead").length;
+  $("#show-dead-count").textContent = String(dead);
+  const showDead = $("#show-dead").checked;
+  const listed = [...f.agents.filter((a) => a.status !== "dead"), ...(showDead ? f.agents.filter((a) => a.status === "dead") : [])];
   const agents = $("#agents tbody");
-  agents.replaceChildren(...f.agents.filter((a) => matchesFilter(q, a.id, a.status, a.model, a.node, a.cwd)).map((a) => {
+  agents.replaceChildren(...listed.filter((a) => matchesFilter(q, a.id, a.status, a.model, a.node, a.cwd)).map((a) => {
     const st = el("span", { class: "status " + a.status, text: a.status });
     const w = waiting[a.id] ? el("span", { class: "status waiting", text: "⚠ " + waiting[a.id] + " waiting" }) : null;
     return el("tr", { "data-agent": a.id },
