@@ -379,3 +379,67 @@ func TestDashboardTellsOfWaitingAgents(t *testing.T) {
 	checkNames(t, ctx)
 	screenshot(t, ctx, "fleet-waiting")
 }
+
+// An agent's page reads as a conversation: the person's turn and the
+// agent's answer as messages, the answer's markdown rendered (as nodes,
+// never as HTML), its thinking folded once whole, a Write shown as the
+// lines it adds, a long result folded behind a button, and the agent's
+// status in the header rather than in the conversation; the composer
+// stays at the bottom. Screenshots at desktop and phone width.
+func TestDashboardReadsAsAConversation(t *testing.T) {
+	t.Parallel()
+	d := startDash(t, web.Config{})
+	ctx := browser(t)
+	cwd := t.TempDir()
+	write, _ := json.Marshal(map[string]string{"file_path": filepath.Join(cwd, "hello.txt"), "content": "hello\nworld"})
+	long, _ := json.Marshal(map[string]string{"command": "seq 1 60", "description": "count"})
+	d.fake.Script(
+		fakemodel.Reply{Thinking: "I should write the file first.", ToolCalls: []fakemodel.ToolCall{{Name: "Write", Input: write}}},
+		fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: long}}},
+		fakemodel.Reply{Text: "Done. **Wrote** the file:\n\n- `hello.txt`\n- two lines\n\n```sh\ncat hello.txt\n```\n<script>window.pwned = 1</script>"},
+	)
+	op, err := d.f.Open(t.Context(), schemas.OpenRequest{CWD: cwd, Permission: "bypass", ID: "talk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, chromedp.Navigate(d.url+"/agents/"+op.AgentID))
+	waitJS(t, ctx, "the stream is live", `window.shoal.connects >= 1`, 20*time.Second)
+	eval[bool](t, ctx, `(() => { const f = document.querySelector("#send-form"); f.elements.text.value = "Write hello.txt, then count."; f.requestSubmit(); return true })()`)
+	waitJS(t, ctx, "the turn ended", `document.querySelector('[data-turn-end="1"]')`, 90*time.Second)
+	waitJS(t, ctx, "the status is in the header", `document.querySelector("#agent-status").textContent === "idle"`, 30*time.Second)
+	type view struct {
+		Person, Bold, Code, Items int
+		ThinkingOpen              bool
+		Thought                   string
+		Added                     []string
+		FoldButton                string
+		Pwned                     bool
+		StatusCards               int
+		ComposerLast              bool
+	}
+	v := eval[view](t, ctx, `(() => ({
+		person: document.querySelectorAll(".msg.person").length,
+		bold: [...document.querySelectorAll(".msg.agent strong")].filter(e => e.textContent === "Wrote").length,
+		code: [...document.querySelectorAll(".msg.agent pre.code")].filter(e => e.textContent === "cat hello.txt").length,
+		items: document.querySelectorAll(".msg.agent ul li").length,
+		thinkingOpen: document.querySelector("details.thinking").open,
+		thought: document.querySelector("details.thinking .thought").textContent,
+		added: [...document.querySelectorAll("details.tool .diff-view .add")].map(e => e.textContent),
+		foldButton: (document.querySelector("details.tool button.more") || {}).textContent || "",
+		pwned: !!window.pwned,
+		statusCards: [...document.querySelectorAll("#stream .end")].filter(e => e.textContent.startsWith("status")).length,
+		composerLast: document.querySelector("#stream").compareDocumentPosition(document.querySelector("#send-form")) === Node.DOCUMENT_POSITION_FOLLOWING,
+	}))()`)
+	if v.Person != 1 || v.Bold != 1 || v.Code != 1 || v.Items != 2 || v.ThinkingOpen || v.Thought != "I should write the file first." ||
+		!slices.Equal(v.Added, []string{"+ hello", "+ world"}) || v.FoldButton != "Show all 60 lines" || v.Pwned || v.StatusCards != 0 || !v.ComposerLast {
+		t.Errorf("the conversation: %+v\n%s", v, eval[string](t, ctx, "document.querySelector('#stream').innerText"))
+	}
+	eval[bool](t, ctx, `(() => { const b = document.querySelector("details.tool button.more"); b.closest("details").open = true; b.click(); return true })()`)
+	if n := eval[int](t, ctx, `Math.max(...[...document.querySelectorAll("details.tool pre")].map(p => p.textContent.split("\n").length))`); n < 60 {
+		t.Errorf("the folded result, unfolded, has %d lines", n)
+	}
+	checkNames(t, ctx)
+	screenshot(t, ctx, "conversation")
+	do(t, ctx, chromedp.EmulateViewport(390, 844))
+	screenshot(t, ctx, "conversation-phone")
+}

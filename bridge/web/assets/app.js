@@ -310,6 +310,85 @@ function stream(url) {
 
 // Transcript renders events: deltas appended to an open block that the
 // authoritative block then replaces; tool calls as cards.
+// markdown renders an agent's text as people read it: headings, lists,
+// quotes, fenced and inline code, bold, italics and links, built as DOM
+// nodes from text (never as HTML), so nothing in it runs.
+function markdown(src) {
+  const out = document.createDocumentFragment();
+  const lines = src.split("\n");
+  let list = null;
+  const inline = (text, parent) => {
+    const re = /(`[^`]+`|\*\*[^*]+\*\*|\*[^*\s][^*]*\*|\[[^\]]+\]\((https?:\/\/[^)\s]+)\))/g;
+    let at = 0;
+    for (const m of text.matchAll(re)) {
+      if (m.index > at) parent.append(text.slice(at, m.index));
+      const t = m[0];
+      if (t.startsWith("`")) parent.append(el("code", { text: t.slice(1, -1) }));
+      else if (t.startsWith("**")) parent.append(el("strong", { text: t.slice(2, -2) }));
+      else if (t.startsWith("*")) parent.append(el("em", { text: t.slice(1, -1) }));
+      else parent.append(el("a", { href: m[2], rel: "noopener noreferrer", target: "_blank", text: t.slice(1, t.indexOf("]")) }));
+      at = m.index + t.length;
+    }
+    if (at < text.length) parent.append(text.slice(at));
+    return parent;
+  };
+  for (let i = 0; i < lines.length; i++) {
+    const l = lines[i];
+    const fence = l.match(/^```(\S*)/);
+    if (fence) {
+      const code = [];
+      for (i++; i < lines.length && !lines[i].startsWith("```"); i++) code.push(lines[i]);
+      out.append(el("pre", { class: "code", "data-lang": fence[1] || "" }, el("code", { text: code.join("\n") })));
+      list = null;
+      continue;
+    }
+    const item = l.match(/^\s*(?:[-*+]|(\d+)[.)])\s+(.*)$/);
+    if (item) {
+      const tag = item[1] ? "ol" : "ul";
+      if (!list || list.tagName.toLowerCase() !== tag) { list = el(tag); out.append(list); }
+      list.append(inline(item[2], el("li")));
+      continue;
+    }
+    list = null;
+    const h = l.match(/^(#{1,4})\s+(.*)$/);
+    if (h) { out.append(inline(h[2], el("h" + Math.min(6, h[1].length + 2)))); continue; }
+    if (l.startsWith(">")) { out.append(inline(l.replace(/^>\s?/, ""), el("blockquote"))); continue; }
+    if (l.trim() === "") continue;
+    out.append(inline(l, el("p")));
+  }
+  return out;
+}
+
+// editDiff shows an Edit or Write tool call's input as the change it
+// makes: the lines it takes out and puts in.
+function editDiff(title, input) {
+  let v = input;
+  if (typeof v === "string") { try { v = JSON.parse(v); } catch { return null; } }
+  if (!v || typeof v !== "object") return null;
+  const path = v.file_path || v.filePath || v.path || "";
+  let minus = [], plus = [];
+  if (title === "Edit" && typeof v.old_string === "string" && typeof v.new_string === "string") {
+    minus = v.old_string.split("\n"); plus = v.new_string.split("\n");
+  } else if (title === "Write" && typeof v.content === "string") {
+    plus = v.content.split("\n");
+  } else return null;
+  return el("div", { class: "diff-view", "data-path": path },
+    el("div", { class: "label", text: path }),
+    ...minus.map((x) => el("div", { class: "del", text: "- " + x })),
+    ...plus.map((x) => el("div", { class: "add", text: "+ " + x })));
+}
+
+// folded is a long text shown as its first lines and a button for the
+// rest.
+function folded(text) {
+  const lines = text.split("\n");
+  if (lines.length <= 40) return el("pre", { text });
+  const pre = el("pre", { class: "folded", text: lines.slice(0, 20).join("\n") });
+  const more = el("button", { type: "button", class: "more", text: "Show all " + lines.length + " lines" });
+  more.addEventListener("click", () => { pre.textContent = text; pre.classList.remove("folded"); more.remove(); });
+  return el("div", {}, pre, more);
+}
+
 class Transcript {
   constructor(root) { this.root = root; this.open = {}; this.tools = {}; this.turn = -1; }
 
@@ -318,15 +397,21 @@ class Transcript {
   block(kind, text, delta, n) {
     let b = this.open[kind];
     if (!b) {
-      b = el("div", { class: (kind === "thought" ? "thought" : "text") + " streaming" });
-      this.root.append(b);
+      b = el("div", { class: (kind === "thought" ? "thought" : "text msg agent") + " streaming" });
+      // Thinking is folded: open while it streams, closed once whole.
+      this.root.append(kind === "thought" ? el("details", { class: "thinking", open: "" }, el("summary", { text: "Thinking" }), b) : b);
       this.open[kind] = b;
     }
     b.dataset.n = n;
     if (delta) { b.textContent += text; return; }
-    b.textContent = text;
     b.classList.remove("streaming");
     delete this.open[kind];
+    if (kind === "thought") {
+      b.textContent = text;
+      if (b.parentElement && b.parentElement.tagName === "DETAILS") b.parentElement.open = false;
+      return;
+    }
+    b.replaceChildren(markdown(text));
   }
 
   tool(id) {
@@ -361,14 +446,17 @@ class Transcript {
         break;
       }
       case "user_text":
-        this.root.append(el("div", { class: "user", text: (data.content && data.content.text) || "" }));
+        this.root.append(el("div", { class: "user msg person", text: (data.content && data.content.text) || "" }));
         break;
       case "tool_use": {
         const call = data.call || {};
         const c = this.tool(call.toolCallId);
         c.title = call.title || call.kind || "tool";
         c.status = call.status || c.status;
-        if (call.rawInput != null) c.input.textContent = pretty(call.rawInput);
+        if (call.rawInput != null) {
+          const diff = editDiff(c.title, call.rawInput);
+          if (diff) c.input.replaceChildren(diff); else c.input.textContent = pretty(call.rawInput);
+        }
         this.label(c);
         break;
       }
@@ -388,7 +476,7 @@ class Transcript {
         for (const tc of u.content || []) {
           const b = tc.content || {};
           if (b.type === "image") parts.push(img(b));
-          else if (b.text != null) parts.push(el("pre", { text: b.text }));
+          else if (b.text != null) parts.push(folded(b.text));
           else if (tc.type === "diff") parts.push(el("pre", { text: (tc.path || "") + "\n" + (tc.newText || "") }));
         }
         if (!parts.length && u.rawOutput != null) parts.push(el("pre", { text: pretty(u.rawOutput) }));
@@ -414,7 +502,10 @@ class Transcript {
         this.root.append(el("div", { class: "error-ev", text: data.message || "error" }));
         break;
       case "status":
-        this.root.append(el("div", { class: "end", text: "status: " + data.status }));
+        // Said in the page's header, not as a card in the conversation.
+        shoal.status = data.status;
+        $("#agent-status").textContent = data.status;
+        $("#agent-status").className = "status " + data.status;
         break;
       case "plan":
         this.root.append(el("div", { class: "text", text: (data.entries || []).map((x) => (x.status === "completed" ? "☑ " : "☐ ") + x.content).join("\n") }));
