@@ -7,6 +7,9 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 func completionCommand() *command {
@@ -21,8 +24,15 @@ command's flags, made from the commands this binary has:
     source <(shoal completion bash)                  # in ~/.bashrc
     shoal completion zsh > "${fpath[1]}/_shoal"      # then compinit
     shoal completion fish > ~/.config/fish/completions/shoal.fish`,
-		flags: func(*flag.FlagSet) runner {
-			return func(_ context.Context, env *environment, args []string) error {
+		flags: func(fs *flag.FlagSet) runner {
+			var words string
+			var conn clientOptions
+			fs.StringVar(&words, "words", "", "print the words the bash script completes from the running fabric: `kind` agents, nodes or presets")
+			conn.registerConn(fs)
+			return func(ctx context.Context, env *environment, args []string) error {
+				if words != "" {
+					return completionWords(ctx, env, &conn, words)
+				}
 				if len(args) != 1 {
 					return usagef("give one shell: bash, zsh or fish")
 				}
@@ -36,6 +46,44 @@ command's flags, made from the commands this binary has:
 	}
 }
 
+// completionWords prints the agent ids, node names or presets a script
+// completes from; the fabric is asked briefly, and nothing is printed
+// when it does not answer (a completion never hangs a shell).
+func completionWords(ctx context.Context, env *environment, conn *clientOptions, kind string) error {
+	var out []string
+	switch kind {
+	case "presets":
+		for _, p := range schemas.Presets {
+			out = append(out, string(p))
+		}
+		out = append(out, "ask")
+	case "agents", "nodes":
+		conn.timeout = 2 * time.Second
+		f, closeConn, err := conn.fabric(env)
+		if err != nil {
+			return nil
+		}
+		defer closeConn()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if kind == "agents" {
+			recs, _ := f.List(ctx)
+			for _, r := range recs {
+				out = append(out, r.ID)
+			}
+		} else {
+			nodes, _ := f.Nodes(ctx)
+			for _, n := range nodes {
+				out = append(out, n.Name)
+			}
+		}
+	default:
+		return usagef("--words %q: agents, nodes or presets", kind)
+	}
+	_, err := fmt.Fprintln(env.io.out, strings.Join(out, "\n"))
+	return err
+}
+
 var completionScripts = map[string]func(io.Writer, []completedCommand) error{
 	"bash": bashCompletion,
 	"zsh":  zshCompletion,
@@ -47,6 +95,7 @@ type completedCommand struct {
 	name, summary string
 	flags         []completedFlag
 	words         []string // its arguments, when they are from a fixed set
+	agents        bool     // its first argument is an agent id
 }
 
 type completedFlag struct {
@@ -61,7 +110,8 @@ func completionTable() []completedCommand {
 	var out []completedCommand
 	for _, c := range commands() {
 		fs, _, _ := c.flagSet()
-		cc := completedCommand{name: c.name, summary: c.summary}
+		cc := completedCommand{name: c.name, summary: c.summary,
+			agents: strings.HasPrefix(c.args, "<agent>") || strings.HasPrefix(c.args, "[agent")}
 		names := c.visibleFlags(fs)
 		sort.Strings(names)
 		for _, name := range names {
@@ -127,11 +177,25 @@ _shoal() {
     case ${COMP_WORDS[1]} in
 `, strings.Join(names, " "))
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "    %s)\n        flags='%s'\n        valued='%s'\n        words='%s'\n        ;;\n",
-			c.name, flagWords(c.flags, false), flagWords(c.flags, true), strings.Join(c.words, " "))
+		agents := ""
+		if c.agents {
+			agents = "1"
+		}
+		fmt.Fprintf(&b, "    %s)\n        flags='%s'\n        valued='%s'\n        words='%s'\n        agents='%s'\n        ;;\n",
+			c.name, flagWords(c.flags, false), flagWords(c.flags, true), strings.Join(c.words, " "), agents)
 	}
 	b.WriteString(`    esac
-    # After a flag that takes a value, leave it to the default completion.
+    # Node names, presets and agent ids come from the running fabric.
+    case $prev in
+    --node)
+        mapfile -t COMPREPLY < <(compgen -W "$(shoal completion --words nodes 2>/dev/null)" -- "$cur")
+        return ;;
+    --permission)
+        mapfile -t COMPREPLY < <(compgen -W "$(shoal completion --words presets 2>/dev/null)" -- "$cur")
+        return ;;
+    esac
+    # After another flag that takes a value, leave it to the default
+    # completion.
     if [[ $prev == --* && " $valued " == *" $prev "* ]]; then
         COMPREPLY=()
         return
@@ -140,6 +204,8 @@ _shoal() {
         mapfile -t COMPREPLY < <(compgen -W "$flags" -- "$cur")
     elif [[ -n $words ]]; then
         mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur")
+    elif [[ -n $agents ]]; then
+        mapfile -t COMPREPLY < <(compgen -W "$(shoal completion --words agents 2>/dev/null)" -- "$cur")
     else
         COMPREPLY=()
     fi

@@ -170,3 +170,49 @@ func quoteAll(words []string) []string {
 	}
 	return out
 }
+
+// The bash script completes agent ids, node names and presets from the
+// running fabric (the shoal on PATH asks it), and offers nothing, without
+// waiting, when there is none.
+func TestCompletionBashAsksTheFabric(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	id := c.must("open", "--id", "tabbed", t.TempDir())
+	script := completionScript(t, "bash")
+	bin := t.TempDir()
+	if err := os.Symlink(os.Args[0], filepath.Join(bin, "shoal")); err != nil {
+		t.Fatal(err)
+	}
+	complete := func(url string, words ...string) []string {
+		t.Helper()
+		home := t.TempDir()
+		line := "source " + script + "; COMP_WORDS=(" + strings.Join(quoteAll(words), " ") + "); COMP_CWORD=" +
+			strconv.Itoa(len(words)-1) + `; _shoal; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command("bash", "-c", line)
+		cmd.Env = []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home + "/config", "PATH=" + bin + ":" + os.Getenv("PATH"),
+			"SHOAL_TEST_MAIN=1", "SHOAL_NATS=" + url, "TERM=dumb"}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, out)
+		}
+		return fields(string(out))
+	}
+	presets := []string{"ask", "auto", "bypass", "default", "lab", "notebook", "specialist"}
+	for _, k := range []struct {
+		words []string
+		want  []string
+	}{
+		{[]string{"shoal", "status", ""}, []string{id}},
+		{[]string{"shoal", "close", "tab"}, []string{id}},
+		{[]string{"shoal", "open", "--node", ""}, []string{"n"}},
+		{[]string{"shoal", "open", "--permission", ""}, presets},
+		{[]string{"shoal", "job", "--permission", "b"}, []string{"bypass"}},
+	} {
+		if got := complete(c.url, k.words...); !slices.Equal(got, k.want) {
+			t.Errorf("completing %q offers %q, want %q", k.words, got, k.want)
+		}
+	}
+	if got := complete("nats://127.0.0.1:1", "shoal", "status", ""); len(got) != 0 {
+		t.Errorf("with no fabric, completing an agent offers %q", got)
+	}
+}

@@ -111,7 +111,7 @@ var groupsByCommand = map[string][]flagGroup{
 		configGroup,
 	},
 	"config":     {configGroup},
-	"completion": {configGroup},
+	"completion": {{"Completion words", false, []string{"words"}}, connectionGroup, configGroup},
 	"version":    {configGroup},
 }
 
