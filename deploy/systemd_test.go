@@ -145,10 +145,10 @@ func TestSystemdUnits(t *testing.T) {
 		names = append(names, filepath.Base(f))
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"shoal-coordinator.service", "shoal-node.service"}) {
-		t.Fatalf("deploy/systemd has %v, want the coordinator's and the node's units", names)
+	if !slices.Equal(names, []string{"shoal-coordinator.service", "shoal-node.service", "shoal-tunnel.service"}) {
+		t.Fatalf("deploy/systemd has %v, want the coordinator's, the node's and the tunnel's units", names)
 	}
-	for _, name := range names {
+	for _, name := range names[:2] { // the tunnel runs ssh: TestSystemdTunnel
 		b, err := os.ReadFile(filepath.Join("systemd", name))
 		if err != nil {
 			t.Fatal(err)
@@ -375,5 +375,34 @@ func TestParseUnitRefuses(t *testing.T) {
 	u, err := parseUnit("# c\n; c\n[Service]\nExecStart=/usr/local/bin/shoal \\\n  node --max-agents 4\n")
 	if err != nil || len(u.settings["Service"]) != 1 || strings.Join(strings.Fields(u.settings["Service"][0].value), " ") != "/usr/local/bin/shoal node --max-agents 4" {
 		t.Errorf("a continued line: %+v %v", u, err)
+	}
+}
+
+// The tunnel unit forwards the coordinator's NATS and MCP ports to this
+// machine's loopback over SSH, failing (and restarting) rather than
+// running without its forwards, and systemd-analyze verifies it.
+func TestSystemdTunnel(t *testing.T) {
+	t.Parallel()
+	name := "shoal-tunnel.service"
+	unit := filepath.Join("systemd", name)
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := parseUnit(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := strings.Fields(u.get(t, name, "Service", "ExecStart"))
+	for _, want := range []string{"-N", "BatchMode=yes", "ExitOnForwardFailure=yes", "127.0.0.1:4222:127.0.0.1:4222", "127.0.0.1:7270:127.0.0.1:7270", "${SHOAL_TUNNEL}"} {
+		if !slices.Contains(exec, want) {
+			t.Errorf("%s: ExecStart has no %s: %v", name, want, exec)
+		}
+	}
+	if exec[0] != "/usr/bin/ssh" || u.get(t, name, "Service", "Restart") != "always" || u.get(t, name, "Service", "User") != "shoal-node" {
+		t.Errorf("%s: ExecStart %s, Restart %s, User %s", name, exec[0], u.get(t, name, "Service", "Restart"), u.get(t, name, "Service", "User"))
+	}
+	if out, err := systemdAnalyze(t, "verify", unit); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
 	}
 }
