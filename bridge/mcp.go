@@ -84,6 +84,11 @@ func NewMCP(cfg MCPConfig) *MCP {
 	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth, metrics: cfg.Metrics}
 	m.srv = server.NewMCPServer("shoal", cfg.Version,
 		server.WithToolCapabilities(false),
+		// logging/setLevel is accepted and completion/complete answers
+		// (with nothing: Shoal has no prompts or resource templates to
+		// complete), as MCP clients that probe them expect.
+		server.WithLogging(),
+		server.WithCompletions(),
 		server.WithRecovery(),
 		server.WithToolFilter(m.visible),
 		server.WithInstructions("Shoal runs headless AI coding agents on a pool of machines. "+
@@ -114,6 +119,14 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 		if err != nil {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(err.Error()), nil
+		}
+		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
+			token := meta.ProgressToken
+			ctx = context.WithValue(ctx, progressKey{}, func(progress float64, message string) {
+				m.srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+					"progressToken": token, "progress": progress, "message": message,
+				})
+			})
 		}
 		c, err := m.caller(ctx)
 		if err == nil {
@@ -360,4 +373,14 @@ func (m *MCP) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 		}
 	}
 	return out
+}
+
+// progressKey carries, for a call that asked for progress, how to report
+// it (notifications/progress with the call's token).
+type progressKey struct{}
+
+// progressOf is how to report a call's progress, or nil.
+func progressOf(ctx context.Context) func(progress float64, message string) {
+	p, _ := ctx.Value(progressKey{}).(func(float64, string))
+	return p
 }

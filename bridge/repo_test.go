@@ -1,11 +1,16 @@
 package bridge_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
@@ -185,4 +190,59 @@ func TestMCPRunsAJob(t *testing.T) {
 			t.Errorf("agent_job %v: %q, want %q", c.args, text, c.want)
 		}
 	}
+}
+
+// agent_run called with a progress token reports the turn's events as
+// notifications/progress while it runs, through the official MCP client;
+// without one it reports nothing.
+func TestMCPRunReportsProgress(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.startNode(fake)
+	var mu sync.Mutex
+	var got []*mcp.ProgressNotificationParams
+	c := mcp.NewClient(&mcp.Implementation{Name: "progress-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, r.Params)
+			mu.Unlock()
+		},
+	})
+	s, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var opened schemas.OpenReply
+	ok(t, s, "agent_open", map[string]any{"cwd": t.TempDir(), "permission": "bypass"}, &opened)
+	in, _ := json.Marshal(map[string]string{"command": "echo hi", "description": "say hi"})
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Said hi."})
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_run", Meta: mcp.Meta{"progressToken": "tok-1"},
+		Arguments: map[string]any{"agent_id": opened.AgentID, "text": "Say hi."}})
+	if err != nil || res.IsError {
+		t.Fatalf("agent_run: %+v %v", res, err)
+	}
+	mu.Lock()
+	kinds := []string{}
+	for i, p := range got {
+		if p.ProgressToken != "tok-1" || p.Progress != float64(i+1) {
+			t.Errorf("progress %d: %+v", i, p)
+		}
+		kinds = append(kinds, p.Message)
+	}
+	mu.Unlock()
+	for _, want := range []string{"turn_started", "tool_use", "tool_result", "assistant_text", "result"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("no progress for %s: %v", want, kinds)
+		}
+	}
+	n := len(kinds)
+	fake.Script(fakemodel.Reply{Text: "Again."})
+	ok(t, s, "agent_run", map[string]any{"agent_id": opened.AgentID, "text": "Again."}, new(schemas.RunReply))
+	mu.Lock()
+	if len(got) != n {
+		t.Errorf("a call without a token was told of progress: %d more", len(got)-n)
+	}
+	mu.Unlock()
 }

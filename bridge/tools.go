@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shoalfabric/shoal/client"
@@ -72,7 +73,7 @@ func (m *MCP) tools() []tool {
 			name: "agent_run", failed: "running agent turn", schema: "run_request",
 			desc: "Send a turn and block until it ends, returning the assistant's text, the turn and how it ended. " +
 				"One synchronous run per agent at a time.",
-			run: about(m, "agent_run", agentOf[schemas.RunRequest], f.Run),
+			run: about(m, "agent_run", agentOf[schemas.RunRequest], m.run),
 		},
 		{
 			name: "agent_output", failed: "reading agent output", schema: "output_request",
@@ -267,6 +268,32 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 		}
 	}
 	return m.f.Open(ctx, req)
+}
+
+// run runs a turn. A call that asked for progress hears of each of the
+// turn's events as it is stored (a text, a tool call or result, a
+// thought), as notifications/progress counting them, until the turn ends.
+func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
+	report := progressOf(ctx)
+	if report == nil {
+		return m.f.Run(ctx, req)
+	}
+	from := client.From{Time: time.Now()} // what this turn stores from now on
+	watch, stop := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() {
+		n := 0
+		m.f.Replay(watch, []string{req.AgentID}, from, true, func(r client.Replayed, _ *client.Gap) error {
+			if r.Delta || r.Stray != "" {
+				return nil
+			}
+			n++
+			report(float64(n), string(r.Kind))
+			return nil
+		})
+	})
+	defer func() { stop(); watching.Wait() }()
+	return m.f.Run(ctx, req)
 }
 
 // repoClient is a client that works on the caller's repositories: one

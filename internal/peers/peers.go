@@ -22,7 +22,7 @@ import (
 // Peer is a program published on npm that the tests run: an agent CLI,
 // or the sandbox the escape battery holds Shoal's against.
 type Peer struct {
-	Name    string // short name: claude, claude-agent-acp, opencode, gemini, srt
+	Name    string // short name: claude, claude-agent-acp, opencode, gemini, srt, node22, mcp-conformance
 	Package string // npm package
 	Version string // pinned version
 	// argv returns the command that runs the CLI, given its install dir.
@@ -45,10 +45,34 @@ var (
 	// beside Shoal's own sandbox.
 	SandboxRuntime = Peer{Name: "srt", Package: "@anthropic-ai/sandbox-runtime", Version: "0.0.83",
 		argv: nodeScript("node_modules/@anthropic-ai/sandbox-runtime/dist/cli.js")}
+
+	// Node22 is a Node.js 22, from npm, for what Node 20 cannot run.
+	Node22 = Peer{Name: "node22", Package: "node", Version: "22.23.3",
+		argv: func(dir string) ([]string, error) {
+			path := filepath.Join(dir, "node_modules", "node", "bin", "node")
+			if err := executable(path); err != nil {
+				return nil, err
+			}
+			return []string{path}, nil
+		}}
+	// Conformance is the MCP conformance suite, which the MCP endpoint is
+	// held to; it needs Node 22 (Node22, installed before it).
+	Conformance = Peer{Name: "mcp-conformance", Package: "@modelcontextprotocol/conformance", Version: "0.1.16",
+		argv: func(dir string) ([]string, error) {
+			script := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "conformance", "dist", "index.js")
+			if _, err := os.Stat(script); err != nil {
+				return nil, fmt.Errorf("its entry point is missing: %w", err)
+			}
+			node, err := Node22.argv(Node22.InstallDir(filepath.Dir(dir)))
+			if err != nil {
+				return nil, fmt.Errorf("it needs %s: %w", Node22.Spec(), err)
+			}
+			return []string{node[0], script}, nil
+		}}
 )
 
-// All lists every pinned peer.
-var All = []Peer{Claude, ClaudeACP, Opencode, Gemini, SandboxRuntime}
+// All lists every pinned peer, each after what it needs.
+var All = []Peer{Claude, ClaudeACP, Opencode, Gemini, SandboxRuntime, Node22, Conformance}
 
 // Dir is the cache folder peers are installed in: $SHOAL_PEERS_DIR, else
 // $XDG_CACHE_HOME/shoal-peers, else ~/.cache/shoal-peers.
