@@ -283,3 +283,12 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set(schemas.AgentIDHeader, h.agent)
 	return h.tok.RoundTrip(r)
 }
+
+// permit --help does not promise an option claude requests never offer.
+func TestPermitHelpPromisesOnlyWhatIsOffered(t *testing.T) {
+	t.Parallel()
+	_, out, _ := runShoal(t, t.TempDir(), nil, "permit", "--help")
+	if strings.Contains(out, "allow_always: a claude agent") || !strings.Contains(out, "claude requests offer none") {
+		t.Errorf("shoal permit --help on --option:\n%s", out)
+	}
+}
