@@ -98,7 +98,7 @@ func commands() []*command {
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(), diffCommand(), fetchCommand(), jobCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
-		tailCommand(), watchCommand(), tuiCommand(), mcpCommand(),
+		tailCommand(), watchCommand(), usageCommand(), tuiCommand(), mcpCommand(),
 		benchCommand(), configCommand(), completionCommand(), versionCommand(),
 	}
 }

@@ -98,6 +98,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"pending":   verbGroups(),
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
 	"watch":     verbGroups(flagGroup{"Watch", false, []string{"exec"}}),
+	"usage":     verbGroups(flagGroup{"Usage", false, []string{"by", "since"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),
 	"mcp": {
 		{"This server", false, []string{"timeout"}},
