@@ -162,6 +162,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 			})
 			return err
 		}},
+		{"KV bucket " + schemas.BudgetsBucket, func(ctx context.Context) error {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      schemas.BudgetsBucket,
+				Description: "Shoal budgets: agent id -> what its turns may use, written by the coordinator's side, read by its node",
+				History:     1,
+				Storage:     jetstream.FileStorage,
+				Replicas:    a.Replicas,
+			})
+			return err
+		}},
 		{"KV bucket " + schemas.JobsBucket, func(ctx context.Context) error {
 			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 				Bucket:      schemas.JobsBucket,

@@ -143,6 +143,16 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 		// placement sends it, it finds the agent the first attempt opened.
 		req.ID = derivedID(req.RequestID)
 	}
+	if req.BudgetTokens < 0 || req.BudgetUSD < 0 {
+		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "a budget is not negative (tokens %d, usd %g)", req.BudgetTokens, req.BudgetUSD)
+	}
+	if req.BudgetTokens > 0 || req.BudgetUSD > 0 {
+		// In place before the node hears of the agent, so that its first
+		// turn is held to it.
+		if err := f.SetBudget(ctx, req.ID, schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD}); err != nil {
+			return schemas.OpenReply{}, err
+		}
+	}
 	// An open placed by the fabric goes to another node when the one
 	// chosen cannot take it after all (stopping, gone, full, unable to
 	// start agents): placement read the nodes' records a moment before,

@@ -170,6 +170,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		// one before.
 		schemas.RelayBundleGet: async(r.bundleGet),
 		schemas.RelayBundlePut: async(r.bundlePut),
+		schemas.RelayBudget:    async(r.budget),
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -731,4 +732,30 @@ func replyJSON(nc *nats.Conn, reply string, v any) {
 func tailOf(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, id string) (schemas.Tail, error) {
 	t, _, err := client.StreamTail(ctx, nc, stream, id)
 	return t, err
+}
+
+// budget answers the budget of an agent the node owns (none for another's).
+func (r *Relay) budget(ctx context.Context, m *nats.Msg) {
+	node, id, ok := r.from(m)
+	if !ok {
+		return
+	}
+	if !r.owns(ctx, node, id) {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeForbidden, "node %s was not given agent %s", node, id)})
+		return
+	}
+	kv, err := r.js.KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)})
+		return
+	}
+	e, err := kv.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		replyJSON(r.nc, m.Reply, schemas.RelayEntry{})
+	case err != nil:
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's budget: %v", id, err)})
+	default:
+		replyJSON(r.nc, m.Reply, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
+	}
 }

@@ -72,7 +72,7 @@ func TestFabricErrorsAreServiceErrors(t *testing.T) {
 		// an unknown field, what only Shoal sets, an id that is no id.
 		{"send", `{"agent_id":"nope"}`, schemas.CodeInvalid, "400", "invalid send request: Missing required parameter(s): text"},
 		{"send", `{"agent_id":"nope","text":"hi","colour":"red"}`, schemas.CodeInvalid, "400", "invalid send request: Unknown parameter(s): colour. Valid parameters are: agent_id, request_id, text"},
-		{"open", `{"cwd":"/tmp","parent":"boss","depth":1}`, schemas.CodeInvalid, "400", "invalid open request: Unknown parameter(s): depth, parent. Valid parameters are: allowed_tools, ask, ask_timeout, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, reach, ref, repo, request_id, sandbox, sandbox_kind, sandbox_net, system_prompt, with_changes"},
+		{"open", `{"cwd":"/tmp","parent":"boss","depth":1}`, schemas.CodeInvalid, "400", "invalid open request: Unknown parameter(s): depth, parent. Valid parameters are: allowed_tools, ask, ask_timeout, budget_tokens, budget_usd, cwd, disallowed_tools, effort, id, labels, mcp_config, model, node, only, permission, permission_mode, reach, ref, repo, request_id, sandbox, sandbox_kind, sandbox_net, system_prompt, with_changes"},
 		{"open", `{"cwd":"/tmp","id":"../x"}`, schemas.CodeInvalid, "400", `invalid open request: Invalid parameter(s): id must match ^[a-z0-9][a-z0-9_-]{0,63}$, not "../x"`},
 		{"run", `{"agent_id":"` + strings.Repeat("a", 5000) + `","text":"hi"}`, schemas.CodeInvalid, "400", "invalid run request: Invalid parameter(s): agent_id must match ^[a-z0-9][a-z0-9_-]{0,63}$, not a string of 5000 characters"},
 	}

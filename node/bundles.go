@@ -114,3 +114,45 @@ func (s *relayStore) putBundle(ctx context.Context, agent, name, desc string, r 
 		}
 	}
 }
+
+func (s *directStore) budget(ctx context.Context, agent string) (*schemas.Budget, error) {
+	// The bucket is looked up once: a send costs one read of the budget.
+	s.budgetsMu.Lock()
+	kv := s.budgets
+	if kv == nil {
+		var err error
+		if kv, err = s.js.KeyValue(ctx, schemas.BudgetsBucket); err != nil {
+			s.budgetsMu.Unlock()
+			return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+		}
+		s.budgets = kv
+	}
+	s.budgetsMu.Unlock()
+	e, err := kv.Get(ctx, agent)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's budget: %v", agent, err)
+	}
+	return decodeBudget(agent, e.Value())
+}
+
+func (s *relayStore) budget(ctx context.Context, agent string) (*schemas.Budget, error) {
+	var rep schemas.RelayEntry
+	if err := s.ask(ctx, schemas.RelayBudget, nil, &rep, agent); err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's budget through the relay: %v", agent, err)
+	}
+	if !rep.Found {
+		return nil, nil
+	}
+	return decodeBudget(agent, rep.Value)
+}
+
+func decodeBudget(agent string, b []byte) (*schemas.Budget, error) {
+	var bud schemas.Budget
+	if err := json.Unmarshal(b, &bud); err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "agent %s's budget does not decode: %v", agent, err)
+	}
+	return &bud, nil
+}

@@ -71,6 +71,9 @@ func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendR
 	if err != nil {
 		return schemas.SendReply{}, err
 	}
+	if err := h.withinBudget(ctx, a); err != nil {
+		return schemas.SendReply{}, err
+	}
 	turn, err := a.send(ctx, req.Text, nil)
 	return schemas.SendReply{Turn: turn}, err
 }
@@ -87,6 +90,9 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	}
 	a, err := h.live(req.AgentID)
 	if err != nil {
+		return schemas.RunReply{}, err
+	}
+	if err := h.withinBudget(ctx, a); err != nil {
 		return schemas.RunReply{}, err
 	}
 	if !a.startRun() {
@@ -236,4 +242,16 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	}
 	a.setModel(model) // as the backend reads it back, prefix and all
 	return schemas.SetModelReply{Switched: true}, nil
+}
+
+// withinBudget refuses a turn of a whose budget its turns have used up,
+// before anything reaches its CLI, naming the budget and how to raise it.
+// Turns already sent are not stopped: an agent overshoots its budget by
+// at most the turns in flight when it is reached.
+func (h *Host) withinBudget(ctx context.Context, a *agent) error {
+	b, err := h.store.budget(ctx, a.id)
+	if err != nil || b == nil {
+		return err
+	}
+	return b.Spent(a.id, a.record().Usage)
 }

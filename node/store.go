@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,6 +58,9 @@ type store interface {
 	// putBundle stores a bundle of agent's work.
 	getBundle(ctx context.Context, agent, name string, w io.Writer) error
 	putBundle(ctx context.Context, agent, name, desc string, r io.Reader) error
+
+	// budget is what agent's turns may use, or nil for no budget.
+	budget(ctx context.Context, agent string) (*schemas.Budget, error)
 }
 
 // entry is an agent record with its revision.
@@ -68,13 +72,16 @@ type entry struct {
 
 // directStore reaches JetStream directly.
 type directStore struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	node    string
-	agents  jetstream.KeyValue
-	nodes   jetstream.KeyValue
-	events  jetstream.Stream
-	permits jetstream.KeyValue
+	nc *nats.Conn
+	js jetstream.JetStream
+	// budgets is BudgetsBucket, once a send has looked it up.
+	budgetsMu sync.Mutex
+	budgets   jetstream.KeyValue
+	node      string
+	agents    jetstream.KeyValue
+	nodes     jetstream.KeyValue
+	events    jetstream.Stream
+	permits   jetstream.KeyValue
 }
 
 func newDirectStore(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, node string) (*directStore, error) {

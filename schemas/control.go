@@ -164,9 +164,14 @@ type OpenRequest struct {
 	// sends the node Workspace instead. Ref is what the agent starts on
 	// (HEAD when empty); WithChanges starts it on the caller's
 	// uncommitted work on top of HEAD.
-	Repo        bool   `json:"repo,omitempty"`
-	Ref         string `json:"ref,omitempty"`
-	WithChanges bool   `json:"with_changes,omitempty"`
+	// BudgetTokens and BudgetUSD, when set, are what the agent's turns
+	// may use in all (a Shoal addition): a turn that would start past
+	// either is refused. Its budget is kept in BudgetsBucket.
+	BudgetTokens int64   `json:"budget_tokens,omitempty"`
+	BudgetUSD    float64 `json:"budget_usd,omitempty"`
+	Repo         bool    `json:"repo,omitempty"`
+	Ref          string  `json:"ref,omitempty"`
+	WithChanges  bool    `json:"with_changes,omitempty"`
 	// Workspace is set by Shoal's client for an open on a repository:
 	// the checkout the node makes for the agent, which becomes its
 	// working directory (CWD then names the caller's repository, for

@@ -28,7 +28,7 @@ func controlSamples() map[string]any {
 		"open_request": schemas.OpenRequest{RequestID: "r1", CWD: "/p", Model: "sonnet", Effort: "low", Permission: "default",
 			PermissionMode: "plan", AllowedTools: []string{"Read"}, Only: true, DisallowedTools: &none, MCPConfig: "/m.json",
 			SystemPrompt: "be brief", ID: "nb-1", Node: "n1", Labels: map[string]string{"gpu": "yes"}, Workspace: ws,
-			Repo: true, Ref: "main", WithChanges: true},
+			Repo: true, Ref: "main", WithChanges: true, BudgetTokens: 10000, BudgetUSD: 2.5},
 		"repo_has_request": schemas.RepoHasRequest{Repo: c1, Commit: c2},
 		"repo_has_reply":   schemas.RepoHasReply{Has: false, Haves: []string{c1}},
 		"diff_request":     schemas.DiffRequest{AgentID: "9f3a1c20", Stat: true},

@@ -203,6 +203,9 @@ const (
 	// RelayBundlePut writes a chunk of a bundle of an agent's work, of the
 	// agent's repository, to ReposBucket (headers HeaderBundle...).
 	RelayBundlePut RelayOp = "bundle_put"
+	// RelayBudget reads the budget of an agent the node owns, from
+	// BudgetsBucket (a RelayEntry).
+	RelayBudget RelayOp = "budget"
 )
 
 // The headers of the relay's bundle chunks.
@@ -238,7 +241,7 @@ func RelayNamespace(node string) string { return relayPrefix + node + ".>" }
 
 // RelayWildcard matches op from every node: shoal.relay.*.<op>[.*].
 func RelayWildcard(op RelayOp) string {
-	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit || op == RelayBundleGet || op == RelayBundlePut {
+	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit || op == RelayBundleGet || op == RelayBundlePut || op == RelayBudget {
 		return relayPrefix + "*." + string(op) + ".*"
 	}
 	return relayPrefix + "*." + string(op)

@@ -98,7 +98,7 @@ func commands() []*command {
 		upCommand(), nodeCommand(), credsCommand(),
 		openCommand(), sendCommand(), runCommand(), outputCommand(), statusCommand(), diffCommand(), fetchCommand(), jobCommand(),
 		lsCommand(), nodesCommand(), interruptCommand(), setModelCommand(), closeCommand(), permitCommand(), pendingCommand(),
-		tailCommand(), watchCommand(), usageCommand(), tuiCommand(), mcpCommand(),
+		tailCommand(), watchCommand(), usageCommand(), budgetCommand(), tuiCommand(), mcpCommand(),
 		benchCommand(), configCommand(), completionCommand(), versionCommand(),
 	}
 }

@@ -75,6 +75,7 @@ var groupsByCommand = map[string][]flagGroup{
 		flagGroup{"Agent", false, []string{"model", "effort", "id", "system-prompt", "mcp-config"}},
 		flagGroup{"Permissions", false, []string{"permission", "permission-mode", "allow", "only", "disallow", "allow-nested", "reach", "ask", "ask-timeout"}},
 		flagGroup{"Placement", false, []string{"node", "labels"}},
+		flagGroup{"Budget", false, []string{"budget-tokens", "budget-usd"}},
 		flagGroup{"Sandbox", false, []string{"sandbox", "sandbox-kind", "sandbox-net"}},
 		flagGroup{"Repository", false, []string{"repo", "ref", "with-changes"}},
 	),
@@ -99,6 +100,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
 	"watch":     verbGroups(flagGroup{"Watch", false, []string{"exec"}}),
 	"usage":     verbGroups(flagGroup{"Usage", false, []string{"by", "since"}}),
+	"budget":    verbGroups(flagGroup{"Budget", false, []string{"tokens", "usd"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),
 	"mcp": {
 		{"This server", false, []string{"timeout"}},

@@ -133,6 +133,8 @@ effort suffix, e.g. sonnet/high).`,
 			fs.StringVar(&req.SystemPrompt, "system-prompt", "", "`text` appended to the agent's system prompt")
 			fs.StringVar(&req.ID, "id", "", "the agent's `id` (default: 8 random hex characters)")
 			fs.StringVar(&req.Node, "node", "", "the `node` to run on (default: placement chooses)")
+			fs.Int64Var(&req.BudgetTokens, "budget-tokens", 0, "the most `tokens` the agent's turns may use in all (input, output and cache); a turn past it is refused (0: no limit)")
+			fs.Float64Var(&req.BudgetUSD, "budget-usd", 0, "the most `dollars` the agent's turns may cost in all, where its CLI reports a cost (0: no limit)")
 			var labelList, sandboxNet string
 			fs.StringVar(&labelList, "labels", "", "comma-separated `key=value` labels the node must carry")
 			var sandbox optionalBool
