@@ -58,7 +58,7 @@ func TestConfigShowsWhereEachValueCameFrom(t *testing.T) {
 	}
 	for _, want := range []string{
 		"# shoal up\n", "# shoal node\n", "# shoal creds\n",
-		"# shoal open, send, run, output, status, diff, fetch, job, ls, nodes, interrupt, set-model, close, permit, pending, tail, tui, mcp\n",
+		"# shoal open, send, run, output, status, diff, fetch, job, ls, nodes, interrupt, set-model, close, permit, pending, tail, watch, usage, budget, tui, mcp, completion\n",
 		`node-name = "oldname" # env SHOAL_NAME`,
 		`nats = "nats://127.0.0.1:4999" # env SHOAL_NATS`,
 	} {
