@@ -127,4 +127,12 @@ func TestRepositoryOnAConfinedNode(t *testing.T) {
 	if got := get(b, recB.Workspace.Bundle); strings.Contains(got, "forbidden") {
 		t.Errorf("the node's read of its own agent's bundle: %s", got)
 	}
+
+	// The confined node holds its agent to a budget it reads through the
+	// relay.
+	must("budget", "set", a, "--tokens", "1")
+	code, _, errOut := runShoal(t, t.TempDir(), as, "run", a, "One more.")
+	if code != exitUnavailable || !strings.Contains(errOut, "tokens of its budget of 1") {
+		t.Errorf("a turn past the budget on a confined node: exit %d, %q", code, errOut)
+	}
 }
