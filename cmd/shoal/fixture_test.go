@@ -72,3 +72,55 @@ func (c *upFixture) must(args ...string) string {
 	}
 	return strings.TrimSpace(out)
 }
+
+// authPool is `shoal up --auth` (no local node, no bus) and one `shoal
+// node` named far with credentials of its own, running the pinned claude
+// CLI against a fake model; as is the environment of a caller with the
+// credentials of the given role.
+type authPool struct {
+	dir, url string
+	up       *shoalProc
+	node     *shoalProc
+	fake     *fakemodel.Server
+	creds    map[string]string // by name: far, and the caller's
+	as       []string
+}
+
+// startAuthPool starts one for a caller of role (client, coordinator)
+// named caller; upArgs are added to shoal up's command line.
+func startAuthPool(t *testing.T, role, caller string, upArgs ...string) *authPool {
+	t.Helper()
+	p := &authPool{dir: t.TempDir(), creds: map[string]string{}, fake: fakemodel.Start(t, fakemodel.Config{})}
+	authDir := filepath.Join(p.dir, "keys")
+	for _, c := range [][2]string{{"node", "far"}, {role, caller}} {
+		path := filepath.Join(p.dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, p.dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		p.creds[c[1]] = path
+	}
+	p.up = startShoal(t, p.dir, nil, append([]string{"up", "--auth", "--auth-dir", authDir, "--port", "-1",
+		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s"}, upArgs...)...)
+	p.url = strings.TrimPrefix(p.up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	p.up.waitLine("shoal: ready")
+	home := p.nodeHome()
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), p.fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	p.node = startShoal(t, home, env, "node", "--nats", p.url, "--creds", p.creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	p.node.waitLine("shoal: node far joined")
+	p.as = []string{"SHOAL_NATS=" + p.url, "SHOAL_CREDS=" + p.creds[caller]}
+	return p
+}
+
+// nodeHome is the node's home: its files, and its claude CLI's.
+func (p *authPool) nodeHome() string { return filepath.Join(p.dir, "far") }
+
+// must runs a caller's command that must succeed and returns its output,
+// trimmed.
+func (p *authPool) must(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := runShoal(t, t.TempDir(), p.as, args...)
+	if code != 0 {
+		t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+	}
+	return strings.TrimSpace(out)
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -23,33 +22,9 @@ import (
 // none outside its agent's repository.
 func TestRepositoryOnAConfinedNode(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	authDir := filepath.Join(dir, "keys")
-	creds := map[string]string{}
-	for _, c := range [][2]string{{"node", "far"}, {"coordinator", "boss"}} {
-		path := filepath.Join(dir, c[1]+".creds")
-		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
-			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
-		}
-		creds[c[1]] = path
-	}
-	up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", "-1", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
-	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
-	up.waitLine("shoal: ready")
-	fake := fakemodel.Start(t, fakemodel.Config{})
-	home := filepath.Join(dir, "far")
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
-	startShoal(t, home, env, "node", "--nats", url, "--creds", creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms").
-		waitLine("shoal: node far joined")
-	as := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["boss"]}
-	must := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), as, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	p := startAuthPool(t, "coordinator", "boss")
+	fake, url, creds, as := p.fake, p.url, p.creds, p.as
+	must := func(args ...string) string { t.Helper(); return p.must(t, args...) }
 	newRepo := func(name string) string {
 		repo := filepath.Join(t.TempDir(), name)
 		gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
