@@ -9,12 +9,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/gittest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -223,15 +225,29 @@ func TestMCPRunReportsProgress(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("agent_run: %+v %v", res, err)
 	}
-	mu.Lock()
-	kinds := []string{}
-	for i, p := range got {
-		if p.ProgressToken != "tok-1" || p.Progress != float64(i+1) {
-			t.Errorf("progress %d: %+v", i, p)
+	// The client hears of the progress on its own goroutines, which may
+	// run after the call has returned.
+	var kinds []string
+	var steps []float64
+	poll.Until(t, 10*time.Second, "the progress of the turn's result", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		kinds, steps = nil, nil
+		for _, p := range got {
+			if p.ProgressToken != "tok-1" {
+				t.Errorf("progress with token %v", p.ProgressToken)
+			}
+			kinds, steps = append(kinds, p.Message), append(steps, p.Progress)
 		}
-		kinds = append(kinds, p.Message)
+		return slices.Contains(kinds, "result")
+	})
+	slices.Sort(steps)
+	for i, p := range steps {
+		if p != float64(i+1) {
+			t.Errorf("the progress counts %v, want 1 to %d", steps, len(steps))
+			break
+		}
 	}
-	mu.Unlock()
 	for _, want := range []string{"turn_started", "tool_use", "tool_result", "assistant_text", "result"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("no progress for %s: %v", want, kinds)
@@ -240,6 +256,7 @@ func TestMCPRunReportsProgress(t *testing.T) {
 	n := len(kinds)
 	fake.Script(fakemodel.Reply{Text: "Again."})
 	ok(t, s, "agent_run", map[string]any{"agent_id": opened.AgentID, "text": "Again."}, new(schemas.RunReply))
+	time.Sleep(time.Second) // what would have been told of it has arrived
 	mu.Lock()
 	if len(got) != n {
 		t.Errorf("a call without a token was told of progress: %d more", len(got)-n)

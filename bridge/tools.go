@@ -281,6 +281,7 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 	from := client.From{Time: time.Now()} // what this turn stores from now on
 	watch, stop := context.WithCancel(ctx)
 	var watching sync.WaitGroup
+	ended := make(chan struct{}) // the turn's result was reported
 	watching.Go(func() {
 		n := 0
 		m.f.Replay(watch, []string{req.AgentID}, from, true, func(r client.Replayed, _ *client.Gap) error {
@@ -289,12 +290,29 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 			}
 			n++
 			report(float64(n), string(r.Kind))
+			if r.Kind == schemas.KindResult {
+				close(ended)
+				return errStopReplay
+			}
 			return nil
 		})
 	})
 	defer func() { stop(); watching.Wait() }()
-	return m.f.Run(ctx, req)
+	rep, err := m.f.Run(ctx, req)
+	if err == nil {
+		// The result is stored before the run answers; let its progress
+		// out before the reply.
+		select {
+		case <-ended:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
+	}
+	return rep, err
 }
+
+// errStopReplay ends a replay from its callback.
+var errStopReplay = errors.New("the turn ended")
 
 // repoClient is a client that works on the caller's repositories: one
 // with the coordinator's rights (client.Direct).
