@@ -32,7 +32,9 @@ func TestAgentsAreRefusedTheDashboard(t *testing.T) {
 			{"GET", "/api/fleet", ""},
 			{"GET", "/api/agents/a1", ""},
 			{"GET", "/api/agents/a1/events", ""},
+			{"GET", "/api/agents/a1/diff", ""},
 			{"POST", "/api/open", `{"cwd":"/","permission":"bypass","sandbox":false}`},
+			{"POST", "/api/open", `{"cwd":"/","repo":true}`},
 			{"POST", "/api/agents/a1/send", `{"text":"hi"}`},
 			{"POST", "/api/agents/a1/close", `{}`},
 		}

@@ -99,6 +99,11 @@ func TestRepositoryOnAConfinedNode(t *testing.T) {
 			t.Errorf("%s through the relay with the node's credentials: %s", what, got)
 		}
 	}
+	if m, err := nc.Request(schemas.RelaySubject("far", schemas.RelayBudget, "nosuch"), nil, 10*time.Second); err != nil {
+		t.Errorf("the node asking for the budget of an agent it was not given: %v", err)
+	} else if !strings.Contains(string(m.Data), `"code":"forbidden"`) {
+		t.Errorf("the node asking for the budget of an agent it was not given: %s", m.Data)
+	}
 	if got := get(b, recB.Workspace.Bundle); strings.Contains(got, "forbidden") {
 		t.Errorf("the node's read of its own agent's bundle: %s", got)
 	}
