@@ -87,3 +87,15 @@ func sameUsage(a, b schemas.Usage) bool {
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
 }
+
+// A cost no CLI reported reads "-", never $0: zero is a figure, and
+// none was given.
+func TestUsageSaysACostNoneReported(t *testing.T) {
+	zero := 0.0
+	if got := cost(nil); got != "-" {
+		t.Errorf("no cost reads %q", got)
+	}
+	if got := cost(&zero); got != "$0.0000" {
+		t.Errorf("a reported $0 reads %q", got)
+	}
+}
