@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,11 +21,7 @@ import (
 func TestDetachedJobIsFollowedByWaitAndLs(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
-	repo := filepath.Join(t.TempDir(), "repo")
-	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
-	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
-	gitIn(t, repo, "add", ".")
-	gitIn(t, repo, "commit", "-q", "-m", "first")
+	repo := oneCommitRepo(t, "repo", "hello\n")
 	in, _ := json.Marshal(map[string]string{"command": "echo detached > d.txt", "description": "write"})
 	c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,15 +23,7 @@ func TestRepositoryOnAConfinedNode(t *testing.T) {
 	p := startAuthPool(t, "coordinator", "boss")
 	fake, url, creds, as := p.fake, p.url, p.creds, p.as
 	must := func(args ...string) string { t.Helper(); return p.must(t, args...) }
-	newRepo := func(name string) string {
-		repo := filepath.Join(t.TempDir(), name)
-		gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
-		os.WriteFile(filepath.Join(repo, "README"), []byte(name+"\n"), 0o644)
-		gitIn(t, repo, "add", ".")
-		gitIn(t, repo, "commit", "-q", "-m", "first")
-		return repo
-	}
-	one, two := newRepo("one"), newRepo("two")
+	one, two := oneCommitRepo(t, "one", "one\n"), oneCommitRepo(t, "two", "two\n")
 	a := must("open", "--repo", one, "--permission", "bypass")
 	in, _ := json.Marshal(map[string]string{"command": "echo confined > c.txt", "description": "write"})
 	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Written."})

@@ -25,6 +25,18 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 	return gittest.Git(t, dir, args...)
 }
 
+// oneCommitRepo is a fresh repository (branch main) whose one commit holds
+// README with content.
+func oneCommitRepo(t *testing.T, name, content string) string {
+	t.Helper()
+	repo := filepath.Join(t.TempDir(), name)
+	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte(content), 0o644)
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "first")
+	return repo
+}
+
 // hiddenNode starts `shoal node` in a mount namespace of its own in which
 // hide is an empty tmpfs: the node cannot see what the caller keeps
 // there, as a node on another machine cannot.
@@ -321,11 +333,7 @@ func TestRepositoryOpenOnANodeKilledMidTransfer(t *testing.T) {
 func TestJobBringsItsWorkBackAsABranch(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
-	repo := filepath.Join(t.TempDir(), "repo")
-	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
-	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
-	gitIn(t, repo, "add", ".")
-	gitIn(t, repo, "commit", "-q", "-m", "first")
+	repo := oneCommitRepo(t, "repo", "hello\n")
 	head := gitIn(t, repo, "rev-parse", "HEAD")
 
 	bash := func(command string) fakemodel.Reply {
