@@ -260,8 +260,9 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 		spec.Asker = a
 	}
 	if p.sandboxed {
-		// Confined before it starts: the wrapper that execs the CLI
-		// restricts itself first, and everything after inherits it.
+		// Confined before it starts: the sandbox's one stage (the
+		// wrapper, or the namespaces' init) restricts itself before it
+		// starts the CLI, and everything after inherits it.
 		c, err := h.confine(ctx, p.be, spec, net, p.readable...)
 		if err != nil {
 			return err

@@ -87,7 +87,7 @@ func (h *Host) sandboxWanted(req schemas.OpenRequest) (bool, error) {
 }
 
 // confinement is what a sandboxed agent's processes get: the confinement
-// the wrapper applies, the environment that points them at their proxy
+// the sandbox applies, the environment that points them at their proxy
 // and temp directory, the policy its record and stream show, and what to
 // undo when the agent ends.
 type confinement struct {

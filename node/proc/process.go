@@ -57,9 +57,12 @@ type ProcessSpec struct {
 	// Keeper, when there is no Reaper, runs the process under a keeper
 	// (`Keeper... -- <argv>`, RunKeeper): what a Reaper does on macOS.
 	Keeper []string
-	// Sandbox, when set, confines the process and everything it starts
-	// (RunSandbox): it is started through the sandbox wrapper.
+	// Sandbox, when set, confines the process and everything it starts:
+	// it is started through the sandbox wrapper (RunSandbox), or in
+	// namespaces of its own under their init (RunSandboxInit).
 	Sandbox *Confinement
+
+	edge *edge // the node's side of a sandbox in namespaces; nil for none
 }
 
 // DefaultWriteTimeout is how long an agent may leave a line written to
@@ -94,16 +97,36 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 		if _, err := exec.LookPath(spec.Argv[0]); err != nil {
 			return nil, nil, launchError(spec.Argv[0], err)
 		}
-		argv, err := spec.Sandbox.wrap(spec.Argv)
+		var argv []string
+		var err error
+		if spec.Sandbox.Namespaces {
+			spec.edge, argv, err = newEdge(spec.Sandbox, spec.Argv)
+		} else {
+			argv, err = spec.Sandbox.wrap(spec.Argv)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
 		spec.Argv = argv
 	}
+	start := startDirect
 	if spec.Reaper != nil {
-		return spec.Reaper.start(spec)
+		start = func(spec ProcessSpec, _ []string) (*Process, io.ReadCloser, error) { return spec.Reaper.start(spec) }
 	}
-	return startDirect(spec, spec.Keeper)
+	p, out, err := start(spec, spec.Keeper)
+	if spec.edge == nil {
+		return p, out, err
+	}
+	if err != nil {
+		spec.edge.close()
+		return nil, nil, err
+	}
+	if err := spec.edge.serve(p.done); err != nil {
+		p.Kill()
+		out.Close()
+		return nil, nil, err
+	}
+	return p, out, nil
 }
 
 // startDirect runs spec as a child of the node, held by keeper when it is
@@ -116,6 +139,13 @@ func startDirect(spec ProcessSpec, keeper []string) (*Process, io.ReadCloser, er
 	lifeline, keeperEnd, err := keep(cmd, spec.Argv, keeper)
 	if err != nil {
 		return nil, nil, err
+	}
+	if spec.edge != nil {
+		if keeper != nil {
+			return nil, nil, errors.New("a sandbox in namespaces of its own cannot run under a keeper")
+		}
+		cmd.SysProcAttr = nsAttr()
+		cmd.ExtraFiles = []*os.File{spec.edge.theirs} // the init's descriptor 3
 	}
 	if keeperEnd != nil {
 		defer keeperEnd.Close() // the keeper has its own copy

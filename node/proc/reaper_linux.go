@@ -50,6 +50,9 @@ type reaperMsg struct {
 	PID    int      `json:"pid,omitempty"`
 	Status int      `json:"status,omitempty"` // a wait status
 	Error  string   `json:"error,omitempty"`
+	// Namespaces starts the process as a sandbox's init, in namespaces
+	// of its own (nsAttr), with a fourth descriptor, its edge.
+	Namespaces bool `json:"ns,omitempty"`
 }
 
 type reaperReply struct {
@@ -236,7 +239,11 @@ func (r *Reaper) start(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	r.pending[id] = ch
 	r.mu.Unlock()
 	argv := append([]string{path}, spec.Argv[1:]...)
-	err = r.send(reaperMsg{Op: "spawn", ID: id, Argv: argv, Dir: spec.Dir, Env: spec.Env}, pipes.inR, pipes.outW, pipes.errW)
+	files := []*os.File{pipes.inR, pipes.outW, pipes.errW}
+	if spec.edge != nil {
+		files = append(files, spec.edge.theirs)
+	}
+	err = r.send(reaperMsg{Op: "spawn", ID: id, Argv: argv, Dir: spec.Dir, Env: spec.Env, Namespaces: spec.edge != nil}, files...)
 	pipes.closeChildEnds() // the reaper has its own copies now
 	if err != nil {
 		r.mu.Lock()
@@ -343,7 +350,7 @@ type reaping struct {
 func (rp *reaping) requests(out chan<- reaperRequest) {
 	defer close(out)
 	buf := make([]byte, 1<<20)
-	oob := make([]byte, syscall.CmsgSpace(3*4))
+	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
 		n, oobn, _, _, err := rp.conn.ReadMsgUnix(buf, oob)
 		if err != nil {
@@ -379,8 +386,15 @@ func (rp *reaping) handle(req reaperRequest) {
 	}()
 	switch req.msg.Op {
 	case "spawn":
-		if len(req.files) != 3 || len(req.msg.Argv) == 0 {
-			rp.reply(reaperMsg{Op: "spawned", ID: req.msg.ID, Error: "a spawn needs a command and three descriptors"})
+		want := 3
+		// Its own group, as every agent's; and if the reaper itself is
+		// killed, the kernel kills the process with it.
+		sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if req.msg.Namespaces {
+			want, sys = 4, nsAttr()
+		}
+		if len(req.files) != want || len(req.msg.Argv) == 0 {
+			rp.reply(reaperMsg{Op: "spawned", ID: req.msg.ID, Error: fmt.Sprintf("a spawn needs a command and %d descriptors", want)})
 			return
 		}
 		token := newToken()
@@ -388,9 +402,7 @@ func (rp *reaping) handle(req reaperRequest) {
 			Dir:   req.msg.Dir,
 			Env:   append(append([]string(nil), req.msg.Env...), procEnv+"="+token),
 			Files: req.files,
-			// Its own group, as every agent's; and if the reaper itself is
-			// killed, the kernel kills the process with it.
-			Sys: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+			Sys:   sys,
 		})
 		if err != nil {
 			rp.reply(reaperMsg{Op: "spawned", ID: req.msg.ID, Error: err.Error()})

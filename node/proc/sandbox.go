@@ -50,8 +50,8 @@ type Confinement struct {
 // machine's own files and the agent's CLI process: the directories of
 // other processes (their environment, memory maps, command lines) are
 // not, since Landlock's ptrace rule does not cover every file there.
-// "/proc/self" is resolved by the wrapper, so it names the process that
-// becomes the CLI; in namespaces of its own the agent reads all of its
+// "/proc/self" is resolved by the Landlock-only wrapper, so it names the
+// process that becomes the CLI; in namespaces of its own the agent reads all of its
 // pid namespace's /proc instead, whose processes are its own and whose
 // kernel files not named here are covered. Of /dev only the harmless nodes are given (null, zero,
 // full, random, urandom, a terminal of its own): no other terminal, no

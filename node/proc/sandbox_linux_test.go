@@ -201,3 +201,122 @@ func TestWriteBeneathFollowsNothingPlanted(t *testing.T) {
 		t.Fatalf("a file was made outside: %v", err)
 	}
 }
+
+// A sandbox in namespaces of its own is one stage under the reaper: its
+// init is the reaper's child, with no wrapper between. The node serves
+// its edge: the agent reaches the port it was given on the node's
+// loopback and the node's loopback reaches the agent's own server, a
+// signal of the stop ladder reaches the agent through the init (until
+// 2026-12-04 Landlock refused it: the init forwarded it from a thread of
+// another domain, so a namespaced agent was always SIGKILLed at the
+// ladder's end), and the edge's relays end with it (goleak, in TestMain).
+func TestNamespacedSandboxIsOneStageWhoseEdgeTheNodeServes(t *testing.T) {
+	if err := proc.NamespacesSupport(); err != nil {
+		t.Fatalf("this machine cannot run the namespaces test: %v", err)
+	}
+	exe, _ := os.Executable()
+	r, err := proc.StartReaper(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	given, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer given.Close()
+	go func() {
+		for {
+			c, err := given.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("from-the-node\n"))
+			c.Close()
+		}
+	}()
+	bind, err := proc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gport := given.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf(`
+import socket, signal, sys
+s = socket.create_connection(("127.0.0.1", %d), timeout=5)
+print(s.makefile().readline().strip(), flush=True)
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", %d)); srv.listen()
+print("listening", flush=True)
+c, _ = srv.accept(); c.sendall(b"from-the-agent\n"); c.close()
+signal.signal(signal.SIGTERM, lambda *a: (print("terminated", flush=True), sys.exit(0)))
+print("waiting", flush=True)
+signal.pause()
+`, gport, bind)
+	cwd := t.TempDir()
+	p, out, err := proc.StartProcess(proc.ProcessSpec{Argv: []string{"python3", "-c", script}, Dir: cwd, Env: []string{"PATH=/usr/bin:/bin"}, Reaper: r,
+		Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: proc.SystemReadable, Ports: []uint16{uint16(gport)}, Bind: []uint16{bind}, Namespaces: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID()))
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if ppid, _ := strconv.Atoi(fields[1]); ppid != r.PID() || !strings.Contains(string(cmdline), proc.SandboxInitArg) {
+		t.Fatalf("the agent's process %d is %q, a child of %d: want the sandbox's init, a child of the reaper %d", p.PID(), cmdline, ppid, r.PID())
+	}
+	lines := make(chan string, 8)
+	go func() {
+		b := make([]byte, 0, 256)
+		buf := make([]byte, 256)
+		for {
+			n, err := out.Read(buf)
+			b = append(b, buf[:n]...)
+			for {
+				i := strings.IndexByte(string(b), '\n')
+				if i < 0 {
+					break
+				}
+				lines <- string(b[:i])
+				b = b[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-lines:
+			if got != want {
+				t.Fatalf("the agent said %q, want %q; its stderr: %s", got, want, p.StderrTail())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the agent did not say %q; its stderr: %s", want, p.StderrTail())
+		}
+	}
+	next("from-the-node")
+	next("listening")
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(bind))), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(c)
+	c.Close()
+	if string(got) != "from-the-agent\n" {
+		t.Fatalf("the agent's server on the node's loopback answered %q", got)
+	}
+	next("waiting")
+	p.Stop(t.Context(), []proc.Step{{Signal: syscall.SIGTERM, Wait: 10 * time.Second}})
+	next("terminated")
+	if err := p.Err(); err != nil {
+		t.Fatalf("the agent did not end on its own after SIGTERM: %v; its stderr: %s", err, p.StderrTail())
+	}
+	out.Close()
+}

@@ -23,39 +23,26 @@ import (
 	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
-// The namespaced sandbox, around Landlock and seccomp. Two stages of the
-// shoal binary run an agent's program:
+// The namespaced sandbox, around Landlock and seccomp. The node starts
+// one stage of the shoal binary per agent, the init (SandboxInitArg), as
+// the first process of new user, mount, pid, IPC, network, UTS and cgroup
+// namespaces: it builds a root holding only what the confinement names,
+// every mount nosuid and nodev, a private /dev, /tmp and /proc; brings
+// loopback up; listens on the ports the agent may reach and hands each
+// connection to the node over a unix socket pair (the edge); then gives
+// up every capability, confines itself with Landlock and seccomp as the
+// Landlock-only sandbox confines its agents, and starts the agent's
+// program under that confinement. It forwards the stop ladder's signals,
+// reaps whatever the agent leaves, and ends with it, which ends every
+// process of the namespace however it detached.
 //
-//  1. the wrapper (SandboxArg), a child of the node in the node's own
-//     namespaces: it starts stage 2 in new user, mount, pid, IPC, network,
-//     UTS and cgroup namespaces, relays the connections that cross between the
-//     sandbox's network and the node's loopback (the node's ports the
-//     agent may reach; the agent's own server ports the node's proxy
-//     reaches), forwards the stop ladder's signals, and exits with the
-//     agent's status;
-//  2. the init (SandboxInitArg), PID 1 of the new pid namespace: it builds
-//     a root holding only what the confinement names, every mount nosuid
-//     and nodev, a private /dev, /tmp and /proc; brings loopback up;
-//     listens on the ports the agent may reach and hands each connection
-//     to the wrapper over a unix socket pair; then gives up every
-//     capability, confines itself with Landlock and seccomp as the
-//     Landlock-only sandbox confines its agents, and starts the agent's
-//     program under that confinement; it reaps whatever the agent leaves,
-//     and ends with it, which ends every process of the namespace however
-//     it detached.
-//
-// The init starts the agent itself rather than through one more stage:
-// each start of the shoal binary costs a turn some 15 ms of package
-// initialisation.
-
-func init() {
-	// The wrapper's init gets SIGKILL when the thread that started it
-	// exits (a parent-death signal is per thread): it starts it from the
-	// main thread, which lives as long as the process.
-	if len(os.Args) > 1 && os.Args[1] == SandboxArg {
-		runtime.LockOSThread()
-	}
-}
+// The node serves the edge itself (an edge, below): it dials its own
+// loopback for each connection the init hands out, on the ports the agent
+// may reach and no other, and hands into the sandbox the connections to
+// the agent's own server ports. Each start of the shoal binary costs a
+// turn some 10 ms before its main runs, so the init is the only stage:
+// it starts the agent itself, and no wrapper stands between it and the
+// node.
 
 // namespaces probes once whether this machine gives the sandbox its own
 // namespaces: unprivileged user namespaces with mount, pid, IPC and
@@ -69,9 +56,9 @@ var namespaces = sync.OnceValue(func() error {
 	return nil
 })
 
-// nsAttr makes a child in new namespaces, its user namespace mapping the
-// node's own uid and gid to themselves, with the capabilities its init
-// needs there (and nowhere else).
+// nsAttr makes a child in new namespaces, in a process group of its own,
+// its user namespace mapping the node's own uid and gid to themselves,
+// with the capabilities its init needs there (and nowhere else).
 func nsAttr() *syscall.SysProcAttr {
 	uid, gid := os.Getuid(), os.Getgid()
 	return &syscall.SysProcAttr{
@@ -81,111 +68,102 @@ func nsAttr() *syscall.SysProcAttr {
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
 		GidMappingsEnableSetgroups: false,
 		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN, unix.CAP_SETPCAP},
+		Setpgid:                    true,
 		Pdeathsig:                  syscall.SIGKILL,
 	}
 }
 
 // crossing is one connection handed across the sandbox's edge, over the
-// socket pair between the wrapper and the init: its port, and which way.
+// socket pair between the node and the init: its port, and which way.
 type crossing struct {
 	Port uint16
 	Out  bool // from inside to the node's loopback; false: from the node into the sandbox
 }
 
-// runWrapper is stage 1: it starts the init in new namespaces and serves
-// the sandbox's edge until the init ends, then exits with its status.
-func runWrapper(c Confinement, argv []string) int {
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "shoal sandbox: %v; the agent does not run\n", err)
-		return 126
+// An edge is the node's side of one namespaced sandbox: the socket pair
+// to its init, the node's loopback ports of the agent's own servers, and
+// the list of what the init masks in /etc, found while the kernel makes
+// the namespaces.
+type edge struct {
+	c      *Confinement
+	ours   *net.UnixConn
+	theirs *os.File // the init's end, its descriptor 3
+	binds  []net.Listener
+	masks  chan []masked // nil when /etc is not read; buffered, so its walk never waits
+}
+
+// newEdge prepares the start of argv in c's namespaces: the edge, and the
+// init's command line.
+func newEdge(c *Confinement, argv []string) (*edge, []string, error) {
+	conf, err := json.Marshal(c)
+	if err != nil {
+		return nil, nil, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fail(fmt.Errorf("the sandbox's edge: %w", err))
+		return nil, nil, fmt.Errorf("the sandbox's edge: %w", err)
 	}
-	mine, theirs := os.NewFile(uintptr(pair[0]), "edge"), os.NewFile(uintptr(pair[1]), "edge-init")
-	conf, err := json.Marshal(c)
+	mine := os.NewFile(uintptr(pair[0]), "edge")
+	conn, err := net.FileConn(mine)
+	mine.Close()
 	if err != nil {
-		return fail(err)
+		unix.Close(pair[1])
+		return nil, nil, fmt.Errorf("the sandbox's edge: %w", err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fail(err)
-	}
-	cmd := &exec.Cmd{
-		Path:        self,
-		Args:        append([]string{self, SandboxInitArg, string(conf), "--"}, argv...),
-		Env:         os.Environ(),
-		Stdin:       os.Stdin,
-		Stdout:      os.Stdout,
-		Stderr:      os.Stderr,
-		ExtraFiles:  []*os.File{theirs}, // fd 3
-		SysProcAttr: nsAttr(),
-	}
-	if wd, err := os.Getwd(); err == nil {
-		cmd.Dir = wd
-	}
-	signals := make(chan os.Signal, 8)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	var masks chan []masked
-	if masksEtc(c) {
-		masks = make(chan []masked, 1)
-		go func() { masks <- unreadable("/etc") }()
-	}
-	if err := cmd.Start(); err != nil {
-		return fail(fmt.Errorf("start the sandbox's namespaces: %w", err))
-	}
-	theirs.Close()
-	if masks != nil {
-		b, _ := json.Marshal(<-masks)
-		if _, err := unix.Write(int(mine.Fd()), b); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return fail(fmt.Errorf("the list of what to mask: %w", err))
-		}
-	}
-	// The node's side of the agent's own servers: each of its ports on
-	// the node's loopback, relayed into the sandbox.
+	e := &edge{c: c, ours: conn.(*net.UnixConn), theirs: os.NewFile(uintptr(pair[1]), "edge-init")}
+	// The node's side of the agent's own servers: each of its ports on the
+	// node's loopback, taken before the agent starts so that one in use
+	// is said at once.
 	for _, port := range c.Bind {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 		if err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return fail(fmt.Errorf("the agent's port %d on the node's loopback: %w", port, err))
+			e.close()
+			return nil, nil, fmt.Errorf("the agent's port %d on the node's loopback: %w", port, err)
 		}
-		defer ln.Close()
-		go acceptInto(ln, mine, port)
+		e.binds = append(e.binds, ln)
 	}
-	go relayOut(mine, c.Ports)
-	done := make(chan struct{})
+	if masksEtc(*c) {
+		e.masks = make(chan []masked, 1)
+		go func() { e.masks <- unreadable("/etc") }()
+	}
+	return e, append([]string{c.Exe, SandboxInitArg, string(conf), "--"}, argv...), nil
+}
+
+// serve is the edge once the init has started: the list of what to mask
+// goes first, then the connections cross both ways until done is closed
+// (the agent has ended), when the edge closes.
+func (e *edge) serve(done <-chan struct{}) error {
+	e.theirs.Close()
+	if e.masks != nil {
+		b, _ := json.Marshal(<-e.masks)
+		if _, err := e.ours.Write(b); err != nil {
+			e.close()
+			return fmt.Errorf("the sandbox's list of what to mask: %w", err)
+		}
+	}
+	for i, ln := range e.binds {
+		go acceptInto(ln, e.ours, e.c.Bind[i])
+	}
+	go relayOut(e.ours, e.c.Ports)
 	go func() {
-		for {
-			select {
-			case s := <-signals:
-				cmd.Process.Signal(s) // the init forwards it to the agent
-			case <-done:
-				return
-			}
-		}
+		<-done
+		e.close()
 	}()
-	err = cmd.Wait()
-	close(done)
-	mine.Close()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
+	return nil
+}
+
+// close ends the edge: the init's end if it is still here, the node's,
+// and the listeners.
+func (e *edge) close() {
+	e.theirs.Close()
+	e.ours.Close()
+	for _, ln := range e.binds {
+		ln.Close()
 	}
-	return fail(err)
 }
 
 // sendConn hands conn across the edge with what it is.
-func sendConn(edge *os.File, conn *net.TCPConn, c crossing) error {
+func sendConn(edge *net.UnixConn, conn *net.TCPConn, c crossing) error {
 	f, err := conn.File()
 	conn.Close()
 	if err != nil {
@@ -197,28 +175,33 @@ func sendConn(edge *os.File, conn *net.TCPConn, c crossing) error {
 	if c.Out {
 		msg[2] = 1
 	}
-	return unix.Sendmsg(int(edge.Fd()), msg, unix.UnixRights(int(f.Fd())), nil, 0)
+	_, _, err = edge.WriteMsgUnix(msg, unix.UnixRights(int(f.Fd())), nil)
+	return err
 }
 
 // recvConn takes a connection handed across the edge.
-func recvConn(edge *os.File) (net.Conn, crossing, error) {
+func recvConn(edge *net.UnixConn) (net.Conn, crossing, error) {
 	msg, oob := make([]byte, 3), make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := unix.Recvmsg(int(edge.Fd()), msg, oob, 0)
+	n, oobn, _, _, err := edge.ReadMsgUnix(msg, oob)
 	switch {
 	case err != nil:
 		return nil, crossing{}, err
 	case n == 0:
 		return nil, crossing{}, io.EOF
-	case n != 3:
-		return nil, crossing{}, fmt.Errorf("a crossing of %d bytes", n)
 	}
-	cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(cmsgs) != 1 {
-		return nil, crossing{}, fmt.Errorf("a crossing without its connection")
+	var fds []int
+	if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for i := range cmsgs {
+			if got, err := unix.ParseUnixRights(&cmsgs[i]); err == nil {
+				fds = append(fds, got...)
+			}
+		}
 	}
-	fds, err := unix.ParseUnixRights(&cmsgs[0])
-	if err != nil || len(fds) != 1 {
-		return nil, crossing{}, fmt.Errorf("a crossing without its connection")
+	if n != 3 || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, crossing{}, fmt.Errorf("a crossing of %d bytes with %d connections", n, len(fds))
 	}
 	f := os.NewFile(uintptr(fds[0]), "crossing")
 	defer f.Close()
@@ -228,7 +211,7 @@ func recvConn(edge *os.File) (net.Conn, crossing, error) {
 
 // acceptInto hands the connections to port on the node's loopback into
 // the sandbox.
-func acceptInto(ln net.Listener, edge *os.File, port uint16) {
+func acceptInto(ln net.Listener, edge *net.UnixConn, port uint16) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -242,13 +225,19 @@ func acceptInto(ln net.Listener, edge *os.File, port uint16) {
 
 // relayOut dials the node's loopback for each connection the init hands
 // out, on the ports the agent may reach and no other.
-func relayOut(edge *os.File, ports []uint16) {
+func relayOut(edge *net.UnixConn, ports []uint16) {
 	for {
 		conn, c, err := recvConn(edge)
-		if errors.Is(err, io.EOF) || errors.Is(err, unix.EBADF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
+			if conn != nil {
+				conn.Close()
+			}
+			if _, ok := err.(*net.OpError); ok {
+				return // the edge broke
+			}
 			continue
 		}
 		if !c.Out || !slices.Contains(ports, c.Port) {
@@ -304,8 +293,14 @@ func RunSandboxInit(args []string) int {
 	if os.Getpid() != 1 {
 		return fail(errors.New("the sandbox's init is not the first process of its namespace"))
 	}
-	edge := os.NewFile(3, "edge")
-	PassNothingOn() // the edge is the init's and the wrapper's alone
+	ef := os.NewFile(3, "edge")
+	PassNothingOn() // the edge is the init's and the node's alone
+	ec, err := net.FileConn(ef)
+	ef.Close()
+	if err != nil {
+		return fail(fmt.Errorf("the sandbox's edge: %w", err))
+	}
+	edge := ec.(*net.UnixConn)
 	wd, _ := os.Getwd()
 	if err := buildRoot(c, wd, edge); err != nil {
 		return fail(fmt.Errorf("the sandbox's file system: %w", err))
@@ -329,11 +324,11 @@ func RunSandboxInit(args []string) int {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(err)
 	}
-	pid, err := startConfined(ownProc(c), args[2:])
+	status, err := runConfined(ownProc(c), args[2:], signals)
 	if err != nil {
 		return fail(err)
 	}
-	os.Exit(reap(pid, signals))
+	os.Exit(status)
 	return 0
 }
 
@@ -353,9 +348,9 @@ func ownProc(c Confinement) Confinement {
 	return c
 }
 
-// handOut hands each connection to port inside the sandbox to the
-// wrapper, which dials the node's loopback.
-func handOut(ln net.Listener, edge *os.File, port uint16) {
+// handOut hands each connection to port inside the sandbox to the node,
+// which dials its loopback.
+func handOut(ln net.Listener, edge *net.UnixConn, port uint16) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -368,14 +363,17 @@ func handOut(ln net.Listener, edge *os.File, port uint16) {
 }
 
 // relayIn dials the agent's own server inside for each connection the
-// wrapper hands in, on its ports and no other.
-func relayIn(edge *os.File, ports []uint16) {
+// node hands in, on its ports and no other.
+func relayIn(edge *net.UnixConn, ports []uint16) {
 	for {
 		conn, c, err := recvConn(edge)
-		if errors.Is(err, io.EOF) || errors.Is(err, unix.EBADF) {
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
+			if _, ok := err.(*net.OpError); ok {
+				return // the edge broke
+			}
 			continue
 		}
 		if c.Out || !slices.Contains(ports, c.Port) {
@@ -421,43 +419,51 @@ func reap(pid int, signals chan os.Signal) int {
 	}
 }
 
-// startConfined starts argv confined by c, from a thread that has given
-// up every capability (the bounding set, the ambient set and the
-// securebits that would let uid 0 regain them, then the capability sets
-// of every thread of this process) and then confines the whole init with
-// Landlock and seccomp: the agent inherits both, and the init needs
-// nothing they take.
-func startConfined(c Confinement, argv []string) (int, error) {
-	type started struct {
-		pid int
-		err error
+// runConfined starts argv confined by c, from a thread that has given up
+// every capability (the bounding set, the ambient set and the securebits
+// that would let uid 0 regain them, then the capability sets of every
+// thread of this process) and then confines the whole init with Landlock
+// and seccomp: the agent inherits both, and the init needs nothing they
+// take. It reaps until the agent ends (reap) and returns its status.
+//
+// The same thread forwards the signals: each thread that restricts itself
+// gets a Landlock domain of its own, and Landlock lets a process signal
+// only its own domain and those beneath it, so only the thread the agent
+// was started from, whose domain it inherited, may signal it (a signal
+// from another of the init's threads is refused, and the stop ladder's
+// SIGTERM would never reach the agent).
+func runConfined(c Confinement, argv []string, signals chan os.Signal) (int, error) {
+	type outcome struct {
+		status int
+		err    error
 	}
-	ch := make(chan started, 1)
+	ch := make(chan outcome, 1)
 	go func() {
 		// Never unlocked: this thread's credentials differ from the
 		// others', so the runtime destroys it when the goroutine ends.
 		runtime.LockOSThread()
 		if err := dropAllThreads(); err != nil {
-			ch <- started{err: fmt.Errorf("drop the init's capabilities: %w", err)}
+			ch <- outcome{err: fmt.Errorf("drop the init's capabilities: %w", err)}
 			return
 		}
 		path, err := lookPath(argv[0])
 		if err != nil {
-			ch <- started{err: err}
+			ch <- outcome{err: err}
 			return
 		}
 		if err := confine(c); err != nil {
-			ch <- started{err: err}
+			ch <- outcome{err: err}
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{}})
 		if err != nil {
-			err = fmt.Errorf("exec %s: %w", argv[0], err)
+			ch <- outcome{err: fmt.Errorf("exec %s: %w", argv[0], err)}
+			return
 		}
-		ch <- started{pid, err}
+		ch <- outcome{status: reap(pid, signals)}
 	}()
 	r := <-ch
-	return r.pid, r.err
+	return r.status, r.err
 }
 
 // dropAllThreads takes this thread's bounding and ambient sets, locks the
@@ -527,7 +533,7 @@ var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
 
 // buildRoot makes the sandbox's root and moves into it, at cwd.
-func buildRoot(c Confinement, cwd string, edge *os.File) error {
+func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -820,12 +826,12 @@ func privateProc(readable []string) error {
 // that not everyone may read on the host (/etc/shadow, host keys,
 // sudoers): a node run as root would otherwise hand its agents what only
 // root reads.
-// The wrapper finds them (unreadable) while the kernel makes the
-// namespaces and the init starts, and hands the list across the edge
-// before anything else; the init covers each.
-func maskUnreadable(edge *os.File) error {
+// The node finds them (unreadable) while the kernel makes the namespaces
+// and the init starts, and hands the list across the edge before
+// anything else; the init covers each.
+func maskUnreadable(edge *net.UnixConn) error {
 	buf := make([]byte, 1<<20)
-	n, err := unix.Read(int(edge.Fd()), buf)
+	n, err := edge.Read(buf)
 	if err != nil {
 		return fmt.Errorf("the list of what to mask: %w", err)
 	}
@@ -877,7 +883,7 @@ func unreadable(root string) []masked {
 	return list
 }
 
-// masksEtc says whether the init masks /etc, and so whether the wrapper
+// masksEtc says whether the init masks /etc, and so whether the node
 // sends it the list first.
 func masksEtc(c Confinement) bool { return slices.Contains(c.Readable, "/etc") }
 

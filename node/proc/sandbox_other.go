@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"syscall"
 )
 
 // SandboxSupport says this machine gives agents no kernel sandbox: the
@@ -27,3 +28,13 @@ func NamespacesSupport() error {
 
 // RunSandboxInit refuses: there is nothing to confine with.
 func RunSandboxInit([]string) int { return RunSandbox(nil) }
+
+// edge is a namespaced sandbox's edge, which only Linux has.
+type edge struct{ theirs *os.File }
+
+func newEdge(*Confinement, []string) (*edge, []string, error) { return nil, nil, NamespacesSupport() }
+func (*edge) serve(<-chan struct{}) error                     { return NamespacesSupport() }
+func (*edge) close()                                          {}
+
+// nsAttr is never reached: newEdge refuses.
+func nsAttr() *syscall.SysProcAttr { return sysProcAttr() }
