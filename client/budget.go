@@ -4,55 +4,111 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// SetBudget sets what agent id's turns may use in all; the node refuses a
-// turn that would start past it. A zero Budget lifts it.
-func (f *Direct) SetBudget(ctx context.Context, id string, b schemas.Budget) error {
-	if err := validAgent(id); err != nil {
+// SetBudget sets what an agent's turns, the fleet's or a label's nodes'
+// may use (req names which); the node refuses a turn that would start
+// past it and interrupts one that crosses it. A zero Tokens or USD lifts
+// that limit; both zero lift the budget.
+func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error {
+	s, err := req.Scope()
+	if err != nil {
 		return err
-	}
-	if b.Tokens < 0 || b.USD < 0 {
-		return schemas.Errf(schemas.CodeInvalid, "a budget is not negative (tokens %d, usd %g)", b.Tokens, b.USD)
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
-	if b == (schemas.Budget{}) {
-		if err := kv.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return schemas.Errf(schemas.CodeUnavailable, "lift agent %s's budget: %v", id, err)
+	b := schemas.Budget{Tokens: req.Tokens, USD: req.USD}
+	if b.IsZero() {
+		if err := kv.Delete(ctx, s.Key()); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return schemas.Errf(schemas.CodeUnavailable, "lift %s's budget: %v", s, err)
 		}
 		return nil
 	}
 	v, _ := json.Marshal(b)
-	if _, err := kv.Put(ctx, id, v); err != nil {
-		return schemas.Errf(schemas.CodeUnavailable, "set agent %s's budget: %v", id, err)
+	if _, err := kv.Put(ctx, s.Key(), v); err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "set %s's budget: %v", s, err)
 	}
 	return nil
 }
 
-// Budget is agent id's budget; the zero Budget when it has none.
-func (f *Direct) Budget(ctx context.Context, id string) (schemas.Budget, error) {
-	var b schemas.Budget
-	if err := validAgent(id); err != nil {
-		return b, err
-	}
+// Budgets reads every budget with what was used against it (an agent's
+// from its record, the fleet's and the labels' from the coordinator's
+// count), and the count itself.
+func (f *Direct) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
+	rep := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
 	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
-		return b, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+		return rep, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return b, nil
+	get := func(key string, v any) (bool, error) {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return false, nil
+		case err != nil:
+			return false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+		}
+		if err := json.Unmarshal(e.Value(), v); err != nil {
+			return false, schemas.Errf(schemas.CodeInternal, "%s of %s does not decode: %v", key, schemas.BudgetsBucket, err)
+		}
+		return true, nil
 	}
+	if _, err := get(schemas.SpentKey, &rep.Spent); err != nil {
+		return rep, err
+	}
+	keys, err := kv.ListKeys(ctx)
 	if err != nil {
-		return b, schemas.Errf(schemas.CodeUnavailable, "read agent %s's budget: %v", id, err)
+		return rep, schemas.Errf(schemas.CodeUnavailable, "list %s: %v", schemas.BudgetsBucket, err)
 	}
-	err = json.Unmarshal(e.Value(), &b)
-	return b, err
+	var names []string
+	for k := range keys.Keys() {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		var line schemas.BudgetLine
+		switch label, isLabel := schemas.LabelOfBudgetKey(k); {
+		case k == schemas.SpentKey:
+			continue
+		case k == schemas.FleetBudgetKey:
+			line.Fleet, line.Used = true, rep.Spent.Fleet()
+		case isLabel:
+			line.Label, line.Used = label, rep.Spent.Label(label)
+		case strings.HasPrefix(k, "_"):
+			continue
+		default:
+			line.AgentID = k
+			if rec, err := f.Record(ctx, k); err == nil {
+				line.Used = rec.Usage
+			}
+		}
+		if ok, err := get(k, &line.Budget); err != nil || !ok {
+			continue // lifted meanwhile
+		}
+		rep.Budgets = append(rep.Budgets, line)
+	}
+	return rep, nil
+}
+
+// SetBudget implements Client.
+func (r *Remote) SetBudget(ctx context.Context, req schemas.BudgetRequest) error {
+	if _, err := req.Scope(); err != nil {
+		return err
+	}
+	var none struct{}
+	return r.via(ctx, schemas.VerbBudget, req, &none, 0)
+}
+
+// Budgets implements Client.
+func (r *Remote) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
+	rep := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
+	return rep, r.via(ctx, schemas.VerbBudgets, struct{}{}, &rep, 0)
 }

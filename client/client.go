@@ -47,6 +47,10 @@ type Client interface {
 	Nodes(ctx context.Context) ([]schemas.NodeRecord, error)
 	// Events reads a page of an agent's stored events.
 	Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error)
+	// SetBudget sets what an agent, the fleet or a label's nodes may
+	// spend; Budgets reads every budget with what was used against it.
+	SetBudget(ctx context.Context, req schemas.BudgetRequest) error
+	Budgets(ctx context.Context) (schemas.BudgetsReply, error)
 	// Replay delivers agents' events from a point to fn (see Direct.Replay).
 	Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error
 	// Conn is the client's NATS connection.

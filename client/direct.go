@@ -149,7 +149,7 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	if req.BudgetTokens > 0 || req.BudgetUSD > 0 {
 		// In place before the node hears of the agent, so that its first
 		// turn is held to it.
-		if err := f.SetBudget(ctx, req.ID, schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD}); err != nil {
+		if err := f.SetBudget(ctx, schemas.BudgetRequest{AgentID: req.ID, Tokens: req.BudgetTokens, USD: req.BudgetUSD}); err != nil {
 			return schemas.OpenReply{}, err
 		}
 	}

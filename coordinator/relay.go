@@ -744,18 +744,32 @@ func (r *Relay) budget(ctx context.Context, m *nats.Msg) {
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeForbidden, "node %s was not given agent %s", node, id)})
 		return
 	}
-	kv, err := r.js.KeyValue(ctx, schemas.BudgetsBucket)
+	budgets, err := r.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)})
 		return
 	}
-	e, err := kv.Get(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		replyJSON(r.nc, m.Reply, schemas.RelayEntry{})
-	case err != nil:
-		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "read agent %s's budget: %v", id, err)})
-	default:
-		replyJSON(r.nc, m.Reply, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
+	// The node's labels as its entry advertises them, not as it might
+	// say: a label's budget holds a node that carries it.
+	var rec schemas.NodeRecord
+	if nodes, err := r.js.KeyValue(ctx, schemas.NodesBucket); err == nil {
+		if e, err := nodes.Get(ctx, node); err == nil {
+			json.Unmarshal(e.Value(), &rec)
+		}
 	}
+	a, err := schemas.AllowanceOf(id, node, rec.Instance, schemas.LabelsOf(rec.Labels), func(key string) ([]byte, bool, error) {
+		e, err := budgets.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+		}
+		return e.Value(), true, nil
+	})
+	if err != nil {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeOf(err), "%v", err)})
+		return
+	}
+	replyJSON(r.nc, m.Reply, a)
 }

@@ -102,6 +102,12 @@ func (s *Service) Run(ctx context.Context) error {
 			nodes, err := f.Nodes(ctx)
 			return schemas.NodesReply{Nodes: nodes}, err
 		}),
+		schemas.VerbBudget: serve(srv, schemas.VerbBudget, "budget_request", func(ctx context.Context, r schemas.BudgetRequest) (struct{}, error) {
+			return struct{}{}, f.SetBudget(ctx, r)
+		}),
+		schemas.VerbBudgets: serve(srv, schemas.VerbBudgets, "budgets_request", func(ctx context.Context, _ struct{}) (schemas.BudgetsReply, error) {
+			return f.Budgets(ctx)
+		}),
 		schemas.VerbReplay: micro.HandlerFunc(func(r micro.Request) {
 			if service.IsInbox(r.Reply()) && service.Answerable(r.Reply()) {
 				srv.Go(func() { serveReplay(ctx, nc, f, r) })

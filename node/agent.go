@@ -62,6 +62,7 @@ type agent struct {
 	ends          []func()      // undone when the agent is dead (its sandbox's proxy, its temp directory)
 	askTimeout    time.Duration // how long its permission requests wait for a person
 	reaper        *proc.Reaper  // the reaper that holds its processes, nil when none does
+	spend         spendState
 }
 
 // item is one thing the loop handles: an event (from the backend, or the
@@ -72,6 +73,7 @@ type item struct {
 	begin   *pendingTurn // the node begins this turn
 	failed  *promptFailure
 	advance bool // the first held turn begins if none runs
+	spend   bool // the running turn's use so far is held to its budgets
 }
 
 // promptFailure says the backend could not be given a turn.
@@ -121,6 +123,9 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 		return false
 	case it.advance:
 		a.advance(ctx)
+		return false
+	case it.spend:
+		a.checkSpend(ctx)
 		return false
 	}
 	ev := it.ev
@@ -193,6 +198,7 @@ func (a *agent) begun(p pendingTurn) {
 	a.mu.Lock()
 	a.stamp = p.n
 	a.text.reset()
+	a.spend.running = schemas.Usage{}
 	a.rec.Status = schemas.StatusWorking
 	a.mu.Unlock()
 	a.publish(schemas.Event{Turn: p.n, Payload: schemas.Status{Status: schemas.StatusWorking}}, false)
@@ -209,6 +215,7 @@ func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result, 
 	a.mu.Lock()
 	if r.Usage != nil {
 		a.rec.Usage.Add(*r.Usage)
+		a.h.produced.ran(*r.Usage)
 	}
 	// A turn that ends while the agent closes leaves it closing, not idle.
 	idle := !a.closing
@@ -247,6 +254,19 @@ func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result, 
 // after.
 func (a *agent) advance(ctx context.Context) {
 	a.mu.Lock()
+	if a.turns.running != 0 || a.dead || a.closing || !a.turns.ready() {
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	// Held to the budgets as they stand now, not as when it was sent. The
+	// held turn stays at the head of the queue while they are read, so a
+	// turn sent meanwhile is held behind it.
+	over, err := a.admit(ctx)
+	if err != nil {
+		a.log.Warn("cannot read the budgets a held turn is held to; it begins", "err", err)
+	}
+	a.mu.Lock()
 	if a.turns.running != 0 || a.dead || a.closing {
 		a.mu.Unlock()
 		return
@@ -255,6 +275,9 @@ func (a *agent) advance(ctx context.Context) {
 	if !ok {
 		a.mu.Unlock()
 		return
+	}
+	if p.dropped == "" && over != nil {
+		p.dropped = fmt.Sprintf("turn %d was refused before it began: %v", p.n, over)
 	}
 	a.turns.begin(p, time.Now())
 	a.rec.Held = a.turns.held()

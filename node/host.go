@@ -194,6 +194,8 @@ type Host struct {
 	nums     *numbers
 	maxEvent int
 	backends map[string]backend.Backend
+	labels   []string // cfg.Labels as budgets name them (schemas.LabelsOf)
+	produced produced // what this life's turns used
 	ready    chan struct{}
 	// agentWork is every goroutine of every agent, requests every
 	// request being answered: Run waits for both.
@@ -249,6 +251,7 @@ func New(cfg Config) (*Host, error) {
 		log:      cfg.Logger.With("node", cfg.Name),
 		js:       js,
 		backends: map[string]backend.Backend{},
+		labels:   schemas.LabelsOf(cfg.Labels),
 		ready:    make(chan struct{}),
 		agents:   map[string]*agent{},
 		runs:     map[string]bool{},

@@ -71,7 +71,7 @@ func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendR
 	if err != nil {
 		return schemas.SendReply{}, err
 	}
-	if err := h.withinBudget(ctx, a); err != nil {
+	if err := a.refuseOverBudget(ctx); err != nil {
 		return schemas.SendReply{}, err
 	}
 	turn, err := a.send(ctx, req.Text, nil)
@@ -92,7 +92,7 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	if err != nil {
 		return schemas.RunReply{}, err
 	}
-	if err := h.withinBudget(ctx, a); err != nil {
+	if err := a.refuseOverBudget(ctx); err != nil {
 		return schemas.RunReply{}, err
 	}
 	if !a.startRun() {
@@ -244,14 +244,3 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	return schemas.SetModelReply{Switched: true}, nil
 }
 
-// withinBudget refuses a turn of a whose budget its turns have used up,
-// before anything reaches its CLI, naming the budget and how to raise it.
-// Turns already sent are not stopped: an agent overshoots its budget by
-// at most the turns in flight when it is reached.
-func (h *Host) withinBudget(ctx context.Context, a *agent) error {
-	b, err := h.store.budget(ctx, a.id)
-	if err != nil || b == nil {
-		return err
-	}
-	return b.Spent(a.id, a.record().Usage)
-}

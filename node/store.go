@@ -59,8 +59,11 @@ type store interface {
 	getBundle(ctx context.Context, agent, name string, w io.Writer) error
 	putBundle(ctx context.Context, agent, name, desc string, r io.Reader) error
 
-	// budget is what agent's turns may use, or nil for no budget.
-	budget(ctx context.Context, agent string) (*schemas.Budget, error)
+	// allowance is what a turn of agent is held to when it starts: its
+	// budget, and the fleet's and the labels' with what they have spent
+	// (a node that reaches JetStream directly names its life and labels;
+	// the relay takes the node's from its entry).
+	allowance(ctx context.Context, agent, instance string, labels []string) (schemas.Allowance, error)
 }
 
 // entry is an agent record with its revision.

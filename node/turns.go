@@ -110,6 +110,10 @@ func (t *turns) end(n int) []chan runOutcome {
 	return ws
 }
 
+// ready reports whether a held turn is there to begin (next would take
+// one).
+func (t *turns) ready() bool { return len(t.queue) > 0 && !t.queue[0].unsure }
+
 // next takes the first held turn, if any is there and sure.
 func (t *turns) next() (pendingTurn, bool) {
 	if len(t.queue) == 0 || t.queue[0].unsure {

@@ -1,19 +1,97 @@
 package schemas
 
-import "fmt"
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
 
-// BudgetsBucket is the KV bucket of budgets: an agent's id to the Budget
-// its turns may use (set at its open, raised with shoal budget set),
-// written by the coordinator's side and read by the node that starts the
-// agent's turns.
+// BudgetsBucket is the KV bucket of budgets and of what was spent against
+// them: an agent's id to the Budget its turns may use (set at its open,
+// changed with shoal budget set); FleetBudgetKey and LabelBudgetKey to
+// what every agent of the fleet, or of the nodes that carry a label, may
+// use; SpentKey to the coordinator's count of what the turns used
+// (Spent). The coordinator's side writes it; a node reads it when it
+// starts a turn.
 const BudgetsBucket = "shoal_budgets"
 
-// Budget is what an agent's turns may use, in all: tokens (input, output
-// and cache, as its turns report them) and cost in dollars (where its CLI
-// reports one). Zero is no limit.
+// Keys of BudgetsBucket beside the agents' own: none is an agent id (an id
+// starts with a letter or a digit).
+const (
+	// FleetBudgetKey holds the fleet's Budget.
+	FleetBudgetKey = "_fleet"
+	// SpentKey holds the coordinator's Spent.
+	SpentKey = "_spent"
+	// labelBudgetPrefix, with the label encoded, holds a label's Budget.
+	labelBudgetPrefix = "_label."
+)
+
+// LabelBudgetKey is the key of the budget of label ("key=value": every
+// node that carries it).
+func LabelBudgetKey(label string) string {
+	return labelBudgetPrefix + base64.RawURLEncoding.EncodeToString([]byte(label))
+}
+
+// LabelOfBudgetKey is the label whose budget key holds, if it holds one.
+func LabelOfBudgetKey(key string) (string, bool) {
+	enc, ok := strings.CutPrefix(key, labelBudgetPrefix)
+	if !ok {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(enc)
+	return string(b), err == nil
+}
+
+// Label is a node's label as budgets and usage name it: "key=value".
+func Label(key, value string) string { return key + "=" + value }
+
+// LabelsOf are a node's labels as budgets name them, sorted.
+func LabelsOf(labels map[string]string) []string {
+	out := make([]string, 0, len(labels))
+	for k, v := range labels {
+		out = append(out, Label(k, v))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ValidLabel checks a label as a budget names it: key=value, the key not
+// empty.
+func ValidLabel(label string) error {
+	k, _, ok := strings.Cut(label, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return Errf(CodeInvalid, "label %q is not key=value", label)
+	}
+	return nil
+}
+
+// Budget is what turns may use, in all: tokens (input, output and cache,
+// as the turns report them) and cost in dollars (where the CLI reports
+// one). Zero is no limit.
 type Budget struct {
 	Tokens int64   `json:"tokens,omitempty"`
 	USD    float64 `json:"usd,omitempty"`
+}
+
+// IsZero reports whether b limits nothing.
+func (b Budget) IsZero() bool { return b.Tokens <= 0 && b.USD <= 0 }
+
+// String is the budget as a person reads it.
+func (b Budget) String() string {
+	var parts []string
+	if b.Tokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", b.Tokens))
+	}
+	if b.USD > 0 {
+		parts = append(parts, fmt.Sprintf("$%.4f", b.USD))
+	}
+	if len(parts) == 0 {
+		return "no limit"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TokensOf are the tokens a usage counts against a budget.
@@ -24,11 +102,341 @@ func TokensOf(u Usage) int64 {
 // Spent says why a turn may not start for agent id with usage u under
 // budget b, or nil when it may.
 func (b Budget) Spent(id string, u Usage) error {
+	return b.Over(Scope{Agent: id}, u)
+}
+
+// Scope is what a budget covers: one agent, the fleet, or the agents of
+// the nodes that carry a label.
+type Scope struct {
+	Agent string // an agent's id
+	Fleet bool
+	Label string // "key=value"
+}
+
+// String names the scope as a refusal does.
+func (s Scope) String() string {
+	switch {
+	case s.Fleet:
+		return "the fleet"
+	case s.Label != "":
+		return "label " + s.Label
+	}
+	return "agent " + s.Agent
+}
+
+// setCommand is how a person raises the scope's budget.
+func (s Scope) setCommand() string {
+	switch {
+	case s.Fleet:
+		return "shoal budget set --fleet"
+	case s.Label != "":
+		return "shoal budget set --label " + s.Label
+	}
+	return "shoal budget set " + s.Agent
+}
+
+// Over says why turns under scope may not go on with usage u used under
+// budget b, naming the budget, what was used and how to raise it (code
+// unavailable); nil when they may.
+func (b Budget) Over(s Scope, u Usage) error {
 	if used := TokensOf(u); b.Tokens > 0 && used >= b.Tokens {
-		return Errf(CodeUnavailable, "agent %s has used %d tokens of its budget of %d: raise it with shoal budget set %s --tokens N", id, used, b.Tokens, id)
+		return Errf(CodeUnavailable, "%s has used %d tokens of its budget of %d: raise it with %s --tokens N", s, used, b.Tokens, s.setCommand())
 	}
 	if b.USD > 0 && u.CostUSD != nil && *u.CostUSD >= b.USD {
-		return Errf(CodeUnavailable, "agent %s has spent %s of its budget of $%.4f: raise it with shoal budget set %s --usd X", id, fmt.Sprintf("$%.4f", *u.CostUSD), b.USD, id)
+		return Errf(CodeUnavailable, "%s has spent $%.4f of its budget of $%.4f: raise it with %s --usd X", s, *u.CostUSD, b.USD, s.setCommand())
 	}
 	return nil
 }
+
+// Allowance is what a turn of an agent is held to when it starts: the
+// agent's own budget, and the budgets of the fleet and of its node's
+// labels, each with what its agents have spent so far as the coordinator
+// counted it (Spent). The agent's own use is its record's.
+type Allowance struct {
+	Agent  Budget        `json:"agent"`
+	Shared []SharedLimit `json:"shared,omitempty"`
+	// Counted is what the count holds of the turns this life of the
+	// asking node ran: the node adds to the shared budgets' use what it
+	// ran beyond it, the turns the coordinator has not counted yet.
+	Counted Usage `json:"counted"`
+}
+
+// Unseen is what a node whose turns in this life used produced has used
+// beyond what the count holds (counted), field by field, never below
+// zero.
+func Unseen(produced, counted Usage) Usage {
+	d := func(a, b int64) int64 { return max(a-b, 0) }
+	u := Usage{InputTokens: d(produced.InputTokens, counted.InputTokens), OutputTokens: d(produced.OutputTokens, counted.OutputTokens),
+		CacheReadTokens: d(produced.CacheReadTokens, counted.CacheReadTokens), CacheCreationTokens: d(produced.CacheCreationTokens, counted.CacheCreationTokens)}
+	if produced.CostUSD != nil {
+		c := *produced.CostUSD
+		if counted.CostUSD != nil {
+			c = max(c-*counted.CostUSD, 0)
+		}
+		u.CostUSD = &c
+	}
+	return u
+}
+
+// WithUnseen is a with unseen added to what each shared budget's agents
+// used.
+func (a Allowance) WithUnseen(unseen Usage) Allowance {
+	out := a
+	out.Shared = make([]SharedLimit, len(a.Shared))
+	for i, l := range a.Shared {
+		l.Used.Add(unseen)
+		out.Shared[i] = l
+	}
+	return out
+}
+
+// SharedLimit is a budget many agents draw on, with what they have used.
+type SharedLimit struct {
+	Fleet  bool   `json:"fleet,omitempty"`
+	Label  string `json:"label,omitempty"`
+	Budget Budget `json:"budget"`
+	Used   Usage  `json:"used"`
+}
+
+// Scope is what the limit covers.
+func (l SharedLimit) Scope() Scope { return Scope{Fleet: l.Fleet, Label: l.Label} }
+
+// Check says why a turn of agent id, whose own turns used own, may not go
+// on having used running in the turn so far (zero before it starts); nil
+// when it may. The agent's budget comes first, then the fleet's, then
+// the labels'.
+func (a Allowance) Check(id string, own, running Usage) error {
+	mine := own
+	mine.Add(running)
+	if err := a.Agent.Over(Scope{Agent: id}, mine); err != nil {
+		return err
+	}
+	for _, l := range a.Shared {
+		used := l.Used
+		used.Add(running)
+		if err := l.Budget.Over(l.Scope(), used); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Limits reports whether the allowance limits anything.
+func (a Allowance) Limits() bool { return !a.Agent.IsZero() || len(a.Shared) > 0 }
+
+// AllowanceOf is agent id's allowance on node (in its life instance)
+// carrying labels, from the values of BudgetsBucket that get reads (found
+// false for a key not there).
+func AllowanceOf(id, node, instance string, labels []string, get func(key string) (value []byte, found bool, err error)) (Allowance, error) {
+	var a Allowance
+	read := func(key string, v any) (bool, error) {
+		b, found, err := get(key)
+		if err != nil || !found {
+			return false, err
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			return false, Errf(CodeInternal, "%s in %s does not decode: %v", key, BudgetsBucket, err)
+		}
+		return true, nil
+	}
+	if _, err := read(id, &a.Agent); err != nil {
+		return a, err
+	}
+	var shared []SharedLimit
+	var fleet Budget
+	if ok, err := read(FleetBudgetKey, &fleet); err != nil {
+		return a, err
+	} else if ok && !fleet.IsZero() {
+		shared = append(shared, SharedLimit{Fleet: true, Budget: fleet})
+	}
+	for _, l := range labels {
+		var b Budget
+		if ok, err := read(LabelBudgetKey(l), &b); err != nil {
+			return a, err
+		} else if ok && !b.IsZero() {
+			shared = append(shared, SharedLimit{Label: l, Budget: b})
+		}
+	}
+	if len(shared) == 0 {
+		return a, nil
+	}
+	var spent Spent
+	if _, err := read(SpentKey, &spent); err != nil {
+		return a, err
+	}
+	for i := range shared {
+		if shared[i].Fleet {
+			shared[i].Used = spent.Fleet()
+		} else {
+			shared[i].Used = spent.Label(shared[i].Label)
+		}
+	}
+	a.Shared = shared
+	a.Counted = spent.Counted(node, instance)
+	return a, nil
+}
+
+// Spent is what the fleet's turns have used, as the coordinator counts it
+// from the result events of the AGENTS stream (every one once: Seq is the
+// last stream sequence counted, and the count and Seq are written
+// together). A row is what the turns one node ran, while it carried the
+// same labels, for agents of one model used; the rows of a node's current
+// life (its Instance) stand apart, so the node can tell which of its
+// turns the count holds.
+type Spent struct {
+	Seq  uint64     `json:"seq"`
+	Rows []SpentRow `json:"rows,omitempty"`
+}
+
+// SpentRow is one row of Spent.
+type SpentRow struct {
+	Node     string   `json:"node"`
+	Instance string   `json:"instance,omitempty"` // the node's life, while it is the current one
+	Model    string   `json:"model"`
+	Labels   []string `json:"labels,omitempty"` // the node's, sorted (LabelsOf)
+	Turns    int64    `json:"turns"`
+	Usage    Usage    `json:"usage"`
+}
+
+// Add counts one turn that used u, of an agent of model, on node in its
+// life instance while it carried labels (sorted).
+func (s *Spent) Add(node, instance, model string, labels []string, u Usage) {
+	s.add(SpentRow{Node: node, Instance: instance, Model: model, Labels: slices.Clone(labels), Turns: 1, Usage: u})
+}
+
+func (s *Spent) add(row SpentRow) {
+	i := slices.IndexFunc(s.Rows, func(r SpentRow) bool {
+		return r.Node == row.Node && r.Instance == row.Instance && r.Model == row.Model && slices.Equal(r.Labels, row.Labels)
+	})
+	if i < 0 {
+		s.Rows = append(s.Rows, SpentRow{Node: row.Node, Instance: row.Instance, Model: row.Model, Labels: row.Labels})
+		i = len(s.Rows) - 1
+	}
+	s.Rows[i].Turns += row.Turns
+	s.Rows[i].Usage.Add(row.Usage)
+}
+
+// Retire folds the rows of node's lives other than current into rows of
+// no life: only the current life's stand apart.
+func (s *Spent) Retire(node, current string) {
+	var keep, old []SpentRow
+	for _, r := range s.Rows {
+		if r.Node == node && r.Instance != "" && r.Instance != current {
+			old = append(old, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	if len(old) == 0 {
+		return
+	}
+	s.Rows = keep
+	for _, r := range old {
+		r.Instance = ""
+		s.add(r)
+	}
+}
+
+// Counted is what the count holds of the turns node ran in its life
+// instance.
+func (s Spent) Counted(node, instance string) Usage {
+	var u Usage
+	for _, r := range s.Rows {
+		if r.Node == node && r.Instance == instance && instance != "" {
+			u.Add(r.Usage)
+		}
+	}
+	return u
+}
+
+// Fleet is what every turn used.
+func (s Spent) Fleet() Usage {
+	var u Usage
+	for _, r := range s.Rows {
+		u.Add(r.Usage)
+	}
+	return u
+}
+
+// Label is what the turns of nodes carrying label used.
+func (s Spent) Label(label string) Usage {
+	var u Usage
+	for _, r := range s.Rows {
+		if slices.Contains(r.Labels, label) {
+			u.Add(r.Usage)
+		}
+	}
+	return u
+}
+
+// BudgetRequest sets a budget (shoal budget set): an agent's, the
+// fleet's, or that of the nodes that carry a label; exactly one of the
+// three is named. A zero Tokens or USD lifts that limit.
+type BudgetRequest struct {
+	AgentID string  `json:"agent_id,omitempty"`
+	Fleet   bool    `json:"fleet,omitempty"`
+	Label   string  `json:"label,omitempty"`
+	Tokens  int64   `json:"tokens,omitempty"`
+	USD     float64 `json:"usd,omitempty"`
+}
+
+// Scope is what the request names, or why it names no one thing.
+func (r BudgetRequest) Scope() (Scope, error) {
+	named := 0
+	for _, b := range []bool{r.AgentID != "", r.Fleet, r.Label != ""} {
+		if b {
+			named++
+		}
+	}
+	if named != 1 {
+		return Scope{}, Errf(CodeInvalid, "a budget is of one agent, the fleet or a label: name exactly one (agent_id, fleet or label)")
+	}
+	if r.AgentID != "" {
+		if err := ValidID(r.AgentID); err != nil {
+			return Scope{}, Errf(CodeInvalid, "agent %v", err)
+		}
+	}
+	if r.Label != "" {
+		if err := ValidLabel(r.Label); err != nil {
+			return Scope{}, err
+		}
+	}
+	if r.Tokens < 0 || r.USD < 0 {
+		return Scope{}, Errf(CodeInvalid, "a budget is not negative (tokens %d, usd %g)", r.Tokens, r.USD)
+	}
+	return Scope{Agent: r.AgentID, Fleet: r.Fleet, Label: r.Label}, nil
+}
+
+// Agent is the agent the request is about, for the rights rules.
+func (r BudgetRequest) Agent() string { return r.AgentID }
+
+// Key is the BudgetsBucket key of the scope's budget.
+func (s Scope) Key() string {
+	switch {
+	case s.Fleet:
+		return FleetBudgetKey
+	case s.Label != "":
+		return LabelBudgetKey(s.Label)
+	}
+	return s.Agent
+}
+
+// BudgetsReply is every budget with what was used against it, and the
+// coordinator's count of what the fleet's turns used.
+type BudgetsReply struct {
+	Budgets []BudgetLine `json:"budgets"`
+	Spent   Spent        `json:"spent"`
+}
+
+// BudgetLine is one budget and what its agents used: an agent's as its
+// record says, the fleet's and a label's as Spent counts.
+type BudgetLine struct {
+	AgentID string `json:"agent_id,omitempty"`
+	Fleet   bool   `json:"fleet,omitempty"`
+	Label   string `json:"label,omitempty"`
+	Budget  Budget `json:"budget"`
+	Used    Usage  `json:"used"`
+}
+
+// Scope is what the line's budget covers.
+func (l BudgetLine) Scope() Scope { return Scope{Agent: l.AgentID, Fleet: l.Fleet, Label: l.Label} }

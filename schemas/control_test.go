@@ -73,6 +73,11 @@ func controlSamples() map[string]any {
 		"relay_entry":        schemas.RelayEntry{Found: true, Revision: 3, Value: recordJSON},
 		"relay_owned_reply":  schemas.RelayOwnedReply{Records: []schemas.RelayEntry{{Found: true, Revision: 3, Value: recordJSON}}},
 		"relay_last_request": schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},
+		"budget_request":     schemas.BudgetRequest{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Tokens: 1000, USD: 2.5},
+		"budgets_request":    struct{}{},
+		"budgets_reply": schemas.BudgetsReply{
+			Budgets: []schemas.BudgetLine{{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Budget: schemas.Budget{Tokens: 1000, USD: 2.5}, Used: schemas.Usage{InputTokens: 10, CostUSD: schemas.Cost(0.5)}}},
+			Spent: schemas.Spent{Seq: 42, Rows: []schemas.SpentRow{{Node: "n1", Instance: "0123abcd", Model: "sonnet", Labels: []string{"gpu=yes"}, Turns: 3, Usage: schemas.Usage{InputTokens: 10}}}}},
 		"relay_last_reply":   schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}, Tails: map[string]schemas.Tail{"9f3a1c20": {Last: 42, Turn: 3, Open: true, Errored: true}}},
 	}
 }

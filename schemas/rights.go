@@ -159,10 +159,13 @@ const (
 	// call: an open on one of its repositories (agent_open with repo), a
 	// fetch of an agent's work into one (agent_fetch).
 	AccessFiles Access = "files"
+	// AccessBudget sets what agents, the fleet and a label's nodes may
+	// spend (shoal budget set).
+	AccessBudget Access = "budget"
 )
 
 // Accesses lists every access, for tables.
-var Accesses = []Access{AccessRead, AccessAct, AccessAnswer, AccessOpen, AccessNodes, AccessSideDoor, AccessStore, AccessFiles}
+var Accesses = []Access{AccessRead, AccessAct, AccessAnswer, AccessOpen, AccessNodes, AccessSideDoor, AccessStore, AccessFiles, AccessBudget}
 
 // Relation is how a target agent stands to an agent principal.
 type Relation string
@@ -219,6 +222,7 @@ const (
 	RuleNodesOnly  Rule = "nodes-store"
 	RulePeopleOnly Rule = "people-and-agents"
 	RuleFiles      Rule = "callers-files"
+	RuleBudgets    Rule = "peoples-budgets"
 )
 
 // ruleText says each rule in a sentence.
@@ -235,6 +239,7 @@ var ruleText = map[Rule]string{
 	RuleNodesOnly:  "only the node that owns an agent stores for it",
 	RulePeopleOnly: "a node only hosts agents: it opens, drives, reads and answers nothing through the fabric's doors",
 	RuleFiles:      "the files of the machine serving the call (a repository an agent is opened on, one its work is fetched into) are a person's: an agent works in its own checkout",
+	RuleBudgets:    "what agents may spend is a person's to set: an agent raises no budget, its own or another's",
 }
 
 // Text is the rule in a sentence.
@@ -324,6 +329,8 @@ func decideAgent(p Principal, a Access, t Target) Verdict {
 		return refuse(RuleNodesOnly)
 	case AccessFiles:
 		return refuse(RuleFiles)
+	case AccessBudget:
+		return refuse(RuleBudgets)
 	case AccessRead:
 		if t.Agent == "" {
 			return allow() // a listing: each agent in it is judged on its own

@@ -20,7 +20,7 @@ type row struct {
 func agentRow(who string, reach Reach, sandboxed bool, t Target, read, act, answer Rule) row {
 	return row{who, Principal{Kind: KindAgent, Agent: "a1", Reach: reach, Sandboxed: sandboxed}, t, map[Access]Rule{
 		AccessRead: read, AccessAct: act, AccessAnswer: answer,
-		AccessOpen: "", AccessNodes: "", AccessSideDoor: RuleSideDoors, AccessStore: RuleNodesOnly, AccessFiles: RuleFiles,
+		AccessOpen: "", AccessNodes: "", AccessSideDoor: RuleSideDoors, AccessStore: RuleNodesOnly, AccessFiles: RuleFiles, AccessBudget: RuleBudgets,
 	}}
 }
 
@@ -40,9 +40,9 @@ func rel(r Relation) Target { return Target{Agent: "b2", Rel: r, Owner: "n1"} }
 // and every surface is held to.
 var rightsTable = []row{
 	{"a person, full token or client credentials", Person(RoleFull), rel(RelNone), map[Access]Rule{
-		AccessRead: "", AccessAct: "", AccessAnswer: "", AccessOpen: "", AccessNodes: "", AccessSideDoor: "", AccessStore: RuleNodesOnly, AccessFiles: ""}},
+		AccessRead: "", AccessAct: "", AccessAnswer: "", AccessOpen: "", AccessNodes: "", AccessSideDoor: "", AccessStore: RuleNodesOnly, AccessFiles: "", AccessBudget: ""}},
 	{"a person, observer token or credentials", Person(RoleObserver), rel(RelNone), map[Access]Rule{
-		AccessRead: "", AccessAct: RuleObserver, AccessAnswer: RuleObserver, AccessOpen: RuleObserver, AccessNodes: "", AccessSideDoor: "", AccessStore: RuleNodesOnly, AccessFiles: RuleObserver}},
+		AccessRead: "", AccessAct: RuleObserver, AccessAnswer: RuleObserver, AccessOpen: RuleObserver, AccessNodes: "", AccessSideDoor: "", AccessStore: RuleNodesOnly, AccessFiles: RuleObserver, AccessBudget: RuleObserver}},
 	agentRow("an agent, about itself", ReachOwn, false, rel(RelSelf), "", RuleSelf, RuleOwnAsk),
 	agentRow("an agent, about its child", ReachOwn, false, rel(RelChild), "", "", ""),
 	agentRow("an agent, about its grandchild or deeper", ReachOwn, false, rel(RelDescendant), "", "", ""),
@@ -107,7 +107,7 @@ func TestReadmeRightsTable(t *testing.T) {
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	columns := map[string]Access{"read": AccessRead, "drive": AccessAct, "answer": AccessAnswer, "open": AccessOpen,
-		"nodes": AccessNodes, "dashboard, metrics": AccessSideDoor, "store": AccessStore, "files": AccessFiles}
+		"nodes": AccessNodes, "dashboard, metrics": AccessSideDoor, "store": AccessStore, "files": AccessFiles, "budgets": AccessBudget}
 	byWho := map[string]row{}
 	for _, r := range rightsTable {
 		byWho[r.who] = r

@@ -131,6 +131,10 @@ const (
 	VerbRecord  Verb = "record"
 	VerbNodes   Verb = "nodes"
 	VerbReplay  Verb = "replay"
+	// VerbBudget sets a budget (BudgetRequest); VerbBudgets reads every
+	// budget and what the fleet spent (BudgetsReply).
+	VerbBudget  Verb = "budget"
+	VerbBudgets Verb = "budgets"
 	// The verbs of agents on repositories (answered by nodes): whether
 	// the node's cache holds a commit, an agent's diff, and a bundle of
 	// its work.
@@ -151,7 +155,7 @@ var FabricVerbs = map[Verb]Access{
 	VerbEvents: AccessRead, VerbReplay: AccessRead, VerbStatus: AccessRead, VerbRecord: AccessRead,
 	VerbList: AccessRead, VerbOutput: AccessRead, VerbPending: AccessRead, VerbNodes: AccessNodes,
 	VerbOpen: AccessOpen, VerbSend: AccessAct, VerbRun: AccessAct, VerbInterrupt: AccessAct, VerbClose: AccessAct,
-	VerbSetModel: AccessAct, VerbPermit: AccessAnswer,
+	VerbSetModel: AccessAct, VerbPermit: AccessAnswer, VerbBudget: AccessBudget, VerbBudgets: AccessRead,
 }
 
 // NodeGroup is the subject prefix of a node's control endpoints.

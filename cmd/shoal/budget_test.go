@@ -9,17 +9,22 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 )
 
-// An agent opened with --budget-tokens below one turn's usage runs that
-// turn; its next is refused before it begins (no turn_started), exit 4,
-// naming the budget, what was used and how to raise it; raised, the agent
-// goes on.
+// An agent opened with --budget-tokens below one turn's usage begins that
+// turn, which is interrupted as it crosses the budget (exit 7, an error
+// event naming the budget); its next is refused before it begins (no
+// turn_started), exit 4, naming the budget, what was used and how to
+// raise it; raised, the agent goes on.
 func TestBudgetRefusesATurnPastIt(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
 	id := c.must("open", "--budget-tokens", "10", t.TempDir())
 	c.fake.Script(fakemodel.Reply{Text: "one"}, fakemodel.Reply{Text: "two"})
-	if out := c.must("run", id, "First."); out != "one" {
-		t.Fatalf("the first turn: %q", out)
+	if code, _, errOut := c.shoal("run", id, "First."); code != exitCancelled {
+		t.Fatalf("the first turn, past its budget as it ran: exit %d, %q", code, errOut)
+	}
+	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 1 was interrupted: agent "+id+" has used ") ||
+		!strings.Contains(tail, "tokens of its budget of 10: raise it with shoal budget set "+id+" --tokens N") {
+		t.Errorf("the stream does not say why turn 1 was interrupted:\n%s", tail)
 	}
 	for _, verb := range []string{"send", "run"} {
 		code, _, errOut := c.shoal(verb, id, "Second.")

@@ -146,6 +146,14 @@ func (r *redialing) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 	return r.get().Nodes(ctx)
 }
 
+func (r *redialing) SetBudget(ctx context.Context, req schemas.BudgetRequest) error {
+	return r.get().SetBudget(ctx, req)
+}
+
+func (r *redialing) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
+	return r.get().Budgets(ctx)
+}
+
 func (r *redialing) Events(ctx context.Context, req schemas.EventsRequest) (schemas.EventsReply, error) {
 	return r.get().Events(ctx, req)
 }

@@ -64,6 +64,9 @@ type upOptions struct {
 	external clientOptions
 	// counts are the coordinator's metrics when --metrics is given.
 	counts *metrics.Coordinator
+	// fleet is the fleet's budget --budget-tokens and --budget-usd set at
+	// start, when either is given.
+	fleet schemas.BudgetRequest
 }
 
 // listenMetrics binds --metrics, if given, and returns what serves it;
@@ -157,6 +160,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.serverName, "server-name", "", "this NATS server's `name`, unique in a cluster (default: the node name)")
 	fs.StringVar(&o.monitor, "monitor", "", "serve the NATS server's HTTP monitoring (/varz, /connz, /jsz, …) on this `host:port`; a bare port listens on 127.0.0.1; off loopback it needs --auth")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics of the coordinator and its node at /metrics on this `host:port`; a bare port listens on 127.0.0.1")
+	fs.Int64Var(&o.fleet.Tokens, "budget-tokens", 0, "set the fleet's budget at start: the most `tokens` every agent's turns together may use (shoal budget set --fleet changes it later)")
+	fs.Float64Var(&o.fleet.USD, "budget-usd", 0, "set the fleet's budget at start: the most `dollars` every agent's turns together may cost, where the CLIs report a cost")
 	fs.StringVar(&o.external.url, "nats", "", "use the NATS deployment at this `URL` and embed no server")
 	fs.StringVar(&o.external.creds, "creds", "", "with --nats: the coordinator's credentials `file` (shoal creds coordinator NAME)")
 	t := &o.external.tls
@@ -507,6 +512,13 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		{"monitor", func(nc *nats.Conn) (service, error) {
 			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log})
 		}},
+		{"ledger", func(nc *nats.Conn) (service, error) {
+			l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: nc, Logger: log})
+			if err == nil && o.counts != nil {
+				o.counts.WatchSpend(func() []schemas.SpentRow { return l.Spent().Rows })
+			}
+			return l, err
+		}},
 		{"fabric", func(nc *nats.Conn) (service, error) {
 			f, err := client.NewDirect(nc, client.Config{})
 			if err == nil {
@@ -529,6 +541,28 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	return o.setFleetBudget(ctx, connect)
+}
+
+// setFleetBudget sets the fleet's budget --budget-tokens and --budget-usd
+// give, if either does.
+func (o *upOptions) setFleetBudget(ctx context.Context, connect connector) error {
+	if o.fleet.Tokens == 0 && o.fleet.USD == 0 {
+		return nil
+	}
+	nc, err := connect("shoal-budget")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		return err
+	}
+	o.fleet.Fleet = true
+	if err := f.SetBudget(ctx, o.fleet); err != nil {
+		return fmt.Errorf("the fleet's budget: %w", err)
 	}
 	return nil
 }

@@ -70,6 +70,24 @@ type Sink interface {
 	Emit(schemas.Event)
 }
 
+// Spender is a Sink that also hears what the running turn has used so
+// far, before its result says it in all: the node holds a turn to its
+// budgets with it, and interrupts one that crosses a budget. A backend
+// that learns its usage during a turn (per model message, per round)
+// tells it, the turn's total so far each time; none is an event, so no
+// reader counts it twice. Found on the Sink by type assertion.
+type Spender interface {
+	Spending(turnSoFar schemas.Usage)
+}
+
+// Spending tells sink, if it hears it, what the running turn has used so
+// far.
+func Spending(sink Sink, turnSoFar schemas.Usage) {
+	if s, ok := sink.(Spender); ok {
+		s.Spending(turnSoFar)
+	}
+}
+
 // Spec is what a backend needs to start one agent.
 type Spec struct {
 	AgentID string

@@ -19,6 +19,30 @@ type Decoder struct {
 	// suggestions are the permission rules the CLI offered with each
 	// permission request, by its request id, until the session takes them.
 	suggestions map[string]json.RawMessage
+	// turnUse is what each model message of the running turn used, by
+	// message id, as its latest line says (each line of a message repeats
+	// its usage, the output count growing); changed says it changed since
+	// TurnUsage last read it.
+	turnUse map[string]usage
+	changed bool
+}
+
+// TurnUsage is what the running turn's model messages have used so far,
+// and whether that changed since it was last read. The turn's result
+// says it in all.
+func (d *Decoder) TurnUsage() (schemas.Usage, bool) {
+	if !d.changed {
+		return schemas.Usage{}, false
+	}
+	d.changed = false
+	var sum usage
+	for _, u := range d.turnUse {
+		sum.InputTokens += u.InputTokens
+		sum.OutputTokens += u.OutputTokens
+		sum.CacheReadInputTokens += u.CacheReadInputTokens
+		sum.CacheCreationInputTokens += u.CacheCreationInputTokens
+	}
+	return sum.toSchema(), true
 }
 
 // Suggestions takes the permission rules the CLI offered with a request.
@@ -53,7 +77,9 @@ type line struct {
 		} `json:"delta"`
 	} `json:"event"`
 	Message struct {
+		ID      string   `json:"id"`
 		Content contents `json:"content"`
+		Usage   *usage   `json:"usage"`
 	} `json:"message"`
 	IsError    bool    `json:"is_error"`
 	Result     *string `json:"result"`
@@ -172,6 +198,14 @@ func (d *Decoder) streamEvent(l *line) []schemas.Payload {
 }
 
 func (d *Decoder) assistant(l *line, raw []byte) []schemas.Payload {
+	if m := &l.Message; m.ID != "" && m.Usage != nil {
+		if d.turnUse == nil {
+			d.turnUse = map[string]usage{}
+		}
+		if d.turnUse[m.ID] != *m.Usage {
+			d.turnUse[m.ID], d.changed = *m.Usage, true
+		}
+	}
 	var out []schemas.Payload
 	for _, c := range l.Message.Content {
 		switch c.Type {
@@ -286,6 +320,7 @@ func (d *Decoder) result(m *line, interrupted bool) []schemas.Payload {
 	case m.IsError:
 		stop = schemas.StopRefusal
 	}
+	d.turnUse, d.changed = nil, false
 	u := m.Usage.toSchema()
 	return append(out, schemas.Result{StopReason: stop, Usage: &u})
 }

@@ -421,6 +421,9 @@ func (s *session) handle(line []byte, tooLong int) {
 			s.running, s.interrupted = false, false
 		}
 	}
+	if u, changed := s.dec.TurnUsage(); changed && s.running {
+		backend.Spending(s.sink, u)
+	}
 }
 
 // ask puts a permission request to a person and gives the CLI the

@@ -265,6 +265,7 @@ func (s *session) round(ctx context.Context, n, round int, usage *schemas.Usage)
 			usage.InputTokens += d.Usage.InputTokens
 			usage.OutputTokens += d.Usage.OutputTokens
 			usage.CacheReadTokens += d.Usage.CacheReadTokens
+			backend.Spending(s.sink, *usage)
 		}
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -171,6 +172,9 @@ type Coordinator struct {
 	refusals *prometheus.CounterVec
 	calls    *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+
+	spentMu sync.Mutex
+	spent   func() []schemas.SpentRow // nil until WatchSpend
 }
 
 // Coordinator registers the coordinator's metrics.
@@ -198,6 +202,64 @@ func (r *Registry) Coordinator() *Coordinator {
 // scrape.
 func (c *Coordinator) WatchAgents(agents func() map[schemas.AgentStatus]int) {
 	c.reg.MustRegister(byStatus{prometheus.NewDesc("shoal_fabric_agents", "The fabric's agent records, by status.", []string{"status"}, nil), agents})
+}
+
+// WatchSpend registers what the fleet's turns used, by node and model,
+// read at each scrape from spent: the ledger's count, so the counters go
+// on from where they were across restarts. A ledger made again (its
+// connection was replaced) calls it again; the last one given is read.
+func (c *Coordinator) WatchSpend(spent func() []schemas.SpentRow) {
+	c.spentMu.Lock()
+	first := c.spent == nil
+	c.spent = spent
+	c.spentMu.Unlock()
+	if first {
+		c.reg.MustRegister(spendCounters{c})
+	}
+}
+
+// spendCounters are the spend ledger's counts as Prometheus counters.
+type spendCounters struct{ c *Coordinator }
+
+var (
+	spentTokensDesc = prometheus.NewDesc("shoal_spent_tokens_total", "Tokens the fleet's turns used, by node, model and kind (input, output, cache_read, cache_write), from the result events.", []string{"node", "model", "kind"}, nil)
+	spentUSDDesc    = prometheus.NewDesc("shoal_spent_usd_total", "Dollars the fleet's turns cost, by node and model, where the CLI reported a cost.", []string{"node", "model"}, nil)
+	spentTurnsDesc  = prometheus.NewDesc("shoal_spent_turns_total", "Turns counted by the spend ledger, by node and model.", []string{"node", "model"}, nil)
+)
+
+func (spendCounters) Describe(ch chan<- *prometheus.Desc) {
+	ch <- spentTokensDesc
+	ch <- spentUSDDesc
+	ch <- spentTurnsDesc
+}
+
+func (s spendCounters) Collect(ch chan<- prometheus.Metric) {
+	s.c.spentMu.Lock()
+	spent := s.c.spent
+	s.c.spentMu.Unlock()
+	type key struct{ node, model string }
+	type sum struct {
+		turns int64
+		u     schemas.Usage
+	}
+	sums := map[key]*sum{}
+	for _, r := range spent() {
+		k := key{r.Node, r.Model}
+		if sums[k] == nil {
+			sums[k] = &sum{}
+		}
+		sums[k].turns += r.Turns
+		sums[k].u.Add(r.Usage)
+	}
+	for k, v := range sums {
+		for kind, n := range map[string]int64{"input": v.u.InputTokens, "output": v.u.OutputTokens, "cache_read": v.u.CacheReadTokens, "cache_write": v.u.CacheCreationTokens} {
+			ch <- prometheus.MustNewConstMetric(spentTokensDesc, prometheus.CounterValue, float64(n), k.node, k.model, kind)
+		}
+		if v.u.CostUSD != nil {
+			ch <- prometheus.MustNewConstMetric(spentUSDDesc, prometheus.CounterValue, *v.u.CostUSD, k.node, k.model)
+		}
+		ch <- prometheus.MustNewConstMetric(spentTurnsDesc, prometheus.CounterValue, float64(v.turns), k.node, k.model)
+	}
 }
 
 // Refused implements coordinator.RelayMetrics.

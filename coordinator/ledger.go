@@ -1,0 +1,369 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// LedgerConfig configures the spend ledger.
+type LedgerConfig struct {
+	Conn *nats.Conn
+	// Flush is how often the count is written when it moved only past
+	// events other than results (a counted turn is written at once);
+	// 100 ms when zero.
+	Flush  time.Duration
+	Logger *slog.Logger
+}
+
+// Ledger counts what the fleet's turns used, from the AGENTS stream: the
+// usage of every result event, by the node that ran the turn, the labels
+// it carried then and the agent's model (schemas.Spent). The count and
+// the stream sequence it reaches are written together to SpentKey of
+// BudgetsBucket, with a compare-and-set, so a restarted coordinator goes
+// on from where the written count ends and counts no turn twice and none
+// not at all; the nodes read it when they start a turn, against the
+// fleet's and the labels' budgets. Several coordinators may run one each:
+// they count the same stream, and the one behind takes the other's count.
+type Ledger struct {
+	cfg   LedgerConfig
+	log   *slog.Logger
+	js    jetstream.JetStream
+	ready chan struct{}
+
+	mu        sync.Mutex
+	spent     schemas.Spent       // counted, written or not
+	labels    map[string][]string // each node's labels as last heard
+	instances map[string]string   // each node's life as last heard
+	models    map[string]string   // each agent's model as its record says
+	counted   chan struct{}       // a turn was counted: write soon
+}
+
+// NewLedger checks cfg.
+func NewLedger(cfg LedgerConfig) (*Ledger, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("the ledger needs a NATS connection")
+	}
+	if cfg.Flush <= 0 {
+		cfg.Flush = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, err
+	}
+	return &Ledger{cfg: cfg, log: cfg.Logger.With("component", "ledger"), js: js, ready: make(chan struct{}),
+		labels: map[string][]string{}, instances: map[string]string{}, models: map[string]string{}, counted: make(chan struct{}, 1)}, nil
+}
+
+// Ready is closed once the ledger has read its count and counts on.
+func (l *Ledger) Ready() <-chan struct{} { return l.ready }
+
+// Spent is the count as it stands (written or about to be).
+func (l *Ledger) Spent() schemas.Spent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spentLocked()
+}
+
+func (l *Ledger) spentLocked() schemas.Spent {
+	out := schemas.Spent{Seq: l.spent.Seq, Rows: make([]schemas.SpentRow, len(l.spent.Rows))}
+	copy(out.Rows, l.spent.Rows)
+	return out
+}
+
+// progressEvery is how often a count that only moved past events other
+// than results is written: a restart then reads less of the stream again.
+const progressEvery = 5 * time.Second
+
+// Run counts until ctx ends.
+func (l *Ledger) Run(ctx context.Context) error {
+	kv, err := l.js.KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.BudgetsBucket, err)
+	}
+	agents, err := l.js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.AgentsBucket, err)
+	}
+	nodes, err := l.js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	rev, err := l.load(ctx, kv)
+	if err != nil {
+		return err
+	}
+	w, err := nodes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	defer w.Stop()
+	if err := l.watchNodes(ctx, w); err != nil { // the nodes there now, before any turn is counted
+		return err
+	}
+	stream, err := l.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if l.spent.Seq > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: l.spent.Seq + 1}
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
+	}
+	defer msgs.Stop()
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the wait: the workers end with it
+	workers.Go(func() {
+		<-ctx.Done()
+		msgs.Stop()
+	})
+	workers.Go(func() { l.flushLoop(ctx, kv, rev) })
+	workers.Go(func() { l.followNodes(ctx, w) })
+	close(l.ready)
+	for {
+		m, err := msgs.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
+		}
+		l.count(ctx, agents, m)
+	}
+}
+
+// load reads the written count; its revision is 0 when there is none.
+func (l *Ledger) load(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	e, err := kv.Get(ctx, schemas.SpentKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %s of %s: %w", schemas.SpentKey, schemas.BudgetsBucket, err)
+	}
+	var s schemas.Spent
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return 0, fmt.Errorf("%s of %s does not decode: %w", schemas.SpentKey, schemas.BudgetsBucket, err)
+	}
+	l.mu.Lock()
+	l.spent = s
+	l.mu.Unlock()
+	return e.Revision(), nil
+}
+
+// watchNodes takes the node entries the watch holds now, up to its
+// marker.
+func (l *Ledger) watchNodes(ctx context.Context, w jetstream.KeyWatcher) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the node watch ended")
+			}
+			if e == nil {
+				return nil
+			}
+			l.heard(e)
+		}
+	}
+}
+
+// followNodes keeps each node's labels as it last advertised them.
+func (l *Ledger) followNodes(ctx context.Context, w jetstream.KeyWatcher) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil {
+				l.heard(e)
+			}
+		}
+	}
+}
+
+func (l *Ledger) heard(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return // a node gone keeps the labels it had
+	}
+	var rec schemas.NodeRecord
+	if json.Unmarshal(e.Value(), &rec) != nil {
+		return
+	}
+	node := e.Key()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.labels[node] = schemas.LabelsOf(rec.Labels)
+	if l.instances[node] != rec.Instance {
+		// A new life: the rows of the ones before it no longer stand
+		// apart.
+		l.instances[node] = rec.Instance
+		l.spent.Retire(node, rec.Instance)
+	}
+}
+
+// count counts m if it is a turn's result: one of an agent's events (its
+// subject and number agree), with usage.
+func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	seq := meta.Sequence.Stream
+	l.mu.Lock()
+	behind := seq <= l.spent.Seq // a count another coordinator wrote is further on
+	l.mu.Unlock()
+	if behind {
+		return
+	}
+	var u *schemas.Usage
+	id, ok := schemas.AgentFromSubject(m.Subject())
+	if ok {
+		if kind, _, _, err := schemas.Peek(m.Data()); err == nil && kind == schemas.KindResult {
+			if agent, _, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); err == nil && agent == id {
+				if ev, err := schemas.Decode(m.Data()); err == nil {
+					if r, ok := ev.Payload.(schemas.Result); ok {
+						u = r.Usage
+					}
+				}
+			}
+		}
+	}
+	var model string
+	if u != nil {
+		model = l.model(ctx, agents, id)
+	}
+	node := m.Headers().Get(schemas.HeaderNode)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq <= l.spent.Seq {
+		return
+	}
+	l.spent.Seq = seq
+	if u != nil {
+		l.spent.Add(node, l.instances[node], model, l.labels[node], *u)
+		select {
+		case l.counted <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// model is agent id's model as its record says, "unknown" when it has
+// none left; it is read once per agent.
+func (l *Ledger) model(ctx context.Context, agents jetstream.KeyValue, id string) string {
+	l.mu.Lock()
+	m, ok := l.models[id]
+	l.mu.Unlock()
+	if ok {
+		return m
+	}
+	m = "unknown"
+	if e, err := agents.Get(ctx, id); err == nil {
+		var rec schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Model != "" {
+			m = rec.Model
+		}
+	}
+	l.mu.Lock()
+	l.models[id] = m
+	l.mu.Unlock()
+	return m
+}
+
+// flushLoop writes the count as soon as a turn is counted (one write at a
+// time: what is counted meanwhile goes in the next), and the stream
+// position it reached now and then, until ctx ends (then once more).
+func (l *Ledger) flushLoop(ctx context.Context, kv jetstream.KeyValue, rev uint64) {
+	t := time.NewTicker(l.cfg.Flush)
+	defer t.Stop()
+	written := l.Spent()
+	lastWrite := time.Now()
+	flush := func(ctx context.Context) {
+		now := l.Spent()
+		turns := func(s schemas.Spent) (n int64) {
+			for _, r := range s.Rows {
+				n += r.Turns
+			}
+			return n
+		}
+		if now.Seq == written.Seq || (turns(now) == turns(written) && time.Since(lastWrite) < progressEvery) {
+			return
+		}
+		b, _ := json.Marshal(now)
+		var err error
+		if rev == 0 {
+			rev, err = kv.Create(ctx, schemas.SpentKey, b)
+		} else {
+			rev, err = kv.Update(ctx, schemas.SpentKey, b, rev)
+		}
+		if err == nil {
+			written, lastWrite = now, time.Now()
+			return
+		}
+		// Another coordinator wrote: the count that reaches further on
+		// the stream stands.
+		e, gerr := kv.Get(ctx, schemas.SpentKey)
+		if gerr != nil {
+			l.log.Warn("cannot write the spend count", "err", err)
+			return
+		}
+		var theirs schemas.Spent
+		if json.Unmarshal(e.Value(), &theirs) != nil {
+			l.log.Warn("the spend count written does not decode; it is written over")
+			rev = e.Revision()
+			return
+		}
+		rev = e.Revision()
+		l.mu.Lock()
+		if theirs.Seq >= l.spent.Seq {
+			l.spent = theirs
+			for node, life := range l.instances {
+				l.spent.Retire(node, life)
+			}
+			written = l.spentLocked() // a copy: the count goes on in l.spent
+		} else {
+			written = schemas.Spent{Seq: theirs.Seq} // ours, further on, is written next
+		}
+		l.mu.Unlock()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			flush(fctx)
+			cancel()
+			return
+		case <-l.counted:
+			flush(ctx)
+		case <-t.C:
+			flush(ctx)
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// ledgerRig is a server with the fabric's streams and buckets, and what
+// publishes agents' events to it as nodes do.
+type ledgerRig struct {
+	t   *testing.T
+	srv *broker.Broker
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	n   map[string]uint64 // each agent's last event number
+	sum schemas.Usage     // every result's usage published
+}
+
+func newLedgerRig(t *testing.T) *ledgerRig {
+	srv := natstest.Start(t)
+	nc, js := natstest.JetStream(t, srv)
+	return &ledgerRig{t: t, srv: srv, nc: nc, js: js, n: map[string]uint64{}}
+}
+
+// event publishes one of agent's events as node produced it.
+func (r *ledgerRig) event(agent, node string, p schemas.Payload) {
+	r.t.Helper()
+	r.n[agent]++
+	b, err := json.Marshal(schemas.Event{Turn: 1, Payload: p})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m := nats.NewMsg(schemas.EventSubject(agent))
+	m.Data = b
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(agent, r.n[agent]))
+	m.Header.Set(schemas.HeaderNode, node)
+	if _, err := r.js.PublishMsg(r.t.Context(), m); err != nil {
+		r.t.Fatal(err)
+	}
+	if res, ok := p.(schemas.Result); ok && res.Usage != nil {
+		r.sum.Add(*res.Usage)
+	}
+}
+
+// turn publishes a turn of agent on node that used in input and out
+// output tokens: a delta, then its result.
+func (r *ledgerRig) turn(agent, node string, in, out int64) {
+	r.event(agent, node, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
+	r.event(agent, node, schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{InputTokens: in, OutputTokens: out, CostUSD: schemas.Cost(0.5)}})
+}
+
+// node writes node's entry, carrying labels, in its life instance.
+func (r *ledgerRig) node(name, instance string, labels map[string]string) {
+	r.t.Helper()
+	kv, err := r.js.KeyValue(r.t.Context(), schemas.NodesBucket)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	b, _ := json.Marshal(schemas.NodeRecord{Name: name, Instance: instance, Labels: labels})
+	if _, err := kv.Put(r.t.Context(), name, b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// written is the count as the ledger wrote it.
+func (r *ledgerRig) written() schemas.Spent {
+	r.t.Helper()
+	kv, err := r.js.KeyValue(r.t.Context(), schemas.BudgetsBucket)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var s schemas.Spent
+	if e, err := kv.Get(r.t.Context(), schemas.SpentKey); err == nil {
+		json.Unmarshal(e.Value(), &s)
+	}
+	return s
+}
+
+// lastSeq is the stream's last sequence.
+func (r *ledgerRig) lastSeq() uint64 {
+	r.t.Helper()
+	st, err := r.js.Stream(r.t.Context(), schemas.StreamName)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := st.Info(r.t.Context())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// run runs a ledger until the returned function stops it.
+func (r *ledgerRig) run() (stop func()) {
+	r.t.Helper()
+	l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: natstest.Connect(r.t, r.srv)})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(r.t.Context())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		r.t.Fatalf("the ledger did not start: %v", err)
+	}
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Errorf("the ledger: %v", err)
+		}
+	}
+}
+
+// waitWritten waits until the written count reaches the stream's end.
+func (r *ledgerRig) waitWritten() schemas.Spent {
+	r.t.Helper()
+	want := r.lastSeq()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := r.written()
+		if s.Seq >= want {
+			return s
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the count reached stream sequence %d, not %d", s.Seq, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The ledger counts every result event's usage once, by node, life and
+// label, and nothing else on the stream (deltas, a result without usage,
+// a stray whose number is another agent's); stopped and started again it
+// goes on from the count it wrote, counting nothing twice; a node's new
+// life stands apart from its earlier ones; two ledgers at once count the
+// same.
+func TestLedgerCountsEveryResultOnce(t *testing.T) {
+	r := newLedgerRig(t)
+	r.node("n1", "life1", map[string]string{"gpu": "yes"})
+	r.node("n2", "other", nil)
+	for range 3 {
+		r.turn("a1", "n1", 100, 20)
+	}
+	r.turn("a2", "n2", 7, 3)
+	r.turn("a2", "n2", 7, 3)
+	r.event("a2", "n2", schemas.Result{StopReason: schemas.StopCancelled})
+	// A stray on a1's subject, numbered as another agent's event.
+	stray := nats.NewMsg(schemas.EventSubject("a1"))
+	stray.Data, _ = json.Marshal(schemas.Event{Turn: 9, Payload: schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{InputTokens: 1e6}}})
+	stray.Header.Set(schemas.HeaderMsgID, schemas.MsgID("a2", 99))
+	stray.Header.Set(schemas.HeaderNode, "n1")
+	if _, err := r.js.PublishMsg(t.Context(), stray); err != nil {
+		t.Fatal(err)
+	}
+	stop := r.run()
+	s := r.waitWritten()
+	n1 := schemas.Usage{InputTokens: 300, OutputTokens: 60, CostUSD: schemas.Cost(1.5)}
+	check := func(what string, got, want schemas.Usage) {
+		t.Helper()
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) {
+			t.Errorf("%s: %s, want %s", what, g, w)
+		}
+	}
+	check("the fleet", s.Fleet(), r.sum)
+	check("label gpu=yes", s.Label("gpu=yes"), n1)
+	check("n1's life1", s.Counted("n1", "life1"), n1)
+	stop()
+
+	// Counted while no ledger ran, n1 in a new life.
+	r.turn("a1", "n1", 100, 20)
+	r.node("n1", "life2", map[string]string{"gpu": "yes"})
+	r.turn("a1", "n1", 100, 20)
+	stop = r.run()
+	s = r.waitWritten()
+	check("the fleet, after a restart", s.Fleet(), r.sum)
+	check("n1's earlier life, retired", s.Counted("n1", "life1"), schemas.Usage{})
+	check("n1's life2", s.Counted("n1", "life2"), schemas.Usage{InputTokens: 200, OutputTokens: 40, CostUSD: schemas.Cost(1)})
+	check("label gpu=yes, after a restart", s.Label("gpu=yes"), schemas.Usage{InputTokens: 500, OutputTokens: 100, CostUSD: schemas.Cost(2.5)})
+
+	// Two at once.
+	stop2 := r.run()
+	for i := range 20 {
+		r.turn(fmt.Sprintf("b%d", i%4), "n2", 1, 1)
+	}
+	s = r.waitWritten()
+	check("the fleet, counted by two ledgers", s.Fleet(), r.sum)
+	stop()
+	stop2()
+	check("the fleet, as written last", r.written().Fleet(), r.sum)
+}

@@ -1,0 +1,165 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+func (s *directStore) allowance(ctx context.Context, agent, instance string, labels []string) (schemas.Allowance, error) {
+	// The bucket is looked up once: a turn's start costs the reads of its
+	// budgets only.
+	s.budgetsMu.Lock()
+	kv := s.budgets
+	if kv == nil {
+		var err error
+		if kv, err = s.js.KeyValue(ctx, schemas.BudgetsBucket); err != nil {
+			s.budgetsMu.Unlock()
+			return schemas.Allowance{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+		}
+		s.budgets = kv
+	}
+	s.budgetsMu.Unlock()
+	return schemas.AllowanceOf(agent, s.node, instance, labels, func(key string) ([]byte, bool, error) {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+		}
+		return e.Value(), true, nil
+	})
+}
+
+func (s *relayStore) allowance(ctx context.Context, agent, _ string, _ []string) (schemas.Allowance, error) {
+	var a schemas.Allowance
+	if err := s.ask(ctx, schemas.RelayBudget, nil, &a, agent); err != nil {
+		return a, schemas.Errf(schemas.CodeUnavailable, "read agent %s's budgets through the relay: %v", agent, err)
+	}
+	return a, nil
+}
+
+// spendState is what an agent's turns are held to: the budgets as last
+// read, and what the running turn has used so far.
+type spendState struct {
+	allow   schemas.Allowance // the budgets and the fleet's spend, as last read
+	running schemas.Usage     // the running turn's use so far, as the backend said it
+	over    int               // the turn interrupted for crossing a budget
+	queued  bool              // a check of the running turn waits in the loop
+}
+
+// budgetRead bounds a read of the budgets.
+const budgetRead = 5 * time.Second
+
+// admit reads what a's next turn is held to and says whether a turn may
+// start now: over names the budget it would start past (and how to raise
+// it); err says the budgets could not be read.
+func (a *agent) admit(ctx context.Context) (over, err error) {
+	ctx, cancel := context.WithTimeout(ctx, budgetRead)
+	defer cancel()
+	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
+	if err != nil {
+		return nil, err
+	}
+	// This node's turns the count does not hold yet (it is written a
+	// moment after each result is stored) count all the same.
+	allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
+	a.mu.Lock()
+	a.spend.allow = allow
+	own := a.rec.Usage
+	a.mu.Unlock()
+	return allow.Check(a.id, own, schemas.Usage{}), nil
+}
+
+// refuseOverBudget refuses a turn of a that would start past a budget,
+// before anything reaches its CLI.
+func (a *agent) refuseOverBudget(ctx context.Context) error {
+	over, err := a.admit(ctx)
+	if err != nil {
+		return err
+	}
+	return over
+}
+
+// Spending implements backend.Spender: the running turn's use so far is
+// held to the budgets in the loop.
+func (a *agent) Spending(turnSoFar schemas.Usage) {
+	a.mu.Lock()
+	a.spend.running = turnSoFar
+	queue := !a.spend.queued
+	a.spend.queued = true
+	a.mu.Unlock()
+	if queue {
+		a.queue.push(item{spend: true})
+	}
+}
+
+// checkSpend interrupts the running turn once its use so far takes the
+// agent, the fleet or one of its node's labels past a budget, saying which
+// in an error event; the turns held behind it are refused as they come to
+// begin. The fleet's and the labels' spend is as it stood when the
+// budgets were last read, so turns running at once on other agents are
+// not seen until they end.
+func (a *agent) checkSpend(ctx context.Context) {
+	a.mu.Lock()
+	a.spend.queued = false
+	n := a.turns.running
+	if n == 0 || a.spend.over == n || !a.spend.allow.Limits() {
+		a.mu.Unlock()
+		return
+	}
+	over := a.spend.allow.Check(a.id, a.rec.Usage, a.spend.running)
+	if over == nil {
+		a.mu.Unlock()
+		return
+	}
+	a.spend.over = n
+	delivered := a.turns.delivered
+	if !delivered {
+		a.turns.interruptAsked = true // sent once the prompt is delivered
+	}
+	a.mu.Unlock()
+	a.log.Info("interrupting a turn past its budget", "turn", n, "why", over)
+	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("turn %d was interrupted: %v", n, over)}, true)
+	if delivered {
+		a.work.Go(func() { a.interruptRunning(ctx) })
+	}
+}
+
+// produced is what the turns of this life of the node used, as their
+// results said: set against the coordinator's count of them (Spent), it
+// tells what the count does not hold yet.
+type produced struct {
+	mu    sync.Mutex
+	usage schemas.Usage
+}
+
+// ran counts a turn's result.
+func (p *produced) ran(u schemas.Usage) {
+	p.mu.Lock()
+	p.usage.Add(u)
+	p.mu.Unlock()
+}
+
+// producedUsage is what the turns of this life of the node used.
+func (h *Host) producedUsage() schemas.Usage {
+	h.produced.mu.Lock()
+	defer h.produced.mu.Unlock()
+	return h.produced.usage
+}
+
+// instance is this life of the node, as its entry says.
+func (h *Host) instance() string {
+	if h.ads == nil {
+		return ""
+	}
+	h.ads.mu.Lock()
+	defer h.ads.mu.Unlock()
+	return h.ads.rec.Instance
+}
