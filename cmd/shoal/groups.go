@@ -61,6 +61,10 @@ var groupsByCommand = map[string][]flagGroup{
 		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp", "no-web"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},
 		{"Monitoring", true, []string{"monitor", "metrics"}},
+		// The fleet's budget, set at each start (shoal budget set --fleet
+		// changes it while up runs); not a setting: --budget-tokens of
+		// shoal open is an agent's.
+		{"Fleet budget", false, []string{"budget-tokens", "budget-usd"}},
 	}, nodeGroups("Local node", "no-node"), []flagGroup{loggingGroup, configGroup}),
 	"node": concat([]flagGroup{
 		{"Fabric connection", true, []string{"nats", "leaf", "creds", "tls-ca", "tls-cert", "tls-key", "mcp-token"}},
@@ -100,7 +104,7 @@ var groupsByCommand = map[string][]flagGroup{
 	"tail":      verbGroups(flagGroup{"Replay", false, []string{"from", "no-follow", "thoughts", "raw", "numbers"}}),
 	"watch":     verbGroups(flagGroup{"Watch", false, []string{"exec"}}),
 	"usage":     verbGroups(flagGroup{"Usage", false, []string{"by", "since"}}),
-	"budget":    verbGroups(flagGroup{"Budget", false, []string{"tokens", "usd"}}),
+	"budget":    verbGroups(flagGroup{"Budget", false, []string{"fleet", "label", "tokens", "usd"}}),
 	"tui":       verbGroups(flagGroup{"Display", false, []string{"silent", "poll"}}),
 	"mcp": {
 		{"This server", false, []string{"timeout"}},

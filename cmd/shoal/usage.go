@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,17 +33,21 @@ func usageCommand() *command {
 		`Sums the usage every ended turn reports (its result event: input, output
 and cache tokens, and cost where the CLI gives one) from the stream, so
 closed agents, and agents whose records are gone, count, across restarts.
---by agent (the default), node (the node that ran the turn) or model (the
-agent's model; "unknown" for an agent with no record left). --since keeps
+--by agent (the default), node (the node that ran the turn), model (the
+agent's model; "unknown" for an agent with no record left) or label (each
+key=value label of the node that ran the turn, as it advertises them now
+or, for a node gone, as the coordinator last counted it; a turn counts
+in each of its node's labels, and "(none)" holds the turns of nodes
+without any, so the rows may sum to more than the total). --since keeps
 the turns stored from a time (RFC 3339) or an age (2h). A cost no CLI
 reported is shown as "-", never as 0: local models report none.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var by, since string
-			fs.StringVar(&by, "by", "agent", "sum per `key`: agent, node or model")
+			fs.StringVar(&by, "by", "agent", "sum per `key`: agent, node, model or label")
 			fs.StringVar(&since, "since", "", "only turns stored from this `time` (RFC 3339) or age (e.g. 2h)")
 			return func(ctx context.Context, v *verb, args []string) error {
-				if !slices.Contains([]string{"agent", "node", "model"}, by) {
-					return usagef("--by %q: agent, node or model", by)
+				if !slices.Contains([]string{"agent", "node", "model", "label"}, by) {
+					return usagef("--by %q: agent, node, model or label", by)
 				}
 				for _, id := range args {
 					if err := schemas.ValidID(id); err != nil {
@@ -75,6 +80,12 @@ reported is shown as "-", never as 0: local models report none.`,
 						models[r.ID] = r.Model
 					}
 				}
+				labels := map[string][]string{}
+				if by == "label" {
+					if labels, err = nodeLabels(ctx, f); err != nil {
+						return err
+					}
+				}
 				rows := map[string]*usageRow{}
 				total := usageRow{Key: "total"}
 				err = f.Replay(ctx, args, from, false, func(r client.Replayed, _ *client.Gap) error {
@@ -89,23 +100,30 @@ reported is shown as "-", never as 0: local models report none.`,
 					if !ok || res.Usage == nil {
 						return nil
 					}
-					key := r.Agent
+					keys := []string{r.Agent}
 					switch by {
 					case "node":
-						key = r.Node
+						keys = []string{r.Node}
 					case "model":
-						key = models[r.Agent]
-						if key == "" {
-							key = "unknown"
+						keys = []string{models[r.Agent]}
+						if keys[0] == "" {
+							keys[0] = "unknown"
+						}
+					case "label":
+						keys = labels[r.Node]
+						if len(keys) == 0 {
+							keys = []string{"(none)"}
 						}
 					}
-					row := rows[key]
-					if row == nil {
-						row = &usageRow{Key: key}
-						rows[key] = row
+					for _, key := range keys {
+						row := rows[key]
+						if row == nil {
+							row = &usageRow{Key: key}
+							rows[key] = row
+						}
+						row.Turns++
+						row.Usage.Add(*res.Usage)
 					}
-					row.Turns++
-					row.Usage.Add(*res.Usage)
 					total.Turns++
 					total.Usage.Add(*res.Usage)
 					return nil
@@ -133,7 +151,7 @@ reported is shown as "-", never as 0: local models report none.`,
 					return printJSON(v.env, rep)
 				}
 				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintf(tw, "%s\tTURNS\tIN\tOUT\tCACHE READ\tCACHE WRITE\tCOST\t\n", map[string]string{"agent": "AGENT", "node": "NODE", "model": "MODEL"}[by])
+				fmt.Fprintf(tw, "%s\tTURNS\tIN\tOUT\tCACHE READ\tCACHE WRITE\tCOST\t\n", strings.ToUpper(by))
 				for _, row := range append(rep.Rows, rep.Total) {
 					u := row.Usage
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", row.Key, row.Turns, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheCreationTokens, cost(u.CostUSD))
@@ -141,6 +159,26 @@ reported is shown as "-", never as 0: local models report none.`,
 				return tw.Flush()
 			}
 		})
+}
+
+// nodeLabels is each node's labels as budgets name them: as it
+// advertises them now, or, for a node gone, as the coordinator's count of
+// spend last saw them.
+func nodeLabels(ctx context.Context, f client.Client) (map[string][]string, error) {
+	out := map[string][]string{}
+	if rep, err := f.Budgets(ctx); err == nil {
+		for _, r := range rep.Spent.Rows {
+			out[r.Node] = r.Labels
+		}
+	}
+	nodes, err := f.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		out[n.Name] = schemas.LabelsOf(n.Labels)
+	}
+	return out, nil
 }
 
 // cost is a cost as a person reads it: "-" where no CLI reported one.

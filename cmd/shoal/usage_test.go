@@ -77,7 +77,7 @@ func TestUsageEqualsTheStream(t *testing.T) {
 	if table := c.must("usage"); !strings.Contains(table, "total") || !strings.Contains(table, a) {
 		t.Errorf("shoal usage:\n%s", table)
 	}
-	if code, _, errOut := c.shoal("usage", "--by", "colour"); code != exitUsage || !strings.Contains(errOut, `--by "colour": agent, node or model`) {
+	if code, _, errOut := c.shoal("usage", "--by", "colour"); code != exitUsage || !strings.Contains(errOut, `--by "colour": agent, node, model or label`) {
 		t.Errorf("shoal usage --by colour: exit %d, %q", code, errOut)
 	}
 }

@@ -35,6 +35,12 @@ func (d *Decoder) TurnUsage() (schemas.Usage, bool) {
 		return schemas.Usage{}, false
 	}
 	d.changed = false
+	sum := d.turnSum()
+	return sum.toSchema(), true
+}
+
+// turnSum is what the running turn's model messages used, as they said.
+func (d *Decoder) turnSum() usage {
 	var sum usage
 	for _, u := range d.turnUse {
 		sum.InputTokens += u.InputTokens
@@ -42,7 +48,7 @@ func (d *Decoder) TurnUsage() (schemas.Usage, bool) {
 		sum.CacheReadInputTokens += u.CacheReadInputTokens
 		sum.CacheCreationInputTokens += u.CacheCreationInputTokens
 	}
-	return sum.toSchema(), true
+	return sum
 }
 
 // Suggestions takes the permission rules the CLI offered with a request.
@@ -320,9 +326,19 @@ func (d *Decoder) result(m *line, interrupted bool) []schemas.Payload {
 	case m.IsError:
 		stop = schemas.StopRefusal
 	}
+	// The CLI says a turn it was interrupted in used nothing, though its
+	// model messages said what they used: the result carries the larger
+	// of the two, field by field, so a cut turn's spend is not lost.
+	seen := d.turnSum()
 	d.turnUse, d.changed = nil, false
-	u := m.Usage.toSchema()
-	return append(out, schemas.Result{StopReason: stop, Usage: &u})
+	var said usage
+	if m.Usage != nil {
+		said = *m.Usage
+	}
+	u := usage{InputTokens: max(said.InputTokens, seen.InputTokens), OutputTokens: max(said.OutputTokens, seen.OutputTokens),
+		CacheReadInputTokens: max(said.CacheReadInputTokens, seen.CacheReadInputTokens), CacheCreationInputTokens: max(said.CacheCreationInputTokens, seen.CacheCreationInputTokens)}
+	su := u.toSchema()
+	return append(out, schemas.Result{StopReason: stop, Usage: &su})
 }
 
 // usage is the CLI's per-turn usage in a result line.
