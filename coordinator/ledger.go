@@ -89,6 +89,14 @@ const progressEvery = 5 * time.Second
 
 // Run counts until ctx ends.
 func (l *Ledger) Run(ctx context.Context) error {
+	err := l.run(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped, whatever it was doing
+	}
+	return err
+}
+
+func (l *Ledger) run(ctx context.Context) error {
 	kv, err := l.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
 		return fmt.Errorf("open KV bucket %s: %w", schemas.BudgetsBucket, err)

@@ -161,6 +161,20 @@ func TestDashboardDrivesAnAgent(t *testing.T) {
 	if got := eval[bool](t, ctx, `!!document.querySelector('#by-model tr[data-key=`+jsString(rec.Model)+`]')`); !got {
 		t.Errorf("no token total for model %s", rec.Model)
 	}
+	// The spend: the coordinator's count of the fleet's turns, and the
+	// fleet's budget, reached.
+	if err := d.f.SetBudget(t.Context(), schemas.BudgetRequest{Fleet: true, Tokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	want := "The fleet's turns used " + formatted(schemas.TokensOf(rec.Usage)) + " tokens, cost $0.0000, in 1 turns."
+	waitJS(t, ctx, "the fleet's spend is shown", `document.querySelector("#fleet-spend").textContent === `+jsString(want), 20*time.Second)
+	waitJS(t, ctx, "the fleet's budget is shown, reached", `(document.querySelector('#budgets tr[data-budget="the fleet"]') || {innerText: ""}).innerText.includes("reached")`, 20*time.Second)
+	if b := eval[string](t, ctx, `document.querySelector('#budgets tr[data-budget="the fleet"]').innerText`); !strings.Contains(b, "10 tokens") {
+		t.Errorf("the fleet's budget row: %q", b)
+	}
+	if c := eval[string](t, ctx, `document.querySelector('#agents tr[data-agent="web1"] .cost').textContent`); c != "$0.0000" {
+		t.Errorf("the agent's cost: %q", c)
+	}
 	eval[bool](t, ctx, `(() => { const f = document.querySelector("#filter"); f.value = "no-such-agent"; f.dispatchEvent(new Event("input")); return true })()`)
 	if n := eval[int](t, ctx, `document.querySelectorAll("#agents tbody tr").length`); n != 0 {
 		t.Errorf("the filter left %d agents", n)

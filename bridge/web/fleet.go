@@ -23,6 +23,10 @@ type Fleet struct {
 	Pending []schemas.PermitRecord   `json:"pending"`
 	ByNode  map[string]schemas.Usage `json:"tokens_by_node"`
 	ByModel map[string]schemas.Usage `json:"tokens_by_model"`
+	// Spend is every budget with what was used against it, and the
+	// coordinator's count of what the fleet's turns used; nil when it
+	// cannot be read.
+	Spend *schemas.BudgetsReply `json:"spend,omitempty"`
 }
 
 func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
@@ -50,6 +54,11 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 		Pending: nonNil(pending),
 		ByNode:  map[string]schemas.Usage{},
 		ByModel: map[string]schemas.Usage{},
+	}
+	if rep, err := h.cfg.Client.Budgets(ctx); err == nil {
+		f.Spend = &rep
+	} else {
+		h.log.Warn("reading the budgets for the fleet page", "err", err)
 	}
 	for _, a := range agents {
 		n, m := f.ByNode[a.Node], f.ByModel[a.Model]

@@ -21,6 +21,7 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge/web"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -86,6 +87,19 @@ func startDash(t *testing.T, cfg web.Config) *dash {
 	case err := <-done:
 		t.Fatalf("node: %v", err)
 	}
+	// The coordinator's count of spend, which the fleet page shows.
+	l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: natstest.Connect(t, b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := make(chan error, 1)
+	go func() { counted <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-counted; err != nil {
+			t.Errorf("ledger: %v", err)
+		}
+	})
 	return d
 }
 

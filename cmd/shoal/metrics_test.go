@@ -219,4 +219,33 @@ func TestMetricsAfterAKnownRun(t *testing.T) {
 	if stored < 5 {
 		t.Errorf("the turn stored only %v events", stored)
 	}
+	// What the turn used, by node and model, from the coordinator's count
+	// of the stream's result events.
+	var used schemas.Usage
+	for _, ev := range page.Events {
+		var e struct {
+			Kind string `json:"kind"`
+			Data struct {
+				Usage *schemas.Usage `json:"usage"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(ev.Event, &e) == nil && e.Kind == "result" && e.Data.Usage != nil {
+			used.Add(*e.Data.Usage)
+		}
+	}
+	if used.InputTokens == 0 {
+		t.Fatalf("the turn's result says it used nothing")
+	}
+	poll.Until(t, 20*time.Second, "the coordinator counts the turn", func() bool {
+		return scrapeMetrics(t, upMetrics).value("shoal_spent_turns_total", "node", "box") == 1
+	})
+	um = scrapeMetrics(t, upMetrics)
+	for kind, n := range map[string]int64{"input": used.InputTokens, "output": used.OutputTokens, "cache_read": used.CacheReadTokens, "cache_write": used.CacheCreationTokens} {
+		if got := um.value("shoal_spent_tokens_total", "node", "box", "kind", kind); got != float64(n) {
+			t.Errorf("coordinator: shoal_spent_tokens_total{node=box,kind=%s} = %v, want %d", kind, got, n)
+		}
+	}
+	if got := um.value("shoal_spent_turns_total", "node", "box", "model", "sonnet"); got != 1 {
+		t.Errorf("coordinator: shoal_spent_turns_total{node=box,model=sonnet} = %v, want 1", got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -263,5 +266,73 @@ func TestLabelBudgetHoldsItsNodesAgents(t *testing.T) {
 	}
 	if code, _, errOut := c.shoal("budget", "set", id, "--fleet", "--tokens", "5"); code != exitUsage || !strings.Contains(errOut, "name exactly one") {
 		t.Errorf("shoal budget set naming two: exit %d, %q", code, errOut)
+	}
+}
+
+// Over MCP: agent_open takes a budget, a turn past it is refused with
+// the budget named in the tool's error text, and a budget that is no
+// budget is refused by its argument's name.
+func TestMCPHoldsAnAgentToItsBudget(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	c.fake.Script(fakemodel.Reply{Text: "once", Usage: fakemodel.Usage{Input: 100, Output: 20}})
+	cl := mcp.NewClient(&mcp.Implementation{Name: "budget-test", Version: "1"}, nil)
+	s, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: c.printed("MCP endpoint "), HTTPClient: &http.Client{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	call := func(tool string, args map[string]any) (string, bool) {
+		t.Helper()
+		text, isErr, err := callText(t.Context(), s, tool, args)
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		return text, isErr
+	}
+	if text, isErr := call("agent_open", map[string]any{"cwd": t.TempDir(), "id": "thrifty", "budget_tokens": 50}); isErr {
+		t.Fatalf("agent_open with a budget: %s", text)
+	}
+	if text, _ := call("agent_run", map[string]any{"agent_id": "thrifty", "text": "Spend it."}); !strings.Contains(text, "cancelled") {
+		t.Errorf("agent_run of the turn that crossed the budget: %s", text)
+	}
+	for _, tool := range []string{"agent_send", "agent_run"} {
+		text, isErr := call(tool, map[string]any{"agent_id": "thrifty", "text": "More."})
+		if !isErr || !strings.Contains(text, "agent thrifty has used ") || !strings.Contains(text, "tokens of its budget of 50: raise it with shoal budget set thrifty --tokens N") {
+			t.Errorf("%s past the budget: error %v, %q", tool, isErr, text)
+		}
+	}
+	if text, isErr := call("agent_open", map[string]any{"cwd": t.TempDir(), "budget_tokens": 0}); !isErr || !strings.Contains(text, "budget_tokens") {
+		t.Errorf("agent_open with a budget of 0 tokens: error %v, %q", isErr, text)
+	}
+}
+
+// Scoped credentials reach the budgets through the coordinator's fabric
+// service: a client's set the fleet's and an agent's and read them back;
+// an observer's read them and set none (refused by the rights rules).
+func TestBudgetsThroughTheFabricService(t *testing.T) {
+	t.Parallel()
+	p := startAuthPool(t, "client", "alice")
+	if out := p.must(t, "budget", "set", "--fleet", "--tokens", "5000", "--usd", "2"); !strings.Contains(out, "the fleet: budget 5000 tokens, $2.0000; used 0 tokens") {
+		t.Errorf("shoal budget set --fleet as a client: %q", out)
+	}
+	id := p.must(t, "open", "--budget-tokens", "700", t.TempDir())
+	if out := p.must(t, "budget", id); !strings.Contains(out, "agent "+id+": budget 700 tokens; used 0 tokens") {
+		t.Errorf("shoal budget %s as a client: %q", id, out)
+	}
+	var rep schemas.BudgetsReply
+	if err := json.Unmarshal([]byte(p.must(t, "budget", "--json")), &rep); err != nil || len(rep.Budgets) != 2 {
+		t.Errorf("shoal budget --json as a client: %+v %v", rep, err)
+	}
+	observer := filepath.Join(p.dir, "watcher.creds")
+	if code, _, errOut := runShoal(t, p.dir, nil, "creds", "observer", "watcher", "--out", observer, "--auth-dir", filepath.Join(p.dir, "keys")); code != 0 {
+		t.Fatal(errOut)
+	}
+	as := []string{"SHOAL_NATS=" + p.url, "SHOAL_CREDS=" + observer}
+	if code, out, errOut := runShoal(t, t.TempDir(), as, "budget"); code != 0 || !strings.Contains(out, "the fleet") {
+		t.Errorf("shoal budget as an observer: exit %d, %q %q", code, out, errOut)
+	}
+	if code, _, errOut := runShoal(t, t.TempDir(), as, "budget", "set", "--fleet", "--tokens", "1"); code != exitUsage || !strings.Contains(errOut, "budget") {
+		t.Errorf("shoal budget set as an observer: exit %d, %q", code, errOut)
 	}
 }

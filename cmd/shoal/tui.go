@@ -88,6 +88,11 @@ func (s fabricSource) Agents(ctx context.Context) ([]schemas.AgentRecord, error)
 
 func (s fabricSource) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) { return s.f.Nodes(ctx) }
 
+// Budgets reads what the fleet spent and its budgets (tui.Spender).
+func (s fabricSource) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
+	return s.f.Budgets(ctx)
+}
+
 // Follow replays every agent's events from now, or, resuming, from the
 // time of the last one seen; the monitor drops what it had already.
 func (s fabricSource) Follow(ctx context.Context, from tui.Resume, fn func(tui.Event)) error {

@@ -180,6 +180,7 @@ function renderFleet(f, q) {
       el("td", {}, st, w ? " " : null, w), el("td", { text: a.model }), el("td", { text: a.node }), el("td", { text: a.cwd }),
       el("td", { class: "num", text: a.turn }),
       el("td", { class: "num tokens", text: num(a.usage.inputTokens) + " / " + num(a.usage.outputTokens) }),
+      el("td", { class: "num cost", text: cost(a.usage.costUsd) }),
       el("td", { class: "num", text: a.last_activity ? age(f.now - a.last_activity) + " ago" : "" }));
   }));
   const totals = (sel, m) => $(sel + " tbody").replaceChildren(...Object.keys(m).sort().map((k) =>
@@ -187,6 +188,38 @@ function renderFleet(f, q) {
       el("td", { class: "num", text: num(m[k].outputTokens) }), el("td", { class: "num", text: num(m[k].cacheReadTokens) }))));
   totals("#by-node", f.tokens_by_node);
   totals("#by-model", f.tokens_by_model);
+  renderSpend(f.spend);
+}
+
+// A cost as people read it: "-" where none was reported (never 0).
+function cost(c) { return c === null || c === undefined ? "-" : "$" + c.toFixed(4); }
+
+function tokensOf(u) { return (u.inputTokens || 0) + (u.outputTokens || 0) + (u.cacheReadTokens || 0) + (u.cacheCreationTokens || 0); }
+
+// What the fleet spent, from the coordinator's count, and every budget
+// with what was used against it.
+function renderSpend(spend) {
+  if (!spend) {
+    $("#fleet-spend").textContent = "The coordinator's count of spend could not be read.";
+    $("#budgets tbody").replaceChildren();
+    return;
+  }
+  let used = { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheCreationTokens: 0, costUsd: null }, turns = 0;
+  for (const r of spend.spent.rows || []) {
+    for (const k of ["inputTokens", "outputTokens", "cacheReadTokens", "cacheCreationTokens"]) used[k] += r.usage[k] || 0;
+    if (r.usage.costUsd !== null && r.usage.costUsd !== undefined) used.costUsd = (used.costUsd || 0) + r.usage.costUsd;
+    turns += r.turns;
+  }
+  $("#fleet-spend").textContent = "The fleet's turns used " + num(tokensOf(used)) + " tokens, cost " + cost(used.costUsd) + ", in " + num(turns) + " turns.";
+  $("#budgets tbody").replaceChildren(...spend.budgets.map((b) => {
+    const who = b.fleet ? "the fleet" : b.label ? "label " + b.label : "agent " + b.agent_id;
+    const limit = [b.budget.tokens ? num(b.budget.tokens) + " tokens" : "", b.budget.usd ? "$" + b.budget.usd.toFixed(4) : ""].filter(Boolean).join(", ");
+    const reached = (b.budget.tokens && tokensOf(b.used) >= b.budget.tokens) || (b.budget.usd && b.used.costUsd !== null && b.used.costUsd >= b.budget.usd);
+    return el("tr", { "data-budget": who },
+      el("td", { text: who }), el("td", { class: "num", text: limit }), el("td", { class: "num", text: num(tokensOf(b.used)) }),
+      el("td", { class: "num", text: cost(b.used.costUsd) }),
+      el("td", {}, el("span", { class: "status " + (reached ? "reached" : "within"), text: reached ? "reached: turns are refused" : "within" })));
+  }));
 }
 
 // ---- an agent ----
@@ -247,7 +280,7 @@ function agentPage(id) {
 function renderFacts(r) {
   const u = r.usage || {};
   const facts = [["status", r.status], ["model", r.model], ["node", r.node], ["directory", r.cwd], ["turn", r.turn],
-    ["tokens in/out", num(u.inputTokens) + " / " + num(u.outputTokens)], ["last activity", r.last_activity ? new Date(r.last_activity * 1000).toLocaleTimeString() : ""]];
+    ["tokens in/out", num(u.inputTokens) + " / " + num(u.outputTokens)], ["cost", cost(u.costUsd)], ["last activity", r.last_activity ? new Date(r.last_activity * 1000).toLocaleTimeString() : ""]];
   const ws = r.workspace;
   if (ws) facts.push(["repository", ws.source + " (" + ws.branch + " from " + ws.base.slice(0, 12) + ")"]);
   $("#agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k }, el("dt", { text: k }), el("dd", { text: v }))));

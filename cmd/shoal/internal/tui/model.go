@@ -38,6 +38,10 @@ type (
 	tickMsg    time.Time
 	agentsMsg  []schemas.AgentRecord
 	nodesMsg   []schemas.NodeRecord
+	spendMsg   struct {
+		rep schemas.BudgetsReply
+		err error
+	}
 	pendingMsg struct {
 		reqs []schemas.PermitRecord
 		err  error
@@ -125,6 +129,9 @@ type Model struct {
 	// changedEvery.
 	changed   map[string]int
 	changedAt map[string]time.Time
+	// spend is what the fleet spent and its budgets, as last read (nil
+	// when the source does not say).
+	spend *schemas.BudgetsReply
 }
 
 // changedEvery is how often the selected agent's changed files are
@@ -183,7 +190,7 @@ func New(ctx context.Context, src Source, opts Options) *Model {
 // Init implements tea.Model: the first reads, the follower, the clock.
 func (m *Model) Init() tea.Cmd {
 	go m.follow()
-	return tea.Batch(m.readAgents(0), m.readNodes(0), m.readPending(0), m.nextEvents(), m.nextFeedState(), tickEvery())
+	return tea.Batch(m.readAgents(0), m.readNodes(0), m.readSpend(0), m.readPending(0), m.nextEvents(), m.nextFeedState(), tickEvery())
 }
 
 func tickEvery() tea.Cmd {
@@ -226,6 +233,19 @@ func (m *Model) readNodes(d time.Duration) tea.Cmd {
 			return nodesErrMsg{}
 		}
 		return nodesMsg(ns)
+	})
+}
+
+// readSpend reads what the fleet spent and its budgets, when the source
+// says; a failed read is tried again later.
+func (m *Model) readSpend(d time.Duration) tea.Cmd {
+	sp, ok := m.src.(Spender)
+	if !ok {
+		return nil
+	}
+	return m.after(d, func() tea.Msg {
+		rep, err := sp.Budgets(m.ctx)
+		return spendMsg{rep, err}
 	})
 }
 
@@ -307,6 +327,11 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.readNodes(2 * m.opts.Poll)
 	case nodesErrMsg:
 		return m, m.readNodes(2 * m.opts.Poll)
+	case spendMsg:
+		if msg.err == nil {
+			m.spend = &msg.rep
+		}
+		return m, m.readSpend(2 * m.opts.Poll)
 	case pendingMsg:
 		return m, m.setPending(msg)
 	case pollErrMsg:

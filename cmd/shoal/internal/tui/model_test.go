@@ -619,3 +619,36 @@ func TestFeedNamesPermissionRequests(t *testing.T) {
 		t.Errorf("feed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// spenderSource is a fabric that says what the fleet spent.
+type spenderSource struct {
+	*fakeSource
+	rep schemas.BudgetsReply
+}
+
+func (s spenderSource) Budgets(context.Context) (schemas.BudgetsReply, error) { return s.rep, nil }
+
+// The header shows what the fleet spent against its budget, and says so
+// once the budget is reached; each agent's row its own tokens.
+func TestHeaderShowsTheFleetsSpend(t *testing.T) {
+	agents := []schemas.AgentRecord{{ID: "a1", Status: schemas.StatusIdle, Node: "n1", CreatedAt: 1, Usage: schemas.Usage{InputTokens: 1500, OutputTokens: 200}}}
+	used := schemas.Usage{InputTokens: 30_000, OutputTokens: 2_000, CostUSD: schemas.Cost(1.25)}
+	src := spenderSource{fakeSource: &fakeSource{agents: agents, stored: map[string][]Event{}}, rep: schemas.BudgetsReply{
+		Budgets: []schemas.BudgetLine{{Fleet: true, Budget: schemas.Budget{Tokens: 50_000}, Used: used}},
+		Spent:   schemas.Spent{Seq: 9, Rows: []schemas.SpentRow{{Node: "n1", Model: "sonnet", Turns: 4, Usage: used}}},
+	}}
+	m := New(t.Context(), src, Options{})
+	m.Update(tea.WindowSizeMsg{Width: 160, Height: 20})
+	m.Update(agentsMsg(agents))
+	m.Update(m.readSpend(0)())
+	view := m.View()
+	if !strings.Contains(view, "spent 32.0k $1.25/50.0k") || strings.Contains(view, "budget reached") || !strings.Contains(view, "1.7k") {
+		t.Errorf("the fleet within its budget:\n%s", view)
+	}
+	src.rep.Budgets[0].Budget.Tokens = 30_000
+	m.src = src
+	m.Update(m.readSpend(0)())
+	if view := m.View(); !strings.Contains(view, "spent 32.0k $1.25/30.0k ⚠ fleet budget reached") {
+		t.Errorf("the fleet past its budget:\n%s", view)
+	}
+}

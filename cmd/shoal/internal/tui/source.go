@@ -49,6 +49,13 @@ type Differ interface {
 	Changed(ctx context.Context, agent string) (files int, err error)
 }
 
+// Spender is a Source that can say what the fleet spent and its
+// budgets: the monitor's header shows the fleet's spend, against its
+// budget when it has one.
+type Spender interface {
+	Budgets(ctx context.Context) (schemas.BudgetsReply, error)
+}
+
 // ErrNoPermits is what Pending and Permit return, wrapped or not, when
 // the fabric does not serve permission requests: the monitor then shows
 // no marker and says so when asked.

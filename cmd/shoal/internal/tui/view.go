@@ -119,6 +119,7 @@ func (m *Model) header(shown []schemas.AgentRecord) string {
 	if waiting > 0 {
 		h += fmt.Sprintf(" · ⚠ %d waiting", waiting)
 	}
+	h += m.spendNote()
 	if m.byNode && !m.nodesView {
 		h += " · by node"
 	}
@@ -209,6 +210,35 @@ func (m *Model) listLines(shown []schemas.AgentRecord, h int) []string {
 		out = append(out, dot+" "+clip(text, w-2))
 	}
 	return out
+}
+
+// spendNote is what the header says of the fleet's spend: its tokens (and
+// cost, where one was reported), against the fleet's budget when there is
+// one, and a warning once it is reached.
+func (m *Model) spendNote() string {
+	if m.spend == nil {
+		return ""
+	}
+	used := m.spend.Spent.Fleet()
+	note := " · spent " + tokens(used)
+	if used.CostUSD != nil && *used.CostUSD > 0 {
+		note += fmt.Sprintf(" $%.2f", *used.CostUSD)
+	}
+	for _, b := range m.spend.Budgets {
+		if !b.Fleet {
+			continue
+		}
+		if b.Budget.Tokens > 0 {
+			note += "/" + tokens(schemas.Usage{InputTokens: b.Budget.Tokens})
+		}
+		if b.Budget.USD > 0 {
+			note += fmt.Sprintf("/$%.2f", b.Budget.USD)
+		}
+		if b.Budget.Over(schemas.Scope{Fleet: true}, b.Used) != nil {
+			note += " ⚠ fleet budget reached"
+		}
+	}
+	return note
 }
 
 // tokens is an agent's token count, short.
