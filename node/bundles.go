@@ -114,4 +114,3 @@ func (s *relayStore) putBundle(ctx context.Context, agent, name, desc string, r 
 		}
 	}
 }
-

@@ -243,4 +243,3 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	a.setModel(model) // as the backend reads it back, prefix and all
 	return schemas.SetModelReply{Switched: true}, nil
 }
-

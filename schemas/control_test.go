@@ -77,8 +77,8 @@ func controlSamples() map[string]any {
 		"budgets_request":    struct{}{},
 		"budgets_reply": schemas.BudgetsReply{
 			Budgets: []schemas.BudgetLine{{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Budget: schemas.Budget{Tokens: 1000, USD: 2.5}, Used: schemas.Usage{InputTokens: 10, CostUSD: schemas.Cost(0.5)}}},
-			Spent: schemas.Spent{Seq: 42, Rows: []schemas.SpentRow{{Node: "n1", Instance: "0123abcd", Model: "sonnet", Labels: []string{"gpu=yes"}, Turns: 3, Usage: schemas.Usage{InputTokens: 10}}}}},
-		"relay_last_reply":   schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}, Tails: map[string]schemas.Tail{"9f3a1c20": {Last: 42, Turn: 3, Open: true, Errored: true}}},
+			Spent:   schemas.Spent{Seq: 42, Rows: []schemas.SpentRow{{Node: "n1", Instance: "0123abcd", Model: "sonnet", Labels: []string{"gpu=yes"}, Turns: 3, Usage: schemas.Usage{InputTokens: 10}}}}},
+		"relay_last_reply": schemas.RelayLastReply{Last: map[string]uint64{"9f3a1c20": 42}, Tails: map[string]schemas.Tail{"9f3a1c20": {Last: 42, Turn: 3, Open: true, Errored: true}}},
 	}
 }
 

@@ -35,10 +35,10 @@ type incoming struct {
 }
 
 type (
-	tickMsg    time.Time
-	agentsMsg  []schemas.AgentRecord
-	nodesMsg   []schemas.NodeRecord
-	spendMsg   struct {
+	tickMsg   time.Time
+	agentsMsg []schemas.AgentRecord
+	nodesMsg  []schemas.NodeRecord
+	spendMsg  struct {
 		rep schemas.BudgetsReply
 		err error
 	}
