@@ -133,9 +133,9 @@ func TestFleetBudgetAcrossTwoNodes(t *testing.T) {
 
 	// The node and the coordinator die and come back.
 	far.stop(syscall.SIGKILL)
-	far = node()
+	node()
 	up.stop(syscall.SIGKILL)
-	up = coordinator()
+	coordinator()
 	// After: ten fresh agents (the first on m once it answers the
 	// coordinator that came back), six turns each sent at once, far past
 	// the budget.
