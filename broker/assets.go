@@ -102,6 +102,10 @@ func (a Assets) StreamConfig() jetstream.StreamConfig {
 		Duplicates:  a.Duplicates,
 		Replicas:    a.Replicas,
 		AllowDirect: true,
+		// Nodes publish their events in fast batches (nats-server 2.14
+		// and later); a server that does not know the setting leaves it
+		// off, and nodes then publish event by event.
+		AllowBatchPublish: true,
 	}
 }
 

@@ -133,33 +133,50 @@ func (l *Ledger) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
 	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
-	}
-	defer msgs.Stop()
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // before the wait: the workers end with it
-	workers.Go(func() {
-		<-ctx.Done()
-		msgs.Stop()
-	})
 	workers.Go(func() { l.flushLoop(ctx, kv, rev) })
 	workers.Go(func() { l.followNodes(ctx, w) })
 	close(l.ready)
+	// The stream is read in batches, what it holds at each read, and at
+	// most every ledgerPace while it holds less than a batch: the server
+	// sends the ledger many events at once rather than each as it stores
+	// it, which would cost the stream's leader, the fleet's ceiling, as
+	// much as a second writer.
 	for {
-		m, err := msgs.Next()
+		batch, err := cons.FetchNoWait(ledgerBatch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
 		}
-		l.count(ctx, agents, m)
+		n := 0
+		for m := range batch.Messages() {
+			l.count(ctx, agents, m)
+			n++
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
+		}
+		if n < ledgerBatch {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(ledgerPace):
+			}
+		}
 	}
 }
+
+// ledgerBatch and ledgerPace are how the ledger reads the stream: this
+// many events at a time, and a pause this long after reading fewer.
+const (
+	ledgerBatch = 4096
+	ledgerPace  = 50 * time.Millisecond
+)
 
 // load reads the written count; its revision is 0 when there is none.
 func (l *Ledger) load(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {

@@ -77,6 +77,10 @@ type Config struct {
 	// AskTimeout is how long a permission request of an agent that asks
 	// waits for a person before it is denied; DefaultAskTimeout when zero.
 	AskTimeout time.Duration
+	// NoBatches publishes every event with an asynchronous publish of its
+	// own even where the stream takes fast batches (for measuring one
+	// against the other).
+	NoBatches bool
 	// PublishWindow bounds unacknowledged publishes; 512 when zero (the
 	// window a raw JetStream async publisher is measured with), at most
 	// schemas.MaxEventsAhead.
@@ -323,7 +327,11 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pub := newPublisher(ejs, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
+	out, err := h.eventSender(ctx, events, ejs)
+	if err != nil {
+		return err
+	}
+	pub := newPublisher(out, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
 	pub.onStored = h.cfg.Metrics.EventStored
 	h.mu.Lock()
 	h.pub = pub
@@ -432,6 +440,25 @@ func (h *Host) Run(ctx context.Context) error {
 	stopBG()
 	wg.Wait()
 	return nil
+}
+
+// eventSender is how the node's events reach the stream: in fast
+// batches where the stream takes them and the node reaches JetStream
+// itself, else (a confined node, whose relay stores each event, or an
+// older server) with an asynchronous publish per event.
+func (h *Host) eventSender(ctx context.Context, events *nats.Conn, js jetstream.JetStream) (sender, error) {
+	if h.cfg.Confined || h.cfg.NoBatches {
+		return asyncSender{js}, nil
+	}
+	stream, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	if !allowsBatches(stream.CachedInfo()) {
+		h.log.Info("the stream takes no fast batches (nats-server 2.14 and later, allow_batched); events are published one by one")
+		return asyncSender{js}, nil
+	}
+	return newBatchSender(events, h.cfg.PublishWindow, publishAckWait)
 }
 
 // publishAckWait is how long an event may wait for the stream's

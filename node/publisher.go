@@ -78,7 +78,7 @@ func (m *outMsg) msgID() string {
 // lost and the next stored. What it cannot rule out is a leader handing
 // over to another (a planned step-down) while events are in flight.
 type publisher struct {
-	js     jetstream.JetStream
+	out    sender
 	last   func(context.Context, []string) (map[string]uint64, error)
 	window int
 	log    *slog.Logger
@@ -118,8 +118,8 @@ type outboxLimits struct {
 	Disk   int64 // bytes on disk before the outbox is full
 }
 
-func newPublisher(js jetstream.JetStream, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
-	p := &publisher{js: js, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
+func newPublisher(out sender, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
+	p := &publisher{out: out, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
 		futures: make(chan jetstream.PubAckFuture, window)}
 	p.cond = sync.NewCond(&p.mu)
@@ -266,28 +266,32 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		for !p.stopped && (p.failed || p.halted || p.sent >= len(p.queue) || p.inflight >= p.window || (p.probing && p.sent > 0) ||
-			(p.journal != nil && !p.journal.hasWritten(p.queue[p.sent].jseq))) {
+		for !p.stopped && (p.failed || p.halted || !p.ready(0) || p.inflight >= p.window || (p.probing && p.sent > 0)) {
 			if p.sent >= len(p.queue) && p.refill() {
 				continue
+			}
+			if !p.ready(0) {
+				p.out.idle() // nothing to send: what was sent is acknowledged soon
 			}
 			p.cond.Wait()
 		}
 		if p.stopped {
 			p.mu.Unlock()
+			p.out.close()
 			close(p.futures)
 			return
 		}
 		m := p.queue[p.sent]
 		p.sent++
 		p.inflight++
+		alone := p.probing
 		var reuse *nats.Msg
 		if n := len(p.free); n > 0 && m.header == nil {
 			reuse, p.free = p.free[n-1], p.free[:n-1]
 		}
 		p.mu.Unlock()
 		msg := m.natsMsg(reuse)
-		f, err := p.js.PublishMsgAsync(msg)
+		f, err := p.out.send(msg, alone)
 		if err != nil {
 			// Stop here: sending the next message before this one is
 			// stored would put them out of order.
@@ -298,6 +302,14 @@ func (p *publisher) send() {
 		}
 		p.futures <- f
 	}
+}
+
+// ready reports whether the event k after the last one sent may be sent
+// now: it is queued, and written to the journal if there is one. p.mu is
+// held.
+func (p *publisher) ready(k int) bool {
+	i := p.sent + k
+	return i < len(p.queue) && (p.journal == nil || p.journal.hasWritten(p.queue[i].jseq))
 }
 
 // ack takes the acknowledgements in order. The first failure stops the
@@ -385,6 +397,7 @@ func (p *publisher) ack(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 		p.skipStored(ctx)
+		p.out.restart()
 		p.mu.Lock()
 		p.failed, p.halted, p.probing, p.sent = false, false, true, 0
 		p.mu.Unlock()

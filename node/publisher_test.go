@@ -57,33 +57,79 @@ func (f *flakyJS) count() {
 }
 
 // Failed publishes are retried from the failure on, under the same ids:
-// the stream ends up with every event once, in order.
+// the stream ends up with every event once, in order. Asynchronous
+// publishes fail before they leave or lose their acknowledgement; in fast
+// batches, events are lost on the way (the stream sees a gap and ends the
+// batch) or fail to leave.
 func TestPublisherRetriesLoseAndDoubleNothing(t *testing.T) {
-	b := natstest.Start(t)
-	nc, js := natstest.JetStream(t, b)
-	flaky := &flakyJS{JetStream: js}
-	p := newPublisher(flaky, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	for _, way := range []string{"async", "batches"} {
+		t.Run(way, func(t *testing.T) {
+			b := natstest.Start(t)
+			nc, js := natstest.JetStream(t, b)
+			var out sender
+			var fails func() int
+			if way == "async" {
+				flaky := &flakyJS{JetStream: js}
+				out, fails = asyncSender{flaky}, func() int { flaky.mu.Lock(); defer flaky.mu.Unlock(); return flaky.fails }
+			} else {
+				// Lost events are known by a missing acknowledgement: the
+				// wait for one is short here.
+				bs, err := newBatchSender(nc, 16, 200*time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var mu sync.Mutex
+				var n, injected int
+				bs.publish = func(m *nats.Msg) error {
+					mu.Lock()
+					n++
+					k := n
+					if k%17 == 0 || k%29 == 0 {
+						injected++
+					}
+					mu.Unlock()
+					switch {
+					case k%17 == 0:
+						return nil // lost on the way
+					case k%29 == 0:
+						return errFlaky // never sent
+					}
+					return nc.PublishMsg(m)
+				}
+				out, fails = bs, func() int { mu.Lock(); defer mu.Unlock(); return injected }
+			}
+			p := newPublisher(out, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() { p.run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
 
-	const n = 200
-	for _, id := range []string{"a", "b"} {
-		for i := uint64(1); i <= n; i++ {
-			p.enqueue(newOutMsg(schemas.EventSubject(id), "n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now()))
-		}
+			const n = 200
+			for _, id := range []string{"a", "b"} {
+				for i := uint64(1); i <= n; i++ {
+					p.enqueue(newOutMsg(schemas.EventSubject(id), "n", id, i, []byte(fmt.Sprintf(`{"n":%d}`, i)), time.Now()))
+				}
+			}
+			fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+			defer fcancel()
+			if err := p.flush(fctx); err != nil {
+				t.Fatalf("flush: %v (pending %d)", err, p.pending())
+			}
+			if fails() == 0 {
+				t.Fatal("no failure was injected")
+			}
+			storedOnce(t, js, []string{"a", "b"}, n)
+		})
 	}
-	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
-	defer fcancel()
-	if err := p.flush(fctx); err != nil {
-		t.Fatalf("flush: %v (pending %d)", err, p.pending())
-	}
-	if flaky.fails == 0 {
-		t.Fatal("no failure was injected")
-	}
+}
+
+// storedOnce checks that the stream holds each agent's events 1 to n,
+// once each and in order.
+func storedOnce(t *testing.T, js jetstream.JetStream, ids []string, n uint64) {
+	t.Helper()
+	ctx := t.Context()
 	s, _ := js.Stream(ctx, schemas.StreamName)
-	for _, id := range []string{"a", "b"} {
+	for _, id := range ids {
 		cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +176,7 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sp.close()
-	p := newPublisher(d, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
+	p := newPublisher(asyncSender{d}, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var signals []bool
 	p.onFull = func(full bool) { mu.Lock(); signals = append(signals, full); mu.Unlock() }
@@ -239,7 +285,7 @@ func TestPublisherRetryStraddlesANewLeader(t *testing.T) {
 	nc, js := natstest.JetStream(t, b)
 	const window = 16
 	e := &electingJS{JetStream: js, upAfter: window + 4} // up within the first retry
-	p := newPublisher(e, testStore(t, nc, js).lastEvents, window, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	p := newPublisher(asyncSender{e}, testStore(t, nc, js).lastEvents, window, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.run(ctx); close(done) }()

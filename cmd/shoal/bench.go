@@ -156,7 +156,17 @@ func printBench(w io.Writer, r *bench.Report) {
 		r.Agents, r.Turns, r.EventsPerTurn, rate, r.Fabric, r.Nodes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tevents\tevents/s\traw baseline\traw events/s\tratio\t")
-	fmt.Fprintf(tw, "node pipeline, stdout to stored\t%s\t%s\tJetStream async publish\t%s\t%.2f\t\n", thousands(float64(r.Events)), thousands(r.NodeRate), thousands(r.RawRate), r.Ratio)
+	rows := func(what string, rate float64, anchors []bench.AnchorRate) {
+		for i, a := range anchors {
+			w, n, r := what, "", thousands(rate)
+			if i > 0 {
+				w, r = "", ""
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t\n", w, n, r, a.Anchor, thousands(a.Rate), a.Ratio)
+		}
+	}
+	rows("node pipeline, bare (nobody reading)", r.BareRate, r.BareAnchors)
+	rows("node pipeline, watched (subscriber, bus, replay)", r.NodeRate, r.Anchors)
 	fmt.Fprintf(tw, "Kaimon bus, stream to ZeroMQ subscriber\t%s\t%s\tzmq4 PUB/SUB\t%s\t%.2f\t\n", thousands(float64(r.BusEvents)), thousands(r.BusRate), thousands(r.RawZMQRate), r.BusRatio)
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -165,7 +175,8 @@ func printBench(w io.Writer, r *bench.Report) {
 	row := func(name string, l bench.Latency) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", name, l.Samples, l.P50, l.P99, l.Max)
 	}
-	row("(a) stored in the stream", r.Stored)
+	row("(a) stored in the stream, bare rounds", r.StoredBare)
+	row("(a) stored in the stream, watched rounds", r.Stored)
 	row("(b) core subscriber of agent.<id>", r.Core)
 	row("(c) Kaimon bus to a ZeroMQ subscriber", r.Bus)
 	row("(d) following replay", r.Replay)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -77,6 +78,13 @@ func (c *Config) defaults() {
 	c.ReplayAgents = min(c.ReplayAgents, c.Agents)
 }
 
+// AnchorRate is an anchor's events/s and the node's ratio to it.
+type AnchorRate struct {
+	Anchor Anchor  `json:"anchor"`
+	Rate   float64 `json:"events_per_s"`
+	Ratio  float64 `json:"node_ratio"`
+}
+
 // Report is what a run measured.
 type Report struct {
 	Fabric        string  `json:"fabric"` // "embedded" or the URL
@@ -96,15 +104,25 @@ type Report struct {
 	// headers, published with raw JetStream async publishes (a window of
 	// 512) to the same server after each round, over the time until the
 	// core subscriber has seen the last; a following replay watches them
-	// as one watches the node's.
+	// as one watches the node's. It is AnchorAsyncDedup's rate.
 	RawRate float64 `json:"raw_jetstream_events_per_s"`
 	Ratio   float64 `json:"ratio"`
+	// Anchors are every anchor's rate, measured the same way after each
+	// round, and the node's ratio to each.
+	Anchors []AnchorRate `json:"anchors"`
+	// BareRate is the node's events/s in the bare rounds, before the
+	// watched ones: nobody reads the stream meanwhile, as in nats bench;
+	// BareAnchors the anchors' rates measured the same way.
+	BareRate    float64      `json:"bare_node_events_per_s"`
+	BareAnchors []AnchorRate `json:"bare_anchors"`
 
 	// From the stand-in's stdout line to: stored in the stream (the
 	// server's timestamp), a core subscriber of agent.<id>, the Kaimon
 	// bus's ZeroMQ subscriber, a following replay (client.Replay with
 	// follow) of ReplayAgents agents.
 	Stored Latency `json:"stored"`
+	// StoredBare is stored's latency in the bare rounds.
+	StoredBare Latency `json:"stored_bare"`
 	Core   Latency `json:"core_subscriber"`
 	Bus    Latency `json:"bus"`
 	Replay Latency `json:"following_replay"`
@@ -232,6 +250,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.NodeRSSPerAgent = float64(rep.NodeRSSOpen-rep.NodeRSSBefore) / float64(cfg.Agents)
 	}
 
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
+	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns); err != nil {
+		return nil, fmt.Errorf("the bare rounds: %w; node: %s", err, nodes.output())
+	}
+
 	obs, err := nats.Connect(url, nats.Name("shoal bench observer"))
 	if err != nil {
 		return nil, err
@@ -265,14 +292,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer follow.stop()
 
-	raw, err := newRawBaseline(ctx, url, nodes[0].name, obs, f)
-	if err != nil {
-		return nil, err
+	raws := make([]*rawBaseline, len(Anchors))
+	for i, way := range Anchors {
+		raw, err := newRawBaseline(ctx, way, url, nodes[0].name, obs, f)
+		if err != nil {
+			return nil, err
+		}
+		defer raw.close()
+		raws[i] = raw
 	}
-	defer raw.close()
 
-	say("%d agents × %d turns × %d deltas; after each round of turns, raw JetStream async publishes of as many of the same envelopes", cfg.Agents, cfg.Turns, cfg.Events)
-	var nodeTime, rawTime time.Duration
+	say("%d agents × %d turns × %d deltas; after each round of turns, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
+	var nodeTime time.Duration
+	rawTime := make([]time.Duration, len(raws))
 	var nodeEvents int64
 	for t := 1; t <= cfg.Turns; t++ {
 		w.beginRound()
@@ -291,18 +323,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		took, events := w.endRound()
 		nodeTime += took
 		nodeEvents += events
-		d, err := raw.publish(ctx, w.captured(), int(events))
-		if err != nil {
-			return nil, err
+		for i, raw := range raws {
+			d, err := raw.publish(ctx, w.captured(), int(events))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", raw.way, err)
+			}
+			rawTime[i] += d
 		}
-		rawTime += d
 	}
 	rep.NodeRSSAfter = nodes.rss()
 	rep.Core = w.core.latency()
-	if nodeTime > 0 && rawTime > 0 {
+	if nodeTime > 0 {
 		rep.NodeRate = float64(nodeEvents) / nodeTime.Seconds()
-		rep.RawRate = float64(nodeEvents) / rawTime.Seconds()
-		rep.Ratio = rep.NodeRate / rep.RawRate
+		for i, way := range Anchors {
+			if rawTime[i] <= 0 {
+				continue
+			}
+			a := AnchorRate{Anchor: way, Rate: float64(nodeEvents) / rawTime[i].Seconds()}
+			a.Ratio = rep.NodeRate / a.Rate
+			rep.Anchors = append(rep.Anchors, a)
+			if way == AnchorAsyncDedup {
+				rep.RawRate, rep.Ratio = a.Rate, a.Ratio
+			}
+		}
 	}
 	if err := follow.wait(); err != nil {
 		return nil, err
@@ -310,11 +353,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Replay = follow.lat.latency()
 
 	say("checking every agent's stream")
-	var stored samples
-	if err := verify(ctx, f, agents, cfg.Turns, rep, &stored); err != nil {
+	var bareStored, stored samples
+	if err := verify(ctx, f, agents, 2*cfg.Turns, cfg.Turns, rep, &bareStored, &stored); err != nil { // the bare rounds, then the watched
 		return nil, err
 	}
-	rep.Stored = stored.latency()
+	rep.StoredBare, rep.Stored = bareStored.latency(), stored.latency()
 	rep.Bus = w.bus.latency()
 
 	say("a fresh Kaimon bus for the agents' %d stored events, then plain zmq4 PUB/SUB of as many of the same messages", rep.Verified.Stored)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -177,11 +178,41 @@ func (fl *follower) wait() error {
 
 func (fl *follower) stop() { fl.cancel() }
 
-// rawBaseline publishes envelopes the way the node does, with raw
-// JetStream async publishes under the node's three headers, to an agent
-// subject of its own, watched as the node's agents are: by a core
-// subscriber and a following replay.
+// Anchor is one way of publishing the same envelopes straight to
+// JetStream, measured beside the node in the same run, as nats bench's
+// publishers publish: `nats bench js pub async` (without and with
+// --dedup) and `nats bench js pub fast`.
+type Anchor string
+
+// The anchors.
+const (
+	// AnchorAsync is an asynchronous publish per event, no message id.
+	AnchorAsync Anchor = "JetStream async publish"
+	// AnchorAsyncDedup is the same with the node's three headers, the
+	// message id among them (nats bench --dedup).
+	AnchorAsyncDedup Anchor = "JetStream async publish, message ids"
+	// AnchorFast is fast batch publishing (orbit.go's jetstreamext, as
+	// nats bench js pub fast uses), no message id.
+	AnchorFast Anchor = "JetStream fast batch"
+	// AnchorFastDedup is the same with the node's three headers, the
+	// message id among them.
+	AnchorFastDedup Anchor = "JetStream fast batch, message ids"
+)
+
+// Anchors are the anchors a run measures, in the order printed.
+var Anchors = []Anchor{AnchorAsync, AnchorAsyncDedup, AnchorFast, AnchorFastDedup}
+
+// dedup says whether an anchor's events carry a message id.
+func (a Anchor) dedup() bool { return a == AnchorAsyncDedup || a == AnchorFastDedup }
+
+// fast says whether an anchor publishes in fast batches.
+func (a Anchor) fast() bool { return a == AnchorFast || a == AnchorFastDedup }
+
+// rawBaseline publishes envelopes straight to JetStream, one of the
+// anchors' ways, to an agent subject of its own, watched as the node's
+// agents are: by a core subscriber, the live bus and a following replay.
 type rawBaseline struct {
+	way    Anchor
 	conn   *nats.Conn
 	js     jetstream.JetStream
 	sub    *nats.Subscription
@@ -191,10 +222,11 @@ type rawBaseline struct {
 	seen   atomic.Int64
 	replay chan error
 	cancel context.CancelFunc
+	bare   bool // nobody watches it: a publish ends with its acknowledgements
 }
 
-func newRawBaseline(ctx context.Context, url, node string, obs *nats.Conn, f client.Client) (*rawBaseline, error) {
-	pc, err := nats.Connect(url, nats.Name("shoal bench raw publisher"))
+func newRawBaseline(ctx context.Context, way Anchor, url, node string, obs *nats.Conn, f client.Client) (*rawBaseline, error) {
+	pc, err := nats.Connect(url, nats.Name("shoal bench raw publisher: "+string(way)))
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +235,7 @@ func newRawBaseline(ctx context.Context, url, node string, obs *nats.Conn, f cli
 		pc.Close()
 		return nil, err
 	}
-	r := &rawBaseline{conn: pc, js: js, id: fmt.Sprintf("bench-raw-%d-%d", os.Getpid(), time.Now().UnixNano()), node: node,
+	r := &rawBaseline{way: way, conn: pc, js: js, id: fmt.Sprintf("bench-raw-%d-%d", os.Getpid(), time.Now().UnixNano()), node: node,
 		next: 1, replay: make(chan error, 1)}
 	r.sub, err = obs.Subscribe(schemas.EventSubject(r.id), func(*nats.Msg) { r.seen.Add(1) })
 	if err != nil {
@@ -217,7 +249,12 @@ func newRawBaseline(ctx context.Context, url, node string, obs *nats.Conn, f cli
 	}
 	// One is stored before anything is timed, so the replay has an agent
 	// to follow (a replay refuses one the fabric does not know).
-	if _, err := js.PublishMsg(ctx, r.msg([]byte(`{"kind":"status","turn":0,"data":{"status":"idle"}}`))); err != nil {
+	// It carries a number even for the anchors whose later events have
+	// none (the replay delivers them as strays, and watches them all the
+	// same).
+	seed := r.msg([]byte(`{"kind":"status","turn":0,"data":{"status":"idle"}}`))
+	seed.Header[schemas.HeaderMsgID] = []string{schemas.MsgID(r.id, 1)}
+	if _, err := js.PublishMsg(ctx, seed); err != nil {
 		r.close()
 		return nil, fmt.Errorf("raw publish: %w", err)
 	}
@@ -255,11 +292,14 @@ func newRawBaseline(ctx context.Context, url, node string, obs *nats.Conn, f cli
 	return r, nil
 }
 
-// msg is the next raw message, with the node's headers.
+// msg is the next raw message, with the node's headers (the message id
+// only for the anchors that dedup).
 func (r *rawBaseline) msg(data []byte) *nats.Msg {
 	m := nats.NewMsg(schemas.EventSubject(r.id))
 	m.Data = data
-	m.Header[schemas.HeaderMsgID] = []string{schemas.MsgID(r.id, uint64(r.next))}
+	if r.way.dedup() {
+		m.Header[schemas.HeaderMsgID] = []string{schemas.MsgID(r.id, uint64(r.next))}
+	}
 	m.Header[schemas.HeaderNode] = []string{r.node}
 	m.Header[schemas.HeaderTime] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
 	r.next++
@@ -274,19 +314,28 @@ func (r *rawBaseline) publish(ctx context.Context, envelopes [][]byte, n int) (t
 	}
 	want := r.seen.Load() + int64(n)
 	start := time.Now()
-	for i := range n {
-		// A full window waits for acknowledgements as long as it takes, as
-		// the node's publisher does, rather than the default 200ms.
-		if _, err := r.js.PublishMsgAsync(r.msg(envelopes[i%len(envelopes)]), jetstream.WithStallWait(time.Minute)); err != nil {
-			return 0, fmt.Errorf("raw publish: %w", err)
+	if r.way.fast() {
+		if err := r.publishFast(ctx, envelopes, n); err != nil {
+			return 0, err
+		}
+	} else {
+		for i := range n {
+			// A full window waits for acknowledgements as long as it takes,
+			// as the node's publisher does, rather than the default 200ms.
+			if _, err := r.js.PublishMsgAsync(r.msg(envelopes[i%len(envelopes)]), jetstream.WithStallWait(time.Minute)); err != nil {
+				return 0, fmt.Errorf("raw publish: %w", err)
+			}
+		}
+		select {
+		case <-r.js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Minute):
+			return 0, errors.New("raw publishes not acknowledged in 5 minutes")
 		}
 	}
-	select {
-	case <-r.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-time.After(5 * time.Minute):
-		return 0, errors.New("raw publishes not acknowledged in 5 minutes")
+	if r.bare {
+		return time.Since(start), nil
 	}
 	if err := waitFor(ctx, r.seen.Load, want, func() string {
 		return fmt.Sprintf("the core subscriber saw %d of %d raw publishes", r.seen.Load()-(want-int64(n)), n)
@@ -296,11 +345,39 @@ func (r *rawBaseline) publish(ctx context.Context, envelopes [][]byte, n int) (t
 	return time.Since(start), nil
 }
 
+// publishFast publishes n envelopes in one fast batch, as nats bench js
+// pub fast does (a flow of 500, one outstanding acknowledgement), and
+// ends it.
+func (r *rawBaseline) publishFast(ctx context.Context, envelopes [][]byte, n int) error {
+	var failed atomic.Value
+	fp, err := jetstreamext.NewFastPublisher(r.js, jetstreamext.FastPublishFlowControl{Flow: 500, MaxOutstandingAcks: 1, AckTimeout: time.Minute},
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) { failed.Store(err) }))
+	if err != nil {
+		return fmt.Errorf("raw fast batch: %w", err)
+	}
+	for i := range n {
+		if _, err := fp.AddMsg(r.msg(envelopes[i%len(envelopes)])); err != nil {
+			return fmt.Errorf("raw fast batch: %w", err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if _, err := fp.Close(cctx); err != nil {
+		return fmt.Errorf("raw fast batch, its end: %w", err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		return fmt.Errorf("raw fast batch: %w", err)
+	}
+	return nil
+}
+
 func (r *rawBaseline) close() {
 	if r.cancel != nil {
 		r.cancel()
 		<-r.replay
 	}
-	r.sub.Unsubscribe()
+	if r.sub != nil {
+		r.sub.Unsubscribe()
+	}
 	r.conn.Close()
 }

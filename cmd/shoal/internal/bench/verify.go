@@ -14,7 +14,9 @@ import (
 // a result whose output count is the deltas stored. It fills rep's
 // Events and Verified, and adds each delta's delay from its print to its
 // storing to stored.
-func verify(ctx context.Context, f client.Client, agents []*agent, turns int, rep *Report, stored *samples) error {
+// The stored latency of turns up to bareTurns goes to bare, of the others
+// to stored.
+func verify(ctx context.Context, f client.Client, agents []*agent, turns, bareTurns int, rep *Report, bare, stored *samples) error {
 	v := &rep.Verified
 	v.TurnsExpected = len(agents) * turns
 	problem := func(format string, args ...any) {
@@ -72,7 +74,11 @@ func verify(ctx context.Context, f client.Client, agents []*agent, turns int, re
 			}
 			s.delta = k
 			v.Deltas++
-			stored.add(r.Time.UnixNano() - printed)
+			if r.Turn <= bareTurns {
+				bare.add(r.Time.UnixNano() - printed)
+			} else {
+				stored.add(r.Time.UnixNano() - printed)
+			}
 			return nil
 		}
 		if r.Kind != schemas.KindResult {
