@@ -123,9 +123,9 @@ type Report struct {
 	Stored Latency `json:"stored"`
 	// StoredBare is stored's latency in the bare rounds.
 	StoredBare Latency `json:"stored_bare"`
-	Core   Latency `json:"core_subscriber"`
-	Bus    Latency `json:"bus"`
-	Replay Latency `json:"following_replay"`
+	Core       Latency `json:"core_subscriber"`
+	Bus        Latency `json:"bus"`
+	Replay     Latency `json:"following_replay"`
 
 	// BusRate is a fresh bus's events/s from the stream to a ZeroMQ
 	// subscriber, for the run's stored events; RawZMQRate the same
