@@ -35,10 +35,11 @@ type LedgerConfig struct {
 // fleet's and the labels' budgets. Several coordinators may run one each:
 // they count the same stream, and the one behind takes the other's count.
 type Ledger struct {
-	cfg   LedgerConfig
-	log   *slog.Logger
-	js    jetstream.JetStream
-	ready chan struct{}
+	cfg       LedgerConfig
+	log       *slog.Logger
+	js        jetstream.JetStream
+	ready     chan struct{}
+	readyOnce sync.Once
 
 	mu        sync.Mutex
 	spent     schemas.Spent       // counted, written or not
@@ -67,7 +68,8 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 		labels: map[string][]string{}, instances: map[string]string{}, models: map[string]string{}, counted: make(chan struct{}, 1)}, nil
 }
 
-// Ready is closed once the ledger has read its count and counts on.
+// Ready is closed once the ledger runs (the count itself may take a
+// moment to read).
 func (l *Ledger) Ready() <-chan struct{} { return l.ready }
 
 // Spent is the count as it stands (written or about to be).
@@ -87,13 +89,31 @@ func (l *Ledger) spentLocked() schemas.Spent {
 // than results is written: a restart then reads less of the stream again.
 const progressEvery = 5 * time.Second
 
-// Run counts until ctx ends.
+// Run counts until ctx ends. A read that fails (the stream's leader
+// being elected, the server away) is begun again from the written count,
+// after a pause: the ledger stops only with ctx.
 func (l *Ledger) Run(ctx context.Context) error {
-	err := l.run(ctx)
-	if ctx.Err() != nil {
-		return nil // stopped, whatever it was doing
+	// Nobody waits on the count: the coordinator's other services start
+	// beside it whatever the stream's state.
+	l.readyOnce.Do(func() { close(l.ready) })
+	pause := 100 * time.Millisecond
+	for {
+		began := time.Now()
+		err := l.run(ctx)
+		if ctx.Err() != nil {
+			return nil // stopped, whatever it was doing
+		}
+		if time.Since(began) > time.Minute {
+			pause = 100 * time.Millisecond
+		}
+		l.log.Warn("counting the spend stopped; it begins again from the count written", "err", err, "in", pause)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
 	}
-	return err
 }
 
 func (l *Ledger) run(ctx context.Context) error {
@@ -139,7 +159,6 @@ func (l *Ledger) run(ctx context.Context) error {
 	defer cancel() // before the wait: the workers end with it
 	workers.Go(func() { l.flushLoop(ctx, kv, rev) })
 	workers.Go(func() { l.followNodes(ctx, w) })
-	close(l.ready)
 	// The stream is read in batches, what it holds at each read, and at
 	// most every ledgerPace while it holds less than a batch: the server
 	// sends the ledger many events at once rather than each as it stores
@@ -193,6 +212,9 @@ func (l *Ledger) load(ctx context.Context, kv jetstream.KeyValue) (uint64, error
 	}
 	l.mu.Lock()
 	l.spent = s
+	for node, life := range l.instances { // as heard before a new start
+		l.spent.Retire(node, life)
+	}
 	l.mu.Unlock()
 	return e.Revision(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -334,6 +335,7 @@ func nodeProcess() int {
 		Name: "n1", Conn: nc, Dir: os.Getenv("SHOAL_TEST_DIR"),
 		Backends: []backend.Backend{claude.New(fakeCLI(os.Getenv("SHOAL_TEST_MODE")))},
 		Reaper:   os.Args[0],
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

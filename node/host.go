@@ -458,6 +458,7 @@ func (h *Host) eventSender(ctx context.Context, events *nats.Conn, js jetstream.
 		h.log.Info("the stream takes no fast batches (nats-server 2.14 and later, allow_batched); events are published one by one")
 		return asyncSender{js}, nil
 	}
+	h.log.Info("events are published in fast batches")
 	return newBatchSender(events, h.cfg.PublishWindow, publishAckWait)
 }
 

@@ -281,3 +281,64 @@ func TestNoLossAfterACleanStop(t *testing.T) {
 			len(after.Events), len(before.Events), after.Gaps, err, after.Events[len(after.Events)-1].Event)
 	}
 }
+
+// A node SIGKILLed while an agent streams as fast as it can, its events
+// going out in fast batches (the server storing each as it comes, a
+// batch not atomic), and restarted: the batch cut mid-way leaves no gap
+// and no duplicate. What the stream stored of it stays; what it did not
+// comes from the node's journal, under the same numbers; nothing is
+// stored twice.
+func TestBatchCutByASIGKILL(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	dir := t.TempDir()
+	printed := filepath.Join(t.TempDir(), "printed")
+	node, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
+	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
+		nodes, _ := f.Nodes(t.Context())
+		return len(nodes) == 1
+	})
+	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatalf("open: %v\n%s", err, stderr.String())
+	}
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 60*time.Second, "the stream holds 20,000 of the turn's events", func() bool {
+		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: 20000, Max: 1, IncludeDeltas: true})
+		return err == nil && len(rep.Events) == 1
+	})
+	node.Process.Kill()
+	<-exited
+	if !strings.Contains(stderr.String(), "events are published in fast batches") {
+		t.Fatalf("the node did not publish in fast batches:\n%s", stderr.String())
+	}
+	last := printedCount(printed)
+
+	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, url: b.ClientURL()})
+	w := g.watchWith(open.AgentID, false) // checks the numbering: gapless
+	w.until(0, "status dead", isStatus(schemas.StatusDead))
+	chunks := 0
+	for _, e := range w.events() {
+		if a, ok := e.Payload.(schemas.AssistantText); ok && a.Delta {
+			if want := fmt.Sprintf("c%d ", chunks+1); a.Content.Text != want {
+				t.Fatalf("chunk %d in the stream is %q, want %q", chunks+1, a.Content.Text, want)
+			}
+			chunks++
+		}
+	}
+	t.Logf("the CLI printed %d chunks; the stream holds %d, each once", last, chunks)
+	// What the node had not numbered yet: the pipe, the queue between the
+	// CLI's reader and the node, and the journal's buffer.
+	if chunks < last-2000 {
+		t.Fatalf("the stream holds %d chunks of the %d the CLI printed", chunks, last)
+	}
+	if errs := errorsOf(w.events()); len(errs) != 1 || !strings.Contains(errs[0], "restarted during turn 1") {
+		t.Errorf("errors: %q", errs)
+	}
+}

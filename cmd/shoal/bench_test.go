@@ -23,8 +23,16 @@ func TestBenchShort(t *testing.T) {
 	if r.Agents != 4 || r.Turns != 2 || r.EventsPerTurn != 2000 || r.Fabric != "embedded" || r.Nodes != 2 {
 		t.Fatalf("--short ran %d agents × %d turns × %d deltas on %q with %d nodes", r.Agents, r.Turns, r.EventsPerTurn, r.Fabric, r.Nodes)
 	}
+	if len(r.Anchors) != len(bench.Anchors) || len(r.BareAnchors) != len(bench.Anchors) {
+		t.Errorf("anchors: %d watched, %d bare; want %d each", len(r.Anchors), len(r.BareAnchors), len(bench.Anchors))
+	}
+	for i, a := range append(append([]bench.AnchorRate(nil), r.Anchors...), r.BareAnchors...) {
+		if a.Anchor != bench.Anchors[i%len(bench.Anchors)] || !(a.Rate > 0) || !(a.Ratio > 0) {
+			t.Errorf("anchor %d: %+v", i, a)
+		}
+	}
 	for name, v := range map[string]float64{
-		"events": float64(r.Events), "node events/s": r.NodeRate, "raw events/s": r.RawRate, "ratio": r.Ratio,
+		"events": float64(r.Events), "node events/s": r.NodeRate, "bare node events/s": r.BareRate, "raw events/s": r.RawRate, "ratio": r.Ratio,
 		"bus events/s": r.BusRate, "raw zmq4 events/s": r.RawZMQRate, "bus ratio": r.BusRatio,
 		"node RSS before": float64(r.NodeRSSBefore), "node RSS open": float64(r.NodeRSSOpen), "node RSS after": float64(r.NodeRSSAfter),
 	} {
@@ -32,20 +40,21 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("%s is %v", name, v)
 		}
 	}
-	for name, l := range map[string]bench.Latency{"stored": r.Stored, "core subscriber": r.Core, "bus": r.Bus, "following replay": r.Replay, "open": r.Open} {
+	for name, l := range map[string]bench.Latency{"stored": r.Stored, "stored, bare": r.StoredBare, "core subscriber": r.Core, "bus": r.Bus, "following replay": r.Replay, "open": r.Open} {
 		if l.Samples == 0 || !(l.P50 > 0) || l.P99 < l.P50 || l.Max < l.P99 {
 			t.Errorf("%s latency: %+v", name, l)
 		}
 	}
+	// Deltas of each phase: the bare rounds, then the watched ones.
 	deltas := int64(r.Agents * r.Turns * r.EventsPerTurn)
-	if r.Stored.Samples != int(deltas) || r.Core.Samples != int(deltas) || r.Bus.Samples != int(deltas) || r.Replay.Samples != int(deltas) {
-		t.Errorf("latency samples: stored %d, core %d, bus %d, replay %d; the stand-ins printed %d deltas",
-			r.Stored.Samples, r.Core.Samples, r.Bus.Samples, r.Replay.Samples, deltas)
+	if r.StoredBare.Samples != int(deltas) || r.Stored.Samples != int(deltas) || r.Core.Samples != int(deltas) || r.Bus.Samples != int(deltas) || r.Replay.Samples != int(deltas) {
+		t.Errorf("latency samples: stored bare %d, stored %d, core %d, bus %d, replay %d; the stand-ins printed %d deltas in each phase",
+			r.StoredBare.Samples, r.Stored.Samples, r.Core.Samples, r.Bus.Samples, r.Replay.Samples, deltas)
 	}
 	if r.BusEvents != r.Verified.Stored || r.BusEvents <= r.Events {
 		t.Errorf("the fresh bus carried %d events; the stream holds %d of the agents' (%d of their turns)", r.BusEvents, r.Verified.Stored, r.Events)
 	}
-	if r.Events <= deltas {
+	if r.Events <= 2*deltas {
 		t.Errorf("%d events stored for %d deltas: the turns' other events (status, result) are missing", r.Events, deltas)
 	}
 	if fl := r.Fleet; fl == nil || fl.NodesRegistered != 20 || fl.Opens != 100 || fl.Placement.Samples != 100 ||
@@ -53,7 +62,7 @@ func TestBenchShort(t *testing.T) {
 		t.Errorf("the fleet figure of --short (20 nodes, 100 opens): %+v", fl)
 	}
 	v := r.Verified
-	if v.Gapless != r.Agents || v.TurnsEnded != r.Agents*r.Turns || v.TurnsExpected != r.Agents*r.Turns || v.Deltas != deltas || len(v.Problems) > 0 {
+	if v.Gapless != r.Agents || v.TurnsEnded != 2*r.Agents*r.Turns || v.TurnsExpected != 2*r.Agents*r.Turns || v.Deltas != 2*deltas || len(v.Problems) > 0 {
 		t.Errorf("verified: %+v", v)
 	}
 }
