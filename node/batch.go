@@ -20,7 +20,7 @@ type sender interface {
 	// send publishes msg; alone says it is sent by itself (the publisher
 	// probes the stream with one event after a failure) and is to be
 	// acknowledged at once.
-	send(msg *nats.Msg, alone bool) (jetstream.PubAckFuture, error)
+	send(msg *nats.Msg, alone bool) (future, error)
 	// idle says nothing more is ready to send: what was sent learns its
 	// fate soon, not only once more is sent.
 	idle()
@@ -30,12 +30,35 @@ type sender interface {
 	close()
 }
 
+// A future is one event sent: wait returns once the stream has stored it
+// (nil) or it failed.
+type future interface {
+	wait() error
+	Msg() *nats.Msg
+}
+
 // asyncSender is JetStream's asynchronous publish: the stream answers
 // each event with an acknowledgement of its own.
 type asyncSender struct{ js jetstream.JetStream }
 
-func (s asyncSender) send(msg *nats.Msg, _ bool) (jetstream.PubAckFuture, error) {
-	return s.js.PublishMsgAsync(msg)
+func (s asyncSender) send(msg *nats.Msg, _ bool) (future, error) {
+	f, err := s.js.PublishMsgAsync(msg)
+	if err != nil {
+		return nil, err
+	}
+	return asyncFuture{f}, nil
+}
+
+// asyncFuture is an asynchronous publish's acknowledgement.
+type asyncFuture struct{ jetstream.PubAckFuture }
+
+func (f asyncFuture) wait() error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	}
 }
 func (asyncSender) idle()    {}
 func (asyncSender) restart() {}
@@ -77,7 +100,10 @@ type batchSender struct {
 	n       uint64 // the last event numbered in it
 	subject string // a subject of the stream, for a commit that stores nothing
 	waiting []*batchFuture
-	settled *sync.Cond // waiting emptied, or the sender broke
+	// progress is when the stream last acknowledged an event waiting, or
+	// when one began to wait with none before it.
+	progress time.Time
+	settled  *sync.Cond // waiting emptied, or the sender broke
 	broken  error      // why nothing more is sent until restart
 	commit  *time.Timer
 	armed   bool // commit runs after commitAfter
@@ -109,19 +135,23 @@ func newBatchSender(nc *nats.Conn, window int, wait time.Duration) (*batchSender
 	return s, nil
 }
 
-// batchFuture is one event's outcome.
+// batchFuture is one event's outcome: done is closed once it is known,
+// err says it failed.
 type batchFuture struct {
 	msg   *nats.Msg
 	batch string
 	n     uint64
-	sent  time.Time
-	ok    chan *jetstream.PubAck
-	err   chan error
+	done  chan struct{}
+	err   error
 }
 
-func (f *batchFuture) Ok() <-chan *jetstream.PubAck { return f.ok }
-func (f *batchFuture) Err() <-chan error            { return f.err }
-func (f *batchFuture) Msg() *nats.Msg               { return f.msg }
+func (f *batchFuture) wait() error    { <-f.done; return f.err }
+func (f *batchFuture) Msg() *nats.Msg { return f.msg }
+
+func (f *batchFuture) resolve(err error) {
+	f.err = err
+	close(f.done)
+}
 
 // Operations of a fast batch, as its reply subjects name them.
 const (
@@ -147,7 +177,7 @@ func (s *batchSender) replySubject(op int) string {
 	return b.String()
 }
 
-func (s *batchSender) send(msg *nats.Msg, alone bool) (jetstream.PubAckFuture, error) {
+func (s *batchSender) send(msg *nats.Msg, alone bool) (future, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.commit.Stop()
@@ -171,12 +201,15 @@ func (s *batchSender) send(msg *nats.Msg, alone bool) (jetstream.PubAckFuture, e
 	}
 	s.n++
 	s.subject = msg.Subject
-	f := &batchFuture{msg: msg, batch: s.id, n: s.n, sent: time.Now(), ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+	f := &batchFuture{msg: msg, batch: s.id, n: s.n, done: make(chan struct{})}
 	msg.Reply = s.replySubject(op)
 	if err := s.publish(msg); err != nil {
 		s.n--
 		s.breakLocked(err)
 		return nil, err
+	}
+	if len(s.waiting) == 0 {
+		s.progress = time.Now() // the wait for an acknowledgement begins
 	}
 	s.waiting = append(s.waiting, f)
 	if op == batchCommit {
@@ -296,10 +329,13 @@ func (s *batchSender) ackLocked(id string, n uint64) {
 	kept := s.waiting[:0]
 	for _, f := range s.waiting {
 		if f.batch == id && f.n <= n {
-			f.ok <- &jetstream.PubAck{}
+			f.resolve(nil)
 		} else {
 			kept = append(kept, f)
 		}
+	}
+	if len(kept) < len(s.waiting) {
+		s.progress = time.Now()
 	}
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
@@ -311,14 +347,14 @@ func (s *batchSender) ackLocked(id string, n uint64) {
 // failLocked fails every waiting event.
 func (s *batchSender) failLocked(err error) {
 	for _, f := range s.waiting {
-		f.err <- err
+		f.resolve(err)
 	}
 	clear(s.waiting)
 	s.waiting = s.waiting[:0]
 }
 
-// watch fails what waits longer than the sender's wait for its
-// acknowledgement (the stream or its leader went away), as an
+// watch fails what waits when the stream has acknowledged nothing for
+// the sender's wait (the stream or its leader went away), as an
 // asynchronous publish times out.
 func (s *batchSender) watch() {
 	t := time.NewTicker(s.wait / 4)
@@ -329,7 +365,7 @@ func (s *batchSender) watch() {
 			return
 		case now := <-t.C:
 			s.mu.Lock()
-			if len(s.waiting) > 0 && now.Sub(s.waiting[0].sent) > s.wait {
+			if len(s.waiting) > 0 && now.Sub(s.progress) > s.wait {
 				s.breakLocked(fmt.Errorf("%w: no acknowledgement of the batch in %s", nats.ErrTimeout, s.wait))
 			}
 			s.mu.Unlock()

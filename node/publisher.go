@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -103,7 +102,7 @@ type publisher struct {
 	drained  chan struct{}             // closed and replaced whenever the queue empties
 	stored   map[string]uint64         // each agent's last event the stream acknowledged
 	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
-	futures  chan jetstream.PubAckFuture
+	futures  chan future
 	journal  *journal           // every event is written here before it is sent; nil for none
 	written  chan struct{}      // kicked after each journal write
 	queued   map[string]*outMsg // each agent's last event not stored yet
@@ -121,7 +120,7 @@ type outboxLimits struct {
 func newPublisher(out sender, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{out: out, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
-		futures: make(chan jetstream.PubAckFuture, window)}
+		futures: make(chan future, window)}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -319,11 +318,7 @@ func (p *publisher) ack(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	var firstErr error
 	for f := range p.futures {
-		var err error
-		select {
-		case <-f.Ok():
-		case err = <-f.Err():
-		}
+		err := f.wait()
 		var storedAt time.Time
 		moved := false
 		p.mu.Lock()
@@ -498,20 +493,13 @@ func (p *publisher) refill() bool {
 	return moved
 }
 
-// failedFuture is the ack future of a publish that failed before it left.
+// failedFuture is the future of a publish that failed before it left.
 type failedFuture struct {
 	msg *nats.Msg
 	err error
 }
 
-func (f failedFuture) Ok() <-chan *jetstream.PubAck { return nil }
-
-func (f failedFuture) Err() <-chan error {
-	c := make(chan error, 1)
-	c <- f.err
-	return c
-}
-
+func (f failedFuture) wait() error    { return f.err }
 func (f failedFuture) Msg() *nats.Msg { return f.msg }
 
 // skipStored drops queued events that the stream already holds, judged by

@@ -45,9 +45,20 @@ func (f *flakyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (je
 		if _, err := f.JetStream.PublishMsgAsync(m, opts...); err != nil {
 			return nil, err
 		}
-		return failedFuture{msg: m, err: errFlaky}, nil
+		return lostAck{m}, nil
 	}
 	return f.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// lostAck is the acknowledgement of a publish that never comes: it fails.
+type lostAck struct{ msg *nats.Msg }
+
+func (f lostAck) Ok() <-chan *jetstream.PubAck { return nil }
+func (f lostAck) Msg() *nats.Msg               { return f.msg }
+func (f lostAck) Err() <-chan error {
+	c := make(chan error, 1)
+	c <- errFlaky
+	return c
 }
 
 func (f *flakyJS) count() {
