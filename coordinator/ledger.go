@@ -194,7 +194,7 @@ func (l *Ledger) run(ctx context.Context) error {
 // many events at a time, and a pause this long after reading fewer.
 const (
 	ledgerBatch = 4096
-	ledgerPace  = 50 * time.Millisecond
+	ledgerPace  = 10 * time.Millisecond
 )
 
 // load reads the written count; its revision is 0 when there is none.
