@@ -97,6 +97,7 @@ type batchSender struct {
 
 	mu      sync.Mutex
 	id      string // the open batch; "" when none
+	head    string // its events' reply subject up to their number
 	n       uint64 // the last event numbered in it
 	subject string // a subject of the stream, for a commit that stores nothing
 	waiting []*batchFuture
@@ -161,20 +162,19 @@ const (
 	batchCommitEOB = 3
 )
 
+// replySubject is the reply subject of the open batch's event s.n, which
+// does op.
 func (s *batchSender) replySubject(op int) string {
-	var b strings.Builder
-	b.Grow(len(s.prefix) + len(s.id) + 40)
-	b.WriteString(s.prefix)
-	b.WriteByte('.')
-	b.WriteString(s.id)
-	b.WriteByte('.')
-	b.WriteString(strconv.Itoa(s.flow))
-	b.WriteString(".fail.")
-	b.WriteString(strconv.FormatUint(s.n, 10))
-	b.WriteByte('.')
-	b.WriteString(strconv.Itoa(op))
-	b.WriteString(".$FI")
-	return b.String()
+	if s.head == "" {
+		s.head = s.prefix + "." + s.id + "." + strconv.Itoa(s.flow) + ".fail."
+	}
+	b := make([]byte, 0, len(s.head)+32)
+	b = append(b, s.head...)
+	b = strconv.AppendUint(b, s.n, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, int64(op), 10)
+	b = append(b, ".$FI"...)
+	return string(b)
 }
 
 func (s *batchSender) send(msg *nats.Msg, alone bool) (future, error) {
@@ -194,7 +194,7 @@ func (s *batchSender) send(msg *nats.Msg, alone bool) (future, error) {
 	}
 	op := batchAppend
 	if s.id == "" {
-		s.id, s.n, op = nuid.Next(), 0, batchStart
+		s.id, s.n, s.head, op = nuid.Next(), 0, "", batchStart
 		if alone {
 			op = batchCommit // a batch of one, acknowledged once stored
 		}

@@ -48,7 +48,7 @@ func (m *outMsg) natsMsg(reuse *nats.Msg) *nats.Msg {
 	h := reuse.Header
 	h[schemas.HeaderMsgID][0] = schemas.MsgID(m.agent, m.seq)
 	h[schemas.HeaderNode][0] = m.node
-	h[schemas.HeaderTime][0] = m.at.UTC().Format(time.RFC3339Nano)
+	h[schemas.HeaderTime][0] = stampTime(m.at)
 	*reuse = nats.Msg{Subject: m.subject, Header: h, Data: m.data}
 	return reuse
 }
@@ -555,7 +555,7 @@ func eventMsg(subject, node, agent string, seq uint64, payload []byte, at time.T
 		Header: nats.Header{
 			schemas.HeaderMsgID: {schemas.MsgID(agent, seq)},
 			schemas.HeaderNode:  {node},
-			schemas.HeaderTime:  {at.UTC().Format(time.RFC3339Nano)},
+			schemas.HeaderTime:  {stampTime(at)},
 		},
 	}
 }
