@@ -24,7 +24,7 @@ import (
 // bareRounds runs turns rounds of turns on every agent, each followed by
 // every anchor's publishes, and returns the node's events/s and each
 // anchor's.
-func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int) (float64, []AnchorRate, error) {
+func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int, envelopes [][]byte) (float64, []AnchorRate, error) {
 	stream, err := js.Stream(ctx, schemas.StreamName)
 	if err != nil {
 		return 0, nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
@@ -41,7 +41,6 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 	var nodeTime time.Duration
 	var nodeEvents int64
 	rawTime := make([]time.Duration, len(raws))
-	var envelopes [][]byte
 	for t := 1; t <= turns; t++ {
 		before, err := lastNumbers(ctx, stream, agents)
 		if err != nil {
@@ -72,11 +71,6 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 		}
 		nodeTime += took
 		nodeEvents += events
-		if envelopes == nil {
-			if envelopes, err = envelopesOf(ctx, stream, agents[0].id, before[0]+1, after[0]); err != nil {
-				return 0, nil, err
-			}
-		}
 		for i, raw := range raws {
 			d, err := raw.publish(ctx, envelopes, int(events))
 			if err != nil {
@@ -134,38 +128,3 @@ func lastNumbers(ctx context.Context, stream jetstream.Stream, agents []*agent) 
 	return out, err
 }
 
-// envelopesOf reads agent id's events from to to (at most
-// maxEnvelopes of them, which the anchors cycle through), for the anchors
-// to publish.
-func envelopesOf(ctx context.Context, stream jetstream.Stream, id string, from, to uint64) ([][]byte, error) {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
-	if err != nil {
-		return nil, err
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return nil, err
-	}
-	defer it.Stop()
-	var out [][]byte
-	for {
-		m, err := it.Next()
-		if err != nil {
-			return nil, fmt.Errorf("read agent %s's events back: %w", id, err)
-		}
-		_, n, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID))
-		if err != nil {
-			continue
-		}
-		if n >= from {
-			out = append(out, m.Data())
-		}
-		if n >= to || len(out) >= maxEnvelopes {
-			return out, nil
-		}
-	}
-}
-
-// maxEnvelopes bounds what the anchors cycle through: a turn's first
-// events, its deltas most of them, as the node stores them.
-const maxEnvelopes = 20_000

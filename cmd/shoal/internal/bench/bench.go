@@ -250,15 +250,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.NodeRSSPerAgent = float64(rep.NodeRSSOpen-rep.NodeRSSBefore) / float64(cfg.Agents)
 	}
 
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
-	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns); err != nil {
-		return nil, fmt.Errorf("the bare rounds: %w; node: %s", err, nodes.output())
-	}
-
 	obs, err := nats.Connect(url, nats.Name("shoal bench observer"))
 	if err != nil {
 		return nil, err
@@ -352,9 +343,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Replay = follow.lat.latency()
 
+	// The bare rounds come after the watched ones, once nobody watches:
+	// a replay that followed the agents from their start would otherwise
+	// have their events to read first.
+	follow.stop()
+	w.stop()
+	liveBus.stop()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
+	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns, w.captured()); err != nil {
+		return nil, fmt.Errorf("the bare rounds: %w; node: %s", err, nodes.output())
+	}
+
 	say("checking every agent's stream")
 	var bareStored, stored samples
-	if err := verify(ctx, f, agents, 2*cfg.Turns, cfg.Turns, rep, &bareStored, &stored); err != nil { // the bare rounds, then the watched
+	if err := verify(ctx, f, agents, 2*cfg.Turns, cfg.Turns, rep, &bareStored, &stored); err != nil { // the watched rounds, then the bare
 		return nil, err
 	}
 	rep.StoredBare, rep.Stored = bareStored.latency(), stored.latency()

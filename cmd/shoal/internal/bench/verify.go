@@ -14,9 +14,9 @@ import (
 // a result whose output count is the deltas stored. It fills rep's
 // Events and Verified, and adds each delta's delay from its print to its
 // storing to stored.
-// The stored latency of turns up to bareTurns goes to bare, of the others
-// to stored.
-func verify(ctx context.Context, f client.Client, agents []*agent, turns, bareTurns int, rep *Report, bare, stored *samples) error {
+// The stored latency of the turns after the first watched goes to bare,
+// of those to stored.
+func verify(ctx context.Context, f client.Client, agents []*agent, turns, watched int, rep *Report, bare, stored *samples) error {
 	v := &rep.Verified
 	v.TurnsExpected = len(agents) * turns
 	problem := func(format string, args ...any) {
@@ -74,7 +74,7 @@ func verify(ctx context.Context, f client.Client, agents []*agent, turns, bareTu
 			}
 			s.delta = k
 			v.Deltas++
-			if r.Turn <= bareTurns {
+			if r.Turn > watched {
 				bare.add(r.Time.UnixNano() - printed)
 			} else {
 				stored.add(r.Time.UnixNano() - printed)
