@@ -105,11 +105,11 @@ type batchSender struct {
 	// when one began to wait with none before it.
 	progress time.Time
 	settled  *sync.Cond // waiting emptied, or the sender broke
-	broken  error      // why nothing more is sent until restart
-	commit  *time.Timer
-	armed   bool // commit runs after commitAfter
-	closed  bool
-	done    chan struct{}
+	broken   error      // why nothing more is sent until restart
+	commit   *time.Timer
+	armed    bool // commit runs after commitAfter
+	closed   bool
+	done     chan struct{}
 }
 
 // commitAfter is how long a batch stays open once nothing more is ready

@@ -127,4 +127,3 @@ func lastNumbers(ctx context.Context, stream jetstream.Stream, agents []*agent) 
 	})
 	return out, err
 }
-
