@@ -25,6 +25,7 @@ type benchOptions struct {
 	profile    string
 	fleet      int
 	fleetOpens int
+	publish    string
 }
 
 func benchCommand() *command {
@@ -76,6 +77,7 @@ shoal command writes its own with SHOAL_CPUPROFILE=file.`,
 			fs.IntVar(&o.turns, "turns", 3, "turns per agent, `n`, one after another")
 			fs.Float64Var(&o.rate, "rate", 0, "deltas per `second` each stand-in prints (0: as fast as it can)")
 			fs.BoolVar(&o.short, "short", false, "a run of a few seconds, for CI")
+			fs.StringVar(&o.publish, "publish", "batches", "how the nodes publish their events: `way` batches or async (shoal node --publish)")
 			fs.IntVar(&o.fleet, "fleet", 100, "`n` fake nodes that register, beat and take opens, for the fleet figure (0: none)")
 			fs.IntVar(&o.fleetOpens, "fleet-opens", 1000, "agents opened through placement among the fleet, `n`")
 			fs.BoolVar(&o.json, "json", false, "print the report as JSON")
@@ -124,7 +126,7 @@ func (o *benchOptions) run(ctx context.Context, env *environment, set map[string
 		return usagef("--fleet-opens %d: at least one", o.fleetOpens)
 	}
 	cfg := bench.Config{URL: o.nats, Nodes: o.nodes, Agents: o.agents, Events: o.events, Turns: o.turns, Rate: o.rate, Profile: o.profile, Progress: env.io.err,
-		Fleet: o.fleet, FleetOpens: o.fleetOpens}
+		Fleet: o.fleet, FleetOpens: o.fleetOpens, Publish: o.publish}
 	if o.short {
 		cfg.FleetBeat = 250 * time.Millisecond // a short window; the interval is in the report
 	}

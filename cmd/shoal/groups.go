@@ -27,7 +27,7 @@ var (
 	configGroup     = flagGroup{"Configuration", false, []string{"config"}}
 	loggingGroup    = flagGroup{"Logging", true, []string{"log-level", "log-format"}}
 
-	nodeFlags = []string{"node-name", "dir", "labels", "max-agents", "refresh", "keep-for", "mcp-url", "outbox-memory", "outbox-disk"}
+	nodeFlags = []string{"node-name", "dir", "labels", "max-agents", "refresh", "keep-for", "mcp-url", "outbox-memory", "outbox-disk", "publish"}
 )
 
 // nodeGroups are the node's groups, for shoal node and the local node of
@@ -112,7 +112,7 @@ var groupsByCommand = map[string][]flagGroup{
 		configGroup,
 	},
 	"bench": {
-		{"Load", false, []string{"nodes", "agents", "events", "turns", "rate", "fleet", "fleet-opens", "short"}},
+		{"Load", false, []string{"nodes", "agents", "events", "turns", "rate", "fleet", "fleet-opens", "short", "publish"}},
 		{"Fabric", false, []string{"nats"}},
 		{"Output", false, []string{"json", "profile"}},
 		configGroup,

@@ -51,6 +51,7 @@ type nodeOptions struct {
 	keepFor        time.Duration
 	sandbox        string
 	sandboxKind    string
+	publish        string
 	// metrics receives the node's metrics, when the command serves them.
 	metrics *metrics.Registry
 }
@@ -75,6 +76,7 @@ func (o *nodeOptions) register(fs *flag.FlagSet) {
 	sizeFlag(fs, &o.outboxDisk, "outbox-disk", 1<<30, "events kept on disk after that, in `bytes` (0: none)")
 	fs.StringVar(&o.sandbox, "sandbox", schemas.SandboxOff, "sandbox `mode`: off (agents run confined only when their open asks), on (every agent, unless its open declines), required (every agent)")
 	fs.StringVar(&o.sandboxKind, "sandbox-kind", schemas.SandboxNamespaces, "the strongest `kind` of sandbox this node gives: namespaces (of their own around Landlock and seccomp, where this machine allows them) or landlock (Landlock and seccomp alone)")
+	fs.StringVar(&o.publish, "publish", "batches", "how the node publishes its events: `way` batches (JetStream fast batches, where the stream allows them) or async (an asynchronous publish per event)")
 	durationFlag(fs, &o.keepFor, "keep-for", node.DefaultKeepFor, "keep an ended agent's checkout of a repository this `duration` (for shoal diff, fetch and a reopen); 0: until removed by hand")
 	durationFlag(fs, &o.refresh, "refresh", time.Minute, "detect again what this node can run (CLIs, model servers and their models) every `duration`")
 }
@@ -182,6 +184,9 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 	if o.maxAgents < 0 {
 		return nil, usagef("--max-agents %d is negative", o.maxAgents)
 	}
+	if o.publish != "batches" && o.publish != "async" {
+		return nil, usagef("--publish %q: batches or async", o.publish)
+	}
 	if o.outboxMemory < 1<<20 {
 		return nil, usagef("--outbox-memory %s is too small (at least 1MiB)", sizeValue{&o.outboxMemory})
 	}
@@ -196,6 +201,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		MaxAgents:        o.maxAgents,
 		OutboxMemory:     int(o.outboxMemory),
 		OutboxDisk:       negativeIfZero(o.outboxDisk),
+		NoBatches:        o.publish == "async",
 		RefreshInterval:  o.refresh,
 		KeepFor:          keep,
 		Name:             name,

@@ -42,6 +42,9 @@ type Config struct {
 	Turns int
 	// Rate is each stand-in's deltas per second; as fast as it can when zero.
 	Rate float64
+	// Publish is how the nodes publish their events (shoal node
+	// --publish): "batches" when empty, or "async".
+	Publish string
 	// ReplayAgents is how many agents a following replay watches; 8 when
 	// zero (every agent when there are fewer).
 	ReplayAgents int

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -49,7 +50,7 @@ type nodeProc struct {
 // startNode runs `exe node` against url, under dir, with the claude CLI
 // a script that runs `exe __standin` with the turn's shape; with profile
 // set, the node writes a CPU profile there.
-func startNode(exe, url, dir string, events int, rate float64, profile, name string) (*nodeProc, error) {
+func startNode(exe, url, dir string, events int, rate float64, profile, name, publish string) (*nodeProc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -61,7 +62,7 @@ func startNode(exe, url, dir string, events int, rate float64, profile, name str
 	}
 	p := &nodeProc{name: name, done: make(chan struct{})}
 	p.cmd = exec.Command(exe, "node", "--nats", url, "--claude", script, "--node-name", name,
-		"--dir", filepath.Join(dir, "node"), "--log-level", "warn")
+		"--dir", filepath.Join(dir, "node"), "--log-level", "warn", "--publish", cmp.Or(publish, "batches"))
 	p.cmd.Env = append(os.Environ(), "SHOAL_CPUPROFILE="+profile)
 	p.cmd.Stdout = &lockedBuffer{p}
 	p.cmd.Stderr = &lockedBuffer{p}
@@ -135,7 +136,7 @@ func startNodes(ctx context.Context, f client.Client, url string, cfg Config) (n
 		if i == 0 {
 			profile = cfg.Profile
 		}
-		p, err := startNode(cfg.Exe, url, filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1)), cfg.Events, cfg.Rate, profile, fmt.Sprintf("bench-%d-%d", os.Getpid(), i+1))
+		p, err := startNode(cfg.Exe, url, filepath.Join(cfg.Dir, fmt.Sprintf("node-%d", i+1)), cfg.Events, cfg.Rate, profile, fmt.Sprintf("bench-%d-%d", os.Getpid(), i+1), cfg.Publish)
 		if err != nil {
 			return ps, err
 		}
