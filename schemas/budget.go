@@ -99,12 +99,6 @@ func TokensOf(u Usage) int64 {
 	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheCreationTokens
 }
 
-// Spent says why a turn may not start for agent id with usage u under
-// budget b, or nil when it may.
-func (b Budget) Spent(id string, u Usage) error {
-	return b.Over(Scope{Agent: id}, u)
-}
-
 // Scope is what a budget covers: one agent, the fleet, or the agents of
 // the nodes that carry a label.
 type Scope struct {

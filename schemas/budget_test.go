@@ -1,0 +1,80 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// An allowance holds a turn to the agent's budget, then the fleet's, then
+// its node's labels', each against what it covers; a node adds what its
+// life ran beyond the count; a budget's key names its scope.
+func TestAllowanceHoldsTurnsToEveryBudget(t *testing.T) {
+	var spent schemas.Spent
+	spent.Seq = 40
+	spent.Add("n1", "life2", "sonnet", []string{"team=a"}, schemas.Usage{InputTokens: 600})
+	spent.Add("n1", "life1", "sonnet", []string{"team=a"}, schemas.Usage{InputTokens: 100})
+	spent.Add("n2", "x", "opus", nil, schemas.Usage{InputTokens: 250})
+	spent.Retire("n1", "life2")
+	if got := spent.Counted("n1", "life2"); got.InputTokens != 600 {
+		t.Fatalf("n1's current life counted %+v, want 600 in", got)
+	}
+	if got := spent.Counted("n1", "life1"); got.InputTokens != 0 {
+		t.Fatalf("n1's earlier life stands apart after Retire: %+v", got)
+	}
+	if f, l := spent.Fleet(), spent.Label("team=a"); f.InputTokens != 950 || l.InputTokens != 700 {
+		t.Fatalf("fleet %+v, team=a %+v", f, l)
+	}
+	bucket := map[string][]byte{}
+	put := func(key string, v any) { bucket[key], _ = json.Marshal(v) }
+	put("a1", schemas.Budget{Tokens: 500})
+	put(schemas.FleetBudgetKey, schemas.Budget{Tokens: 1200})
+	put(schemas.LabelBudgetKey("team=a"), schemas.Budget{Tokens: 800})
+	put(schemas.SpentKey, spent)
+	get := func(key string) ([]byte, bool, error) { v, ok := bucket[key]; return v, ok, nil }
+	a, err := schemas.AllowanceOf("a1", "n1", "life2", []string{"team=a"}, get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Agent.Tokens != 500 || len(a.Shared) != 2 || a.Counted.InputTokens != 600 {
+		t.Fatalf("allowance %+v", a)
+	}
+	for _, c := range []struct {
+		own, running, unseen int64
+		want                 string // "" allowed, else what the refusal names
+	}{
+		{0, 0, 0, ""},
+		{499, 0, 0, ""},
+		{400, 100, 0, "agent a1 has used 500 tokens of its budget of 500: raise it with shoal budget set a1 --tokens N"},
+		{0, 99, 0, ""},
+		{0, 100, 0, "label team=a has used 800 tokens of its budget of 800: raise it with shoal budget set --label team=a --tokens N"},
+		{0, 0, 250, "the fleet has used 1200 tokens of its budget of 1200: raise it with shoal budget set --fleet --tokens N"},
+	} {
+		al := a.WithUnseen(schemas.Usage{InputTokens: c.unseen})
+		err := al.Check("a1", schemas.Usage{InputTokens: c.own}, schemas.Usage{InputTokens: c.running})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: refused: %v", c, err)
+		case c.want != "" && (err == nil || err.Error() != c.want || schemas.CodeOf(err) != schemas.CodeUnavailable):
+			t.Errorf("%+v: %v, want %q", c, err, c.want)
+		}
+	}
+	if u := schemas.Unseen(schemas.Usage{InputTokens: 700, CostUSD: schemas.Cost(1)}, a.Counted); u.InputTokens != 100 || u.CostUSD == nil || *u.CostUSD != 1 {
+		t.Errorf("unseen %+v", u)
+	}
+	if u := schemas.Unseen(schemas.Usage{InputTokens: 500}, a.Counted); u.InputTokens != 0 {
+		t.Errorf("unseen below the count: %+v", u)
+	}
+	for _, label := range []string{"team=a", "gpu=yes, please", "k="} {
+		if got, ok := schemas.LabelOfBudgetKey(schemas.LabelBudgetKey(label)); !ok || got != label || strings.ContainsAny(schemas.LabelBudgetKey(label)[len("_label."):], ".*> =") {
+			t.Errorf("label %q: key %q reads back %q %v", label, schemas.LabelBudgetKey(label), got, ok)
+		}
+	}
+	for _, r := range []schemas.BudgetRequest{{}, {AgentID: "a1", Fleet: true}, {Label: "nolabel"}, {Fleet: true, Tokens: -1}, {AgentID: "Bad Id"}} {
+		if _, err := r.Scope(); err == nil || schemas.CodeOf(err) != schemas.CodeInvalid {
+			t.Errorf("%+v: %v, want invalid", r, err)
+		}
+	}
+}
