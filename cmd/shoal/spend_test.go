@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -78,12 +77,7 @@ func TestFleetBudgetAcrossTwoNodes(t *testing.T) {
 		return fakemodel.Reply{Text: "spent some", Usage: fakemodel.Usage{Input: 100, Output: 20}, Delay: 20 * time.Millisecond}
 	}})
 	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := strconv.Itoa(freePort(t))
 	url := "nats://127.0.0.1:" + port
 	client := []string{"SHOAL_NATS=" + url}
 	claude := peers.Claude.Command(t)[0]

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/client"
@@ -95,16 +94,11 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 // newBareBaseline is an anchor's publisher with nobody watching it: its
 // publishes end with their acknowledgements.
 func newBareBaseline(url string, way Anchor, node string) (*rawBaseline, error) {
-	pc, err := nats.Connect(url, nats.Name("shoal bench bare publisher: "+string(way)))
-	if err != nil {
-		return nil, err
+	r, err := dialBaseline(url, way, node, "bare")
+	if err == nil {
+		r.bare = true
 	}
-	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(512))
-	if err != nil {
-		pc.Close()
-		return nil, err
-	}
-	return &rawBaseline{way: way, conn: pc, js: js, id: fmt.Sprintf("bench-bare-%d", time.Now().UnixNano()), node: node, next: 1, bare: true}, nil
+	return r, err
 }
 
 // lastNumbers is each agent's last event number in the stream.

@@ -225,8 +225,10 @@ type rawBaseline struct {
 	bare   bool // nobody watches it: a publish ends with its acknowledgements
 }
 
-func newRawBaseline(ctx context.Context, way Anchor, url, node string, obs *nats.Conn, f client.Client) (*rawBaseline, error) {
-	pc, err := nats.Connect(url, nats.Name("shoal bench raw publisher: "+string(way)))
+// dialBaseline connects an anchor's publisher of its own, to publish as
+// node to an agent subject of its own.
+func dialBaseline(url string, way Anchor, node, kind string) (*rawBaseline, error) {
+	pc, err := nats.Connect(url, nats.Name("shoal bench "+kind+" publisher: "+string(way)))
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +237,16 @@ func newRawBaseline(ctx context.Context, way Anchor, url, node string, obs *nats
 		pc.Close()
 		return nil, err
 	}
-	r := &rawBaseline{way: way, conn: pc, js: js, id: fmt.Sprintf("bench-raw-%d-%d", os.Getpid(), time.Now().UnixNano()), node: node,
-		next: 1, replay: make(chan error, 1)}
+	return &rawBaseline{way: way, conn: pc, js: js, id: fmt.Sprintf("bench-%s-%d-%d", kind, os.Getpid(), time.Now().UnixNano()), node: node, next: 1}, nil
+}
+
+func newRawBaseline(ctx context.Context, way Anchor, url, node string, obs *nats.Conn, f client.Client) (*rawBaseline, error) {
+	r, err := dialBaseline(url, way, node, "raw")
+	if err != nil {
+		return nil, err
+	}
+	r.replay = make(chan error, 1)
+	pc, js := r.conn, r.js
 	r.sub, err = obs.Subscribe(schemas.EventSubject(r.id), func(*nats.Msg) { r.seen.Add(1) })
 	if err != nil {
 		pc.Close()
