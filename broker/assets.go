@@ -92,7 +92,7 @@ func (a Assets) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        schemas.StreamName,
 		Description: "Shoal agent events: agent.<id>, Kaimon's {kind, turn, data} envelope",
-		Subjects:    []string{schemas.EventSubjects},
+		Subjects:    []string{schemas.EventSubjects, schemas.BatchEndSubject},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,

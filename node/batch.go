@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // A sender puts the publisher's events to the stream, one at a time and
@@ -99,7 +101,6 @@ type batchSender struct {
 	id      string // the open batch; "" when none
 	head    string // its events' reply subject up to their number
 	n       uint64 // the last event numbered in it
-	subject string // a subject of the stream, for a commit that stores nothing
 	waiting []*batchFuture
 	// progress is when the stream last acknowledged an event waiting, or
 	// when one began to wait with none before it.
@@ -200,7 +201,6 @@ func (s *batchSender) send(msg *nats.Msg, alone bool) (future, error) {
 		}
 	}
 	s.n++
-	s.subject = msg.Subject
 	f := &batchFuture{msg: msg, batch: s.id, n: s.n, done: make(chan struct{})}
 	msg.Reply = s.replySubject(op)
 	if err := s.publish(msg); err != nil {
@@ -242,7 +242,7 @@ func (s *batchSender) commitLocked() {
 		return
 	}
 	s.n++
-	m := &nats.Msg{Subject: s.subject, Reply: s.replySubject(batchCommitEOB)}
+	m := &nats.Msg{Subject: schemas.BatchEndSubject, Reply: s.replySubject(batchCommitEOB)}
 	s.id = ""
 	// A commit lost on the way leaves its events to the timeout, which
 	// fails them; nothing is sent after them meanwhile.

@@ -14,8 +14,13 @@ import (
 const (
 	// StreamName is the stream that keeps every agent event.
 	StreamName = "AGENTS"
-	// EventSubjects is the subject filter of StreamName.
+	// EventSubjects is the subject filter of StreamName's events.
 	EventSubjects = "agent.*"
+	// BatchEndSubject is the other subject of StreamName: where a node
+	// ends a fast batch of its events with a commit that stores nothing,
+	// so that no watcher of agent.* sees a message that is no event.
+	// Nothing is stored under it.
+	BatchEndSubject = "shoal.batch.end"
 	// AgentsBucket is the KV bucket of agent records, one key per agent id.
 	AgentsBucket = "shoal_agents"
 	// NodesBucket is the KV bucket of node capabilities and heartbeats.
