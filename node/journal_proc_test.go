@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,26 +37,8 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			printed := filepath.Join(t.TempDir(), "printed")
 			port := freePort(t)
 			b := runBrokerProcess(t, store, port)
-			node, exited, stderr := startNodeProcess(t, b.url, dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
-			f, err := client.NewDirect(connectTo(t, b.url), client.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			poll.Until(t, 30*time.Second, "the node process is up", func() bool {
-				nodes, _ := f.Nodes(t.Context())
-				return len(nodes) == 1
-			})
-			open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
-			if err != nil {
-				t.Fatalf("open: %v\n%s", err, stderr.String())
-			}
-			if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
-				t.Fatal(err)
-			}
-			poll.Until(t, 30*time.Second, "the stream holds the turn's start", func() bool {
-				rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: 200, Max: 1, IncludeDeltas: true})
-				return err == nil && len(rep.Events) == 1
-			})
+			fh := startFirehose(t, b.url, dir, printed, 200)
+			node, exited, open := fh.node, fh.exited, fh.open
 			b.kill()
 			atKill := printedCount(printed)
 			poll.Until(t, 60*time.Second, "the node numbers 20,000 more chunks into its outbox", func() bool {
@@ -135,6 +118,43 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firehose is a node process whose agent streams as fast as it can.
+type firehose struct {
+	node   *exec.Cmd
+	exited <-chan struct{}
+	stderr *strings.Builder
+	open   schemas.OpenReply
+}
+
+// startFirehose starts a node process on the fabric at url, its files
+// in dir, opens an agent on it whose stand-in CLI counts what it printed
+// in printed, sends it a turn, and returns once the stream holds the
+// turn's event number events.
+func startFirehose(t *testing.T, url, dir, printed string, events uint64) firehose {
+	t.Helper()
+	node, exited, stderr := startNodeProcess(t, url, dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
+	f, err := client.NewDirect(connectTo(t, url), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
+		nodes, _ := f.Nodes(t.Context())
+		return len(nodes) == 1
+	})
+	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatalf("open: %v\n%s", err, stderr.String())
+	}
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 60*time.Second, fmt.Sprintf("the stream holds the turn's event %d", events), func() bool {
+		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: events, Max: 1, IncludeDeltas: true})
+		return err == nil && len(rep.Events) == 1
+	})
+	return firehose{node: node, exited: exited, stderr: stderr, open: open}
 }
 
 // cutJournal cuts the largest segment of a journal in the middle of a
@@ -293,26 +313,8 @@ func TestBatchCutByASIGKILL(t *testing.T) {
 	b := natstest.Start(t)
 	dir := t.TempDir()
 	printed := filepath.Join(t.TempDir(), "printed")
-	node, exited, stderr := startNodeProcess(t, b.ClientURL(), dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
-	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
-		nodes, _ := f.Nodes(t.Context())
-		return len(nodes) == 1
-	})
-	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
-	if err != nil {
-		t.Fatalf("open: %v\n%s", err, stderr.String())
-	}
-	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 60*time.Second, "the stream holds 20,000 of the turn's events", func() bool {
-		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: 20000, Max: 1, IncludeDeltas: true})
-		return err == nil && len(rep.Events) == 1
-	})
+	fh := startFirehose(t, b.ClientURL(), dir, printed, 20000)
+	node, exited, stderr, open := fh.node, fh.exited, fh.stderr, fh.open
 	node.Process.Kill()
 	<-exited
 	if !strings.Contains(stderr.String(), "events are published in fast batches") {
