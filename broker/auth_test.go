@@ -140,6 +140,12 @@ func TestNodeCredentialsAreConfined(t *testing.T) {
 	a.denied(t, "publishing on agent.x2", "agent.x2", func() error {
 		return a.nc.Publish(schemas.EventSubject("x2"), []byte("{}"))
 	})
+	a.denied(t, "ending a fast batch (a confined node publishes through its relay)", schemas.BatchEndSubject, func() error {
+		return a.nc.Publish(schemas.BatchEndSubject, []byte("{}"))
+	})
+	a.denied(t, "setting a budget", schemas.FabricSubject(schemas.VerbBudget), func() error {
+		return a.nc.Publish(schemas.FabricSubject(schemas.VerbBudget), []byte("{}"))
+	})
 	a.denied(t, "answering node b's control subjects", "shoal.node.b.send", func() error {
 		_, err := a.nc.Subscribe(schemas.ControlSubject("b", schemas.VerbSend), func(*nats.Msg) {})
 		return err
@@ -180,7 +186,7 @@ func TestObserverCanOnlyRead(t *testing.T) {
 	for _, v := range schemas.FabricReadVerbs() {
 		allowed(t, b, o, schemas.FabricSubject(v))
 	}
-	for _, v := range []string{"open", "send", "run", "interrupt", "close", "set_model", "permit"} {
+	for _, v := range []string{"open", "send", "run", "interrupt", "close", "set_model", "permit", "budget"} {
 		o.denied(t, "an observer's "+v, "shoal.fabric."+v, func() error {
 			return o.nc.Publish("shoal.fabric."+v, []byte("{}"))
 		})
@@ -199,6 +205,13 @@ func TestObserverCanOnlyRead(t *testing.T) {
 	c.denied(t, "a client's JetStream request", "$JS.API.INFO", func() error {
 		return c.nc.Publish("$JS.API.INFO", nil)
 	})
+	// Where nodes end their fast batches is in the stream: what a scoped
+	// role published there, outside a batch, would be stored.
+	for _, who := range []*scoped{c, o} {
+		who.denied(t, "a scoped publish to "+schemas.BatchEndSubject, schemas.BatchEndSubject, func() error {
+			return who.nc.Publish(schemas.BatchEndSubject, []byte("{}"))
+		})
+	}
 }
 
 func TestCredentials(t *testing.T) {

@@ -39,6 +39,19 @@ func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 	return nil
 }
 
+// BudgetValue reads key of the budgets bucket kv; found is false when it
+// is not there. The node, the relay and the client read budgets with it.
+func BudgetValue(ctx context.Context, kv jetstream.KeyValue, key string) (value []byte, found bool, err error) {
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+	}
+	return e.Value(), true, nil
+}
+
 // Budgets reads every budget with what was used against it (an agent's
 // from its record, the fleet's and the labels' from the coordinator's
 // count), and the count itself.
@@ -49,14 +62,11 @@ func (f *Direct) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 		return rep, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
 	get := func(key string, v any) (bool, error) {
-		e, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			return false, nil
-		case err != nil:
-			return false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+		b, found, err := BudgetValue(ctx, kv, key)
+		if err != nil || !found {
+			return false, err
 		}
-		if err := json.Unmarshal(e.Value(), v); err != nil {
+		if err := json.Unmarshal(b, v); err != nil {
 			return false, schemas.Errf(schemas.CodeInternal, "%s of %s does not decode: %v", key, schemas.BudgetsBucket, err)
 		}
 		return true, nil

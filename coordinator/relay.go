@@ -758,14 +758,7 @@ func (r *Relay) budget(ctx context.Context, m *nats.Msg) {
 		}
 	}
 	a, err := schemas.AllowanceOf(id, node, rec.Instance, schemas.LabelsOf(rec.Labels), func(key string) ([]byte, bool, error) {
-		e, err := budgets.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
-		}
-		return e.Value(), true, nil
+		return client.BudgetValue(ctx, budgets, key)
 	})
 	if err != nil {
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeOf(err), "%v", err)})

@@ -258,13 +258,18 @@ func (a *agent) advance(ctx context.Context) {
 		a.mu.Unlock()
 		return
 	}
+	dropped := a.turns.headDropped()
 	a.mu.Unlock()
 	// Held to the budgets as they stand now, not as when it was sent. The
 	// held turn stays at the head of the queue while they are read, so a
-	// turn sent meanwhile is held behind it.
-	over, err := a.admit(ctx)
-	if err != nil {
-		a.log.Warn("cannot read the budgets a held turn is held to; it begins", "err", err)
+	// turn sent meanwhile is held behind it. One that will not run (an
+	// interrupt or a close dropped it) reads none.
+	var over error
+	if !dropped {
+		var err error
+		if over, err = a.admit(ctx); err != nil {
+			a.log.Warn("cannot read the budgets a held turn is held to; it begins", "err", err)
+		}
 	}
 	a.mu.Lock()
 	if a.turns.running != 0 || a.dead || a.closing {

@@ -2,12 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -26,14 +24,7 @@ func (s *directStore) allowance(ctx context.Context, agent, instance string, lab
 	}
 	s.budgetsMu.Unlock()
 	return schemas.AllowanceOf(agent, s.node, instance, labels, func(key string) ([]byte, bool, error) {
-		e, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			return nil, false, nil
-		case err != nil:
-			return nil, false, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
-		}
-		return e.Value(), true, nil
+		return client.BudgetValue(ctx, kv, key)
 	})
 }
 

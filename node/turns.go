@@ -114,6 +114,9 @@ func (t *turns) end(n int) []chan runOutcome {
 // one).
 func (t *turns) ready() bool { return len(t.queue) > 0 && !t.queue[0].unsure }
 
+// headDropped reports whether the first held turn will not run.
+func (t *turns) headDropped() bool { return len(t.queue) > 0 && t.queue[0].dropped != "" }
+
 // next takes the first held turn, if any is there and sure.
 func (t *turns) next() (pendingTurn, bool) {
 	if len(t.queue) == 0 || t.queue[0].unsure {
