@@ -206,6 +206,9 @@ func TestFleetBudgetAcrossTwoNodes(t *testing.T) {
 	if line.Budget.Tokens != int64(budget) {
 		t.Errorf("the fleet's budget reads %+v, want %d tokens", line.Budget, budget)
 	}
+	if code, _, errOut := runShoal(t, t.TempDir(), nil, "up", "--budget-tokens", "-1"); code != exitUsage || !strings.Contains(errOut, "a budget is not negative") {
+		t.Errorf("shoal up with a negative fleet budget: exit %d, %q", code, errOut)
+	}
 	if table := must("budget"); !strings.Contains(table, "the fleet  ") || !strings.Contains(table, strconv.Itoa(budget)) ||
 		!strings.Contains(table, fmt.Sprintf("the fleet's turns used %d tokens", used)) {
 		t.Errorf("shoal budget does not list the fleet's budget and spend:\n%s", table)

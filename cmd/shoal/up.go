@@ -347,6 +347,9 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if o.maxDepth < 0 {
 		return usagef("--max-depth %d: give 0 to forbid agents opening agents, or a depth from 1", o.maxDepth)
 	}
+	if o.fleet.Tokens < 0 || o.fleet.USD < 0 {
+		return usagef("--budget-tokens %d, --budget-usd %g: a budget is not negative (0: no limit)", o.fleet.Tokens, o.fleet.USD)
+	}
 	if o.memoryLimit > 0 && env.getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(o.memoryLimit)
 	}
