@@ -177,13 +177,25 @@ func printBench(w io.Writer, r *bench.Report) {
 	row := func(name string, l bench.Latency) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", name, l.Samples, l.P50, l.P99, l.Max)
 	}
+	floor := func(l bench.Latency) {
+		if r.Rate > 0 {
+			row("    the floor: the lines straight to JetStream", l)
+		}
+	}
 	row("(a) stored in the stream, bare rounds", r.StoredBare)
+	floor(r.FloorStoredBare)
 	row("(a) stored in the stream, watched rounds", r.Stored)
+	floor(r.FloorStored)
 	row("(b) core subscriber of agent.<id>", r.Core)
 	row("(c) Kaimon bus to a ZeroMQ subscriber", r.Bus)
+	floor(r.FloorBus)
 	row("(d) following replay", r.Replay)
 	row("agent open", r.Open)
 	tw.Flush()
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "p99 over the floor's (the same stand-ins, each line published straight to JetStream): stored bare %s, stored watched %s, bus %s\n",
+			over(r.StoredBare, r.FloorStoredBare), over(r.Stored, r.FloorStored), over(r.Bus, r.FloorBus))
+	}
 	fmt.Fprintln(w)
 	if r.NodeRSSOpen > 0 {
 		fmt.Fprintf(w, "node resident memory: %s MB before the opens, %s MB with %d agents open (%s KB per agent), %s MB after the turns\n",
@@ -204,6 +216,14 @@ func printBench(w io.Writer, r *bench.Report) {
 	for _, p := range v.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", p)
 	}
+}
+
+// over is l's p99 over the floor's, or "-" with no floor.
+func over(l, floor bench.Latency) string {
+	if floor.P99 <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", l.P99/floor.P99)
 }
 
 func mb(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }

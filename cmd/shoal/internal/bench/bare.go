@@ -21,9 +21,9 @@ import (
 // events a round stored are read from each agent's last event number.
 
 // bareRounds runs turns rounds of turns on every agent, each followed by
-// every anchor's publishes, and returns the node's events/s and each
-// anchor's.
-func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int, envelopes [][]byte) (float64, []AnchorRate, error) {
+// every anchor's publishes and, when fl is not nil, a floor round, and
+// returns the node's events/s and each anchor's.
+func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int, envelopes [][]byte, fl *floor) (float64, []AnchorRate, error) {
 	stream, err := js.Stream(ctx, schemas.StreamName)
 	if err != nil {
 		return 0, nil, fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
@@ -76,6 +76,11 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 				return 0, nil, fmt.Errorf("%s, bare: %w", raw.way, err)
 			}
 			rawTime[i] += d
+		}
+		if fl != nil {
+			if err := fl.round(ctx, len(agents)); err != nil {
+				return 0, nil, fmt.Errorf("the floor, bare: %w", err)
+			}
 		}
 	}
 	if nodeTime <= 0 {

@@ -129,6 +129,13 @@ type Report struct {
 	Core       Latency `json:"core_subscriber"`
 	Bus        Latency `json:"bus"`
 	Replay     Latency `json:"following_replay"`
+	// The floor of a paced run (Rate > 0; see floor.go): as many
+	// stand-ins read by a minimal reader that publishes each line straight
+	// to JetStream, after each round, watched and bare; its latency to
+	// stored and to the bus, which the node's are read against.
+	FloorStored     Latency `json:"floor_stored,omitzero"`
+	FloorStoredBare Latency `json:"floor_stored_bare,omitzero"`
+	FloorBus        Latency `json:"floor_bus,omitzero"`
 
 	// BusRate is a fresh bus's events/s from the stream to a ZeroMQ
 	// subscriber, for the run's stored events; RawZMQRate the same
@@ -266,9 +273,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// The live bus carries every event on the stream, the node's and the
 	// raw baseline's alike, so both are measured under the same load.
+	var liveFloor atomic.Pointer[floor]
 	liveBus, err := startBus(ctx, url, cfg.Dir, "live", nil, false, 0, func(channel string, payload []byte) {
-		if _, printed, ok := stamp(payload); ok && w.byChannel[channel] != nil {
+		_, printed, ok := stamp(payload)
+		switch {
+		case !ok:
+		case w.byChannel[channel] != nil:
 			w.bus.add(time.Now().UnixNano() - printed)
+		case liveFloor.Load() != nil && channel == liveFloor.Load().channel():
+			liveFloor.Load().bus.add(time.Now().UnixNano() - printed)
 		}
 	})
 	if err != nil {
@@ -324,6 +337,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			rawTime[i] += d
 		}
+		if cfg.Rate > 0 {
+			if liveFloor.Load() == nil {
+				fl, err := newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured())
+				if err != nil {
+					return nil, err
+				}
+				defer fl.close()
+				liveFloor.Store(fl)
+			}
+			if err := liveFloor.Load().round(ctx, len(agents)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if fl := liveFloor.Load(); fl != nil {
+		rep.FloorStored, rep.FloorBus = fl.stored.latency(), fl.bus.latency()
 	}
 	rep.NodeRSSAfter = nodes.rss()
 	rep.Core = w.core.latency()
@@ -357,8 +386,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
-	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns, w.captured()); err != nil {
+	var bareFloor *floor
+	if cfg.Rate > 0 {
+		if bareFloor, err = newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured()); err != nil {
+			return nil, err
+		}
+		defer bareFloor.close()
+	}
+	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns, w.captured(), bareFloor); err != nil {
 		return nil, fmt.Errorf("the bare rounds: %w; node: %s", err, nodes.output())
+	}
+	if bareFloor != nil {
+		rep.FloorStoredBare = bareFloor.stored.latency()
 	}
 
 	say("checking every agent's stream")
