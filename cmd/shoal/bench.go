@@ -50,6 +50,10 @@ publishes; it prints, measured in the same run:
   latency p50/p99/max from a stand-in's stdout line to the event stored
   in the stream, to a core subscriber of agent.<id>, to the Kaimon bus's
   ZeroMQ subscriber, and to a following replay (up to 8 agents);
+  with --rate, the floor beside them: after each round as many stand-ins
+  at the same rate, read by a process that does nothing but publish each
+  line straight to JetStream (an async publish with the node's headers),
+  its latency to stored and to the bus, and the node's p99 over it;
   a fresh bus's events/s for the agents' stored events against plain
   zmq4 PUB/SUB of as many of the same messages, with their ratio;
   the open's latency and the nodes' resident memory per open agent.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/bench"
@@ -64,6 +65,42 @@ func TestBenchShort(t *testing.T) {
 	v := r.Verified
 	if v.Gapless != r.Agents || v.TurnsEnded != 2*r.Agents*r.Turns || v.TurnsExpected != 2*r.Agents*r.Turns || v.Deltas != 2*deltas || len(v.Problems) > 0 {
 		t.Errorf("verified: %+v", v)
+	}
+}
+
+// TestBenchPacedMeasuresTheFloor runs a paced bench: beside the node, the
+// same number of stand-ins at the same rate are read by a floor process
+// that publishes each line straight to JetStream, in the watched and the
+// bare rounds, and the report gives its latency to stored and to the bus
+// for every delta, and the node's p99 over it.
+func TestBenchPacedMeasuresTheFloor(t *testing.T) {
+	code, stdout, stderr := runShoal(t, t.TempDir(), nil, "bench", "--agents", "3", "--events", "400", "--rate", "1000", "--turns", "2", "--fleet", "0", "--json")
+	if code != 0 {
+		t.Fatalf("shoal bench exited %d:\n%s\n%s", code, stdout, stderr)
+	}
+	var r bench.Report
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("the report is not JSON: %v\n%s", err, stdout)
+	}
+	deltas := r.Agents * r.Turns * r.EventsPerTurn
+	for name, l := range map[string]bench.Latency{"floor stored": r.FloorStored, "floor stored, bare": r.FloorStoredBare, "floor bus": r.FloorBus,
+		"stored": r.Stored, "stored, bare": r.StoredBare, "bus": r.Bus} {
+		if l.Samples != deltas || !(l.P50 > 0) || l.P99 < l.P50 || l.Max < l.P99 {
+			t.Errorf("%s latency: %+v; want %d samples", name, l, deltas)
+		}
+	}
+	if !r.Verified.OK(r.Agents) {
+		t.Errorf("verified: %+v", r.Verified)
+	}
+	var out strings.Builder
+	printBench(&out, &r)
+	for _, want := range []string{"the floor: the lines straight to JetStream", "p99 over the floor's"} {
+		if strings.Count(out.String(), want) == 0 {
+			t.Errorf("the printed report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "the floor: the lines straight to JetStream"); n != 3 {
+		t.Errorf("%d floor rows printed, want 3 (stored bare, stored watched, bus):\n%s", n, out.String())
 	}
 }
 

@@ -28,6 +28,8 @@ func main() {
 			os.Exit(proc.RunSandboxInit(os.Args[2:]))
 		case bench.StandinArg: // this process is shoal bench's stand-in claude CLI
 			os.Exit(bench.RunStandin(os.Args[2:]))
+		case bench.FloorArg: // this process is a floor round of shoal bench
+			os.Exit(bench.RunFloor(os.Args[2:]))
 		}
 	}
 	proc.PassNothingOn() // nothing a caller left open reaches the agents

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -23,7 +26,7 @@ import (
 // floor round starts as many stand-ins as the node's round has agents,
 // with the same --events and --rate, sends each a turn, reads each one's
 // stdout in a goroutine of its own and publishes every delta straight to
-// JetStream, one asynchronous publish per line on one connection, under
+// JetStream, in a process of its own as the node is (FloorArg), one asynchronous publish per line on one connection, under
 // the node's three headers (a message id among them), as an envelope of
 // the node's own shape carrying the line's text. It does nothing else:
 // no decoding beyond finding the text, no numbering kept anywhere, no
@@ -33,6 +36,7 @@ import (
 // machine's (waking a reader for a pipe, scheduling the server), not the
 // node's.
 type floor struct {
+	url    string
 	exe    string
 	events int
 	rate   float64
@@ -64,7 +68,7 @@ func newFloor(url, node, exe string, events int, rate float64, envelopes [][]byt
 	if err != nil {
 		return nil, err
 	}
-	return &floor{exe: exe, events: events, rate: rate, pub: pub, before: before, after: after}, nil
+	return &floor{url: url, exe: exe, events: events, rate: rate, pub: pub, before: before, after: after}, nil
 }
 
 // channel is the floor's channel on the Kaimon bus.
@@ -72,9 +76,84 @@ func (fl *floor) channel() string { return "agent:" + fl.pub.id }
 
 func (fl *floor) close() { fl.pub.close() }
 
-// round runs n stand-ins' turns through the floor and adds each delta's
-// latency to stored once the stream holds them all.
+// FloorArg is the hidden subcommand that runs a floor round in a process
+// of its own, as a node is one: its reader's wake-ups and the server's are
+// then in two processes, as the node's are.
+//
+//	shoal __floor --nats URL --id ID --node NODE --first N --agents N --events N --rate R --before B64 --after B64
+//
+// It prints the number of the last event it published, once every one is
+// acknowledged.
+const FloorArg = "__floor"
+
+// round runs n stand-ins' turns through a floor process and adds each
+// delta's latency to stored once the stream holds them all.
 func (fl *floor) round(ctx context.Context, n int) error {
+	first := fl.pub.next
+	cmd := exec.CommandContext(ctx, fl.exe, FloorArg, "--nats", fl.url, "--id", fl.pub.id, "--node", fl.pub.node,
+		"--first", strconv.Itoa(first), "--agents", strconv.Itoa(n), "--events", strconv.Itoa(fl.events),
+		"--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64),
+		"--before", base64.StdEncoding.EncodeToString(fl.before), "--after", base64.StdEncoding.EncodeToString(fl.after))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("the floor's process: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	last, err := strconv.Atoi(string(bytes.TrimSpace(out)))
+	if err != nil || last < first {
+		return fmt.Errorf("the floor's process answered %q", out)
+	}
+	fl.pub.next = last + 1
+	return fl.readBack(ctx, uint64(first), uint64(last))
+}
+
+// RunFloor runs a floor round (FloorArg's arguments) and returns the exit
+// code.
+func RunFloor(args []string) int {
+	fs := flag.NewFlagSet(FloorArg, flag.ContinueOnError)
+	url := fs.String("nats", "", "")
+	id := fs.String("id", "", "")
+	node := fs.String("node", "", "")
+	first := fs.Int("first", 1, "")
+	agents := fs.Int("agents", 1, "")
+	events := fs.Int("events", 0, "")
+	rate := fs.Float64("rate", 0, "")
+	before := fs.String("before", "", "")
+	after := fs.String("after", "", "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	b, err1 := base64.StdEncoding.DecodeString(*before)
+	a, err2 := base64.StdEncoding.DecodeString(*after)
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
+		return 2
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
+		return 1
+	}
+	pub, err := dialBaseline(*url, AnchorAsyncDedup, *node, "floor")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
+		return 1
+	}
+	defer pub.close()
+	pub.id, pub.next = *id, *first
+	fl := &floor{exe: exe, events: *events, rate: *rate, pub: pub, before: b, after: a}
+	if err := fl.publishRound(*agents); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
+		return 1
+	}
+	fmt.Println(pub.next - 1)
+	return 0
+}
+
+// publishRound runs n stand-ins' turns, publishing each delta as it is
+// read, and returns once every publish is acknowledged.
+func (fl *floor) publishRound(n int) error {
 	type standin struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
@@ -91,7 +170,7 @@ func (fl *floor) round(ctx context.Context, n int) error {
 		}
 	}()
 	for i := range ss {
-		cmd := exec.CommandContext(ctx, fl.exe, StandinArg, "--events", strconv.Itoa(fl.events), "--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64))
+		cmd := exec.Command(fl.exe, StandinArg, "--events", strconv.Itoa(fl.events), "--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64))
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return err
@@ -105,7 +184,6 @@ func (fl *floor) round(ctx context.Context, n int) error {
 		}
 		ss[i] = standin{cmd, in, out}
 	}
-	first := fl.pub.next
 	var mu sync.Mutex // one publisher numbers and sends, as the node's one publisher does
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -128,12 +206,10 @@ func (fl *floor) round(ctx context.Context, n int) error {
 	}
 	select {
 	case <-fl.pub.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return ctx.Err()
+		return nil
 	case <-time.After(time.Minute):
 		return errors.New("the floor's publishes not acknowledged in a minute")
 	}
-	return fl.readBack(ctx, uint64(first), uint64(fl.pub.next-1))
 }
 
 // read publishes every delta a stand-in prints until its result.
@@ -159,8 +235,7 @@ func (fl *floor) read(out io.Reader, mu *sync.Mutex) error {
 		}
 		env = append(append(append(env[:0], fl.before...), text[:j]...), fl.after...)
 		mu.Lock()
-		m := fl.pub.msg(bytes.Clone(env))
-		_, err = fl.pub.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
+		_, err = fl.pub.js.PublishMsgAsync(fl.pub.msg(bytes.Clone(env)), jetstream.WithStallWait(time.Minute))
 		mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("the floor's publish: %w", err)
