@@ -32,6 +32,9 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("anchor %d: %+v", i, a)
 		}
 	}
+	if r.BareFloor.Anchor != bench.AnchorFloor || !(r.BareFloor.Rate > 0) || !(r.BareFloor.Ratio > 0) {
+		t.Errorf("the floor's rate: %+v", r.BareFloor)
+	}
 	for name, v := range map[string]float64{
 		"events": float64(r.Events), "node events/s": r.NodeRate, "bare node events/s": r.BareRate, "raw events/s": r.RawRate, "ratio": r.Ratio,
 		"bus events/s": r.BusRate, "raw zmq4 events/s": r.RawZMQRate, "bus ratio": r.BusRatio,
@@ -41,13 +44,16 @@ func TestBenchShort(t *testing.T) {
 			t.Errorf("%s is %v", name, v)
 		}
 	}
-	for name, l := range map[string]bench.Latency{"stored": r.Stored, "stored, bare": r.StoredBare, "core subscriber": r.Core, "bus": r.Bus, "following replay": r.Replay, "open": r.Open} {
+	for name, l := range map[string]bench.Latency{"stored": r.Stored, "stored, bare": r.StoredBare, "floor stored, bare": r.FloorStoredBare, "core subscriber": r.Core, "bus": r.Bus, "following replay": r.Replay, "open": r.Open} {
 		if l.Samples == 0 || !(l.P50 > 0) || l.P99 < l.P50 || l.Max < l.P99 {
 			t.Errorf("%s latency: %+v", name, l)
 		}
 	}
 	// Deltas of each phase: the bare rounds, then the watched ones.
 	deltas := int64(r.Agents * r.Turns * r.EventsPerTurn)
+	if r.FloorStoredBare.Samples != int(deltas) {
+		t.Errorf("the floor's latency samples: %d; its stand-ins printed %d deltas", r.FloorStoredBare.Samples, deltas)
+	}
 	if r.StoredBare.Samples != int(deltas) || r.Stored.Samples != int(deltas) || r.Core.Samples != int(deltas) || r.Bus.Samples != int(deltas) || r.Replay.Samples != int(deltas) {
 		t.Errorf("latency samples: stored bare %d, stored %d, core %d, bus %d, replay %d; the stand-ins printed %d deltas in each phase",
 			r.StoredBare.Samples, r.Stored.Samples, r.Core.Samples, r.Bus.Samples, r.Replay.Samples, deltas)
@@ -92,12 +98,18 @@ func TestBenchPacedMeasuresTheFloor(t *testing.T) {
 	if !r.Verified.OK(r.Agents) {
 		t.Errorf("verified: %+v", r.Verified)
 	}
+	if !(r.BareFloor.Rate > 0) {
+		t.Errorf("the floor's rate: %+v", r.BareFloor)
+	}
 	var out strings.Builder
 	printBench(&out, &r)
 	for _, want := range []string{"the floor: the lines straight to JetStream", "p99 over the floor's"} {
 		if strings.Count(out.String(), want) == 0 {
 			t.Errorf("the printed report lacks %q:\n%s", want, out.String())
 		}
+	}
+	if !strings.Contains(out.String(), string(bench.AnchorFloor)) {
+		t.Errorf("the printed report lacks the floor's rate:\n%s", out.String())
 	}
 	if n := strings.Count(out.String(), "the floor: the lines straight to JetStream"); n != 3 {
 		t.Errorf("%d floor rows printed, want 3 (stored bare, stored watched, bus):\n%s", n, out.String())

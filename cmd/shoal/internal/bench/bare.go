@@ -21,8 +21,8 @@ import (
 // events a round stored are read from each agent's last event number.
 
 // bareRounds runs turns rounds of turns on every agent, each followed by
-// every anchor's publishes and, when fl is not nil, a floor round, and
-// returns the node's events/s and each anchor's.
+// every anchor's publishes and a floor round through fl, and returns the
+// node's events/s and each anchor's.
 func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int, envelopes [][]byte, fl *floor) (float64, []AnchorRate, error) {
 	stream, err := js.Stream(ctx, schemas.StreamName)
 	if err != nil {
@@ -77,10 +77,8 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 			}
 			rawTime[i] += d
 		}
-		if fl != nil {
-			if err := fl.round(ctx, len(agents)); err != nil {
-				return 0, nil, fmt.Errorf("the floor, bare: %w", err)
-			}
+		if err := fl.round(ctx, len(agents)); err != nil {
+			return 0, nil, fmt.Errorf("the floor, bare: %w", err)
 		}
 	}
 	if nodeTime <= 0 {

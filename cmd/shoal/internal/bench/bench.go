@@ -118,6 +118,10 @@ type Report struct {
 	// BareAnchors the anchors' rates measured the same way.
 	BareRate    float64      `json:"bare_node_events_per_s"`
 	BareAnchors []AnchorRate `json:"bare_anchors"`
+	// BareFloor is the floor's events/s in the bare rounds (floor.go: as
+	// many of the same stand-ins, each line published straight to
+	// JetStream) and the node's ratio to it.
+	BareFloor AnchorRate `json:"bare_floor"`
 
 	// From the stand-in's stdout line to: stored in the stream (the
 	// server's timestamp), a core subscriber of agent.<id>, the Kaimon
@@ -129,10 +133,10 @@ type Report struct {
 	Core       Latency `json:"core_subscriber"`
 	Bus        Latency `json:"bus"`
 	Replay     Latency `json:"following_replay"`
-	// The floor of a paced run (Rate > 0; see floor.go): as many
-	// stand-ins read by a minimal reader that publishes each line straight
-	// to JetStream, after each round, watched and bare; its latency to
-	// stored and to the bus, which the node's are read against.
+	// The floor's latency (floor.go: as many stand-ins read by a process
+	// that publishes each line straight to JetStream), to stored in the
+	// bare rounds and, in a paced run (Rate > 0), to stored and to the bus
+	// in the watched ones: what the node's are read against.
 	FloorStored     Latency `json:"floor_stored,omitzero"`
 	FloorStoredBare Latency `json:"floor_stored_bare,omitzero"`
 	FloorBus        Latency `json:"floor_bus,omitzero"`
@@ -386,18 +390,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
-	var bareFloor *floor
-	if cfg.Rate > 0 {
-		if bareFloor, err = newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured()); err != nil {
-			return nil, err
-		}
-		defer bareFloor.close()
+	bareFloor, err := newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured())
+	if err != nil {
+		return nil, err
 	}
+	defer bareFloor.close()
 	if rep.BareRate, rep.BareAnchors, err = bareRounds(ctx, url, nodes[0].name, f, js, agents, cfg.Turns, w.captured(), bareFloor); err != nil {
 		return nil, fmt.Errorf("the bare rounds: %w; node: %s", err, nodes.output())
 	}
-	if bareFloor != nil {
-		rep.FloorStoredBare = bareFloor.stored.latency()
+	rep.FloorStoredBare = bareFloor.stored.latency()
+	rep.BareFloor = AnchorRate{Anchor: AnchorFloor, Rate: bareFloor.throughput()}
+	if rep.BareFloor.Rate > 0 {
+		rep.BareFloor.Ratio = rep.BareRate / rep.BareFloor.Rate
 	}
 
 	say("checking every agent's stream")

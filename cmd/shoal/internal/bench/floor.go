@@ -21,20 +21,25 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// The floor of a paced run: the shortest path this machine gives from a
-// CLI's line to the stream, measured beside the node in the same run. A
-// floor round starts as many stand-ins as the node's round has agents,
-// with the same --events and --rate, sends each a turn, reads each one's
-// stdout in a goroutine of its own and publishes every delta straight to
-// JetStream, in a process of its own as the node is (FloorArg), one asynchronous publish per line on one connection, under
-// the node's three headers (a message id among them), as an envelope of
-// the node's own shape carrying the line's text. It does nothing else:
-// no decoding beyond finding the text, no numbering kept anywhere, no
-// journal. The latency from each line's print to its event stored, and to
-// the live Kaimon bus in the watched rounds, is what the node's latency is
-// read against: whatever of the node's tail the floor has too is the
-// machine's (waking a reader for a pipe, scheduling the server), not the
-// node's.
+// The floor: the shortest path this machine gives from a CLI's line to
+// the stream, measured beside the node in the same run. A floor round
+// starts as many stand-ins as the node's round has agents, with the same
+// --events and --rate, sends each a turn, reads each one's stdout in a
+// goroutine of its own and publishes every delta straight to JetStream,
+// in a process of its own as the node is (FloorArg): one asynchronous
+// publish per line on one connection, under the node's three headers (a
+// message id among them), as an envelope of the node's own shape carrying
+// the line's text. It does nothing else: no decoding beyond finding the
+// text, no numbering kept anywhere, no journal. Every bare round has one,
+// and in a paced run every watched round too.
+//
+// Its events/s (first turn sent to last publish acknowledged) is the
+// anchor that pays for the same stand-ins the node reads: the four
+// anchors publish envelopes already made, with no CLI printing them. Its
+// latency from each line's print to stored, and to the live Kaimon bus in
+// the watched rounds, is what the node's latency is read against:
+// whatever of the node's tail the floor has too is the machine's (waking
+// a reader for a pipe, scheduling the server), not the node's.
 type floor struct {
 	url    string
 	exe    string
@@ -46,6 +51,18 @@ type floor struct {
 
 	stored samples
 	bus    samples
+	// The deltas its rounds published, and the time they took, each from
+	// its first turn sent to its last publish acknowledged.
+	published int64
+	took      time.Duration
+}
+
+// throughput is the floor's events/s over its rounds.
+func (fl *floor) throughput() float64 {
+	if fl.took <= 0 {
+		return 0
+	}
+	return float64(fl.published) / fl.took.Seconds()
 }
 
 // newFloor is a floor publishing as node to an agent subject of its own,
@@ -100,11 +117,14 @@ func (fl *floor) round(ctx context.Context, n int) error {
 	if err != nil {
 		return fmt.Errorf("the floor's process: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	last, err := strconv.Atoi(string(bytes.TrimSpace(out)))
-	if err != nil || last < first {
+	var last int
+	var took time.Duration
+	if _, err := fmt.Sscan(string(out), &last, &took); err != nil || last < first || took <= 0 {
 		return fmt.Errorf("the floor's process answered %q", out)
 	}
 	fl.pub.next = last + 1
+	fl.published += int64(last - first + 1)
+	fl.took += took
 	return fl.readBack(ctx, uint64(first), uint64(last))
 }
 
@@ -147,12 +167,13 @@ func RunFloor(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
 		return 1
 	}
-	fmt.Println(pub.next - 1)
+	fmt.Println(pub.next-1, int64(fl.took))
 	return 0
 }
 
 // publishRound runs n stand-ins' turns, publishing each delta as it is
-// read, and returns once every publish is acknowledged.
+// read, and returns once every publish is acknowledged; fl.took is from
+// the first turn sent to then.
 func (fl *floor) publishRound(n int) error {
 	type standin struct {
 		cmd *exec.Cmd
@@ -187,6 +208,7 @@ func (fl *floor) publishRound(n int) error {
 	var mu sync.Mutex // one publisher numbers and sends, as the node's one publisher does
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
+	start := time.Now()
 	for _, s := range ss {
 		if _, err := io.WriteString(s.in, `{"type":"user","message":{"role":"user","content":"floor"}}`+"\n"); err != nil {
 			return fmt.Errorf("the floor's stand-in: %w", err)
@@ -206,6 +228,7 @@ func (fl *floor) publishRound(n int) error {
 	}
 	select {
 	case <-fl.pub.js.PublishAsyncComplete():
+		fl.took = time.Since(start)
 		return nil
 	case <-time.After(time.Minute):
 		return errors.New("the floor's publishes not acknowledged in a minute")
