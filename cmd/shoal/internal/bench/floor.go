@@ -99,8 +99,8 @@ func (fl *floor) close() { fl.pub.close() }
 //
 //	shoal __floor --nats URL --id ID --node NODE --first N --agents N --events N --rate R --before B64 --after B64
 //
-// It prints the number of the last event it published, once every one is
-// acknowledged.
+// Once every event is acknowledged it prints the number of the last one
+// and the round's time in nanoseconds, from its first turn sent.
 const FloorArg = "__floor"
 
 // round runs n stand-ins' turns through a floor process and adds each
