@@ -64,7 +64,8 @@ It then reads every agent's stream back and fails unless each is gapless
 (events numbered 1, 2, … and every delta the stand-in printed, in order)
 and every turn ended with a result counting what the stand-in printed.
 Against --nats, the raw baseline's envelopes stay in that fabric's stream
-under agent.bench-raw-*; the bench's bus consumers are removed.
+under agent.bench-raw-*, agent.bench-bare-* and agent.bench-floor-*; the
+bench's bus consumers are removed.
 
 Last, --fleet fake nodes register on the fabric, write their records on
 a real node's heartbeat interval, and take --fleet-opens opens through

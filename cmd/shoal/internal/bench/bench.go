@@ -313,7 +313,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		raws[i] = raw
 	}
 
-	say("%d agents × %d turns × %d deltas; after each round of turns, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
+	then := ""
+	if cfg.Rate > 0 {
+		then = ", then the floor: as many stand-ins, each line straight to JetStream"
+	}
+	say("%d agents × %d turns × %d deltas; after each round of turns, as many of the same envelopes straight to JetStream, each anchor's way%s", cfg.Agents, cfg.Turns, cfg.Events, then)
 	var nodeTime time.Duration
 	rawTime := make([]time.Duration, len(raws))
 	var nodeEvents int64
@@ -389,7 +393,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events)
+	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way, then the floor: %d stand-ins, each line straight to JetStream", cfg.Agents, cfg.Turns, cfg.Events, cfg.Agents)
 	bareFloor, err := newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured())
 	if err != nil {
 		return nil, err
