@@ -21,7 +21,7 @@ import (
 // events a round stored are read from each agent's last event number.
 
 // bareRounds runs turns rounds of turns on every agent, each followed by
-// every anchor's publishes and a floor round through fl, and returns the
+// a floor round through fl and every anchor's publishes, and returns the
 // node's events/s and each anchor's.
 func bareRounds(ctx context.Context, url, node string, f client.Client, js jetstream.JetStream, agents []*agent, turns int, envelopes [][]byte, fl *floor) (float64, []AnchorRate, error) {
 	stream, err := js.Stream(ctx, schemas.StreamName)
@@ -70,15 +70,15 @@ func bareRounds(ctx context.Context, url, node string, f client.Client, js jetst
 		}
 		nodeTime += took
 		nodeEvents += events
+		if err := fl.round(ctx, len(agents)); err != nil {
+			return 0, nil, fmt.Errorf("the floor, bare round %d: %w", t, err)
+		}
 		for i, raw := range raws {
 			d, err := raw.publish(ctx, envelopes, int(events))
 			if err != nil {
 				return 0, nil, fmt.Errorf("%s, bare: %w", raw.way, err)
 			}
 			rawTime[i] += d
-		}
-		if err := fl.round(ctx, len(agents)); err != nil {
-			return 0, nil, fmt.Errorf("the floor, bare: %w", err)
 		}
 	}
 	if nodeTime <= 0 {

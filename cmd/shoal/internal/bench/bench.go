@@ -315,9 +315,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	then := ""
 	if cfg.Rate > 0 {
-		then = ", then the floor: as many stand-ins, each line straight to JetStream"
+		then = " the floor (as many stand-ins, each line straight to JetStream), then"
 	}
-	say("%d agents × %d turns × %d deltas; after each round of turns, as many of the same envelopes straight to JetStream, each anchor's way%s", cfg.Agents, cfg.Turns, cfg.Events, then)
+	say("%d agents × %d turns × %d deltas; after each round of turns,%s as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events, then)
 	var nodeTime time.Duration
 	rawTime := make([]time.Duration, len(raws))
 	var nodeEvents int64
@@ -338,16 +338,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		took, events := w.endRound()
 		nodeTime += took
 		nodeEvents += events
-		for i, raw := range raws {
-			d, err := raw.publish(ctx, w.captured(), int(events))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", raw.way, err)
-			}
-			rawTime[i] += d
-		}
 		if cfg.Rate > 0 {
+			// The floor right after the node's round, under the same watchers.
 			if liveFloor.Load() == nil {
-				fl, err := newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured())
+				fl, err := newFloor(ctx, url, nodes[0].name, cfg.Exe, cfg.Publish, cfg.Events, cfg.Rate, w.captured())
 				if err != nil {
 					return nil, err
 				}
@@ -355,11 +349,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				liveFloor.Store(fl)
 			}
 			if err := liveFloor.Load().round(ctx, len(agents)); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("the floor, round %d: %w", t, err)
 			}
+		}
+		for i, raw := range raws {
+			d, err := raw.publish(ctx, w.captured(), int(events))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", raw.way, err)
+			}
+			rawTime[i] += d
 		}
 	}
 	if fl := liveFloor.Load(); fl != nil {
+		// The bus has the floor's last events soon after the stream.
+		if err := waitFor(ctx, func() int64 { return int64(fl.bus.count()) }, fl.published, func() string {
+			return fmt.Sprintf("the bus delivered %d of the floor's %d events", fl.bus.count(), fl.published)
+		}); err != nil {
+			return nil, err
+		}
 		rep.FloorStored, rep.FloorBus = fl.stored.latency(), fl.bus.latency()
 	}
 	rep.NodeRSSAfter = nodes.rss()
@@ -393,8 +400,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, as many of the same envelopes straight to JetStream, each anchor's way, then the floor: %d stand-ins, each line straight to JetStream", cfg.Agents, cfg.Turns, cfg.Events, cfg.Agents)
-	bareFloor, err := newFloor(url, nodes[0].name, cfg.Exe, cfg.Events, cfg.Rate, w.captured())
+	say("%d agents × %d bare turns × %d deltas, nobody reading the stream; after each round, the floor (%d stand-ins, each line straight to JetStream), then as many of the same envelopes straight to JetStream, each anchor's way", cfg.Agents, cfg.Turns, cfg.Events, cfg.Agents)
+	bareFloor, err := newFloor(ctx, url, nodes[0].name, cfg.Exe, cfg.Publish, cfg.Events, cfg.Rate, w.captured())
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,7 @@ type busRun struct {
 	reader  *bridge.BusReader
 	got     atomic.Int64
 	ready   time.Time // when the bus began sending
+	stopped sync.Once
 }
 
 // startBus runs a bus named name (its durable consumer and socket) for
@@ -84,8 +86,11 @@ func startBus(ctx context.Context, url, dir, name string, agents []string, repla
 	return b, nil
 }
 
-// stop ends the bus and its reader and deletes its durable consumer.
-func (b *busRun) stop() {
+// stop ends the bus and its reader and deletes its durable consumer; a
+// second stop does nothing.
+func (b *busRun) stop() { b.stopped.Do(b.stopOnce) }
+
+func (b *busRun) stopOnce() {
 	b.cancel()
 	if b.reader != nil {
 		b.reader.Close()

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -13,10 +14,12 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -25,13 +28,15 @@ import (
 // the stream, measured beside the node in the same run. A floor round
 // starts as many stand-ins as the node's round has agents, with the same
 // --events and --rate, sends each a turn, reads each one's stdout in a
-// goroutine of its own and publishes every delta straight to JetStream,
-// in a process of its own as the node is (FloorArg): one asynchronous
-// publish per line on one connection, under the node's three headers (a
-// message id among them), as an envelope of the node's own shape carrying
-// the line's text. It does nothing else: no decoding beyond finding the
-// text, no numbering kept anywhere, no journal. Every bare round has one,
-// and in a paced run every watched round too.
+// goroutine of its own and hands every delta to one publisher that sends
+// it straight to JetStream the node's way (fast batches, or an async
+// publish per event with --publish async), in a process of its own as the
+// node is (FloorArg), on one connection, under the node's three headers
+// (a message id among them), as an envelope of the node's own shape
+// carrying the line's text. It does nothing else: no decoding beyond
+// finding the text, no journal, no outbox, no state kept but the next
+// message id. Every bare round has one, and in a paced run every watched
+// round too, right after the node's round.
 //
 // Its events/s (first turn sent to last publish acknowledged) is the
 // anchor that pays for the same stand-ins the node reads: the four
@@ -41,13 +46,15 @@ import (
 // whatever of the node's tail the floor has too is the machine's (waking
 // a reader for a pipe, scheduling the server), not the node's.
 type floor struct {
-	url    string
-	exe    string
-	events int
-	rate   float64
-	pub    *rawBaseline
-	before []byte // a captured delta envelope up to its text
-	after  []byte // and from the end of its text
+	url     string
+	exe     string
+	publish string // the node's way: batches or async
+	events  int
+	rate    float64
+	pub     *rawBaseline
+	stream  jetstream.Stream
+	before  []byte // a captured delta envelope up to its text
+	after   []byte // and from the end of its text
 
 	stored samples
 	bus    samples
@@ -66,8 +73,9 @@ func (fl *floor) throughput() float64 {
 }
 
 // newFloor is a floor publishing as node to an agent subject of its own,
-// its envelopes shaped as the delta envelope among envelopes.
-func newFloor(url, node, exe string, events int, rate float64, envelopes [][]byte) (*floor, error) {
+// the way publish names (shoal node --publish: batches or async), its
+// envelopes shaped as the delta envelope among envelopes.
+func newFloor(ctx context.Context, url, node, exe, publish string, events int, rate float64, envelopes [][]byte) (*floor, error) {
 	var before, after []byte
 	for _, env := range envelopes {
 		if i := bytes.Index(env, []byte(`"text":"s`)); i >= 0 {
@@ -83,9 +91,14 @@ func newFloor(url, node, exe string, events int, rate float64, envelopes [][]byt
 	}
 	pub, err := dialBaseline(url, AnchorAsyncDedup, node, "floor")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the floor: %w", err)
 	}
-	return &floor{url: url, exe: exe, events: events, rate: rate, pub: pub, before: before, after: after}, nil
+	stream, err := pub.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		pub.close()
+		return nil, fmt.Errorf("the floor: open stream %s: %w", schemas.StreamName, err)
+	}
+	return &floor{url: url, exe: exe, publish: cmp.Or(publish, "batches"), events: events, rate: rate, pub: pub, stream: stream, before: before, after: after}, nil
 }
 
 // channel is the floor's channel on the Kaimon bus.
@@ -97,7 +110,7 @@ func (fl *floor) close() { fl.pub.close() }
 // of its own, as a node is one: its reader's wake-ups and the server's are
 // then in two processes, as the node's are.
 //
-//	shoal __floor --nats URL --id ID --node NODE --first N --agents N --events N --rate R --before B64 --after B64
+//	shoal __floor --nats URL --id ID --node NODE --first N --agents N --events N [--rate R] [--publish batches|async] --before B64 --after B64
 //
 // Once every event is acknowledged it prints the number of the last one
 // and the round's time in nanoseconds, from its first turn sent.
@@ -106,79 +119,107 @@ const FloorArg = "__floor"
 // round runs n stand-ins' turns through a floor process and adds each
 // delta's latency to stored once the stream holds them all.
 func (fl *floor) round(ctx context.Context, n int) error {
+	info, err := fl.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("the floor: the stream's last sequence: %w", err)
+	}
+	// A stand-in that stops printing must not hold the run for ever.
+	limit := 2 * time.Minute
+	if fl.rate > 0 {
+		limit += 2 * time.Duration(float64(fl.events)/fl.rate*float64(time.Second))
+	}
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	first := fl.pub.next
-	cmd := exec.CommandContext(ctx, fl.exe, FloorArg, "--nats", fl.url, "--id", fl.pub.id, "--node", fl.pub.node,
+	cmd := exec.CommandContext(rctx, fl.exe, FloorArg, "--nats", fl.url, "--id", fl.pub.id, "--node", fl.pub.node,
 		"--first", strconv.Itoa(first), "--agents", strconv.Itoa(n), "--events", strconv.Itoa(fl.events),
-		"--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64),
+		"--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64), "--publish", fl.publish,
 		"--before", base64.StdEncoding.EncodeToString(fl.before), "--after", base64.StdEncoding.EncodeToString(fl.after))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if rctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("the floor's process did not end in %s: %s", limit, bytes.TrimSpace(stderr.Bytes()))
+	}
 	if err != nil {
 		return fmt.Errorf("the floor's process: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	var last int
 	var took time.Duration
-	if _, err := fmt.Sscan(string(out), &last, &took); err != nil || last < first || took <= 0 {
-		return fmt.Errorf("the floor's process answered %q", out)
+	if _, err := fmt.Sscan(string(out), &last, &took); err != nil {
+		return fmt.Errorf("the floor's process answered %q, not its last event's number and its time: %v", out, err)
+	}
+	if want := n * fl.events; last-first+1 != want || took <= 0 {
+		return fmt.Errorf("the floor's process published events %d to %d in %s; want %d events", first, last, took, want)
 	}
 	fl.pub.next = last + 1
 	fl.published += int64(last - first + 1)
 	fl.took += took
-	return fl.readBack(ctx, uint64(first), uint64(last))
+	return fl.readBack(ctx, info.State.LastSeq+1, last-first+1)
 }
 
 // RunFloor runs a floor round (FloorArg's arguments) and returns the exit
 // code.
 func RunFloor(args []string) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "%s: "+format+"\n", append([]any{FloorArg}, a...)...)
+		return code
+	}
 	fs := flag.NewFlagSet(FloorArg, flag.ContinueOnError)
-	url := fs.String("nats", "", "")
-	id := fs.String("id", "", "")
-	node := fs.String("node", "", "")
-	first := fs.Int("first", 1, "")
-	agents := fs.Int("agents", 1, "")
-	events := fs.Int("events", 0, "")
-	rate := fs.Float64("rate", 0, "")
-	before := fs.String("before", "", "")
-	after := fs.String("after", "", "")
+	url := fs.String("nats", "", "the fabric's URL")
+	id := fs.String("id", "", "the agent id its events are published as")
+	node := fs.String("node", "", "the node they name")
+	first := fs.Int("first", 1, "the number of the first event")
+	agents := fs.Int("agents", 1, "stand-ins")
+	events := fs.Int("events", 0, "deltas per stand-in")
+	rate := fs.Float64("rate", 0, "deltas per second per stand-in (0: as fast as it can)")
+	publish := fs.String("publish", "batches", "batches or async")
+	before := fs.String("before", "", "the envelope before the text, base64")
+	after := fs.String("after", "", "the envelope after the text, base64")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	switch {
+	case *url == "" || *id == "" || *node == "":
+		return fail(2, "--nats, --id and --node are needed")
+	case *first < 1 || *agents < 1 || *events < 1 || *rate < 0:
+		return fail(2, "--first %d, --agents %d, --events %d: at least 1 each; --rate %v: not negative", *first, *agents, *events, *rate)
+	case *publish != "batches" && *publish != "async":
+		return fail(2, "--publish %q: batches or async", *publish)
+	}
 	b, err1 := base64.StdEncoding.DecodeString(*before)
 	a, err2 := base64.StdEncoding.DecodeString(*after)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
-		return 2
+	if err := errors.Join(err1, err2); err != nil || len(b) == 0 {
+		return fail(2, "--before and --after: an envelope's two parts in base64: %v", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
-		return 1
+		return fail(1, "%v", err)
 	}
 	pub, err := dialBaseline(*url, AnchorAsyncDedup, *node, "floor")
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
-		return 1
+		return fail(1, "%v", err)
 	}
 	defer pub.close()
 	pub.id, pub.next = *id, *first
-	fl := &floor{exe: exe, events: *events, rate: *rate, pub: pub, before: b, after: a}
+	fl := &floor{exe: exe, publish: *publish, events: *events, rate: *rate, pub: pub, before: b, after: a}
 	if err := fl.publishRound(*agents); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", FloorArg, err)
-		return 1
+		return fail(1, "%v", err)
 	}
 	fmt.Println(pub.next-1, int64(fl.took))
 	return 0
 }
 
-// publishRound runs n stand-ins' turns, publishing each delta as it is
-// read, and returns once every publish is acknowledged; fl.took is from
-// the first turn sent to then.
+// publishRound runs n stand-ins' turns, reading each in a goroutine of
+// its own that hands each delta's envelope to one publisher, as the
+// node's readers hand their events to its one publisher; it returns once
+// every publish is acknowledged, fl.took the time from the first turn
+// sent.
 func (fl *floor) publishRound(n int) error {
 	type standin struct {
 		cmd *exec.Cmd
 		in  io.WriteCloser
-		out io.ReadCloser
+		out *bufio.Reader
 	}
 	ss := make([]standin, n)
 	defer func() {
@@ -192,6 +233,7 @@ func (fl *floor) publishRound(n int) error {
 	}()
 	for i := range ss {
 		cmd := exec.Command(fl.exe, StandinArg, "--events", strconv.Itoa(fl.events), "--rate", strconv.FormatFloat(fl.rate, 'f', -1, 64))
+		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return err
@@ -201,48 +243,124 @@ func (fl *floor) publishRound(n int) error {
 			return err
 		}
 		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("the floor's stand-in: %w", err)
+			return fmt.Errorf("stand-in %d: %w", i, err)
 		}
-		ss[i] = standin{cmd, in, out}
+		ss[i] = standin{cmd, in, bufio.NewReaderSize(out, 16<<10)}
 	}
-	var mu sync.Mutex // one publisher numbers and sends, as the node's one publisher does
+	// Every stand-in answers a control request before the clock starts,
+	// as the node's have run before its rounds.
+	for i, s := range ss {
+		if _, err := io.WriteString(s.in, `{"type":"control_request","request_id":"ready"}`+"\n"); err != nil {
+			return fmt.Errorf("stand-in %d: %w", i, err)
+		}
+		line, err := s.out.ReadSlice('\n')
+		if err != nil || !bytes.HasPrefix(line, []byte(`{"type":"control_response"`)) {
+			return fmt.Errorf("stand-in %d did not answer a control request: %q %v", i, line, err)
+		}
+	}
+	publish, done, err := fl.publisher()
+	if err != nil {
+		return err
+	}
+	envs := make(chan []byte, 1024)
+	sent := make(chan error, 1)
+	go func() {
+		var first error
+		for env := range envs {
+			if first == nil {
+				first = publish(env)
+			}
+		}
+		sent <- first
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	start := time.Now()
-	for _, s := range ss {
+	for i, s := range ss {
 		if _, err := io.WriteString(s.in, `{"type":"user","message":{"role":"user","content":"floor"}}`+"\n"); err != nil {
-			return fmt.Errorf("the floor's stand-in: %w", err)
+			close(envs)
+			return fmt.Errorf("stand-in %d: %w", i, err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- fl.read(s.out, &mu)
-		}()
+		wg.Go(func() {
+			if err := fl.read(s.out, envs); err != nil {
+				errs <- fmt.Errorf("stand-in %d (pid %d): %w", i, s.cmd.Process.Pid, err)
+			}
+		})
 	}
 	wg.Wait()
+	close(envs)
 	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
+	if err := errors.Join(<-sent, <-errs); err != nil {
+		return err
 	}
-	select {
-	case <-fl.pub.js.PublishAsyncComplete():
-		fl.took = time.Since(start)
-		return nil
-	case <-time.After(time.Minute):
-		return errors.New("the floor's publishes not acknowledged in a minute")
+	if err := done(); err != nil {
+		return err
 	}
+	fl.took = time.Since(start)
+	return nil
 }
 
-// read publishes every delta a stand-in prints until its result.
-func (fl *floor) read(out io.Reader, mu *sync.Mutex) error {
-	r := bufio.NewReaderSize(out, 16<<10)
-	var env []byte
+// publisher is the floor's way of publishing an envelope, the node's
+// (fast batches or async), and what waits for every acknowledgement and
+// says the first failure.
+func (fl *floor) publisher() (publish func([]byte) error, done func() error, err error) {
+	var failed atomic.Value
+	if fl.publish == "async" {
+		js, err := jetstream.New(fl.pub.conn, jetstream.WithPublishAsyncMaxPending(512),
+			jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) { failed.CompareAndSwap(nil, err) }))
+		if err != nil {
+			return nil, nil, err
+		}
+		publish = func(env []byte) error {
+			_, err := js.PublishMsgAsync(fl.pub.msg(env), jetstream.WithStallWait(time.Minute))
+			return err
+		}
+		done = func() error {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				return errors.New("publishes not acknowledged in a minute")
+			}
+			if err, _ := failed.Load().(error); err != nil {
+				return fmt.Errorf("a publish failed: %w", err)
+			}
+			return nil
+		}
+		return publish, done, nil
+	}
+	fp, err := jetstreamext.NewFastPublisher(fl.pub.js, jetstreamext.FastPublishFlowControl{Flow: 500, MaxOutstandingAcks: 1, AckTimeout: time.Minute},
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) { failed.CompareAndSwap(nil, err) }))
+	if err != nil {
+		return nil, nil, fmt.Errorf("a fast batch: %w", err)
+	}
+	publish = func(env []byte) error {
+		_, err := fp.AddMsg(fl.pub.msg(env))
+		return err
+	}
+	done = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := fp.Close(ctx); err != nil {
+			return fmt.Errorf("the fast batch's end: %w", err)
+		}
+		if err, _ := failed.Load().(error); err != nil {
+			return fmt.Errorf("the fast batch: %w", err)
+		}
+		return nil
+	}
+	return publish, done, nil
+}
+
+// read hands every delta a stand-in prints, as an envelope, to envs,
+// until its result.
+func (fl *floor) read(r *bufio.Reader, envs chan<- []byte) error {
 	for {
 		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return fmt.Errorf("a line longer than %d bytes", r.Size())
+		}
 		if err != nil {
-			return fmt.Errorf("the floor's stand-in ended before its result: %w", err)
+			return fmt.Errorf("ended before its result: %w", err)
 		}
 		if bytes.HasPrefix(line, []byte(`{"type":"result"`)) {
 			return nil
@@ -256,56 +374,43 @@ func (fl *floor) read(out io.Reader, mu *sync.Mutex) error {
 		if j < 0 {
 			continue
 		}
-		env = append(append(append(env[:0], fl.before...), text[:j]...), fl.after...)
-		mu.Lock()
-		_, err = fl.pub.js.PublishMsgAsync(fl.pub.msg(bytes.Clone(env)), jetstream.WithStallWait(time.Minute))
-		mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("the floor's publish: %w", err)
-		}
+		env := make([]byte, 0, len(fl.before)+j+len(fl.after))
+		envs <- append(append(append(env, fl.before...), text[:j]...), fl.after...)
 	}
 }
 
-// readBack reads the floor's events first to last from the stream and
-// adds each one's latency from its print to its storing.
-func (fl *floor) readBack(ctx context.Context, first, last uint64) error {
-	js, err := jetstream.New(fl.pub.conn)
+// readBack reads the floor's want events from the stream, from sequence
+// from on, and adds each one's latency from its print to its storing.
+func (fl *floor) readBack(ctx context.Context, from uint64, want int) error {
+	c, err := fl.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.EventSubject(fl.pub.id)}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		InactiveThreshold: 5 * time.Second,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("read the floor's events back: %w", err)
 	}
-	stream, err := js.Stream(ctx, schemas.StreamName)
-	if err != nil {
-		return err
-	}
-	c, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(fl.pub.id)}})
-	if err != nil {
-		return err
-	}
-	for seen := uint64(0); seen < last; {
-		batch, err := c.Fetch(4096, jetstream.FetchMaxWait(5*time.Second))
+	for seen := 0; seen < want; {
+		batch, err := c.Fetch(min(4096, want-seen), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return fmt.Errorf("read the floor's events back: %w", err)
 		}
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			seen++
-			if seen < first {
-				continue
-			}
 			md, err := m.Metadata()
 			if err != nil {
-				return err
+				return fmt.Errorf("read the floor's events back: %w", err)
 			}
 			if _, printed, ok := stamp(m.Data()); ok {
 				fl.stored.add(md.Timestamp.UnixNano() - printed)
 			}
 		}
+		seen += got
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("read the floor's events back: %w", err)
 		}
 		if got == 0 {
-			return fmt.Errorf("read the floor's events back: %d of %d", seen, last)
+			return fmt.Errorf("read the floor's events back: %d of %d in the stream", seen, want)
 		}
 	}
 	return nil

@@ -200,9 +200,9 @@ const (
 )
 
 // AnchorFloor is the floor (floor.go): the same stand-ins as the node's,
-// each line published straight to JetStream, an async publish with the
-// node's three headers. It is not among Anchors: it is measured in the
-// bare rounds only, from the turns sent to the last acknowledgement.
+// each line published straight to JetStream the node's way, under the
+// node's three headers. It is not among Anchors: its rate is measured in
+// the bare rounds only, from the turns sent to the last acknowledgement.
 const AnchorFloor Anchor = "the floor: the same stand-ins, straight to JetStream"
 
 // Anchors are the anchors a run measures, in the order printed.

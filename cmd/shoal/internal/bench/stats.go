@@ -28,6 +28,13 @@ func (s *samples) add(d int64) {
 
 func (s *samples) addDuration(d time.Duration) { s.add(int64(d)) }
 
+// count is how many samples there are.
+func (s *samples) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ns)
+}
+
 func (s *samples) latency() Latency {
 	s.mu.Lock()
 	defer s.mu.Unlock()
