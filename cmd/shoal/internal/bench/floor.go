@@ -19,7 +19,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -328,25 +327,15 @@ func (fl *floor) publisher() (publish func([]byte) error, done func() error, err
 		}
 		return publish, done, nil
 	}
-	fp, err := jetstreamext.NewFastPublisher(fl.pub.js, jetstreamext.FastPublishFlowControl{Flow: 500, MaxOutstandingAcks: 1, AckTimeout: time.Minute},
-		jetstreamext.WithFastPublisherErrorHandler(func(err error) { failed.CompareAndSwap(nil, err) }))
+	b, err := newFastBatch(fl.pub.js)
 	if err != nil {
 		return nil, nil, fmt.Errorf("a fast batch: %w", err)
 	}
-	publish = func(env []byte) error {
-		_, err := fp.AddMsg(fl.pub.msg(env))
-		return err
-	}
+	publish = func(env []byte) error { return b.add(fl.pub.msg(env)) }
 	done = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := fp.Close(ctx); err != nil {
-			return fmt.Errorf("the fast batch's end: %w", err)
-		}
-		if err, _ := failed.Load().(error); err != nil {
-			return fmt.Errorf("the fast batch: %w", err)
-		}
-		return nil
+		return b.end(ctx)
 	}
 	return publish, done, nil
 }

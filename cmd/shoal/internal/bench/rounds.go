@@ -361,28 +361,57 @@ func (r *rawBaseline) publish(ctx context.Context, envelopes [][]byte, n int) (t
 	return time.Since(start), nil
 }
 
-// publishFast publishes n envelopes in one fast batch, as nats bench js
-// pub fast does (a flow of 500, one outstanding acknowledgement), and
-// ends it.
+// publishFast publishes n envelopes in one fast batch and ends it.
 func (r *rawBaseline) publishFast(ctx context.Context, envelopes [][]byte, n int) error {
-	var failed atomic.Value
-	fp, err := jetstreamext.NewFastPublisher(r.js, jetstreamext.FastPublishFlowControl{Flow: 500, MaxOutstandingAcks: 1, AckTimeout: time.Minute},
-		jetstreamext.WithFastPublisherErrorHandler(func(err error) { failed.Store(err) }))
+	b, err := newFastBatch(r.js)
 	if err != nil {
 		return fmt.Errorf("raw fast batch: %w", err)
 	}
 	for i := range n {
-		if _, err := fp.AddMsg(r.msg(envelopes[i%len(envelopes)])); err != nil {
+		if err := b.add(r.msg(envelopes[i%len(envelopes)])); err != nil {
 			return fmt.Errorf("raw fast batch: %w", err)
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if _, err := fp.Close(cctx); err != nil {
-		return fmt.Errorf("raw fast batch, its end: %w", err)
+	if err := b.end(cctx); err != nil {
+		return fmt.Errorf("raw %w", err)
 	}
-	if err, _ := failed.Load().(error); err != nil {
-		return fmt.Errorf("raw fast batch: %w", err)
+	return nil
+}
+
+// fastBatch is a fast batch published as nats bench js pub fast
+// publishes one (a flow of 500, one outstanding acknowledgement), its
+// first failure kept.
+type fastBatch struct {
+	fp     jetstreamext.FastPublisher
+	failed atomic.Value
+}
+
+func newFastBatch(js jetstream.JetStream) (*fastBatch, error) {
+	b := &fastBatch{}
+	fp, err := jetstreamext.NewFastPublisher(js, jetstreamext.FastPublishFlowControl{Flow: 500, MaxOutstandingAcks: 1, AckTimeout: time.Minute},
+		jetstreamext.WithFastPublisherErrorHandler(func(err error) { b.failed.CompareAndSwap(nil, err) }))
+	if err != nil {
+		return nil, err
+	}
+	b.fp = fp
+	return b, nil
+}
+
+func (b *fastBatch) add(m *nats.Msg) error {
+	_, err := b.fp.AddMsg(m)
+	return err
+}
+
+// end commits the batch and waits for its acknowledgement; an error if
+// any of it failed.
+func (b *fastBatch) end(ctx context.Context) error {
+	if _, err := b.fp.Close(ctx); err != nil {
+		return fmt.Errorf("fast batch, its end: %w", err)
+	}
+	if err, _ := b.failed.Load().(error); err != nil {
+		return fmt.Errorf("fast batch: %w", err)
 	}
 	return nil
 }
