@@ -277,8 +277,9 @@ func (fl *floor) publishRound(n int) error {
 	start := time.Now()
 	for i, s := range ss {
 		if _, err := io.WriteString(s.in, `{"type":"user","message":{"role":"user","content":"floor"}}`+"\n"); err != nil {
-			close(envs)
-			return fmt.Errorf("stand-in %d: %w", i, err)
+			// The readers begun end with their turns; envs closes after them.
+			errs <- fmt.Errorf("stand-in %d: %w", i, err)
+			break
 		}
 		wg.Go(func() {
 			if err := fl.read(s.out, envs); err != nil {
