@@ -130,6 +130,7 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 	}
 	ev := it.ev
 	if it.backend {
+		a.h.pub.hold(ctx)
 		a.mu.Lock()
 		ev.Turn = a.stamp
 		a.mu.Unlock()

@@ -1,9 +1,12 @@
 package node
 
 import (
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -78,5 +81,45 @@ func TestJournalRecovery(t *testing.T) {
 	nums.reserve("a", 100_001)
 	if nums.marks["a"] != 100_000+maxNumbersBlock {
 		t.Errorf("at event 100,001, reserved up to %d", nums.marks["a"])
+	}
+}
+
+// Many agents needing a block at once share the file's syncs, and each
+// reserve returns only once the file holds its block: read back, the file
+// has every agent's mark.
+func TestNumbersReservedTogetherAreAllSaved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "numbers.json")
+	nums, _, err := openNumbers(path, "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Go(func() {
+			agent := fmt.Sprintf("a%d", i)
+			for _, seq := range []uint64{1, numbersBlock + 1, 5 * numbersBlock} {
+				if err := nums.reserve(agent, seq); err != nil {
+					errs <- err
+					return
+				}
+				// Returned: the block is in the file.
+				b, err := os.ReadFile(path)
+				var f numbersFile
+				if err != nil || json.Unmarshal(b, &f) != nil || f.Marks[agent] < seq {
+					errs <- fmt.Errorf("%s reserved %d, the file says %d (%v)", agent, seq, f.Marks[agent], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	_, prev, err := openNumbers(path, "j2")
+	if err != nil || prev.Journal != "j" || len(prev.Marks) != 200 {
+		t.Fatalf("read back: journal %q, %d marks, %v", prev.Journal, len(prev.Marks), err)
 	}
 }

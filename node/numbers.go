@@ -20,6 +20,15 @@ type numbers struct {
 	mu      sync.Mutex
 	journal string            // the id of the journal these marks go with
 	marks   map[string]uint64 // each agent's highest reserved number
+	saving  bool              // a save is under way
+	next    *numbersSave      // the save that will carry marks changed since
+}
+
+// numbersSave is one write of the file, which every change made before it
+// began waits for: many agents needing a block at once share a sync.
+type numbersSave struct {
+	done chan struct{}
+	err  error
 }
 
 // numbersBlock is how many numbers are reserved at a time, at least: an
@@ -55,7 +64,8 @@ func openNumbers(path, journal string) (*numbers, numbersFile, error) {
 	for a, m := range prev.Marks {
 		n.marks[a] = m
 	}
-	if err := n.saveLocked(); err != nil {
+	n.mu.Lock()
+	if err := n.commitLocked(); err != nil {
 		return nil, prev, err
 	}
 	return n, prev, nil
@@ -65,47 +75,74 @@ func openNumbers(path, journal string) (*numbers, numbersFile, error) {
 // and syncing the file when it is not.
 func (n *numbers) reserve(agent string, seq uint64) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if seq <= n.marks[agent] {
+		n.mu.Unlock()
 		return nil
 	}
 	n.marks[agent] = seq + max(numbersBlock, min(seq/4, maxNumbersBlock)) - 1
-	return n.saveLocked()
+	return n.commitLocked()
 }
 
 // settle sets an agent's mark to the last number it has used, once a
 // restart has accounted for what the previous run left.
 func (n *numbers) settle(agent string, last uint64) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if last == 0 {
 		delete(n.marks, agent)
 	} else {
 		n.marks[agent] = last
 	}
-	return n.saveLocked()
+	return n.commitLocked()
 }
 
 // forget drops the marks of agents none of whose events wait any more.
 func (n *numbers) forget(agents ...string) error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, a := range agents {
 		delete(n.marks, a)
 	}
-	return n.saveLocked()
+	return n.commitLocked()
 }
 
 // clear drops every mark: every event is stored.
 func (n *numbers) clear() error {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	clear(n.marks)
-	return n.saveLocked()
+	return n.commitLocked()
 }
 
-func (n *numbers) saveLocked() error {
-	b, _ := json.Marshal(numbersFile{Journal: n.journal, Marks: n.marks})
+// commitLocked unlocks n.mu once the marks as they are now are in the
+// file, synced. Changes that come while a save is under way share the
+// next one: whoever finds no save under way writes, for itself and for
+// them, until no change waits.
+func (n *numbers) commitLocked() error {
+	s := n.next
+	if s == nil {
+		s = &numbersSave{done: make(chan struct{})}
+		n.next = s
+	}
+	if n.saving {
+		n.mu.Unlock()
+		<-s.done
+		return s.err
+	}
+	n.saving = true
+	for n.next != nil {
+		w := n.next
+		n.next = nil
+		b, _ := json.Marshal(numbersFile{Journal: n.journal, Marks: n.marks})
+		n.mu.Unlock()
+		w.err = n.write(b)
+		close(w.done)
+		n.mu.Lock()
+	}
+	n.saving = false
+	n.mu.Unlock()
+	return s.err
+}
+
+// write replaces the file with b, synced.
+func (n *numbers) write(b []byte) error {
 	tmp := n.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {

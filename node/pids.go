@@ -19,6 +19,7 @@ import (
 type pidFile struct {
 	path string
 	mu   sync.Mutex
+	m    map[string]pidEntry // what the file holds; nil until first read
 }
 
 type pidEntry struct {
@@ -29,17 +30,22 @@ type pidEntry struct {
 	Life string `json:"life,omitempty"`
 }
 
+// load is what the file holds, read from disk the first time: only this
+// node writes it (the store's lock holds any other off). f.mu is held.
 func (f *pidFile) load() map[string]pidEntry {
-	m := map[string]pidEntry{}
-	b, err := os.ReadFile(f.path)
-	if err == nil {
-		json.Unmarshal(b, &m)
+	if f.m == nil {
+		f.m = map[string]pidEntry{}
+		if b, err := os.ReadFile(f.path); err == nil {
+			json.Unmarshal(b, &f.m)
+		}
 	}
-	return m
+	return f.m
 }
 
+// save writes m, which load returned, to the file. f.mu is held.
 func (f *pidFile) save(m map[string]pidEntry) error {
-	b, _ := json.MarshalIndent(m, "", "  ")
+	f.m = m
+	b, _ := json.Marshal(m)
 	tmp := f.path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err

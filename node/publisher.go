@@ -67,7 +67,10 @@ func (m *outMsg) msgID() string {
 // failed message on (go-back-N), so nothing is lost and JetStream's
 // duplicate window drops what was stored already; before a retry it asks
 // the stream for each agent's last stored event number, so a retry after
-// a long outage doubles nothing either. Producers never wait for it.
+// a long outage doubles nothing either. Producers never wait for the
+// network: while the stream takes events but falls behind, a backend's
+// next event waits in hold (its CLI's output in the pipe) instead of
+// piling up in the outbox; while the fabric is away nothing waits.
 //
 // Messages on one connection reach the server in order, and the sender
 // stops at the first publish that fails to leave, so the stream keeps each
@@ -103,9 +106,14 @@ type publisher struct {
 	stored   map[string]uint64         // each agent's last event the stream acknowledged
 	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
 	futures  chan future
-	journal  *journal           // every event is written here before it is sent; nil for none
-	written  chan struct{}      // kicked after each journal write
-	queued   map[string]*outMsg // each agent's last event not stored yet
+	// room is closed and replaced once the events waiting to be stored
+	// fall to half of outboxAhead (or storing fails), releasing those
+	// held; holding says someone waits on it.
+	room    chan struct{}
+	holding bool
+	journal *journal           // every event is written here before it is sent; nil for none
+	written chan struct{}      // kicked after each journal write
+	queued  map[string]*outMsg // each agent's last event not stored yet
 	// onStored is told of each event the stream acknowledged, with how
 	// long after its production; nil for none. It must not block.
 	onStored func(latency time.Duration)
@@ -120,7 +128,7 @@ type outboxLimits struct {
 func newPublisher(out sender, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{out: out, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
-		futures: make(chan future, window)}
+		futures: make(chan future, window), room: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -169,6 +177,57 @@ func (p *publisher) pendingTail(agent string) (schemas.Tail, bool) {
 }
 
 func msgSize(m *outMsg) int { return len(m.data) + len(m.subject) + 128 }
+
+// outboxAhead is how many bytes of events may wait to be stored while the
+// stream takes them before a backend's next event is held: some tens of
+// milliseconds of a firehose, enough to keep the window full. Past it,
+// reading a CLI faster than the stream stores only moves its output
+// from the pipe into the outbox (and, past the memory tier, to disk and
+// back), which costs the node what the stream needs.
+const outboxAhead = 4 << 20
+
+// ahead is the bytes of events waiting to be stored past which a
+// backend's events are held; p.mu is held.
+func (p *publisher) ahead() int64 { return int64(min(outboxAhead, p.lim.Memory/2)) }
+
+// waiting is the bytes of events waiting to be stored, in every tier;
+// p.mu is held.
+func (p *publisher) waiting() int64 {
+	n := int64(p.memBytes + p.tailSize)
+	if p.spill != nil {
+		n += p.spill.unread()
+	}
+	return n
+}
+
+// hold waits while the stream is taking events and more than ahead bytes
+// of them wait to be stored, until half as many do, storing fails, or ctx
+// ends. A backend's reader calls it before each event, so a CLI printing
+// faster than the stream stores waits on its pipe, as it would behind a
+// slow terminal. While the fabric is away (a publish failed, the sender is
+// retrying) it returns at once: the outbox is for that.
+func (p *publisher) hold(ctx context.Context) {
+	p.mu.Lock()
+	if p.stopped || p.failed || p.halted || p.probing || p.waiting() <= p.ahead() {
+		p.mu.Unlock()
+		return
+	}
+	p.holding = true
+	room := p.room
+	p.mu.Unlock()
+	select {
+	case <-room:
+	case <-ctx.Done():
+	}
+}
+
+// release lets every held backend go on; p.mu is held.
+func (p *publisher) release() {
+	if p.holding {
+		close(p.room)
+		p.room, p.holding = make(chan struct{}), false
+	}
+}
 
 // enqueue adds a message; it never blocks on the network. Past the memory
 // limit messages go to disk (and keep going there, to stay in order,
@@ -248,6 +307,7 @@ func (p *publisher) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() {
 		p.mu.Lock()
 		p.stopped = true
+		p.release()
 		p.mu.Unlock()
 		p.cond.Broadcast()
 	})
@@ -296,6 +356,7 @@ func (p *publisher) send() {
 			// stored would put them out of order.
 			p.mu.Lock()
 			p.halted = true
+			p.release()
 			p.mu.Unlock()
 			f = failedFuture{msg: msg, err: err}
 		}
@@ -362,6 +423,9 @@ func (p *publisher) ack(ctx context.Context) {
 			p.probing = false
 		default:
 			p.failed, firstErr = true, err
+		}
+		if p.holding && (p.failed || p.waiting() <= p.ahead()/2) {
+			p.release()
 		}
 		retry := p.failed && p.inflight == 0
 		// The sender is woken once a batch of the window is free (or the

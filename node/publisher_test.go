@@ -325,3 +325,126 @@ func TestPublisherRetryStraddlesANewLeader(t *testing.T) {
 		}
 	}
 }
+
+// gatedSender stores nothing itself: each event it sends is acknowledged
+// when the test hands its future an answer (nil: stored); once closed,
+// what is unanswered fails.
+type gatedSender struct {
+	answers chan error
+	stop    chan struct{}
+}
+
+func (s gatedSender) send(msg *nats.Msg, _ bool) (future, error) {
+	return gatedFuture{s, msg}, nil
+}
+func (gatedSender) idle()    {}
+func (gatedSender) restart() {}
+func (s gatedSender) close() { close(s.stop) }
+
+type gatedFuture struct {
+	s   gatedSender
+	msg *nats.Msg
+}
+
+func (f gatedFuture) wait() error {
+	select {
+	case err := <-f.s.answers:
+		return err
+	case <-f.s.stop:
+		return nats.ErrConnectionClosed
+	}
+}
+func (f gatedFuture) Msg() *nats.Msg { return f.msg }
+
+// While the stream takes events but falls behind, a backend's next event
+// is held once more than the outbox's ahead wait, until half as many do:
+// the CLI waits on its pipe rather than the outbox filling and spilling.
+// While storing fails nothing is held: that is what the outbox is for.
+func TestPublisherHoldsBackendsWhileTheStreamIsBehind(t *testing.T) {
+	sp, err := openSpill(filepath.Join(t.TempDir(), "outbox.spill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	answers := make(chan error)
+	gate := gatedSender{answers, make(chan struct{})}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p := newPublisher(gate, none, 16, outboxLimits{Memory: 64 << 10, Disk: 1 << 20}, sp, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	payload := []byte(strings.Repeat("x", 1000)) // msgSize 1,137: ahead (32 KiB) is past 28 events
+	n := uint64(0)
+	push := func(k int) {
+		for range k {
+			n++
+			p.enqueue(newOutMsg(schemas.EventSubject("h"), "n", "h", n, payload, time.Now()))
+		}
+	}
+	held := func() chan struct{} {
+		back := make(chan struct{})
+		go func() { p.hold(ctx); close(back) }()
+		return back
+	}
+	wait := func(what string, c chan struct{}) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: still held", what)
+		}
+	}
+	ack := func(k int, err error) {
+		for range k {
+			answers <- err
+		}
+	}
+
+	push(20) // under ahead: nothing is held
+	wait("20 events waiting", held())
+	push(20) // 40 wait, past ahead
+	back := held()
+	poll := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	poll("the backend is not held with 40 events waiting", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.holding
+	})
+	ack(20, nil) // 20 wait, still past half of ahead (14)
+	poll("20 acknowledgements not taken", func() bool { return p.pending() == 20 })
+	select {
+	case <-back:
+		t.Fatal("released with 20 events waiting, more than half of ahead")
+	default:
+	}
+	ack(7, nil) // 13 wait
+	wait("13 events waiting", back)
+	p.mu.Lock()
+	spilled := sp.count
+	p.mu.Unlock()
+	if spilled != 0 {
+		t.Errorf("%d events spilled to disk while the stream took them", spilled)
+	}
+
+	// Storing fails: whoever is held goes on, and nobody is held while the
+	// publisher retries.
+	push(30) // 43 wait
+	back = held()
+	poll("the backend is not held with 43 events waiting", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.holding
+	})
+	answers <- errFlaky
+	wait("a failed store", back)
+	wait("while the publisher retries", held())
+}

@@ -99,6 +99,7 @@ type dedupe struct {
 
 	mu      sync.Mutex
 	entries map[string]*dedupeEntry
+	swept   time.Time // when expired entries were last dropped
 }
 
 type dedupeEntry struct {
@@ -127,10 +128,18 @@ func (d *dedupe) do(key string, body []byte, notice func(), fn func() (reply ser
 	sum := sha256.Sum256(body)
 	d.mu.Lock()
 	now := time.Now()
-	for k, e := range d.entries {
-		if e.set && now.Sub(e.at) > d.window {
-			delete(d.entries, k)
+	if now.Sub(d.swept) > d.window/8 {
+		// Swept an eighth of the window at a time, not at every request:
+		// a thousand agents opened at once are a thousand requests.
+		d.swept = now
+		for k, e := range d.entries {
+			if e.set && now.Sub(e.at) > d.window {
+				delete(d.entries, k)
+			}
 		}
+	}
+	if e, ok := d.entries[key]; ok && e.set && now.Sub(e.at) > d.window {
+		delete(d.entries, key) // expired, not swept yet
 	}
 	if e, ok := d.entries[key]; ok {
 		d.mu.Unlock()
