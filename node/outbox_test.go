@@ -2,6 +2,8 @@ package node_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +94,53 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// A CLI printing faster than the stream stores is held at its pipe while
+// the coordinator is there: the node's outbox stays near its ahead (half
+// of a 256 KiB memory tier here) instead of reading the CLI into memory
+// and onto disk, and every event is stored, numbered without a gap. The
+// node publishes one event at a time (a window of 1) so the stream is
+// the slower.
+func TestNodeHoldsACLIAheadOfTheStream(t *testing.T) {
+	t.Parallel()
+	printed := filepath.Join(t.TempDir(), "printed")
+	f := startNode(t, fixtureOptions{claude: fakeCLI("firehose", "SHOAL_FAKE_PRINTED="+printed), node: func(c *node.Config) {
+		c.OutboxMemory = 256 << 10
+		c.PublishWindow = 1
+	}})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	f.send(id, "go")
+	count := func() int {
+		b, _ := os.ReadFile(printed)
+		return atoi(strings.TrimSpace(string(b)))
+	}
+	// A firehose event's message is about 260 bytes with the outbox's
+	// bookkeeping: ahead is past some 500 of them.
+	deepest := 0
+	poll.Until(t, 60*time.Second, "the CLI prints 20,000 deltas", func() bool {
+		deepest = max(deepest, f.host.OutboxDepth())
+		return count() >= 20_000
+	})
+	for range 200 {
+		deepest = max(deepest, f.host.OutboxDepth())
+		time.Sleep(time.Millisecond)
+	}
+	if deepest > 1_000 || deepest == 0 {
+		t.Errorf("the outbox held up to %d events while the CLI printed %d: not held at its pipe", deepest, count())
+	}
+	if _, err := f.fabric.Interrupt(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id}); err != nil {
+		t.Fatal(err)
+	}
+	i := w.until(0, "the result", isResult(1))
+	deltas := 0
+	for _, ev := range w.events()[:i] {
+		if ev.IsDelta() {
+			deltas++
+		}
+	}
+	if n := count(); deltas < n-1 || deltas > n {
+		t.Errorf("%d deltas stored, the CLI printed %d", deltas, n)
+	}
 }

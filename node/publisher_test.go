@@ -447,4 +447,9 @@ func TestPublisherHoldsBackendsWhileTheStreamIsBehind(t *testing.T) {
 	answers <- errFlaky
 	wait("a failed store", back)
 	wait("while the publisher retries", held())
+
+	// With the default memory tier, ahead is 4 MiB.
+	if got := newPublisher(gate, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler)).ahead(); got != 4<<20 {
+		t.Errorf("ahead with 64 MiB of memory: %d", got)
+	}
 }
