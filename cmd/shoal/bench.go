@@ -185,8 +185,9 @@ func printBench(w io.Writer, r *bench.Report) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t\n", name, l.Samples, l.P50, l.P99, l.Max)
 	}
 	floor := func(l bench.Latency) {
-		// As fast as it can, the node's outbox lets its CLI run ahead while
-		// the floor's window holds its CLI back: paced, the two compare.
+		// As fast as they can print, the CLIs wait behind different
+		// amounts (the node's outbox holds them past 4 MiB of events, the
+		// floor's publisher past 1,024 lines): paced, the two compare.
 		if l.Samples > 0 && r.Rate > 0 {
 			row("    the floor: the lines straight to JetStream", l)
 		}
