@@ -110,6 +110,11 @@ func (a *agent) loop(ctx context.Context) {
 
 // handle handles one item and reports whether the agent is now dead.
 func (a *agent) handle(ctx context.Context, it item) bool {
+	if it.backend {
+		// Before the event counts as the agent's activity: a wait for
+		// the stream is not the CLI's silence.
+		a.h.pub.hold(ctx)
+	}
 	now := time.Now()
 	a.mu.Lock()
 	a.lastEvent, a.rec.LastActivity = now, unixSeconds(now)
@@ -130,7 +135,6 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 	}
 	ev := it.ev
 	if it.backend {
-		a.h.pub.hold(ctx)
 		a.mu.Lock()
 		ev.Turn = a.stamp
 		a.mu.Unlock()

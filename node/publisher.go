@@ -111,9 +111,13 @@ type publisher struct {
 	// held; holding says someone waits on it.
 	room    chan struct{}
 	holding bool
-	journal *journal           // every event is written here before it is sent; nil for none
-	written chan struct{}      // kicked after each journal write
-	queued  map[string]*outMsg // each agent's last event not stored yet
+	// draining says the events waiting are an outage's (or what a
+	// restart took up from the journal): nobody is held until they are
+	// down to ahead, as the outbox is for them.
+	draining bool
+	journal  *journal           // every event is written here before it is sent; nil for none
+	written  chan struct{}      // kicked after each journal write
+	queued   map[string]*outMsg // each agent's last event not stored yet
 	// onStored is told of each event the stream acknowledged, with how
 	// long after its production; nil for none. It must not block.
 	onStored func(latency time.Duration)
@@ -128,7 +132,7 @@ type outboxLimits struct {
 func newPublisher(out sender, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{out: out, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
 		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
-		futures: make(chan future, window), room: make(chan struct{})}
+		futures: make(chan future, window), room: make(chan struct{}), draining: true}
 	p.cond = sync.NewCond(&p.mu)
 	return p
 }
@@ -205,10 +209,19 @@ func (p *publisher) waiting() int64 {
 // ends. A backend's reader calls it before each event, so a CLI printing
 // faster than the stream stores waits on its pipe, as it would behind a
 // slow terminal. While the fabric is away (a publish failed, the sender is
-// retrying) it returns at once: the outbox is for that.
+// retrying), and after it until what waited meanwhile is down to ahead, it
+// returns at once: the outbox is for that. It never waits with nothing in
+// memory to store, whose acknowledgement would release it.
 func (p *publisher) hold(ctx context.Context) {
 	p.mu.Lock()
-	if p.stopped || p.failed || p.halted || p.probing || p.waiting() <= p.ahead() {
+	if p.waiting() <= p.ahead() {
+		if !p.failed && !p.halted {
+			p.draining = false
+		}
+		p.mu.Unlock()
+		return
+	}
+	if p.draining || len(p.queue) == 0 || p.stopped || p.failed || p.halted || p.probing {
 		p.mu.Unlock()
 		return
 	}
@@ -355,7 +368,7 @@ func (p *publisher) send() {
 			// Stop here: sending the next message before this one is
 			// stored would put them out of order.
 			p.mu.Lock()
-			p.halted = true
+			p.halted, p.draining = true, true
 			p.release()
 			p.mu.Unlock()
 			f = failedFuture{msg: msg, err: err}
@@ -422,9 +435,14 @@ func (p *publisher) ack(ctx context.Context) {
 			backoff = 50 * time.Millisecond
 			p.probing = false
 		default:
-			p.failed, firstErr = true, err
+			p.failed, p.draining, firstErr = true, true, err
 		}
-		if p.holding && (p.failed || p.waiting() <= p.ahead()/2) {
+		if p.draining && !p.failed && p.waiting() <= p.ahead() {
+			p.draining = false // what waited while the fabric was away is stored
+		}
+		if p.holding && (p.failed || p.waiting() <= p.ahead()/2 || len(p.queue) == 0) {
+			// Released at half, or on a failure, or with nothing left
+			// in memory whose acknowledgement would come to release it.
 			p.release()
 		}
 		retry := p.failed && p.inflight == 0

@@ -453,3 +453,134 @@ func TestPublisherHoldsBackendsWhileTheStreamIsBehind(t *testing.T) {
 		t.Errorf("ahead with 64 MiB of memory: %d", got)
 	}
 }
+
+// pacedSender stores each event delay after it is sent; while down,
+// nothing leaves.
+type pacedSender struct {
+	down  *atomic.Bool
+	delay time.Duration
+}
+
+type pacedFuture struct {
+	msg *nats.Msg
+	at  time.Time
+}
+
+func (f pacedFuture) wait() error    { time.Sleep(time.Until(f.at)); return nil }
+func (f pacedFuture) Msg() *nats.Msg { return f.msg }
+
+func (s pacedSender) send(msg *nats.Msg, _ bool) (future, error) {
+	if s.down.Load() {
+		return nil, errFlaky
+	}
+	return pacedFuture{msg, time.Now().Add(s.delay)}, nil
+}
+func (pacedSender) idle()    {}
+func (pacedSender) restart() {}
+func (pacedSender) close()   {}
+
+// pacedPublisher runs a publisher on a pacedSender with a 64 KiB memory
+// tier (ahead 32 KiB) and a spill file; push enqueues k events of about
+// 1 KiB.
+func pacedPublisher(t *testing.T, delay time.Duration) (p *publisher, sp *spill, down *atomic.Bool, push func(k int)) {
+	sp, err := openSpill(filepath.Join(t.TempDir(), "outbox.spill"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sp.close)
+	down = &atomic.Bool{}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p = newPublisher(pacedSender{down, delay}, none, 16, outboxLimits{Memory: 64 << 10, Disk: 16 << 20}, sp, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	payload := []byte(strings.Repeat("x", 1000))
+	n := uint64(0)
+	push = func(k int) {
+		for range k {
+			n++
+			p.enqueue(newOutMsg(schemas.EventSubject("h"), "n", "h", n, payload, time.Now()))
+		}
+	}
+	return p, sp, down, push
+}
+
+// heldFor runs hold with a 30 s bound and fails if only the bound ended it.
+func heldFor(t *testing.T, p *publisher, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	p.hold(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("%s: held until the bound, nothing released it", what)
+	}
+}
+
+// After an outage the backlog is the outbox's: nobody is held behind it
+// (an agent's result or permission request would wait for all of it),
+// until it is down to ahead; then a stream that falls behind holds again.
+func TestPublisherHoldsNobodyBehindAnOutagesBacklog(t *testing.T) {
+	p, _, down, push := pacedPublisher(t, 20*time.Millisecond) // about 800 events/s
+	down.Store(true)
+	push(1000) // about 1.1 MB wait: most on disk
+	down.Store(false)
+	poll := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	poll("the publisher is not storing again", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.failed && !p.halted && !p.probing
+	})
+	p.hold(t.Context())
+	if n := p.pending(); n < 500 {
+		t.Errorf("held behind the outage's backlog until %d of its 1,000 events waited", n)
+	}
+	poll("the backlog does not drain", func() bool { return p.pending() == 0 })
+	push(40) // past ahead again, the stream behind
+	p.mu.Lock()
+	draining := p.draining
+	p.mu.Unlock()
+	if draining {
+		t.Fatal("still draining once the backlog was stored")
+	}
+	heldFor(t, p, "40 events waiting, the stream storing them")
+}
+
+// Bytes the sender cannot reach (a disk tier that can no longer be read
+// back) hold nobody: with nothing in memory to store, no acknowledgement
+// would come to release them.
+func TestPublisherHoldsNobodyWithNothingToStore(t *testing.T) {
+	p, sp, down, push := pacedPublisher(t, 0)
+	down.Store(true)
+	push(300) // about 340 KB: most spilled
+	p.mu.Lock()
+	spilled := sp.count
+	sp.f.Close() // the disk tier can no longer be read
+	p.mu.Unlock()
+	if spilled == 0 {
+		t.Fatal("nothing spilled")
+	}
+	down.Store(false)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		idle := len(p.queue) == 0 && p.inflight == 0 && !p.failed && !p.halted && !p.probing
+		p.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the memory tier did not drain")
+		}
+	}
+	p.mu.Lock()
+	p.draining = false // as if the outage's backlog had been stored
+	p.mu.Unlock()
+	heldFor(t, p, "an unreadable spill")
+}
