@@ -172,7 +172,7 @@ func TestMain(m *testing.M) {
 	}
 	// zmq4 (v0.17.0) leaves a PUB socket's writer goroutine behind when
 	// the socket closes; that one is the library's.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+	goleak.VerifyTestMain(m, append(natstest.KnownLeaks, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))...)
 }
 
 // The bus killed with SIGKILL mid-turn and restarted: the subscriber sees

@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("SHOAL_TEST_BROKER"); dir != "" {
 		os.Exit(brokerProcess(dir))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.KnownLeaks...)
 }
 
 // fixture is a broker, a node and a fabric client for one test.

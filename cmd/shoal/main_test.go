@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/shoalfabric/shoal/internal/natstest"
 )
 
 // The test binary doubles as the shoal binary: with SHOAL_TEST_MAIN=1 it
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.KnownLeaks...)
 }
 
 // shoalProc is a shoal process started by a test.
