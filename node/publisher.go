@@ -107,8 +107,8 @@ type publisher struct {
 	waiters  map[string][]storedWaiter // who waits for an agent's events to be stored
 	futures  chan future
 	// room is closed and replaced once the events waiting to be stored
-	// fall to half of outboxAhead (or storing fails), releasing those
-	// held; holding says someone waits on it.
+	// fall to half of ahead (or storing fails, or none is left in memory),
+	// releasing those held; holding says someone waits on it.
 	room    chan struct{}
 	holding bool
 	// draining says the events waiting are an outage's (or what a
