@@ -272,7 +272,9 @@ func TestLabelBudgetHoldsItsNodesAgents(t *testing.T) {
 func TestMCPHoldsAnAgentToItsBudget(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
-	c.fake.Script(fakemodel.Reply{Text: "once", Usage: fakemodel.Usage{Input: 100, Output: 20}})
+	// The reply streams slowly enough for the interrupt to reach the CLI
+	// before its turn ends of itself (its usage comes with the first frame).
+	c.fake.Script(fakemodel.Reply{Text: "once", Usage: fakemodel.Usage{Input: 100, Output: 20}, Delay: 50 * time.Millisecond})
 	cl := mcp.NewClient(&mcp.Implementation{Name: "budget-test", Version: "1"}, nil)
 	s, err := cl.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: c.printed("MCP endpoint "), HTTPClient: &http.Client{}}, nil)
 	if err != nil {
