@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -406,21 +407,13 @@ func TestPublisherHoldsBackendsWhileTheStreamIsBehind(t *testing.T) {
 	wait("20 events waiting", held())
 	push(20) // 40 wait, past ahead
 	back := held()
-	poll := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-		}
-	}
-	poll("the backend is not held with 40 events waiting", func() bool {
+	poll.Until(t, 30*time.Second, "the backend to be held with 40 events waiting", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.holding
 	})
 	ack(20, nil) // 20 wait, still past half of ahead (14)
-	poll("20 acknowledgements not taken", func() bool { return p.pending() == 20 })
+	poll.Until(t, 30*time.Second, "20 acknowledgements to be taken", func() bool { return p.pending() == 20 })
 	select {
 	case <-back:
 		t.Fatal("released with 20 events waiting, more than half of ahead")
@@ -439,7 +432,7 @@ func TestPublisherHoldsBackendsWhileTheStreamIsBehind(t *testing.T) {
 	// publisher retries.
 	push(30) // 43 wait
 	back = held()
-	poll("the backend is not held with 43 events waiting", func() bool {
+	poll.Until(t, 30*time.Second, "the backend to be held with 43 events waiting", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.holding
@@ -525,15 +518,7 @@ func TestPublisherHoldsNobodyBehindAnOutagesBacklog(t *testing.T) {
 	down.Store(true)
 	push(1000) // about 1.1 MB wait: most on disk
 	down.Store(false)
-	poll := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-		}
-	}
-	poll("the publisher is not storing again", func() bool {
+	poll.Until(t, 30*time.Second, "the publisher to store again", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return !p.failed && !p.halted && !p.probing
@@ -542,7 +527,7 @@ func TestPublisherHoldsNobodyBehindAnOutagesBacklog(t *testing.T) {
 	if n := p.pending(); n < 500 {
 		t.Errorf("held behind the outage's backlog until %d of its 1,000 events waited", n)
 	}
-	poll("the backlog does not drain", func() bool { return p.pending() == 0 })
+	poll.Until(t, 30*time.Second, "the backlog to drain", func() bool { return p.pending() == 0 })
 	push(40) // past ahead again, the stream behind
 	p.mu.Lock()
 	draining := p.draining
@@ -568,17 +553,11 @@ func TestPublisherHoldsNobodyWithNothingToStore(t *testing.T) {
 		t.Fatal("nothing spilled")
 	}
 	down.Store(false)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+	poll.Until(t, 30*time.Second, "the memory tier to drain", func() bool {
 		p.mu.Lock()
-		idle := len(p.queue) == 0 && p.inflight == 0 && !p.failed && !p.halted && !p.probing
-		p.mu.Unlock()
-		if idle {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the memory tier did not drain")
-		}
-	}
+		defer p.mu.Unlock()
+		return len(p.queue) == 0 && p.inflight == 0 && !p.failed && !p.halted && !p.probing
+	})
 	p.mu.Lock()
 	p.draining = false // as if the outage's backlog had been stored
 	p.mu.Unlock()
