@@ -21,7 +21,7 @@ type numbers struct {
 	journal string            // the id of the journal these marks go with
 	marks   map[string]uint64 // each agent's highest reserved number
 	saving  bool              // a save is under way
-	next    *numbersSave      // the save that will carry marks changed since
+	next    *numbersSave      // the save that carries what changed after the one under way began
 }
 
 // numbersSave is one write of the file, which every change made before it
