@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -130,6 +131,20 @@ func (b *batchConn) send() {
 		}
 		b.cond.Broadcast()
 	}
+}
+
+// Read closes the connection when reading it fails: zmq4 leaves a
+// connection whose greeting fails (a probe of the address, a peer gone
+// at once) without closing it, which would keep its socket and its
+// sender for ever; zmq4 closes any other on a failed read itself.
+func (b *batchConn) Read(p []byte) (int, error) {
+	n, err := b.Conn.Read(p)
+	if err != nil {
+		if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+			b.Close()
+		}
+	}
+	return n, err
 }
 
 // Close drops what is not sent yet, as a closing PUB socket does.
