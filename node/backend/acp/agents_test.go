@@ -3,6 +3,7 @@ package acp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,23 @@ func finalText(evs []schemas.Event) string {
 		}
 	}
 	return text
+}
+
+// resultCost is the cost of the turn's result, or nil.
+func resultCost(evs []schemas.Event) *float64 {
+	for _, ev := range evs {
+		if r, ok := ev.Payload.(schemas.Result); ok && r.Usage != nil {
+			return r.Usage.CostUSD
+		}
+	}
+	return nil
+}
+
+func costText(c *float64) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("$%.6f", *c)
 }
 
 func errorsIn(evs []schemas.Event) []string {
@@ -395,8 +413,18 @@ func TestClaudeAgentACP(t *testing.T) {
 	r := startAgent(t, acp.AgentClaude, "default", env, peers.ClaudeACP.Command(t), fake)
 
 	fake.Script(fakemodel.Reply{Text: "hello from the fake"})
-	if evs := r.send("say hello"); finalText(evs) != "hello from the fake" {
-		t.Fatalf("turn 1: %s", summary(evs))
+	first := r.send("say hello")
+	if finalText(first) != "hello from the fake" {
+		t.Fatalf("turn 1: %s", summary(first))
+	}
+	// claude-agent-acp's usage_update reports the session's cost so far;
+	// a turn's result carries its own: a second turn like the first costs
+	// about as much, not the two turns' total.
+	fake.Script(fakemodel.Reply{Text: "hello from the fake"})
+	second := r.send("say hello")
+	c1, c2 := resultCost(first), resultCost(second)
+	if c1 == nil || c2 == nil || *c1 <= 0 || *c2 <= 0 || *c2 > 1.5**c1 {
+		t.Fatalf("turn costs %s and %s: want each turn's own, both above 0, the second no more than half again the first", costText(c1), costText(c2))
 	}
 
 	// claude does its own file IO: a Write asks permission, and Shoal's

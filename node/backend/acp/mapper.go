@@ -26,7 +26,9 @@ type mapper struct {
 	open      []string            // tool calls started and not yet completed or failed, oldest first
 	callPaths map[string][]string // tool call id → its paths, for at most maxRememberedCalls ids
 	pathOrder []string            // the ids in callPaths, oldest first
-	lastCost  *float64
+	lastCost  *float64            // the session's cost so far, as its latest usage_update said
+	costTaken float64             // how much of lastCost earlier turns have reported
+	costCarry float64             // what a replaced session cost that no turn has reported yet
 	thought   strings.Builder
 	text      strings.Builder
 }
@@ -394,7 +396,7 @@ func (m *mapper) paths(toolCallID string) []string {
 }
 
 // cost is cost.amount of the most recent usage_update that carried one,
-// or nil. It is never reset.
+// or nil: the session's cost so far, which ACP reports cumulatively.
 func (m *mapper) cost() *float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -403,6 +405,38 @@ func (m *mapper) cost() *float64 {
 	}
 	c := *m.lastCost
 	return &c
+}
+
+// takeTurnCost returns what the session has cost since the last turn
+// took its cost (never below 0), or nil when no usage_update has said.
+// A turn's usage is the turn's own: the agent's record and every budget
+// sum turns, so a turn reporting the session's total would count each
+// earlier turn again.
+func (m *mapper) takeTurnCost() *float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastCost == nil && m.costCarry == 0 {
+		return nil
+	}
+	c := m.costCarry
+	m.costCarry = 0
+	if m.lastCost != nil {
+		c += max(*m.lastCost-m.costTaken, 0)
+		m.costTaken = max(*m.lastCost, m.costTaken)
+	}
+	return &c
+}
+
+// newSession starts the cost over for a session that replaced the one
+// before (ACP's cost is per session), carrying what the old one cost
+// since its last turn took its cost to the next turn.
+func (m *mapper) newSession() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastCost != nil {
+		m.costCarry += max(*m.lastCost-m.costTaken, 0)
+	}
+	m.lastCost, m.costTaken = nil, 0
 }
 
 // takeTurnText returns and clears the turn's streamed thought and

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -679,6 +680,53 @@ func TestMapperCost(t *testing.T) {
 	out := mapperFeed(t, m, `{"sessionUpdate":"usage_update","cost":{"amount":"lots"}}`)
 	if len(out) != 1 || out[0].Kind() != schemas.KindError || *m.cost() != 1.5 {
 		t.Errorf("bad cost gave %v, cost %v", out, *m.cost())
+	}
+}
+
+// ACP's usage_update reports the session's cost so far (claude-agent-acp
+// 0.002397, 0.005226, 0.007737 after three turns of acp-claude.jsonl);
+// each turn's usage carries the turn's own share, so the turns add up to
+// the session's total, and a turn with no usage_update cost nothing.
+func TestMapperTurnCost(t *testing.T) {
+	m := newMapper()
+	if c := m.takeTurnCost(); c != nil {
+		t.Fatalf("turn cost %v before any usage_update", *c)
+	}
+	usage := func(amount float64) {
+		t.Helper()
+		mapperFeed(t, m, fmt.Sprintf(`{"sessionUpdate":"usage_update","used":336,"size":200000,"cost":{"amount":%v,"currency":"USD"}}`, amount))
+	}
+	turn := func(want float64) {
+		t.Helper()
+		c := m.takeTurnCost()
+		if c == nil || math.Abs(*c-want) > 1e-12 {
+			t.Fatalf("turn cost %v, want %v", c, want)
+		}
+	}
+	usage(0.002397)
+	turn(0.002397)
+	usage(0.005226)
+	turn(0.005226 - 0.002397)
+	usage(0.007737)
+	turn(0.007737 - 0.005226)
+	turn(0) // a cancelled turn, no usage_update
+	// An agent whose total went down (it restarted its count) is charged
+	// nothing for it, and from there on the new total.
+	usage(0.001)
+	turn(0)
+	usage(0.009)
+	turn(0.009 - 0.007737)
+
+	// A session replaced after an interrupt: what the old one cost since
+	// its last turn goes with the next turn, and the new one counts from
+	// nothing.
+	usage(0.010)
+	m.newSession()
+	usage(0.0005)
+	turn(0.010 - 0.009 + 0.0005)
+	m.newSession()
+	if c := m.takeTurnCost(); c != nil {
+		t.Fatalf("turn cost %v of a fresh session that has reported none", *c)
 	}
 }
 

@@ -403,6 +403,7 @@ func (s *session) refresh() {
 		return
 	}
 	s.sid = fork.SessionID
+	s.m.newSession()
 	go func() {
 		if _, err := acpsdk.SendRequest[json.RawMessage](s.conn, ctx, "session/close", map[string]string{"sessionId": old}); err != nil {
 			s.log.Warn("closing the interrupted session failed", "session", old, "err", err)
@@ -417,12 +418,13 @@ func (s *session) refresh() {
 	}
 }
 
-// usage reads a prompt's usage leniently, with the last cost the agent
-// reported; nil when there is neither.
+// usage reads a prompt's usage leniently, with what the session cost
+// since the turn before (usage_update reports the session's total); nil
+// when there is neither.
 func (s *session) usage(raw json.RawMessage) *schemas.Usage {
 	var u map[string]json.RawMessage
 	json.Unmarshal(raw, &u)
-	cost := s.m.cost()
+	cost := s.m.takeTurnCost()
 	if len(u) == 0 && cost == nil {
 		return nil
 	}
