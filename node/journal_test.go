@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -121,5 +122,49 @@ func TestNumbersReservedTogetherAreAllSaved(t *testing.T) {
 	_, prev, err := openNumbers(path, "j2")
 	if err != nil || prev.Journal != "j" || len(prev.Marks) != 200 {
 		t.Fatalf("read back: journal %q, %d marks, %v", prev.Journal, len(prev.Marks), err)
+	}
+}
+
+// The numbers file and pids.json are written without encoding/json; what
+// they write reads back, through encoding/json, as what was written,
+// whatever the keys and values hold.
+func TestNodeFilesReadBackAsWritten(t *testing.T) {
+	odd := []string{"", "a", "ab-1_2", `quote"back\slash`, "ctl\x00\x01\n\t", "<html>&", "\u2028\u2029", "naïve ☃", "bad\xffutf8"}
+	for _, marks := range []map[string]uint64{{}, {"a": 1}, {"x": 1 << 63, "y": 0, "z": 18446744073709551615}} {
+		for i, k := range odd {
+			if len(marks) > 1 {
+				marks[k] = uint64(i) * 1e15
+			}
+		}
+		for _, journal := range odd {
+			f := numbersFile{Journal: journal, Marks: marks}
+			var got numbersFile
+			if err := json.Unmarshal(f.appendJSON(nil), &got); err != nil {
+				t.Fatalf("%q: %v", f.appendJSON(nil), err)
+			}
+			want, _ := json.Marshal(f)
+			var wantBack numbersFile
+			json.Unmarshal(want, &wantBack)
+			if !reflect.DeepEqual(got, wantBack) {
+				t.Fatalf("numbers file %q read back as %+v, want %+v", f.appendJSON(nil), got, wantBack)
+			}
+		}
+	}
+	pids := map[string]pidEntry{}
+	for i, k := range odd {
+		pids[k] = pidEntry{PID: i * 1000, Start: odd[(i+1)%len(odd)], Life: odd[(i+2)%len(odd)]}
+	}
+	pids["none"] = pidEntry{}
+	for _, m := range []map[string]pidEntry{{}, {"one": {PID: 7}}, pids} {
+		var got map[string]pidEntry
+		if err := json.Unmarshal(appendPids(nil, m), &got); err != nil {
+			t.Fatalf("%q: %v", appendPids(nil, m), err)
+		}
+		want, _ := json.Marshal(m)
+		var wantBack map[string]pidEntry
+		json.Unmarshal(want, &wantBack)
+		if !reflect.DeepEqual(got, wantBack) {
+			t.Fatalf("pids.json %q read back as %+v, want %+v", appendPids(nil, m), got, wantBack)
+		}
 	}
 }

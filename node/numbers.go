@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // numbers records, in the node's dir apart from its journal, how far each
@@ -22,6 +25,7 @@ type numbers struct {
 	marks   map[string]uint64 // each agent's highest reserved number
 	saving  bool              // a save is under way
 	next    *numbersSave      // the save that carries what changed after the one under way began
+	buf     []byte            // the file's bytes, reused by whoever saves
 }
 
 // numbersSave is one write of the file, which every change made before it
@@ -44,6 +48,26 @@ const maxNumbersBlock = 16384
 type numbersFile struct {
 	Journal string            `json:"journal"`
 	Marks   map[string]uint64 `json:"marks"`
+}
+
+// appendJSON appends the file's JSON: a node with many agents writes it
+// at every open and close, and encoding/json's reflection and sorted keys
+// were most of that.
+func (f numbersFile) appendJSON(b []byte) []byte {
+	b = append(b, `{"journal":`...)
+	b = schemas.AppendJSONString(b, f.Journal)
+	b = append(b, `,"marks":{`...)
+	sep := false
+	for a, m := range f.Marks {
+		if sep {
+			b = append(b, ',')
+		}
+		sep = true
+		b = schemas.AppendJSONString(b, a)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, m, 10)
+	}
+	return append(b, "}}"...)
 }
 
 // openNumbers reads what a previous run left in path (the journal it
@@ -130,9 +154,9 @@ func (n *numbers) commitLocked() error {
 	for n.next != nil {
 		w := n.next
 		n.next = nil
-		b, _ := json.Marshal(numbersFile{Journal: n.journal, Marks: n.marks})
+		n.buf = numbersFile{Journal: n.journal, Marks: n.marks}.appendJSON(n.buf[:0])
 		n.mu.Unlock()
-		w.err = n.write(b)
+		w.err = n.write(n.buf)
 		close(w.done)
 		n.mu.Lock()
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/shoalfabric/shoal/node/proc"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // pidFile is pids.json: the agent processes this node runs, so that a node
@@ -20,6 +21,7 @@ type pidFile struct {
 	path string
 	mu   sync.Mutex
 	m    map[string]pidEntry // what the file holds; nil until first read
+	buf  []byte              // the file's bytes, reused
 }
 
 type pidEntry struct {
@@ -45,12 +47,51 @@ func (f *pidFile) load() map[string]pidEntry {
 // save writes m, which load returned, to the file. f.mu is held.
 func (f *pidFile) save(m map[string]pidEntry) error {
 	f.m = m
-	b, _ := json.Marshal(m)
+	f.buf = appendPids(f.buf[:0], m)
 	tmp := f.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	if err := os.WriteFile(tmp, f.buf, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, f.path)
+}
+
+// appendPids appends m as JSON, as encoding/json writes it but for the
+// order of the keys: the file is written at every open and close, and
+// encoding/json's reflection and sorted keys were most of that with many
+// agents.
+func appendPids(b []byte, m map[string]pidEntry) []byte {
+	b = append(b, '{')
+	sep := false
+	for agent, e := range m {
+		if sep {
+			b = append(b, ',')
+		}
+		sep = true
+		b = schemas.AppendJSONString(b, agent)
+		b = append(b, ":{"...)
+		inner := false
+		field := func(name string) {
+			if inner {
+				b = append(b, ',')
+			}
+			inner = true
+			b = append(b, name...)
+		}
+		if e.PID != 0 {
+			field(`"pid":`)
+			b = strconv.AppendInt(b, int64(e.PID), 10)
+		}
+		if e.Start != "" {
+			field(`"start":`)
+			b = schemas.AppendJSONString(b, e.Start)
+		}
+		if e.Life != "" {
+			field(`"life":`)
+			b = schemas.AppendJSONString(b, e.Life)
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
 }
 
 // add records an agent's process (pid 0 when it has none) and its life's

@@ -18,9 +18,9 @@ func appendEnvelope(b []byte, e Event) ([]byte, bool) {
 	case ToolInputDelta:
 		b = appendHead(b, "tool_input_delta", e.Turn)
 		b = append(b, `{"toolCallId":`...)
-		b = appendString(b, p.ToolCallID)
+		b = AppendJSONString(b, p.ToolCallID)
 		b = append(b, `,"partialJson":`...)
-		b = appendString(b, p.PartialJSON)
+		b = AppendJSONString(b, p.PartialJSON)
 		return append(b, "}}"...), true
 	case Status:
 		if p.Sandbox != nil {
@@ -28,7 +28,7 @@ func appendEnvelope(b []byte, e Event) ([]byte, bool) {
 		}
 		b = appendHead(b, "status", e.Turn)
 		b = append(b, `{"status":`...)
-		b = appendString(b, string(p.Status))
+		b = AppendJSONString(b, string(p.Status))
 		return append(b, "}}"...), true
 	case TurnStarted:
 		b = appendHead(b, "turn_started", e.Turn)
@@ -53,15 +53,16 @@ func appendChunk(b []byte, kind string, turn int, delta bool, c ContentBlock) ([
 	b = append(b, `{"delta":`...)
 	b = strconv.AppendBool(b, delta)
 	b = append(b, `,"content":{"type":"text","text":`...)
-	b = appendString(b, c.Text)
+	b = AppendJSONString(b, c.Text)
 	return append(b, "}}}"...), true
 }
 
 const hexDigits = "0123456789abcdef"
 
-// appendString writes s as a JSON string the way encoding/json does:
-// HTML-safe, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
+// AppendJSONString appends s as a JSON string the way encoding/json
+// does: HTML-safe, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029
+// escaped.
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -38,7 +38,7 @@ func FuzzAppendString(f *testing.F) {
 	f.Add("a<b>&\"\\\n\x00\xff\u2028")
 	f.Fuzz(func(t *testing.T, s string) {
 		want, _ := json.Marshal(s)
-		if got := appendString(nil, s); !bytes.Equal(got, want) {
+		if got := AppendJSONString(nil, s); !bytes.Equal(got, want) {
 			t.Fatalf("%q: got %s want %s", s, got, want)
 		}
 	})
