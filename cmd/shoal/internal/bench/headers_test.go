@@ -112,4 +112,3 @@ func headerBytes(h nats.Header) int {
 	}
 	return n
 }
-
