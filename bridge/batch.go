@@ -2,10 +2,12 @@ package bridge
 
 import (
 	"context"
-	"errors"
+	"encoding/binary"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
@@ -58,8 +60,21 @@ func (l batchListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// zmq4 greets each peer in its accept loop, with no time limit: a
+	// peer that never finishes its greeting would keep every later
+	// subscriber out.
+	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	return newBatchConn(c), nil
 }
+
+// handshakeTimeout is how long a peer has to greet the bus, and how long
+// a connection zmq4 has stopped reading is kept.
+var handshakeTimeout = 10 * time.Second
+
+// maxPeerFrame bounds a frame a peer sends the bus: its greeting's
+// command and its subscriptions are small, and zmq4 allocates whatever
+// size a frame claims before reading it.
+const maxPeerFrame = 64 << 10
 
 // batchLimit is how much a connection gathers before a write waits for
 // the subscriber to take some: what a slow subscriber can hold up.
@@ -78,13 +93,31 @@ type batchConn struct {
 	spare  []byte // the storage last sent, for the next gathering
 	err    error
 	closed bool
+
+	peer    zmtpReader  // what the peer has sent, read as ZMTP; only Read touches it
+	reading int         // Reads under way
+	idle    *time.Timer // closes a connection no Read has begun on for handshakeTimeout
 }
 
 func newBatchConn(c net.Conn) *batchConn {
 	b := &batchConn{Conn: c}
 	b.cond = sync.NewCond(&b.mu)
+	b.idle = time.AfterFunc(handshakeTimeout, b.abandoned)
 	go b.send()
 	return b
+}
+
+// abandoned closes the connection if nothing reads it. zmq4 reads every
+// connection it keeps all the time (a PUB socket waits for
+// subscriptions), and leaves a connection whose greeting fails without
+// closing it, which would keep its socket and its sender for ever.
+func (b *batchConn) abandoned() {
+	b.mu.Lock()
+	gone := b.reading == 0 && !b.closed
+	b.mu.Unlock()
+	if gone {
+		b.Close()
+	}
 }
 
 func (b *batchConn) Write(p []byte) (int, error) {
@@ -133,17 +166,33 @@ func (b *batchConn) send() {
 	}
 }
 
-// Read closes the connection when reading it fails: zmq4 leaves a
-// connection whose greeting fails (a probe of the address, a peer gone
-// at once) without closing it, which would keep its socket and its
-// sender for ever; zmq4 closes any other on a failed read itself.
+// Read reads what the peer sends, as ZMTP: a frame claiming more than
+// maxPeerFrame is an error, and the handshake's deadline is lifted once
+// the peer's greeting and first command are in. A failed read closes the
+// connection (zmq4 closes a connection it keeps on a failed read itself,
+// and abandons one whose greeting fails).
 func (b *batchConn) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	b.reading++
+	b.idle.Stop()
+	b.mu.Unlock()
 	n, err := b.Conn.Read(p)
-	if err != nil {
-		if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
-			b.Close()
-		}
+	greeted := b.peer.greeted()
+	if ferr := b.peer.feed(p[:n]); ferr != nil {
+		n, err = 0, ferr
 	}
+	if !greeted && b.peer.greeted() {
+		b.Conn.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		b.Close()
+	}
+	b.mu.Lock()
+	b.reading--
+	if b.reading == 0 && !b.closed {
+		b.idle.Reset(handshakeTimeout)
+	}
+	b.mu.Unlock()
 	return n, err
 }
 
@@ -151,7 +200,67 @@ func (b *batchConn) Read(p []byte) (int, error) {
 func (b *batchConn) Close() error {
 	b.mu.Lock()
 	b.closed = true
+	b.idle.Stop()
 	b.cond.Broadcast()
 	b.mu.Unlock()
 	return b.Conn.Close()
+}
+
+// zmtpReader follows the bytes a peer sends: the 64-byte greeting, then
+// frames (a flags byte, a size of one byte or, when the flags say long,
+// eight, and the body).
+type zmtpReader struct {
+	greeting int // greeting bytes read
+	frames   int // frames read whole
+	head     [9]byte
+	headLen  int
+	body     uint64 // body bytes still to come
+}
+
+const zmtpGreeting = 64
+
+// greeted reports whether the greeting and the first command (the
+// handshake's READY) are in.
+func (z *zmtpReader) greeted() bool { return z.greeting == zmtpGreeting && z.frames > 0 }
+
+// feed takes the next bytes the peer sent; an error when a frame claims
+// more than maxPeerFrame.
+func (z *zmtpReader) feed(p []byte) error {
+	for len(p) > 0 {
+		switch {
+		case z.greeting < zmtpGreeting:
+			k := min(zmtpGreeting-z.greeting, len(p))
+			z.greeting += k
+			p = p[k:]
+		case z.body > 0:
+			k := min(z.body, uint64(len(p)))
+			z.body -= k
+			p = p[k:]
+			if z.body == 0 {
+				z.frames++
+			}
+		default:
+			z.head[z.headLen] = p[0]
+			z.headLen++
+			p = p[1:]
+			long := z.head[0]&0x02 != 0
+			var size uint64
+			switch {
+			case !long && z.headLen == 2:
+				size = uint64(z.head[1])
+			case long && z.headLen == 9:
+				size = binary.BigEndian.Uint64(z.head[1:9])
+			default:
+				continue
+			}
+			if size > maxPeerFrame {
+				return fmt.Errorf("a frame of %d bytes from a bus subscriber, more than %d", size, maxPeerFrame)
+			}
+			z.headLen, z.body = 0, size
+			if size == 0 {
+				z.frames++
+			}
+		}
+	}
+	return nil
 }

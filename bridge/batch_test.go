@@ -1,10 +1,13 @@
 package bridge
 
 import (
+	"errors"
 	"io"
 	"net"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/goleak"
@@ -36,5 +39,89 @@ func TestBusConnectionGoneBeforeItsGreetingIsClosed(t *testing.T) {
 	pub.Close()
 	// zmq4 (v0.17.0) leaves a PUB socket's writer goroutine behind when
 	// the socket closes; that one is the library's.
+	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
+
+// Peers that do not speak ZMTP, or speak it to harm, are dropped and keep
+// nobody out: one that never greets (zmq4 greets in its accept loop, so
+// it kept every later subscriber out), one that sends an HTTP request,
+// and one that greets and then claims a frame of a terabyte (zmq4
+// allocates what a frame claims before reading it). A real subscriber
+// connecting after them gets what the bus publishes. Not parallel: it
+// shortens the handshake's time limit and looks at every goroutine.
+func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = 300 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "bus.sock")
+	pub := zmq4.NewPub(t.Context())
+	defer pub.Close()
+	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(send []byte) net.Conn {
+		t.Helper()
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(send); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10], greeting[11] = 0xff, 0x7f, 3, 0
+	copy(greeting[12:], "NULL")
+	huge := append(append([]byte(nil), greeting...), 0x06, 0, 0, 1, 0, 0, 0, 0, 0) // a long command of 2^40 bytes
+	peers := map[string]net.Conn{
+		"silent":           dial(nil),
+		"an HTTP request":  dial([]byte("GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: probe\r\nAccept: */*\r\n\r\n")),
+		"a terabyte frame": dial(huge),
+	}
+
+	sub := zmq4.NewSub(t.Context())
+	defer sub.Close()
+	if err := sub.Dial("ipc://" + path); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan zmq4.Msg, 1)
+	go func() {
+		m, err := sub.Recv()
+		if err == nil {
+			got <- m
+		}
+		close(got)
+	}()
+	deadline := time.After(20 * time.Second)
+	for waiting := true; waiting; {
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("agent.x"), []byte("hello"))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m, ok := <-got:
+			if !ok || string(m.Frames[1]) != "hello" {
+				t.Fatalf("the subscriber got %v", m)
+			}
+			waiting = false
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("a subscriber connecting after the bad peers got nothing in 20s")
+		}
+	}
+	for what, c := range peers {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// Dropped: the end of the stream, or a reset when the bus
+		// closed with what the peer sent unread.
+		if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("the bus did not drop the peer that sent %s: %v", what, err)
+		}
+	}
+	sub.Close()
+	pub.Close()
 	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
