@@ -408,7 +408,8 @@ func (m *mapper) cost() *float64 {
 }
 
 // takeTurnCost returns what the session has cost since the last turn
-// took its cost (never below 0), or nil when no usage_update has said.
+// took its cost, or nil when no usage_update has said. A total lower
+// than the last one taken is a count begun again: all of it is new.
 // A turn's usage is the turn's own: the agent's record and every budget
 // sum turns, so a turn reporting the session's total would count each
 // earlier turn again.
@@ -420,9 +421,13 @@ func (m *mapper) takeTurnCost() *float64 {
 	}
 	c := m.costCarry
 	m.costCarry = 0
-	if m.lastCost != nil {
-		c += max(*m.lastCost-m.costTaken, 0)
-		m.costTaken = max(*m.lastCost, m.costTaken)
+	if last := m.lastCost; last != nil {
+		if *last >= m.costTaken {
+			c += *last - m.costTaken
+		} else {
+			c += *last // the agent began its count again
+		}
+		m.costTaken = *last
 	}
 	return &c
 }

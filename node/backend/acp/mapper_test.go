@@ -710,12 +710,11 @@ func TestMapperTurnCost(t *testing.T) {
 	usage(0.007737)
 	turn(0.007737 - 0.005226)
 	turn(0) // a cancelled turn, no usage_update
-	// An agent whose total went down (it restarted its count) is charged
-	// nothing for it, and from there on the new total.
+	// A total that went down is a count begun again: all of it is new.
 	usage(0.001)
-	turn(0)
+	turn(0.001)
 	usage(0.009)
-	turn(0.009 - 0.007737)
+	turn(0.008)
 
 	// A session replaced after an interrupt: what the old one cost since
 	// its last turn goes with the next turn, and the new one counts from
