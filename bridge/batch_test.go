@@ -21,6 +21,7 @@ func TestBusConnectionGoneBeforeItsGreetingIsClosed(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	path := filepath.Join(t.TempDir(), "bus.sock")
 	pub := zmq4.NewPub(t.Context())
+	defer pub.Close()
 	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
 		t.Fatal(err)
 	}
