@@ -395,18 +395,6 @@ func (m *mapper) paths(toolCallID string) []string {
 	return slices.Clone(m.callPaths[toolCallID])
 }
 
-// cost is cost.amount of the most recent usage_update that carried one,
-// or nil: the session's cost so far, which ACP reports cumulatively.
-func (m *mapper) cost() *float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lastCost == nil {
-		return nil
-	}
-	c := *m.lastCost
-	return &c
-}
-
 // takeTurnCost returns what the session has cost since the last turn
 // took its cost, or nil when no usage_update has said. A total lower
 // than the last one taken is a count begun again: all of it is new.

@@ -823,3 +823,15 @@ func TestMapperMalformed(t *testing.T) {
 		}
 	}
 }
+
+// cost, for the tests, is cost.amount of the most recent usage_update
+// that carried one, or nil: the session's cost so far.
+func (m *mapper) cost() *float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lastCost == nil {
+		return nil
+	}
+	c := *m.lastCost
+	return &c
+}
