@@ -3,8 +3,11 @@ package bridge
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -45,15 +48,32 @@ func batchAddress(address string) string {
 
 type batchTransport struct{ transport.Transport }
 
+// Listen is given the context the socket was made with: the bus puts in
+// it the logger that names the peers it drops (withPeerLog).
 func (t batchTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
 	l, err := t.Transport.Listen(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	return batchListener{l}, nil
+	log, _ := ctx.Value(peerLogKey{}).(*slog.Logger)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return batchListener{l, log}, nil
 }
 
-type batchListener struct{ net.Listener }
+type peerLogKey struct{}
+
+// withPeerLog makes the context for a socket whose listener logs, on log,
+// each peer it drops for not speaking ZMTP.
+func withPeerLog(ctx context.Context, log *slog.Logger) context.Context {
+	return context.WithValue(ctx, peerLogKey{}, log)
+}
+
+type batchListener struct {
+	net.Listener
+	log *slog.Logger
+}
 
 func (l batchListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -64,7 +84,7 @@ func (l batchListener) Accept() (net.Conn, error) {
 	// peer that never finishes its greeting would keep every later
 	// subscriber out.
 	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	return newBatchConn(c), nil
+	return newBatchConn(c, l.log), nil
 }
 
 // handshakeTimeout is how long a peer has to greet the bus, and how long
@@ -97,10 +117,11 @@ type batchConn struct {
 	peer    zmtpReader  // what the peer has sent, read as ZMTP; only Read touches it
 	reading int         // Reads under way
 	idle    *time.Timer // closes a connection no Read has begun on for handshakeTimeout
+	log     *slog.Logger
 }
 
-func newBatchConn(c net.Conn) *batchConn {
-	b := &batchConn{Conn: c}
+func newBatchConn(c net.Conn, log *slog.Logger) *batchConn {
+	b := &batchConn{Conn: c, log: log}
 	b.cond = sync.NewCond(&b.mu)
 	b.idle = time.AfterFunc(handshakeTimeout, b.abandoned)
 	go b.send()
@@ -116,8 +137,23 @@ func (b *batchConn) abandoned() {
 	gone := b.reading == 0 && !b.closed
 	b.mu.Unlock()
 	if gone {
-		b.Close()
+		b.drop("its greeting was refused, or it stopped being read")
 	}
+}
+
+// drop closes a connection whose peer does not speak ZMTP, and says why.
+func (b *batchConn) drop(why string) {
+	b.mu.Lock()
+	already := b.closed
+	b.mu.Unlock()
+	if !already {
+		args := []any{"why", why}
+		if a := b.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
+			args = append(args, "peer", a.String())
+		}
+		b.log.Warn("dropped a bus peer that does not speak ZMTP", args...)
+	}
+	b.Close()
 }
 
 func (b *batchConn) Write(p []byte) (int, error) {
@@ -178,11 +214,15 @@ func (b *batchConn) Read(p []byte) (int, error) {
 	b.mu.Unlock()
 	n, err := b.Conn.Read(p)
 	greeted := b.peer.greeted()
-	if ferr := b.peer.feed(p[:n]); ferr != nil {
+	ferr := b.peer.feed(p[:n])
+	switch {
+	case ferr != nil:
 		n, err = 0, ferr
-	}
-	if !greeted && b.peer.greeted() {
+		b.drop(ferr.Error())
+	case !greeted && b.peer.greeted():
 		b.Conn.SetReadDeadline(time.Time{})
+	case !greeted && errors.Is(err, os.ErrDeadlineExceeded):
+		b.drop(fmt.Sprintf("no greeting within %s", handshakeTimeout))
 	}
 	if err != nil {
 		b.Close()
@@ -254,7 +294,7 @@ func (z *zmtpReader) feed(p []byte) error {
 				continue
 			}
 			if size > maxPeerFrame {
-				return fmt.Errorf("a frame of %d bytes from a bus subscriber, more than %d", size, maxPeerFrame)
+				return fmt.Errorf("a frame of %d bytes, more than %d", size, maxPeerFrame)
 			}
 			z.headLen, z.body = 0, size
 			if size == 0 {

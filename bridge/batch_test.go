@@ -1,10 +1,14 @@
 package bridge
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +24,8 @@ import (
 func TestBusConnectionGoneBeforeItsGreetingIsClosed(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	path := filepath.Join(t.TempDir(), "bus.sock")
-	pub := zmq4.NewPub(t.Context())
+	var logged logBuffer
+	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
 	defer pub.Close()
 	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
 		t.Fatal(err)
@@ -38,6 +43,10 @@ func TestBusConnectionGoneBeforeItsGreetingIsClosed(t *testing.T) {
 		c.Close()
 	}
 	pub.Close()
+	// A peer that leaves is no peer that misbehaved: nothing to log.
+	if out := logged.String(); out != "" {
+		t.Errorf("peers that left before greeting were logged as dropped:\n%s", out)
+	}
 	// zmq4 (v0.17.0) leaves a PUB socket's writer goroutine behind when
 	// the socket closes; that one is the library's.
 	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
@@ -55,7 +64,8 @@ func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
 	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
 	handshakeTimeout = 300 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "bus.sock")
-	pub := zmq4.NewPub(t.Context())
+	var logged logBuffer
+	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
 	defer pub.Close()
 	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
 		t.Fatal(err)
@@ -124,5 +134,38 @@ func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
 	}
 	sub.Close()
 	pub.Close()
+	// Each drop is logged once, saying why: an operator can tell a
+	// subscriber the bus dropped from one that left.
+	out := logged.String()
+	for what, why := range map[string]string{
+		"silent":           `why="no greeting within 300ms"`,
+		"an HTTP request":  `why="its greeting was refused, or it stopped being read"`,
+		"a terabyte frame": `why="a frame of 1099511627776 bytes, more than 65536"`,
+	} {
+		if n := strings.Count(out, why); n != 1 {
+			t.Errorf("the peer that sent %s was logged %d times with %s; the log:\n%s", what, n, why, out)
+		}
+	}
+	if n := strings.Count(out, "dropped a bus peer that does not speak ZMTP"); n != len(peers) {
+		t.Errorf("%d drops logged for %d bad peers (the real subscriber is not one); the log:\n%s", n, len(peers), out)
+	}
 	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
+
+// logBuffer is a buffer a logger and a test share.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

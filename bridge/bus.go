@@ -109,7 +109,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := claim(b.cfg.Address); err != nil {
 		return err
 	}
-	pub := zmq4.NewPub(ctx)
+	pub := zmq4.NewPub(withPeerLog(ctx, b.log))
 	defer pub.Close()
 	if err := pub.SetOption(zmq4.OptionHWM, b.cfg.HWM); err != nil {
 		return err
