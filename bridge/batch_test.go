@@ -169,3 +169,35 @@ func (l *logBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// Over tcp the drop names the peer's address, so an operator can find it.
+// Not parallel: it shortens the handshake's time limit.
+func TestBusNamesADroppedTCPPeer(t *testing.T) {
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = 200 * time.Millisecond
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var logged logBuffer
+	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
+	defer pub.Close()
+	if err := pub.Listen(batchAddress("tcp://" + addr)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the bus did not drop a silent tcp peer: %v", err)
+	}
+	want := "peer=" + c.LocalAddr().String()
+	if out := logged.String(); !strings.Contains(out, `why="no greeting within 200ms"`) || !strings.Contains(out, want) {
+		t.Errorf("the drop of a silent tcp peer was not logged with why and %s; the log:\n%s", want, out)
+	}
+}
