@@ -1,17 +1,23 @@
 package bridge_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -329,5 +335,127 @@ func TestDoorRefusesReopeningAnotherAgentsID(t *testing.T) {
 		if text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "id": id}); strings.Contains(text, "refused") {
 			t.Errorf("agent a opening %s: %q", id, text)
 		}
+	}
+}
+
+// derived is the agent id an open names when its caller chose none: the
+// client derives it from the open's request id (client.derivedID), which
+// the caller may choose.
+func derived(requestID string) string {
+	sum := sha256.Sum256([]byte("shoal-open/" + requestID))
+	return hex.EncodeToString(sum[:4])
+}
+
+// An agent may not take over a dead agent outside its subtree by naming
+// no id and choosing the request id whose derived id is the victim's:
+// the door's reopen check looks at the id the call names, the client
+// derives the id after it. Every agent opened without an id has such an
+// 8-hex id; a request id that hashes to a given one takes some 2^32
+// SHA-256s, here chosen the other way round (the victim is opened under
+// the id the attacker's request id derives), which changes nothing of
+// what the door sees. What comes with the id: its stream (the person's
+// prompts), and its live children, which become the attacker's
+// grandchildren to read and drive.
+func TestDoorRefusesReopeningAnotherAgentsIDByItsRequestID(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	work := t.TempDir()
+	person := fb.client(nil)
+	chosen := "attacker-chosen-1"
+	victim := derived(chosen)
+
+	// A person's agent, its guard lifted; it runs a turn and opens a child
+	// of its own; then the person closes it and the child goes on.
+	var opened schemas.OpenReply
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": victim, "disallowed_tools": []string{}}, &opened)
+	var ran schemas.RunReply
+	ok(t, person, "agent_run", map[string]any{"agent_id": victim, "text": "the person's secret plan", "timeout": 30}, &ran)
+	asVictim := fb.client(map[string]string{schemas.AgentIDHeader: victim})
+	ok(t, asVictim, "agent_open", map[string]any{"cwd": work, "id": "vkid"}, &opened)
+	var closed schemas.CloseReply
+	ok(t, person, "agent_close", map[string]any{"agent_id": victim}, &closed)
+
+	// Another client's agent, its guard lifted too: the victim is not of
+	// its tree, and the door refuses it the id by name.
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "a", "disallowed_tools": []string{}}, &opened)
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": victim}); !isErr || !strings.Contains(text, "rule subtree") {
+		t.Fatalf("agent a reopening %s by name: %q", victim, text)
+	}
+	if text, _ := call(t, as, "agent_output", map[string]any{"agent_id": victim, "which": "all"}); !strings.Contains(text, "rule subtree") {
+		t.Fatalf("agent a reading %s before: %q", victim, text)
+	}
+
+	// The same id by its request id.
+	text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "request_id": chosen})
+	if !isErr || !strings.Contains(text, "rule subtree") {
+		t.Errorf("agent a opened under request id %q, which names the dead %s (another client's): %q, want a refusal by rule subtree", chosen, victim, text)
+	}
+	if rec, err := fb.f.Record(t.Context(), victim); err == nil && rec.Parent == "a" {
+		t.Errorf("agent %s, the person's, is now agent a's child: %s", victim, mustJSON(rec))
+	}
+	if text, _ := call(t, as, "agent_output", map[string]any{"agent_id": victim, "which": "all"}); strings.Contains(text, "secret plan") {
+		t.Errorf("agent a reads the person's turns of %s: %q", victim, text)
+	}
+	if text, isErr := call(t, as, "agent_send", map[string]any{"agent_id": "vkid", "text": "now work for me"}); !isErr {
+		t.Errorf("agent a drives vkid, the person's agent's child: %q", text)
+	}
+}
+
+// A dead agent's record is forgotten once its node keeps MaxDead newer
+// dead ones, and its events leave the stream with its age or size limit;
+// its children, alive or kept, still name it as their parent. An agent
+// may not then open under that id and take them as its own: the id is
+// not fresh, and what comes with it (the children, their streams, the
+// right to drive them) was another client's.
+func TestDoorRefusesAdoptingAForgottenAgentsChildren(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", MaxDead: 1, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	ctx := t.Context()
+	work := t.TempDir()
+	person := fb.client(nil)
+	var opened schemas.OpenReply
+	var closed schemas.CloseReply
+
+	// A person's agent opens a worker of its own, then is closed; the
+	// worker goes on.
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "boss", "disallowed_tools": []string{}}, &opened)
+	asBoss := fb.client(map[string]string{schemas.AgentIDHeader: "boss"})
+	ok(t, asBoss, "agent_open", map[string]any{"cwd": work, "id": "worker"}, &opened)
+	ok(t, person, "agent_close", map[string]any{"agent_id": "boss"}, &closed)
+	// Another dead agent on the node: boss, the older, is forgotten.
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "filler"}, &opened)
+	ok(t, person, "agent_close", map[string]any{"agent_id": "filler"}, &closed)
+	poll.Until(t, 10*time.Second, "boss's record to be forgotten", func() bool {
+		_, err := fb.f.Record(ctx, "boss")
+		return schemas.CodeOf(err) == schemas.CodeNotFound
+	})
+	// Its events age out of the stream (here at once, as a small
+	// --stream-max-bytes or the 7 days would).
+	stream, err := fb.f.JetStream().Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(schemas.EventSubject("boss"))); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := fb.f.Record(ctx, "worker"); err != nil || rec.Parent != "boss" || rec.Status == schemas.StatusDead {
+		t.Fatalf("the worker: %s %v", mustJSON(rec), err)
+	}
+
+	// Another client's agent, its guard lifted.
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "a", "disallowed_tools": []string{}}, &opened)
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "a"})
+	if text, isErr := call(t, as, "agent_send", map[string]any{"agent_id": "worker", "text": "hello"}); !isErr || !strings.Contains(text, "rule subtree") {
+		t.Fatalf("agent a sending to the worker before: %q", text)
+	}
+	text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "boss"})
+	if !isErr || !strings.Contains(text, "refused") {
+		t.Errorf("agent a opened under boss, whose worker is another client's: %q, want a refusal", text)
+	}
+	if text, isErr := call(t, as, "agent_send", map[string]any{"agent_id": "worker", "text": "now work for me"}); !isErr {
+		t.Errorf("agent a drives the worker of the forgotten boss: %q", text)
 	}
 }

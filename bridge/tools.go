@@ -263,6 +263,9 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 		if err := m.nested(*c.rec, &req); err != nil {
 			return nil, err
 		}
+		// The id it opens under, named now: with none given it is the
+		// request id's, which the caller chooses as freely as an id.
+		client.NameOpen(&req)
 		if err := m.reopens(ctx, c, req.ID); err != nil {
 			return nil, err
 		}
@@ -393,20 +396,17 @@ func (m *MCP) repos() (repoClient, error) {
 	return r, nil
 }
 
-// reopens holds an agent's open of a named id to its own subtree: a fresh
-// id, or a dead agent it reaches. Reopening any other id would give it
-// that agent's stream, every earlier life of it, and the lineage of its
+// reopens holds an agent's open of an id to its own subtree: a fresh id,
+// or a dead agent it reaches. Reopening any other id would give it that
+// agent's stream, every earlier life of it, and the lineage of its
 // children (who name the id as their parent).
 func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
-	if id == "" {
-		return nil
-	}
 	switch _, err := m.f.Record(ctx, id); {
 	case schemas.CodeOf(err) == schemas.CodeNotFound:
 		page, err := m.f.Events(ctx, schemas.EventsRequest{AgentID: id, Max: 1})
 		switch {
 		case schemas.CodeOf(err) == schemas.CodeNotFound, err == nil && len(page.Events) == 0:
-			return nil // never used: no record, no stream
+			return m.orphans(ctx, c, id)
 		case err != nil:
 			return err
 		}
@@ -417,6 +417,34 @@ func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
 	}
 	if err := client.Authorize(ctx, m.f, c.p, c.rec, schemas.AccessAct, id, "reopen"); err != nil {
 		return refused("%s", err.Error())
+	}
+	return nil
+}
+
+// orphans holds an agent's open of an id with no record and no stream to
+// what records still name the id as their parent: a dead agent's record
+// is forgotten once its node keeps enough newer dead ones, and its
+// events leave the stream by age or size, while its children live on.
+// The id is theirs' lineage, not fresh: whoever opened under it would
+// have them as its children. With the record gone nothing shows the id
+// to be of the caller's tree, so it is judged as not of it.
+func (m *MCP) orphans(ctx context.Context, c caller, id string) error {
+	recs, err := m.f.List(ctx)
+	if err != nil {
+		return err
+	}
+	var kids []string
+	for _, r := range recs {
+		if r.Parent == id {
+			kids = append(kids, r.ID)
+		}
+	}
+	if len(kids) == 0 {
+		return nil // never used: no record, no stream, no children
+	}
+	t := schemas.Target{Agent: id, Rel: schemas.RelUnrelated}
+	if err := schemas.Decide(c.p, schemas.AccessAct, t).Err(c.p, "reopen", t); err != nil {
+		return refused("%s (its record is gone, and agents %s name it as their parent)", err.Error(), strings.Join(kids, ", "))
 	}
 	return nil
 }

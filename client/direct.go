@@ -137,12 +137,7 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 			return schemas.OpenReply{}, err
 		}
 	}
-	req.RequestID = requestID(req.RequestID)
-	if req.ID == "" {
-		// A retry of this request names the same agent, so wherever
-		// placement sends it, it finds the agent the first attempt opened.
-		req.ID = derivedID(req.RequestID)
-	}
+	NameOpen(&req)
 	if req.BudgetTokens < 0 || req.BudgetUSD < 0 {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "a budget is not negative (tokens %d, usd %g)", req.BudgetTokens, req.BudgetUSD)
 	}
@@ -427,6 +422,20 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 // still starting well after any open would have ended.
 func staleClaim(rec schemas.AgentRecord) bool {
 	return rec.Status == schemas.StatusStarting && time.Since(time.Unix(int64(rec.CreatedAt), 0)) > schemas.OpenTimeout+time.Minute
+}
+
+// NameOpen gives an open request the request id and the agent id it
+// will open under, when the caller chose none: a request id of its own,
+// and an id derived from the request id, so that a retry of the request
+// names the same agent wherever placement sends it and finds the agent
+// the first attempt opened. A door that judges whether its caller may
+// open that id names the request first: the id is the request id's, and
+// the caller chooses that.
+func NameOpen(req *schemas.OpenRequest) {
+	req.RequestID = requestID(req.RequestID)
+	if req.ID == "" {
+		req.ID = derivedID(req.RequestID)
+	}
 }
 
 // derivedID is the agent id an open request names when the caller chose

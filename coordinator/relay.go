@@ -325,14 +325,8 @@ func (r *Relay) recordDead(ctx context.Context, id string) bool {
 // has it now; a record that names a new life clears what the relay knew
 // of the old one's death.
 func (r *Relay) bucketDead(ctx context.Context, id string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	e, err := r.agents.Get(ctx, id)
-	if err != nil {
-		return true
-	}
-	var rec schemas.AgentRecord
-	if json.Unmarshal(e.Value(), &rec) != nil {
+	rec, ok := r.bucketRecord(ctx, id)
+	if !ok {
 		return true
 	}
 	if rec.Status != schemas.StatusDead {
@@ -342,6 +336,19 @@ func (r *Relay) bucketDead(ctx context.Context, id string) bool {
 		r.mu.Unlock()
 	}
 	return rec.Status == schemas.StatusDead
+}
+
+// bucketRecord reads agent id's record as the bucket has it now; false
+// when there is none to read.
+func (r *Relay) bucketRecord(ctx context.Context, id string) (schemas.AgentRecord, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var rec schemas.AgentRecord
+	e, err := r.agents.Get(ctx, id)
+	if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
+		return rec, false
+	}
+	return rec, true
 }
 
 // eventHeaders accepts exactly the headers a node sets on an event: its
@@ -397,8 +404,24 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 	case !r.owns(ctx, node, id):
 		r.refuse(m, node, id, fmt.Errorf("agent %s is not node %s's", id, node))
 		return
+	case rec.Answer == nil && !r.living(ctx, id):
+		// Nothing waits on an agent whose life has ended: a new request
+		// would be listed to the people who answer them, and nothing
+		// would settle it. Answers are the node's to write still: it
+		// settles what waited when the agent is closed.
+		p := schemas.NodePrincipal(node)
+		t := schemas.Target{Agent: id, Owner: node, Ended: true}
+		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store a new permission request of", t))
+		return
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data})
+}
+
+// living reports whether agent id's record, as the bucket has it now,
+// says its life goes on.
+func (r *Relay) living(ctx context.Context, id string) bool {
+	rec, ok := r.bucketRecord(ctx, id)
+	return ok && rec.Status != schemas.StatusDead
 }
 
 // owns reports whether node owns agent id, asking the bucket itself when
