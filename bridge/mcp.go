@@ -330,6 +330,15 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 		}
 		yes := true
 		req.Sandbox = &yes
+		// In namespaces of its own, its children are too: a node that
+		// gives Landlock alone holds them less (no root, /proc or network
+		// of their own).
+		if schemas.SandboxGives(sb.Kernel, schemas.SandboxNamespaces) {
+			if req.SandboxKind == schemas.SandboxLandlock {
+				return refused("a child may not exceed its parent: agent %s runs in namespaces of its own (%s), so its children do too", parent.ID, sb.Kernel)
+			}
+			req.SandboxKind = schemas.SandboxNamespaces
+		}
 	}
 	req.Parent, req.Depth = parent.ID, depth
 	return nil

@@ -459,3 +459,43 @@ func TestDoorRefusesAdoptingAForgottenAgentsChildren(t *testing.T) {
 		t.Errorf("agent a drives the worker of the forgotten boss: %q", text)
 	}
 }
+
+// An agent in namespaces of its own opens children in namespaces of their
+// own: one asking for Landlock alone is refused, and one asking for no
+// kind is not placed on a node that gives Landlock alone.
+func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	// The one node gives Landlock alone (its record, as a node on a
+	// machine without namespaces advertises itself).
+	_, js := natstest.JetStream(t, fb.b)
+	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	weak, _ := json.Marshal(schemas.NodeRecord{Name: "weak", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
+		StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7", SandboxProblem: "this machine gives no namespaces"})
+	if _, err := nodes.Put(t.Context(), "weak", weak); err != nil {
+		t.Fatal(err)
+	}
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work),
+		Sandbox: &schemas.SandboxPolicy{Kernel: "namespaces, landlock ABI 7", Writable: []string{work}}})
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
+	text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "weaker", "sandbox_kind": "landlock"})
+	if !isErr || !strings.Contains(text, "a child may not exceed its parent: agent boxed runs in namespaces of its own") {
+		t.Errorf("a child asking for Landlock alone: %q, want the door's refusal", text)
+	}
+	text, isErr = call(t, as, "agent_open", map[string]any{"cwd": work, "id": "unsaid"})
+	if !isErr || !strings.Contains(text, "weak: cannot put agents in namespaces of their own") {
+		t.Errorf("a child asking for no kind, with only a Landlock node: %q, want that node passed over for giving no namespaces", text)
+	}
+	for _, id := range []string{"weaker", "unsaid"} {
+		if rec, err := fb.f.Record(t.Context(), id); err == nil {
+			t.Errorf("agent %s was opened: %s", id, mustJSON(rec))
+		}
+	}
+}

@@ -28,9 +28,10 @@ var modeWidth = map[string]int{"plan": 0, "default": 1, "acceptEdits": 2, "auto"
 
 // Admits says why an agent whose policy is p may not open an agent with
 // policy child in directory cwd, or returns nil. A child never exceeds
-// its parent: its preset and permission mode are no wider; when the
-// parent's allowlist is its whole tool set (only, specialist), the child's
-// is too, and names nothing the parent's does not; everything the parent
+// its parent: its preset and permission mode are no wider; its allowlist
+// names nothing the parent's does not (unless the parent skips every
+// check); when the parent's allowlist is its whole tool set (only,
+// specialist), the child's is too; everything the parent
 // is denied, the child is denied; and its directory is the parent's or
 // inside it. Paths are compared as given: resolve symlinks first.
 func (p AgentPolicy) Admits(child Policy, cwd string) error {
@@ -50,6 +51,16 @@ func (p AgentPolicy) Admits(child Policy, cwd string) error {
 		for _, t := range child.Allowed {
 			if !slices.ContainsFunc(p.AllowedTools, func(e string) bool { return covers(e, t) }) {
 				return fmt.Errorf("allowed tool %s is not in this agent's allowlist", t)
+			}
+		}
+	}
+	if p.Preset != PresetBypass {
+		// An allowlist pre-approves: a child's may name only what its
+		// parent's does, or the child would run without asking what its
+		// parent must ask for (or may not run at all).
+		for _, t := range child.CallerAllowed {
+			if !slices.ContainsFunc(p.AllowedTools, func(e string) bool { return covers(e, t) }) {
+				return fmt.Errorf("allowed tool %s is not in this agent's allowlist, and a child's allowlist approves only what its parent's does", t)
 			}
 		}
 	}

@@ -47,6 +47,11 @@ func TestAdmits(t *testing.T) {
 		{"only, a subset", spec, compose("specialist", "", []string{"Read"}, &none, true), "/w/p", ""},
 		{"specialist, a tool beyond", spec, compose("specialist", "", []string{"Read", "WebFetch"}, &none, false), "/w/p", "allowed tool WebFetch is not in this agent's allowlist"},
 		{"specialist parent, unbounded child", spec, compose("notebook", "", nil, &none, false), "/w/p", "preset notebook is wider"},
+		{"an allowlist beyond a default parent's", parent(compose("default", "", nil, &none, false)), compose("default", "", []string{"Bash"}, &none, false), "/w/p", "allowed tool Bash is not in this agent's allowlist"},
+		{"a wider pattern than the parent's", parent(compose("default", "", []string{"Bash(git *)"}, &none, false)), compose("default", "", []string{"Bash"}, &none, false), "/w/p", "allowed tool Bash is not in this agent's allowlist"},
+		{"the parent's pattern", parent(compose("default", "", []string{"Bash(git *)", "Read"}, &none, false)), compose("default", "", []string{"Bash(git *)"}, &none, false), "/w/p", ""},
+		{"the parent's own preset allowance", notebook, compose("notebook", "", []string{"mcp__shoal__agent_list"}, &none, false), "/w/p", ""},
+		{"anything under bypass", parent(compose("bypass", "", nil, &none, false)), compose("default", "", []string{"Bash", "WebFetch"}, &none, false), "/w/p", ""},
 		{"the guard kept", guarded, compose("default", "", nil, nil, false), "/w/p", ""},
 		{"the guard lifted", guarded, compose("default", "", nil, &none, false), "/w/p", "may not call mcp__shoal__agent_open"},
 	} {
