@@ -176,8 +176,10 @@ func TestDoorPendingAndAnswers(t *testing.T) {
 	if strings.Join(seen, " ") != "a kid" {
 		t.Errorf("agent a sees the requests of %v, want its own and its child's", seen)
 	}
+	// Who may answer, whatever the answer: a deny (an allow is held to
+	// the answering agent's allowlist besides, below).
 	for target, want := range map[string]string{"a": "rule own-requests", "p": "rule own-requests", "other": "rule subtree", "kid": ""} {
-		text, isErr := call(t, as, "agent_permit", map[string]any{"agent_id": target, "request_id": "perm-" + target, "decision": "allow"})
+		text, isErr := call(t, as, "agent_permit", map[string]any{"agent_id": target, "request_id": "perm-" + target, "decision": "deny"})
 		switch {
 		case want == "" && strings.Contains(text, "refused"):
 			t.Errorf("agent a answering its child's request: %q", text)
@@ -496,6 +498,55 @@ func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 	for _, id := range []string{"weaker", "unsaid"} {
 		if rec, err := fb.f.Record(t.Context(), id); err == nil {
 			t.Errorf("agent %s was opened: %s", id, mustJSON(rec))
+		}
+	}
+}
+
+// An agent allows for its descendants only what its own allowlist
+// approves: a child opened with ask would otherwise run, on its parent's
+// word, what the parent must ask a person for. Denying is always its to
+// do, and a parent that skips every check may allow anything.
+func TestDoorHoldsAnAgentsAllowToItsAllowlist(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	gits, _ := schemas.ComposePolicy("", "", []string{"Bash(git *)", "Read"}, &none, false)
+	bypass, _ := schemas.ComposePolicy("bypass", "", nil, &none, false)
+	putRecord(t, fb, schemas.AgentRecord{ID: "gits", Status: schemas.StatusIdle, Node: "n9", Policy: gits.Record("/work")})
+	putRecord(t, fb, schemas.AgentRecord{ID: "wild", Status: schemas.StatusIdle, Node: "n9", Policy: bypass.Record("/work")})
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.PermitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(kid, parent, request, tool string) {
+		t.Helper()
+		putRecord(t, fb, schemas.AgentRecord{ID: kid, Status: schemas.StatusIdle, Node: "n9", Policy: gits.Record("/work"), Parent: parent, Depth: 1})
+		b, _ := json.Marshal(schemas.PermitRecord{AgentID: kid, RequestID: request, Node: "n9", Tool: tool, Input: json.RawMessage(`{}`)})
+		if _, err := kv.Put(t.Context(), schemas.PermitKey(kid, request), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("k1", "gits", "q-bash", "Bash")
+	ask("k1", "gits", "q-read", "Read")
+	ask("k1", "gits", "q-fetch", "WebFetch")
+	ask("k2", "wild", "q-bash", "Bash")
+	for _, c := range []struct {
+		who, kid, request, decision, want string // want "": not refused by the door
+	}{
+		{"gits", "k1", "q-bash", "allow", "agent gits may not allow agent k1's Bash: Bash is not in this agent's allowlist"},
+		{"gits", "k1", "q-fetch", "allow", "agent gits may not allow agent k1's WebFetch"},
+		{"gits", "k1", "q-read", "allow", ""},
+		{"gits", "k1", "q-bash", "deny", ""},
+		{"wild", "k2", "q-bash", "allow", ""},
+	} {
+		s := fb.client(map[string]string{schemas.AgentIDHeader: c.who})
+		text, isErr := call(t, s, "agent_permit", map[string]any{"agent_id": c.kid, "request_id": c.request, "decision": c.decision})
+		switch {
+		case c.want == "" && strings.Contains(text, "refused"):
+			t.Errorf("%s answering %s's %s with %s: %q", c.who, c.kid, c.request, c.decision, text)
+		case c.want != "" && (!isErr || !strings.Contains(text, c.want)):
+			t.Errorf("%s answering %s's %s with %s: %q, want %q", c.who, c.kid, c.request, c.decision, text, c.want)
 		}
 	}
 }

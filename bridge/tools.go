@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -158,6 +159,11 @@ func (m *MCP) tools() []tool {
 				req.By = "mcp"
 				if c.rec != nil {
 					req.By = "agent " + c.rec.ID
+					if d, _ := schemas.ParseDecision(string(req.Decision)); d == schemas.DecisionAllow {
+						if err := m.approves(ctx, *c.rec, req); err != nil {
+							return nil, err
+						}
+					}
 				}
 				return f.Permit(ctx, req)
 			},
@@ -417,6 +423,27 @@ func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
 	}
 	if err := client.Authorize(ctx, m.f, c.p, c.rec, schemas.AccessAct, id, "reopen"); err != nil {
 		return refused("%s", err.Error())
+	}
+	return nil
+}
+
+// approves holds an agent's allow of a descendant's permission request
+// to what its own allowlist approves.
+func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schemas.PermitRequest) error {
+	pending, err := m.f.Pending(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(pending, func(r schemas.PermitRecord) bool { return r.AgentID == req.AgentID && r.RequestID == req.RequestID })
+	if i < 0 {
+		return nil // answered already, or never asked: Permit says which
+	}
+	var pol schemas.AgentPolicy // none on record approves nothing
+	if self.Policy != nil {
+		pol = *self.Policy
+	}
+	if err := pol.Approves(pending[i].Tool); err != nil {
+		return refused("agent %s may not allow agent %s's %s: %s", self.ID, req.AgentID, pending[i].Tool, err.Error())
 	}
 	return nil
 }

@@ -75,6 +75,19 @@ func (p AgentPolicy) Admits(child Policy, cwd string) error {
 	return nil
 }
 
+// Approves says why an agent whose policy is p may not allow a call of
+// tool that one of its descendants asks a person about, or returns nil:
+// an agent approves only what its own allowlist approves (unless it
+// skips every check), or a child opened with ask would run, on its
+// parent's word, what the parent itself must ask a person for or may
+// not run at all. Denying is always its to do.
+func (p AgentPolicy) Approves(tool string) error {
+	if p.Preset == PresetBypass || slices.ContainsFunc(p.AllowedTools, func(e string) bool { return covers(e, tool) }) {
+		return nil
+	}
+	return fmt.Errorf("%s is not in this agent's allowlist, and an agent allows for its descendants only what its own allowlist does: deny, or leave it to a person", tool)
+}
+
 // covers reports whether allowlist entry e permits everything entry t
 // does: the same entry, a server prefix over its tools, a prefix pattern,
 // or a tool over its argument patterns ("Bash" over "Bash(git *)").

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -115,6 +116,10 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"unknown config key", nil, []string{"up", "--config", unknownKey}, []string{unknownKey, `unknown setting "prot"`}},
 		{"missing config", nil, []string{"up", "--config", filepath.Join(dir, "nope.toml")}, []string{"nope.toml", "no such file"}},
 		{"bad environment", []string{"SHOAL_PORT=lots"}, []string{"up"}, []string{"SHOAL_PORT", "want an integer"}},
+		// A client given a port it cannot dial says so, rather than
+		// dialling the default port (another fabric, perhaps).
+		{"bad port for a client", []string{"SHOAL_PORT=abc"}, []string{"ls"}, []string{"env SHOAL_PORT", `port = "abc" is not a port number`}},
+		{"port out of range for a client", []string{"SHOAL_PORT=70000"}, []string{"status", "x"}, []string{"env SHOAL_PORT", `port = "70000" is not a port number`}},
 		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
 		{"bad size", nil, []string{"up", "--stream-max-bytes", "huge"}, []string{"huge", "not a size"}},
 		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication"}},
@@ -160,6 +165,41 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	if o.host != "127.0.0.2" || o.port != 2222 || o.maxAge != 72*time.Hour || o.nodeTTL != 11*time.Second {
 		t.Fatalf("got host %s port %d max-age %s node-ttl %s", o.host, o.port, o.maxAge, o.nodeTTL)
+	}
+}
+
+// shoal bench measures a fabric of its own: the port or NATS URL that
+// the environment or the config file give clients (a live fabric's) do
+// not reach it, or its agents and turns would be that fabric's, counted
+// in its usage for good. Only its own --nats names one.
+func TestBenchIgnoresTheClientsFabric(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "config", "shoal", "config.toml")
+	os.MkdirAll(filepath.Dir(conf), 0o700)
+	os.WriteFile(conf, []byte("port = 1111\n"), 0o600)
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"the config file's port", nil, nil, ""},
+		{"SHOAL_PORT", map[string]string{"SHOAL_PORT": "2222"}, nil, ""},
+		{"SHOAL_NATS", map[string]string{"SHOAL_NATS": "nats://127.0.0.1:3333"}, nil, ""},
+		{"its own --nats", map[string]string{"SHOAL_PORT": "2222"}, []string{"--nats", "nats://127.0.0.1:4444"}, "nats://127.0.0.1:4444"},
+	} {
+		env := map[string]string{"HOME": dir, "XDG_CONFIG_HOME": filepath.Join(dir, "config")}
+		maps.Copy(env, c.env)
+		cmd := benchCommand()
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		cmd.flags(fs)
+		if _, err := cmd.parseSettings(fs, c.args, new(string), func(k string) string { return env[k] }); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := fs.Lookup("nats").Value.String(); got != c.want {
+			t.Errorf("%s: bench measures %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 
