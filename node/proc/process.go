@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -94,11 +95,20 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	spec.Env = dedupeEnv(spec.Env)
 	if spec.Sandbox != nil {
 		spec.Env = allowedEnv(spec.Env, spec.Sandbox.Env)
-		if _, err := exec.LookPath(spec.Argv[0]); err != nil {
+		exe, err := exec.LookPath(spec.Argv[0])
+		if err != nil {
 			return nil, nil, launchError(spec.Argv[0], err)
 		}
+		// A command named by a link outside its install (an installer's
+		// ~/.local/bin/claude) runs at the path the link stands for: the
+		// sandbox grants the install there (InstallRoot), and a root of
+		// namespaces of its own holds nothing else.
+		if real, err := filepath.EvalSymlinks(exe); err == nil && real != exe {
+			if abs, err := filepath.Abs(real); err == nil {
+				spec.Argv = append([]string{abs}, spec.Argv[1:]...)
+			}
+		}
 		var argv []string
-		var err error
 		if spec.Sandbox.Namespaces {
 			spec.edge, argv, err = newEdge(spec.Sandbox, spec.Argv)
 		} else {

@@ -320,3 +320,44 @@ signal.pause()
 	}
 	out.Close()
 }
+
+// A CLI named by a link outside its install (the claude CLI's own
+// installer puts ~/.local/bin/claude beside nothing of it, linking to
+// ~/.local/share/claude/versions/<v>) runs sandboxed: the sandbox grants
+// the install at its real path, and the command is run there.
+func TestSandboxRunsACommandNamedByALink(t *testing.T) {
+	t.Parallel()
+	if _, err := proc.SandboxSupport(); err != nil {
+		t.Fatalf("this machine cannot run the sandbox test: %v", err)
+	}
+	for _, ns := range []bool{false, true} {
+		name := "landlock"
+		if ns {
+			name = "namespaces"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if ns {
+				if err := proc.NamespacesSupport(); err != nil {
+					t.Fatalf("this machine cannot run the namespaces test: %v", err)
+				}
+			}
+			install, bin, cwd := t.TempDir(), t.TempDir(), t.TempDir()
+			cli := filepath.Join(install, "2.1.0")
+			if err := os.WriteFile(cli, []byte("#!/bin/sh\necho ran \"$@\"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(bin, "cli")
+			if err := os.Symlink(cli, link); err != nil {
+				t.Fatal(err)
+			}
+			exe, _ := os.Executable()
+			readable := append([]string{proc.InstallRoot(link)}, proc.SystemReadable...)
+			got := run(t, proc.ProcessSpec{Argv: []string{link, "a turn"}, Dir: cwd, Env: []string{"PATH=/usr/bin:/bin"},
+				Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: readable, Namespaces: ns}})
+			if got != "ran a turn\n" {
+				t.Errorf("the CLI named by a link printed %q, want %q", got, "ran a turn\n")
+			}
+		})
+	}
+}
