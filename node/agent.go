@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shoalfabric/shoal/node/backend"
@@ -343,7 +344,15 @@ func (a *agent) promptFailed(ctx context.Context, f promptFailure) {
 	if !running || closing {
 		return // a closing agent's death ends the turn, saying so
 	}
-	if errors.Is(f.err, proc.ErrStalled) {
+	// An agent whose process has ended, or is being stopped, takes no
+	// turn again: its death ends this one, and a run of it hears that the
+	// agent died, not that its turn was cancelled. One that stopped
+	// reading, or whose input is closed (a broken pipe: a CLI that exited
+	// or never started), is stopped, to the same end.
+	switch {
+	case errors.Is(f.err, proc.ErrExited), errors.Is(f.err, proc.ErrStopping):
+		return
+	case errors.Is(f.err, proc.ErrStalled), errors.Is(f.err, syscall.EPIPE):
 		a.stopFor(ctx, fmt.Sprintf("the agent did not take turn %d (%v)", f.n, f.err))
 		return
 	}

@@ -145,9 +145,12 @@ func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (
 	a.mu.Unlock()
 	err := a.h.recs.writeNow(ctx, a)
 	a.mu.Lock()
-	if err == nil && (a.dead || a.closing) {
+	switch {
+	case err == nil && a.closing:
 		err = schemas.Errf(schemas.CodeUnavailable, "agent '%s' was closed as the turn was sent", a.id)
-	} else if err != nil {
+	case err == nil && a.dead:
+		err = schemas.Errf(schemas.CodeUnavailable, "agent '%s' died as the turn was sent", a.id)
+	case err != nil:
 		err = schemas.Errf(schemas.CodeUnavailable, "cannot record turn %d in the agent's record: %v", p.n, err)
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -307,6 +308,28 @@ func TestClosedCLIHalfLineIsNoError(t *testing.T) {
 	for _, e := range w.events() {
 		if p, ok := e.Payload.(schemas.Error); ok {
 			t.Errorf("an error on the stream of a cleanly closed agent: %s", p.Message)
+		}
+	}
+}
+
+// A CLI that cannot start at all (a sandbox that cannot find it, a binary
+// that exits at once) is no interrupted turn: the run of the agent's
+// first turn says the agent died (during the turn, as the turn was sent,
+// or before it, as the race with its exit goes), every time, never that
+// its turn was cancelled or that the agent was closed.
+func TestRunOfACLIThatNeverStartsSaysItDied(t *testing.T) {
+	t.Parallel()
+	cli := filepath.Join(t.TempDir(), "claude")
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\n[ \"$1\" = --version ] && echo '2.1.197 (Claude Code)' && exit 0\necho 'shoal sandbox: claude is not found; the agent does not run' >&2\nexit 126\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: cli, StopWait: 500 * time.Millisecond}})
+	for i := range 10 {
+		id := f.open(schemas.OpenRequest{})
+		rep, err := f.fabric.Run(f.ctx(60*time.Second), schemas.RunRequest{AgentID: id, Text: "hello"})
+		died := []string{"agent '" + id + "' died during the turn", "agent '" + id + "' died as the turn was sent", "agent '" + id + "' is dead"}
+		if schemas.CodeOf(err) != schemas.CodeUnavailable || !slices.Contains(died, err.Error()) {
+			t.Errorf("run %d of a CLI that exits at once: %+v %v, want that the agent died", i, rep, err)
 		}
 	}
 }

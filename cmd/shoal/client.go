@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	neturl "net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,6 +96,9 @@ func (o *clientOptions) options() ([]nats.Option, error) {
 }
 
 func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.Conn, error) {
+	if err := natsURLs(o.url); err != nil {
+		return nil, err
+	}
 	opts, err := o.options()
 	if err != nil {
 		return nil, err
@@ -112,6 +117,28 @@ func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.C
 		return nil, o.explain(err)
 	}
 	return nc, nil
+}
+
+// natsURLs says what is wrong with a --nats value (servers separated by
+// commas), or nil: nats.go dials a host whatever scheme names it, so a
+// mistyped one would reach the server, or be retried for ever, unsaid.
+func natsURLs(list string) error {
+	for _, raw := range strings.Split(list, ",") {
+		raw = strings.TrimSpace(raw)
+		if !strings.Contains(raw, "://") {
+			continue // host:port, as nats.go takes it
+		}
+		u, err := neturl.Parse(raw)
+		switch {
+		case err != nil:
+			return usagef("--nats %q is not a URL: %v", raw, err)
+		case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme):
+			return usagef("--nats %q: the scheme %q is not nats, tls, ws or wss", raw, u.Scheme)
+		case u.Host == "":
+			return usagef("--nats %q names no host", raw)
+		}
+	}
+	return nil
 }
 
 // refusedError is a dial the server refused for a reason retrying does

@@ -40,7 +40,9 @@ or, for a node gone, as the coordinator last counted it; a turn counts
 in each of its node's labels, and "(none)" holds the turns of nodes
 without any, so the rows may sum to more than the total). --since keeps
 the turns stored from a time (RFC 3339) or an age (2h). A cost no CLI
-reported is shown as "-", never as 0: local models report none.`,
+reported (null in the turn's result: an ACP agent that gave none) is
+shown as "-", never as 0; claude and local-model turns carry Kaimon's
+cost of 0 and show $0.0000.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var by, since string
 			fs.StringVar(&by, "by", "agent", "sum per `key`: agent, node, model or label")

@@ -75,6 +75,13 @@ const DefaultWriteTimeout = 10 * time.Second
 // written to it: the agent can only be stopped.
 var ErrStalled = errors.New("the agent stopped reading its input")
 
+// ErrExited and ErrStopping say why nothing can be written to an agent
+// whose process has ended or is being stopped: its end is on its way.
+var (
+	ErrExited   = errors.New("the agent process has exited")
+	ErrStopping = errors.New("the agent is stopping")
+)
+
 // ErrReaperGone is in the error of a start that failed because the node's
 // reaper had died: the node can start the process again once it has
 // another.
@@ -305,9 +312,9 @@ func (p *Process) write(cancelled <-chan struct{}, why func() error, callerDeadl
 func (p *Process) writable() error {
 	select {
 	case <-p.done:
-		return errors.New("the agent process has exited")
+		return ErrExited
 	case <-p.stopping:
-		return errors.New("the agent is stopping")
+		return ErrStopping
 	default:
 	}
 	if p.stalled.Load() {
