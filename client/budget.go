@@ -97,7 +97,7 @@ func (f *Direct) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 		default:
 			line.AgentID = k
 			if rec, err := f.Record(ctx, k); err == nil {
-				line.Used = rec.Usage
+				line.Used = rec.AllLives()
 			}
 		}
 		if ok, err := get(k, &line.Budget); err != nil || !ok {

@@ -386,6 +386,7 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 		}
 		prev = e.Value()
 		var old schemas.AgentRecord
+		next := grant
 		if json.Unmarshal(e.Value(), &old) == nil {
 			switch {
 			case old.RequestID == req.RequestID && old.Status != schemas.StatusDead && old.Node == req.Node:
@@ -395,8 +396,13 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 			case old.Status != schemas.StatusDead && !staleClaim(old):
 				return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", req.ID) // Kaimon's words
 			}
+			// A new life of the id carries what its lives so far used
+			// (a claim never taken up carries what it was given).
+			c := claimed
+			c.UsageBefore = old.NextLife()
+			next, _ = json.Marshal(c)
 		}
-		rev, err = kv.Update(ctx, req.ID, grant, e.Revision())
+		rev, err = kv.Update(ctx, req.ID, next, e.Revision())
 		if err == nil || try >= 3 {
 			break
 		}

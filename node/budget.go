@@ -63,7 +63,7 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 	a.mu.Lock()
 	a.spend.allow = allow
-	own := a.rec.Usage
+	own := a.rec.AllLives()
 	a.mu.Unlock()
 	return allow.Check(a.id, own, schemas.Usage{}), nil
 }
@@ -105,7 +105,7 @@ func (a *agent) checkSpend(ctx context.Context) {
 		a.mu.Unlock()
 		return
 	}
-	over := a.spend.allow.Check(a.id, a.rec.Usage, a.spend.running)
+	over := a.spend.allow.Check(a.id, a.rec.AllLives(), a.spend.running)
 	if over == nil {
 		a.mu.Unlock()
 		return

@@ -92,6 +92,20 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 	if !granted && err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
 		return nil, false, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
+	// What the id's earlier lives used goes on with it: as the
+	// coordinator's claim carries it, or, over a dead record the node
+	// claims itself, that record's lives.
+	if err == nil {
+		before := old.UsageBefore
+		if !granted {
+			before = old.NextLife()
+		}
+		a.mu.Lock()
+		a.rec.UsageBefore = before
+		rec = a.rec
+		a.mu.Unlock()
+		val = encodeRecord(rec)
+	}
 	rev, err := r.kv.update(ctx, rec.ID, val, e.rev)
 	if err != nil {
 		if refused(err) {

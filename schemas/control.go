@@ -289,6 +289,11 @@ type AgentRecord struct {
 	Usage         Usage       `json:"usage"`
 	QueuesPrompts bool        `json:"queues_prompts"`
 	Node          string      `json:"node"`
+	// UsageBefore is what the id's earlier lives used, carried from life
+	// to life by the claim that reopens it (a Shoal addition): Usage is
+	// this life's, as Kaimon's is its session's, and the agent's budget
+	// covers both. Nil for an id's first life.
+	UsageBefore *Usage `json:"usage_before,omitempty"`
 	// Held is how many of the turns numbered (the last is Turn) have not
 	// begun: they wait behind the running one. The turns up to Turn-Held
 	// have begun. A Shoal addition, written before a send is answered.
@@ -312,6 +317,23 @@ type AgentRecord struct {
 	// Workspace is the agent's own checkout of a caller's repository, when
 	// it was opened on one (a Shoal addition): CWD is then that checkout.
 	Workspace *Workspace `json:"workspace,omitempty"`
+}
+
+// AllLives is what every life of the agent used, as far as its records
+// kept it: this life's use and what the lives before it used.
+func (r AgentRecord) AllLives() Usage {
+	u := r.Usage
+	if r.UsageBefore != nil {
+		u.Add(*r.UsageBefore)
+	}
+	return u
+}
+
+// NextLife is what a life of the id after the one r records begins with
+// as its earlier lives' use: r's, and what came before it.
+func (r AgentRecord) NextLife() *Usage {
+	u := r.AllLives()
+	return &u
 }
 
 // AgentPolicy is the part of an agent's composed policy the MCP door

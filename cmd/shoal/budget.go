@@ -95,7 +95,7 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 						if err != nil {
 							return err
 						}
-						line.Used = rec.Usage
+						line.Used = rec.AllLives()
 					}
 				}
 				return v.reply(line, budgetLine(line))

@@ -54,3 +54,38 @@ func TestBudgetRefusesATurnPastIt(t *testing.T) {
 		t.Errorf("a negative budget: exit %d, %q", code, errOut)
 	}
 }
+
+// An agent's budget covers every life of its id: a reopened agent's turns
+// are held to what its earlier lives used too, `shoal budget` counts
+// them, and `shoal status` tells this life's use (Kaimon's usage) from
+// the earlier lives' (usage_before).
+func TestAgentBudgetCoversEveryLife(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	dir := t.TempDir()
+	c.fake.Script(fakemodel.Reply{Text: "first life", Usage: fakemodel.Usage{Input: 100, Output: 20}})
+	id := c.must("open", "--id", "lives", "--budget-tokens", "1000", dir)
+	if out := c.must("run", id, "Spend some."); out != "first life" {
+		t.Fatalf("the first life's turn: %q", out)
+	}
+	c.must("close", id)
+	c.must("open", "--id", id, dir)
+	var rec struct {
+		Usage       struct{ InputTokens, OutputTokens int64 }
+		UsageBefore *struct{ InputTokens, OutputTokens int64 } `json:"usage_before"`
+	}
+	if err := json.Unmarshal([]byte(c.must("status", "--json", id)), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Usage.InputTokens != 0 || rec.UsageBefore == nil || rec.UsageBefore.InputTokens != 100 || rec.UsageBefore.OutputTokens != 20 {
+		t.Errorf("the second life's record: usage %+v, usage_before %+v; want 0 and the first life's 100 in, 20 out", rec.Usage, rec.UsageBefore)
+	}
+	if out := c.must("budget", id); !strings.Contains(out, "used 120 tokens") {
+		t.Errorf("shoal budget of the reopened agent: %q, want the first life's 120 tokens", out)
+	}
+	c.must("budget", "set", id, "--tokens", "100")
+	code, _, errOut := c.shoal("send", id, "More.")
+	if code != exitUnavailable || !strings.Contains(errOut, "agent "+id+" has used 120 tokens of its budget of 100") {
+		t.Errorf("a turn of the reopened agent past what its lives used: exit %d, %q", code, errOut)
+	}
+}
