@@ -67,6 +67,13 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 					if err := f.SetBudget(ctx, req); err != nil {
 						return err
 					}
+					// A budget may wait for its agent (an open sets its
+					// own this way); a mistyped id should not pass unsaid.
+					if req.AgentID != "" {
+						if _, err := f.Status(ctx, req.AgentID); schemas.CodeOf(err) == schemas.CodeNotFound {
+							fmt.Fprintf(v.env.io.err, "shoal budget: no agent has the id %s yet; the budget holds it once one is opened under it\n", req.AgentID)
+						}
+					}
 				}
 				rep, err := f.Budgets(ctx)
 				if err != nil {

@@ -84,6 +84,12 @@ func TestAgentBudgetCoversEveryLife(t *testing.T) {
 		t.Errorf("shoal budget of the reopened agent: %q, want the first life's 120 tokens", out)
 	}
 	c.must("budget", "set", id, "--tokens", "100")
+	// A budget may be set before its agent is opened, and a mistyped id
+	// is said so.
+	if code, out, errOut := c.shoal("budget", "set", "nosuch", "--tokens", "5"); code != 0 || !strings.Contains(out, "agent nosuch: budget 5 tokens") ||
+		!strings.Contains(errOut, "no agent has the id nosuch yet; the budget holds it once one is opened under it") {
+		t.Errorf("a budget for an id no agent has: exit %d, %q, %q", code, out, errOut)
+	}
 	code, _, errOut := c.shoal("send", id, "More.")
 	if code != exitUnavailable || !strings.Contains(errOut, "agent "+id+" has used 120 tokens of its budget of 100") {
 		t.Errorf("a turn of the reopened agent past what its lives used: exit %d, %q", code, errOut)
