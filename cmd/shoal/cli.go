@@ -19,7 +19,7 @@ const (
 	exitError       = 1 // the command failed
 	exitUsage       = 2 // the command line, configuration or request is wrong, or the rights rules refuse it
 	exitNotFound    = 3 // no such agent or node
-	exitUnavailable = 4 // the agent is dead, its node gone, or nothing can take it
+	exitUnavailable = 4 // the fabric unreachable, the agent dead, its node gone, or nothing can take it
 	exitTimeout     = 5 // the operation did not finish in time
 	exitConflict    = 6 // the id is taken, or a run is already in flight
 	exitCancelled   = 7 // the turn a run waited for was interrupted
@@ -226,8 +226,9 @@ and where it came from. Flags may come before or after the arguments;
 "--" ends them, for an argument that starts with a dash.
 
 Exit status: 0 success, 1 failure, 2 a wrong command line, configuration
-or request, 3 no such agent or node, 4 unavailable (the agent is dead, its
-node gone, or no node can take it), 5 timed out, 6 conflict (the id is
+or request, 3 no such agent or node, 4 unavailable (the fabric cannot be
+reached, the agent is dead, its node gone, or no node can take it), 5
+timed out, 6 conflict (the id is
 taken, a run is already in flight, a permission request already
 answered), 7 a run whose turn was interrupted.
 

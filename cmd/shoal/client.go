@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // clientOptions are how a command reaches the fabric.
@@ -151,9 +152,9 @@ func (o *clientOptions) explain(err error) error {
 		return refusedError{e}
 	}
 	if o.external {
-		return fmt.Errorf("cannot reach NATS at %s: %v (shoal up --nats on the command line names a NATS deployment to use instead of the embedded server; leave it out to run the embedded one)", o.url, err)
+		return schemas.Errf(schemas.CodeUnavailable, "cannot reach NATS at %s: %v (shoal up --nats on the command line names a NATS deployment to use instead of the embedded server; leave it out to run the embedded one)", o.url, err)
 	}
-	return fmt.Errorf("cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
+	return schemas.Errf(schemas.CodeUnavailable, "cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
 }
 
 func (o *clientOptions) refused(err error) error {

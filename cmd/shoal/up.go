@@ -723,7 +723,7 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 	case <-ready:
 		return address, nil
 	case err := <-done:
-		return "", err
+		return "", usagef("%v", err) // an address in use, as a port in use is
 	}
 }
 

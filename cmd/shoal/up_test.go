@@ -170,6 +170,23 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 }
 
+// A Kaimon bus address another process serves stops shoal up as a port in
+// use does: exit 2, one line naming it.
+func TestUpRefusesABusAddressInUse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "kaimon.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	code, _, stderr := runShoal(t, dir, nil, "up", "--port", "-1", "--store", filepath.Join(dir, "store"), "--no-node", "--no-mcp", "--bus", "ipc://"+sock)
+	if code != exitUsage || !strings.Contains(stderr, "the Kaimon bus address ipc://"+sock+" is in use by a live process") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("shoal up on a bus address in use: exit %d, %q; want 2 and one line naming it", code, stderr)
+	}
+}
+
 // shoal bench measures a fabric of its own: the port or NATS URL that
 // the environment or the config file give clients (a live fabric's) do
 // not reach it, or its agents and turns would be that fabric's, counted

@@ -115,7 +115,7 @@ func TestVerbsDriveRealClaude(t *testing.T) {
 		{[]string{"open", "/does/not/exist"}, exitUsage, "shoal open: agent cwd does not exist: /does/not/exist"},
 		{[]string{"open", "--permission", "yolo", work}, exitUsage, `permission must be one of default, ask, notebook, specialist, lab, auto, bypass, not "yolo"`},
 		{[]string{"close", "ghost"}, exitNotFound, "shoal close: no such agent: ghost"},
-		{[]string{"status", "--nats", "nats://127.0.0.1:1", "x"}, 1, "cannot reach NATS at nats://127.0.0.1:1"},
+		{[]string{"status", "--nats", "nats://127.0.0.1:1", "x"}, exitUnavailable, "cannot reach NATS at nats://127.0.0.1:1"},
 	} {
 		code, _, errOut := shoal(c.args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
