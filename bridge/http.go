@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -167,10 +166,4 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 		return err
 	}
 	return nil
-}
-
-// ServeStdio serves MCP on in and out (newline-delimited JSON-RPC) until
-// ctx ends or in closes.
-func (m *MCP) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	return server.NewStdioServer(m.srv).Listen(ctx, in, out)
 }
