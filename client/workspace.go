@@ -296,6 +296,14 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 	if err := f.toOwner(ctx, id, schemas.VerbWork, schemas.WorkRequest{AgentID: id}, &rep, 10*time.Minute); err != nil {
 		return Fetched{}, err
 	}
+	// The node says what it bundled; where it lands is the caller's to
+	// say: the agent's own branch, at a commit named by its id.
+	if want := schemas.BranchName(id); rep.Branch != want {
+		return Fetched{}, schemas.Errf(schemas.CodeInternal, "agent %s's node answered with branch %q; an agent's work lands on %s alone: nothing was fetched", id, rep.Branch, want)
+	}
+	if !workspace.IsCommitID(rep.Tip) {
+		return Fetched{}, schemas.Errf(schemas.CodeInternal, "agent %s's node answered with tip %q, not a commit id: nothing was fetched", id, rep.Tip)
+	}
 	got := Fetched{Branch: rep.Branch, Tip: rep.Tip, Base: rep.Base, Commits: rep.Commits, Files: rep.Files, Into: into}
 	if rep.Bundle == "" {
 		// The agent's work is where it started, which the caller has.

@@ -524,7 +524,7 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 // what the rights rules read of it, which is the coordinator's to say:
 // its life (the open's request id), its lineage (parent, depth), its
 // reach, the policy the open composed, a sandbox, once it has one, and
-// the repository and bundle it is opened from.
+// the repository, bundle and caller's repository it is opened from.
 func sameRights(live, rec schemas.AgentRecord) error {
 	switch {
 	case rec.RequestID != live.RequestID:
@@ -535,9 +535,11 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		return fmt.Errorf("a node may not change agent %s's reach", rec.ID)
 	case live.Sandbox != nil && rec.Sandbox == nil:
 		return fmt.Errorf("a node may not take agent %s out of its sandbox", rec.ID)
-	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle):
-		// What the relay lets the node read of the repositories.
-		return fmt.Errorf("a node may not change the repository or bundle agent %s is opened from", rec.ID)
+	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
+		rec.Workspace.Source != live.Workspace.Source):
+		// What the relay lets the node read of the repositories, and the
+		// caller's repository a fetch writes the agent's work into.
+		return fmt.Errorf("a node may not change the repository, bundle or source agent %s is opened from", rec.ID)
 	case live.Policy != nil:
 		a, _ := json.Marshal(live.Policy)
 		b, _ := json.Marshal(rec.Policy)

@@ -62,7 +62,7 @@ func writeBundle(ctx context.Context, objects, tip string, haves []string, path 
 func present(ctx context.Context, dir string, commits []string) ([]string, error) {
 	var in strings.Builder
 	for _, c := range commits {
-		if isCommitID(c) {
+		if IsCommitID(c) {
 			in.WriteString(c + "\n")
 		}
 	}

@@ -48,7 +48,7 @@ func (c *Cache) Objects(repo string) string { return filepath.Join(c.path(repo),
 // Has reports whether the cache holds commit of repo, and, when not, the
 // newest commits it does hold (at most MaxHaves).
 func (c *Cache) Has(ctx context.Context, repo, commit string) (bool, []string, error) {
-	if !isCommitID(repo) || !isCommitID(commit) {
+	if !IsCommitID(repo) || !IsCommitID(commit) {
 		return false, nil, fmt.Errorf("repository and commit must be full commit ids")
 	}
 	defer c.lock(repo)()
@@ -70,7 +70,7 @@ func (c *Cache) Has(ctx context.Context, repo, commit string) (bool, []string, e
 
 // Receive takes a bundle of repo's commit tip into the cache.
 func (c *Cache) Receive(ctx context.Context, repo, bundle, tip string) error {
-	if !isCommitID(repo) || !isCommitID(tip) {
+	if !IsCommitID(repo) || !IsCommitID(tip) {
 		return fmt.Errorf("repository and commit must be full commit ids")
 	}
 	defer c.lock(repo)()

@@ -170,7 +170,7 @@ func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, e
 // without touching the caller's checkout; a branch checked out is
 // refused.
 func Land(ctx context.Context, dir, bundle, tip, branch string) error {
-	if !isCommitID(tip) {
+	if !IsCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
 	}
 	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")

@@ -88,9 +88,9 @@ func line(ctx context.Context, dir string, extra []string, args ...string) (stri
 	return strings.TrimSpace(first), err
 }
 
-// isCommitID reports whether s is a full hexadecimal object name (SHA-1
+// IsCommitID reports whether s is a full hexadecimal object name (SHA-1
 // or SHA-256).
-func isCommitID(s string) bool {
+func IsCommitID(s string) bool {
 	if len(s) != 40 && len(s) != 64 {
 		return false
 	}
