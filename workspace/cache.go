@@ -150,52 +150,90 @@ func (c *Cache) Checkout(ctx context.Context, repo, commit, dst, branch, name, e
 // (untracked files included, ignored ones not), as git diff prints it; a
 // summary of the files changed with stat.
 func Diff(ctx context.Context, dir, base string, stat bool) (string, error) {
-	tree, cleanup, err := workTree(ctx, dir)
+	tree, env, cleanup, err := workTree(ctx, dir)
 	if err != nil {
 		return "", err
 	}
 	defer cleanup()
-	args := []string{"diff", "--no-color", "--no-ext-diff", base, tree}
+	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", base, tree}
 	if stat {
-		args = []string{"diff", "--no-color", "--stat", base, tree}
+		args = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", base, tree}
 	}
-	return run(ctx, dir, nil, nil, args...)
+	return run(ctx, dir, env, nil, args...)
 }
 
 // Changed is how many files the agent's work in dir changes against base.
 func Changed(ctx context.Context, dir, base string) (int, error) {
-	tree, cleanup, err := workTree(ctx, dir)
+	tree, env, cleanup, err := workTree(ctx, dir)
 	if err != nil {
 		return 0, err
 	}
 	defer cleanup()
-	out, err := run(ctx, dir, nil, nil, "diff", "--name-only", "--no-renames", base, tree)
+	out, err := run(ctx, dir, env, nil, "diff", "--name-only", "--no-renames", base, tree)
 	return len(strings.Fields(out)), err
 }
 
-// workTree writes the tree of dir's files as they are and returns it.
-func workTree(ctx context.Context, dir string) (string, func(), error) {
+// workTree writes the tree of dir's files as they are and returns it,
+// with the environment that reads it apart from dir's configuration
+// (apart).
+func workTree(ctx context.Context, dir string) (string, []string, func(), error) {
 	tmp, err := os.MkdirTemp("", "shoal-diff-")
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	cleanup := func() { os.RemoveAll(tmp) }
 	objects, err := objectDir(ctx, dir)
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	head, err := line(ctx, dir, nil, "rev-parse", "HEAD")
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	commit, err := snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, "work", "shoal", "shoal@localhost")
+	env, err := apart(ctx, dir, objects, tmp)
 	if err != nil {
 		cleanup()
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return commit + "^{tree}", cleanup, nil
+	commit, err := snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, "work", "shoal", "shoal@localhost", env...)
+	if err != nil {
+		cleanup()
+		return "", nil, nil, err
+	}
+	return commit + "^{tree}", env, cleanup, nil
+}
+
+// apart is the environment in which git reads the agent's checkout at dir
+// (its files and its objects) with a repository directory of its own,
+// made in tmp: no configuration, attributes or hooks of the checkout's.
+// The agent writes its checkout's .git, and git would run what a filter,
+// a diff driver or core.fsmonitor there names, as the node and outside
+// any sandbox the agent is in; a .gitattributes naming a filter no
+// configuration defines does nothing.
+func apart(ctx context.Context, dir, objects, tmp string) ([]string, error) {
+	format, err := line(ctx, dir, nil, "rev-parse", "--show-object-format")
+	if err != nil {
+		return nil, err
+	}
+	gitDir := filepath.Join(tmp, "git")
+	for _, d := range []string{"objects", "refs"} {
+		if err := os.MkdirAll(filepath.Join(gitDir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	config := "[core]\n\trepositoryformatversion = 0\n"
+	if format != "" && format != "sha1" {
+		config = "[core]\n\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = " + format + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(gitDir, "config"), []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(gitDir, "HEAD"), []byte("ref: refs/heads/shoal\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"GIT_DIR=" + gitDir, "GIT_WORK_TREE=" + dir, "GIT_OBJECT_DIRECTORY=" + objects}, nil
 }
 
 // Snapshot is the commit of the agent's work in dir: HEAD, or a commit of
@@ -215,7 +253,11 @@ func Snapshot(ctx context.Context, dir, message, name, email string) (string, er
 	if err != nil {
 		return "", err
 	}
-	return snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, message, name, email)
+	env, err := apart(ctx, dir, objects, tmp)
+	if err != nil {
+		return "", err
+	}
+	return snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, message, name, email, env...)
 }
 
 // BundleWork writes to path a bundle of commit tip of checkout dir beyond

@@ -104,7 +104,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 // reading existing ones from objects; index is a temporary index file,
 // seeded from the repository's own. It returns parent when nothing
 // differs from it.
-func snapshotTree(ctx context.Context, root, objects, newObjects, index, parent, message, name, email string) (string, error) {
+func snapshotTree(ctx context.Context, root, objects, newObjects, index, parent, message, name, email string, extra ...string) (string, error) {
 	gitDir, err := line(ctx, root, nil, "rev-parse", "--absolute-git-dir")
 	if err != nil {
 		return "", err
@@ -117,6 +117,7 @@ func snapshotTree(ctx context.Context, root, objects, newObjects, index, parent,
 	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
 		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + strings.ReplaceAll(objects, "\n", ":"),
 		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
+	env = append(env, extra...)
 	if _, err := run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
 		return "", err
 	}

@@ -1,0 +1,90 @@
+package node_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/gittest"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A sandboxed agent on a repository may write its own checkout, .git
+// included, and nothing outside it. Its node runs git in that checkout,
+// unconfined, for `shoal diff` and `shoal fetch`: git there would read the
+// checkout's own .git/config, so a clean filter, a textconv or
+// core.fsmonitor the agent planted would run as the node, outside the
+// sandbox, and write the file the agent could not. The node's git reads
+// the checkout with a repository directory of its own.
+func TestSandboxedAgentCannotRunCodeOnItsNodeThroughItsCheckoutsGitConfig(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home, outside := t.TempDir(), t.TempDir()
+	escaped := filepath.Join(outside, "escaped")
+	repo := t.TempDir()
+	gittest.Git(t, repo, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+
+	// Turn 1: the sandbox holds: a write outside is refused.
+	// Turn 2: a filter in its own .git/config, named by .gitattributes.
+	fake.Script(
+		bash("echo direct > "+escaped+"; echo rc=$?"), fakemodel.Reply{Text: "Tried."},
+		bash(`git config filter.x.clean "sh -c 'id > `+escaped+`; cat'" && git config diff.y.textconv "sh -c 'id > `+escaped+`.textconv; cat'" && `+
+			`git config core.fsmonitor "sh -c 'id > `+escaped+`.fsmonitor'" && printf '* filter=x diff=y\n' > .gitattributes && echo new > new.txt && echo planted`),
+		fakemodel.Reply{Text: "Planted."},
+	)
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second}})
+	yes := true
+	ctx := f.ctx(3 * time.Minute)
+	op, err := f.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: "boxed", Permission: "bypass", Sandbox: &yes}, client.RepoSource{Dir: repo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := f.fabric.Status(ctx, op.AgentID); err != nil || rec.Sandbox == nil || rec.Sandbox.Kernel == "" {
+		t.Fatalf("the agent is not sandboxed: %+v %v", rec.Sandbox, err)
+	}
+	if rep, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: op.AgentID, Text: "Write outside."}); err != nil || rep.Text != "Tried." {
+		t.Fatalf("turn 1: %+v %v", rep, err)
+	}
+	if r := fake.Requests()[1].ToolResults; len(r) != 1 || !refused(r[0].Content) {
+		t.Fatalf("the sandbox let the agent write outside: %+v", r)
+	}
+	if _, err := os.Stat(escaped); !os.IsNotExist(err) {
+		t.Fatalf("the sandboxed agent wrote %s itself: %v", escaped, err)
+	}
+	if rep, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: op.AgentID, Text: "Plant."}); err != nil || rep.Text != "Planted." {
+		t.Fatalf("turn 2: %+v %v", rep, err)
+	}
+	if r := fake.Requests()[3].ToolResults; len(r) != 1 || !strings.Contains(r[0].Content, "planted") {
+		t.Fatalf("the plant: %+v", r)
+	}
+
+	// Someone asks for its diff: the node's git, not the sandbox's, runs
+	// what the agent planted.
+	diff, err := f.fabric.Diff(ctx, op.AgentID, false)
+	if err != nil {
+		t.Fatalf("the diff: %v", err)
+	}
+	if !strings.Contains(diff.Diff, "+new") {
+		t.Errorf("the diff does not hold the agent's new file:\n%s", diff.Diff)
+	}
+	// And when its work is fetched (a commit of what it did not commit,
+	// bundled by its node).
+	if _, err := f.fabric.Fetch(ctx, op.AgentID, repo); err != nil {
+		t.Fatalf("the fetch: %v", err)
+	}
+	for _, planted := range []string{escaped, escaped + ".textconv", escaped + ".fsmonitor"} {
+		if b, err := os.ReadFile(planted); err == nil {
+			t.Errorf("what the sandboxed agent planted in its checkout's git configuration ran unconfined on its node, and wrote %s: %q", planted, b)
+		}
+	}
+}
