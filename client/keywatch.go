@@ -1,0 +1,186 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KeyWatch is a jetstream.KeyWatcher that outlives the server's restarts.
+//
+// A watch of nats.go (v1.55.0, jetstream.KeyValue.Watch) is an ordered
+// push consumer that lives in the server's memory. When the server goes
+// and comes back, the client connects again and subscribes again, but the
+// consumer is gone; the watch learns it only when its heartbeat check
+// finds no heartbeat in two periods of 5s (js.go, activityCheck), and
+// then makes the consumer again from where it stopped
+// (resetOrderedConsumer). Until then, 10 to 20 seconds, it delivers
+// nothing, and what expired meanwhile (a node's heartbeat entry, the
+// marker left when it expired) it never delivers. A consumer it cannot
+// make again for good ends the watch: its channel closes.
+//
+// A KeyWatch makes the watch again as soon as the connection is back,
+// and whenever the watch ends while the connection is open, from the
+// revision after the last one it passed on, so its caller sees every
+// change still stored, once and in order, without a gap of its own.
+// Like nats.go's, it sends nil once, when the entries there at its start
+// are in (unless jetstream.UpdatesOnly is among its options), and its
+// channel closes when its context ends, when it is stopped, or when its
+// connection is closed for good.
+type KeyWatch struct {
+	out  chan jetstream.KeyValueEntry
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// keyWatchRetry bounds the wait between attempts to make a watch again
+// while the server does not take them (JetStream still starting, say).
+const keyWatchRetry = 2 * time.Second
+
+// WatchKeys watches keys of kv (a key or a pattern; jetstream.AllKeys for
+// every key) over nc, the connection kv was made on, until ctx ends.
+// Its first watch is made before it returns, and its error returned.
+func WatchKeys(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys string, opts ...jetstream.WatchOpt) (*KeyWatch, error) {
+	// Listened for before the first watch is made, so a reconnection
+	// while it is made is not missed.
+	back := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	w, err := kv.Watch(ctx, keys, opts...)
+	if err != nil {
+		nc.RemoveStatusListener(back)
+		return nil, err
+	}
+	x := &KeyWatch{out: make(chan jetstream.KeyValueEntry), stop: make(chan struct{}), done: make(chan struct{})}
+	f := keyFollower{KeyWatch: x, nc: nc, back: back, watch: func(rev uint64) (jetstream.KeyWatcher, error) {
+		if rev == 0 {
+			return kv.Watch(ctx, keys, opts...)
+		}
+		return kv.Watch(ctx, keys, append(opts[:len(opts):len(opts)], jetstream.ResumeFromRevision(rev+1))...)
+	}}
+	go f.run(ctx, w)
+	return x, nil
+}
+
+// WatchAllKeys is WatchKeys for every key of kv.
+func WatchAllKeys(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opts ...jetstream.WatchOpt) (*KeyWatch, error) {
+	return WatchKeys(ctx, nc, kv, jetstream.AllKeys, opts...)
+}
+
+// Updates returns the channel of entries.
+func (x *KeyWatch) Updates() <-chan jetstream.KeyValueEntry { return x.out }
+
+// Stop ends the watch, and returns once its channel is closed.
+func (x *KeyWatch) Stop() error {
+	x.once.Do(func() { close(x.stop) })
+	<-x.done
+	return nil
+}
+
+type keyFollower struct {
+	*KeyWatch
+	nc    *nats.Conn
+	back  chan nats.Status
+	watch func(rev uint64) (jetstream.KeyWatcher, error)
+}
+
+func (f keyFollower) run(ctx context.Context, w jetstream.KeyWatcher) {
+	defer close(f.done)
+	defer close(f.out)
+	defer f.nc.RemoveStatusListener(f.back)
+	defer func() { endKeyWatch(w) }()
+	var (
+		rev    uint64 // the last revision passed on
+		synced bool   // the nil marker passed on
+		retry  <-chan time.Time
+		pause  = 50 * time.Millisecond
+	)
+	again := func() {
+		switch {
+		case f.nc.IsClosed():
+			retry = time.After(0) // to end
+			return
+		case !f.nc.IsConnected():
+			retry = nil // f.back says when it is back
+			return
+		}
+		var err error
+		if w, err = f.watch(rev); err != nil {
+			w = nil
+			retry = time.After(pause)
+			pause = min(2*pause, keyWatchRetry)
+			return
+		}
+		retry, pause = nil, 50*time.Millisecond
+	}
+	for {
+		var updates <-chan jetstream.KeyValueEntry
+		if w != nil {
+			updates = w.Updates()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.stop:
+			return
+		case s := <-f.back:
+			if s == nats.CLOSED {
+				return
+			}
+			// Connected again, perhaps to a server that does not have
+			// the watch's consumer (a restarted one): make it again now
+			// rather than when nats.go misses its heartbeats.
+			endKeyWatch(w)
+			again()
+		case <-retry:
+			if f.nc.IsClosed() {
+				return
+			}
+			again()
+		case e, ok := <-updates:
+			if !ok {
+				// The watch ended with its connection open (its consumer
+				// could not be made again) or closed (for good: nothing
+				// more can come).
+				w = nil
+				if f.nc.IsClosed() || ctx.Err() != nil {
+					return
+				}
+				retry = time.After(0)
+				continue
+			}
+			if e == nil {
+				if synced {
+					continue
+				}
+				synced = true
+			} else {
+				if e.Revision() <= rev {
+					continue // passed on before the watch was made again
+				}
+				rev = e.Revision()
+			}
+			select {
+			case f.out <- e:
+			case <-ctx.Done():
+				return
+			case <-f.stop:
+				return
+			}
+		}
+	}
+}
+
+// endKeyWatch stops w and waits for its channel to close; nats.go's watcher
+// blocks sending to a full channel, so what is left in it is read and
+// dropped (the next watch starts after the last entry passed on).
+func endKeyWatch(w jetstream.KeyWatcher) {
+	if w == nil {
+		return
+	}
+	w.Stop()
+	for range w.Updates() {
+	}
+}
