@@ -278,7 +278,7 @@ func (f *Direct) watchNode(ctx context.Context, node string) <-chan string {
 	if err != nil {
 		return lost // the node's answer, or the timeout, ends the wait
 	}
-	w, err := kv.Watch(ctx, node)
+	w, err := WatchKeys(ctx, f.nc, kv, node)
 	if err != nil {
 		return lost
 	}
@@ -506,7 +506,7 @@ func (f *Direct) watchLoss(ctx context.Context, id string) <-chan string {
 	if err != nil {
 		return lost // the node's answer, or the timeout, ends the run
 	}
-	w, err := kv.Watch(ctx, id)
+	w, err := WatchKeys(ctx, f.nc, kv, id)
 	if err != nil {
 		return lost
 	}

@@ -273,7 +273,7 @@ func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, err
 	if err != nil {
 		return j, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.JobsBucket, err)
 	}
-	watch, err := kv.Watch(ctx, id, jetstream.UpdatesOnly())
+	watch, err := WatchKeys(ctx, f.nc, kv, id, jetstream.UpdatesOnly())
 	if err != nil {
 		return j, schemas.Errf(schemas.CodeUnavailable, "watch job %s: %v", id, err)
 	}

@@ -52,7 +52,7 @@ func (f *Direct) WatchNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchAll(ctx)
+	w, err := WatchAllKeys(ctx, f.nc, kv)
 	if err != nil {
 		return err
 	}

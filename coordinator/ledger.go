@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -133,7 +134,7 @@ func (l *Ledger) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w, err := nodes.WatchAll(ctx)
+	w, err := client.WatchAllKeys(ctx, l.cfg.Conn, nodes)
 	if err != nil {
 		return fmt.Errorf("watch KV bucket %s: %w", schemas.NodesBucket, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -85,7 +86,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 		}
 		grace = 3 * st.TTL()
 	}
-	w, err := nodes.WatchAll(ctx)
+	// Made again at once when the server restarts under it.
+	w, err := client.WatchAllKeys(ctx, m.cfg.Conn, nodes)
 	if err != nil {
 		return err
 	}

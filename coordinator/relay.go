@@ -138,7 +138,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.bind(ctx); err != nil {
 		return err
 	}
-	w, err := r.agents.WatchAll(ctx)
+	w, err := client.WatchAllKeys(ctx, r.nc, r.agents)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", schemas.AgentsBucket, err)
 	}
