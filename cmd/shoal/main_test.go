@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(mcpServerMode) == "1" {
 		runTestMCPServer()
 	}
+	if os.Getenv(natsServerMode) != "" {
+		runTestNATSServer()
+	}
 	if os.Getenv("SHOAL_TEST_MAIN") == "1" || (len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "__") && os.Getenv("SHOAL_TEST_MAIN") != "0") {
 		main()
 		return

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// natsServerMode, when set in the environment to host:port, makes this
+// test binary a bare NATS server with JetStream listening there, its
+// store in $SHOAL_TEST_NATS_STORE: a NATS deployment Shoal does not run,
+// for shoal up --nats.
+const natsServerMode = "SHOAL_TEST_NATS_SERVER"
+
+func runTestNATSServer() {
+	host, port, err := net.SplitHostPort(os.Getenv(natsServerMode))
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is no host:port\n", natsServerMode, os.Getenv(natsServerMode))
+		os.Exit(1)
+	}
+	s, err := natsserver.NewServer(&natsserver.Options{Host: host, Port: p, JetStream: true, StoreDir: os.Getenv("SHOAL_TEST_NATS_STORE")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		fmt.Fprintln(os.Stderr, "the NATS server did not start")
+		os.Exit(1)
+	}
+	fmt.Println("nats: ready")
+	s.WaitForShutdown()
+	os.Exit(0)
+}
+
+// shoal up on an external NATS server (--nats) that is killed with
+// SIGKILL and started again on its address and store while shoal up and
+// a node stay up: the node comes back, and when it is killed in turn
+// just after, its agent is marked dead. Heartbeat entries live 2s, and
+// so do the markers their expiry leaves: the node-loss monitor must be
+// watching the nodes again within seconds of the restart.
+func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + port
+	natsServer := func() *shoalProc {
+		p := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
+		p.waitLine("nats: ready")
+		return p
+	}
+	srv := natsServer()
+	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "victim")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+	node := startShoal(t, home, env, "node", "--nats", url, "--name", "victim", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	node.waitLine("shoal: node victim joined")
+	code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "open", "--json", t.TempDir())
+	var open schemas.OpenReply
+	if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
+		t.Fatalf("open: exit %d: %s%s", code, out, errOut)
+	}
+
+	srv.stop(syscall.SIGKILL)
+	restarted := time.Now()
+	natsServer()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the node heartbeats to the restarted server", func() bool {
+		e, err := nodes.Get(t.Context(), "victim")
+		return err == nil && e.Created().After(restarted)
+	})
+	status := func() schemas.AgentStatus {
+		e, err := agents.Get(t.Context(), open.AgentID)
+		var rec schemas.AgentRecord
+		if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
+			t.Fatalf("the agent's record: %v", err)
+		}
+		return rec.Status
+	}
+	if s := status(); s == schemas.StatusDead {
+		t.Fatalf("the agent was marked dead while its node was up")
+	}
+	node.stop(syscall.SIGKILL)
+	poll.Until(t, 30*time.Second, "the killed node's agent is dead", func() bool { return status() == schemas.StatusDead })
+}
