@@ -203,3 +203,42 @@ func TestLedgerCountsEveryResultOnce(t *testing.T) {
 	stop2()
 	check("the fleet, as written last", r.written().Fleet(), r.sum)
 }
+
+// The ledger reads the stream through one consumer of its own, kept from
+// read to read: idle, it makes no consumer after its first (nats.go's
+// ordered consumer made one again at every fetch, hundreds of JetStream
+// requests a second, each one the stream leader's), and what is stored
+// later is still counted.
+func TestLedgerReadsThroughOneConsumer(t *testing.T) {
+	r := newLedgerRig(t)
+	r.node("n1", "life1", nil)
+	r.turn("a1", "n1", 100, 20)
+	stop := r.run()
+	defer stop()
+	r.waitWritten()
+	stream, err := r.js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() []string {
+		t.Helper()
+		var names []string
+		for name := range stream.ConsumerNames(t.Context()).Name() {
+			names = append(names, name)
+		}
+		return names
+	}
+	first := consumers()
+	if len(first) != 1 {
+		t.Fatalf("the ledger reads through %d consumers: %v", len(first), first)
+	}
+	// A second of reads (every ledgerPace), nothing to read.
+	time.Sleep(time.Second)
+	if now := consumers(); len(now) != 1 || now[0] != first[0] {
+		t.Errorf("the idle ledger's consumers went from %v to %v", first, now)
+	}
+	r.turn("a1", "n1", 100, 20)
+	if s := r.waitWritten(); s.Fleet().InputTokens != 200 {
+		t.Errorf("what was stored after the idle second was not counted: %+v", s.Fleet())
+	}
+}
