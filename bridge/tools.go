@@ -452,7 +452,7 @@ func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schema
 // what records still name the id as their parent: a dead agent's record
 // is forgotten once its node keeps enough newer dead ones, and its
 // events leave the stream by age or size, while its children live on.
-// The id is theirs' lineage, not fresh: whoever opened under it would
+// The id is their lineage, not fresh: whoever opened under it would
 // have them as its children. With the record gone nothing shows the id
 // to be of the caller's tree, so it is judged as not of it.
 func (m *MCP) orphans(ctx context.Context, c caller, id string) error {
