@@ -108,6 +108,21 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 			return dir, false, nil
 		}
 	}
+	// What is one agent's (its work carried from another node) or one
+	// caller's not yet committed work comes in the agent's own checkout,
+	// not the cache every checkout of the repository reads, sandboxed or
+	// not: the cache holds committed history only.
+	if ws.Bundle != "" && (ws.Resume != "" || ws.Commit != ws.Base) {
+		if err := r.receiveInto(ctx, id, ws, at, dir); err != nil {
+			return "", false, err
+		}
+		b, _ := json.Marshal(ws)
+		if err := os.WriteFile(r.metaPath(id), b, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return "", false, schemas.Errf(schemas.CodeInternal, "%v", err)
+		}
+		return dir, true, nil
+	}
 	if ws.Bundle != "" {
 		if err := r.receive(ctx, id, ws, at); err != nil {
 			return "", false, err
@@ -154,6 +169,20 @@ func (r *repos) meta(id string) (schemas.Workspace, error) {
 
 // receive reads ws's bundle, of commit tip, for agent id into the cache.
 func (r *repos) receive(ctx context.Context, id string, ws *schemas.Workspace, tip string) error {
+	return r.withBundle(ctx, id, ws, func(path string) error { return r.cache.Receive(ctx, ws.Repo, path, tip) })
+}
+
+// receiveInto makes agent id's checkout dir at commit tip from ws's
+// bundle, taken into the checkout's own objects.
+func (r *repos) receiveInto(ctx context.Context, id string, ws *schemas.Workspace, tip, dir string) error {
+	return r.withBundle(ctx, id, ws, func(path string) error {
+		return r.cache.CheckoutBundle(ctx, ws.Repo, path, tip, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid")
+	})
+}
+
+// withBundle reads ws's bundle for agent id into a file and gives take its
+// path.
+func (r *repos) withBundle(ctx context.Context, id string, ws *schemas.Workspace, take func(path string) error) error {
 	if !strings.HasPrefix(ws.Bundle, ws.Repo+"/") || !strings.HasSuffix(ws.Bundle, ".bundle") {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %q is not one of repository %s", ws.Bundle, short(ws.Repo))
 	}
@@ -169,7 +198,7 @@ func (r *repos) receive(ctx context.Context, id string, ws *schemas.Workspace, t
 	if err := f.Close(); err != nil {
 		return schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
-	if err := r.cache.Receive(ctx, ws.Repo, f.Name(), tip); err != nil {
+	if err := take(f.Name()); err != nil {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %s: %v", ws.Bundle, err)
 	}
 	return nil

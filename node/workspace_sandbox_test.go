@@ -11,6 +11,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/peers"
+	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -86,5 +87,60 @@ func TestSandboxedAgentCannotRunCodeOnItsNodeThroughItsCheckoutsGitConfig(t *tes
 		if b, err := os.ReadFile(planted); err == nil {
 			t.Errorf("what the sandboxed agent planted in its checkout's git configuration ran unconfined on its node, and wrote %s: %q", planted, b)
 		}
+	}
+}
+
+// The node's cache of a repository is readable to every sandboxed agent
+// on it (its checkout reads the cache's objects), and it holds what came
+// to the node for any agent: here agent b's uncommitted work, carried
+// into the cache when b was reopened on this node. Agent a, sandboxed,
+// not of b's tree (it may not even read b's output), reads it with one
+// git command; the sandbox is to keep it to its own directory and the
+// files the node wrote for it.
+func TestSandboxedAgentCannotReadAnotherAgentsWorkThroughTheCache(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	repo := t.TempDir()
+	gittest.Git(t, repo, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	cfg := func() claude.Config {
+		return claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}
+	}
+	n1 := startNode(t, fixtureOptions{claude: cfg()})
+	startNode(t, fixtureOptions{claude: cfg(), broker: n1.b, node: func(c *node.Config) { c.Name = "n2" }})
+	ctx := n1.ctx(3 * time.Minute)
+
+	fake.Script(bash("echo TOPSECRET-of-b > notes.txt && echo wrote"), fakemodel.Reply{Text: "Noted."},
+		bash("git cat-file --batch-all-objects --batch | grep -a TOPSECRET || echo nothing"), fakemodel.Reply{Text: "Looked."})
+	if _, err := n1.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: "b", Node: "n2", Permission: "bypass"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := n1.fabric.Run(ctx, schemas.RunRequest{AgentID: "b", Text: "Take notes."}); err != nil || rep.Text != "Noted." {
+		t.Fatalf("b's turn: %+v %v", rep, err)
+	}
+	n1.fabric.Close(ctx, schemas.AgentRequest{AgentID: "b"})
+	if _, err := n1.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: "b", Node: "n1", Permission: "bypass"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+
+	yes := true
+	if _, err := n1.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: "a", Node: "n1", Permission: "bypass", Sandbox: &yes}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := n1.fabric.Status(ctx, "a"); err != nil || rec.Sandbox == nil || rec.Sandbox.Kernel == "" {
+		t.Fatalf("agent a is not sandboxed: %+v %v", rec.Sandbox, err)
+	}
+	if rep, err := n1.fabric.Run(ctx, schemas.RunRequest{AgentID: "a", Text: "Look around."}); err != nil || rep.Text != "Looked." {
+		t.Fatalf("a's turn: %+v %v", rep, err)
+	}
+	r := fake.Requests()[3].ToolResults
+	if len(r) != 1 {
+		t.Fatalf("a's tool results: %+v", r)
+	}
+	if strings.Contains(r[0].Content, "TOPSECRET-of-b") {
+		t.Fatalf("sandboxed agent a read agent b's uncommitted work from its node's shared cache:\n%s", r[0].Content)
 	}
 }

@@ -75,26 +75,42 @@ func (c *Cache) Receive(ctx context.Context, repo, bundle, tip string) error {
 	}
 	defer c.lock(repo)()
 	dir := c.path(repo)
-	if _, err := os.Stat(dir); os.IsNotExist(err) {
-		// Made aside and renamed, so a cache is never half made.
-		if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+	if err := c.ensure(ctx, repo); err != nil {
+		return err
+	}
+	return fetchBundle(ctx, dir, bundle, tip)
+}
+
+// ensure makes repo's cache, an empty one, if there is none. c.lock(repo)
+// is held.
+func (c *Cache) ensure(ctx context.Context, repo string) error {
+	dir := c.path(repo)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		return nil
+	}
+	// Made aside and renamed, so a cache is never half made.
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(c.Dir, ".new-")
+	if err != nil {
+		return err
+	}
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(dir); serr != nil {
 			return err
-		}
-		tmp, err := os.MkdirTemp(c.Dir, ".new-")
-		if err != nil {
-			return err
-		}
-		if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", tmp); err != nil {
-			os.RemoveAll(tmp)
-			return err
-		}
-		if err := os.Rename(tmp, dir); err != nil {
-			os.RemoveAll(tmp)
-			if _, serr := os.Stat(dir); serr != nil {
-				return err
-			}
 		}
 	}
+	return nil
+}
+
+// fetchBundle takes a bundle of commit tip into the repository at dir.
+func fetchBundle(ctx context.Context, dir, bundle, tip string) error {
 	if _, err := run(ctx, dir, nil, nil, "bundle", "verify", "--quiet", bundle); err != nil {
 		return fmt.Errorf("the bundle does not apply to this node's copy of the repository: %v", err)
 	}
@@ -119,6 +135,27 @@ func (c *Cache) Keep(ctx context.Context, repo, commit string) error {
 // the cache's objects of repo, with name and email as the identity of its
 // commits. dst must not exist.
 func (c *Cache) Checkout(ctx context.Context, repo, commit, dst, branch, name, email string) error {
+	return c.checkout(ctx, repo, "", commit, dst, branch, name, email)
+}
+
+// CheckoutBundle is Checkout of commit tip, which a bundle carries, taken
+// into dst's own objects rather than the cache's: what is one agent's, or
+// one caller's not yet committed work, is read by no other checkout of
+// the repository (each reads the cache), sandboxed or not.
+func (c *Cache) CheckoutBundle(ctx context.Context, repo, bundle, tip, dst, branch, name, email string) error {
+	if !IsCommitID(repo) || !IsCommitID(tip) {
+		return fmt.Errorf("repository and commit must be full commit ids")
+	}
+	unlock := c.lock(repo)
+	err := c.ensure(ctx, repo)
+	unlock()
+	if err != nil {
+		return err
+	}
+	return c.checkout(ctx, repo, bundle, tip, dst, branch, name, email)
+}
+
+func (c *Cache) checkout(ctx context.Context, repo, bundle, commit, dst, branch, name, email string) error {
 	if _, err := os.Stat(dst); err == nil {
 		return fmt.Errorf("checkout %s already exists", dst)
 	}
@@ -137,6 +174,11 @@ func (c *Cache) Checkout(ctx context.Context, repo, commit, dst, branch, name, e
 	}
 	for _, kv := range [][2]string{{"user.name", name}, {"user.email", email}} {
 		if _, err := run(ctx, dst, nil, nil, "config", kv[0], kv[1]); err != nil {
+			return fail(err)
+		}
+	}
+	if bundle != "" {
+		if err := fetchBundle(ctx, dst, bundle, commit); err != nil {
 			return fail(err)
 		}
 	}
