@@ -327,8 +327,17 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 		return got, schemas.Errf(schemas.CodeUnavailable, "read the work of agent %s: %v", id, err)
 	}
 	defer obj.Close()
-	if _, err := io.Copy(tmp, obj); err != nil {
+	// The node says how much the work is; the caller's disk takes no
+	// more than a bundle sent the other way may be.
+	if info, err := obj.Info(); err == nil && int64(info.Size) > f.maxBundle {
+		return got, schemas.Errf(schemas.CodeInvalid, "the work of agent %s is a bundle of %s, more than %s: nothing was fetched", id, bytesText(int64(info.Size)), bytesText(f.maxBundle))
+	}
+	n, err := io.Copy(tmp, io.LimitReader(obj, f.maxBundle+1))
+	if err != nil {
 		return got, schemas.Errf(schemas.CodeUnavailable, "read the work of agent %s: %v", id, err)
+	}
+	if n > f.maxBundle {
+		return got, schemas.Errf(schemas.CodeInvalid, "the work of agent %s is a bundle of more than %s: nothing was fetched", id, bytesText(f.maxBundle))
 	}
 	if err := tmp.Close(); err != nil {
 		return got, schemas.Errf(schemas.CodeInternal, "%v", err)

@@ -74,4 +74,22 @@ func TestOpenRepoRefusesABundlePastTheLimit(t *testing.T) {
 	if list, _ := obs.List(ctx); len(list) != 1 {
 		t.Fatalf("an open stored %d objects, want its bundle", len(list))
 	}
+
+	// The way back is held to the same limit: work past it is not
+	// copied to the caller's disk, whatever the node says of it.
+	rec, err := f.Record(ctx, "fits")
+	if err != nil || rec.Workspace == nil {
+		t.Fatalf("the agent's record: %+v %v", rec, err)
+	}
+	more := make([]byte, 64<<10)
+	rand.Read(more)
+	if err := os.WriteFile(filepath.Join(rec.Workspace.Dir, "more"), more, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.Fetch(ctx, "fits", repo); err == nil || !strings.Contains(err.Error(), "more than 32.0 KiB: nothing was fetched") {
+		t.Fatalf("a fetch of work past the limit: %v", err)
+	}
+	if _, err := f.Fetch(ctx, "fits", repo); err != nil {
+		t.Fatalf("a fetch under the limit: %v", err)
+	}
 }
