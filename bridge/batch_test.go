@@ -24,8 +24,7 @@ import (
 func TestBusConnectionGoneBeforeItsGreetingIsClosed(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	path := filepath.Join(t.TempDir(), "bus.sock")
-	var logged logBuffer
-	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
+	pub, logged := loggingPub(t)
 	defer pub.Close()
 	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
 		t.Fatal(err)
@@ -64,8 +63,7 @@ func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
 	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
 	handshakeTimeout = 300 * time.Millisecond
 	path := filepath.Join(t.TempDir(), "bus.sock")
-	var logged logBuffer
-	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
+	pub, logged := loggingPub(t)
 	defer pub.Close()
 	if err := pub.Listen(batchAddress("ipc://" + path)); err != nil {
 		t.Fatal(err)
@@ -152,6 +150,13 @@ func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
 	goleak.VerifyNone(t, ignore, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
+// loggingPub is a PUB socket whose listener logs the peers it drops, and
+// that log.
+func loggingPub(t *testing.T) (zmq4.Socket, *logBuffer) {
+	logged := &logBuffer{}
+	return zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(logged, nil)))), logged
+}
+
 // logBuffer is a buffer a logger and a test share.
 type logBuffer struct {
 	mu  sync.Mutex
@@ -181,8 +186,7 @@ func TestBusNamesADroppedTCPPeer(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	var logged logBuffer
-	pub := zmq4.NewPub(withPeerLog(t.Context(), slog.New(slog.NewTextHandler(&logged, nil))))
+	pub, logged := loggingPub(t)
 	defer pub.Close()
 	if err := pub.Listen(batchAddress("tcp://" + addr)); err != nil {
 		t.Fatal(err)
