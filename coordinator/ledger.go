@@ -150,7 +150,7 @@ func (l *Ledger) run(ctx context.Context) error {
 	from := l.spent.Seq + 1
 	l.mu.Unlock()
 	r := &streamReader{stream: stream, next: from}
-	defer r.close(ctx)
+	defer r.close()
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -222,7 +222,7 @@ func (r *streamReader) read(ctx context.Context, n int, each func(jetstream.Msg)
 	}
 	batch, err := r.cons.FetchNoWait(n)
 	if err != nil {
-		r.reset(ctx)
+		r.reset()
 		return 0, err
 	}
 	got, skipped := 0, false
@@ -240,28 +240,28 @@ func (r *streamReader) read(ctx context.Context, n int, each func(jetstream.Msg)
 		got++
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		r.reset(ctx)
+		r.reset()
 		return got, err
 	}
 	if skipped {
-		r.reset(ctx)
+		r.reset()
 	}
 	return got, nil
 }
 
 // reset drops the reader's consumer; the next read makes another.
-func (r *streamReader) reset(ctx context.Context) {
-	r.close(ctx)
+func (r *streamReader) reset() {
+	r.close()
 	r.cons = nil
 }
 
 // close deletes the reader's consumer, if the server still has it (it
 // lapses by itself a minute after its last read otherwise).
-func (r *streamReader) close(ctx context.Context) {
+func (r *streamReader) close() {
 	if r.cons == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	r.stream.DeleteConsumer(ctx, r.cons.CachedInfo().Name)
 }
