@@ -146,11 +146,14 @@ func (l *Ledger) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
-	l.mu.Lock()
-	from := l.spent.Seq + 1
-	l.mu.Unlock()
-	r := &streamReader{stream: stream, next: from}
-	defer r.close()
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if l.spent.Seq > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: l.spent.Seq + 1}
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
+	}
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -162,108 +165,30 @@ func (l *Ledger) run(ctx context.Context) error {
 	// sends the ledger many events at once rather than each as it stores
 	// it, which would cost the stream's leader, the fleet's ceiling, as
 	// much as a second writer.
-	pause := ledgerPace
 	for {
-		n, err := r.read(ctx, ledgerBatch, func(m jetstream.Msg) { l.count(ctx, agents, m) })
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case err != nil:
-			// The server went away, or the reader's consumer with it: it
-			// reads on from the event after the last it counted.
-			if pause == ledgerPace {
-				l.log.Warn("cannot read the stream for the spend count; trying again", "err", err)
-			}
-			pause = min(2*pause, time.Second)
-		case n == ledgerBatch:
-			pause = ledgerPace
-			continue
-		default:
-			pause = ledgerPace
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(pause):
-		}
-	}
-}
-
-// streamReader reads a whole stream from a sequence on, through a pull
-// consumer of its own with no acknowledgements, kept from read to read.
-// (An ordered consumer of nats.go deletes and makes its consumer again at
-// every fetch: paced at ledgerPace, hundreds of JetStream requests a
-// second of an idle coordinator, each one the stream leader's.) What the
-// ordered consumer gave is kept: a delivery missing on the way (its
-// consumer sequence skips) or a consumer gone (the server restarted, or
-// it lapsed) makes it read again from the event after the last it
-// passed on.
-type streamReader struct {
-	stream    jetstream.Stream
-	cons      jetstream.Consumer
-	next      uint64 // the stream sequence to read from
-	delivered uint64 // the consumer sequence of the last message passed on
-}
-
-// read passes on, in order, what the stream holds from r.next on, up to
-// n events, and says how many it passed on.
-func (r *streamReader) read(ctx context.Context, n int, each func(jetstream.Msg)) (int, error) {
-	if r.cons == nil {
-		cfg := jetstream.ConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
-			InactiveThreshold: time.Minute, MemoryStorage: true}
-		if r.next > 1 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.next
-		}
-		cons, err := r.stream.CreateConsumer(ctx, cfg)
+		batch, err := cons.FetchNoWait(ledgerBatch)
 		if err != nil {
-			return 0, err
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
 		}
-		r.cons, r.delivered = cons, 0
-	}
-	batch, err := r.cons.FetchNoWait(n)
-	if err != nil {
-		r.reset()
-		return 0, err
-	}
-	got, skipped := 0, false
-	for m := range batch.Messages() {
-		if skipped {
-			continue // drained: read again from r.next
+		n := 0
+		for m := range batch.Messages() {
+			l.count(ctx, agents, m)
+			n++
 		}
-		meta, err := m.Metadata()
-		if err != nil || meta.Sequence.Consumer != r.delivered+1 {
-			skipped = true
-			continue
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
 		}
-		r.delivered, r.next = meta.Sequence.Consumer, meta.Sequence.Stream+1
-		each(m)
-		got++
+		if n < ledgerBatch {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(ledgerPace):
+			}
+		}
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		r.reset()
-		return got, err
-	}
-	if skipped {
-		r.reset()
-	}
-	return got, nil
-}
-
-// reset drops the reader's consumer; the next read makes another.
-func (r *streamReader) reset() {
-	r.close()
-	r.cons = nil
-}
-
-// close deletes the reader's consumer, if the server still has it (it
-// lapses by itself a minute after its last read otherwise).
-func (r *streamReader) close() {
-	if r.cons == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	r.stream.DeleteConsumer(ctx, r.cons.CachedInfo().Name)
 }
 
 // ledgerBatch and ledgerPace are how the ledger reads the stream: this
