@@ -165,6 +165,7 @@ func (l *Ledger) run(ctx context.Context) error {
 	// sends the ledger many events at once rather than each as it stores
 	// it, which would cost the stream's leader, the fleet's ceiling, as
 	// much as a second writer.
+	pause := ledgerPace
 	for {
 		batch, err := cons.FetchNoWait(ledgerBatch)
 		if err != nil {
@@ -181,11 +182,23 @@ func (l *Ledger) run(ctx context.Context) error {
 		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("read stream %s: %w", schemas.StreamName, err)
 		}
+		// Nothing stored: the pause doubles, up to ledgerIdle. Every read
+		// of nats.go's ordered consumer deletes and makes its consumer
+		// again, a few JetStream requests of the stream's leader each, and
+		// at ledgerPace an idle coordinator asked some 180 a second. A
+		// turn's deltas come before its result, so the pace is back to
+		// ledgerPace by the time a result is there to count.
+		switch {
+		case n == 0:
+			pause = min(2*pause, ledgerIdle)
+		default:
+			pause = ledgerPace
+		}
 		if n < ledgerBatch {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(ledgerPace):
+			case <-time.After(pause):
 			}
 		}
 	}
@@ -196,6 +209,8 @@ func (l *Ledger) run(ctx context.Context) error {
 const (
 	ledgerBatch = 4096
 	ledgerPace  = 10 * time.Millisecond
+	// ledgerIdle is the longest pause, after reads that found nothing.
+	ledgerIdle = 250 * time.Millisecond
 )
 
 // load reads the written count; its revision is 0 when there is none.

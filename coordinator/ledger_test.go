@@ -203,3 +203,34 @@ func TestLedgerCountsEveryResultOnce(t *testing.T) {
 	stop2()
 	check("the fleet, as written last", r.written().Fleet(), r.sum)
 }
+
+// An idle ledger asks little of the stream's leader: with nothing stored,
+// its reads slow down (each read of nats.go's ordered consumer makes its
+// consumer again, some JetStream requests each), and what is stored after
+// the idle time is still counted.
+func TestLedgerIdleAsksLittle(t *testing.T) {
+	r := newLedgerRig(t)
+	r.node("n1", "life1", nil)
+	r.turn("a1", "n1", 100, 20)
+	stop := r.run()
+	defer stop()
+	r.waitWritten()
+	requests := func() uint64 {
+		t.Helper()
+		info, err := r.js.AccountInfo(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.API.Total
+	}
+	time.Sleep(time.Second) // idle long enough to slow down
+	before := requests()
+	time.Sleep(2 * time.Second)
+	if n := requests() - before; n > 60 {
+		t.Errorf("an idle ledger made %d JetStream requests in 2s", n)
+	}
+	r.turn("a1", "n1", 100, 20)
+	if s := r.waitWritten(); s.Fleet().InputTokens != 200 {
+		t.Errorf("what was stored after the idle time was not counted: %+v", s.Fleet())
+	}
+}
