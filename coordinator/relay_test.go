@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -303,30 +304,15 @@ func TestRelayStoresOnlyTheNextEvent(t *testing.T) {
 	const window = 500 * time.Millisecond
 	s := fabrictest.StartSecured(t, func(c *broker.Config) { c.Assets.Duplicates = window })
 	ctx := natstest.Context(t, 60*time.Second)
-	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
-	grant, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
-	if _, err := kv.Create(ctx, "mine", grant); err != nil {
-		t.Fatal(err)
-	}
-	nb := s.Connect(t, broker.RoleNode, "nb")
-	js, err := jetstream.New(nb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, js, claim := givenMine(t, s, ctx)
+	grant, _ := json.Marshal(claim)
+	var err error
 	text := func(s string) string {
 		b, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(s)}})
 		return string(b)
 	}
 	publish := func(n uint64, data string) (*jetstream.PubAck, error) {
-		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayEvent, "mine"))
-		m.Data = []byte(data)
-		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("mine", n))
-		m.Header.Set(schemas.HeaderNode, "nb")
-		return js.PublishMsg(ctx, m)
+		return js.PublishMsg(ctx, relayEvent(n, []byte(data)))
 	}
 	refused := func(what string, err error, want string) {
 		t.Helper()
@@ -365,7 +351,9 @@ func TestRelayStoresOnlyTheNextEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusDead, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	ended := claim
+	ended.Status = schemas.StatusDead
+	dead, _ := json.Marshal(ended)
 	if _, err := kv.Update(ctx, "mine", dead, e.Revision()); err != nil {
 		t.Fatal(err)
 	}
@@ -501,26 +489,10 @@ func TestRelayStoresNoNewPermissionRequestAfterTheAgentsDeath(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
 	ctx := natstest.Context(t, 60*time.Second)
-	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
-	grant, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
-	if _, err := kv.Create(ctx, "mine", grant); err != nil {
-		t.Fatal(err)
-	}
-	nb := s.Connect(t, broker.RoleNode, "nb")
-	js, err := jetstream.New(nb)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, js, claim := givenMine(t, s, ctx)
 	publish := func(n uint64, ev schemas.Event) error {
-		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayEvent, "mine"))
-		m.Data, _ = schemas.Encode(ev)
-		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("mine", n))
-		m.Header.Set(schemas.HeaderNode, "nb")
-		_, err := js.PublishMsg(ctx, m)
+		data, _ := schemas.Encode(ev)
+		_, err := js.PublishMsg(ctx, relayEvent(n, data))
 		return err
 	}
 	if err := publish(1, schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}}); err != nil {
@@ -531,7 +503,8 @@ func TestRelayStoresNoNewPermissionRequestAfterTheAgentsDeath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, _ := json.Marshal(schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusDead, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	claim.Status = schemas.StatusDead
+	dead, _ := json.Marshal(claim)
 	if _, err := kv.Update(ctx, "mine", dead, e.Revision()); err != nil {
 		t.Fatal(err)
 	}
@@ -557,4 +530,36 @@ func TestRelayStoresNoNewPermissionRequestAfterTheAgentsDeath(t *testing.T) {
 	for _, p := range pending {
 		t.Errorf("the fabric lists a request waiting on the dead agent %s: %s %s", p.AgentID, p.Tool, p.Input)
 	}
+}
+
+// givenMine makes the coordinator's claim of agent "mine" for node nb,
+// and connects as nb, with its real credentials: the agents bucket (as
+// the coordinator reads it), nb's JetStream, and the claim.
+func givenMine(t *testing.T, s *fabrictest.Secured, ctx context.Context) (jetstream.KeyValue, jetstream.JetStream, schemas.AgentRecord) {
+	t.Helper()
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	claim := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now}
+	grant, _ := json.Marshal(claim)
+	if _, err := kv.Create(ctx, "mine", grant); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(s.Connect(t, broker.RoleNode, "nb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv, js, claim
+}
+
+// relayEvent is nb's event n of agent "mine", data its envelope, as nb
+// hands it to the relay.
+func relayEvent(n uint64, data []byte) *nats.Msg {
+	m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayEvent, "mine"))
+	m.Data = data
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("mine", n))
+	m.Header.Set(schemas.HeaderNode, "nb")
+	return m
 }
