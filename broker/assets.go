@@ -24,6 +24,9 @@ const (
 	DefaultMaxBytes   = 4 << 30 // 4 GiB
 	DefaultDuplicates = 30 * time.Second
 	DefaultNodeTTL    = 15 * time.Second
+	// DefaultReposMaxBytes bounds the repositories' object store: four
+	// bundles of the largest a client sends or fetches.
+	DefaultReposMaxBytes = 8 << 30 // 8 GiB
 )
 
 // Assets are the limits of the stream and buckets the fabric provisions.
@@ -43,6 +46,10 @@ type Assets struct {
 	// NodeTTL is how long a node's heartbeat entry lives; DefaultNodeTTL
 	// when zero.
 	NodeTTL time.Duration
+	// ReposMaxBytes bounds the repositories' object store (bundles kept
+	// ReposTTL): a bundle that would pass it is refused, nothing older is
+	// dropped. DefaultReposMaxBytes when zero, no limit when negative.
+	ReposMaxBytes int64
 }
 
 func (a Assets) withDefaults() Assets {
@@ -60,6 +67,9 @@ func (a Assets) withDefaults() Assets {
 	}
 	if a.NodeTTL == 0 {
 		a.NodeTTL = DefaultNodeTTL
+	}
+	if a.ReposMaxBytes == 0 {
+		a.ReposMaxBytes = DefaultReposMaxBytes
 	}
 	return a
 }
@@ -192,6 +202,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 				Bucket:      schemas.ReposBucket,
 				Description: "Shoal repository bundles: what a caller sends a node of its repository, and what a node sends back of an agent's work",
 				TTL:         ReposTTL,
+				MaxBytes:    max(a.ReposMaxBytes, -1),
 				Storage:     jetstream.FileStorage,
 				Replicas:    a.Replicas,
 				Compression: true,

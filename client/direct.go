@@ -194,7 +194,7 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 		if err == nil {
 			rep, err = f.openOn(ctx, try, passed)
 		}
-		if err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
+		if _, full := errors.AsType[reposFull](err); full || err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
 			return rep, err
 		}
 		passed = append(passed, node)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -200,11 +201,36 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		// A bundle cut off is never read: the node reads only a whole
 		// object, whose digest it checks. A retry sends it again.
 		obs.Delete(context.WithoutCancel(ctx), ws.Bundle)
+		if ReposFull(err) {
+			return nil, reposFull{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s has no room for %s more (its bound: shoal up --repos-max-bytes; bundles are kept %s)",
+				what, schemas.ReposBucket, bytesText(fi.Size()), reposKept)}
+		}
 		return nil, schemas.Errf(schemas.CodeUnavailable, "send %s: %v", what, err)
 	}
 	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
 	return ws, nil
 }
+
+// reposKept is how long the repositories' store keeps a bundle
+// (broker.ReposTTL), for messages.
+const reposKept = "24 hours"
+
+// ReposFull reports whether err is JetStream's refusal of a write to the
+// repositories' store that would pass its bound (MaxBytes).
+func ReposFull(err error) bool {
+	apiErr, ok := errors.AsType[*jetstream.APIError](err)
+	return ok && apiErr.ErrorCode == errCodeStoreFailed && strings.Contains(apiErr.Description, "maximum bytes")
+}
+
+// errCodeStoreFailed is JetStream's error code for a write the stream's
+// store refused (nats-server's JSStreamStoreFailedF).
+const errCodeStoreFailed jetstream.ErrorCode = 10077
+
+// reposFull is an open's failure for want of room in the repositories'
+// store, which no other node would make.
+type reposFull struct{ *schemas.ControlError }
+
+func (e reposFull) Unwrap() error { return e.ControlError }
 
 // say tells the caller's progress line, if it has one.
 func (f *Direct) say(format string, args ...any) {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -29,11 +30,35 @@ import (
 // chunk.
 const bundleIdle = 2 * time.Minute
 
+// bundleWritesPerNode is how many bundle writes a node may have in
+// progress at once: each holds a write into the object store on the
+// coordinator's side until its last chunk (or bundleIdle).
+const bundleWritesPerNode = 8
+
 // bundles are the reads and writes in progress, by node, agent and name.
 type bundles struct {
+	max    int64 // the largest bundle a node may write
 	mu     sync.Mutex
 	reads  map[string]*bundleRead
 	writes map[string]*bundleWrite
+	ended  bool // the relay stopped: no write begins
+}
+
+// stop ends every read and write in progress, and returns once the
+// writes' stores have given up.
+func (b *bundles) stop() {
+	b.mu.Lock()
+	b.ended = true
+	reads, writes := b.reads, b.writes
+	b.reads, b.writes = map[string]*bundleRead{}, map[string]*bundleWrite{}
+	b.mu.Unlock()
+	for _, rd := range reads {
+		rd.obj.Close()
+	}
+	for _, w := range writes {
+		w.pw.CloseWithError(errors.New("the relay stopped"))
+		<-w.done
+	}
 }
 
 type bundleRead struct {
@@ -50,6 +75,17 @@ type bundleWrite struct {
 }
 
 func bundleKey(node, agent, name string) string { return node + "\x00" + agent + "\x00" + name }
+
+// writingLocked counts node's writes in progress; b.mu is held.
+func (b *bundles) writingLocked(node string) int {
+	n := 0
+	for k := range b.writes {
+		if strings.HasPrefix(k, node+"\x00") {
+			n++
+		}
+	}
+	return n
+}
 
 // sweep ends what has waited too long for its next chunk; b.mu is held.
 func (b *bundles) sweepLocked(now time.Time) {
@@ -121,22 +157,34 @@ func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, key, name
 	}
 	rd.used = time.Now()
 	b.mu.Lock()
-	b.reads[key] = rd
+	if b.ended {
+		rd.obj.Close()
+	} else {
+		b.reads[key] = rd
+	}
 	b.mu.Unlock()
 	return buf, false, nil
 }
 
-// write adds a chunk at offset to bundle name; the last chunk returns
-// once the object is stored whole.
-func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, key, name, desc string, offset int64, data []byte, last bool) error {
+// write adds a chunk at offset to node's bundle name; the last chunk
+// returns once the object is stored whole. A bundle past b.max is cut
+// off, and nothing of it stays in the object store.
+func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key, name, desc string, offset int64, data []byte, last bool) error {
 	b.mu.Lock()
 	b.sweepLocked(time.Now())
 	w := b.writes[key]
 	delete(b.writes, key)
+	busy, ended := b.writingLocked(node), b.ended
 	b.mu.Unlock()
 	if offset == 0 {
 		if w != nil {
 			w.pw.CloseWithError(errors.New("the node began the bundle again"))
+		}
+		if ended {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: the relay is stopping", name)
+		}
+		if busy >= bundleWritesPerNode {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s already has %d bundle writes in progress, the most it may; send it once one of them ends", name, node, busy)
 		}
 		pr, pw := io.Pipe()
 		w = &bundleWrite{pw: pw, done: make(chan error, 1)}
@@ -152,6 +200,11 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, key, name
 		}
 		return schemas.Errf(schemas.CodeInvalid, "bundle %s: a chunk at offset %d does not follow what was written; begin again at 0", name, offset)
 	}
+	if w.pos+int64(len(data)) > b.max {
+		w.pw.CloseWithError(errors.New("the bundle passed the limit"))
+		<-w.done
+		return schemas.Errf(schemas.CodeInvalid, "bundle %s passes %d bytes, the largest a node may write through the relay: nothing of it was stored", name, b.max)
+	}
 	if _, err := w.pw.Write(data); err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
 	}
@@ -159,12 +212,21 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, key, name
 	if last {
 		w.pw.Close()
 		if err := <-w.done; err != nil {
+			if client.ReposFull(err) {
+				return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: the repositories' store %s is full (its bound: shoal up --repos-max-bytes)", name, schemas.ReposBucket)
+			}
 			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
 		}
 		return nil
 	}
 	w.used = time.Now()
 	b.mu.Lock()
+	if b.ended {
+		b.mu.Unlock()
+		w.pw.CloseWithError(errors.New("the relay stopped"))
+		<-w.done
+		return schemas.Errf(schemas.CodeUnavailable, "bundle %s: the relay is stopping", name)
+	}
 	b.writes[key] = w
 	b.mu.Unlock()
 	return nil
@@ -259,7 +321,7 @@ func (r *Relay) bundlePut(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	desc := m.Header.Get(schemas.HeaderBundleDescription)
-	if err := r.bun.write(ctx, obs, bundleKey(node, id, name), name, desc, offset, m.Data, m.Header.Get(schemas.HeaderBundleLast) == "1"); err != nil {
+	if err := r.bun.write(ctx, obs, node, bundleKey(node, id, name), name, desc, offset, m.Data, m.Header.Get(schemas.HeaderBundleLast) == "1"); err != nil {
 		r.bundleFail(m, err)
 		return
 	}

@@ -71,6 +71,9 @@ type RelayConfig struct {
 	// reach the endpoint under tokens of their own. An empty token grants
 	// nothing.
 	MCP func(ctx context.Context) (url, token string)
+	// MaxBundle is the largest bundle a node may write through the relay;
+	// client.DefaultMaxBundle when zero (a caller's fetch takes no more).
+	MaxBundle int64
 }
 
 // RelayMetrics receives what the relay counts. Its methods are called
@@ -101,6 +104,9 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noRelayMetrics{}
 	}
+	if cfg.MaxBundle <= 0 {
+		cfg.MaxBundle = client.DefaultMaxBundle
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
@@ -109,7 +115,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		acks:   cfg.Conn.NewInbox(),
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, seqs: map[string]*sequence{},
 		inflight: map[string]inflight{}, warned: map[string]bool{},
-		bun: bundles{reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
+		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
 
 // Ready is closed once the relay forwards writes.
@@ -138,6 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.bind(ctx); err != nil {
 		return err
 	}
+	defer r.bun.stop()
 	w, err := client.WatchAllKeys(ctx, r.nc, r.agents)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", schemas.AgentsBucket, err)

@@ -57,7 +57,7 @@ var groupsByCommand = map[string][]flagGroup{
 		// (settings.go, fabricAddress).
 		{"A NATS deployment instead of the embedded server", false, []string{"nats"}},
 		{"Its credentials there", true, []string{"creds"}},
-		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
+		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "repos-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
 		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp", "no-web"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},
 		{"Monitoring", true, []string{"monitor", "metrics"}},

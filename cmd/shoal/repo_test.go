@@ -398,3 +398,32 @@ func TestRepositoryCommandsRefuseBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The repositories' store is bounded (--repos-max-bytes): a bundle that
+// would pass it is refused, the open failing with what is full and the
+// flag that bounds it, and nothing of it stays; a bundle that fits
+// still goes.
+func TestRepositoryStoreIsBounded(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--repos-max-bytes", "1MiB")
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitIn(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	big := make([]byte, 3<<20) // incompressible
+	rand.Read(big)
+	os.WriteFile(filepath.Join(repo, "big.bin"), big, 0o644)
+	gitIn(t, repo, "add", ".")
+	gitIn(t, repo, "commit", "-q", "-m", "big")
+
+	code, out, errOut := c.shoal("open", "--repo", repo, "--id", "toobig")
+	if code == 0 || !strings.Contains(errOut, "shoal_repos") || !strings.Contains(errOut, "--repos-max-bytes") {
+		t.Fatalf("an open whose bundle passes the store's bound: exit %d: %s\n%s", code, out, errOut)
+	}
+	t.Logf("refused: %s", errOut)
+	if code, out, errOut := c.shoal("ls", "--json"); code != 0 || strings.Contains(out, `"toobig"`) {
+		t.Fatalf("the refused open left a record (exit %d):\n%s%s", code, out, errOut)
+	}
+	small := oneCommitRepo(t, "small", "small\n")
+	if code, out, errOut := c.shoal("open", "--repo", small, "--id", "fits"); code != 0 || strings.TrimSpace(out) != "fits" {
+		t.Fatalf("an open whose bundle fits, after the refusal: exit %d: %s\n%s", code, out, errOut)
+	}
+}

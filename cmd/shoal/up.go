@@ -35,6 +35,7 @@ type upOptions struct {
 	memoryLimit   int64
 	maxAge        time.Duration
 	maxBytes      int64
+	reposMaxBytes int64
 	duplicates    time.Duration
 	nodeTTL       time.Duration
 	replicas      int
@@ -136,6 +137,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	sizeFlag(fs, &o.memoryLimit, "memory-limit", defaultMemoryLimit(), "soft limit on this process's memory, a `size` the Go runtime collects harder to stay under (default: an eighth of the machine's memory, 512MiB to 2GiB; 0: none; GOMEMLIMIT, when set, wins)")
 	durationFlag(fs, &o.maxAge, "stream-max-age", broker.DefaultMaxAge, "drop events older than this `duration` (0: never)")
 	sizeFlag(fs, &o.maxBytes, "stream-max-bytes", broker.DefaultMaxBytes, "drop the oldest events beyond this `size` (0: no limit)")
+	sizeFlag(fs, &o.reposMaxBytes, "repos-max-bytes", broker.DefaultReposMaxBytes, "refuse repository bundles beyond this `size` in all (0: no limit)")
 	durationFlag(fs, &o.duplicates, "stream-duplicates", broker.DefaultDuplicates, "`duration` in which a republished event is recognised and dropped")
 	durationFlag(fs, &o.nodeTTL, "node-ttl", broker.DefaultNodeTTL, "a node whose heartbeat is older than this `duration` is lost")
 	fs.IntVar(&o.replicas, "replicas", 0, "`copies` of the stream and buckets (default: 3 with --cluster, else 1)")
@@ -261,11 +263,12 @@ func (o *upOptions) assets() broker.Assets {
 		replicas = 3
 	}
 	return broker.Assets{
-		MaxAge:     negativeIfZero(o.maxAge),
-		MaxBytes:   negativeIfZero(o.maxBytes),
-		Duplicates: o.duplicates,
-		NodeTTL:    o.nodeTTL,
-		Replicas:   replicas,
+		MaxAge:        negativeIfZero(o.maxAge),
+		MaxBytes:      negativeIfZero(o.maxBytes),
+		Duplicates:    o.duplicates,
+		NodeTTL:       o.nodeTTL,
+		Replicas:      replicas,
+		ReposMaxBytes: negativeIfZero(o.reposMaxBytes),
 	}
 }
 

@@ -94,10 +94,15 @@ func FabricService(tb testing.TB, nc *nats.Conn, f *client.Direct) {
 	Run(tb, s)
 }
 
-// Relay runs the coordinator's relay on nc until the test ends.
-func Relay(tb testing.TB, nc *nats.Conn) {
+// Relay runs the coordinator's relay on nc until the test ends; each of
+// mutate changes its configuration first.
+func Relay(tb testing.TB, nc *nats.Conn, mutate ...func(*coordinator.RelayConfig)) {
 	tb.Helper()
-	r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc})
+	cfg := coordinator.RelayConfig{Conn: nc}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	r, err := coordinator.NewRelay(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/node"
@@ -29,6 +30,13 @@ type Secured struct {
 // StartSecured starts a Secured fabric for the test.
 func StartSecured(t testing.TB, mutate ...func(*broker.Config)) *Secured {
 	t.Helper()
+	return StartSecuredRelay(t, func(*coordinator.RelayConfig) {}, mutate...)
+}
+
+// StartSecuredRelay starts a Secured fabric whose relay's configuration
+// relay changes.
+func StartSecuredRelay(t testing.TB, relay func(*coordinator.RelayConfig), mutate ...func(*broker.Config)) *Secured {
+	t.Helper()
 	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +47,7 @@ func StartSecured(t testing.TB, mutate ...func(*broker.Config)) *Secured {
 		t.Fatal(err)
 	}
 	t.Cleanup(coord.Close)
-	Relay(t, coord)
+	Relay(t, coord, relay)
 	f, err := client.NewDirect(coord, client.Config{})
 	if err != nil {
 		t.Fatal(err)

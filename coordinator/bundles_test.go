@@ -1,0 +1,142 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// bundleWriter is node nb, with its real credentials, writing bundles of
+// its agent "mine" (opened on repository "r1") through the relay.
+type bundleWriter struct {
+	t  *testing.T
+	nc *nats.Conn
+}
+
+func newBundleWriter(t *testing.T, s *fabrictest.Secured, ctx context.Context) *bundleWriter {
+	t.Helper()
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	rec := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
+		Workspace: &schemas.Workspace{Repo: "r1", Base: strings.Repeat("a", 40), Commit: strings.Repeat("a", 40)}}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Create(ctx, "mine", b); err != nil {
+		t.Fatal(err)
+	}
+	return &bundleWriter{t: t, nc: s.Connect(t, broker.RoleNode, "nb")}
+}
+
+// put writes a chunk of bundle name at offset, as a node does, and
+// returns the relay's refusal.
+func (w *bundleWriter) put(name string, offset int64, data []byte, last bool) error {
+	w.t.Helper()
+	m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayBundlePut, "mine"))
+	m.Header.Set(schemas.HeaderBundle, name)
+	m.Header.Set(schemas.HeaderBundleOffset, strconv.FormatInt(offset, 10))
+	if last {
+		m.Header.Set(schemas.HeaderBundleLast, "1")
+	}
+	m.Data = data
+	rep, err := w.nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var none struct{}
+	return schemas.DecodeReply(rep.Data, &none)
+}
+
+// A confined node writes its agents' work through the relay; the relay
+// held which bundles it may write, not how large or how many at once: a
+// node with real credentials could fill the coordinator's disk. A bundle
+// past the limit is refused and nothing of it stays stored; a write
+// within it is stored whole.
+func TestRelayHoldsANodesBundleToTheLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	s := fabrictest.StartSecuredRelay(t, func(c *coordinator.RelayConfig) { c.MaxBundle = limit })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newBundleWriter(t, s, ctx)
+
+	chunk := bytes.Repeat([]byte("x"), 256<<10)
+	var off int64
+	var refused error
+	for i := 0; i < 6 && refused == nil; i++ {
+		refused = w.put("r1/big.bundle", off, chunk, i == 5)
+		off += int64(len(chunk))
+	}
+	if refused == nil {
+		t.Fatalf("the relay stored a bundle of %d bytes past its limit of %d", off, limit)
+	}
+	if !strings.Contains(refused.Error(), fmt.Sprint(limit)) || !strings.Contains(refused.Error(), "r1/big.bundle") {
+		t.Errorf("the refusal names neither the bundle nor the limit: %v", refused)
+	}
+	t.Logf("refused: %v", refused)
+	obs, err := s.F.JetStream().ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.GetInfo(ctx, "r1/big.bundle"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the refused bundle's object: %v, want none", err)
+	}
+	st, err := s.F.JetStream().Stream(ctx, "OBJ_"+schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Bytes != 0 {
+		t.Errorf("the repositories' store holds %d bytes after the refusal (%v), want none of it", info.State.Bytes, err)
+	}
+
+	if err := w.put("r1/small.bundle", 0, chunk, true); err != nil {
+		t.Fatalf("a bundle within the limit: %v", err)
+	}
+	if info, err := obs.GetInfo(ctx, "r1/small.bundle"); err != nil || info.Size != uint64(len(chunk)) {
+		t.Errorf("the bundle within the limit: %+v %v", info, err)
+	}
+}
+
+// Every write in progress holds a write into the object store on the
+// coordinator's side: a node may have a few at once, not thousands.
+func TestRelayHoldsANodesBundleWritesInProgress(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newBundleWriter(t, s, ctx)
+
+	var refused error
+	n := 0
+	for ; n < 100 && refused == nil; n++ {
+		refused = w.put(fmt.Sprintf("r1/open-%d.bundle", n), 0, []byte("part"), false)
+	}
+	if refused == nil {
+		t.Fatalf("the relay took %d bundle writes in progress from one node", n)
+	}
+	t.Logf("write %d refused: %v", n, refused)
+	if n > 17 || !strings.Contains(refused.Error(), "in progress") {
+		t.Errorf("write %d refused: %v; want a refusal saying how many are in progress, within the first 16", n, refused)
+	}
+	if err := w.put("r1/open-0.bundle", 4, []byte("-end"), true); err != nil {
+		t.Fatalf("ending a write in progress: %v", err)
+	}
+	if err := w.put("r1/after.bundle", 0, []byte("whole"), true); err != nil {
+		t.Errorf("a write after one of them ended: %v", err)
+	}
+}
