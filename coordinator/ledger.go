@@ -146,9 +146,13 @@ func (l *Ledger) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	// One attempt at each read's consumer: nats.go's ordered consumer
+	// otherwise tries to make it again forever, whatever ctx says, and a
+	// coordinator whose server is away could not be stopped. A failed
+	// read begins again from the written count (Run), minding ctx.
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, MaxResetAttempts: 1}
 	if l.spent.Seq > 0 {
-		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: l.spent.Seq + 1}
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, l.spent.Seq+1
 	}
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {

@@ -234,3 +234,24 @@ func TestLedgerIdleAsksLittle(t *testing.T) {
 		t.Errorf("what was stored after the idle time was not counted: %+v", s.Fleet())
 	}
 }
+
+// A ledger whose server went away stops when it is told to: nats.go's
+// ordered consumer tried to make its consumer again forever, whatever
+// the caller's context, so a coordinator on an external server that was
+// down could not be stopped.
+func TestLedgerStopsWhileItsServerIsAway(t *testing.T) {
+	r := newLedgerRig(t)
+	r.node("n1", "life1", nil)
+	r.turn("a1", "n1", 100, 20)
+	stop := r.run()
+	r.waitWritten()
+	r.srv.Shutdown()
+	time.Sleep(3 * time.Second) // the ledger's reads fail, and it tries again
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the ledger did not stop in 30s after it was told to, its server away")
+	}
+}

@@ -114,3 +114,22 @@ func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 	node.stop(syscall.SIGKILL)
 	poll.Until(t, 30*time.Second, "the killed node's agent is dead", func() bool { return status() == schemas.StatusDead })
 }
+
+// shoal up on an external NATS server stops on Ctrl-C while that server
+// is away (killed, not back): the spend ledger's reads of the stream
+// tried to make their consumer again forever, and shoal up waited on it.
+func TestUpStopsWhileItsNATSServerIsAway(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + port
+	srv := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
+	srv.waitLine("nats: ready")
+	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
+	up.waitLine("shoal: ready")
+	srv.stop(syscall.SIGKILL)
+	time.Sleep(3 * time.Second) // what reads the stream finds it gone, and tries again
+	if code := up.stop(syscall.SIGINT); code != 0 {
+		t.Errorf("shoal up stopped with exit %d:\n%s", code, up.stderrText())
+	}
+}
