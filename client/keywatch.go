@@ -32,6 +32,7 @@ import (
 // connection is closed for good.
 type KeyWatch struct {
 	out  chan jetstream.KeyValueEntry
+	recn chan struct{} // Reconnected
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -53,7 +54,7 @@ func WatchKeys(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys s
 		nc.RemoveStatusListener(back)
 		return nil, err
 	}
-	x := &KeyWatch{out: make(chan jetstream.KeyValueEntry), stop: make(chan struct{}), done: make(chan struct{})}
+	x := &KeyWatch{out: make(chan jetstream.KeyValueEntry), recn: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	f := keyFollower{KeyWatch: x, nc: nc, back: back, watch: func(rev uint64) (jetstream.KeyWatcher, error) {
 		if rev == 0 {
 			return kv.Watch(ctx, keys, opts...)
@@ -71,6 +72,13 @@ func WatchAllKeys(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, opt
 
 // Updates returns the channel of entries.
 func (x *KeyWatch) Updates() <-chan jetstream.KeyValueEntry { return x.out }
+
+// Reconnected returns a channel that receives when the connection came
+// back (perhaps to a restarted server, which may have expired entries
+// while it was away). It receives before any entry of the watch made
+// again is sent on Updates; several reconnections not yet received are
+// one.
+func (x *KeyWatch) Reconnected() <-chan struct{} { return x.recn }
 
 // Stop ends the watch, and returns once its channel is closed.
 func (x *KeyWatch) Stop() error {
@@ -132,6 +140,10 @@ func (f keyFollower) run(ctx context.Context, w jetstream.KeyWatcher) {
 			// Connected again, perhaps to a server that does not have
 			// the watch's consumer (a restarted one): make it again now
 			// rather than when nats.go misses its heartbeats.
+			select {
+			case f.recn <- struct{}{}:
+			default: // one not yet received says as much
+			}
 			endKeyWatch(w)
 			again()
 		case <-retry:

@@ -52,7 +52,8 @@ func describeKey(e jetstream.KeyValueEntry) string {
 // the last it passed on, with no entry twice and no second nil. An entry
 // written just after the restart lives 2s, and so does the marker its
 // expiry leaves: both are passed on, so the watch was back within that,
-// not when nats.go's watch missed its heartbeats (10 to 20 seconds).
+// not when nats.go's watch missed its heartbeats (10 to 20 seconds). It
+// says its connection came back before it passes on anything after.
 func TestKeyWatchGoesOnAfterTheServerRestarts(t *testing.T) {
 	t.Parallel()
 	b := natstest.Start(t)
@@ -76,6 +77,12 @@ func TestKeyWatchGoesOnAfterTheServerRestarts(t *testing.T) {
 		}
 	}
 
+	select {
+	case <-w.Reconnected():
+		t.Fatal("the watch said its connection came back before it went")
+	default:
+	}
+
 	b = natstest.Restart(t, b)
 	poll.Until(t, 30*time.Second, "the watch's connection is back", func() bool { return nc.IsConnected() && nc.Stats().Reconnects > 0 })
 	if _, err := watchedBucket(t, b, 2*time.Second).Put(t.Context(), "after", []byte("2")); err != nil {
@@ -86,6 +93,14 @@ func TestKeyWatchGoesOnAfterTheServerRestarts(t *testing.T) {
 	var got []string
 	for len(got) < 3 {
 		got = append(got, describeKey(nextKey(t, w, 30*time.Second, "the entries written after the restart")))
+		if len(got) == 1 {
+			// Said before any entry of the watch made again.
+			select {
+			case <-w.Reconnected():
+			default:
+				t.Fatalf("the watch passed on %s after the restart without saying its connection came back", got[0])
+			}
+		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s == "before KeyValuePurgeOp" })
 	if len(rest) != 2 || rest[0] != "after KeyValuePutOp" || rest[1] != "after KeyValuePurgeOp" {

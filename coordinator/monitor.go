@@ -110,11 +110,24 @@ func (m *Monitor) Run(ctx context.Context) error {
 	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
+	// The connection came back, perhaps to a server restarted after
+	// being away longer than the entries' TTL, which expires every entry
+	// as it starts though the nodes are alive and reconnecting: from
+	// here, as at a start, a node is lost once it has not come back
+	// within the grace period.
+	regrace := func() {
+		m.log.Info("connected again: nodes not heard from within the grace period will be lost", "grace", grace)
+		started, settled = time.Now(), false
+		clear(present)
+		sweep.Reset(grace)
+	}
 	close(m.ready)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-w.Reconnected():
+			regrace()
 		case now := <-overdue.C:
 			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
@@ -126,6 +139,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			if e == nil {
 				continue
+			}
+			select {
+			case <-w.Reconnected(): // said before the entries of the watch made again
+				regrace()
+			default:
 			}
 			node := e.Key()
 			if e.Operation() == jetstream.KeyValuePut {

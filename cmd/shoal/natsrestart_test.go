@@ -133,3 +133,78 @@ func TestUpStopsWhileItsNATSServerIsAway(t *testing.T) {
 		t.Errorf("shoal up stopped with exit %d:\n%s", code, up.stderrText())
 	}
 }
+
+// shoal up on an external NATS server that is away longer than the
+// nodes' heartbeat TTL: the server, back, expires every node's entry as
+// it starts, though the nodes are alive and reconnecting. Their agents
+// stay theirs; a node that does not come back is lost as before.
+func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + port
+	natsServer := func() *shoalProc {
+		p := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
+		p.waitLine("nats: ready")
+		return p
+	}
+	srv := natsServer()
+	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	nodes := map[string]*shoalProc{}
+	for _, name := range []string{"stays", "goes"} {
+		home := filepath.Join(dir, name)
+		env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+		nodes[name] = startShoal(t, home, env, "node", "--nats", url, "--name", name, "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+		nodes[name].waitLine("shoal: node " + name + " joined")
+	}
+	ids := map[string]string{}
+	for name := range nodes {
+		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "open", "--node", name, "--json", t.TempDir())
+		var open schemas.OpenReply
+		if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
+			t.Fatalf("open on %s: exit %d: %s%s", name, code, out, errOut)
+		}
+		ids[name] = open.AgentID
+	}
+
+	srv.stop(syscall.SIGKILL)
+	nodes["goes"].stop(syscall.SIGKILL)
+	time.Sleep(5 * time.Second) // past the entries' 2s
+	restarted := time.Now()
+	natsServer()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(id string) schemas.AgentStatus {
+		e, err := agents.Get(t.Context(), id)
+		var rec schemas.AgentRecord
+		if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
+			t.Fatalf("agent %s's record: %v", id, err)
+		}
+		return rec.Status
+	}
+	poll.Until(t, 30*time.Second, "node stays heartbeats to the restarted server", func() bool {
+		e, err := kv.Get(t.Context(), "stays")
+		return err == nil && e.Created().After(restarted)
+	})
+	poll.Until(t, 30*time.Second, "the agent of the node that did not come back is dead", func() bool { return status(ids["goes"]) == schemas.StatusDead })
+	if s := status(ids["stays"]); s == schemas.StatusDead {
+		t.Fatalf("the agent of node stays, alive through the outage, was marked dead")
+	}
+	if code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "run", ids["stays"], "Still there?"); code != 0 {
+		t.Fatalf("a turn of the agent whose node outlived the outage: exit %d: %s%s", code, out, errOut)
+	}
+}
