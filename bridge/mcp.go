@@ -318,14 +318,17 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 		return refused("a child may not exceed its parent: reach %s is wider than agent %s's (%s)", req.Reach, parent.ID, parent.Reach.String())
 	}
 	// A sandboxed agent's children are sandboxed, reaching no host their
-	// parent may not.
+	// parent's open did not let it reach: its record's sandbox_net, which
+	// the coordinator's side claimed, not the sandbox's net, which its
+	// node writes (with the model API and MCP endpoint its own node adds,
+	// as a child's node adds its own).
 	if sb := parent.Sandbox; sb != nil {
 		if req.Sandbox != nil && !*req.Sandbox {
 			return refused("a child may not exceed its parent: agent %s runs sandboxed, so its children do too", parent.ID)
 		}
 		for _, h := range req.SandboxNet {
-			if !netAllows(sb.Net, h) {
-				return refused("a child may not exceed its parent: agent %s may not reach %s", parent.ID, h)
+			if !netAllows(parent.SandboxNet, h) {
+				return refused("a child may not exceed its parent: agent %s may not reach %s (its open's sandbox_net: %s)", parent.ID, h, strings.Join(parent.SandboxNet, ", "))
 			}
 		}
 		yes := true

@@ -550,3 +550,32 @@ func TestDoorHoldsAnAgentsAllowToItsAllowlist(t *testing.T) {
 		}
 	}
 }
+
+// A sandboxed agent's children reach no host its open did not let it
+// reach: the bound is its record's sandbox_net, as the coordinator's side
+// claimed it, not its sandbox's net, which its node writes (a confined
+// node could widen that, and so what its agent's children on other nodes
+// may reach).
+func TestDoorHoldsAChildsHostsToItsParentsOpen(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work),
+		SandboxNet: []string{"pypi.org"},
+		Sandbox: &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{work},
+			Net: []string{"api.anthropic.com:443", "pypi.org:443", "pypi.org:80", "exfil.example:443"}}})
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
+	text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "leaky", "sandbox_net": []string{"exfil.example:443"}})
+	if !isErr || !strings.Contains(text, "a child may not exceed its parent: agent boxed may not reach exfil.example:443") {
+		t.Errorf("a child asking for a host its node's record lists but its parent's open did not: %q, want the door's refusal", text)
+	}
+	if rec, err := fb.f.Record(t.Context(), "leaky"); err == nil {
+		t.Errorf("agent leaky was opened: %s", mustJSON(rec))
+	}
+	text, _ = call(t, as, "agent_open", map[string]any{"cwd": work, "id": "pip", "sandbox_net": []string{"pypi.org:443"}})
+	if strings.Contains(text, "may not reach") {
+		t.Errorf("a child asking for a host its parent's open allowed: %q", text)
+	}
+}

@@ -348,7 +348,7 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 	}
 	claimed := schemas.AgentRecord{ID: req.ID, Status: schemas.StatusStarting, Model: model, CWD: req.CWD,
 		CreatedAt: now, LastActivity: now, Usage: schemas.Usage{}, Node: req.Node, RequestID: req.RequestID,
-		Parent: req.Parent, Depth: req.Depth, Reach: req.Reach, Workspace: req.Workspace}
+		Parent: req.Parent, Depth: req.Depth, Reach: req.Reach, Workspace: req.Workspace, SandboxNet: req.SandboxNet}
 	// What the rights rules read of the record is the coordinator's to
 	// say, not the node's: the policy composed from the request, as the
 	// node will compose it, a sandbox the open asked for, and the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -542,6 +543,8 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		return fmt.Errorf("a node may not change agent %s's reach", rec.ID)
 	case live.Sandbox != nil && rec.Sandbox == nil:
 		return fmt.Errorf("a node may not take agent %s out of its sandbox", rec.ID)
+	case !slices.Equal(rec.SandboxNet, live.SandboxNet):
+		return fmt.Errorf("a node may not change the hosts agent %s's open let its sandbox reach (sandbox_net)", rec.ID)
 	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
 		rec.Workspace.Source != live.Workspace.Source):
 		// What the relay lets the node read of the repositories, and the

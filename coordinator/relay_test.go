@@ -400,8 +400,9 @@ func TestRelayStoresOnlyTheNextEvent(t *testing.T) {
 
 // What the rights rules read of an agent's record is the coordinator's:
 // a confined node may write its agent's status and its sandbox's details,
-// not change its life, lineage, reach or policy, take it out of its
-// sandbox, or remove the record of a live agent. Its permission requests
+// not change its life, lineage, reach, policy or the hosts its open let
+// its sandbox reach, take it out of its sandbox, or remove the record of
+// a live agent. Its permission requests
 // are stored.
 func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 	t.Parallel()
@@ -415,7 +416,7 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 	now := float64(time.Now().Unix())
 	granted := schemas.AgentRecord{ID: "pinned", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp",
 		CreatedAt: now, LastActivity: now, RequestID: "r1", Parent: "boss", Depth: 1, Policy: pol.Record("/tmp"),
-		Sandbox: &schemas.SandboxPolicy{}}
+		Sandbox: &schemas.SandboxPolicy{}, SandboxNet: []string{"pypi.org"}}
 	b, _ := json.Marshal(granted)
 	if _, err := kv.Create(ctx, "pinned", b); err != nil {
 		t.Fatal(err)
@@ -447,6 +448,9 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 		"may not change agent pinned's policy":         func(r *schemas.AgentRecord) { r.Policy = bypass.Record("/") },
 		"may not take agent pinned out of its sandbox": func(r *schemas.AgentRecord) { r.Sandbox = nil },
 		"is of another life of agent pinned":           func(r *schemas.AgentRecord) { r.RequestID = "r2" },
+		"may not change the hosts agent pinned's open let its sandbox reach": func(r *schemas.AgentRecord) {
+			r.SandboxNet = []string{"pypi.org", "exfil.example"}
+		},
 	} {
 		rec := granted
 		rec.Status = schemas.StatusIdle

@@ -99,6 +99,7 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 		Policy:    pol.Record(p.cwd),
 		RequestID: req.RequestID,
 		Parent:    req.Parent, Depth: req.Depth, Reach: req.Reach,
+		SandboxNet: req.SandboxNet,
 	}
 	if p.sandboxed {
 		// Sandboxed from its first record on, as its claim may say: the

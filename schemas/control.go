@@ -303,6 +303,12 @@ type AgentRecord struct {
 	// Sandbox is what the kernel confines this life of the agent to; nil
 	// when it runs unconfined.
 	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
+	// SandboxNet are the hosts its open let its sandbox reach besides the
+	// model API and the MCP endpoint (the open's sandbox_net), as the
+	// coordinator's side claimed it, which the node may not change: a
+	// sandboxed agent's children reach no host beyond them. A Shoal
+	// addition.
+	SandboxNet []string `json:"sandbox_net,omitempty"`
 	// Parent is the agent that opened this one through the MCP door, and
 	// Depth how many such opens separate it from a caller that is no
 	// agent; both empty for an agent a person or a program opened.

@@ -4,6 +4,7 @@ package proc_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -181,6 +182,8 @@ func startTestNode(t *testing.T, holder, agent string) *testNode {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "node", holder, agent)
+	var stderr bytes.Buffer // read once the process has ended
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -190,16 +193,27 @@ func startTestNode(t *testing.T, holder, agent string) *testNode {
 	}
 	n := &testNode{cmd: cmd}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// A node that never says its pids is killed, so the read ends and the
+	// test fails saying so, rather than waiting for the test binary's
+	// timeout.
+	stuck := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
+	defer stuck.Stop()
+	said := func(what string, line string, err error, perr error) {
+		t.Helper()
+		if err != nil || perr != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the %s said %q: %v %v (within a minute: the node is killed after it); its stderr:\n%s", what, line, err, perr, stderr.String())
+		}
+	}
 	r := bufio.NewReader(out)
 	line, err := r.ReadString('\n')
-	if _, perr := fmt.Sscan(line, &n.agent, &n.reaper); err != nil || perr != nil {
-		t.Fatalf("the node said %q: %v %v", line, err, perr)
-	}
+	_, perr := fmt.Sscan(line, &n.agent, &n.reaper)
+	said("node", line, err, perr)
 	if agent != "sleeper" {
 		line, err := r.ReadString('\n')
-		if _, perr := fmt.Sscan(line, &n.child); err != nil || perr != nil {
-			t.Fatalf("the agent said %q: %v %v", line, err, perr)
-		}
+		_, perr := fmt.Sscan(line, &n.child)
+		said("agent", line, err, perr)
 	}
 	return n
 }
