@@ -323,17 +323,6 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 // errStopReplay ends a replay from its callback.
 var errStopReplay = errors.New("the turn ended")
 
-// repoClient is a client that works on the caller's repositories: one
-// with the coordinator's rights (client.Direct).
-type repoClient interface {
-	OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error)
-	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
-	Fetch(ctx context.Context, id, into string) (schemas.FetchReply, error)
-	RunJob(ctx context.Context, spec client.JobSpec) (schemas.JobRecord, error)
-	Job(ctx context.Context, id string) (schemas.JobRecord, error)
-	WaitJob(ctx context.Context, id string) (schemas.JobRecord, error)
-}
-
 // job runs a job (agent_job), or waits for one.
 func (m *MCP) job(ctx context.Context, c caller, raw json.RawMessage) (any, error) {
 	var req schemas.JobRequest
@@ -393,9 +382,9 @@ func (m *MCP) job(ctx context.Context, c caller, raw json.RawMessage) (any, erro
 	}
 }
 
-// repos is the client as a repoClient, or why it is not one.
-func (m *MCP) repos() (repoClient, error) {
-	r, ok := m.f.(repoClient)
+// repos is the client as a client.Repositories, or why it is not one.
+func (m *MCP) repos() (client.Repositories, error) {
+	r, ok := m.f.(client.Repositories)
 	if !ok {
 		return nil, schemas.Errf(schemas.CodeForbidden, "repositories need the coordinator's credentials: this MCP server's client is scoped (its credentials do not reach the repositories' object store); use the coordinator's endpoint")
 	}

@@ -11,6 +11,21 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
+// Repositories works on repositories of the caller's machine: agents
+// opened on one, their work brought back, jobs. Only a client with the
+// coordinator's rights reaches the repositories' object store: Direct,
+// and what wraps one.
+type Repositories interface {
+	OpenRepo(ctx context.Context, req schemas.OpenRequest, src RepoSource) (schemas.OpenReply, error)
+	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
+	Fetch(ctx context.Context, id, into string) (Fetched, error)
+	RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, error)
+	Job(ctx context.Context, id string) (schemas.JobRecord, error)
+	WaitJob(ctx context.Context, id string) (schemas.JobRecord, error)
+}
+
+var _ Repositories = (*Direct)(nil)
+
 // Client drives and watches the fabric: the command line, the TUI, the MCP
 // tools and the coordinator's fabric service all use one. Direct reaches
 // the nodes, the records and the stream itself; Remote goes through the

@@ -78,16 +78,10 @@ func (h *Handler) open(w http.ResponseWriter, r *http.Request, body []byte) {
 	writeJSON(w, http.StatusOK, rep)
 }
 
-// repoClient is a client that works on repositories of the dashboard's
-// machine (one with the coordinator's rights).
-type repoClient interface {
-	OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error)
-	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
-}
-
-// repos is the dashboard's client as a repoClient, or why it is not one.
-func (h *Handler) repos() (repoClient, error) {
-	r, ok := h.cfg.Client.(repoClient)
+// repos is the dashboard's client as a client.Repositories (one with
+// the coordinator's rights), or why it is not one.
+func (h *Handler) repos() (client.Repositories, error) {
+	r, ok := h.cfg.Client.(client.Repositories)
 	if !ok {
 		return nil, schemas.Errf(schemas.CodeForbidden, "repositories need the coordinator's credentials, which this dashboard's client does not have")
 	}

@@ -137,19 +137,8 @@ func (h *Handler) fail(w http.ResponseWriter, doing string, err error) {
 	if !ok {
 		ce = &schemas.ControlError{Code: schemas.CodeInternal, Message: doing + ": " + err.Error()}
 	}
-	status := http.StatusInternalServerError
-	switch ce.Code {
-	case schemas.CodeInvalid:
-		status = http.StatusBadRequest
-	case schemas.CodeNotFound:
-		status = http.StatusNotFound
-	case schemas.CodeConflict:
-		status = http.StatusConflict
-	case schemas.CodeUnavailable:
-		status = http.StatusServiceUnavailable
-	case schemas.CodeTimeout:
-		status = http.StatusGatewayTimeout
-	default:
+	status := ce.Code.ServiceCode()
+	if status == http.StatusInternalServerError {
 		h.log.Warn("dashboard request failed", "doing", doing, "err", err)
 	}
 	writeJSON(w, status, schemas.ErrorReply{Error: ce})

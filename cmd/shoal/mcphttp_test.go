@@ -84,3 +84,41 @@ func TestUpServesMCPWithTokens(t *testing.T) {
 		t.Fatalf("agent_list with the observer's token: %+v %v", res, err)
 	}
 }
+
+// shoal up's own MCP endpoint works on repositories of its machine, as
+// the README promises of the coordinator's endpoint: open an agent on
+// one, and its diff. (Its client, which connects again if the server
+// closes its connection, hid the repository methods of the client it
+// wraps, and every such call said the endpoint had no rights to them.)
+func TestUpsMCPEndpointWorksOnRepositories(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	endpoint := c.printed("MCP endpoint ")
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "up-test", Version: "1"}, nil).
+		Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	repo := oneCommitRepo(t, "repo", "hello\n")
+	call := func(tool string, args map[string]any) string {
+		t.Helper()
+		res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		text := res.Content[0].(*mcp.TextContent).Text
+		if res.IsError {
+			t.Fatalf("%s %v: %s", tool, args, text)
+		}
+		return text
+	}
+	var open schemas.OpenReply
+	if err := json.Unmarshal([]byte(call("agent_open", map[string]any{"cwd": repo, "repo": true})), &open); err != nil || open.AgentID == "" {
+		t.Fatalf("agent_open on a repository answered %+v (%v)", open, err)
+	}
+	var diff schemas.DiffReply
+	if err := json.Unmarshal([]byte(call("agent_diff", map[string]any{"agent_id": open.AgentID})), &diff); err != nil {
+		t.Fatalf("agent_diff: %v", err)
+	}
+}

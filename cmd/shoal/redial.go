@@ -61,9 +61,11 @@ func (r *redialing) dial() (*client.Direct, error) {
 	return f, nil
 }
 
+var _ client.Repositories = (*redialing)(nil)
+
 // get is the current client, connected again if the server closed the
 // last connection (at most once a second).
-func (r *redialing) get() client.Client {
+func (r *redialing) get() *client.Direct {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	nc := r.cur.Conn()
@@ -96,6 +98,30 @@ func (r *redialing) closeAll() {
 
 func (r *redialing) Open(ctx context.Context, req schemas.OpenRequest) (schemas.OpenReply, error) {
 	return r.get().Open(ctx, req)
+}
+
+func (r *redialing) OpenRepo(ctx context.Context, req schemas.OpenRequest, src client.RepoSource) (schemas.OpenReply, error) {
+	return r.get().OpenRepo(ctx, req, src)
+}
+
+func (r *redialing) Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error) {
+	return r.get().Diff(ctx, id, stat)
+}
+
+func (r *redialing) Fetch(ctx context.Context, id, into string) (client.Fetched, error) {
+	return r.get().Fetch(ctx, id, into)
+}
+
+func (r *redialing) RunJob(ctx context.Context, spec client.JobSpec) (schemas.JobRecord, error) {
+	return r.get().RunJob(ctx, spec)
+}
+
+func (r *redialing) Job(ctx context.Context, id string) (schemas.JobRecord, error) {
+	return r.get().Job(ctx, id)
+}
+
+func (r *redialing) WaitJob(ctx context.Context, id string) (schemas.JobRecord, error) {
+	return r.get().WaitJob(ctx, id)
 }
 
 func (r *redialing) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendReply, error) {
