@@ -247,7 +247,7 @@ func startRecordedFabric(t *testing.T) (*fabric, *doorLog) {
 	m := bridge.NewMCP(bridge.MCPConfig{Client: f})
 	door := &doorLog{}
 	mux := http.NewServeMux()
-	mux.Handle(bridge.MCPPath, door.wrap(m.HTTPHandler(bridge.HTTPConfig{})))
+	mux.Handle(bridge.MCPPath, door.wrap(m.HTTPHandler(t.Context(), bridge.HTTPConfig{})))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &fabric{t: t, b: b, f: f, url: srv.URL + bridge.MCPPath}, door

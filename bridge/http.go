@@ -1,10 +1,13 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -37,12 +41,17 @@ type HTTPConfig struct {
 	Web http.Handler
 }
 
-// HTTPHandler serves MCP over Streamable HTTP. It checks the bearer token
-// and the Origin header, and tells the door which agent is calling from
-// the X-Shoal-Agent-Id header its node's MCP config carries.
-func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
+// HTTPHandler serves MCP over Streamable HTTP until ctx ends. It checks
+// the bearer token and the Origin header, tells the door which agent is
+// calling from the X-Shoal-Agent-Id header its node's MCP config
+// carries, bounds each request's body and each caller's sessions
+// (sessions.go), and ends sessions left idle.
+func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
+	live := newSessions()
 	mcpHTTP := server.NewStreamableHTTPServer(m.srv,
 		server.WithEndpointPath(MCPPath),
+		server.WithSessionIdManagerResolver(live),
+		server.WithSessionIdleTTL(sessionIdle),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if id := r.Header.Get(schemas.AgentIDHeader); id != "" {
 				return WithCallingAgent(ctx, id) // admitted with its own token (below)
@@ -53,6 +62,8 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 			return ctx
 		}),
 	)
+	// Its sweep of idle sessions ends with ctx.
+	context.AfterFunc(ctx, func() { mcpHTTP.Shutdown(context.WithoutCancel(ctx)) })
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" && !originAllowed(o, cfg.AllowedOrigins) {
 			http.Error(w, "origin not allowed: "+o, http.StatusForbidden)
@@ -79,7 +90,36 @@ func (m *MCP) HTTPHandler(cfg HTTPConfig) http.Handler {
 				return
 			}
 		}
-		mcpHTTP.ServeHTTP(w, r)
+		who := "everyone"
+		switch got := bearer(r); {
+		case id != "":
+			who = "agent:" + id
+		case matches(got, cfg.Token):
+			who = "full"
+		case matches(got, cfg.ObserverToken):
+			who = "observer"
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
+		if r.Method == http.MethodPost && r.Header.Get(server.HeaderKeySessionID) == "" {
+			// Perhaps an initialize, which begins a session.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, fmt.Sprintf("the request's body: %v (at most %d bytes)", err, maxMCPBody), http.StatusRequestEntityTooLarge)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var msg struct {
+				Method string `json:"method"`
+			}
+			if json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize) {
+				if err := live.full(who); err != nil {
+					w.Header().Set("Retry-After", "60")
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
+		}
+		mcpHTTP.ServeHTTP(w, withPrincipal(r, who))
 	})
 }
 
@@ -146,19 +186,27 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 		return fmt.Errorf("MCP endpoint: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, m.HTTPHandler(cfg))
+	mux.Handle(MCPPath, m.HTTPHandler(ctx, cfg))
 	if cfg.Web != nil {
 		mux.Handle("/", cfg.Web)
 	}
 	// Requests live within ctx, so a stream a browser holds open ends
 	// with the listener rather than holding up its shutdown.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	shut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		defer close(shut)
 		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(shutdown)
 	})
-	defer stop()
+	// Returns once the shutdown has (what is still being sent or read
+	// waits for it, up to its 5 s).
+	defer func() {
+		if !stop() {
+			<-shut
+		}
+	}()
 	if ready != nil {
 		ready("http://" + l.Addr().String() + MCPPath)
 	}

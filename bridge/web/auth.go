@@ -66,6 +66,10 @@ func (h *Handler) principal(r *http.Request) (p schemas.Principal, ok bool) {
 
 // login stores ?token= in an HttpOnly cookie and redirects to the same
 // page without it, so the token leaves the address bar and the history.
+// Only one of this coordinator's tokens is stored, and only from a link
+// of this site or one typed in: another site's link could otherwise
+// sign a person out, or into the observer's token (login CSRF). Either
+// way the cookie is left as it was.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	token := q.Get("token")
@@ -74,11 +78,22 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(to.Path, "/") || strings.HasPrefix(to.Path, "//") {
 		to.Path = "/"
 	}
+	w.Header().Set("Cache-Control", "no-store")
+	switch {
+	case r.Header.Get("Sec-Fetch-Site") == "cross-site":
+		h.log.Warn("a link from another site carried a dashboard token; not signed in", "referer", r.Header.Get("Referer"))
+		http.Redirect(w, r, to.String(), http.StatusSeeOther)
+		return
+	case !matches(token, h.cfg.Token) && !matches(token, h.cfg.ObserverToken):
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(strings.Replace(loginPage, "<form", wrongToken+"<form", 1)))
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/",
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
 
@@ -117,6 +132,10 @@ func isLoopbackHost(h string) bool {
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
 }
+
+// wrongToken heads the sign-in page after a token that is not this
+// coordinator's.
+const wrongToken = `<p class="error" role="alert">The token you signed in with is not this coordinator's: give its --mcp-token (or --mcp-observer-token).</p>`
 
 // loginPage is shown to a browser without a valid token.
 const loginPage = `<!doctype html>

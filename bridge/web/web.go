@@ -67,6 +67,12 @@ func New(cfg Config) *Handler {
 // ServeHTTP checks the caller's token (or takes it from ?token= into a
 // cookie) and serves the dashboard.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// No page of the dashboard shows inside another page's frame: a page
+	// of any origin framing it, nearly transparent, could make a
+	// signed-in person's clicks close agents or answer permission
+	// requests (clickjacking).
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
 	if r.Method == http.MethodGet && r.URL.Query().Has("token") {
 		h.login(w, r)
 		return
@@ -93,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			page := loginPage
 			if c, err := r.Cookie(CookieName); err == nil && c.Value != "" {
 				// Signed in with a token this coordinator does not have.
-				page = strings.Replace(page, "<form", `<p class="error" role="alert">The token you signed in with is not this coordinator's: give its --mcp-token (or --mcp-observer-token).</p><form`, 1)
+				page = strings.Replace(page, "<form", wrongToken+"<form", 1)
 			}
 			w.Write([]byte(page))
 			return

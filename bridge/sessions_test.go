@@ -1,0 +1,112 @@
+package bridge_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/bridge"
+)
+
+// post sends body to the endpoint with token (and session, when set),
+// and returns the status, the session the answer names and its body.
+func post(t *testing.T, url, token, session string, body []byte) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	rep, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Body.Close()
+	b, _ := io.ReadAll(rep.Body)
+	return rep.StatusCode, rep.Header.Get("Mcp-Session-Id"), string(b)
+}
+
+const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+// Every MCP session costs the endpoint memory until its client ends it,
+// and a client need not: a holder of the observer's token alone made
+// 220,000 in 75 s and the coordinator held 2.5 GB. Each principal's
+// sessions are bounded, one's bound takes nothing from another's, an
+// ended session frees its place, and a session is its credentials' own.
+func TestMCPBoundsEachCallersSessions(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{Token: "driver", ObserverToken: "watcher"})
+	var first string
+	n := 0
+	for ; n < 5000; n++ {
+		code, session, body := post(t, fb.url, "watcher", "", []byte(initialize))
+		if code != http.StatusOK {
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, "sessions are open under these credentials") {
+				t.Fatalf("initialize %d: %d %s", n+1, code, body)
+			}
+			t.Logf("initialize %d: %d %s", n+1, code, strings.TrimSpace(body))
+			break
+		}
+		if first == "" {
+			first = session
+		}
+	}
+	if n == 5000 || n < 100 {
+		t.Fatalf("the observer's token began %d sessions before a refusal; want a bound of some hundreds", n)
+	}
+	if code, _, body := post(t, fb.url, "driver", "", []byte(initialize)); code != http.StatusOK {
+		t.Fatalf("the full token's initialize while the observer's are all taken: %d %s", code, body)
+	}
+	list := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if code, _, body := post(t, fb.url, "driver", first, list); code != http.StatusNotFound {
+		t.Errorf("the full token using the observer's session: %d %s, want 404 (not its session)", code, body)
+	}
+	if code, _, body := post(t, fb.url, "watcher", first, list); code != http.StatusOK {
+		t.Fatalf("the observer using its session: %d %s", code, body)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, fb.url, nil)
+	req.Header.Set("Authorization", "Bearer watcher")
+	req.Header.Set("Mcp-Session-Id", first)
+	rep, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.Body.Close()
+	if rep.StatusCode != http.StatusOK {
+		t.Fatalf("ending a session: %d", rep.StatusCode)
+	}
+	if code, _, body := post(t, fb.url, "watcher", "", []byte(initialize)); code != http.StatusOK {
+		t.Fatalf("initialize after a session ended: %d %s", code, body)
+	}
+	if code, _, _ := post(t, fb.url, "watcher", first, list); code != http.StatusNotFound {
+		t.Errorf("the ended session answered %d, want 404", code)
+	}
+}
+
+// A request's body is bounded: a holder of the observer's token sent
+// 300 MB bodies, each read whole into the coordinator's memory.
+func TestMCPBoundsARequestsBody(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{Token: "driver", ObserverToken: "watcher"})
+	huge := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pad":"%s"}}`, strings.Repeat("x", 40<<20))
+	code, _, body := post(t, fb.url, "watcher", "", huge)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "at most") {
+		t.Errorf("a 40 MiB body: %d %.200s, want 413 naming the bound", code, body)
+	}
+	_, session, _ := post(t, fb.url, "watcher", "", []byte(initialize))
+	code, _, body = post(t, fb.url, "watcher", session, fmt.Appendf(nil, `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"pad":"%s"}}`, strings.Repeat("x", 40<<20)))
+	if code < 400 {
+		t.Errorf("a 40 MiB body in a session: %d %.200s, want a refusal", code, body)
+	}
+	if code, _, body := post(t, fb.url, "watcher", "", []byte(initialize)); code != http.StatusOK {
+		t.Errorf("after the refusals: %d %s", code, body)
+	}
+}
