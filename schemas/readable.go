@@ -3,6 +3,8 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 )
 
 // Readable is raw JSON as people read it: with &, < and > as themselves
@@ -22,5 +24,25 @@ func Readable(raw []byte, indent bool) string {
 	if err := enc.Encode(v); err != nil {
 		return string(raw)
 	}
-	return string(bytes.TrimRight(b.Bytes(), "\n"))
+	out := string(bytes.TrimRight(b.Bytes(), "\n"))
+	if strings.IndexFunc(out, unreadable) < 0 {
+		return out
+	}
+	// JSON leaves C1 controls (a terminal may take U+009B for an escape)
+	// and the bidirectional overrides (which reorder what is shown) as
+	// they are; here they are written escaped, as JSON allows.
+	var e strings.Builder
+	for _, r := range out {
+		if unreadable(r) {
+			fmt.Fprintf(&e, `\u%04x`, r)
+		} else {
+			e.WriteRune(r)
+		}
+	}
+	return e.String()
+}
+
+// unreadable is a character Readable writes escaped.
+func unreadable(r rune) bool {
+	return (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

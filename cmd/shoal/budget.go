@@ -120,7 +120,7 @@ func printBudgets(v *verb, rep schemas.BudgetsReply) error {
 	if v.json {
 		return printJSON(v.env, rep)
 	}
-	tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "BUDGET OF\tTOKENS\tUSD\tUSED TOKENS\tCOST")
 	for _, l := range rep.Budgets {
 		limit := func(set bool, s string) string {
@@ -146,7 +146,7 @@ func printBudgets(v *verb, rep schemas.BudgetsReply) error {
 			labels = append(labels, l.Label)
 		}
 	}
-	_, err := fmt.Fprintf(v.out(), "the fleet's turns used %d tokens, cost %s, in %d turns%s\n", schemas.TokensOf(fleet), cost(fleet.CostUSD), turns,
+	_, err := fmt.Fprintf(v.text(), "the fleet's turns used %d tokens, cost %s, in %d turns%s\n", schemas.TokensOf(fleet), cost(fleet.CostUSD), turns,
 		map[bool]string{true: " (labels with budgets: " + strings.Join(labels, ", ") + ")"}[len(labels) > 0])
 	return err
 }

@@ -230,7 +230,7 @@ func (v *verb) listJobs(ctx context.Context, args []string) error {
 	if v.json {
 		return printJSON(v.env, map[string]any{"jobs": jobs})
 	}
-	tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATUS\tTURNS\tNODE\tTOOK\tBRANCH\tREPO")
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.ID, j.Status, j.Done, len(j.Turns), dash(j.Node), took(j), dash(j.Branch), j.Repo)

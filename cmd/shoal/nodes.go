@@ -32,7 +32,7 @@ func nodesCommand() *command {
 					fmt.Fprintln(v.out(), "No nodes. Start one with `shoal up` or `shoal node`.")
 					return nil
 				}
-				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NODE\tRUNS\tLABELS\tAGENTS\tHOST\tSEEN")
 				for _, n := range nodes {
 					agents := fmt.Sprint(n.Agents)

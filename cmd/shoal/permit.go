@@ -86,7 +86,7 @@ it has waited and its input. --json prints the requests in full.`,
 					fmt.Fprintln(v.out(), "no permission request is waiting")
 					return nil
 				}
-				w := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				w := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "AGENT\tREQUEST\tTOOL\tWAITING\tINPUT")
 				for _, r := range reqs {
 					asked := time.Unix(0, int64(r.AskedAt*1e9))

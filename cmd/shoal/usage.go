@@ -152,7 +152,7 @@ cost of 0 and show $0.0000.`,
 				if v.json {
 					return printJSON(v.env, rep)
 				}
-				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', tabwriter.AlignRight)
+				tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', tabwriter.AlignRight)
 				fmt.Fprintf(tw, "%s\tTURNS\tIN\tOUT\tCACHE READ\tCACHE WRITE\tCOST\t\n", strings.ToUpper(by))
 				for _, row := range append(rep.Rows, rep.Total) {
 					u := row.Usage

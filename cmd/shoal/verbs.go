@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -66,11 +67,16 @@ func (v *verb) reply(rep any, line string) error {
 	if v.json {
 		return printJSON(v.env, rep)
 	}
-	_, err := fmt.Fprintln(v.out(), line)
+	_, err := fmt.Fprintln(v.text(), line)
 	return err
 }
 
 func (v *verb) out() io.Writer { return v.env.io.out }
+
+// text is the verb's output for what agents, models and nodes wrote: its
+// escape sequences and control characters removed (render.Clean), so
+// none reaches the terminal. --json prints them escaped, as JSON does.
+func (v *verb) text() io.Writer { return render.CleanWriter(v.env.io.out) }
 
 // agentArg checks the agent id argument.
 func agentArg(args []string, want string) (string, []string, error) {
@@ -319,7 +325,7 @@ func outputCommand() *command {
 				if v.json {
 					return printJSON(v.env, rep)
 				}
-				fmt.Fprintln(v.out(), rep.Text)
+				fmt.Fprintln(v.text(), rep.Text)
 				if rep.Truncated {
 					fmt.Fprintf(v.env.io.err, "shoal: %d more characters not shown (--max-chars)\n", rep.DroppedChars)
 				}
@@ -373,7 +379,7 @@ func lsCommand() *command {
 					fmt.Fprintln(v.out(), "No agents. Open one with `shoal open`.")
 					return nil
 				}
-				tw := tabwriter.NewWriter(v.out(), 0, 4, 2, ' ', 0)
+				tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tNODE\tSTATUS\tMODEL\tTURN\tTOKENS\tCWD")
 				for _, r := range recs {
 					where := r.CWD

@@ -150,7 +150,7 @@ func (v *verb) tell(ctx context.Context, m moment, execCmd string) error {
 		case momentTurnEnd:
 			line += ": " + m.Detail
 		}
-		fmt.Fprintln(v.out(), line)
+		fmt.Fprintln(v.text(), line)
 	}
 	if execCmd == "" {
 		return nil

@@ -856,3 +856,38 @@ func TestContentSummaries(t *testing.T) {
 	)
 	expect(t, got, "▶ Read  /src/parse.go:7\nmeanwhile\n↳ completed  [Read parse.go /src/parse.go:7] terminal term-1\n")
 }
+
+// Clean keeps text, newlines and tabs, and drops escape sequences (CSI,
+// OSC with either end, a lone ESC pair), C0 and C1 controls and DEL;
+// CleanAll does so in every string a record holds, bytes aside.
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain\ttext\nnext":                         "plain\ttext\nnext",
+		"a\x1b[2Jb\x1b[31mc":                        "abc",
+		"t\x1b]0;title\x07u\x1b]8;;http://x\x1b\\v": "tuv",
+		"x\u009b31my\x7fz\rw\x00":                   "x31myzw",
+		"é ✓ \xff":                                  "é ✓ \uFFFD",
+	} {
+		if got := Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+	type inner struct {
+		S    string
+		Raw  []byte
+		Tags []string
+	}
+	type rec struct {
+		Name   string
+		Labels map[string]string
+		In     *inner
+		List   []inner
+		hidden string
+	}
+	r := rec{Name: "n\x1b[2J", Labels: map[string]string{"k\x1b]0;x\x07": "v\u009b"}, In: &inner{S: "s\x07", Raw: []byte("\x1b"), Tags: []string{"t\x1b[1m"}},
+		List: []inner{{S: "l\x1b[K"}}, hidden: "\x1b"}
+	CleanAll(&r)
+	if r.Name != "n" || r.Labels["k"] != "v" || len(r.Labels) != 1 || r.In.S != "s" || string(r.In.Raw) != "\x1b" || r.In.Tags[0] != "t" || r.List[0].S != "l" || r.hidden != "\x1b" {
+		t.Errorf("CleanAll: %+v %+v", r, *r.In)
+	}
+}

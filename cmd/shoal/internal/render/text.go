@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode"
@@ -273,10 +275,19 @@ func containsFold(s, sub string) bool {
 // stripControls removes terminal escape sequences and control characters
 // other than newline from s, turns tabs into spaces and invalid UTF-8 into
 // U+FFFD, so a summary can neither restyle the terminal nor move its cursor.
-func stripControls(s string) string {
+func stripControls(s string) string { return strip(s, false) }
+
+// Clean is text an agent, a model or a node wrote, made safe to print on
+// a terminal: its escape sequences and control characters other than
+// newline and tab removed (C1 controls too), invalid UTF-8 made U+FFFD.
+// Such text could otherwise retitle the terminal, clear or forge the
+// screen, plant links or write the clipboard.
+func Clean(s string) string { return strip(s, true) }
+
+func strip(s string, keepTabs bool) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\n') || c == 0x7f || c >= 0x80 {
+		if c := s[i]; (c < 0x20 && c != '\n' && (c != '\t' || !keepTabs)) || c == 0x7f || c >= 0x80 {
 			clean = false
 			break
 		}
@@ -293,6 +304,8 @@ func stripControls(s string) string {
 		case r == 0x1b:
 			i += escapeLen(s[i:])
 			continue
+		case r == '\t' && keepTabs:
+			b.WriteByte('\t')
 		case r == '\t':
 			b.WriteByte(' ')
 		case r == '\n':
@@ -438,4 +451,69 @@ func truncate(s string, max int) string {
 		w += rw
 	}
 	return s
+}
+
+// CleanAll cleans (Clean) every string v points to: in its fields, its
+// slices' and maps' elements, its maps' keys and what its pointers point
+// to, in place; bytes (raw JSON) and interfaces are left as they are.
+// For records a node or an agent wrote (agents, nodes, permission
+// requests, usage) before they are shown on a terminal.
+func CleanAll(v any) {
+	cleanValue(reflect.ValueOf(v))
+}
+
+func cleanValue(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			cleanValue(v.Elem())
+		}
+	case reflect.String:
+		if v.CanSet() {
+			if s := v.String(); s != Clean(s) {
+				v.SetString(Clean(s))
+			}
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				cleanValue(v.Field(i))
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return
+		}
+		for i := range v.Len() {
+			cleanValue(v.Index(i))
+		}
+	case reflect.Map:
+		if v.IsNil() || !v.CanSet() {
+			return
+		}
+		clean := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			k := reflect.New(v.Type().Key()).Elem()
+			k.Set(it.Key())
+			cleanValue(k)
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(it.Value())
+			cleanValue(e)
+			clean.SetMapIndex(k, e)
+		}
+		v.Set(clean)
+	}
+}
+
+// CleanWriter writes to w what it is given, Clean: for a verb's lines and
+// tables, which show what agents, models and nodes wrote.
+func CleanWriter(w io.Writer) io.Writer { return cleanWriter{w} }
+
+type cleanWriter struct{ w io.Writer }
+
+func (c cleanWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, Clean(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

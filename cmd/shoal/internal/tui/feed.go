@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -246,7 +247,7 @@ func (f *feed) settle(l line) {
 
 // oneLine flattens text to one line of at most 200 runes.
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.Fields(render.Clean(s)), " ")
 	if r := []rune(s); len(r) > 200 {
 		return string(r[:199]) + "…"
 	}

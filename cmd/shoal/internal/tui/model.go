@@ -9,6 +9,7 @@ import (
 	"github.com/charmbracelet/bubbles/textinput"
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -306,6 +307,19 @@ func (m *Model) history(agent string, transcript bool) tea.Cmd {
 
 // Update implements tea.Model.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	// What nodes and agents wrote reaches the terminal without their
+	// escape sequences (render.Clean); the events' text is cleaned where
+	// it is laid out (oneLine, the transcript).
+	switch msg := msg.(type) {
+	case agentsMsg:
+		render.CleanAll(&msg)
+	case nodesMsg:
+		render.CleanAll(&msg)
+	case pendingMsg:
+		render.CleanAll(&msg.reqs)
+	case spendMsg:
+		render.CleanAll(&msg.rep)
+	}
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height

@@ -652,3 +652,58 @@ func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 		t.Errorf("the fleet past its budget:\n%s", view)
 	}
 }
+
+// evil is text a model, an agent or a node might write to take over the
+// terminal that shows it: retitle the window, plant a link, clear the
+// screen, an 8-bit CSI, and a clipboard write.
+const evil = "plain \x1b]0;TITLEPWN\x1b\\ \x1b]8;;http://evil.example\x1b\\link\x1b]8;;\x1b\\ \x1b[2J\u009b31m \x1b]52;c;cHduZWQ=\x07 end"
+
+// noEscapes fails if what the screen shows carries evil's sequences (the
+// TUI's own styling, CSI … m, is its own).
+func noEscapes(t *testing.T, where, v string) {
+	t.Helper()
+	for _, bad := range []string{"\x1b]", "\x1b[2J", "\u009b", "\x07"} {
+		if strings.Contains(v, bad) {
+			t.Errorf("the %s shows %q of what an agent wrote:\n%q", where, bad, v)
+		}
+	}
+}
+
+// Nothing agents, models or nodes write reaches the terminal as escape
+// sequences: not in the list (a model an agent's child was opened with),
+// the feed and the transcript (a model's text, a tool's output), the
+// nodes (labels) or a permission request (its tool and input).
+func TestNothingAnAgentWritesReachesTheTerminal(t *testing.T) {
+	m, src := newTestModel(t, schemas.AgentRecord{ID: "w", Node: "n1", Status: schemas.StatusIdle, Model: "sonnet" + evil, CWD: "/work" + evil})
+	done := schemas.ToolCompleted
+	evs := []Event{
+		ev("w", 1, schemas.AssistantText{Content: schemas.Text(evil)}),
+		ev("w", 2, schemas.ToolUse{Call: schemas.ToolCall{ToolCallID: "c1", Title: "Bash" + evil, RawInput: []byte(`{"command":"ls \u009b2J"}`)}}),
+		ev("w", 3, schemas.ToolResult{Update: schemas.ToolCallUpdate{ToolCallID: "c1", Status: &done, Content: []schemas.ToolCallContent{schemas.ToolText(evil)}}}),
+	}
+	var in eventsMsg
+	for _, e := range evs {
+		in = append(in, incoming{ev: e, at: time.Now()})
+	}
+	m.Update(in)
+	v := screenHas(t, m, "plain", "end")
+	noEscapes(t, "list and feed", v)
+
+	src.stored["w"] = evs
+	press(m, "t")
+	noEscapes(t, "transcript", screenHas(t, m, "plain"))
+	press(m, "esc")
+
+	now := time.Now()
+	m.Update(nodesMsg{{Name: "n1", Labels: map[string]string{"site" + evil: "lab" + evil}, Heartbeat: float64(now.UnixNano()) / 1e9,
+		Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true, Version: "2" + evil}}}})
+	key(m, "n")
+	noEscapes(t, "nodes", m.View())
+	key(m, "n")
+
+	p := permitRecord("r1")
+	p.Tool, p.Description, p.Input = "Bash"+evil, "Clean"+evil, []byte(`{"command":"rm \u009b2J \u001b]0;TITLEPWN\u0007"}`)
+	m.Update(pendingMsg{reqs: []schemas.PermitRecord{p}, once: true})
+	key(m, "p")
+	noEscapes(t, "permission request", screenHas(t, m, "permission request"))
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -281,7 +282,7 @@ func (e *tentry) wrap(w int) []string {
 // can, within words where it must.
 func wrapText(text string, w int) []string {
 	var out []string
-	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+	for _, l := range strings.Split(strings.TrimRight(render.Clean(text), "\n"), "\n") {
 		l = strings.ReplaceAll(l, "\t", "    ")
 		if ansi.StringWidth(l) <= w {
 			out = append(out, l)

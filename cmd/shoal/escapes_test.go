@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+)
+
+// evilText is what a model (prompt-injected by a file it read, say)
+// might answer to take over the terminal that shows it: retitle the
+// window, clear the screen, an 8-bit CSI, write the clipboard.
+const evilText = "plain \x1b]0;TITLEPWN\x1b\\ \x1b[2J\u009b31m \x1b]52;c;cHduZWQ=\x07 end"
+
+// The verbs print what models, agents and nodes wrote without its escape
+// sequences: shoal run and output (a model's answer), ls (a model name an
+// agent's open gave). --json prints them escaped, as JSON does.
+func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	c.fake.Script(fakemodel.Reply{Text: evilText})
+	id := c.must("open", "--model", "sonnet\x1b]0;LSPWN\x1b\\\x1b[2J", t.TempDir())
+	for _, args := range [][]string{{"run", id, "Say it."}, {"output", id}, {"ls"}, {"status", id}} {
+		code, out, errOut := c.shoal(args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
+		}
+		for _, bad := range []string{"\x1b", "\u009b", "\x07"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("shoal %v printed %q of what an agent wrote:\n%q", args, bad, out)
+			}
+		}
+		if (args[0] == "run" || args[0] == "output") && !strings.Contains(out, "plain") {
+			t.Errorf("shoal %v printed no answer: %q", args, out)
+		}
+	}
+	if out := c.must("output", "--json", id); !strings.Contains(out, `\u001b]0;TITLEPWN`) {
+		t.Errorf("shoal output --json does not carry the answer as it was, escaped: %s", out)
+	}
+}
