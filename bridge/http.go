@@ -30,8 +30,7 @@ type HTTPConfig struct {
 	// listener off loopback refuses to start without a token.
 	Token string
 	// ObserverToken is a second bearer token that may only observe: the
-	// tools that read (agent_output, agent_status, agent_list,
-	// agent_nodes, agent_events) and no other.
+	// tools that read (schemas.ReadOnlyTools) and no other.
 	ObserverToken string
 	// AllowedOrigins are browser origins allowed besides loopback ones
 	// (e.g. "https://app.example.com").

@@ -3,6 +3,7 @@ package schemas
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -178,5 +179,29 @@ func TestRelate(t *testing.T) {
 		if got := Relate(recs["a"], recs[target], lookup); got != want {
 			t.Errorf("%s to a: %s, want %s", target, got, want)
 		}
+	}
+}
+
+// The README's sentence on the observer token names exactly the tools it
+// may call.
+func TestReadmeObserverTools(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, found := strings.Cut(string(b), "`--mcp-observer-token` one that only sees and calls the tools that read:")
+	if !found {
+		t.Fatal("the README does not say which tools the observer token calls")
+	}
+	list, _, _ := strings.Cut(rest, "(")
+	var said []string
+	for _, name := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' }) {
+		if name != "and" {
+			said = append(said, name)
+		}
+	}
+	slices.Sort(said)
+	if want := ReadOnlyTools(); !slices.Equal(said, want) {
+		t.Errorf("the README names %v for the observer token; it calls %v", said, want)
 	}
 }

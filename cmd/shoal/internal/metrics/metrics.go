@@ -50,6 +50,25 @@ func refuseAgents(next http.Handler) http.Handler {
 	})
 }
 
+// loopbackHosts refuses a request whose Host is not a loopback name or
+// address: a page of another site whose name it made resolve to
+// 127.0.0.1 (DNS rebinding) reaches a loopback listener with its own
+// name as the Host, and could read the metrics from a browser on this
+// machine.
+func loopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if ip := net.ParseIP(strings.Trim(host, "[]")); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "host not allowed: "+r.Host+" (this listener answers loopback names only)", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Listen binds addr (host:port; port 0 picks a free one) and returns the
 // URL of /metrics there and a function that serves it until ctx ends.
 func (r *Registry) Listen(addr string) (url string, serve func(ctx context.Context) error, err error) {
@@ -58,7 +77,11 @@ func (r *Registry) Listen(addr string) (url string, serve func(ctx context.Conte
 		return "", nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", refuseAgents(r.Handler()))
+	var h http.Handler = refuseAgents(r.Handler())
+	if ip := ln.Addr().(*net.TCPAddr).IP; ip.IsLoopback() {
+		h = loopbackHosts(h)
+	}
+	mux.Handle("GET /metrics", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serve = func(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() {
