@@ -89,9 +89,9 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				return
 			}
 		}
-		who := "everyone"
+		who := "everyone" // where no token is set, an agent's id is no credential
 		switch got := bearer(r); {
-		case id != "":
+		case id != "" && (cfg.Token != "" || cfg.ObserverToken != ""):
 			who = "agent:" + id
 		case matches(got, cfg.Token):
 			who = "full"
