@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -90,7 +91,7 @@ func (e *environment) warn(msg string, err error) {
 		e.log.Warn(msg, "err", err)
 		return
 	}
-	fmt.Fprintf(e.io.err, "shoal: %s: %v\n", msg, err)
+	fmt.Fprintf(e.io.err, "shoal: %s: %s\n", msg, oneLine(fmt.Sprint(err)))
 }
 
 func commands() []*command {
@@ -237,5 +238,7 @@ Run 'shoal help <command>' or 'shoal <command> --help' for details.
 }
 
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+	// An error may quote what a node or a model said: no escape sequence
+	// of it reaches the terminal.
+	return strings.Join(strings.Fields(render.Clean(s)), " ")
 }

@@ -14,7 +14,8 @@ const evilText = "plain \x1b]0;TITLEPWN\x1b\\ \x1b[2J\u009b31m \x1b]52;c;cHduZWQ
 
 // The verbs print what models, agents and nodes wrote without its escape
 // sequences: shoal run and output (a model's answer), ls (a model name an
-// agent's open gave). --json prints them escaped, as JSON does.
+// agent's open gave), a command's error (a model's refusal). --json
+// prints them escaped, as JSON does.
 func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
@@ -36,5 +37,16 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 	}
 	if out := c.must("output", "--json", id); !strings.Contains(out, `\u001b]0;TITLEPWN`) {
 		t.Errorf("shoal output --json does not carry the answer as it was, escaped: %s", out)
+	}
+	// An error that quotes the model: a failed turn's message on stderr.
+	c.fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "refused " + evilText})
+	code, out, errOut := c.shoal("job", "--repo", oneCommitRepo(t, "repo", "one\n"), "Fail.")
+	if code == 0 || !strings.Contains(errOut, "refused plain") {
+		t.Fatalf("a job whose turn the model refused: exit %d: %q %q", code, out, errOut)
+	}
+	for _, bad := range []string{"\x1b", "\u009b", "\x07"} {
+		if strings.Contains(errOut, bad) {
+			t.Errorf("shoal job's error printed %q of what the model wrote:\n%q", bad, errOut)
+		}
 	}
 }
