@@ -153,21 +153,34 @@ func (f *Direct) workJob(ctx context.Context, w *jobWriter, spec JobSpec, id str
 // turnFailure says why the turn rep answered did not end well: an error
 // event in it, or a stop other than the end of its turn; nil when it did.
 func (f *Direct) turnFailure(ctx context.Context, id string, rep schemas.RunReply) error {
-	page, err := f.Events(ctx, schemas.EventsRequest{AgentID: id, FromTurn: rep.Turn, Max: 5000})
+	if err := TurnError(ctx, f, id, rep.Turn); err != nil {
+		return err
+	}
+	if rep.StopReason != "" && rep.StopReason != schemas.StopEndTurn {
+		return fmt.Errorf("the turn stopped: %s", rep.StopReason)
+	}
+	return nil
+}
+
+// ErrTurnFailed is a turn's error event, as TurnError returns it.
+var ErrTurnFailed = errors.New("the turn failed")
+
+// TurnError is the error event of agent id's turn (a model's refusal, a
+// CLI that failed), as "the turn failed: <its message>" (ErrTurnFailed),
+// or nil when the turn had none, or why its events could not be read.
+func TurnError(ctx context.Context, c Client, id string, turn int) error {
+	page, err := c.Events(ctx, schemas.EventsRequest{AgentID: id, FromTurn: turn, Max: 5000})
 	if err != nil {
 		return fmt.Errorf("the turn's events cannot be read: %w", err)
 	}
 	for _, se := range page.Events {
 		ev, err := schemas.Decode(se.Event)
-		if err != nil || ev.Turn != rep.Turn {
+		if err != nil || ev.Turn != turn {
 			continue
 		}
 		if e, ok := ev.Payload.(schemas.Error); ok {
-			return fmt.Errorf("the turn failed: %s", e.Message)
+			return fmt.Errorf("%w: %s", ErrTurnFailed, e.Message)
 		}
-	}
-	if rep.StopReason != "" && rep.StopReason != schemas.StopEndTurn {
-		return fmt.Errorf("the turn stopped: %s", rep.StopReason)
 	}
 	return nil
 }

@@ -38,9 +38,20 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 	if out := c.must("output", "--json", id); !strings.Contains(out, `\u001b]0;TITLEPWN`) {
 		t.Errorf("shoal output --json does not carry the answer as it was, escaped: %s", out)
 	}
-	// An error that quotes the model: a failed turn's message on stderr.
+	// An error that quotes the model: a failed turn's message on stderr,
+	// and the run's exit says it failed.
 	c.fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "refused " + evilText})
-	code, out, errOut := c.shoal("job", "--repo", oneCommitRepo(t, "repo", "one\n"), "Fail.")
+	code, out, errOut := c.shoal("run", id, "Fail.")
+	if code != 1 || !strings.Contains(errOut, "shoal run: the turn failed: ") || !strings.Contains(errOut, "refused plain") || !strings.Contains(out, "refused plain") {
+		t.Errorf("a run whose turn the model refused: exit %d: %q %q; want 1, its text, and the failure on stderr", code, out, errOut)
+	}
+	for _, bad := range []string{"\x1b", "\u009b", "\x07"} {
+		if strings.Contains(errOut+out, bad) {
+			t.Errorf("shoal run printed %q of what the model wrote:\n%q %q", bad, out, errOut)
+		}
+	}
+	c.fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "refused " + evilText})
+	code, out, errOut = c.shoal("job", "--repo", oneCommitRepo(t, "repo", "one\n"), "Fail.")
 	if code == 0 || !strings.Contains(errOut, "refused plain") {
 		t.Fatalf("a job whose turn the model refused: exit %d: %q %q", code, out, errOut)
 	}

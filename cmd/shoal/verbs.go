@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -285,6 +286,11 @@ func runCommand() *command {
 				}
 				if rep.StopReason == schemas.StopCancelled {
 					return &cancelledError{turn: rep.Turn, notBegun: rep.NotBegun}
+				}
+				// A turn that failed (the model refused it, the CLI
+				// failed) printed what it said; the exit says it failed.
+				if err := client.TurnError(ctx, f, id, rep.Turn); errors.Is(err, client.ErrTurnFailed) {
+					return err
 				}
 				return nil
 			}
