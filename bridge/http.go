@@ -99,8 +99,13 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 			who = "observer"
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
-		if r.Method == http.MethodPost && r.Header.Get(server.HeaderKeySessionID) == "" {
-			// Perhaps an initialize, which begins a session.
+		// What begins a session (an initialize, whatever session header
+		// it carries; a stream opened without one) is held to the
+		// caller's bound; a stream opened on a session, to the caller's
+		// own sessions (mcp-go would make one of any id it is given).
+		begins := false
+		switch sid := r.Header.Get(server.HeaderKeySessionID); r.Method {
+		case http.MethodPost:
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, fmt.Sprintf("the request's body: %v (at most %d bytes)", err, maxMCPBody), http.StatusRequestEntityTooLarge)
@@ -110,12 +115,19 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 			var msg struct {
 				Method string `json:"method"`
 			}
-			if json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize) {
-				if err := live.full(who); err != nil {
-					w.Header().Set("Retry-After", "60")
-					http.Error(w, err.Error(), http.StatusServiceUnavailable)
-					return
-				}
+			begins = json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
+		case http.MethodGet:
+			if sid != "" && !live.owns(who, sid) {
+				http.Error(w, "no such session under these credentials: "+sid, http.StatusNotFound)
+				return
+			}
+			begins = sid == ""
+		}
+		if begins {
+			if err := live.full(who); err != nil {
+				w.Header().Set("Retry-After", "60")
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
 			}
 		}
 		mcpHTTP.ServeHTTP(w, withPrincipal(r, who))

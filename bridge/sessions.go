@@ -77,6 +77,14 @@ func (s *sessions) full(who string) error {
 	return nil
 }
 
+// owns reports whether session id is one of principal who's.
+func (s *sessions) owns(who, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	owner, ok := s.owner[id]
+	return ok && owner == who
+}
+
 // ResolveSessionIdManager is the session manager for a request: its
 // principal's, or, for the endpoint's own sweep of idle sessions (r
 // nil), one that ends any.

@@ -2,11 +2,13 @@ package bridge_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoalfabric/shoal/bridge"
 )
@@ -62,8 +64,39 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 	if n == 5000 || n < 100 {
 		t.Fatalf("the observer's token began %d sessions before a refusal; want a bound of some hundreds", n)
 	}
+	// Past the bound, nothing else begins one: an initialize carrying a
+	// session header, or a stream opened without a session.
+	if code, session, body := post(t, fb.url, "watcher", "bogus", []byte(initialize)); code != http.StatusServiceUnavailable {
+		t.Errorf("an initialize with a session header past the bound: %d %s %s", code, session, body)
+	}
+	get := func(token, session string) int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fb.url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		rep, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Body.Close()
+		return rep.StatusCode
+	}
+	if code := get("watcher", ""); code != http.StatusServiceUnavailable {
+		t.Errorf("a stream opened without a session past the bound: %d", code)
+	}
+	if code := get("watcher", "shoal-mcp-made-up"); code != http.StatusNotFound {
+		t.Errorf("a stream opened on a session nobody began: %d", code)
+	}
 	if code, _, body := post(t, fb.url, "driver", "", []byte(initialize)); code != http.StatusOK {
 		t.Fatalf("the full token's initialize while the observer's are all taken: %d %s", code, body)
+	}
+	if code := get("driver", first); code != http.StatusNotFound {
+		t.Errorf("the full token opening a stream on the observer's session: %d, want 404", code)
 	}
 	list := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if code, _, body := post(t, fb.url, "driver", first, list); code != http.StatusNotFound {

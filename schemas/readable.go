@@ -24,13 +24,17 @@ func Readable(raw []byte, indent bool) string {
 	if err := enc.Encode(v); err != nil {
 		return string(raw)
 	}
-	out := string(bytes.TrimRight(b.Bytes(), "\n"))
+	return EscapeUnreadable(string(bytes.TrimRight(b.Bytes(), "\n")))
+}
+
+// EscapeUnreadable writes, in JSON text, the characters JSON leaves as
+// they are but a terminal may act on (C1 controls: U+009B is a CSI to
+// some) or show reordered (bidirectional overrides and isolates) as \u
+// escapes, as JSON allows; the JSON means the same.
+func EscapeUnreadable(out string) string {
 	if strings.IndexFunc(out, unreadable) < 0 {
 		return out
 	}
-	// JSON leaves C1 controls (a terminal may take U+009B for an escape)
-	// and the bidirectional overrides (which reorder what is shown) as
-	// they are; here they are written escaped, as JSON allows.
 	var e strings.Builder
 	for _, r := range out {
 		if unreadable(r) {

@@ -209,11 +209,14 @@ func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) 
 	return f, nc.Close, nil
 }
 
+// printJSON prints v as indented JSON, with the characters a terminal
+// may act on or show reordered, which JSON leaves as they are (C1
+// controls, bidirectional overrides), escaped as JSON allows.
 func printJSON(env *environment, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(env.io.out, string(b))
+	_, err = fmt.Fprintln(env.io.out, schemas.EscapeUnreadable(string(b)))
 	return err
 }

@@ -35,8 +35,8 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 			t.Errorf("shoal %v printed no answer: %q", args, out)
 		}
 	}
-	if out := c.must("output", "--json", id); !strings.Contains(out, `\u001b]0;TITLEPWN`) {
-		t.Errorf("shoal output --json does not carry the answer as it was, escaped: %s", out)
+	if out := c.must("output", "--json", id); !strings.Contains(out, `\u001b]0;TITLEPWN`) || !strings.Contains(out, `\u009b31m`) || strings.Contains(out, "\u009b") {
+		t.Errorf("shoal output --json does not carry the answer as it was, escaped (C1 too): %q", out)
 	}
 	// An error that quotes the model: a failed turn's message on stderr,
 	// and the run's exit says it failed.

@@ -261,8 +261,8 @@ func (v *verb) jobOutcome(j schemas.JobRecord, err error) error {
 			return perr
 		}
 	} else if j.Branch != "" {
-		fmt.Fprintln(v.out(), fetchedLine(client.Fetched{Branch: j.Branch, Tip: j.Tip, Commits: j.Commits, Files: j.Files}))
-		fmt.Fprint(v.out(), j.Stat)
+		fmt.Fprintln(v.text(), fetchedLine(client.Fetched{Branch: j.Branch, Tip: j.Tip, Commits: j.Commits, Files: j.Files}))
+		fmt.Fprint(v.text(), j.Stat) // the node's diff stat
 	}
 	status := string(j.Status)
 	if j.Status == schemas.JobRunning {

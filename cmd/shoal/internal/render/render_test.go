@@ -867,6 +867,7 @@ func TestClean(t *testing.T) {
 		"t\x1b]0;title\x07u\x1b]8;;http://x\x1b\\v": "tuv",
 		"x\u009b31my\x7fz\rw\x00":                   "x31myzw",
 		"é ✓ \xff":                                  "é ✓ \uFFFD",
+		"a\u202eevil\u202c \u2066b\u2069":           "aevil b",
 	} {
 		if got := Clean(in); got != want {
 			t.Errorf("Clean(%q) = %q, want %q", in, got, want)

@@ -279,7 +279,8 @@ func stripControls(s string) string { return strip(s, false) }
 
 // Clean is text an agent, a model or a node wrote, made safe to print on
 // a terminal: its escape sequences and control characters other than
-// newline and tab removed (C1 controls too), invalid UTF-8 made U+FFFD.
+// newline and tab removed (C1 controls and bidirectional overrides too),
+// invalid UTF-8 made U+FFFD.
 // Such text could otherwise retitle the terminal, clear or forge the
 // screen, plant links or write the clipboard.
 func Clean(s string) string { return strip(s, true) }
@@ -310,7 +311,7 @@ func strip(s string, keepTabs bool) string {
 			b.WriteByte(' ')
 		case r == '\n':
 			b.WriteByte('\n')
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || bidiControl(r):
 		default:
 			b.WriteRune(r)
 		}
@@ -318,6 +319,11 @@ func strip(s string, keepTabs bool) string {
 	}
 	return b.String()
 }
+
+// bidiControl is a bidirectional embedding, override or isolate: text
+// after it is shown reordered, so what a terminal shows is not what is
+// there (U+202A–U+202E, U+2066–U+2069).
+func bidiControl(r rune) bool { return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) }
 
 // escapeLen is the length of the escape sequence at the start of s: CSI
 // (ESC [ … final byte), OSC and other strings (ESC ] … BEL or ST), or ESC
@@ -359,6 +365,8 @@ func cleanStream(s string) string {
 			return 1
 		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] < 0xa0:
 			return 2 // a C1 control
+		case c == 0xe2 && i+2 < len(s) && ((s[i+1] == 0x80 && s[i+2] >= 0xaa && s[i+2] <= 0xae) || (s[i+1] == 0x81 && s[i+2] >= 0xa6 && s[i+2] <= 0xa9)):
+			return 3 // a bidirectional override or isolate
 		}
 		return 0
 	}
