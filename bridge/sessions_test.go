@@ -13,11 +13,14 @@ import (
 	"github.com/shoalfabric/shoal/bridge"
 )
 
-// post sends body to the endpoint with token (and session, when set),
-// and returns the status, the session the answer names and its body.
-func post(t *testing.T, url, token, session string, body []byte) (int, string, string) {
+// request sends a request to the endpoint with token (and session, when
+// set), and returns the status, the session the answer names and its
+// body; a stream's answer is read for at most two seconds.
+func request(t *testing.T, method, url, token, session string, body []byte) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +37,12 @@ func post(t *testing.T, url, token, session string, body []byte) (int, string, s
 	defer rep.Body.Close()
 	b, _ := io.ReadAll(rep.Body)
 	return rep.StatusCode, rep.Header.Get("Mcp-Session-Id"), string(b)
+}
+
+// post is request with POST.
+func post(t *testing.T, url, token, session string, body []byte) (int, string, string) {
+	t.Helper()
+	return request(t, http.MethodPost, url, token, session, body)
 }
 
 const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
@@ -71,20 +80,8 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 	}
 	get := func(token, session string) int {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fb.url, nil)
-		req.Header.Set("Accept", "text/event-stream")
-		req.Header.Set("Authorization", "Bearer "+token)
-		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
-		}
-		rep, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep.Body.Close()
-		return rep.StatusCode
+		code, _, _ := request(t, http.MethodGet, fb.url, token, session, nil)
+		return code
 	}
 	if code := get("watcher", ""); code != http.StatusServiceUnavailable {
 		t.Errorf("a stream opened without a session past the bound: %d", code)

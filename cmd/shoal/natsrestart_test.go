@@ -49,6 +49,57 @@ func runTestNATSServer() {
 	os.Exit(0)
 }
 
+// testNATS is a bare NATS server (runTestNATSServer) on a port and store
+// of its own, which a test may kill and start again on both.
+type testNATS struct {
+	t        *testing.T
+	dir, url string
+	port     string
+}
+
+func newTestNATS(t *testing.T) *testNATS {
+	t.Helper()
+	port := strconv.Itoa(freePort(t))
+	return &testNATS{t: t, dir: t.TempDir(), url: "nats://127.0.0.1:" + port, port: port}
+}
+
+// start starts the server and returns once it is ready.
+func (n *testNATS) start() *shoalProc {
+	n.t.Helper()
+	p := startCommand(n.t, filepath.Join(n.dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + n.port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(n.dir, "nats", "store")}, []string{os.Args[0]})
+	p.waitLine("nats: ready")
+	return p
+}
+
+// buckets connects to the server and opens the nodes' and agents' buckets.
+func (n *testNATS) buckets() (nodes, agents jetstream.KeyValue) {
+	n.t.Helper()
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if nodes, err = js.KeyValue(n.t.Context(), schemas.NodesBucket); err != nil {
+		n.t.Fatal(err)
+	}
+	if agents, err = js.KeyValue(n.t.Context(), schemas.AgentsBucket); err != nil {
+		n.t.Fatal(err)
+	}
+	return nodes, agents
+}
+
+// agentStatus reads agent id's status from agents.
+func agentStatus(t *testing.T, agents jetstream.KeyValue, id string) schemas.AgentStatus {
+	t.Helper()
+	e, err := agents.Get(t.Context(), id)
+	var rec schemas.AgentRecord
+	if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
+		t.Fatalf("agent %s's record: %v", id, err)
+	}
+	return rec.Status
+}
+
 // shoal up on an external NATS server (--nats) that is killed with
 // SIGKILL and started again on its address and store while shoal up and
 // a node stay up: the node comes back, and when it is killed in turn
@@ -57,23 +108,16 @@ func runTestNATSServer() {
 // watching the nodes again within seconds of the restart.
 func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
-	url := "nats://127.0.0.1:" + port
-	natsServer := func() *shoalProc {
-		p := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
-		p.waitLine("nats: ready")
-		return p
-	}
-	srv := natsServer()
-	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	n := newTestNATS(t)
+	srv := n.start()
+	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
 	up.waitLine("shoal: ready")
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	home := filepath.Join(dir, "victim")
+	home := filepath.Join(n.dir, "victim")
 	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
-	node := startShoal(t, home, env, "node", "--nats", url, "--name", "victim", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	node := startShoal(t, home, env, "node", "--nats", n.url, "--name", "victim", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
 	node.waitLine("shoal: node victim joined")
-	code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "open", "--json", t.TempDir())
+	code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + n.url}, "open", "--json", t.TempDir())
 	var open schemas.OpenReply
 	if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
 		t.Fatalf("open: exit %d: %s%s", code, out, errOut)
@@ -81,38 +125,17 @@ func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 
 	srv.stop(syscall.SIGKILL)
 	restarted := time.Now()
-	natsServer()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n.start()
+	nodes, agents := n.buckets()
 	poll.Until(t, 30*time.Second, "the node heartbeats to the restarted server", func() bool {
 		e, err := nodes.Get(t.Context(), "victim")
 		return err == nil && e.Created().After(restarted)
 	})
-	status := func() schemas.AgentStatus {
-		e, err := agents.Get(t.Context(), open.AgentID)
-		var rec schemas.AgentRecord
-		if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
-			t.Fatalf("the agent's record: %v", err)
-		}
-		return rec.Status
-	}
-	if s := status(); s == schemas.StatusDead {
+	if s := agentStatus(t, agents, open.AgentID); s == schemas.StatusDead {
 		t.Fatalf("the agent was marked dead while its node was up")
 	}
 	node.stop(syscall.SIGKILL)
-	poll.Until(t, 30*time.Second, "the killed node's agent is dead", func() bool { return status() == schemas.StatusDead })
+	poll.Until(t, 30*time.Second, "the killed node's agent is dead", func() bool { return agentStatus(t, agents, open.AgentID) == schemas.StatusDead })
 }
 
 // shoal up on an external NATS server stops on Ctrl-C while that server
@@ -120,12 +143,9 @@ func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 // tried to make their consumer again forever, and shoal up waited on it.
 func TestUpStopsWhileItsNATSServerIsAway(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
-	url := "nats://127.0.0.1:" + port
-	srv := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
-	srv.waitLine("nats: ready")
-	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
+	n := newTestNATS(t)
+	srv := n.start()
+	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
 	up.waitLine("shoal: ready")
 	srv.stop(syscall.SIGKILL)
 	time.Sleep(3 * time.Second) // what reads the stream finds it gone, and tries again
@@ -140,28 +160,21 @@ func TestUpStopsWhileItsNATSServerIsAway(t *testing.T) {
 // stay theirs; a node that does not come back is lost as before.
 func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
-	url := "nats://127.0.0.1:" + port
-	natsServer := func() *shoalProc {
-		p := startCommand(t, filepath.Join(dir, "nats"), []string{natsServerMode + "=127.0.0.1:" + port, "SHOAL_TEST_NATS_STORE=" + filepath.Join(dir, "nats", "store")}, []string{os.Args[0]})
-		p.waitLine("nats: ready")
-		return p
-	}
-	srv := natsServer()
-	up := startShoal(t, filepath.Join(dir, "up"), nil, "up", "--nats", url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
+	n := newTestNATS(t)
+	srv := n.start()
+	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
 	up.waitLine("shoal: ready")
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	nodes := map[string]*shoalProc{}
 	for _, name := range []string{"stays", "goes"} {
-		home := filepath.Join(dir, name)
+		home := filepath.Join(n.dir, name)
 		env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
-		nodes[name] = startShoal(t, home, env, "node", "--nats", url, "--name", name, "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+		nodes[name] = startShoal(t, home, env, "node", "--nats", n.url, "--name", name, "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
 		nodes[name].waitLine("shoal: node " + name + " joined")
 	}
 	ids := map[string]string{}
 	for name := range nodes {
-		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "open", "--node", name, "--json", t.TempDir())
+		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + n.url}, "open", "--node", name, "--json", t.TempDir())
 		var open schemas.OpenReply
 		if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
 			t.Fatalf("open on %s: exit %d: %s%s", name, code, out, errOut)
@@ -173,38 +186,17 @@ func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
 	nodes["goes"].stop(syscall.SIGKILL)
 	time.Sleep(5 * time.Second) // past the entries' 2s
 	restarted := time.Now()
-	natsServer()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	kv, err := js.KeyValue(t.Context(), schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	status := func(id string) schemas.AgentStatus {
-		e, err := agents.Get(t.Context(), id)
-		var rec schemas.AgentRecord
-		if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
-			t.Fatalf("agent %s's record: %v", id, err)
-		}
-		return rec.Status
-	}
+	n.start()
+	kv, agents := n.buckets()
 	poll.Until(t, 30*time.Second, "node stays heartbeats to the restarted server", func() bool {
 		e, err := kv.Get(t.Context(), "stays")
 		return err == nil && e.Created().After(restarted)
 	})
-	poll.Until(t, 30*time.Second, "the agent of the node that did not come back is dead", func() bool { return status(ids["goes"]) == schemas.StatusDead })
-	if s := status(ids["stays"]); s == schemas.StatusDead {
+	poll.Until(t, 30*time.Second, "the agent of the node that did not come back is dead", func() bool { return agentStatus(t, agents, ids["goes"]) == schemas.StatusDead })
+	if s := agentStatus(t, agents, ids["stays"]); s == schemas.StatusDead {
 		t.Fatalf("the agent of node stays, alive through the outage, was marked dead")
 	}
-	if code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url}, "run", ids["stays"], "Still there?"); code != 0 {
+	if code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + n.url}, "run", ids["stays"], "Still there?"); code != 0 {
 		t.Fatalf("a turn of the agent whose node outlived the outage: exit %d: %s%s", code, out, errOut)
 	}
 }
