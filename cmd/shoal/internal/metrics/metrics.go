@@ -267,7 +267,7 @@ func (s spendCounters) Collect(ch chan<- prometheus.Metric) {
 	}
 	sums := map[key]*sum{}
 	for _, r := range spent() {
-		k := key{r.Node, r.Model}
+		k := key{r.Node, modelLabel(r.Model)}
 		if sums[k] == nil {
 			sums[k] = &sum{}
 		}
@@ -283,6 +283,24 @@ func (s spendCounters) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(spentTurnsDesc, prometheus.CounterValue, float64(v.turns), k.node, k.model)
 	}
+}
+
+// modelLabel is model as a metric's label: a model's name (letters,
+// digits and . _ - : / @, at most 64) as it is, anything else "other".
+// The open's model is any string its caller gave (up to 256 characters),
+// and a label is neither content nor a place for it.
+func modelLabel(model string) string {
+	if model == "" || len(model) > 64 {
+		return "other"
+	}
+	for _, c := range model {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.ContainsRune("._-:/@", c):
+		default:
+			return "other"
+		}
+	}
+	return model
 }
 
 // Refused implements coordinator.RelayMetrics.
