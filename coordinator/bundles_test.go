@@ -140,3 +140,35 @@ func TestRelayHoldsANodesBundleWritesInProgress(t *testing.T) {
 		t.Errorf("a write after one of them ended: %v", err)
 	}
 }
+
+// A node reads and writes bundles only of its own agents: another node,
+// with its own real credentials, is refused both ways.
+func TestRelayKeepsANodeFromAnotherNodesBundles(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	newBundleWriter(t, s, ctx) // agent "mine", nb's
+	other := s.Connect(t, broker.RoleNode, "nc")
+	m := nats.NewMsg(schemas.RelaySubject("nc", schemas.RelayBundlePut, "mine"))
+	m.Header.Set(schemas.HeaderBundle, "r1/taken.bundle")
+	m.Header.Set(schemas.HeaderBundleOffset, "0")
+	m.Header.Set(schemas.HeaderBundleLast, "1")
+	m.Data = []byte("not nc's")
+	rep, err := other.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var none struct{}
+	if err := schemas.DecodeReply(rep.Data, &none); err == nil || !strings.Contains(err.Error(), "node nc may not read or write bundles for agent mine") {
+		t.Errorf("another node's write of agent mine's bundle: %v", err)
+	}
+	body, _ := json.Marshal(schemas.RelayBundleRequest{Name: "r1/taken.bundle", Offset: 0})
+	rep, err = other.Request(schemas.RelaySubject("nc", schemas.RelayBundleGet, "mine"), body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schemas.DecodeReply(rep.Data, &none); err == nil || !strings.Contains(err.Error(), "node nc may not read or write bundles for agent mine") {
+		t.Errorf("another node's read of agent mine's bundle: %v", err)
+	}
+}
