@@ -226,6 +226,15 @@ func ReposFull(err error) bool {
 // store refused (nats-server's JSStreamStoreFailedF).
 const errCodeStoreFailed jetstream.ErrorCode = 10077
 
+// StoreBundleError is why storing bundle name in the repositories' store
+// failed with err: the store is full, saying which bound, or err.
+func StoreBundleError(name string, err error) error {
+	if ReposFull(err) {
+		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: the repositories' store %s is full (its bound: shoal up --repos-max-bytes)", name, schemas.ReposBucket)
+	}
+	return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
+}
+
 // reposFull is an open's failure for want of room in the repositories'
 // store, which no other node would make.
 type reposFull struct{ *schemas.ControlError }

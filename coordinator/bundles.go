@@ -212,10 +212,7 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 	if last {
 		w.pw.Close()
 		if err := <-w.done; err != nil {
-			if client.ReposFull(err) {
-				return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: the repositories' store %s is full (its bound: shoal up --repos-max-bytes)", name, schemas.ReposBucket)
-			}
-			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
+			return client.StoreBundleError(name, err)
 		}
 		return nil
 	}

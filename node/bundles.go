@@ -45,10 +45,7 @@ func (s *directStore) putBundle(ctx context.Context, _, name, desc string, r io.
 		return schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
 	}
 	if _, err := obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: desc}, r); err != nil {
-		if client.ReposFull(err) {
-			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: the repositories' store %s is full (its bound: shoal up --repos-max-bytes)", name, schemas.ReposBucket)
-		}
-		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
+		return client.StoreBundleError(name, err)
 	}
 	return nil
 }
