@@ -280,9 +280,9 @@ func stripControls(s string) string { return strip(s, false) }
 // Clean is text an agent, a model or a node wrote, made safe to print on
 // a terminal: its escape sequences and control characters other than
 // newline and tab removed (C1 controls and bidirectional overrides too),
-// invalid UTF-8 made U+FFFD.
-// Such text could otherwise retitle the terminal, clear or forge the
-// screen, plant links or write the clipboard.
+// invalid UTF-8 made U+FFFD. Such text could otherwise retitle the
+// terminal, clear or forge the screen, plant links or write the
+// clipboard.
 func Clean(s string) string { return strip(s, true) }
 
 func strip(s string, keepTabs bool) string {
@@ -478,8 +478,8 @@ func cleanValue(v reflect.Value) {
 		}
 	case reflect.String:
 		if v.CanSet() {
-			if s := v.String(); s != Clean(s) {
-				v.SetString(Clean(s))
+			if c := Clean(v.String()); c != v.String() {
+				v.SetString(c)
 			}
 		}
 	case reflect.Struct:
