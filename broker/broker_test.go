@@ -377,3 +377,48 @@ func TestChangedDuplicatesAndNodeTTLAreApplied(t *testing.T) {
 	}
 	check(js2, 10*time.Second, 20*time.Second, 1)
 }
+
+// A store made before the repositories' store had a bound (no MaxBytes)
+// takes the bound at the next start, keeping the bundles it holds, and
+// the bound changes with the setting.
+func TestReposBoundIsAppliedToAnExistingStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx := natstest.Context(t, 30*time.Second)
+	bound := func(reposMax int64) (int64, uint64) {
+		t.Helper()
+		b := natstest.Start(t, func(c *broker.Config) { c.StoreDir = dir; c.Assets.ReposMaxBytes = reposMax })
+		defer b.Shutdown()
+		_, js := natstest.JetStream(t, b)
+		obs, err := js.ObjectStore(ctx, schemas.ReposBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reposMax < 0 {
+			if _, err := obs.PutBytes(ctx, "r/kept.bundle", []byte("a bundle stored before the bound")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := js.Stream(ctx, "OBJ_"+schemas.ReposBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := obs.GetInfo(ctx, "r/kept.bundle"); err != nil {
+			t.Errorf("the bundle stored before: %v", err)
+		}
+		return info.Config.MaxBytes, info.State.Msgs
+	}
+	if max, _ := bound(-1); max != -1 {
+		t.Fatalf("no bound asked: MaxBytes %d", max)
+	}
+	if max, msgs := bound(0); max != broker.DefaultReposMaxBytes || msgs == 0 {
+		t.Errorf("the next start with the default: MaxBytes %d, %d messages; want %d and the bundle kept", max, msgs, int64(broker.DefaultReposMaxBytes))
+	}
+	if max, _ := bound(1 << 30); max != 1<<30 {
+		t.Errorf("a start with 1GiB: MaxBytes %d", max)
+	}
+}
