@@ -543,8 +543,10 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		return fmt.Errorf("a node may not change agent %s's reach", rec.ID)
 	case live.Sandbox != nil && rec.Sandbox == nil:
 		return fmt.Errorf("a node may not take agent %s out of its sandbox", rec.ID)
-	case !slices.Equal(rec.SandboxNet, live.SandboxNet):
-		return fmt.Errorf("a node may not change the hosts agent %s's open let its sandbox reach (sandbox_net)", rec.ID)
+	case slices.ContainsFunc(rec.SandboxNet, func(h string) bool { return !slices.Contains(live.SandboxNet, h) }):
+		// Fewer is narrower (a node of an earlier version writes none),
+		// never wider.
+		return fmt.Errorf("a node may not widen the hosts agent %s's open let its sandbox reach (sandbox_net)", rec.ID)
 	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
 		rec.Workspace.Source != live.Workspace.Source):
 		// What the relay lets the node read of the repositories, and the

@@ -448,7 +448,7 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 		"may not change agent pinned's policy":         func(r *schemas.AgentRecord) { r.Policy = bypass.Record("/") },
 		"may not take agent pinned out of its sandbox": func(r *schemas.AgentRecord) { r.Sandbox = nil },
 		"is of another life of agent pinned":           func(r *schemas.AgentRecord) { r.RequestID = "r2" },
-		"may not change the hosts agent pinned's open let its sandbox reach": func(r *schemas.AgentRecord) {
+		"may not widen the hosts agent pinned's open let its sandbox reach": func(r *schemas.AgentRecord) {
 			r.SandboxNet = []string{"pypi.org", "exfil.example"}
 		},
 	} {
@@ -465,12 +465,17 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 	if err := write(nil); !errors.As(err, &apiErr) || !strings.Contains(apiErr.Description, "agent pinned is alive; a node removes only the records of its dead agents") {
 		t.Errorf("removing a live agent's record: %v", err)
 	}
-	// What is the node's to say: the status, and the sandbox as set up.
+	// What is the node's to say: the status, and the sandbox as set up;
+	// a node of an earlier version writes no sandbox_net (narrower).
 	rec := granted
 	rec.Status = schemas.StatusIdle
 	rec.Sandbox = &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{"/tmp"}}
 	if err := write(&rec); err != nil {
 		t.Fatalf("the node's own write: %v", err)
+	}
+	rec.SandboxNet = nil
+	if err := write(&rec); err != nil {
+		t.Fatalf("the node's write without sandbox_net: %v", err)
 	}
 	// Its permission requests reach the bucket.
 	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "pinned", RequestID: "perm-1", Node: "nb", Tool: "Bash"})
