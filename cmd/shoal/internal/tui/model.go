@@ -310,15 +310,19 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	// What nodes and agents wrote reaches the terminal without their
 	// escape sequences (render.Clean); the events' text is cleaned where
 	// it is laid out (oneLine, the transcript).
-	switch msg := msg.(type) {
+	switch m := msg.(type) {
 	case agentsMsg:
-		render.CleanAll(&msg)
+		render.CleanAll(&m)
+		msg = m
 	case nodesMsg:
-		render.CleanAll(&msg)
+		render.CleanAll(&m)
+		msg = m
 	case pendingMsg:
-		render.CleanAll(&msg.reqs)
+		render.CleanAll(&m.reqs)
+		msg = m
 	case spendMsg:
-		render.CleanAll(&msg.rep)
+		render.CleanAll(&m.rep)
+		msg = m
 	}
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
