@@ -13,6 +13,12 @@ import (
 	"github.com/shoalfabric/shoal/bridge"
 )
 
+// oneShot sends each request on a connection of its own, closed after
+// it, so no kept-alive connection of these tests outlives the endpoint
+// (a CI run's goroutine check once found one, client and server side,
+// after the package's tests).
+var oneShot = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 // request sends a request to the endpoint with token (and session, when
 // set), and returns the status, the session the answer names and its
 // body; a stream's answer is read for at most two seconds.
@@ -30,7 +36,7 @@ func request(t *testing.T, method, url, token, session string, body []byte) (int
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
 	}
-	rep, err := http.DefaultClient.Do(req)
+	rep, err := oneShot.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +111,7 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, fb.url, nil)
 	req.Header.Set("Authorization", "Bearer watcher")
 	req.Header.Set("Mcp-Session-Id", first)
-	rep, err := http.DefaultClient.Do(req)
+	rep, err := oneShot.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
