@@ -71,6 +71,26 @@ func (n *testNATS) start() *shoalProc {
 	return p
 }
 
+// up starts shoal up on the server (no node, no bus), args after its own,
+// and returns once it is ready.
+func (n *testNATS) up(args ...string) *shoalProc {
+	n.t.Helper()
+	p := startShoal(n.t, filepath.Join(n.dir, "up"), nil, append([]string{"up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0"}, args...)...)
+	p.waitLine("shoal: ready")
+	return p
+}
+
+// node starts node name on the server, its claude CLI against fake, and
+// returns once it joined.
+func (n *testNATS) node(fake *fakemodel.Server, name string) *shoalProc {
+	n.t.Helper()
+	home := filepath.Join(n.dir, name)
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+	p := startShoal(n.t, home, env, "node", "--nats", n.url, "--name", name, "--claude", peers.Claude.Command(n.t)[0], "--stop-wait", "500ms")
+	p.waitLine("shoal: node " + name + " joined")
+	return p
+}
+
 // buckets connects to the server and opens the nodes' and agents' buckets.
 func (n *testNATS) buckets() (nodes, agents jetstream.KeyValue) {
 	n.t.Helper()
@@ -110,13 +130,8 @@ func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 	t.Parallel()
 	n := newTestNATS(t)
 	srv := n.start()
-	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
-	up.waitLine("shoal: ready")
-	fake := fakemodel.Start(t, fakemodel.Config{})
-	home := filepath.Join(n.dir, "victim")
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
-	node := startShoal(t, home, env, "node", "--nats", n.url, "--name", "victim", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
-	node.waitLine("shoal: node victim joined")
+	n.up("--node-ttl", "2s")
+	node := n.node(fakemodel.Start(t, fakemodel.Config{}), "victim")
 	code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + n.url}, "open", "--json", t.TempDir())
 	var open schemas.OpenReply
 	if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
@@ -145,8 +160,7 @@ func TestUpStopsWhileItsNATSServerIsAway(t *testing.T) {
 	t.Parallel()
 	n := newTestNATS(t)
 	srv := n.start()
-	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
-	up.waitLine("shoal: ready")
+	up := n.up()
 	srv.stop(syscall.SIGKILL)
 	time.Sleep(3 * time.Second) // what reads the stream finds it gone, and tries again
 	if code := up.stop(syscall.SIGINT); code != 0 {
@@ -162,15 +176,11 @@ func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
 	t.Parallel()
 	n := newTestNATS(t)
 	srv := n.start()
-	up := startShoal(t, filepath.Join(n.dir, "up"), nil, "up", "--nats", n.url, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s")
-	up.waitLine("shoal: ready")
+	n.up("--node-ttl", "2s")
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	nodes := map[string]*shoalProc{}
 	for _, name := range []string{"stays", "goes"} {
-		home := filepath.Join(n.dir, name)
-		env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
-		nodes[name] = startShoal(t, home, env, "node", "--nats", n.url, "--name", name, "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
-		nodes[name].waitLine("shoal: node " + name + " joined")
+		nodes[name] = n.node(fake, name)
 	}
 	ids := map[string]string{}
 	for name := range nodes {
