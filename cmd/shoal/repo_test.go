@@ -13,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // gitIn runs git in dir (gittest.Git).
@@ -413,12 +417,34 @@ func TestRepositoryStoreIsBounded(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "big.bin"), big, 0o644)
 	gitIn(t, repo, "add", ".")
 	gitIn(t, repo, "commit", "-q", "-m", "big")
+	first := c.must("open", "--repo", oneCommitRepo(t, "first", "first\n"), "--id", "first")
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal([]byte(c.must("status", "--json", first)), &rec); err != nil || rec.Workspace == nil || rec.Workspace.Bundle == "" {
+		t.Fatalf("the first agent's workspace: %+v %v", rec.Workspace, err)
+	}
 
 	code, out, errOut := c.shoal("open", "--repo", repo, "--id", "toobig")
 	if code == 0 || !strings.Contains(errOut, "shoal_repos") || !strings.Contains(errOut, "--repos-max-bytes") {
 		t.Fatalf("an open whose bundle passes the store's bound: exit %d: %s\n%s", code, out, errOut)
 	}
+	if strings.Contains(errOut, "no node can take") || strings.Contains(errOut, "passed over") {
+		t.Errorf("the open was tried on other nodes, which have no room to give: %s", errOut)
+	}
 	t.Logf("refused: %s", errOut)
+	// Nothing stored was dropped to make room.
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obs, err := js.ObjectStore(t.Context(), schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.GetInfo(t.Context(), rec.Workspace.Bundle); err != nil {
+		t.Errorf("the bundle stored before the refusal (%s): %v", rec.Workspace.Bundle, err)
+	}
 	if code, out, errOut := c.shoal("ls", "--json"); code != 0 || strings.Contains(out, `"toobig"`) {
 		t.Fatalf("the refused open left a record (exit %d):\n%s%s", code, out, errOut)
 	}
