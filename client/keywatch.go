@@ -32,7 +32,7 @@ import (
 // connection is closed for good.
 type KeyWatch struct {
 	out  chan jetstream.KeyValueEntry
-	recn chan struct{} // Reconnected
+	recn chan time.Time // Reconnected
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -48,13 +48,13 @@ const keyWatchRetry = 2 * time.Second
 func WatchKeys(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, keys string, opts ...jetstream.WatchOpt) (*KeyWatch, error) {
 	// Listened for before the first watch is made, so a reconnection
 	// while it is made is not missed.
-	back := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	back := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
 	w, err := kv.Watch(ctx, keys, opts...)
 	if err != nil {
 		nc.RemoveStatusListener(back)
 		return nil, err
 	}
-	x := &KeyWatch{out: make(chan jetstream.KeyValueEntry), recn: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	x := &KeyWatch{out: make(chan jetstream.KeyValueEntry), recn: make(chan time.Time, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	f := keyFollower{KeyWatch: x, nc: nc, back: back, watch: func(rev uint64) (jetstream.KeyWatcher, error) {
 		if rev == 0 {
 			return kv.Watch(ctx, keys, opts...)
@@ -75,10 +75,17 @@ func (x *KeyWatch) Updates() <-chan jetstream.KeyValueEntry { return x.out }
 
 // Reconnected returns a channel that receives when the connection came
 // back (perhaps to a restarted server, which may have expired entries
-// while it was away). It receives before any entry of the watch made
-// again is sent on Updates; several reconnections not yet received are
-// one.
-func (x *KeyWatch) Reconnected() <-chan struct{} { return x.recn }
+// while it was away) the time it was found lost: an entry made after
+// that time was made after the outage began. It receives before any
+// entry of the watch made again is sent on Updates; of several
+// reconnections not yet received, the last one's time is kept.
+//
+// The time is taken when nats.go reports the loss (its status listener
+// is told as the connection goes): it is the loss's time, not the time
+// the reconnection is received, so an entry made the moment the
+// connection is back counts as made after the outage, however late the
+// receiver reads this channel.
+func (x *KeyWatch) Reconnected() <-chan time.Time { return x.recn }
 
 // Stop ends the watch, and returns once its channel is closed.
 func (x *KeyWatch) Stop() error {
@@ -100,8 +107,9 @@ func (f keyFollower) run(ctx context.Context, w jetstream.KeyWatcher) {
 	defer f.nc.RemoveStatusListener(f.back)
 	defer func() { endKeyWatch(w) }()
 	var (
-		rev    uint64 // the last revision passed on
-		synced bool   // the nil marker passed on
+		rev    uint64    // the last revision passed on
+		synced bool      // the nil marker passed on
+		lost   time.Time // when the connection went, since it was last back
 		retry  <-chan time.Time
 		pause  = 50 * time.Millisecond
 	)
@@ -134,16 +142,27 @@ func (f keyFollower) run(ctx context.Context, w jetstream.KeyWatcher) {
 		case <-f.stop:
 			return
 		case s := <-f.back:
-			if s == nats.CLOSED {
+			switch s {
+			case nats.CLOSED:
 				return
+			case nats.DISCONNECTED, nats.RECONNECTING:
+				if lost.IsZero() {
+					lost = time.Now()
+				}
+				continue
 			}
 			// Connected again, perhaps to a server that does not have
 			// the watch's consumer (a restarted one): make it again now
 			// rather than when nats.go misses its heartbeats.
-			select {
-			case f.recn <- struct{}{}:
-			default: // one not yet received says as much
+			if lost.IsZero() {
+				lost = time.Now() // its loss not heard (nats.go drops events to a full listener)
 			}
+			select {
+			case <-f.recn: // an earlier one not yet received gives way
+			default:
+			}
+			f.recn <- lost
+			lost = time.Time{}
 			endKeyWatch(w)
 			again()
 		case <-retry:

@@ -83,6 +83,7 @@ func TestKeyWatchGoesOnAfterTheServerRestarts(t *testing.T) {
 	default:
 	}
 
+	going := time.Now()
 	b = natstest.Restart(t, b)
 	poll.Until(t, 30*time.Second, "the watch's connection is back", func() bool { return nc.IsConnected() && nc.Stats().Reconnects > 0 })
 	if _, err := watchedBucket(t, b, 2*time.Second).Put(t.Context(), "after", []byte("2")); err != nil {
@@ -90,16 +91,27 @@ func TestKeyWatchGoesOnAfterTheServerRestarts(t *testing.T) {
 	}
 	// "before" expires about when "after" is written: its marker comes
 	// before or after "after", but once.
-	var got []string
+	var (
+		got  []string
+		lost time.Time
+	)
 	for len(got) < 3 {
-		got = append(got, describeKey(nextKey(t, w, 30*time.Second, "the entries written after the restart")))
+		e := nextKey(t, w, 30*time.Second, "the entries written after the restart")
+		got = append(got, describeKey(e))
 		if len(got) == 1 {
 			// Said before any entry of the watch made again.
 			select {
-			case <-w.Reconnected():
+			case lost = <-w.Reconnected():
 			default:
 				t.Fatalf("the watch passed on %s after the restart without saying its connection came back", got[0])
 			}
+		}
+		// It says when the connection went: before "after" was made,
+		// though it is read here after that (a time taken as it is
+		// read would not be).
+		if describeKey(e) == "after KeyValuePutOp" && (lost.Before(going) || !lost.Before(e.Created())) {
+			t.Errorf("the watch says its connection went at %v, not after the restart began (%v) and before %q was made (%v)",
+				lost, going, e.Key(), e.Created())
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s == "before KeyValuePurgeOp" })

@@ -106,6 +106,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	overdue := time.NewTicker(time.Second)
 	defer overdue.Stop()
 	started := time.Now()
+	heardSince := started        // an entry made after it is a node heard from
 	present := map[string]bool{} // node -> heard from since the start
 	settled := false
 	sweep := time.NewTimer(grace)
@@ -115,9 +116,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 	// as it starts though the nodes are alive and reconnecting: from
 	// here, as at a start, a node is lost once it has not come back
 	// within the grace period.
-	regrace := func() {
+	//
+	// A node is heard from again by an entry made after the connection
+	// was lost (lost, from the watch): one made on the server that went
+	// came before the outage, and its expiry there may be the outage's.
+	regrace := func(lost time.Time) {
 		m.log.Info("connected again: nodes not heard from within the grace period will be lost", "grace", grace)
-		started, settled = time.Now(), false
+		started, heardSince, settled = time.Now(), lost, false
 		clear(present)
 		sweep.Reset(grace)
 	}
@@ -126,8 +131,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-w.Reconnected():
-			regrace()
+		case lost := <-w.Reconnected():
+			regrace(lost)
 		case now := <-overdue.C:
 			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
@@ -141,13 +146,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 				continue
 			}
 			select {
-			case <-w.Reconnected(): // said before the entries of the watch made again
-				regrace()
+			case lost := <-w.Reconnected(): // said before the entries of the watch made again
+				regrace(lost)
 			default:
 			}
 			node := e.Key()
 			if e.Operation() == jetstream.KeyValuePut {
-				present[node] = present[node] || e.Created().After(started)
+				present[node] = present[node] || e.Created().After(heardSince)
 				continue
 			}
 			heard, known := present[node]
