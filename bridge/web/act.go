@@ -26,7 +26,7 @@ func (h *Handler) act(a schemas.Access, what string, do func(w http.ResponseWrit
 			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: err.(*schemas.ControlError)})
 			return
 		}
-		if !sameOrigin(r) {
+		if !h.sameOrigin(r) {
 			writeJSON(w, http.StatusForbidden, schemas.ErrorReply{Error: &schemas.ControlError{Code: schemas.CodeForbidden, Message: "origin not allowed: " + r.Header.Get("Origin")}})
 			return
 		}

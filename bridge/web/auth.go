@@ -53,7 +53,9 @@ func (h *Handler) principal(r *http.Request) (p schemas.Principal, ok bool) {
 		return schemas.Principal{Kind: schemas.KindAgent, Agent: r.Header.Get(schemas.AgentIDHeader)}, true
 	}
 	if h.cfg.Token == "" && h.cfg.ObserverToken == "" {
-		return schemas.Person(schemas.RoleFull), isLoopbackHost(hostOnly(r.Host))
+		// Behind a proxy every request comes from loopback, and its
+		// Host may be too: nobody is let in without a token.
+		return schemas.Person(schemas.RoleFull), h.cfg.Origin == "" && isLoopbackHost(hostOnly(r.Host))
 	}
 	switch {
 	case matches(got, h.cfg.Token):
@@ -92,7 +94,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		// Over TLS to the browser, here or at the proxy in front.
+		Secure: r.TLS != nil || strings.HasPrefix(h.cfg.Origin, "https://"),
 	})
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
@@ -100,10 +104,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 // sameOrigin refuses an action from another site's page: a browser sends
 // Origin on every cross-origin POST, and the JSON content type the
 // actions require cannot be sent cross-origin without a preflight this
-// server never answers.
-func sameOrigin(r *http.Request) bool {
+// server never answers. The dashboard's own pages come from the Host
+// asked for, or, behind a proxy, from the configured origin.
+func (h *Handler) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
-	if o == "" {
+	if o == "" || (h.cfg.Origin != "" && o == h.cfg.Origin) {
 		return true
 	}
 	u, err := url.Parse(o)

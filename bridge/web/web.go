@@ -23,6 +23,14 @@ type Config struct {
 	Token string
 	// ObserverToken may only watch.
 	ObserverToken string
+	// Origin is where browsers reach the dashboard through a reverse
+	// proxy ("https://shoal.example.com"): the scheme, host and port
+	// their pages come from, which the Host the proxy sends on need not
+	// be. Actions from it are taken as from the dashboard's own site,
+	// the sign-in cookie is Secure when it is https, and no request is
+	// let in without a token (the proxy's come from loopback). Empty:
+	// the dashboard is reached directly.
+	Origin string
 	// Logger receives the dashboard's failures; slog.Default when nil.
 	Logger *slog.Logger
 }

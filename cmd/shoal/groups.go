@@ -58,7 +58,7 @@ var groupsByCommand = map[string][]flagGroup{
 		{"A NATS deployment instead of the embedded server", false, []string{"nats"}},
 		{"Its credentials there", true, []string{"creds"}},
 		{"Stream and buckets", true, []string{"stream-max-age", "stream-max-bytes", "repos-max-bytes", "stream-duplicates", "replicas", "node-ttl"}},
-		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "max-depth", "no-mcp", "no-web"}},
+		{"MCP endpoint and web dashboard", true, []string{"mcp-listen", "mcp-token", "mcp-observer-token", "public-url", "max-depth", "no-mcp", "no-web"}},
 		{"Kaimon bus", true, []string{"bus", "no-bus"}},
 		{"Monitoring", true, []string{"monitor", "metrics"}},
 		// The fleet's budget, set at each start (shoal budget set --fleet

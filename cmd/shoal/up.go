@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -46,6 +47,7 @@ type upOptions struct {
 	mcpToken      string
 	maxDepth      int
 	mcpObserver   string
+	publicURL     string
 	noMCP         bool
 	noWeb         bool
 	bus           string
@@ -147,7 +149,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.mcpListen, "mcp-listen", "127.0.0.1:7270", "`address` of the MCP endpoint (Streamable HTTP at /mcp)")
 	fs.StringVar(&o.mcpToken, "mcp-token", "", "bearer `token` MCP clients must send to drive agents; required off loopback")
 	fs.IntVar(&o.maxDepth, "max-depth", schemas.DefaultMaxDepth, "how deep agents may open agents through Shoal's tools, a `depth` (an agent's child is at depth 1; 0: not at all)")
-	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: agent_output, agent_status, agent_list, agent_nodes, agent_events")
+	fs.StringVar(&o.mcpObserver, "mcp-observer-token", "", "bearer `token` that may only watch: "+strings.Join(schemas.ReadOnlyTools(), ", "))
+	fs.StringVar(&o.publicURL, "public-url", "", "the `URL` browsers and MCP clients reach the endpoint at through a reverse proxy (e.g. https://shoal.example.com); needs a token")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint (and so no web dashboard)")
 	fs.BoolVar(&o.noWeb, "no-web", false, "serve no web dashboard at / beside the MCP endpoint")
 	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
@@ -353,6 +356,10 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if o.fleet.Tokens < 0 || o.fleet.USD < 0 {
 		return usagef("--budget-tokens %d, --budget-usd %g: a budget is not negative (0: no limit)", o.fleet.Tokens, o.fleet.USD)
 	}
+	origin, err := o.publicOrigin()
+	if err != nil {
+		return err
+	}
 	if o.memoryLimit > 0 && env.getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(o.memoryLimit)
 	}
@@ -399,11 +406,14 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	}
 	mcpURL := o.node.mcpURL
 	if !o.noMCP {
-		url, err := o.serveMCP(bridgeCtx, connect, log, &workers, errc)
+		url, err := o.serveMCP(bridgeCtx, connect, log, &workers, errc, origin)
 		if err != nil {
 			return err
 		}
 		say("MCP endpoint %s", url)
+		if origin != "" {
+			say("reached through %s (%s%s for MCP clients)", origin+"/", origin, bridge.MCPPath)
+		}
 		if !o.noWeb {
 			say("web dashboard %s%s", strings.TrimSuffix(url, bridge.MCPPath)+"/", webLogin(o.mcpToken, o.mcpObserver))
 		}
@@ -657,7 +667,9 @@ func supervise(ctx context.Context, name string, connect connector, start func(*
 }
 
 // serveMCP starts the MCP endpoint and returns its URL once it listens.
-func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
+// origin, when set, is where browsers and MCP clients reach it through a
+// reverse proxy (--public-url).
+func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error, origin string) (string, error) {
 	f, err := newRedialing(ctx, "shoal-mcp", connect, log)
 	if err != nil {
 		return "", err
@@ -676,8 +688,11 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	workers.Go(func() {
 		defer f.closeAll()
 		cfg := bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}
+		if origin != "" {
+			cfg.AllowedOrigins = []string{origin}
+		}
 		if !o.noWeb {
-			cfg.Web = web.New(web.Config{Client: f, Token: o.mcpToken, ObserverToken: o.mcpObserver, Logger: log})
+			cfg.Web = web.New(web.Config{Client: f, Token: o.mcpToken, ObserverToken: o.mcpObserver, Origin: origin, Logger: log})
 		}
 		err := m.ListenHTTP(ctx, o.mcpListen, cfg, func(u string) { urls <- u })
 		done <- err
@@ -728,6 +743,36 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 	case err := <-done:
 		return "", usagef("%v", err) // an address in use, as a port in use is
 	}
+}
+
+// publicOrigin checks --public-url and returns its origin (scheme, host
+// and port), or "" when it is not given.
+func (o *upOptions) publicOrigin() (string, error) {
+	if o.publicURL == "" {
+		return "", nil
+	}
+	u, err := url.Parse(o.publicURL)
+	switch {
+	case err != nil:
+		return "", usagef("--public-url %q: %v", o.publicURL, err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "", u.Opaque != "":
+		return "", usagef("--public-url %q: give the address browsers use, http:// or https:// and a host (e.g. https://shoal.example.com)", o.publicURL)
+	case strings.Trim(u.Path, "/") != "", u.RawQuery != "", u.Fragment != "", u.User != nil:
+		return "", usagef("--public-url %q: the proxy must pass the whole of its host to Shoal: give no path, query or user, only scheme, host and port", o.publicURL)
+	case o.noMCP:
+		return "", usagef("--public-url names the MCP endpoint and dashboard, which --no-mcp turns off")
+	case o.mcpToken == "" && o.mcpObserver == "":
+		return "", usagef("--public-url needs --mcp-token: behind a proxy every request comes from loopback, so without a token everyone who reaches the proxy could drive every agent")
+	}
+	// As a browser sends it: lower case, no default port.
+	host := strings.ToLower(u.Host)
+	if p := u.Port(); (u.Scheme == "https" && p == "443") || (u.Scheme == "http" && p == "80") {
+		host = strings.ToLower(u.Hostname())
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+	}
+	return u.Scheme + "://" + host, nil
 }
 
 // webLogin says how a browser signs in to the dashboard, without printing
