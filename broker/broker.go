@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -22,6 +23,9 @@ type Broker struct {
 	cfg Config
 	srv *server.Server
 	log *serverLog
+
+	monitor     *http.Server // the HTTP monitoring (monitor.go)
+	monitorAddr *net.TCPAddr
 
 	shutdownOnce sync.Once
 	unlock       func() // releases the store dir
@@ -83,9 +87,7 @@ func (b *Broker) options() (*server.Options, error) {
 	if c.Leaf.Port != 0 {
 		opts.LeafNode = server.LeafNodeOpts{Host: c.Leaf.Host, Port: c.Leaf.Port}
 	}
-	if c.Monitor.Port != 0 {
-		opts.HTTPHost, opts.HTTPPort = c.Monitor.Host, c.Monitor.Port
-	}
+	// c.Monitor is served by the broker itself (monitor.go).
 	if c.Auth != nil {
 		if err := c.Auth.apply(opts); err != nil {
 			return nil, err
@@ -134,6 +136,12 @@ func (b *Broker) Start(ctx context.Context) error {
 		b.Shutdown()
 		return ctx.Err()
 	}
+	if b.cfg.Monitor.Port != 0 {
+		if err := b.serveMonitoring(); err != nil {
+			b.Shutdown()
+			return err
+		}
+	}
 	nc, err := b.Connect(nats.Name("shoal-broker"))
 	if err != nil {
 		b.Shutdown()
@@ -179,14 +187,10 @@ func (b *Broker) LeafURL() string {
 // MonitorURL is the base URL of the server's HTTP monitoring (append
 // /varz, /connz, …), or "" when it is off.
 func (b *Broker) MonitorURL() string {
-	if b.cfg.Monitor.Port == 0 {
+	if b.monitorAddr == nil {
 		return ""
 	}
-	addr := b.srv.MonitorAddr()
-	if addr == nil {
-		return ""
-	}
-	return "http://" + addr.String()
+	return "http://" + b.monitorAddr.String()
 }
 
 // ClusterURL is the URL other cluster members route to, or "".
@@ -208,6 +212,7 @@ func (b *Broker) StoreDir() string { return b.cfg.StoreDir }
 // safe to call more than once.
 func (b *Broker) Shutdown() {
 	b.shutdownOnce.Do(func() {
+		b.stopMonitoring()
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 		if b.unlock != nil {

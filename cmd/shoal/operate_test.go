@@ -201,3 +201,49 @@ accounts {
 		}
 	}
 }
+
+// The monitoring endpoints give away nothing a command line carried (a
+// token given as --mcp-token, which nats-server's /debug/vars printed as
+// the process's cmdline), and on loopback they answer loopback Host
+// names only: a page whose name it made resolve to 127.0.0.1 (DNS
+// rebinding) cannot read them.
+func TestMonitorKeepsTheCommandLineAndRefusesOtherHosts(t *testing.T) {
+	t.Parallel()
+	const secret = "token-given-on-the-command-line"
+	up := startShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--monitor", "127.0.0.1:0",
+		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--mcp-token", secret)
+	monitor, _, _ := strings.Cut(strings.TrimPrefix(up.waitLine("shoal: NATS monitoring "), "shoal: NATS monitoring "), " ")
+	up.waitLine("shoal: ready")
+	get := func(path, host string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, monitor+path, nil)
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	for _, path := range []string{"/", "/varz", "/connz", "/routez", "/gatewayz", "/leafz", "/subsz", "/stacksz", "/accountz",
+		"/accstatz", "/jsz", "/healthz", "/ipqueuesz", "/raftz", "/debug/vars", "/expvarz"} {
+		if code, body := get(path, ""); strings.Contains(body, secret) {
+			t.Errorf("GET %s (%d) gives away the command line's token", path, code)
+		}
+	}
+	if code, body := get("/varz", ""); code != http.StatusOK || !strings.Contains(body, `"server_id"`) {
+		t.Errorf("GET /varz: %d %.200s", code, body)
+	}
+	_, port, _ := strings.Cut(strings.TrimPrefix(monitor, "http://"), ":")
+	for _, host := range []string{"rebound.example:" + port, "rebound.example"} {
+		if code, body := get("/varz", host); code == http.StatusOK || strings.Contains(body, "server_id") {
+			t.Errorf("GET /varz with Host %s answered %d %.200s; want a refusal", host, code, body)
+		}
+	}
+	if code, _ := get("/varz", "localhost:"+port); code != http.StatusOK {
+		t.Errorf("GET /varz with Host localhost answered %d", code)
+	}
+}
