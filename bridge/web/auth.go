@@ -69,7 +69,7 @@ func (h *Handler) principal(r *http.Request) (p schemas.Principal, ok bool) {
 // login stores ?token= in an HttpOnly cookie and redirects to the same
 // page without it, so the token leaves the address bar and the history.
 // Only one of this coordinator's tokens is stored, and only from a link
-// of this site or one typed in: another site's link could otherwise
+// of this origin or one typed in: another site's link could otherwise
 // sign a person out, or into the observer's token (login CSRF). Either
 // way the cookie is left as it was.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
@@ -82,8 +82,10 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	switch {
-	case r.Header.Get("Sec-Fetch-Site") == "cross-site":
-		h.log.Warn("a link from another site carried a dashboard token; not signed in", "referer", r.Header.Get("Referer"))
+	case r.Header.Get("Sec-Fetch-Site") == "cross-site", r.Header.Get("Sec-Fetch-Site") == "same-site":
+		// same-site: another origin of the same site (a sibling
+		// subdomain), which is not the dashboard's either.
+		h.log.Warn("a link from another origin carried a dashboard token; not signed in", "referer", r.Header.Get("Referer"))
 		http.Redirect(w, r, to.String(), http.StatusSeeOther)
 		return
 	case !matches(token, h.cfg.Token) && !matches(token, h.cfg.ObserverToken):

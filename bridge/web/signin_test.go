@@ -80,6 +80,9 @@ func TestSignInAndFraming(t *testing.T) {
 	if rep := get("/?token="+token, map[string]string{"Sec-Fetch-Site": "cross-site"}); rep.StatusCode != http.StatusSeeOther || len(rep.Cookies()) != 0 {
 		t.Errorf("the right token from another site's link: %d, cookies %v; want a redirect and none", rep.StatusCode, rep.Cookies())
 	}
+	if rep := get("/?token="+token, map[string]string{"Sec-Fetch-Site": "same-site"}); rep.StatusCode != http.StatusSeeOther || len(rep.Cookies()) != 0 {
+		t.Errorf("the right token from a sibling subdomain's link: %d, cookies %v; want a redirect and none", rep.StatusCode, rep.Cookies())
+	}
 	if rep := get("/?token="+token, map[string]string{"Sec-Fetch-Site": "none"}); rep.StatusCode != http.StatusSeeOther || len(rep.Cookies()) != 1 {
 		t.Errorf("the right token typed in: %d, cookies %v; want a redirect and the cookie", rep.StatusCode, rep.Cookies())
 	}
