@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/shoalfabric/shoal/client"
@@ -52,7 +53,14 @@ included (ignored ones not). With --stat, a summary of the files changed.`,
 				if v.json {
 					return printJSON(v.env, rep)
 				}
-				_, err = fmt.Fprint(v.out(), rep.Diff)
+				// As git prints it for git apply; but on a terminal, what
+				// the agent wrote into its files shown as text, as git's
+				// pager (less) shows it, not sent to the terminal to act on.
+				w := v.out()
+				if f, ok := w.(*os.File); ok && isTerminal(f) {
+					w = v.text()
+				}
+				_, err = fmt.Fprint(w, rep.Diff)
 				return err
 			}
 		})
