@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -208,5 +209,75 @@ func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
 	}
 	if code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + n.url}, "run", ids["stays"], "Still there?"); code != 0 {
 		t.Fatalf("a turn of the agent whose node outlived the outage: exit %d: %s%s", code, out, errOut)
+	}
+}
+
+// shoal tail and shoal watch follow across a restart of the NATS server:
+// the turn after it reaches both, with nothing of the turn before
+// repeated.
+func TestFollowersGoOnAfterTheNATSServerRestarts(t *testing.T) {
+	t.Parallel()
+	n := newTestNATS(t)
+	srv := n.start()
+	n.up()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	n.node(fake, "n1")
+	env := []string{"SHOAL_NATS=" + n.url}
+	code, out, errOut := runShoal(t, t.TempDir(), env, "open", "--json", t.TempDir())
+	var open schemas.OpenReply
+	if code != 0 || json.Unmarshal([]byte(out), &open) != nil {
+		t.Fatalf("open: exit %d: %s%s", code, out, errOut)
+	}
+	tail := startShoal(t, t.TempDir(), env, "tail", "--json", open.AgentID)
+	watch := startShoal(t, t.TempDir(), env, "watch", "--json")
+	// seen waits for a line of p holding all of want.
+	seen := func(p *shoalProc, what string, want ...string) {
+		t.Helper()
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case l, ok := <-p.lines:
+				if !ok {
+					t.Fatalf("%s exited before printing %q; stderr:\n%s", what, want, p.stderrText())
+				}
+				all := true
+				for _, w := range want {
+					all = all && strings.Contains(l, w)
+				}
+				if all {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s did not print %q in a minute; stderr:\n%s", what, want, p.stderrText())
+			}
+		}
+	}
+	fake.Script(fakemodel.Reply{Text: "before the restart"})
+	if code, out, errOut := runShoal(t, t.TempDir(), env, "run", open.AgentID, "One."); code != 0 {
+		t.Fatalf("run: exit %d: %s%s", code, out, errOut)
+	}
+	seen(tail, "shoal tail", "before the restart")
+	seen(watch, "shoal watch", "turn_end", `"turn":1`)
+	count := func() (n int) {
+		for _, l := range tail.stdoutLines() {
+			if strings.Contains(l, "before the restart") {
+				n++
+			}
+		}
+		return n
+	}
+	before := count()
+
+	srv.stop(syscall.SIGKILL)
+	time.Sleep(3 * time.Second) // the followers find their server gone
+	n.start()
+	fake.Script(fakemodel.Reply{Text: "after the restart"})
+	if code, out, errOut := runShoal(t, t.TempDir(), env, "run", "--wait", "2m", open.AgentID, "Two."); code != 0 {
+		t.Fatalf("run after the restart: exit %d: %s%s", code, out, errOut)
+	}
+	seen(tail, "shoal tail", "after the restart")
+	seen(watch, "shoal watch", "turn_end", `"turn":2`)
+	if after := count(); after != before {
+		t.Errorf("shoal tail printed the turn before the restart again: %d lines of it, %d before the restart", after, before)
 	}
 }

@@ -60,6 +60,9 @@ the number of the event it begins with.`,
 				if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
 					return usagef("--from %s needs exactly one agent", fromFlag)
 				}
+				// A following tail outlives an outage of any length, as
+				// shoal tui does; it stops on Ctrl-C.
+				v.client.persistent = !noFollow
 				f, err := v.fabric()
 				if err != nil {
 					return err

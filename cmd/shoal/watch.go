@@ -62,6 +62,7 @@ last event it saw.`,
 						return usagef("agent %v", err)
 					}
 				}
+				v.client.persistent = true // "once back, goes on", however long it was away
 				f, err := v.fabric()
 				if err != nil {
 					return err
