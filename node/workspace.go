@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 	"github.com/shoalfabric/shoal/workspace"
 )
 
@@ -35,11 +38,17 @@ type repos struct {
 	why   string // why not, when it has none
 	store store  // where bundles are read and written
 	node  string
+	// confined, when the node can sandbox, is the shoal binary that
+	// confines the gits reading agents' checkouts (workspace.Checkout).
+	confined string
 }
 
 func newRepos(ctx context.Context, h *Host) *repos {
 	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name}
 	r.store = h.store
+	if h.sandbox.kernel != "" {
+		r.confined = h.cfg.Reaper
+	}
 	if v, err := workspace.Available(ctx); err != nil {
 		r.why = err.Error()
 	} else {
@@ -219,17 +228,21 @@ func (h *Host) RepoHas(ctx context.Context, req schemas.RepoHasRequest) (schemas
 
 // Diff is an agent's work against the commit it started on.
 func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffReply, error) {
-	ws, dir, err := h.repos.of(req.AgentID)
+	ws, _, err := h.repos.of(req.AgentID)
 	if err != nil {
 		return schemas.DiffReply{}, err
 	}
 	// Against its start: with the caller's uncommitted work, that is the
 	// commit of it, which is not the agent's doing.
-	diff, err := workspace.Diff(ctx, dir, ws.Commit, req.Stat)
+	// git reads what the agent wrote, which may keep it long (until the
+	// request's deadline kills it): the node's other requests go on.
+	service.LongWait(ctx)
+	co := h.repos.reader(req.AgentID, ws)
+	diff, err := co.Diff(ctx, ws.Commit, req.Stat)
 	if err != nil {
 		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInternal, "the diff of agent %s: %v", req.AgentID, err)
 	}
-	files, err := workspace.Changed(ctx, dir, ws.Commit)
+	files, err := co.Changed(ctx, ws.Commit)
 	if err != nil {
 		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInternal, "the diff of agent %s: %v", req.AgentID, err)
 	}
@@ -240,7 +253,7 @@ func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffR
 // and, on top, a commit of what it has not committed, whose message says
 // which agent and turn made it.
 func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkReply, error) {
-	ws, dir, err := h.repos.of(req.AgentID)
+	ws, _, err := h.repos.of(req.AgentID)
 	if err != nil {
 		return schemas.WorkReply{}, err
 	}
@@ -256,11 +269,13 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	}
 	h.mu.Unlock()
 	msg := fmt.Sprintf("shoal: work of agent %s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", req.AgentID, turn, req.AgentID, h.cfg.Name, turn)
-	tip, err := workspace.Snapshot(ctx, dir, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
+	service.LongWait(ctx) // as in Diff
+	co := h.repos.reader(req.AgentID, ws)
+	tip, err := co.Snapshot(ctx, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
 	if err != nil {
 		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
 	}
-	files, err := workspace.Changed(ctx, dir, ws.Commit)
+	files, err := co.Changed(ctx, ws.Commit)
 	if err != nil {
 		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
 	}
@@ -278,7 +293,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	}
 	f.Close()
 	defer os.Remove(f.Name())
-	if rep.Commits, err = workspace.BundleWork(ctx, dir, tip, haves, f.Name()); err != nil {
+	if rep.Commits, err = co.BundleWork(ctx, tip, haves, f.Name()); err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "bundle the work of agent %s: %v", req.AgentID, err)
 	}
 	if rep.Commits == 0 {
@@ -294,6 +309,25 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 		return rep, err
 	}
 	return rep, nil
+}
+
+// reader is agent id's checkout, as the node reads it: on a node that
+// can sandbox, each git there confined to what an agent may read (the
+// system, its checkout, its repository's cache), sandboxed or not, so
+// nothing the agent wrote in its .git makes the node read for it what
+// its sandbox keeps from it.
+func (r *repos) reader(id string, ws schemas.Workspace) workspace.Checkout {
+	c := workspace.Checkout{Dir: r.checkout(id)}
+	if r.confined == "" {
+		return c
+	}
+	objects := r.cache.Objects(ws.Repo)
+	c.Jail = func(argv []string, writable ...string) ([]string, error) {
+		conf := proc.Confinement{Exe: r.confined, Readable: append(slices.Clone(proc.SystemReadable), objects),
+			Writable: append([]string{c.Dir}, writable...)}
+		return conf.Wrap(argv)
+	}
+	return c
 }
 
 // of is the workspace and checkout of agent id.

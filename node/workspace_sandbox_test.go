@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,5 +143,131 @@ func TestSandboxedAgentCannotReadAnotherAgentsWorkThroughTheCache(t *testing.T) 
 	}
 	if strings.Contains(r[0].Content, "TOPSECRET-of-b") {
 		t.Fatalf("sandboxed agent a read agent b's uncommitted work from its node's shared cache:\n%s", r[0].Content)
+	}
+}
+
+// A sandboxed agent writes its checkout's .git as it likes: an alternate
+// object directory and a branch that are another repository's (one the
+// node's user can read, the agent cannot), or a .git file naming another
+// agent's checkout. Its node's git for diff and fetch must not follow
+// them as the node: the other repository's commit, or the other agent's
+// uncommitted work, would reach the caller in the fetched branch, and the
+// agent in its next open.
+func TestSandboxedAgentsGitDirLeadsItsNodeNowhere(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	commit := func(dir, file, content string) {
+		gittest.Git(t, dir, "init", "-q", "-b", "main")
+		os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644)
+		gittest.Git(t, dir, "add", ".")
+		gittest.Git(t, dir, "commit", "-q", "-m", "first")
+	}
+	repo, private := t.TempDir(), t.TempDir()
+	commit(repo, "README", "hi\n")
+	commit(private, "key.txt", "PRIVATE-KEY-MATERIAL\n")
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
+	ctx := f.ctx(3 * time.Minute)
+	yes := true
+
+	// v, not sandboxed, starts on uncommitted work of the caller's, which
+	// then leaves the caller's files.
+	os.WriteFile(filepath.Join(repo, "victim.txt"), []byte("VICTIM-SECRET\n"), 0o644)
+	if _, err := f.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: "v", Permission: "bypass"}, client.RepoSource{Dir: repo, WithChanges: true}); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(repo, "victim.txt"))
+
+	fake.Script(
+		bash("echo "+private+"/.git/objects >> .git/objects/info/alternates && ln -s "+private+"/.git/refs/heads/main .git/refs/heads/loot && echo 'ref: refs/heads/loot' > .git/HEAD && echo planted"),
+		fakemodel.Reply{Text: "Planted."},
+		bash("mv .git .git-mine && echo 'gitdir: ../v/.git' > .git && echo planted"),
+		fakemodel.Reply{Text: "Planted."},
+	)
+	for _, id := range []string{"alt", "gitfile"} {
+		if _, err := f.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: id, Permission: "bypass", Sandbox: &yes}, client.RepoSource{Dir: repo}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := f.fabric.Status(ctx, id); err != nil || rec.Sandbox == nil || rec.Sandbox.Kernel == "" {
+			t.Fatalf("agent %s is not sandboxed: %+v %v", id, rec.Sandbox, err)
+		}
+		if rep, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: id, Text: "Plant."}); err != nil || rep.Text != "Planted." {
+			t.Fatalf("%s's turn: %+v %v", id, rep, err)
+		}
+	}
+	for i, r := range fake.Requests() {
+		if len(r.ToolResults) == 1 && !strings.Contains(r.ToolResults[0].Content, "planted") {
+			t.Fatalf("request %d: the plant failed: %s", i, r.ToolResults[0].Content)
+		}
+	}
+
+	secrets := []string{"PRIVATE-KEY-MATERIAL", "VICTIM-SECRET"}
+	for _, id := range []string{"alt", "gitfile"} {
+		if diff, err := f.fabric.Diff(ctx, id, false); err == nil {
+			for _, s := range secrets {
+				if strings.Contains(diff.Diff, s) {
+					t.Errorf("agent %s's diff holds %s, which its sandbox keeps from it:\n%s", id, s, diff.Diff)
+				}
+			}
+		}
+		_, err := f.fabric.Fetch(ctx, id, repo)
+		t.Logf("fetch of %s: %v", id, err)
+		all := gittest.Git(t, repo, "cat-file", "--batch-all-objects", "--batch")
+		for _, s := range secrets {
+			if strings.Contains(all, s) {
+				t.Errorf("the fetch of agent %s brought %s into the caller's repository", id, s)
+			}
+		}
+	}
+}
+
+// An agent's .git/index made a link to a FIFO (or to a file the agent
+// cannot read), its HEAD a FIFO: its node's diff of it fails, and the
+// node's other agents' diffs are answered meanwhile; the node stops when
+// asked. The node read the index whole, following links and blocking on
+// the FIFO, and one request held every other diff of the node.
+func TestAnAgentsCheckoutHoldsUpNoOtherDiff(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	repo := t.TempDir()
+	gittest.Git(t, repo, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
+	ctx := f.ctx(3 * time.Minute)
+	for _, id := range []string{"jam", "head", "other"} {
+		if _, err := f.fabric.OpenRepo(ctx, schemas.OpenRequest{ID: id, Permission: "bypass"}, client.RepoSource{Dir: repo}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.Script(
+		bash("mkfifo .git/fifo && mv .git/index .git/index.real && ln -s fifo .git/index && echo planted"), fakemodel.Reply{Text: "Planted."},
+		bash("mkfifo .git/HEAD.fifo && mv .git/HEAD.fifo .git/HEAD && echo planted"), fakemodel.Reply{Text: "Planted."},
+		bash("echo mine > mine.txt"), fakemodel.Reply{Text: "Wrote."},
+	)
+	for _, id := range []string{"jam", "head", "other"} {
+		if _, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: id, Text: "Go."}); err != nil {
+			t.Fatalf("%s's turn: %v", id, err)
+		}
+	}
+	if _, err := f.fabric.Diff(ctx, "jam", false); err == nil || !strings.Contains(err.Error(), "index") {
+		t.Errorf("the diff of an agent whose index is a link to a FIFO: %v; want a refusal naming the index", err)
+	}
+	// head's diff waits on its FIFO until the request's deadline; other's
+	// is answered meanwhile.
+	stuck := make(chan error, 1)
+	go func() { _, err := f.fabric.Diff(ctx, "head", false); stuck <- err }()
+	time.Sleep(2 * time.Second) // its git is waiting on the FIFO
+	quick, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if diff, err := f.fabric.Diff(quick, "other", false); err != nil || !strings.Contains(diff.Diff, "+mine") {
+		t.Fatalf("another agent's diff while one waits on a FIFO: %+v %v", diff, err)
+	}
+	select {
+	case err := <-stuck:
+		t.Logf("head's diff: %v", err)
+	default:
 	}
 }

@@ -14,29 +14,24 @@ import (
 const bundleRef = "refs/shoal/tip"
 
 // writeBundle writes to path a git bundle of tip and what it needs beyond
-// haves, reading objects from the directories in objects (one a line). A
-// temporary repository that reads those objects names tip, so the
-// repositories they belong to are not touched. Haves that are not there
-// are left out. It returns how many commits the bundle holds; a bundle of
-// none is not written (0, nil).
-func writeBundle(ctx context.Context, objects, tip string, haves []string, path string) (int, error) {
-	tmp, err := os.MkdirTemp("", "shoal-bundle-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(tmp)
+// haves, reading objects from the directories in objects (one a line),
+// through g. A temporary repository made in the empty directory tmp, that
+// reads those objects, names tip, so the repositories they belong to are
+// not touched. Haves that are not there are left out. It returns how many
+// commits the bundle holds; a bundle of none is not written (0, nil).
+func writeBundle(ctx context.Context, g gitter, tmp, objects, tip string, haves []string, path string) (int, error) {
 	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", tmp); err != nil {
 		return 0, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "objects", "info", "alternates"), []byte(objects+"\n"), 0o600); err != nil {
 		return 0, err
 	}
-	if _, err := run(ctx, tmp, nil, nil, "update-ref", bundleRef, tip); err != nil {
+	if _, err := g.run(ctx, tmp, nil, nil, "update-ref", bundleRef, tip); err != nil {
 		return 0, fmt.Errorf("commit %s is not in the repository: %v", tip, err)
 	}
 	args := []string{bundleRef}
 	if len(haves) > 0 {
-		known, err := present(ctx, tmp, haves)
+		known, err := present(ctx, g, tmp, haves)
 		if err != nil {
 			return 0, err
 		}
@@ -44,7 +39,7 @@ func writeBundle(ctx context.Context, objects, tip string, haves []string, path 
 			args = append(args, "^"+h)
 		}
 	}
-	n, err := line(ctx, tmp, nil, append([]string{"rev-list", "--count"}, args...)...)
+	n, err := g.line(ctx, tmp, nil, append([]string{"rev-list", "--count"}, args...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -52,21 +47,21 @@ func writeBundle(ctx context.Context, objects, tip string, haves []string, path 
 	if err != nil || count == 0 {
 		return 0, err
 	}
-	if _, err := run(ctx, tmp, nil, nil, append([]string{"bundle", "create", "--quiet", path}, args...)...); err != nil {
+	if _, err := g.run(ctx, tmp, nil, nil, append([]string{"bundle", "create", "--quiet", path}, args...)...); err != nil {
 		return 0, err
 	}
 	return count, nil
 }
 
 // present returns those of the commits that repository dir has.
-func present(ctx context.Context, dir string, commits []string) ([]string, error) {
+func present(ctx context.Context, g gitter, dir string, commits []string) ([]string, error) {
 	var in strings.Builder
 	for _, c := range commits {
 		if IsCommitID(c) {
 			in.WriteString(c + "\n")
 		}
 	}
-	out, err := run(ctx, dir, nil, []byte(in.String()), "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	out, err := g.run(ctx, dir, nil, []byte(in.String()), "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return nil, err
 	}

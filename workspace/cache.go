@@ -2,11 +2,15 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxHaves is how many of the commits a cache has it names to a caller,
@@ -56,7 +60,7 @@ func (c *Cache) Has(ctx context.Context, repo, commit string) (bool, []string, e
 	if _, err := os.Stat(dir); os.IsNotExist(err) {
 		return false, nil, nil
 	}
-	if known, err := present(ctx, dir, []string{commit}); err != nil {
+	if known, err := present(ctx, gitter{}, dir, []string{commit}); err != nil {
 		return false, nil, err
 	} else if len(known) == 1 {
 		return true, nil, nil
@@ -117,7 +121,7 @@ func fetchBundle(ctx context.Context, dir, bundle, tip string) error {
 	if _, err := run(ctx, dir, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":refs/shoal/"+tip); err != nil {
 		return err
 	}
-	if known, err := present(ctx, dir, []string{tip}); err != nil || len(known) != 1 {
+	if known, err := present(ctx, gitter{}, dir, []string{tip}); err != nil || len(known) != 1 {
 		return fmt.Errorf("the bundle did not hold commit %s", tip)
 	}
 	return nil
@@ -188,11 +192,43 @@ func (c *Cache) checkout(ctx context.Context, repo, bundle, commit, dst, branch,
 	return nil
 }
 
-// Diff is the agent's work in checkout dir against base, committed and not
-// (untracked files included, ignored ones not), as git diff prints it; a
-// summary of the files changed with stat.
-func Diff(ctx context.Context, dir, base string, stat bool) (string, error) {
-	tree, env, cleanup, err := workTree(ctx, dir)
+// A Checkout is an agent's checkout, as its node reads it for the agent's
+// work (Diff, Changed, Snapshot, BundleWork).
+//
+// The agent writes everything in it, .git included, so where git finds
+// the repository (a .git file), its objects (objects/info/alternates),
+// its refs (symbolic links) and its index are the agent's to point
+// anywhere, a FIFO among them. A git the node runs there reads what they
+// point at as the node: for a sandboxed agent, what its sandbox keeps
+// from it (another repository, another agent's work), which would come
+// back in a bundle the agent's next open reads. With Jail set, each such
+// git runs confined as the agent is, so it reads nothing the agent could
+// not read itself; and the index, which the node copies, is read only
+// from the checkout's own .git directory, never through a link, and only
+// as a regular file of bounded size.
+type Checkout struct {
+	Dir string
+	// Jail, when set, confines each git that reads the checkout.
+	Jail Jail
+}
+
+// A Jail returns argv run confined to reading the system, the checkout
+// and the cache's objects, and writing the checkout and writable.
+type Jail func(argv []string, writable ...string) ([]string, error)
+
+// git is the gitter for the checkout's gits, which may write writable too.
+func (c Checkout) git(writable ...string) gitter {
+	if c.Jail == nil {
+		return gitter{}
+	}
+	return gitter{jail: c.Jail, writable: writable}
+}
+
+// Diff is the agent's work against base, committed and not (untracked
+// files included, ignored ones not), as git diff prints it; a summary of
+// the files changed with stat.
+func (c Checkout) Diff(ctx context.Context, base string, stat bool) (string, error) {
+	tree, g, env, cleanup, err := c.workTree(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -201,50 +237,62 @@ func Diff(ctx context.Context, dir, base string, stat bool) (string, error) {
 	if stat {
 		args = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", base, tree}
 	}
-	return run(ctx, dir, env, nil, args...)
+	return g.run(ctx, c.Dir, env, nil, args...)
 }
 
-// Changed is how many files the agent's work in dir changes against base.
-func Changed(ctx context.Context, dir, base string) (int, error) {
-	tree, env, cleanup, err := workTree(ctx, dir)
+// Changed is how many files the agent's work changes against base.
+func (c Checkout) Changed(ctx context.Context, base string) (int, error) {
+	tree, g, env, cleanup, err := c.workTree(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer cleanup()
-	out, err := run(ctx, dir, env, nil, "diff", "--name-only", "--no-renames", base, tree)
+	out, err := g.run(ctx, c.Dir, env, nil, "diff", "--name-only", "--no-renames", base, tree)
 	return len(strings.Fields(out)), err
 }
 
-// workTree writes the tree of dir's files as they are and returns it,
-// with the environment that reads it apart from dir's configuration
-// (apart).
-func workTree(ctx context.Context, dir string) (string, []string, func(), error) {
+// workTree writes the tree of the checkout's files as they are and
+// returns it, with the gitter and environment that read it apart from the
+// checkout's configuration (apart).
+func (c Checkout) workTree(ctx context.Context) (string, gitter, []string, func(), error) {
 	tmp, err := os.MkdirTemp("", "shoal-diff-")
 	if err != nil {
-		return "", nil, nil, err
+		return "", gitter{}, nil, nil, err
 	}
 	cleanup := func() { os.RemoveAll(tmp) }
-	objects, err := objectDir(ctx, dir)
+	g := c.git(tmp)
+	commit, env, err := c.snapshot(ctx, g, tmp, "work", "shoal", "shoal@localhost")
 	if err != nil {
 		cleanup()
-		return "", nil, nil, err
+		return "", gitter{}, nil, nil, err
 	}
-	head, err := line(ctx, dir, nil, "rev-parse", "HEAD")
+	return commit + "^{tree}", g, env, cleanup, nil
+}
+
+// snapshot commits the checkout's files as they are on top of its HEAD,
+// through g, with tmp its scratch directory; it returns the commit and
+// the environment that reads it.
+func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, email string) (string, []string, error) {
+	objects, err := objectDir(ctx, g, c.Dir)
 	if err != nil {
-		cleanup()
-		return "", nil, nil, err
+		return "", nil, err
 	}
-	env, err := apart(ctx, dir, objects, tmp)
+	head, err := g.line(ctx, c.Dir, nil, "rev-parse", "HEAD")
 	if err != nil {
-		cleanup()
-		return "", nil, nil, err
+		return "", nil, err
 	}
-	commit, err := snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, "work", "shoal", "shoal@localhost", env...)
+	env, err := apart(ctx, g, c.Dir, objects, tmp)
 	if err != nil {
-		cleanup()
-		return "", nil, nil, err
+		return "", nil, err
 	}
-	return commit + "^{tree}", env, cleanup, nil
+	index := filepath.Join(tmp, "index")
+	if c.Jail != nil {
+		if err := copyOwnIndex(c.Dir, index); err != nil {
+			return "", nil, err
+		}
+	}
+	commit, err := snapshotTree(ctx, g, c.Dir, objects, objects, index, c.Jail == nil, head, message, name, email, env...)
+	return commit, env, err
 }
 
 // apart is the environment in which git reads the agent's checkout at dir
@@ -254,8 +302,8 @@ func workTree(ctx context.Context, dir string) (string, []string, func(), error)
 // a diff driver or core.fsmonitor there names, as the node and outside
 // any sandbox the agent is in; a .gitattributes naming a filter no
 // configuration defines does nothing.
-func apart(ctx context.Context, dir, objects, tmp string) ([]string, error) {
-	format, err := line(ctx, dir, nil, "rev-parse", "--show-object-format")
+func apart(ctx context.Context, g gitter, dir, objects, tmp string) ([]string, error) {
+	format, err := g.line(ctx, dir, nil, "rev-parse", "--show-object-format")
 	if err != nil {
 		return nil, err
 	}
@@ -278,37 +326,82 @@ func apart(ctx context.Context, dir, objects, tmp string) ([]string, error) {
 	return []string{"GIT_DIR=" + gitDir, "GIT_WORK_TREE=" + dir, "GIT_OBJECT_DIRECTORY=" + objects}, nil
 }
 
-// Snapshot is the commit of the agent's work in dir: HEAD, or a commit of
-// its uncommitted work on top, with message, by name and email. The
+// Snapshot is the commit of the agent's work: HEAD, or a commit of its
+// uncommitted work on top, with message, by name and email. The
 // checkout's branch does not move.
-func Snapshot(ctx context.Context, dir, message, name, email string) (string, error) {
+func (c Checkout) Snapshot(ctx context.Context, message, name, email string) (string, error) {
 	tmp, err := os.MkdirTemp("", "shoal-snap-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	objects, err := objectDir(ctx, dir)
-	if err != nil {
-		return "", err
-	}
-	head, err := line(ctx, dir, nil, "rev-parse", "HEAD")
-	if err != nil {
-		return "", err
-	}
-	env, err := apart(ctx, dir, objects, tmp)
-	if err != nil {
-		return "", err
-	}
-	return snapshotTree(ctx, dir, objects, objects, filepath.Join(tmp, "index"), head, message, name, email, env...)
+	commit, _, err := c.snapshot(ctx, c.git(tmp), tmp, message, name, email)
+	return commit, err
 }
 
-// BundleWork writes to path a bundle of commit tip of checkout dir beyond
-// the haves (commits its reader holds; those dir does not know are left
-// out), for Land or Receive; it returns how many commits it holds.
-func BundleWork(ctx context.Context, dir, tip string, haves []string, path string) (int, error) {
-	objects, err := objectDir(ctx, dir)
+// BundleWork writes to path a bundle of commit tip of the checkout beyond
+// the haves (commits its reader holds; those the checkout does not know
+// are left out), for Land or Receive; it returns how many commits it
+// holds.
+func (c Checkout) BundleWork(ctx context.Context, tip string, haves []string, path string) (int, error) {
+	tmp, err := os.MkdirTemp("", "shoal-bundle-")
 	if err != nil {
 		return 0, err
 	}
-	return writeBundle(ctx, objects, tip, haves, path)
+	defer os.RemoveAll(tmp)
+	// Written in tmp, which the git may write (with its lock beside it),
+	// then moved to path.
+	repo, out := filepath.Join(tmp, "repo"), filepath.Join(tmp, "work.bundle")
+	g := c.git(tmp)
+	objects, err := objectDir(ctx, g, c.Dir)
+	if err != nil {
+		return 0, err
+	}
+	n, err := writeBundle(ctx, g, repo, objects, tip, haves, out)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	return n, os.Rename(out, path)
+}
+
+// maxIndex bounds the index the node copies from an agent's checkout: a
+// git index of some hundred thousand files is tens of megabytes.
+const maxIndex = 512 << 20
+
+// copyOwnIndex copies the index of checkout dir's own .git directory to
+// to, if it has one: opened beneath a .git that is a directory and not a
+// link, never through a link, never blocking (a FIFO the agent put
+// there), and only a regular file of at most maxIndex bytes.
+func copyOwnIndex(dir, to string) error {
+	gitDir, err := unix.Open(filepath.Join(dir, ".git"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the checkout's .git is not a directory of its own (%v): the node reads no repository elsewhere", err)
+	}
+	defer unix.Close(gitDir)
+	fd, err := unix.Openat(gitDir, "index", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // no index: git add makes one
+	}
+	if err != nil {
+		return fmt.Errorf("the checkout's .git/index cannot be read as a file (%v)", err)
+	}
+	f := os.NewFile(uintptr(fd), "index")
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("the checkout's .git/index is not a regular file (%v)", fi.Mode().Type())
+	case fi.Size() > maxIndex:
+		return fmt.Errorf("the checkout's .git/index is %d bytes, past the %d the node reads", fi.Size(), maxIndex)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxIndex+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxIndex {
+		return fmt.Errorf("the checkout's .git/index grew past the %d bytes the node reads", maxIndex)
+	}
+	return os.WriteFile(to, b, 0o600)
 }

@@ -48,7 +48,7 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	s := &Start{Root: root, Ref: ref}
-	if s.objects, err = objectDir(ctx, root); err != nil {
+	if s.objects, err = objectDir(ctx, gitter{}, root); err != nil {
 		return nil, err
 	}
 	if s.Base, err = line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err != nil || s.Base == "" {
@@ -90,7 +90,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if err := os.MkdirAll(objects, 0o700); err != nil {
 		return err
 	}
-	commit, err := snapshotTree(ctx, s.Root, s.objects, objects, filepath.Join(tmp, "index"), s.Base,
+	commit, err := snapshotTree(ctx, gitter{}, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
 		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost")
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
@@ -100,41 +100,44 @@ func (s *Start) snapshot(ctx context.Context) error {
 }
 
 // snapshotTree commits the work tree root (tracked and untracked files,
-// not ignored ones) on top of parent, writing objects to newObjects and
-// reading existing ones from objects; index is a temporary index file,
-// seeded from the repository's own. It returns parent when nothing
+// not ignored ones) on top of parent, through g, writing objects to
+// newObjects and reading existing ones from objects; index is a
+// temporary index file, seeded from the repository's own when seed is
+// set (else the caller has seeded it). It returns parent when nothing
 // differs from it.
-func snapshotTree(ctx context.Context, root, objects, newObjects, index, parent, message, name, email string, extra ...string) (string, error) {
-	gitDir, err := line(ctx, root, nil, "rev-parse", "--absolute-git-dir")
-	if err != nil {
-		return "", err
-	}
-	if b, err := os.ReadFile(filepath.Join(gitDir, "index")); err == nil {
-		if err := os.WriteFile(index, b, 0o600); err != nil {
+func snapshotTree(ctx context.Context, g gitter, root, objects, newObjects, index string, seed bool, parent, message, name, email string, extra ...string) (string, error) {
+	if seed {
+		gitDir, err := g.line(ctx, root, nil, "rev-parse", "--absolute-git-dir")
+		if err != nil {
 			return "", err
+		}
+		if b, err := os.ReadFile(filepath.Join(gitDir, "index")); err == nil {
+			if err := os.WriteFile(index, b, 0o600); err != nil {
+				return "", err
+			}
 		}
 	}
 	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
 		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + strings.ReplaceAll(objects, "\n", ":"),
 		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
 	env = append(env, extra...)
-	if _, err := run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
+	if _, err := g.run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
 		return "", err
 	}
-	tree, err := line(ctx, root, env, "write-tree")
+	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
 		return "", err
 	}
-	if old, _ := line(ctx, root, env, "rev-parse", parent+"^{tree}"); old == tree {
+	if old, _ := g.line(ctx, root, env, "rev-parse", parent+"^{tree}"); old == tree {
 		return parent, nil
 	}
-	return line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+	return g.line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
 }
 
 // objectDir is the object directory of the repository whose work tree is
 // root.
-func objectDir(ctx context.Context, root string) (string, error) {
-	d, err := line(ctx, root, nil, "rev-parse", "--git-path", "objects")
+func objectDir(ctx context.Context, g gitter, root string) (string, error) {
+	d, err := g.line(ctx, root, nil, "rev-parse", "--git-path", "objects")
 	if err != nil {
 		return "", err
 	}
@@ -163,7 +166,12 @@ func identity(ctx context.Context, dir, commit string) (string, error) {
 // commit, given the commits the node has (haves; those the caller does
 // not know are left out). It returns how many commits it holds.
 func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, error) {
-	return writeBundle(ctx, s.objects, s.Commit, haves, path)
+	tmp, err := os.MkdirTemp("", "shoal-bundle-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	return writeBundle(ctx, gitter{}, tmp, s.objects, s.Commit, haves, path)
 }
 
 // Land puts the agent's work, a bundle of the commit tip made by the node,

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // ErrNoGit is returned when git cannot be run.
@@ -57,10 +58,34 @@ func cleanEnv(extra []string) []string {
 	return append(env, extra...)
 }
 
+// A gitter runs git: as the caller (the zero gitter), or confined by
+// jail, which may write the directories and files in writable.
+type gitter struct {
+	jail     Jail
+	writable []string
+}
+
 // run runs git in dir with the clean environment plus extra, and returns
 // its standard output. The error carries git's standard error.
 func run(ctx context.Context, dir string, extra []string, stdin []byte, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
+	return gitter{}.run(ctx, dir, extra, stdin, args...)
+}
+
+// line runs git and returns the first line of its output, trimmed.
+func line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
+	return gitter{}.line(ctx, dir, extra, args...)
+}
+
+func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byte, args ...string) (string, error) {
+	argv := append([]string{"git"}, args...)
+	if g.jail != nil {
+		var err error
+		if argv, err = g.jail(argv, g.writable...); err != nil {
+			return "", err
+		}
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.WaitDelay = 5 * time.Second // what it left holding its pipes does not hold us
 	cmd.Dir = dir
 	cmd.Env = cleanEnv(extra)
 	if stdin != nil {
@@ -81,9 +106,8 @@ func run(ctx context.Context, dir string, extra []string, stdin []byte, args ...
 	return out.String(), nil
 }
 
-// line runs git and returns the first line of its output, trimmed.
-func line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
-	out, err := run(ctx, dir, extra, nil, args...)
+func (g gitter) line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
+	out, err := g.run(ctx, dir, extra, nil, args...)
 	first, _, _ := strings.Cut(out, "\n")
 	return strings.TrimSpace(first), err
 }

@@ -112,19 +112,19 @@ func TestRoundTrip(t *testing.T) {
 	git(t, co, "add", "committed.txt")
 	git(t, co, "-c", "user.name=agent a1", "-c", "user.email=a1@shoal", "commit", "-q", "-m", "agent commit")
 	write(t, filepath.Join(co, "loose.txt"), "l\n")
-	d, err := Diff(ctx, co, s.Commit, false)
+	d, err := Checkout{Dir: co}.Diff(ctx, s.Commit, false)
 	if err != nil || !strings.Contains(d, "+c") || !strings.Contains(d, "+l") || !strings.Contains(d, "b/loose.txt") {
 		t.Fatalf("diff: %v\n%s", err, d)
 	}
-	if c, err := Changed(ctx, co, s.Commit); err != nil || c != 2 {
+	if c, err := (Checkout{Dir: co}).Changed(ctx, s.Commit); err != nil || c != 2 {
 		t.Fatalf("changed: %d %v", c, err)
 	}
-	tip, err := Snapshot(ctx, co, "uncommitted work of a1", "agent a1", "a1@shoal")
+	tip, err := Checkout{Dir: co}.Snapshot(ctx, "uncommitted work of a1", "agent a1", "a1@shoal")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wb := filepath.Join(t.TempDir(), "w")
-	if n, err := BundleWork(ctx, co, tip, []string{s.Base}, wb); err != nil || n != 3 {
+	if n, err := (Checkout{Dir: co}).BundleWork(ctx, tip, []string{s.Base}, wb); err != nil || n != 3 {
 		t.Fatalf("work bundle: %d %v; want the changes, the agent's commit and its uncommitted work", n, err)
 	}
 	if err := Land(ctx, repo, wb, tip, "shoal/a1"); err != nil {

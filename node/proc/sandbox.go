@@ -99,6 +99,16 @@ func XDGDir(env []string, name, dflt string) string {
 	return ""
 }
 
+// Wrap is argv run under the sandbox wrapper (Landlock and seccomp; not
+// namespaces), for a program the node runs confined itself: it inherits
+// the environment it is given, not c.Env.
+func (c *Confinement) Wrap(argv []string) ([]string, error) {
+	if c.Namespaces {
+		return nil, fmt.Errorf("a confinement in namespaces of its own is made by its node, not by the wrapper")
+	}
+	return c.wrap(argv)
+}
+
 // wrap puts argv under the sandbox wrapper.
 func (c *Confinement) wrap(argv []string) ([]string, error) {
 	b, err := json.Marshal(c)
