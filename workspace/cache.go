@@ -286,12 +286,10 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 		return "", nil, err
 	}
 	index := filepath.Join(tmp, "index")
-	if c.Jail != nil {
-		if err := copyOwnIndex(c.Dir, index); err != nil {
-			return "", nil, err
-		}
+	if err := copyOwnIndex(c.Dir, index); err != nil {
+		return "", nil, err
 	}
-	commit, err := snapshotTree(ctx, g, c.Dir, objects, objects, index, c.Jail == nil, head, message, name, email, env...)
+	commit, err := snapshotTree(ctx, g, c.Dir, objects, objects, index, false, head, message, name, email, env...)
 	return commit, env, err
 }
 
