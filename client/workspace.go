@@ -106,9 +106,23 @@ func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.
 	if err := f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute); err != nil {
 		return nil, schemas.Errf(schemas.CodeOf(err), "agent %s's work is on node %s, which could not send it (%v): reopen it when %s answers, or open a new agent", prev.ID, prev.Node, err, prev.Node)
 	}
+	if err := workBundle(prev.ID, prev.Node, ws.Repo, work.Bundle); err != nil {
+		return nil, err
+	}
 	ws.Resume, ws.Bundle = work.Tip, work.Bundle
 	f.say("carried agent %s's work (%d commits, %d files changed) from node %s to node %s", prev.ID, work.Commits, work.Files, prev.Node, node)
 	return &ws, nil
+}
+
+// workBundle refuses a node's answer naming a bundle that is not of its
+// agent's work (schemas.WorkBundlePrefix): a node may name only what it
+// wrote, not another agent's bundle for the caller to land or for the
+// agent's next node to check out.
+func workBundle(id, node, repo, name string) error {
+	if name == "" || strings.HasPrefix(name, schemas.WorkBundlePrefix(repo, node, id)) {
+		return nil
+	}
+	return schemas.Errf(schemas.CodeInternal, "agent %s's node %s named bundle %s, which is not of its work (%s…; a node of an earlier version names its work otherwise: upgrade it): nothing was taken", id, node, name, schemas.WorkBundlePrefix(repo, node, id))
 }
 
 // checkoutOn is agent id's checkout on node, as the node's record says;
@@ -338,6 +352,9 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 	}
 	if !workspace.IsCommitID(rep.Tip) {
 		return Fetched{}, schemas.Errf(schemas.CodeInternal, "agent %s's node answered with tip %q, not a commit id: nothing was fetched", id, rep.Tip)
+	}
+	if err := workBundle(id, rec.Node, rec.Workspace.Repo, rep.Bundle); err != nil {
+		return Fetched{}, err
 	}
 	got := Fetched{Branch: rep.Branch, Tip: rep.Tip, Base: rep.Base, Commits: rep.Commits, Files: rep.Files, Into: into}
 	if rep.Bundle == "" {

@@ -186,6 +186,11 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		if busy >= bundleWritesPerNode {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s already has %d bundle writes in progress, the most it may; send it once one of them ends", name, node, busy)
 		}
+		if held, err := nodeBundleBytes(bg, obs, node, name); err != nil {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: %v", name, err)
+		} else if held >= b.nodeMax() {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored hold %d bytes, the most a node's may (%d); they expire with the store's age", name, node, held, b.nodeMax())
+		}
 		pr, pw := io.Pipe()
 		w = &bundleWrite{pw: pw, done: make(chan error, 1)}
 		go func() {
@@ -229,6 +234,31 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 	return nil
 }
 
+// nodeMax is how many bytes of bundles a node may have stored in all:
+// twice the largest one, so one rogue node cannot take the whole store
+// from every open.
+func (b *bundles) nodeMax() int64 { return 2 * b.max }
+
+// nodeBundleBytes is the size of node's bundles stored in obs (work
+// bundles are named under their node: schemas.WorkBundlePrefix), but
+// except.
+func nodeBundleBytes(ctx context.Context, obs jetstream.ObjectStore, node, except string) (int64, error) {
+	infos, err := obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list the repositories' object store: %w", err)
+	}
+	var n int64
+	for _, info := range infos {
+		if _, rest, ok := strings.Cut(info.Name, "/work/"); ok && strings.HasPrefix(rest, node+"/") && info.Name != except && !info.Deleted {
+			n += int64(info.Size)
+		}
+	}
+	return n, nil
+}
+
 // bundleRight says whether node may read (or, write, write) bundle name
 // for agent id: the agent is the node's, opened on a repository; a read
 // is of the bundle its record names, a write of a bundle of its
@@ -257,8 +287,8 @@ func (r *Relay) bundleRight(ctx context.Context, node, id, name string, write bo
 		return schemas.Errf(schemas.CodeForbidden, "agent %s was not opened on a repository: node %s has no bundle of it to read or write", id, node)
 	case !write && name != ws.Bundle:
 		return schemas.Errf(schemas.CodeForbidden, "node %s may read only the bundle agent %s is opened from, not %s", node, id, name)
-	case write && (!strings.HasPrefix(name, ws.Repo+"/") || !strings.HasSuffix(name, ".bundle") || strings.Contains(name, "..")):
-		return schemas.Errf(schemas.CodeForbidden, "node %s may write only bundles of agent %s's repository, not %s", node, id, name)
+	case write && (!strings.HasPrefix(name, schemas.WorkBundlePrefix(ws.Repo, node, id)) || !strings.HasSuffix(name, ".bundle") || strings.Contains(name, "..")):
+		return schemas.Errf(schemas.CodeForbidden, "node %s may write only bundles of agent %s's work, named %s…, not %s", node, id, schemas.WorkBundlePrefix(ws.Repo, node, id), name)
 	}
 	return nil
 }

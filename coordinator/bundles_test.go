@@ -79,13 +79,13 @@ func TestRelayHoldsANodesBundleToTheLimit(t *testing.T) {
 	var off int64
 	var refused error
 	for i := 0; i < 6 && refused == nil; i++ {
-		refused = w.put("r1/big.bundle", off, chunk, i == 5)
+		refused = w.put("r1/work/nb/mine/big.bundle", off, chunk, i == 5)
 		off += int64(len(chunk))
 	}
 	if refused == nil {
 		t.Fatalf("the relay stored a bundle of %d bytes past its limit of %d", off, limit)
 	}
-	if !strings.Contains(refused.Error(), fmt.Sprint(limit)) || !strings.Contains(refused.Error(), "r1/big.bundle") {
+	if !strings.Contains(refused.Error(), fmt.Sprint(limit)) || !strings.Contains(refused.Error(), "r1/work/nb/mine/big.bundle") {
 		t.Errorf("the refusal names neither the bundle nor the limit: %v", refused)
 	}
 	t.Logf("refused: %v", refused)
@@ -93,7 +93,7 @@ func TestRelayHoldsANodesBundleToTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := obs.GetInfo(ctx, "r1/big.bundle"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := obs.GetInfo(ctx, "r1/work/nb/mine/big.bundle"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Errorf("the refused bundle's object: %v, want none", err)
 	}
 	st, err := s.F.JetStream().Stream(ctx, "OBJ_"+schemas.ReposBucket)
@@ -104,10 +104,10 @@ func TestRelayHoldsANodesBundleToTheLimit(t *testing.T) {
 		t.Errorf("the repositories' store holds %d bytes after the refusal (%v), want none of it", info.State.Bytes, err)
 	}
 
-	if err := w.put("r1/small.bundle", 0, chunk, true); err != nil {
+	if err := w.put("r1/work/nb/mine/small.bundle", 0, chunk, true); err != nil {
 		t.Fatalf("a bundle within the limit: %v", err)
 	}
-	if info, err := obs.GetInfo(ctx, "r1/small.bundle"); err != nil || info.Size != uint64(len(chunk)) {
+	if info, err := obs.GetInfo(ctx, "r1/work/nb/mine/small.bundle"); err != nil || info.Size != uint64(len(chunk)) {
 		t.Errorf("the bundle within the limit: %+v %v", info, err)
 	}
 }
@@ -124,7 +124,7 @@ func TestRelayHoldsANodesBundleWritesInProgress(t *testing.T) {
 	var refused error
 	n := 0
 	for ; n < 100 && refused == nil; n++ {
-		refused = w.put(fmt.Sprintf("r1/open-%d.bundle", n), 0, []byte("part"), false)
+		refused = w.put(fmt.Sprintf("r1/work/nb/mine/open-%d.bundle", n), 0, []byte("part"), false)
 	}
 	if refused == nil {
 		t.Fatalf("the relay took %d bundle writes in progress from one node", n)
@@ -133,10 +133,10 @@ func TestRelayHoldsANodesBundleWritesInProgress(t *testing.T) {
 	if n > 17 || !strings.Contains(refused.Error(), "in progress") {
 		t.Errorf("write %d refused: %v; want a refusal saying how many are in progress, within the first 16", n, refused)
 	}
-	if err := w.put("r1/open-0.bundle", 4, []byte("-end"), true); err != nil {
+	if err := w.put("r1/work/nb/mine/open-0.bundle", 4, []byte("-end"), true); err != nil {
 		t.Fatalf("ending a write in progress: %v", err)
 	}
-	if err := w.put("r1/after.bundle", 0, []byte("whole"), true); err != nil {
+	if err := w.put("r1/work/nb/mine/after.bundle", 0, []byte("whole"), true); err != nil {
 		t.Errorf("a write after one of them ended: %v", err)
 	}
 }
@@ -170,5 +170,55 @@ func TestRelayKeepsANodeFromAnotherNodesBundles(t *testing.T) {
 	}
 	if err := schemas.DecodeReply(rep.Data, &none); err == nil || !strings.Contains(err.Error(), "node nc may not read or write bundles for agent mine") {
 		t.Errorf("another node's read of agent mine's bundle: %v", err)
+	}
+}
+
+// A node writes its agents' work under their own names only: a name a
+// caller's open reads (schemas.BundleName, which the caller's client
+// skips sending when it is there), written first with anything, made
+// that open fail for a day; and another node's or agent's work names are
+// not its own either. And a node's bundles stored are held to twice the
+// largest one in all, so one node does not take the whole store from
+// every other node's work and every caller's open.
+func TestRelayKeepsANodeToItsOwnWorkBundles(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	s := fabrictest.StartSecuredRelay(t, func(c *coordinator.RelayConfig) { c.MaxBundle = limit })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newBundleWriter(t, s, ctx)
+	base := strings.Repeat("a", 40)
+	for _, name := range []string{
+		schemas.BundleName("r1", base, nil),                   // what an open on r1 at base reads
+		schemas.WorkBundleName("r1", "nc", "mine", base, nil), // under another node
+		schemas.WorkBundleName("r1", "nb", "theirs", base, nil),
+		schemas.WorkBundleName("r2", "nb", "mine", base, nil), // another repository
+		"r1/work/nb/mine/../../../" + base + "-0000000000000000.bundle",
+	} {
+		if err := w.put(name, 0, []byte("junk"), true); err == nil || !strings.Contains(err.Error(), "may write only bundles of agent mine's work") {
+			t.Errorf("node nb's write of %s: %v; want a refusal", name, err)
+		}
+	}
+	obs, err := s.F.JetStream().ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.GetInfo(ctx, schemas.BundleName("r1", base, nil)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the open's bundle name holds an object after the node's refused write: %v", err)
+	}
+
+	chunk := bytes.Repeat([]byte("x"), limit)
+	for i := range 2 {
+		if err := w.put(schemas.WorkBundleName("r1", "nb", "mine", base, []string{strconv.Itoa(i)}), 0, chunk, true); err != nil {
+			t.Fatalf("work bundle %d within the node's room: %v", i, err)
+		}
+	}
+	err = w.put(schemas.WorkBundleName("r1", "nb", "mine", base, []string{"2"}), 0, chunk, true)
+	if err == nil || !strings.Contains(err.Error(), "node nb's bundles stored hold") {
+		t.Errorf("a third bundle past the node's room: %v; want a refusal saying the node's bundles are full", err)
+	}
+	// Writing one of its own again (a fetch asked twice) is no growth.
+	if err := w.put(schemas.WorkBundleName("r1", "nb", "mine", base, []string{"0"}), 0, chunk, true); err != nil {
+		t.Errorf("writing a bundle it has again: %v", err)
 	}
 }

@@ -299,7 +299,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	if rep.Commits == 0 {
 		return rep, nil // the reader holds all of it
 	}
-	rep.Bundle = schemas.BundleName(ws.Repo, tip, haves)
+	rep.Bundle = schemas.WorkBundleName(ws.Repo, h.cfg.Name, req.AgentID, tip, haves)
 	in, err := os.Open(f.Name())
 	if err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)

@@ -55,6 +55,20 @@ func BundleName(repo, commit string, haves []string) string {
 	return repo + "/" + commit + "-" + hex.EncodeToString(h[:8]) + ".bundle"
 }
 
+// WorkBundlePrefix begins the name of every bundle of agent's work that
+// node writes: a node writes under its own agents' prefixes only, never a
+// name a caller's open reads (BundleName), which it could otherwise
+// fill with anything first.
+func WorkBundlePrefix(repo, node, agent string) string {
+	return repo + "/work/" + node + "/" + agent + "/"
+}
+
+// WorkBundleName is the object a bundle of agent's work at commit, for a
+// reader holding haves, is stored under by node.
+func WorkBundleName(repo, node, agent, commit string, haves []string) string {
+	return WorkBundlePrefix(repo, node, agent) + strings.TrimPrefix(BundleName("", commit, haves), "/")
+}
+
 // BranchName is the branch of agent id's work.
 func BranchName(id string) string { return "shoal/" + id }
 

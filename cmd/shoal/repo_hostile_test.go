@@ -100,7 +100,7 @@ func TestFetchFromAHostileNodeMovesOnlyTheAgentsBranch(t *testing.T) {
 
 	m := newImpostor(t, p)
 	data, tip := evilBundle(t)
-	name := rec.Workspace.Repo + "/" + tip + ".bundle"
+	name := schemas.WorkBundleName(rec.Workspace.Repo, rec.Node, a, tip, nil)
 	m.putBundle(a, name, data)
 	m.answer(schemas.VerbWork, schemas.WorkReply{Bundle: name, Tip: tip, Base: rec.Workspace.Base, Branch: "main", Commits: 1, Files: 1})
 
@@ -146,7 +146,7 @@ func TestFetchLandsInTheRepositoryTheAgentWasOpenedOn(t *testing.T) {
 	t.Logf("the relay's answer to the rewritten record: %s", ack.Data)
 
 	data, tip := evilBundle(t)
-	name := rec.Workspace.Repo + "/" + tip + ".bundle"
+	name := schemas.WorkBundleName(rec.Workspace.Repo, rec.Node, a, tip, nil)
 	m.putBundle(a, name, data)
 	m.answer(schemas.VerbWork, schemas.WorkReply{Bundle: name, Tip: tip, Base: rec.Workspace.Base, Branch: rec.Workspace.Branch, Commits: 1, Files: 1})
 
