@@ -95,7 +95,7 @@ running one has not been heard from for 45 seconds.`,
 				if spec.Source.Dir, err = filepath.Abs(spec.Source.Dir); err != nil {
 					return err
 				}
-				d, err := v.direct("shoal job")
+				d, err := v.direct(noObjectStore)
 				if err != nil {
 					return err
 				}
@@ -185,7 +185,7 @@ func (v *verb) runDetached(ctx context.Context) error {
 	if err := json.Unmarshal(b, &j); err != nil || j.ID == "" {
 		return usagef("shoal job %s runs a job shoal job --detach hands it on stdin, not %.40q", jobRunArg, b)
 	}
-	d, err := v.direct("shoal job")
+	d, err := v.direct(noObjectStore)
 	if err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func (v *verb) waitJob(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	d, err := v.direct("shoal job wait")
+	d, err := v.direct(noObjectStore)
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (v *verb) listJobs(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])
 	}
-	d, err := v.direct("shoal job ls")
+	d, err := v.direct(noObjectStore)
 	if err != nil {
 		return err
 	}

@@ -14,17 +14,22 @@ import (
 // The commands of agents on a repository (open --repo): their work
 // against their start, and their work brought back as a branch.
 
+// Why scoped credentials cannot do the repository commands yet.
+const (
+	noObjectStore = "scoped credentials do not reach the repositories' object store"
+	noDiffVia     = "scoped credentials reach nodes only through the coordinator's fabric service, which serves no diff yet (agent_diff on the coordinator's MCP endpoint does)"
+)
+
 // direct is the fabric as a client with the coordinator's rights, which
-// the repository commands need: scoped credentials do not reach the
-// repositories' object store yet.
-func (v *verb) direct(what string) (*client.Direct, error) {
+// the repository commands need; why says what scoped credentials lack.
+func (v *verb) direct(why string) (*client.Direct, error) {
 	f, err := v.fabric()
 	if err != nil {
 		return nil, err
 	}
 	d, ok := f.(*client.Direct)
 	if !ok {
-		return nil, schemas.Errf(schemas.CodeForbidden, "%s needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store", what)
+		return nil, schemas.Errf(schemas.CodeForbidden, "this needs the coordinator's credentials for now: %s", why)
 	}
 	return d, nil
 }
@@ -42,7 +47,7 @@ included (ignored ones not). With --stat, a summary of the files changed.`,
 				if err != nil {
 					return err
 				}
-				d, err := v.direct("shoal diff")
+				d, err := v.direct(noDiffVia)
 				if err != nil {
 					return err
 				}
@@ -86,7 +91,7 @@ is not moved. Prints the branch and its commit.`,
 						return err
 					}
 				}
-				d, err := v.direct("shoal fetch")
+				d, err := v.direct(noObjectStore)
 				if err != nil {
 					return err
 				}

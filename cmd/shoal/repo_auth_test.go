@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,31 @@ func TestRepositoryOnAConfinedNode(t *testing.T) {
 	}
 	if got := get(b, recB.Workspace.Bundle); strings.Contains(got, "forbidden") {
 		t.Errorf("the node's read of its own agent's bundle: %s", got)
+	}
+
+	// Scoped credentials are told what they cannot do yet, and why, once.
+	authDir := filepath.Join(p.dir, "keys")
+	for _, c := range [][2]string{{"client", "cli"}, {"observer", "obs"}} {
+		path := filepath.Join(p.dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, p.dir, nil, "creds", c[0], c[1], "--out", path, "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+		p.creds[c[1]] = path
+	}
+	for _, c := range []struct {
+		who  string
+		args []string
+		want string
+	}{
+		{"cli", []string{"diff", a}, "the coordinator's fabric service, which serves no diff yet"},
+		{"obs", []string{"diff", a}, "the coordinator's fabric service, which serves no diff yet"},
+		{"cli", []string{"job", "ls"}, "this needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store"},
+		{"obs", []string{"open", "--repo", one}, "these credentials may only observe"},
+	} {
+		code, _, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + p.creds[c.who]}, c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) || strings.Count(errOut, "shoal "+c.args[0]) > 1 {
+			t.Errorf("shoal %v with %s's credentials: exit %d, %q; want a refusal saying %q once", c.args, c.who, code, errOut, c.want)
+		}
 	}
 
 	// The confined node holds its agent to a budget it reads through the

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
@@ -204,8 +205,11 @@ effort suffix, e.g. sonnet/high).`,
 				var rep schemas.OpenReply
 				if repo.Dir != "" {
 					d, ok := f.(*client.Direct)
-					if !ok {
-						return schemas.Errf(schemas.CodeForbidden, "an open on a repository needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store")
+					switch {
+					case !ok && v.client.who != nil && v.client.who.Role == broker.RoleObserver:
+						return schemas.Errf(schemas.CodeForbidden, "these credentials may only observe: an open needs client credentials (shoal creds client NAME), and one on a repository the coordinator's")
+					case !ok:
+						return schemas.Errf(schemas.CodeForbidden, "an open on a repository needs the coordinator's credentials for now: %s", noObjectStore)
 					}
 					rep, err = d.OpenRepo(ctx, req, repo)
 				} else {
