@@ -189,10 +189,58 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first, or fetch --into another repository", branch, root)
 	}
-	if _, err := run(ctx, root, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":refs/heads/"+branch); err != nil {
+	// Taken under a ref of its own first, so the branch moves only once
+	// nothing of the caller's on it would be lost.
+	incoming := "refs/shoal-incoming/" + tip
+	if _, err := run(ctx, root, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":"+incoming); err != nil {
 		return err
 	}
-	got, err := line(ctx, root, nil, "rev-parse", "--verify", "refs/heads/"+branch)
+	defer run(context.WithoutCancel(ctx), root, nil, nil, "update-ref", "-d", incoming)
+	got, err := line(ctx, root, nil, "rev-parse", "--verify", incoming)
+	if err != nil || got != tip {
+		return fmt.Errorf("the bundle's commit is %s, not the agent's %s", got, tip)
+	}
+	return moveBranch(ctx, root, branch, tip)
+}
+
+// moveBranch puts branch at tip in the repository at root, unless it
+// holds commits tip does not that Shoal did not make (authored
+// <agent>@shoal.invalid: an agent's, or a commit of its uncommitted work,
+// which each fetch makes anew): a person's commits on an agent's branch
+// are not dropped. The branch moves only from the commit checked.
+func moveBranch(ctx context.Context, root, branch, tip string) error {
+	ref := "refs/heads/" + branch
+	trees, err := run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
+	if err != nil {
+		return err
+	}
+	for l := range strings.Lines(trees) {
+		if strings.TrimSpace(l) == "branch "+ref {
+			return fmt.Errorf("branch %s is checked out in a work tree of %s: switch it to another branch first, or fetch --into another repository", branch, root)
+		}
+	}
+	old, _ := line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
+	if old != "" {
+		out, err := run(ctx, root, nil, nil, "log", "--format=%H %ae %s", tip+".."+old)
+		if err != nil {
+			return err
+		}
+		var yours []string
+		for l := range strings.Lines(out) {
+			f := strings.SplitN(strings.TrimSpace(l), " ", 3)
+			if len(f) >= 2 && !strings.HasSuffix(f[1], "@shoal.invalid") {
+				yours = append(yours, strings.Join(append([]string{f[0][:min(12, len(f[0]))]}, f[2:]...), " "))
+			}
+		}
+		if len(yours) > 0 {
+			return fmt.Errorf("branch %s has %d commits the agent's work does not hold, not made by Shoal (%s): move them to a branch of your own, or delete %s, and fetch again",
+				branch, len(yours), strings.Join(yours[:min(3, len(yours))], "; "), branch)
+		}
+	}
+	if _, err := run(ctx, root, nil, nil, "update-ref", ref, tip, old); err != nil {
+		return err
+	}
+	got, err := line(ctx, root, nil, "rev-parse", "--verify", ref)
 	if err != nil || got != tip {
 		return fmt.Errorf("branch %s is at %s after the fetch, not the agent's %s", branch, got, tip)
 	}
@@ -209,8 +257,5 @@ func SetBranch(ctx context.Context, dir, branch, commit string) error {
 	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
 	}
-	if _, err := run(ctx, root, nil, nil, "update-ref", "refs/heads/"+branch, commit); err != nil {
-		return err
-	}
-	return nil
+	return moveBranch(ctx, root, branch, commit)
 }

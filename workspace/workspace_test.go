@@ -185,3 +185,74 @@ func TestAvailable(t *testing.T) {
 		t.Fatalf("Available: %q %v", v, err)
 	}
 }
+
+// A fetch moves the agent's branch in the caller's repository past what
+// Shoal made on it before (each fetch's commit of the uncommitted work is
+// new), but not past a person's own commit on it, nor while a linked work
+// tree has it checked out: git fetch into the branch forced it along,
+// and the person's commit was left to the reflog.
+func TestLandKeepsWhatIsNotShoals(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	s, err := Prepare(ctx, repo, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := &Cache{Dir: t.TempDir()}
+	b := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Bundle(ctx, nil, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
+		t.Fatal(err)
+	}
+	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
+	if err := cache.Checkout(ctx, s.Repo, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(content string) (string, error) {
+		t.Helper()
+		write(t, filepath.Join(co.Dir, "loose.txt"), content)
+		tip, err := co.Snapshot(ctx, "uncommitted work of a1", "shoal agent a1", "a1@shoal.invalid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb := filepath.Join(t.TempDir(), "w")
+		if _, err := co.BundleWork(ctx, tip, []string{s.Base}, wb); err != nil {
+			t.Fatal(err)
+		}
+		return tip, Land(ctx, repo, wb, tip, "shoal/a1")
+	}
+	if _, err := fetch("1\n"); err != nil {
+		t.Fatal(err)
+	}
+	tip2, err := fetch("2\n")
+	if err != nil {
+		t.Fatalf("a second fetch, past Shoal's commit of the first: %v", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != tip2 {
+		t.Fatalf("shoal/a1 at %s after the second fetch, want %s", got, tip2)
+	}
+
+	// A person's commit on the branch.
+	tree := git(t, repo, "rev-parse", "shoal/a1^{tree}")
+	mine := git(t, repo, "commit-tree", tree, "-p", "shoal/a1", "-m", "my fix")
+	git(t, repo, "update-ref", "refs/heads/shoal/a1", mine)
+	if _, err := fetch("3\n"); err == nil || !strings.Contains(err.Error(), "my fix") {
+		t.Errorf("a fetch over a person's commit on the branch: %v; want a refusal naming it", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != mine {
+		t.Errorf("the person's commit is gone from shoal/a1 (at %s, not %s)", got, mine)
+	}
+
+	// The branch checked out in a linked work tree.
+	git(t, repo, "update-ref", "refs/heads/shoal/a1", tip2)
+	git(t, repo, "worktree", "add", "-q", filepath.Join(t.TempDir(), "linked"), "shoal/a1")
+	if _, err := fetch("4\n"); err == nil || !strings.Contains(err.Error(), "checked out in a work tree") {
+		t.Errorf("a fetch onto a branch a linked work tree has checked out: %v; want a refusal", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != tip2 {
+		t.Errorf("a branch checked out in a linked work tree moved to %s", got)
+	}
+}
