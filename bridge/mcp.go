@@ -277,7 +277,11 @@ func toolVerb(name string) string {
 
 // confine holds the paths an agent passes to its own working directory,
 // as the kernel will follow them: symlinks resolved, the resolved path
-// passed on, so a link swapped afterwards changes nothing.
+// passed on, so a link swapped afterwards changes nothing. The paths are
+// on the agent's node, whose filesystem this coordinator may not see: a
+// path it cannot resolve here is held to the directory by its name
+// alone, and the node that runs the child resolves it on its own
+// (OpenRequest.Within, which every child's open carries).
 func confine(rec *schemas.AgentRecord, paths ...*string) error {
 	root, err := filepath.EvalSymlinks(rec.Policy.CWD)
 	if err != nil {
@@ -287,11 +291,16 @@ func confine(rec *schemas.AgentRecord, paths ...*string) error {
 		if *p == "" {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(*p)
-		if err != nil || !filepath.IsAbs(*p) {
-			return refused("path %s cannot be resolved inside this agent's workspace", *p)
+		if !filepath.IsAbs(*p) {
+			return refused("path %s is not absolute: name it inside this agent's workspace, %s", *p, rec.Policy.CWD)
 		}
-		if !schemas.Within(root, real) {
+		real, err := filepath.EvalSymlinks(*p)
+		if err != nil {
+			// Not here: perhaps on the agent's node alone.
+			if real = filepath.Clean(*p); !schemas.Within(filepath.Clean(rec.Policy.CWD), real) {
+				return refused("path is outside this agent's workspace: %s", *p)
+			}
+		} else if !schemas.Within(root, real) {
 			return refused("path is outside this agent's workspace: %s", *p)
 		}
 		*p = real

@@ -269,6 +269,7 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 		if err := m.nested(*c.rec, &req); err != nil {
 			return nil, err
 		}
+		req.Within = c.rec.Policy.CWD // held to it again where the child runs
 		// The id it opens under, named now: with none given it is the
 		// request id's, which the caller chooses as freely as an id.
 		client.NameOpen(&req)

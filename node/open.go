@@ -32,6 +32,35 @@ type openPlan struct {
 	rec            schemas.AgentRecord // the record it starts with
 }
 
+// within holds an agent's child to its parent's directory (req.Within)
+// on this node's filesystem, which the coordinator's door may not see:
+// the child's directory and MCP config are resolved here, symbolic links
+// followed as the kernel will, refused outside it, and passed on
+// resolved, so a link swapped afterwards changes nothing.
+func (h *Host) within(req *schemas.OpenRequest) error {
+	if req.Within == "" {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(req.Within)
+	if err != nil || !filepath.IsAbs(req.Within) {
+		return schemas.Errf(schemas.CodeForbidden, "the parent's directory %s cannot be resolved on node %s: its child cannot be held inside it here", req.Within, h.cfg.Name)
+	}
+	for _, p := range []*string{&req.CWD, &req.MCPConfig} {
+		if *p == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(*p)
+		switch {
+		case err != nil || !filepath.IsAbs(*p):
+			return schemas.Errf(schemas.CodeForbidden, "path %s cannot be resolved inside the parent's directory %s on node %s", *p, req.Within, h.cfg.Name)
+		case !schemas.Within(root, real):
+			return schemas.Errf(schemas.CodeForbidden, "path %s is outside the parent's directory %s on node %s (it resolves to %s)", *p, req.Within, h.cfg.Name, real)
+		}
+		*p = real
+	}
+	return nil
+}
+
 // planOpen checks an open request and plans it.
 func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 	p := openPlan{cwd: req.CWD, model: req.Model, askTimeout: h.cfg.AskTimeout}
@@ -142,6 +171,9 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep sche
 			}()
 		}
 		req.Workspace, req.CWD = &ws, dir
+	}
+	if err := h.within(&req); err != nil {
+		return rep, err
 	}
 	p, err := h.planOpen(req)
 	if err != nil {

@@ -154,6 +154,13 @@ type OpenRequest struct {
 	// agent's own child). No caller may set them.
 	Parent string `json:"parent,omitempty"`
 	Depth  int    `json:"depth,omitempty"`
+	// Within is set by the MCP door when an agent opens an agent: its
+	// parent's directory. The node that runs the child resolves the
+	// child's directory and MCP config there, on its own filesystem,
+	// and refuses them outside it (the coordinator may not see that
+	// filesystem). A caller may set it only to narrow where the agent
+	// works.
+	Within string `json:"within,omitempty"`
 	// Reach is what the agent may read and drive beyond its own subtree
 	// (a Shoal addition): ReachOwn by default; only a person may grant
 	// more, and a child never has more than its parent.

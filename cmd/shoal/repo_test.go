@@ -453,3 +453,55 @@ func TestRepositoryStoreIsBounded(t *testing.T) {
 		t.Fatalf("an open whose bundle fits, after the refusal: exit %d: %s\n%s", code, out, errOut)
 	}
 }
+
+// An agent on a node whose files the coordinator cannot see opens a child
+// in a directory of its own there: the door cannot resolve the path on
+// the coordinator's filesystem, so the node that runs the child holds it
+// to the parent's directory on its own. Before, every such open was
+// refused; a link out of the parent's directory is still refused, by the
+// node.
+func TestChildInItsParentsDirectoryOnANodeOfItsOwnFiles(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--no-node")
+	endpoint := c.printed("MCP endpoint ")
+	hide := t.TempDir() // a tmpfs of its own on the node: empty here
+	bash := func(cmd string) fakemodel.Reply {
+		in, _ := json.Marshal(map[string]string{"command": cmd, "description": "open"})
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+	}
+	post := `curl -s -X POST ` + endpoint + ` -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H "X-Shoal-Agent-Id: $SHOAL_AGENT_ID"`
+	open := func(cwd string) string {
+		return `sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"child","version":"0"}}}' | tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+` + post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+` + post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_open","arguments":{"cwd":"` + cwd + `"}}}'`
+	}
+	model := fakemodel.Start(t, fakemodel.Config{})
+	model.Script(
+		bash("mkdir sub && ln -s /etc esc && "+open(hide+"/sub")), fakemodel.Reply{Text: "Opened."},
+		bash(open(hide+"/esc")), fakemodel.Reply{Text: "Tried."},
+	)
+	hiddenNode(t, c, model, "n2", hide)
+	parent := c.must("open", "--node", "n2", "--permission", "bypass", "--allow-nested", hide)
+	if out := c.must("run", parent, "Open a child in sub."); out != "Opened." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := model.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 || !strings.Contains(got[0].Content, `\"agent_id\"`) {
+		t.Fatalf("the child's open in the parent's directory on its node: %+v", got)
+	}
+	if ls := c.must("ls"); !strings.Contains(ls, hide+"/sub") {
+		t.Errorf("no child in %s/sub:\n%s", hide, ls)
+	}
+	if out := c.must("run", parent, "Open one through the link."); out != "Tried." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs = model.Requests()
+	got = reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 || !strings.Contains(got[0].Content, "outside the parent's directory") {
+		t.Errorf("a child through a link out of the parent's directory: %+v", got)
+	}
+	if ls := c.must("ls"); strings.Contains(ls, "/etc") {
+		t.Errorf("a child was opened in /etc:\n%s", ls)
+	}
+}
