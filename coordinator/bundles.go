@@ -41,7 +41,8 @@ type bundles struct {
 	mu     sync.Mutex
 	reads  map[string]*bundleRead
 	writes map[string]*bundleWrite
-	ended  bool // the relay stopped: no write begins
+	seeks  map[string]time.Time // when a read last began past the start, by key
+	ended  bool                 // the relay stopped: no write begins
 }
 
 // stop ends every read and write in progress, and returns once the
@@ -101,6 +102,11 @@ func (b *bundles) sweepLocked(now time.Time) {
 			delete(b.writes, k)
 		}
 	}
+	for k, t := range b.seeks {
+		if now.Sub(t) > bundleIdle {
+			delete(b.seeks, k)
+		}
+	}
 }
 
 // read returns the chunk at offset of bundle name, and whether it is the
@@ -114,6 +120,24 @@ func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, key, name
 	if rd != nil && rd.pos != offset {
 		rd.obj.Close()
 		rd = nil
+	}
+	if rd == nil && offset > 0 {
+		// A read that begins past the start reads the object from it
+		// to there (the object store cannot seek): once in a while (a
+		// relay that took over, a node that lost a chunk), not a node
+		// asking for the last chunk of 2 GiB over and over.
+		b.mu.Lock()
+		last, seen := b.seeks[key]
+		if !seen || time.Since(last) > bundleIdle {
+			if b.seeks == nil {
+				b.seeks = map[string]time.Time{}
+			}
+			b.seeks[key] = time.Now()
+		}
+		b.mu.Unlock()
+		if seen && time.Since(last) <= bundleIdle {
+			return nil, false, schemas.Errf(schemas.CodeUnavailable, "bundle %s: a read that begins past the start (at %d) is taken once in %v; read it from 0", name, offset, bundleIdle)
+		}
 	}
 	if rd == nil {
 		obj, err := obs.Get(ctx, name)

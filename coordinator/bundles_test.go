@@ -222,3 +222,63 @@ func TestRelayKeepsANodeToItsOwnWorkBundles(t *testing.T) {
 		t.Errorf("writing a bundle it has again: %v", err)
 	}
 }
+
+// A read of a bundle that begins past its start makes the relay read the
+// object from the start to there (the object store cannot seek): a node
+// asking for the last chunk of its agent's bundle over and over made the
+// coordinator read it whole each time. One such read is taken (a relay
+// that took over a read in progress), the next within the idle time
+// refused; reads from the start go on.
+func TestRelayHoldsANodesReadsPastTheStart(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := s.F.JetStream()
+	obs, err := js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := strings.Repeat("a", 40)
+	name := schemas.BundleName("r1", base, nil)
+	if _, err := obs.PutBytes(ctx, name, bytes.Repeat([]byte("b"), 3*schemas.BundleChunk)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	rec := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
+		Workspace: &schemas.Workspace{Repo: "r1", Base: base, Commit: base, Bundle: name}}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Create(ctx, "mine", b); err != nil {
+		t.Fatal(err)
+	}
+	nc := s.Connect(t, broker.RoleNode, "nb")
+	read := func(offset int64) error {
+		t.Helper()
+		body, _ := json.Marshal(schemas.RelayBundleRequest{Name: name, Offset: offset})
+		m, err := nc.Request(schemas.RelaySubject("nb", schemas.RelayBundleGet, "mine"), body, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(schemas.HeaderRelayError) == "" {
+			return nil
+		}
+		var none struct{}
+		return schemas.DecodeReply(m.Data, &none)
+	}
+	end := int64(2 * schemas.BundleChunk)
+	if err := read(end); err != nil {
+		t.Fatalf("a first read past the start: %v", err)
+	}
+	if err := read(end); err == nil || !strings.Contains(err.Error(), "read it from 0") {
+		t.Errorf("a second read past the start at once: %v; want a refusal", err)
+	}
+	for off := int64(0); off < 3*schemas.BundleChunk; off += schemas.BundleChunk {
+		if err := read(off); err != nil {
+			t.Fatalf("the read from the start, at %d: %v", off, err)
+		}
+	}
+}
