@@ -118,6 +118,14 @@ func (r *Remote) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 	return rep, r.via(ctx, schemas.VerbEvents, req, &rep, 0)
 }
 
+// Diff is an agent's work on a repository against its start, which the
+// coordinator asks its node for (the other repository commands need the
+// object store, which scoped credentials do not reach).
+func (r *Remote) Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error) {
+	var rep schemas.DiffReply
+	return rep, r.via(ctx, schemas.VerbDiff, schemas.DiffRequest{AgentID: id, Stat: stat}, &rep, 90*time.Second)
+}
+
 // via sends one request to the coordinator's fabric service.
 // A request the coordinator did not get (it was briefly away) is sent
 // again once; requests that change state carry their request id, so the

@@ -108,6 +108,9 @@ func (s *Service) Run(ctx context.Context) error {
 		schemas.VerbBudgets: serve(srv, schemas.VerbBudgets, "budgets_request", func(ctx context.Context, _ struct{}) (schemas.BudgetsReply, error) {
 			return f.Budgets(ctx)
 		}),
+		schemas.VerbDiff: serve(srv, schemas.VerbDiff, "diff_request", func(ctx context.Context, r schemas.DiffRequest) (schemas.DiffReply, error) {
+			return f.Diff(ctx, r.AgentID, r.Stat)
+		}),
 		schemas.VerbReplay: micro.HandlerFunc(func(r micro.Request) {
 			if service.IsInbox(r.Reply()) && service.Answerable(r.Reply()) {
 				srv.Go(func() { serveReplay(ctx, nc, f, r) })
@@ -317,6 +320,8 @@ func fabricDeadline(verb schemas.Verb, req any) time.Duration {
 		return schemas.OpenTimeout + 30*time.Second
 	case schemas.VerbClose, schemas.VerbSetModel:
 		return 2 * time.Minute
+	case schemas.VerbDiff:
+		return 90 * time.Second // the node's git has a minute
 	}
 	return time.Minute
 }

@@ -161,6 +161,7 @@ var FabricVerbs = map[Verb]Access{
 	VerbList: AccessRead, VerbOutput: AccessRead, VerbPending: AccessRead, VerbNodes: AccessNodes,
 	VerbOpen: AccessOpen, VerbSend: AccessAct, VerbRun: AccessAct, VerbInterrupt: AccessAct, VerbClose: AccessAct,
 	VerbSetModel: AccessAct, VerbPermit: AccessAnswer, VerbBudget: AccessBudget, VerbBudgets: AccessRead,
+	VerbDiff: AccessRead,
 }
 
 // NodeGroup is the subject prefix of a node's control endpoints.

@@ -14,11 +14,17 @@ import (
 // The commands of agents on a repository (open --repo): their work
 // against their start, and their work brought back as a branch.
 
-// Why scoped credentials cannot do the repository commands yet.
-const (
-	noObjectStore = "scoped credentials do not reach the repositories' object store"
-	noDiffVia     = "scoped credentials reach nodes only through the coordinator's fabric service, which serves no diff yet (agent_diff on the coordinator's MCP endpoint does)"
-)
+// noObjectStore is why scoped credentials cannot do the repository
+// commands but diff yet.
+const noObjectStore = "scoped credentials do not reach the repositories' object store"
+
+// A differ asks for an agent's diff: the coordinator's client asks the
+// node, a scoped one the coordinator's fabric service.
+type differ interface {
+	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
+}
+
+var _ = []differ{(*client.Direct)(nil), (*client.Remote)(nil)}
 
 // direct is the fabric as a client with the coordinator's rights, which
 // the repository commands need; why says what scoped credentials lack.
@@ -47,9 +53,13 @@ included (ignored ones not). With --stat, a summary of the files changed.`,
 				if err != nil {
 					return err
 				}
-				d, err := v.direct(noDiffVia)
+				f, err := v.fabric()
 				if err != nil {
 					return err
+				}
+				d, ok := f.(differ)
+				if !ok {
+					return schemas.Errf(schemas.CodeInternal, "this client cannot ask for a diff")
 				}
 				rep, err := d.Diff(ctx, id, stat)
 				if err != nil {

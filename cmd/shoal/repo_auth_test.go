@@ -113,14 +113,22 @@ func TestRepositoryOnAConfinedNode(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"cli", []string{"diff", a}, "the coordinator's fabric service, which serves no diff yet"},
-		{"obs", []string{"diff", a}, "the coordinator's fabric service, which serves no diff yet"},
 		{"cli", []string{"job", "ls"}, "this needs the coordinator's credentials for now: scoped credentials do not reach the repositories' object store"},
 		{"obs", []string{"open", "--repo", one}, "these credentials may only observe"},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + p.creds[c.who]}, c.args...)
 		if code == 0 || !strings.Contains(errOut, c.want) || strings.Count(errOut, "shoal "+c.args[0]) > 1 {
 			t.Errorf("shoal %v with %s's credentials: exit %d, %q; want a refusal saying %q once", c.args, c.who, code, errOut, c.want)
+		}
+	}
+
+	// A diff is the coordinator's to ask the node for: client and observer
+	// credentials have it through the fabric service, as the observer
+	// token has agent_diff over MCP.
+	for _, who := range []string{"cli", "obs"} {
+		code, out, errOut := runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + p.creds[who]}, "diff", a)
+		if code != 0 || !strings.Contains(out, "+confined") {
+			t.Errorf("shoal diff with %s's credentials: exit %d, %q %q", who, code, out, errOut)
 		}
 	}
 

@@ -155,11 +155,11 @@ func (s fabricSource) Pending(ctx context.Context) ([]schemas.PermitRecord, erro
 }
 
 // Changed counts the files an agent on a repository changed (its diff's
-// stat), with the coordinator's credentials; scoped ones cannot.
+// stat).
 func (s fabricSource) Changed(ctx context.Context, agent string) (int, error) {
-	d, ok := s.f.(*client.Direct)
+	d, ok := s.f.(differ)
 	if !ok {
-		return 0, errors.New("counting an agent's changes needs the coordinator's credentials")
+		return 0, errors.New("this client cannot ask for a diff")
 	}
 	rep, err := d.Diff(ctx, agent, true)
 	return rep.Files, err
