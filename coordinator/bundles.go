@@ -73,6 +73,23 @@ type bundleWrite struct {
 	done chan error
 	pos  int64
 	used time.Time
+	node string
+	// held is what the node had stored when the write began, and what
+	// its other writes stored while it went on: with every write in
+	// progress it is what the node holds.
+	held int64
+}
+
+// inProgressLocked is the bytes of node's writes in progress; b.mu is
+// held.
+func (b *bundles) inProgressLocked(node string) int64 {
+	var n int64
+	for _, w := range b.writes {
+		if w.node == node {
+			n += w.pos
+		}
+	}
+	return n
 }
 
 func bundleKey(node, agent, name string) string { return node + "\x00" + agent + "\x00" + name }
@@ -210,13 +227,18 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		if busy >= bundleWritesPerNode {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s already has %d bundle writes in progress, the most it may; send it once one of them ends", name, node, busy)
 		}
-		if held, err := nodeBundleBytes(bg, obs, node, name); err != nil {
+		held, err := nodeBundleBytes(bg, obs, node, name)
+		if err != nil {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: %v", name, err)
-		} else if held >= b.nodeMax() {
-			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored hold %d bytes, the most a node's may (%d); they expire with the store's age", name, node, held, b.nodeMax())
+		}
+		b.mu.Lock()
+		writing := b.inProgressLocked(node)
+		b.mu.Unlock()
+		if held+writing >= b.nodeMax() {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored and being written hold %d bytes, the most a node's may (%d); they expire with the store's age", name, node, held+writing, b.nodeMax())
 		}
 		pr, pw := io.Pipe()
-		w = &bundleWrite{pw: pw, done: make(chan error, 1)}
+		w = &bundleWrite{pw: pw, done: make(chan error, 1), node: node, held: held}
 		go func() {
 			_, err := obs.Put(bg, jetstream.ObjectMeta{Name: name, Description: desc}, pr)
 			pr.CloseWithError(err)
@@ -234,6 +256,14 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		<-w.done
 		return schemas.Errf(schemas.CodeInvalid, "bundle %s passes %d bytes, the largest a node may write through the relay: nothing of it was stored", name, b.max)
 	}
+	b.mu.Lock()
+	holds := w.held + w.pos + b.inProgressLocked(node) + int64(len(data))
+	b.mu.Unlock()
+	if holds > b.nodeMax() {
+		w.pw.CloseWithError(errors.New("the node's bundles passed their room"))
+		<-w.done
+		return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored and being written would hold %d bytes, past the most a node's may (%d): nothing of it was stored", name, node, holds, b.nodeMax())
+	}
 	if _, err := w.pw.Write(data); err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
 	}
@@ -243,6 +273,13 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		if err := <-w.done; err != nil {
 			return client.StoreBundleError(name, err)
 		}
+		b.mu.Lock()
+		for _, other := range b.writes {
+			if other.node == node {
+				other.held += w.pos // stored now, no longer in progress
+			}
+		}
+		b.mu.Unlock()
 		return nil
 	}
 	w.used = time.Now()
@@ -276,7 +313,9 @@ func nodeBundleBytes(ctx context.Context, obs jetstream.ObjectStore, node, excep
 	}
 	var n int64
 	for _, info := range infos {
-		if _, rest, ok := strings.Cut(info.Name, "/work/"); ok && strings.HasPrefix(rest, node+"/") && info.Name != except && !info.Deleted {
+		// <repo>/work/<node>/…: the node is the third segment, whatever
+		// follows (a repository id holds no slash).
+		if seg := strings.SplitN(info.Name, "/", 4); len(seg) == 4 && seg[1] == "work" && seg[2] == node && info.Name != except && !info.Deleted {
 			n += int64(info.Size)
 		}
 	}

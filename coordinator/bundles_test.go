@@ -214,12 +214,38 @@ func TestRelayKeepsANodeToItsOwnWorkBundles(t *testing.T) {
 		}
 	}
 	err = w.put(schemas.WorkBundleName("r1", "nb", "mine", base, []string{"2"}), 0, chunk, true)
-	if err == nil || !strings.Contains(err.Error(), "node nb's bundles stored hold") {
+	if err == nil || !strings.Contains(err.Error(), "node nb's bundles stored and being written") {
 		t.Errorf("a third bundle past the node's room: %v; want a refusal saying the node's bundles are full", err)
 	}
 	// Writing one of its own again (a fetch asked twice) is no growth.
 	if err := w.put(schemas.WorkBundleName("r1", "nb", "mine", base, []string{"0"}), 0, chunk, true); err != nil {
 		t.Errorf("writing a bundle it has again: %v", err)
+	}
+}
+
+// Writes in progress count toward a node's room as they grow: three
+// begun at once, none stored yet, may not hold more than the room
+// between them (each was let begin with nothing stored).
+func TestRelayCountsANodesWritesInProgress(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20 // the room: 2 MiB
+	s := fabrictest.StartSecuredRelay(t, func(c *coordinator.RelayConfig) { c.MaxBundle = limit })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := newBundleWriter(t, s, ctx)
+	base := strings.Repeat("a", 40)
+	chunk := bytes.Repeat([]byte("x"), 256<<10)
+	var refused error
+	for i := 0; i < 3 && refused == nil; i++ {
+		for n := range 3 {
+			name := schemas.WorkBundleName("r1", "nb", "mine", base, []string{strconv.Itoa(n)})
+			if refused = w.put(name, int64(i*len(chunk)), chunk, false); refused != nil {
+				break
+			}
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error(), "bundles stored and being written") {
+		t.Fatalf("three writes in progress of 768 KiB each, past a room of 2 MiB: %v; want a refusal", refused)
 	}
 }
 

@@ -547,11 +547,16 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		// Fewer is narrower (a node of an earlier version writes none),
 		// never wider.
 		return fmt.Errorf("a node may not widen the hosts agent %s's open let its sandbox reach (sandbox_net)", rec.ID)
-	case live.Workspace != nil && (rec.Workspace == nil || rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
-		rec.Workspace.Source != live.Workspace.Source):
+	case (live.Workspace == nil) != (rec.Workspace == nil):
+		// An agent is opened on a repository by its claim, or not at
+		// all: a workspace a node added would name what the relay lets
+		// it read and write of the repositories, and where a fetch lands.
+		return fmt.Errorf("a node may not give agent %s a repository or take its repository away: only its open does", rec.ID)
+	case live.Workspace != nil && (rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
+		rec.Workspace.Source != live.Workspace.Source || rec.Workspace.Branch != live.Workspace.Branch):
 		// What the relay lets the node read of the repositories, and the
 		// caller's repository a fetch writes the agent's work into.
-		return fmt.Errorf("a node may not change the repository, bundle or source agent %s is opened from", rec.ID)
+		return fmt.Errorf("a node may not change the repository, bundle, source or branch agent %s is opened from", rec.ID)
 	case live.Policy != nil:
 		a, _ := json.Marshal(live.Policy)
 		b, _ := json.Marshal(rec.Policy)

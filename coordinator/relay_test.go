@@ -451,6 +451,12 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 		"may not widen the hosts agent pinned's open let its sandbox reach": func(r *schemas.AgentRecord) {
 			r.SandboxNet = []string{"pypi.org", "exfil.example"}
 		},
+		// An agent not opened on a repository given one: its bundle name
+		// would be what the relay lets the node read, its source where a
+		// fetch lands.
+		"may not give agent pinned a repository": func(r *schemas.AgentRecord) {
+			r.Workspace = &schemas.Workspace{Repo: strings.Repeat("7", 40), Bundle: strings.Repeat("7", 40) + "/" + strings.Repeat("8", 40) + "-e3b0c44298fc1c14.bundle", Source: "/tmp/into"}
+		},
 	} {
 		rec := granted
 		rec.Status = schemas.StatusIdle
