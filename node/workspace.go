@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,10 +42,28 @@ type repos struct {
 	// confined, when the node can sandbox, is the shoal binary that
 	// confines the gits reading agents' checkouts (workspace.Checkout).
 	confined string
+	// readers bounds the diffs and works under way at once: each holds
+	// a copy of an index and a diff's output, whose sizes the agents
+	// choose.
+	readers chan struct{}
+}
+
+// maxReaders is how many agents' work the node reads at once.
+const maxReaders = 4
+
+// hold waits for a turn to read an agent's work, until ctx ends.
+func (r *repos) hold(ctx context.Context) (func(), error) {
+	select {
+	case r.readers <- struct{}{}:
+		return func() { <-r.readers }, nil
+	case <-ctx.Done():
+		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s was reading %d agents' work the whole time: ask again", r.node, maxReaders)
+	}
 }
 
 func newRepos(ctx context.Context, h *Host) *repos {
-	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name}
+	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name,
+		readers: make(chan struct{}, maxReaders)}
 	r.store = h.store
 	if h.sandbox.kernel != "" {
 		r.confined = h.cfg.Reaper
@@ -237,8 +256,16 @@ func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffR
 	// git reads what the agent wrote, which may keep it long (until the
 	// request's deadline kills it): the node's other requests go on.
 	service.LongWait(ctx)
+	release, err := h.repos.hold(ctx)
+	if err != nil {
+		return schemas.DiffReply{}, err
+	}
+	defer release()
 	co := h.repos.reader(req.AgentID, ws)
 	diff, err := co.Diff(ctx, ws.Commit, req.Stat)
+	if errors.Is(err, workspace.ErrTooMuch) {
+		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInvalid, "the diff of agent %s is past %d MiB: ask for its stat (--stat), or fetch its work", req.AgentID, workspace.MaxOutput>>20)
+	}
 	if err != nil {
 		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInternal, "the diff of agent %s: %v", req.AgentID, err)
 	}
@@ -270,6 +297,11 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	h.mu.Unlock()
 	msg := fmt.Sprintf("shoal: work of agent %s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", req.AgentID, turn, req.AgentID, h.cfg.Name, turn)
 	service.LongWait(ctx) // as in Diff
+	release, err := h.repos.hold(ctx)
+	if err != nil {
+		return schemas.WorkReply{}, err
+	}
+	defer release()
 	co := h.repos.reader(req.AgentID, ws)
 	tip, err := co.Snapshot(ctx, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
 	if err != nil {

@@ -216,12 +216,17 @@ type Checkout struct {
 // and the cache's objects, and writing the checkout and writable.
 type Jail func(argv []string, writable ...string) ([]string, error)
 
+// MaxOutput bounds what the node takes of a git reading a checkout (a
+// diff, most of all): the agent's files may be any size, and the node
+// holds the output whole.
+const MaxOutput = 32 << 20
+
 // git is the gitter for the checkout's gits, which may write writable too.
 func (c Checkout) git(writable ...string) gitter {
 	if c.Jail == nil {
-		return gitter{}
+		return gitter{max: MaxOutput}
 	}
-	return gitter{jail: c.Jail, writable: writable}
+	return gitter{jail: c.Jail, writable: writable, max: MaxOutput}
 }
 
 // Diff is the agent's work against base, committed and not (untracked
@@ -364,7 +369,7 @@ func (c Checkout) BundleWork(ctx context.Context, tip string, haves []string, pa
 
 // maxIndex bounds the index the node copies from an agent's checkout: a
 // git index of some hundred thousand files is tens of megabytes.
-const maxIndex = 512 << 20
+const maxIndex = 256 << 20
 
 // copyOwnIndex copies the index of checkout dir's own .git directory to
 // to, if it has one: opened beneath a .git that is a directory and not a
@@ -394,12 +399,17 @@ func copyOwnIndex(dir, to string) error {
 	case fi.Size() > maxIndex:
 		return fmt.Errorf("the checkout's .git/index is %d bytes, past the %d the node reads", fi.Size(), maxIndex)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxIndex+1))
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if len(b) > maxIndex {
+	defer out.Close()
+	n, err := io.Copy(out, io.LimitReader(f, maxIndex+1)) // through the disk, not the node's memory
+	if err != nil {
+		return err
+	}
+	if n > maxIndex {
 		return fmt.Errorf("the checkout's .git/index grew past the %d bytes the node reads", maxIndex)
 	}
-	return os.WriteFile(to, b, 0o600)
+	return out.Close()
 }

@@ -63,7 +63,34 @@ func cleanEnv(extra []string) []string {
 type gitter struct {
 	jail     Jail
 	writable []string
+	max      int // bytes of output taken, when not 0: past it git is stopped
 }
+
+// ErrTooMuch is the error of a git whose output passed its gitter's bound.
+var ErrTooMuch = errors.New("git's output passed its bound")
+
+// capped is a buffer that takes at most max bytes (0: any), then drops
+// the rest (drop), or fails the write and so the git writing to it.
+// (Not embedding bytes.Buffer: io.Copy would use its ReadFrom, unbounded.)
+type capped struct {
+	buf  bytes.Buffer
+	max  int
+	drop bool
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if c.max > 0 && c.buf.Len()+len(p) > c.max {
+		c.over = true
+		if c.drop {
+			return len(p), nil
+		}
+		return 0, ErrTooMuch
+	}
+	return c.buf.Write(p)
+}
+
+func (c *capped) String() string { return c.buf.String() }
 
 // run runs git in dir with the clean environment plus extra, and returns
 // its standard output. The error carries git's standard error.
@@ -91,11 +118,15 @@ func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byt
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	out := &capped{max: g.max}
+	errb := &capped{max: 64 << 10, drop: true}
+	cmd.Stdout, cmd.Stderr = out, errb
 	if err := cmd.Run(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
 			return "", ErrNoGit
+		}
+		if out.over {
+			return "", fmt.Errorf("git %s: its output passed %d bytes: %w", args[0], g.max, ErrTooMuch)
 		}
 		msg := strings.TrimSpace(errb.String())
 		if msg == "" {

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -254,5 +255,37 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	}
 	if got := git(t, repo, "rev-parse", "shoal/a1"); got != tip2 {
 		t.Errorf("a branch checked out in a linked work tree moved to %s", got)
+	}
+}
+
+// What the node takes of a git reading an agent's checkout is bounded:
+// the agent's files may be any size (hard links make them cheap on its
+// disk), and the node held a diff's output whole in memory.
+func TestCheckoutReadsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	s, err := Prepare(ctx, repo, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := &Cache{Dir: t.TempDir()}
+	b := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Bundle(ctx, nil, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
+		t.Fatal(err)
+	}
+	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
+	if err := cache.Checkout(ctx, s.Repo, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(co.Dir, "big.txt"), strings.Repeat("a line of the agent's\n", (MaxOutput/22)+1024))
+	if _, err := co.Diff(ctx, s.Commit, false); !errors.Is(err, ErrTooMuch) {
+		t.Errorf("the diff of a file past %d bytes: %v; want ErrTooMuch", MaxOutput, err)
+	}
+	if d, err := co.Diff(ctx, s.Commit, true); err != nil || !strings.Contains(d, "big.txt") {
+		t.Errorf("its stat: %q %v", d, err)
 	}
 }
