@@ -282,30 +282,32 @@ func toolVerb(name string) string {
 // path it cannot resolve here is held to the directory by its name
 // alone, and the node that runs the child resolves it on its own
 // (OpenRequest.Within, which every child's open carries).
-func confine(rec *schemas.AgentRecord, paths ...*string) error {
-	root, err := filepath.EvalSymlinks(rec.Policy.CWD)
-	if err != nil {
-		root = filepath.Clean(rec.Policy.CWD)
-	}
+//
+// local says a path was not found here: it is on the agent's node alone,
+// and so is the child (the same path on another node is another
+// directory, which the parent never had).
+func confine(rec *schemas.AgentRecord, paths ...*string) (local bool, err error) {
+	root := parentRoot(*rec)
 	for _, p := range paths {
 		if *p == "" {
 			continue
 		}
 		if !filepath.IsAbs(*p) {
-			return refused("path %s is not absolute: name it inside this agent's workspace, %s", *p, rec.Policy.CWD)
+			return false, refused("path %s is not absolute: name it inside this agent's workspace, %s", *p, rec.Policy.CWD)
 		}
 		real, err := filepath.EvalSymlinks(*p)
 		if err != nil {
 			// Not here: perhaps on the agent's node alone.
 			if real = filepath.Clean(*p); !schemas.Within(filepath.Clean(rec.Policy.CWD), real) {
-				return refused("path is outside this agent's workspace: %s", *p)
+				return false, refused("path is outside this agent's workspace: %s", *p)
 			}
+			local = true
 		} else if !schemas.Within(root, real) {
-			return refused("path is outside this agent's workspace: %s", *p)
+			return false, refused("path is outside this agent's workspace: %s", *p)
 		}
 		*p = real
 	}
-	return nil
+	return local, nil
 }
 
 // nested holds an agent's agent_open to its own rights: the child's
@@ -340,6 +342,17 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 				return refused("a child may not exceed its parent: agent %s may not reach %s (its open's sandbox_net: %s)", parent.ID, h, strings.Join(parent.SandboxNet, ", "))
 			}
 		}
+		// Its child works in its own directory, with no MCP config of
+		// its own: it writes its directory, and could swap a
+		// subdirectory or a file there for a link between the checks
+		// and the child's sandbox being made (or the config read by the
+		// node), which follow names.
+		if req.CWD != parentRoot(parent) {
+			return refused("agent %s runs sandboxed: its children work in its own directory, %s, not in a subdirectory (one it could swap for a link while the child's sandbox is made)", parent.ID, parentRoot(parent))
+		}
+		if req.MCPConfig != "" {
+			return refused("agent %s runs sandboxed: its children take no mcp_config (a file it could swap for a link while its node reads it)", parent.ID)
+		}
 		yes := true
 		req.Sandbox = &yes
 		// In namespaces of its own, its children are too: a node that
@@ -354,6 +367,15 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 	}
 	req.Parent, req.Depth = parent.ID, depth
 	return nil
+}
+
+// parentRoot is an agent's working directory as confine holds its
+// children's paths to it.
+func parentRoot(parent schemas.AgentRecord) string {
+	if root, err := filepath.EvalSymlinks(parent.Policy.CWD); err == nil {
+		return root
+	}
+	return filepath.Clean(parent.Policy.CWD)
 }
 
 // netAllows reports whether a sandbox's host list lets host (host or

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -577,5 +579,51 @@ func TestDoorHoldsAChildsHostsToItsParentsOpen(t *testing.T) {
 	text, _ = call(t, as, "agent_open", map[string]any{"cwd": work, "id": "pip", "sandbox_net": []string{"pypi.org:443"}})
 	if strings.Contains(text, "may not reach") {
 		t.Errorf("a child asking for a host its parent's open allowed: %q", text)
+	}
+}
+
+// A sandboxed agent writes its directory: a subdirectory, or a file it
+// names as a child's MCP config, it could swap for a link between the
+// door's checks and the child's sandbox being made (or the config read
+// by its node), which follow names; a child in a subdirectory came up
+// with a sandbox writing outside its parent's directory. Its children
+// work in its own directory, with no MCP config. And a path the door
+// cannot find (on the parent's node alone) keeps the child on that node.
+func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
+	work := t.TempDir()
+	if err := os.Mkdir(filepath.Join(work, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(work, "mcp.json"), []byte(`{"mcpServers":{}}`), 0o644)
+	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work),
+		Sandbox: &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{work}}})
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
+	for args, want := range map[string]map[string]any{
+		"its children work in its own directory": {"cwd": filepath.Join(work, "sub"), "id": "insub"},
+		"its children take no mcp_config":        {"cwd": work, "id": "withcfg", "mcp_config": filepath.Join(work, "mcp.json")},
+	} {
+		if text, isErr := call(t, as, "agent_open", want); !isErr || !strings.Contains(text, args) {
+			t.Errorf("a sandboxed agent's child %v: %q, want the door's refusal saying %q", want, text, args)
+		}
+	}
+	// Past the door (no node runs here to take it).
+	if text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "beside"}); strings.Contains(text, "refused") {
+		t.Errorf("a sandboxed agent's child in its own directory: %q", text)
+	}
+
+	putRecord(t, fb, schemas.AgentRecord{ID: "far", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record("/on/n1/alone")})
+	far := fb.client(map[string]string{schemas.AgentIDHeader: "far"})
+	text, isErr := call(t, far, "agent_open", map[string]any{"cwd": "/on/n1/alone/sub", "id": "elsewhere", "node": "n2"})
+	if !isErr || !strings.Contains(text, "is on node n1 alone") {
+		t.Errorf("a child in a directory only its parent's node has, placed on another node: %q, want the door's refusal", text)
+	}
+	for _, id := range []string{"insub", "withcfg", "elsewhere"} {
+		if rec, err := fb.f.Record(t.Context(), id); err == nil {
+			t.Errorf("agent %s was opened: %s", id, mustJSON(rec))
+		}
 	}
 }

@@ -263,13 +263,21 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 		return nil, schemas.Errf(schemas.CodeInvalid, "ref and with_changes go with repo: true")
 	}
 	if c.rec != nil {
-		if err := confine(c.rec, &req.CWD, &req.MCPConfig); err != nil {
+		local, err := confine(c.rec, &req.CWD, &req.MCPConfig)
+		if err != nil {
 			return nil, err
 		}
 		if err := m.nested(*c.rec, &req); err != nil {
 			return nil, err
 		}
 		req.Within = c.rec.Policy.CWD // held to it again where the child runs
+		switch {
+		case !local:
+		case req.Node == "":
+			req.Node = c.rec.Node
+		case req.Node != c.rec.Node:
+			return nil, refused("path %s is on node %s alone, where agent %s works: its child may not be placed on node %s", req.CWD, c.rec.Node, c.rec.ID, req.Node)
+		}
 		// The id it opens under, named now: with none given it is the
 		// request id's, which the caller chooses as freely as an id.
 		client.NameOpen(&req)
