@@ -114,7 +114,20 @@ func (h *Handler) sameOrigin(r *http.Request) bool {
 		return true
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	if err != nil || u.Host != r.Host {
+		return false
+	}
+	// The public host is the dashboard's over the public scheme alone (a
+	// page of it over plain http is another origin); reached directly,
+	// by another name, over the scheme the request came by.
+	if pub, err := url.Parse(h.cfg.Origin); err == nil && h.cfg.Origin != "" && u.Host == pub.Host {
+		return false // not the public origin, which matched above
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme
 }
 
 func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/api/") }

@@ -38,6 +38,7 @@ func TestDashboardBehindAReverseProxy(t *testing.T) {
 	proxy := &http.Server{Handler: &httputil.ReverseProxy{
 		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) }, // Host: the dashboard's
 		FlushInterval: -1,                                                  // the event streams
+		Transport:     &http.Transport{DisableKeepAlives: true},            // nothing left open for the goroutine check
 	}}
 	go proxy.Serve(l)
 	t.Cleanup(func() { proxy.Close() })
@@ -57,7 +58,7 @@ func TestDashboardBehindAReverseProxy(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Origin", origin)
-		rep, err := http.DefaultClient.Do(req)
+		rep, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,6 +106,28 @@ func TestNobodyIsLetInBehindAProxyWithoutAToken(t *testing.T) {
 		web.New(web.Config{Client: f, Origin: origin}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7270/api/whoami", nil))
 		if rec.Code != want {
 			t.Errorf("origin %q, no token: a loopback request answered %d, want %d", origin, rec.Code, want)
+		}
+	}
+}
+
+// With a public https origin, a page of the same host over plain http is
+// another origin, though its Origin's host is the Host the proxy sends.
+func TestPublicOriginHoldsItsScheme(t *testing.T) {
+	t.Parallel()
+	f, err := client.NewDirect(natstest.Connect(t, natstest.Start(t)), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := web.New(web.Config{Client: f, Token: "full-secret", Origin: "https://shoal.example"})
+	for origin, want := range map[string]bool{"http://shoal.example": false, "https://shoal.example": true} {
+		req := httptest.NewRequest(http.MethodPost, "http://shoal.example/api/agents/x/close", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer full-secret")
+		req.Header.Set("Origin", origin)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if refused := strings.Contains(rec.Body.String(), "origin not allowed"); refused == want {
+			t.Errorf("an action from %s: %d %s", origin, rec.Code, rec.Body.String())
 		}
 	}
 }

@@ -11,14 +11,17 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// withOrigin sends a browser's Origin and a bearer token on every request.
+// withOrigin sends a browser's Origin and a bearer token on every request,
+// each on a connection of its own.
 type withOrigin struct{ origin, token string }
+
+var oneShot = &http.Transport{DisableKeepAlives: true}
 
 func (o withOrigin) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+o.token)
 	r.Header.Set("Origin", o.origin)
-	return http.DefaultTransport.RoundTrip(r)
+	return oneShot.RoundTrip(r)
 }
 
 // shoal up behind a reverse proxy that sends on its own Host (as
@@ -53,7 +56,8 @@ func TestUpBehindAReverseProxy(t *testing.T) {
 		t.Errorf("shoal up said it is reached through %q; want %s/", got, public)
 	}
 	target, _ := url.Parse(strings.TrimSuffix(c.printed("MCP endpoint "), "/mcp"))
-	proxy := &http.Server{Handler: &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, FlushInterval: -1}}
+	proxy := &http.Server{Handler: &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }, FlushInterval: -1,
+		Transport: &http.Transport{DisableKeepAlives: true}}}
 	go proxy.Serve(l)
 	t.Cleanup(func() { proxy.Close() })
 
