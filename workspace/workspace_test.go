@@ -187,19 +187,18 @@ func TestAvailable(t *testing.T) {
 	}
 }
 
-// A fetch moves the agent's branch in the caller's repository past what
-// Shoal made on it before (each fetch's commit of the uncommitted work is
-// new), but not past a person's own commit on it, nor while a linked work
-// tree has it checked out: git fetch into the branch forced it along,
-// and the person's commit was left to the reflog.
-func TestLandKeepsWhatIsNotShoals(t *testing.T) {
+// agentCheckout is a caller's repository at its HEAD, the start of an
+// agent on it, and agent a1's checkout of it on a node, as the node makes
+// it.
+func agentCheckout(t *testing.T) (repo string, s *Start, co Checkout) {
+	t.Helper()
 	ctx := context.Background()
-	repo := newRepo(t)
+	repo = newRepo(t)
 	s, err := Prepare(ctx, repo, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(s.Close)
 	cache := &Cache{Dir: t.TempDir()}
 	b := filepath.Join(t.TempDir(), "b")
 	if _, err := s.Bundle(ctx, nil, b); err != nil {
@@ -208,10 +207,21 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
 		t.Fatal(err)
 	}
-	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
+	co = Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
 	if err := cache.Checkout(ctx, s.Repo, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
 		t.Fatal(err)
 	}
+	return repo, s, co
+}
+
+// A fetch moves the agent's branch in the caller's repository past what
+// Shoal made on it before (each fetch's commit of the uncommitted work is
+// new), but not past a person's own commit on it, nor while a linked work
+// tree has it checked out: git fetch into the branch forced it along,
+// and the person's commit was left to the reflog.
+func TestLandKeepsWhatIsNotShoals(t *testing.T) {
+	ctx := context.Background()
+	repo, s, co := agentCheckout(t)
 	fetch := func(content string) (string, error) {
 		t.Helper()
 		write(t, filepath.Join(co.Dir, "loose.txt"), content)
@@ -263,24 +273,7 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 // disk), and the node held a diff's output whole in memory.
 func TestCheckoutReadsAreBounded(t *testing.T) {
 	ctx := context.Background()
-	repo := newRepo(t)
-	s, err := Prepare(ctx, repo, "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cache := &Cache{Dir: t.TempDir()}
-	b := filepath.Join(t.TempDir(), "b")
-	if _, err := s.Bundle(ctx, nil, b); err != nil {
-		t.Fatal(err)
-	}
-	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
-		t.Fatal(err)
-	}
-	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
-	if err := cache.Checkout(ctx, s.Repo, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
-		t.Fatal(err)
-	}
+	_, s, co := agentCheckout(t)
 	write(t, filepath.Join(co.Dir, "big.txt"), strings.Repeat("a line of the agent's\n", (MaxOutput/22)+1024))
 	if _, err := co.Diff(ctx, s.Commit, false); !errors.Is(err, ErrTooMuch) {
 		t.Errorf("the diff of a file past %d bytes: %v; want ErrTooMuch", MaxOutput, err)

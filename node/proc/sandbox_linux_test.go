@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/node/proc"
-	"golang.org/x/sys/unix"
+
+	"github.com/shoalfabric/shoal/internal/proctest"
 )
 
 // run starts argv as an agent's process would be, through the reaper and
@@ -98,18 +99,7 @@ func confinesTheTree(t *testing.T, namespaces bool) {
 	defer ul.Close()
 	pid := strconv.Itoa(os.Getpid())
 	// Another terminal (a person's shell, say): its pty is not the agent's.
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	ptn, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ptn := proctest.PTY(t)
 	script := `
 echo in > ok && echo wrote-inside
 echo out > ` + outside + `/f 2>/dev/null || echo no-write-outside
