@@ -1,12 +1,15 @@
 package workspace
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -186,8 +189,63 @@ func (c *Cache) checkout(ctx context.Context, repo, bundle, commit, dst, branch,
 			return fail(err)
 		}
 	}
+	if err := fits(ctx, dst, commit); err != nil {
+		return fail(err)
+	}
 	if _, err := run(ctx, dst, nil, nil, "checkout", "--quiet", "-b", branch, commit); err != nil {
 		return fail(err)
+	}
+	return nil
+}
+
+// maxFiles bounds the files of a checkout: a tree may name one blob, or
+// one tree, any number of times, so an agent's few kilobytes of commit
+// can check out as terabytes (a "git bomb").
+const maxFiles = 1_000_000
+
+// fits refuses commit's checkout in repository dir when it would hold
+// more than maxFiles files, or take more than half the disk space free
+// where dir is: counted from its tree as git will write it, read a line
+// at a time and stopped at the bound.
+func fits(ctx context.Context, dir, commit string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	room := uint64(st.Bavail) * uint64(st.Bsize) / 2
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "ls-tree", "-r", "-l", "-z", commit)
+	cmd.Dir, cmd.Env = dir, cleanEnv(nil)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { cancel(); cmd.Wait() }() // stopped first when the bound is passed
+	var files, size uint64
+	r := bufio.NewReader(out)
+	for {
+		entry, err := r.ReadString(0)
+		if err != nil {
+			break
+		}
+		// <mode> <type> <object> <size>\t<path>
+		meta, _, _ := strings.Cut(entry, "\t")
+		f := strings.Fields(meta)
+		if len(f) == 4 && f[1] == "blob" {
+			n, _ := strconv.ParseUint(f[3], 10, 64)
+			size += n
+		}
+		files++
+		switch {
+		case files > maxFiles:
+			return fmt.Errorf("commit %.12s would check out more than %d files: not checked out", commit, maxFiles)
+		case size > room:
+			return fmt.Errorf("commit %.12s would check out more than %d MiB, past half the %d MiB free on this node's disk: not checked out", commit, size>>20, 2*room>>20)
+		}
 	}
 	return nil
 }

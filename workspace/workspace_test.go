@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -280,5 +281,57 @@ func TestCheckoutReadsAreBounded(t *testing.T) {
 	}
 	if d, err := co.Diff(ctx, s.Commit, true); err != nil || !strings.Contains(d, "big.txt") {
 		t.Errorf("its stat: %q %v", d, err)
+	}
+}
+
+// A commit whose trees name one blob, and one tree, many times over (a
+// "git bomb": a few kilobytes of objects, terabytes checked out) is not
+// checked out: an agent's work, carried to another node, is checked out
+// there from what the agent made.
+func TestACheckoutIsBoundedByItsTree(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+	big := filepath.Join(t.TempDir(), "big")
+	write(t, big, strings.Repeat("x", 1<<20))
+	blob := git(t, repo, "hash-object", "-w", big)
+	mk := func(mode, kind, obj string) string {
+		var lines strings.Builder
+		for i := range 64 {
+			fmt.Fprintf(&lines, "%s %s %s\tf%d\n", mode, kind, obj, i)
+		}
+		cmd := exec.Command("git", "mktree")
+		cmd.Dir, cmd.Stdin = repo, strings.NewReader(lines.String())
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	tree := mk("100644", "blob", blob) // 64 MiB
+	for range 3 {
+		tree = mk("040000", "tree", tree) // 4 GiB, 256 GiB, 16 TiB
+	}
+	bomb := git(t, repo, "commit-tree", tree, "-p", "HEAD", "-m", "bomb")
+	git(t, repo, "update-ref", "refs/heads/bomb", bomb)
+	s, err := Prepare(ctx, repo, "bomb", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cache := &Cache{Dir: t.TempDir()}
+	b := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Bundle(ctx, nil, b); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(b); err != nil || fi.Size() > 4<<20 {
+		t.Fatalf("the bomb's bundle: %v %v; want a small one", fi, err)
+	}
+	dst := filepath.Join(t.TempDir(), "a1")
+	err = cache.CheckoutBundle(ctx, s.Repo, b, s.Commit, dst, "shoal/a1", "shoal agent a1", "a1@shoal.invalid")
+	if err == nil || !strings.Contains(err.Error(), "not checked out") {
+		t.Fatalf("the checkout of a commit of 16 TiB of files: %v; want a refusal", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("the refused checkout left %s: %v", dst, err)
 	}
 }
