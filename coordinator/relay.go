@@ -553,10 +553,12 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		// it read and write of the repositories, and where a fetch lands.
 		return fmt.Errorf("a node may not give agent %s a repository or take its repository away: only its open does", rec.ID)
 	case live.Workspace != nil && (rec.Workspace.Repo != live.Workspace.Repo || rec.Workspace.Bundle != live.Workspace.Bundle ||
-		rec.Workspace.Source != live.Workspace.Source || rec.Workspace.Branch != live.Workspace.Branch):
+		rec.Workspace.Source != live.Workspace.Source):
 		// What the relay lets the node read of the repositories, and the
-		// caller's repository a fetch writes the agent's work into.
-		return fmt.Errorf("a node may not change the repository, bundle, source or branch agent %s is opened from", rec.ID)
+		// caller's repository a fetch writes the agent's work into. (The
+		// branch is the node's to name; a fetch lands on the agent's own
+		// whatever it says.)
+		return fmt.Errorf("a node may not change the repository, bundle or source agent %s is opened from", rec.ID)
 	case live.Policy != nil:
 		a, _ := json.Marshal(live.Policy)
 		b, _ := json.Marshal(rec.Policy)
