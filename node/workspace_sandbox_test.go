@@ -30,11 +30,7 @@ func TestSandboxedAgentCannotRunCodeOnItsNodeThroughItsCheckoutsGitConfig(t *tes
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	home, outside := t.TempDir(), t.TempDir()
 	escaped := filepath.Join(outside, "escaped")
-	repo := t.TempDir()
-	gittest.Git(t, repo, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
-	gittest.Git(t, repo, "add", ".")
-	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	repo := gittest.Repo(t, "README", "hi\n")
 
 	// Turn 1: the sandbox holds: a write outside is refused.
 	// Turn 2: a filter in its own .git/config, named by .gitattributes.
@@ -102,11 +98,7 @@ func TestSandboxedAgentCannotReadAnotherAgentsWorkThroughTheCache(t *testing.T) 
 	t.Parallel()
 	argv := peers.Claude.Command(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	repo := t.TempDir()
-	gittest.Git(t, repo, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
-	gittest.Git(t, repo, "add", ".")
-	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	repo := gittest.Repo(t, "README", "hi\n")
 	cfg := func() claude.Config {
 		return claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}
 	}
@@ -157,15 +149,7 @@ func TestSandboxedAgentsGitDirLeadsItsNodeNowhere(t *testing.T) {
 	t.Parallel()
 	argv := peers.Claude.Command(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	commit := func(dir, file, content string) {
-		gittest.Git(t, dir, "init", "-q", "-b", "main")
-		os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644)
-		gittest.Git(t, dir, "add", ".")
-		gittest.Git(t, dir, "commit", "-q", "-m", "first")
-	}
-	repo, private := t.TempDir(), t.TempDir()
-	commit(repo, "README", "hi\n")
-	commit(private, "key.txt", "PRIVATE-KEY-MATERIAL\n")
+	repo, private := gittest.Repo(t, "README", "hi\n"), gittest.Repo(t, "key.txt", "PRIVATE-KEY-MATERIAL\n")
 	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
 	ctx := f.ctx(3 * time.Minute)
 	yes := true
@@ -230,11 +214,7 @@ func TestAnAgentsCheckoutHoldsUpNoOtherDiff(t *testing.T) {
 	t.Parallel()
 	argv := peers.Claude.Command(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	repo := t.TempDir()
-	gittest.Git(t, repo, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(repo, "README"), []byte("hi\n"), 0o644)
-	gittest.Git(t, repo, "add", ".")
-	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	repo := gittest.Repo(t, "README", "hi\n")
 	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(t.TempDir(), fake.URL()), StopWait: time.Second}})
 	ctx := f.ctx(3 * time.Minute)
 	for _, id := range []string{"jam", "head", "other"} {

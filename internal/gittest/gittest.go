@@ -5,6 +5,7 @@ package gittest
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -22,4 +23,18 @@ func Git(tb testing.TB, dir string, args ...string) string {
 		tb.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Repo makes a repository in a new directory of the test's, on branch
+// main, with one commit of file holding content, and returns it.
+func Repo(tb testing.TB, file, content string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	Git(tb, dir, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	Git(tb, dir, "add", ".")
+	Git(tb, dir, "commit", "-q", "-m", "first")
+	return dir
 }
