@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -130,8 +131,60 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				return
 			}
 		}
-		mcpHTTP.ServeHTTP(w, withPrincipal(r, who))
+		sw := &progressWriter{ResponseWriter: w, wrote: make(chan struct{}, 1)}
+		r = r.WithContext(context.WithValue(r.Context(), progressWriterKey{}, sw))
+		mcpHTTP.ServeHTTP(sw, withPrincipal(r, who))
 	})
+}
+
+// A progressWriter counts the progress notifications written to a call's
+// response. mcp-go (v1.2.1) drops a notification its forwarder has taken
+// but not yet written when the call's reply is written, so a call that
+// reported progress waits for its last reports to be written first.
+type progressWriter struct {
+	http.ResponseWriter
+	written atomic.Int64
+	wrote   chan struct{} // a progress notification was written
+}
+
+type progressWriterKey struct{}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.ResponseWriter.Write(b)
+	if bytes.Contains(b, []byte(`"notifications/progress"`)) {
+		p.written.Add(1)
+		select {
+		case p.wrote <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// Flush is the response's: mcp-go streams only to a Flusher.
+func (p *progressWriter) Flush() {
+	if f, ok := p.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// awaitProgress waits, up to d, until n progress notifications of the
+// call whose ctx this is are written.
+func awaitProgress(ctx context.Context, n int64, d time.Duration) {
+	p, ok := ctx.Value(progressWriterKey{}).(*progressWriter)
+	if !ok {
+		return
+	}
+	timeout := time.After(d)
+	for p.written.Load() < n {
+		select {
+		case <-p.wrote:
+		case <-timeout:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // agentToken reports whether got is the token of the live agent id: the

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoalfabric/shoal/client"
@@ -300,6 +301,7 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 	watch, stop := context.WithCancel(ctx)
 	var watching sync.WaitGroup
 	ended := make(chan struct{}) // the turn's result was reported
+	var reported atomic.Int64
 	watching.Go(func() {
 		n := 0
 		m.f.Replay(watch, []string{req.AgentID}, from, true, func(r client.Replayed, _ *client.Gap) error {
@@ -308,6 +310,7 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 			}
 			n++
 			report(float64(n), string(r.Kind))
+			reported.Add(1)
 			if r.Kind == schemas.KindResult {
 				close(ended)
 				return errStopReplay
@@ -322,6 +325,7 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 		// out before the reply.
 		select {
 		case <-ended:
+			awaitProgress(ctx, reported.Load(), 2*time.Second)
 		case <-time.After(2 * time.Second):
 		case <-ctx.Done():
 		}
