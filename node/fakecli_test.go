@@ -46,8 +46,8 @@ import (
 //	         has stopped reading its input
 //	huge     answers each turn with 20 MB of text
 //	firehose streams chunks "c1 ", "c2 ", … as fast as it can until
-//	         interrupted, writing the number of the last one it printed
-//	         to $SHOAL_FAKE_PRINTED after each
+//	         interrupted, writing the number of each to
+//	         $SHOAL_FAKE_PRINTED just before it prints it
 func fakeClaude(mode string) {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		fmt.Println("0.0.0 (fake claude, " + mode + ")")
@@ -192,8 +192,11 @@ func fakeClaude(mode string) {
 					emit(map[string]any{"type": "user", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": "[Request interrupted by user]"}}}})
 					result("", true, "error_during_execution")
 				default:
-					delta(fmt.Sprintf("c%d ", n))
+					// Said before it is printed: what the node stores
+					// is never past what the file says (a reader of the
+					// file after a kill bounds what can be stored).
 					printed.WriteAt([]byte(fmt.Sprintf("%-20d", n)), 0)
+					delta(fmt.Sprintf("c%d ", n))
 					continue
 				}
 				break
