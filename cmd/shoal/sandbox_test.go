@@ -155,8 +155,9 @@ sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initi
 // and is refused another agent's. Nothing is opened.
 func TestSandboxedAgentReachesOnlyTheMCPEndpoint(t *testing.T) {
 	t.Parallel()
-	c := startCoordinator(t, nil, "--metrics", "127.0.0.1:0")
+	c := startCoordinator(t, nil, "--metrics", "127.0.0.1:0", "--monitor", "127.0.0.1:0")
 	fake, must, metrics := c.fake, c.must, c.printed("metrics ")
+	monitor, _, _ := strings.Cut(c.printed("NATS monitoring "), " ")
 	other := must("open", "--id", "other", t.TempDir())
 	cwd := t.TempDir()
 	mcpPost := `curl -s -X POST "$HTTP_PROXY/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'`
@@ -165,6 +166,7 @@ func TestSandboxedAgentReachesOnlyTheMCPEndpoint(t *testing.T) {
 done
 curl -s -o body -w "POST /api/open=%{http_code} " -X POST "$HTTP_PROXY/api/open" -H 'Content-Type: application/json' -d '{"cwd":"/","permission":"bypass","sandbox":false}'; head -c 400 body; echo
 curl -s --noproxy '*' -o /dev/null ` + metrics + `; echo "metrics-direct=$?"
+curl -s --noproxy '*' -o /dev/null ` + monitor + `/varz; echo "monitor-direct=$?"
 sid=$(` + mcpPost + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"inside","version":"0"}}}' | tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
 ` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
 echo "self: $(` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_status","arguments":{"agent_id":"inside"}}}')"
@@ -199,6 +201,14 @@ echo "other: $(` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","i
 	}
 	if !strings.Contains(out, "metrics-direct=7") {
 		t.Errorf("a direct connect to the metrics port was not refused:\n%s", out)
+	}
+	if !strings.Contains(out, "monitor-direct=7") {
+		t.Errorf("a direct connect to the NATS monitoring port was not refused:\n%s", out)
+	}
+	if res, err := http.Get(monitor + "/varz"); err != nil || res.StatusCode != http.StatusOK {
+		t.Errorf("the NATS monitoring from outside the sandbox: %v %v", res, err)
+	} else {
+		res.Body.Close()
 	}
 	if !strings.Contains(out, `self: `) || !strings.Contains(out, `\"id\":\"inside\"`) {
 		t.Errorf("the agent's MCP call about itself through its proxy:\n%s", out)
