@@ -29,18 +29,26 @@ type bundleWriter struct {
 
 func newBundleWriter(t *testing.T, s *fabrictest.Secured, ctx context.Context) *bundleWriter {
 	t.Helper()
+	putMine(t, s, ctx, "")
+	return &bundleWriter{t: t, nc: s.Connect(t, broker.RoleNode, "nb")}
+}
+
+// putMine records agent "mine", node nb's, opened on repository "r1" at
+// commit aaaa… from bundle (none when "").
+func putMine(t *testing.T, s *fabrictest.Secured, ctx context.Context, bundle string) {
+	t.Helper()
 	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := float64(time.Now().Unix())
+	base := strings.Repeat("a", 40)
 	rec := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
-		Workspace: &schemas.Workspace{Repo: "r1", Base: strings.Repeat("a", 40), Commit: strings.Repeat("a", 40)}}
+		Workspace: &schemas.Workspace{Repo: "r1", Base: base, Commit: base, Bundle: bundle}}
 	b, _ := json.Marshal(rec)
 	if _, err := kv.Create(ctx, "mine", b); err != nil {
 		t.Fatal(err)
 	}
-	return &bundleWriter{t: t, nc: s.Connect(t, broker.RoleNode, "nb")}
 }
 
 // put writes a chunk of bundle name at offset, as a node does, and
@@ -270,17 +278,7 @@ func TestRelayHoldsANodesReadsPastTheStart(t *testing.T) {
 	if _, err := obs.PutBytes(ctx, name, bytes.Repeat([]byte("b"), 3*schemas.BundleChunk)); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
-	rec := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
-		Workspace: &schemas.Workspace{Repo: "r1", Base: base, Commit: base, Bundle: name}}
-	b, _ := json.Marshal(rec)
-	if _, err := kv.Create(ctx, "mine", b); err != nil {
-		t.Fatal(err)
-	}
+	putMine(t, s, ctx, name)
 	nc := s.Connect(t, broker.RoleNode, "nb")
 	read := func(offset int64) error {
 		t.Helper()
