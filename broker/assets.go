@@ -247,10 +247,16 @@ func retryUnavailable(ctx context.Context, do func(context.Context) error) error
 	}
 }
 
+// errNoPeers is JetStream's "no suitable peers for placement": a
+// replicated asset asked for before the meta leader has heard from
+// enough members. Members starting together see it until the others
+// have reported in.
+const errNoPeers jetstream.ErrorCode = 10005
+
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503
+		return apiErr.Code == 503 || apiErr.ErrorCode == errNoPeers
 	}
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)

@@ -85,7 +85,17 @@ func TestClusterWithAuthAndTLS(t *testing.T) {
 }
 
 // startCluster runs three brokers routed into one cluster with R3 assets.
-func startCluster(t *testing.T, mutate func(int, *broker.Config)) []*broker.Broker {
+// Members started one after another wait for the rest: two members
+// elect a meta leader, and until the third reports in JetStream answers
+// a three-replica stream with "no suitable peers for placement".
+func TestClusterMembersStartedApart(t *testing.T) {
+	t.Parallel()
+	startCluster(t, nil, 3*time.Second)
+}
+
+// startCluster starts three members, the last one late after the
+// others when late is given.
+func startCluster(t *testing.T, mutate func(int, *broker.Config), late ...time.Duration) []*broker.Broker {
 	t.Helper()
 	ports := freePorts(t, 3)
 	routes := make([]string, len(ports))
@@ -109,7 +119,12 @@ func startCluster(t *testing.T, mutate func(int, *broker.Config)) []*broker.Brok
 		}
 		t.Cleanup(b.Shutdown)
 		brokers[i] = b
-		go func() { done <- b.Start(natstest.Context(t, 60*time.Second)) }()
+		go func() {
+			if i == len(brokers)-1 && len(late) > 0 {
+				time.Sleep(late[0])
+			}
+			done <- b.Start(natstest.Context(t, 60*time.Second))
+		}()
 	}
 	for range brokers {
 		if err := <-done; err != nil {

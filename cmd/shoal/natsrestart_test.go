@@ -270,7 +270,15 @@ func TestFollowersGoOnAfterTheNATSServerRestarts(t *testing.T) {
 
 	srv.stop(syscall.SIGKILL)
 	time.Sleep(3 * time.Second) // the followers find their server gone
+	restarted := time.Now()
 	n.start()
+	// The node is back when it heartbeats: until then a turn's request
+	// has no one to answer it (the node reconnects a second apart).
+	nodes, _ := n.buckets()
+	poll.Until(t, 30*time.Second, "node n1 heartbeats to the restarted server", func() bool {
+		e, err := nodes.Get(t.Context(), "n1")
+		return err == nil && e.Created().After(restarted)
+	})
 	fake.Script(fakemodel.Reply{Text: "after the restart"})
 	if code, out, errOut := runShoal(t, t.TempDir(), env, "run", "--wait", "2m", open.AgentID, "Two."); code != 0 {
 		t.Fatalf("run after the restart: exit %d: %s%s", code, out, errOut)
