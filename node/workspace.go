@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shoalfabric/shoal/node/proc"
@@ -46,24 +47,60 @@ type repos struct {
 	// a copy of an index and a diff's output, whose sizes the agents
 	// choose.
 	readers chan struct{}
+
+	mu sync.Mutex
+	// reading is, per agent, its one read under way and those waiting
+	// for it: an agent's checkout can hold its git up until the
+	// request's deadline (a FIFO in its .git), and its second diff
+	// waits on its first instead of taking another of the readers.
+	reading map[string]*agentRead
+}
+
+type agentRead struct {
+	turn  chan struct{} // holds one value while the agent's work is read
+	users int           // the read under way and those waiting for it
 }
 
 // maxReaders is how many agents' work the node reads at once.
 const maxReaders = 4
 
-// hold waits for a turn to read an agent's work, until ctx ends.
-func (r *repos) hold(ctx context.Context) (func(), error) {
+// hold waits for a turn to read agent id's work, until ctx ends: after
+// any other read of the same agent's work, then for one of the readers.
+func (r *repos) hold(ctx context.Context, id string) (func(), error) {
+	r.mu.Lock()
+	a := r.reading[id]
+	if a == nil {
+		a = &agentRead{turn: make(chan struct{}, 1)}
+		r.reading[id] = a
+	}
+	a.users++
+	r.mu.Unlock()
+	done := func() {
+		r.mu.Lock()
+		if a.users--; a.users == 0 {
+			delete(r.reading, id)
+		}
+		r.mu.Unlock()
+	}
+	select {
+	case a.turn <- struct{}{}:
+	case <-ctx.Done():
+		done()
+		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s was reading agent %s's work for another request the whole time: ask again", r.node, id)
+	}
 	select {
 	case r.readers <- struct{}{}:
-		return func() { <-r.readers }, nil
+		return func() { <-r.readers; <-a.turn; done() }, nil
 	case <-ctx.Done():
+		<-a.turn
+		done()
 		return nil, schemas.Errf(schemas.CodeUnavailable, "node %s was reading %d agents' work the whole time: ask again", r.node, maxReaders)
 	}
 }
 
 func newRepos(ctx context.Context, h *Host) *repos {
 	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name,
-		readers: make(chan struct{}, maxReaders)}
+		readers: make(chan struct{}, maxReaders), reading: make(map[string]*agentRead)}
 	r.store = h.store
 	if h.sandbox.kernel != "" {
 		r.confined = h.cfg.Reaper
@@ -256,7 +293,7 @@ func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffR
 	// git reads what the agent wrote, which may keep it long (until the
 	// request's deadline kills it): the node's other requests go on.
 	service.LongWait(ctx)
-	release, err := h.repos.hold(ctx)
+	release, err := h.repos.hold(ctx, req.AgentID)
 	if err != nil {
 		return schemas.DiffReply{}, err
 	}
@@ -297,7 +334,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	h.mu.Unlock()
 	msg := fmt.Sprintf("shoal: work of agent %s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", req.AgentID, turn, req.AgentID, h.cfg.Name, turn)
 	service.LongWait(ctx) // as in Diff
-	release, err := h.repos.hold(ctx)
+	release, err := h.repos.hold(ctx, req.AgentID)
 	if err != nil {
 		return schemas.WorkReply{}, err
 	}

@@ -207,9 +207,11 @@ func TestSandboxedAgentsGitDirLeadsItsNodeNowhere(t *testing.T) {
 
 // An agent's .git/index made a link to a FIFO (or to a file the agent
 // cannot read), its HEAD a FIFO: its node's diff of it fails, and the
-// node's other agents' diffs are answered meanwhile; the node stops when
-// asked. The node read the index whole, following links and blocking on
-// the FIFO, and one request held every other diff of the node.
+// node's other agents' diffs are answered meanwhile, however many diffs
+// of it wait; the node stops when asked. The node read the index whole,
+// following links and blocking on the FIFO, and one request held every
+// other diff of the node; then an agent's diffs of itself, one per
+// reader, held them all.
 func TestAnAgentsCheckoutHoldsUpNoOtherDiff(t *testing.T) {
 	t.Parallel()
 	argv := peers.Claude.Command(t)
@@ -235,10 +237,13 @@ func TestAnAgentsCheckoutHoldsUpNoOtherDiff(t *testing.T) {
 	if _, err := f.fabric.Diff(ctx, "jam", false); err == nil || !strings.Contains(err.Error(), "index") {
 		t.Errorf("the diff of an agent whose index is a link to a FIFO: %v; want a refusal naming the index", err)
 	}
-	// head's diff waits on its FIFO until the request's deadline; other's
-	// is answered meanwhile.
-	stuck := make(chan error, 1)
-	go func() { _, err := f.fabric.Diff(ctx, "head", false); stuck <- err }()
+	// head's diffs wait on its FIFO until the request's deadline, one
+	// after the other, more of them than the node's four readers;
+	// other's is answered meanwhile.
+	stuck := make(chan error, 5)
+	for range 5 {
+		go func() { _, err := f.fabric.Diff(ctx, "head", false); stuck <- err }()
+	}
 	time.Sleep(2 * time.Second) // its git is waiting on the FIFO
 	quick, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
