@@ -41,7 +41,7 @@ type bundles struct {
 	mu     sync.Mutex
 	reads  map[string]*bundleRead
 	writes map[string]*bundleWrite
-	seeks  map[string]time.Time // when a read last began past the start, by key
+	seeks  map[string]time.Time // when a read last began past the start, by node and bundle
 	ended  bool                 // the relay stopped: no write begins
 }
 
@@ -126,9 +126,10 @@ func (b *bundles) sweepLocked(now time.Time) {
 	}
 }
 
-// read returns the chunk at offset of bundle name, and whether it is the
-// last.
-func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, key, name string, offset int64) ([]byte, bool, error) {
+// read returns the chunk at offset of bundle name, read by node for
+// agent, and whether it is the last.
+func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, node, agent, name string, offset int64) ([]byte, bool, error) {
+	key := bundleKey(node, agent, name)
 	b.mu.Lock()
 	b.sweepLocked(time.Now())
 	rd := b.reads[key]
@@ -143,13 +144,16 @@ func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, key, name
 		// to there (the object store cannot seek): once in a while (a
 		// relay that took over, a node that lost a chunk), not a node
 		// asking for the last chunk of 2 GiB over and over.
+		// Per node and bundle: its agents opened on one commit all read
+		// the same object.
+		seek := node + "\x00" + name
 		b.mu.Lock()
-		last, seen := b.seeks[key]
+		last, seen := b.seeks[seek]
 		if !seen || time.Since(last) > bundleIdle {
 			if b.seeks == nil {
 				b.seeks = map[string]time.Time{}
 			}
-			b.seeks[key] = time.Now()
+			b.seeks[seek] = time.Now()
 		}
 		b.mu.Unlock()
 		if seen && time.Since(last) <= bundleIdle {
@@ -376,7 +380,7 @@ func (r *Relay) bundleGet(ctx context.Context, m *nats.Msg) {
 		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err))
 		return
 	}
-	chunk, last, err := r.bun.read(ctx, obs, bundleKey(node, id, req.Name), req.Name, req.Offset)
+	chunk, last, err := r.bun.read(ctx, obs, node, id, req.Name, req.Offset)
 	if err != nil {
 		r.bundleFail(m, err)
 		return

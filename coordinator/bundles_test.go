@@ -29,13 +29,13 @@ type bundleWriter struct {
 
 func newBundleWriter(t *testing.T, s *fabrictest.Secured, ctx context.Context) *bundleWriter {
 	t.Helper()
-	putMine(t, s, ctx, "")
+	putAgent(t, s, ctx, "mine", "")
 	return &bundleWriter{t: t, nc: s.Connect(t, broker.RoleNode, "nb")}
 }
 
-// putMine records agent "mine", node nb's, opened on repository "r1" at
+// putAgent records agent id, node nb's, opened on repository "r1" at
 // commit aaaa… from bundle (none when "").
-func putMine(t *testing.T, s *fabrictest.Secured, ctx context.Context, bundle string) {
+func putAgent(t *testing.T, s *fabrictest.Secured, ctx context.Context, id, bundle string) {
 	t.Helper()
 	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
 	if err != nil {
@@ -43,10 +43,10 @@ func putMine(t *testing.T, s *fabrictest.Secured, ctx context.Context, bundle st
 	}
 	now := float64(time.Now().Unix())
 	base := strings.Repeat("a", 40)
-	rec := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
+	rec := schemas.AgentRecord{ID: id, Node: "nb", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now,
 		Workspace: &schemas.Workspace{Repo: "r1", Base: base, Commit: base, Bundle: bundle}}
 	b, _ := json.Marshal(rec)
-	if _, err := kv.Create(ctx, "mine", b); err != nil {
+	if _, err := kv.Create(ctx, id, b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -278,12 +278,13 @@ func TestRelayHoldsANodesReadsPastTheStart(t *testing.T) {
 	if _, err := obs.PutBytes(ctx, name, bytes.Repeat([]byte("b"), 3*schemas.BundleChunk)); err != nil {
 		t.Fatal(err)
 	}
-	putMine(t, s, ctx, name)
+	putAgent(t, s, ctx, "mine", name)
+	putAgent(t, s, ctx, "mine2", name)
 	nc := s.Connect(t, broker.RoleNode, "nb")
-	read := func(offset int64) error {
+	read := func(agent string, offset int64) error {
 		t.Helper()
 		body, _ := json.Marshal(schemas.RelayBundleRequest{Name: name, Offset: offset})
-		m, err := nc.Request(schemas.RelaySubject("nb", schemas.RelayBundleGet, "mine"), body, 10*time.Second)
+		m, err := nc.Request(schemas.RelaySubject("nb", schemas.RelayBundleGet, agent), body, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,14 +295,19 @@ func TestRelayHoldsANodesReadsPastTheStart(t *testing.T) {
 		return schemas.DecodeReply(m.Data, &none)
 	}
 	end := int64(2 * schemas.BundleChunk)
-	if err := read(end); err != nil {
+	if err := read("mine", end); err != nil {
 		t.Fatalf("a first read past the start: %v", err)
 	}
-	if err := read(end); err == nil || !strings.Contains(err.Error(), "read it from 0") {
+	if err := read("mine", end); err == nil || !strings.Contains(err.Error(), "read it from 0") {
 		t.Errorf("a second read past the start at once: %v; want a refusal", err)
 	}
+	// Another of its agents opened on the same bundle is the same node
+	// reading the same object.
+	if err := read("mine2", end); err == nil || !strings.Contains(err.Error(), "read it from 0") {
+		t.Errorf("a read past the start at once for another agent of the node: %v; want a refusal", err)
+	}
 	for off := int64(0); off < 3*schemas.BundleChunk; off += schemas.BundleChunk {
-		if err := read(off); err != nil {
+		if err := read("mine", off); err != nil {
 			t.Fatalf("the read from the start, at %d: %v", off, err)
 		}
 	}
