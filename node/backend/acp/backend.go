@@ -153,6 +153,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if agent == AgentOpencode {
 		dir, extra, err := b.opencodeConfig(s, model, env)
 		if err != nil {
+			s.cleanup()
 			return nil, err
 		}
 		s.configDir, s.permits = dir, b.permits

@@ -22,11 +22,18 @@ const maxLinks = 40
 
 // workspace confines the paths an agent names to its working directory.
 //
-// It is a boundary against a cooperative agent, not a sandbox: a path is
-// resolved, then opened, in separate steps, so a symlink swapped in
-// between (TOCTOU) is not caught beyond the last component, which is
-// opened with O_NOFOLLOW.
-type workspace struct{ root string }
+// A path is resolved by name (resolve: for the agent's own view of it,
+// and to refuse one outside with a clear error), then opened from the
+// workspace's directory, held open from the start, with openat2: beneath
+// it, through no symbolic link. An agent (a sandboxed one, whose node
+// reads and writes as its own user) that swaps a directory on the way
+// for a link between the two steps gets an error, not a file outside.
+// Where there is no openat2 (not Linux: no agent is sandboxed there) the
+// open is by name, its last component not followed.
+type workspace struct {
+	root string
+	dir  *os.File // root, held open
+}
 
 // newWorkspace confines paths to cwd, an absolute path to an existing
 // directory, with its symlinks resolved.
@@ -45,7 +52,48 @@ func newWorkspace(cwd string) (*workspace, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("workspace %s is not a directory", cwd)
 	}
-	return &workspace{root: root}, nil
+	dir, err := holdRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	return &workspace{root: root, dir: dir}, nil
+}
+
+// close lets the workspace's directory go.
+func (w *workspace) close() { w.dir.Close() }
+
+// open opens resolved, a path resolve returned, from the workspace's
+// directory, refusing anything that is not a regular file by the time it
+// is open; O_NONBLOCK keeps a FIFO swapped in from blocking the open.
+func (w *workspace) open(resolved string, flag int, perm fs.FileMode) (*os.File, error) {
+	rel, err := filepath.Rel(w.root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("path is outside this agent's workspace: %s", resolved)
+	}
+	f, err := openIn(w.dir, rel, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New("not a regular file")
+	}
+	return f, nil
+}
+
+// mkdirs makes the directories of resolved, a directory resolve
+// returned, as open opens.
+func (w *workspace) mkdirs(resolved string) error {
+	rel, err := filepath.Rel(w.root, resolved)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("path is outside this agent's workspace: %s", resolved)
+	}
+	return mkdirIn(w.dir, rel)
 }
 
 // resolve returns where path leads, absolute and free of symlinks, if that
@@ -137,24 +185,21 @@ func readText(w *workspace, path string, line, limit *int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fi, err := os.Stat(resolved)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("read %s: not a regular file", path)
-	}
-	if line == nil && limit == nil && fi.Size() > maxRead {
-		return "", fmt.Errorf("read %s: the file is larger than %d MiB; read it by line and limit", path, maxRead>>20)
-	}
 	if limit != nil && *limit < 0 {
 		return "", fmt.Errorf("read %s: limit %d is negative", path, *limit)
 	}
-	f, err := openRegular(resolved, os.O_RDONLY, 0)
+	f, err := w.open(resolved, os.O_RDONLY, 0)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	if line == nil && limit == nil && fi.Size() > maxRead {
+		return "", fmt.Errorf("read %s: the file is larger than %d MiB; read it by line and limit", path, maxRead>>20)
+	}
 	if line == nil && limit == nil {
 		b, err := io.ReadAll(io.LimitReader(f, maxRead+1))
 		if err != nil {
@@ -234,10 +279,10 @@ func writeText(w *workspace, path, content string) error {
 	if fi, err := os.Lstat(resolved); err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("write %s: not a regular file", path)
 	}
-	if err := os.MkdirAll(filepath.Dir(resolved), 0o755); err != nil {
+	if err := w.mkdirs(filepath.Dir(resolved)); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	f, err := openRegular(resolved, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := w.open(resolved, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -253,25 +298,4 @@ func writeText(w *workspace, path, content string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
-}
-
-// openRegular opens a path resolve returned, refusing a symlink swapped in
-// as its last component (O_NOFOLLOW) and anything that is not a regular
-// file by the time it is open; O_NONBLOCK keeps a FIFO swapped in since
-// the stat from blocking the open.
-func openRegular(resolved string, flag int, perm fs.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(resolved, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, perm)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, errors.New("not a regular file")
-	}
-	return f, nil
 }

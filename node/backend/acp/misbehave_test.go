@@ -75,6 +75,9 @@ func fakeAgent(mode string) int {
 			case "hang":
 				chunk("thinking forever")
 				select {}
+			case "racer":
+				chunk(race(sc, say))
+				say(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"stopReason": "end_turn"}})
 			}
 		}
 	}
@@ -82,15 +85,15 @@ func fakeAgent(mode string) int {
 }
 
 // startFake runs the test binary as a misbehaving opencode.
-func startFake(t *testing.T, mode string) (backend.Session, *recorder) {
+func startFake(t *testing.T, mode string, env ...string) (backend.Session, *recorder) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _ := schemas.ComposePolicy("default", "", nil, nil, false)
+	pol, _ := schemas.ComposePolicy("bypass", "", nil, nil, false)
 	b := acp.New(acp.Config{Commands: map[string][]string{acp.AgentClaude: {exe}},
-		Env: []string{fakeAgentEnv + "=" + mode, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, StopWait: 500 * time.Millisecond})
+		Env: append([]string{fakeAgentEnv + "=" + mode, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, env...), StopWait: 500 * time.Millisecond})
 	t.Cleanup(func() { b.Close() })
 	rec := newRecorder(t)
 	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "f1", CWD: t.TempDir(), Model: acp.AgentClaude, Policy: pol, Dir: t.TempDir()}, rec)

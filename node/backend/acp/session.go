@@ -805,9 +805,10 @@ func (s *session) onExit() {
 	s.cleanup()
 }
 
-// cleanup removes the agent's generated configuration and forgets its
-// plugin credential.
+// cleanup removes the agent's generated configuration, forgets its
+// plugin credential and lets its workspace's directory go.
 func (s *session) cleanup() {
+	s.ws.close()
 	if s.permits != nil {
 		s.permits.remove(s.spec.AgentID)
 	}
