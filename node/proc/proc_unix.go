@@ -4,6 +4,7 @@ package proc
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +74,50 @@ func WriteBeneath(root, rel string, b []byte, perm os.FileMode) error {
 		return err
 	}
 	return f.Close()
+}
+
+// ReadBeneath reads rel beneath root, a directory an agent may write
+// into, as WriteBeneath writes there: through no symlink the agent could
+// have planted, and only a regular file of at most max bytes (a FIFO
+// planted there does not block the read).
+func ReadBeneath(root, rel string, max int64) ([]byte, error) {
+	parts := strings.Split(filepath.Clean(rel), string(filepath.Separator))
+	if filepath.IsAbs(rel) || slices.Contains(parts, "..") {
+		return nil, fmt.Errorf("%s is not a path beneath %s", rel, root)
+	}
+	dir, err := unix.Open(root, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer func() { unix.Close(dir) }()
+	for _, name := range parts[:len(parts)-1] {
+		next, err := unix.Openat(dir, name, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
+		}
+		unix.Close(dir)
+		dir = next
+	}
+	fd, err := unix.Openat(dir, parts[len(parts)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(root, rel))
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", f.Name())
+	case fi.Size() > max:
+		return nil, fmt.Errorf("%s is larger than %d bytes", f.Name(), max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", f.Name(), max)
+	}
+	return b, err
 }
 
 // PassNothingOn marks every descriptor from 3 up close-on-exec, so that

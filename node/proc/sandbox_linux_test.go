@@ -192,6 +192,32 @@ func TestWriteBeneathFollowsNothingPlanted(t *testing.T) {
 	}
 }
 
+// The node's reads from a directory an agent may write follow nothing
+// the agent planted either, and read only a regular file of a bounded
+// size (a FIFO does not hold them).
+func TestReadBeneathFollowsNothingPlanted(t *testing.T) {
+	t.Parallel()
+	root, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	os.WriteFile(victim, []byte("secret"), 0o600)
+	os.Symlink(victim, filepath.Join(root, "link"))
+	os.Symlink(outside, filepath.Join(root, "dirlink"))
+	os.WriteFile(filepath.Join(root, "big"), make([]byte, 100), 0o600)
+	os.Mkdir(filepath.Join(root, "sub"), 0o700)
+	os.WriteFile(filepath.Join(root, "sub", "ok"), []byte("mine"), 0o600)
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"link", "dirlink/victim", "fifo", "big", "../x", "missing"} {
+		if b, err := proc.ReadBeneath(root, rel, 64); err == nil {
+			t.Errorf("ReadBeneath(%s) = %q; want a refusal", rel, b)
+		}
+	}
+	if b, err := proc.ReadBeneath(root, "sub/ok", 64); err != nil || string(b) != "mine" {
+		t.Errorf("ReadBeneath(sub/ok) = %q, %v", b, err)
+	}
+}
+
 // A sandbox in namespaces of its own is one stage under the reaper: its
 // init is the reaper's child, with no wrapper between. The node serves
 // its edge: the agent reaches the port it was given on the node's

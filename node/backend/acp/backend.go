@@ -255,11 +255,12 @@ func geminiHome(spec backend.Spec, env []string) (string, error) {
 // noPTYShell turns gemini's pseudo-terminal shell off in the settings of
 // its directory dir: a sandboxed agent opens no terminal in /dev/pts
 // (where a person's are), and gemini then runs commands as plain child
-// processes.
+// processes. dir is the agent's to write: settings.json is read through
+// no link it planted, and one that is not a regular file is replaced.
 func noPTYShell(dir string) error {
 	path := filepath.Join(dir, "settings.json")
 	settings := map[string]any{}
-	if b, err := os.ReadFile(path); err == nil {
+	if b, err := proc.ReadBeneath(dir, "settings.json", 1<<20); err == nil {
 		if err := json.Unmarshal(b, &settings); err != nil {
 			return fmt.Errorf("gemini's settings %s: %w", path, err)
 		}

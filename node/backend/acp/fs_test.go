@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoalfabric/shoal/node/backend"
 )
 
 // tree is a workspace with symlinks in every direction:
@@ -378,5 +380,29 @@ func checkFile(t *testing.T, path, want string) {
 	b, err := os.ReadFile(path)
 	if err != nil || string(b) != want {
 		t.Errorf("%s = %q, %v; want %q", path, b, err, want)
+	}
+}
+
+// A sandboxed gemini's home is its own to write from life to life: a
+// settings.json it made a link to the node's user's files is not read
+// by the node when its next life begins (the node merged what it read
+// into the settings it wrote back, for the agent to read).
+func TestGeminiHomeReadsNoLinkTheAgentPlanted(t *testing.T) {
+	t.Parallel()
+	spec := backend.Spec{AgentID: "g1", Dir: t.TempDir()}
+	secret := filepath.Join(t.TempDir(), "creds.json")
+	must(t, os.WriteFile(secret, []byte(`{"token":"the node's secret"}`), 0o600))
+	dot := filepath.Join(backend.AgentHome(spec, "gemini"), ".gemini")
+	must(t, os.MkdirAll(dot, 0o700))
+	must(t, os.Symlink(secret, filepath.Join(dot, "settings.json")))
+	if _, err := geminiHome(spec, []string{"HOME=" + t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dot, "settings.json"))
+	if err != nil || strings.Contains(string(b), "the node's secret") || !strings.Contains(string(b), `"enableInteractiveShell": false`) {
+		t.Errorf("the agent's settings after a link it planted: %q %v; want the node's own settings, none of the linked file", b, err)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != `{"token":"the node's secret"}` {
+		t.Errorf("the linked file was changed: %q", b)
 	}
 }
