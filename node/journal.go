@@ -136,6 +136,10 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 			if err != nil {
 				// A run killed while writing leaves half a record at the
 				// end; nothing after it is whole.
+				if tornByAKill(f, err) {
+					log.Info("the journal's last write was cut short by the node's end; what it held was never published", "segment", name)
+					break
+				}
 				log.Warn("the journal ends with a damaged record; what follows it is not read", "segment", name, "err", err)
 				prev.damaged = true
 				break
@@ -366,11 +370,32 @@ func readRecord(r *bufio.Reader) (*outMsg, error) {
 	return m, err
 }
 
+// errCutShort is a record the file ends inside of.
+var errCutShort = errors.New("a record cut short")
+
+// tornByAKill says whether a segment whose reading failed with err (f,
+// read to its end) ends as a write cut short by the kill of the process
+// writing it does: inside its last record, at a page boundary. The
+// kernel copies a write into the file a page at a time and stops, for a
+// fatal signal, only between pages, so such a write ends at a page
+// boundary; what it held was never published (the publisher sends only
+// what is written), and its numbers were seen by no one: the documented
+// window, not damage. A segment cut short anywhere else (a power loss, a
+// person's truncate) is damage: what was past the cut may have been
+// published.
+func tornByAKill(f *os.File, err error) bool {
+	if !errors.Is(err, errCutShort) {
+		return false
+	}
+	fi, serr := f.Stat()
+	return serr == nil && fi.Size() > 0 && fi.Size()%int64(os.Getpagesize()) == 0
+}
+
 func readRecordSeq(r *bufio.Reader) (*outMsg, uint64, error) {
 	var head [8]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			return nil, 0, errors.New("a record cut short")
+			return nil, 0, errCutShort
 		}
 		return nil, 0, err
 	}
@@ -380,7 +405,7 @@ func readRecordSeq(r *bufio.Reader) (*outMsg, uint64, error) {
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, 0, errors.New("a record cut short")
+		return nil, 0, errCutShort
 	}
 	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(head[4:]) {
 		return nil, 0, errors.New("a record whose checksum is wrong")

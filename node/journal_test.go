@@ -168,3 +168,60 @@ func TestNodeFilesReadBackAsWritten(t *testing.T) {
 		}
 	}
 }
+
+// A kill's write cut short ends at a page boundary (the kernel stops a
+// write for a fatal signal only between pages): that is the journal's
+// window, not damage, and nothing is said lost for it. A segment cut
+// anywhere else (a power loss, a truncate) is damage.
+func TestJournalTellsAKillsTornWriteFromDamage(t *testing.T) {
+	page := int64(os.Getpagesize())
+	for _, c := range []struct {
+		name    string
+		cut     func(size int64) int64
+		damaged bool
+	}{
+		{"cut at the page boundary inside the last record", func(size int64) int64 { return size / page * page }, false},
+		{"cut at an odd offset inside it", func(size int64) int64 { return size/page*page + 7 }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := slog.New(slog.DiscardHandler)
+			j, _, err := openJournal(dir, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go j.run()
+			t.Cleanup(j.close)
+			seg := j.seg.Name()
+			// Records until one crosses a page boundary by more than the
+			// odd offset.
+			n, before := uint64(0), int64(0)
+			for {
+				n++
+				j.append(journalMsg("a", n))
+				if err := j.syncNow(); err != nil {
+					t.Fatal(err)
+				}
+				fi, _ := os.Stat(seg)
+				if before/page < fi.Size()/page && fi.Size()%page > 8 {
+					break
+				}
+				before = fi.Size()
+			}
+			fi, _ := os.Stat(seg)
+			if err := os.Truncate(seg, c.cut(fi.Size())); err != nil {
+				t.Fatal(err)
+			}
+			got, err := readJournal(dir, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.damaged != c.damaged {
+				t.Errorf("damaged = %v, want %v", got.damaged, c.damaged)
+			}
+			if len(got.events) == 0 || got.events[len(got.events)-1].seq >= n {
+				t.Errorf("read %d events of %d, the last cut", len(got.events), n)
+			}
+		})
+	}
+}
