@@ -42,6 +42,16 @@ type Confinement struct {
 	// Env names the environment variables the tree gets (a name, or a
 	// prefix ending in "*"); the node's others stay behind.
 	Env []string `json:"-"`
+	// Beneath, when set, is a directory the paths inside it are held
+	// beneath: each is opened from it through no symbolic link, and the
+	// rule (or the bind) is made from what was opened, not from the
+	// name again. A sandboxed agent's child works in its parent's
+	// directory, which the parent writes: between the node's checks and
+	// the sandbox being made, the parent could swap the child's
+	// directory for a link to anywhere. Dir, the working directory, is
+	// then entered the same way.
+	Beneath string `json:"beneath,omitempty"`
+	Dir     string `json:"dir,omitempty"`
 }
 
 // SystemReadable are the system's directories a sandboxed agent reads:

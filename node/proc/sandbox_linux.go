@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -78,12 +79,84 @@ func RunSandbox(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
+	if err := holdBeneath(&c); err != nil {
+		return fail(err)
+	}
 	runtime.LockOSThread() // the filter and the exec on one thread
 	if err := confine(c); err != nil {
 		return fail(err)
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return fail(fmt.Errorf("exec %s: %w", argv[0], err))
+}
+
+// holdBeneath opens the confinement's paths inside c.Beneath from it,
+// through no symbolic link, and names each by its descriptor
+// (/proc/self/fd/N, which the kernel resolves to what was opened, not
+// to the name again), then enters c.Dir the same way. The descriptors
+// close at the exec; the rules made from them stay.
+func holdBeneath(c *Confinement) error {
+	if c.Beneath == "" {
+		return nil
+	}
+	root, err := unix.Open(c.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", c.Beneath, err)
+	}
+	defer unix.Close(root)
+	held := map[string]string{}
+	hold := func(p string) (string, error) {
+		if h, ok := held[p]; ok {
+			return h, nil
+		}
+		fd, err := openBeneath(root, c.Beneath, p)
+		if err != nil || fd < 0 {
+			return p, err
+		}
+		held[p] = "/proc/self/fd/" + strconv.Itoa(fd)
+		return held[p], nil
+	}
+	for _, paths := range [][]string{c.Writable, c.Readable} {
+		for i, p := range paths {
+			if paths[i], err = hold(p); err != nil {
+				return err
+			}
+		}
+	}
+	if c.Dir == "" {
+		return nil
+	}
+	dir, err := hold(c.Dir)
+	if err != nil {
+		return err
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("enter %s: %w", c.Dir, err)
+	}
+	return nil
+}
+
+// openBeneath opens p from root (the directory beneath, whose path is
+// beneath) as a path descriptor, through no symbolic link and never out
+// of it, or returns -1 when p is not inside beneath.
+func openBeneath(root int, beneath, p string) (int, error) {
+	rel, err := filepath.Rel(beneath, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(p) {
+		return -1, nil
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for range 8 { // EAGAIN: a rename raced the walk; ask again
+		fd, err := unix.Openat2(root, rel, &how)
+		switch {
+		case err == nil:
+			return fd, nil
+		case err == unix.ELOOP || err == unix.EXDEV:
+			return -1, fmt.Errorf("%s is not a directory beneath %s but a link, or leads out of it (changed since it was checked?)", p, beneath)
+		case err != unix.EAGAIN:
+			return -1, fmt.Errorf("open %s beneath %s: %w", p, beneath, err)
+		}
+	}
+	return -1, fmt.Errorf("open %s beneath %s: renamed again and again while it was opened", p, beneath)
 }
 
 func lookPath(name string) (string, error) {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shoalfabric/shoal/node/proc"
 
 	"github.com/shoalfabric/shoal/internal/proctest"
@@ -22,6 +24,16 @@ import (
 // run starts argv as an agent's process would be, through the reaper and
 // optionally confined, and returns what it printed.
 func run(t *testing.T, spec proc.ProcessSpec) string {
+	t.Helper()
+	out, err := tryRun(t, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tryRun is run for a process that may not start.
+func tryRun(t *testing.T, spec proc.ProcessSpec) (string, error) {
 	t.Helper()
 	exe, _ := os.Executable()
 	r, err := proc.StartReaper(exe)
@@ -32,7 +44,7 @@ func run(t *testing.T, spec proc.ProcessSpec) string {
 	spec.Reaper = r
 	p, out, err := proc.StartProcess(spec)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	b, _ := io.ReadAll(out)
 	select {
@@ -43,7 +55,7 @@ func run(t *testing.T, spec proc.ProcessSpec) string {
 	if err := p.Err(); err != nil {
 		t.Logf("the process ended: %v; its stderr: %s", err, p.StderrTail())
 	}
-	return string(b)
+	return string(b), nil
 }
 
 // A key given twice in an agent's environment means its last value,
@@ -376,4 +388,74 @@ func TestSandboxRunsACommandNamedByALink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A confinement held beneath a directory (a sandboxed agent's child, in
+// a subdirectory of its parent's) gets the directory that is there, not
+// where a link swapped in for it leads: the parent, which writes its
+// directory, trades the subdirectory for a link to a directory outside
+// as fast as the kernel renames while its children start. The sandbox
+// made its rules and working directory by name, and a child came up
+// writing outside.
+func TestConfinementHoldsItsDirectoryBeneathWhileSwapped(t *testing.T) {
+	t.Parallel()
+	for _, ns := range []bool{false, true} {
+		name := "landlock"
+		if ns {
+			name = "namespaces"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			holdsBeneath(t, ns)
+		})
+	}
+}
+
+func holdsBeneath(t *testing.T, namespaces bool) {
+	if _, err := proc.SandboxSupport(); err != nil {
+		t.Fatalf("this machine cannot run the sandbox test: %v", err)
+	}
+	exe, _ := os.Executable()
+	family, outside := t.TempDir(), t.TempDir()
+	sub, link := filepath.Join(family, "sub"), filepath.Join(family, "link")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			unix.Renameat2(unix.AT_FDCWD, sub, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
+		}
+	}()
+	started := 0
+	for i := range 30 {
+		// A child that finds a link where its directory was does not
+		// start (in namespaces of its own, the node's start fails).
+		got, _ := tryRun(t, proc.ProcessSpec{Argv: []string{"/bin/sh", "-c", "echo x > child-" + strconv.Itoa(i) + " && echo wrote"}, Dir: sub,
+			Env: []string{"PATH=/usr/bin:/bin"},
+			Sandbox: &proc.Confinement{Exe: exe, Writable: []string{sub}, Readable: proc.SystemReadable, Namespaces: namespaces,
+				Beneath: family, Dir: sub}})
+		if strings.Contains(got, "wrote") {
+			started++
+		}
+	}
+	close(stop)
+	<-done
+	entries, _ := os.ReadDir(outside)
+	for _, e := range entries {
+		t.Errorf("a child wrote %s outside its family's directory", e.Name())
+	}
+	if started == 0 {
+		t.Errorf("no child of 30 started and wrote in its directory")
+	}
+	t.Logf("%d of 30 children started (the others found a link where their directory was, and did not run)", started)
 }

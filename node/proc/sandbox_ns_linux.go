@@ -302,6 +302,9 @@ func RunSandboxInit(args []string) int {
 	}
 	edge := ec.(*net.UnixConn)
 	wd, _ := os.Getwd()
+	if c.Dir != "" {
+		wd = c.Dir // its name: where the node started this may be elsewhere by now
+	}
 	if err := buildRoot(c, wd, edge); err != nil {
 		return fail(fmt.Errorf("the sandbox's file system: %w", err))
 	}
@@ -537,6 +540,34 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
+	// What lies beneath c.Beneath is opened now, from it, through no
+	// link, and bound from what was opened (holdBeneath's reason).
+	held := map[string]int{}
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	if c.Beneath != "" {
+		root, err := unix.Open(c.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", c.Beneath, err)
+		}
+		for _, p := range append(slices.Clone(c.Writable), c.Readable...) {
+			if _, ok := held[p]; ok {
+				continue
+			}
+			fd, err := openBeneath(root, c.Beneath, p)
+			if err != nil {
+				unix.Close(root)
+				return err
+			}
+			if fd >= 0 {
+				held[p] = fd
+			}
+		}
+		unix.Close(root)
+	}
 	if err := mount("tmpfs", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
 		return err
 	}
@@ -579,14 +610,20 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 	})
 	add("/dev", 0, privateDev)
 	add("/proc", 0, func() error { return privateProc(c.Readable) })
+	bind := func(p string, rw bool) func() error {
+		if fd, ok := held[p]; ok {
+			return func() error { return bindHeld(fd, p, rw) }
+		}
+		return func() error { return bindIn(p, rw) }
+	}
 	for _, p := range c.Readable {
 		if isSystemView(p) {
 			continue // the private /dev and /proc
 		}
-		add(p, 1, func() error { return bindIn(p, false) })
+		add(p, 1, bind(p, false))
 	}
 	for _, p := range c.Writable {
-		add(p, 1, func() error { return bindIn(p, true) })
+		add(p, 1, bind(p, true))
 	}
 	// What only the node's user could read of the system's configuration
 	// (password hashes, host keys, sudoers) stays unread, as if empty.
@@ -693,6 +730,30 @@ func bindIn(p string, rw bool) error {
 	if err := mountPoint(dst, st.IsDir()); err != nil {
 		return err
 	}
+	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if !rw {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	return setattr(dst, true, attr)
+}
+
+// bindHeld binds what fd holds (opened by name p before the node's root
+// moved to oldRoot) at p in the sandbox's root, as bindIn binds: through
+// its descriptor's magic link in the node's /proc, which the kernel
+// follows to what was opened.
+func bindHeld(fd int, p string, rw bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	dst := filepath.Join(newRoot, p)
+	if err := mountPoint(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
+		return err
+	}
+	src := filepath.Join(oldRoot, "proc", "self", "fd", strconv.Itoa(fd))
 	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return err
 	}
