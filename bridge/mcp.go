@@ -342,14 +342,11 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 				return refused("a child may not exceed its parent: agent %s may not reach %s (its open's sandbox_net: %s)", parent.ID, h, strings.Join(parent.SandboxNet, ", "))
 			}
 		}
-		// Its child works in its own directory, with no MCP config of
-		// its own: it writes its directory, and could swap a
-		// subdirectory or a file there for a link between the checks
-		// and the child's sandbox being made (or the config read by the
-		// node), which follow names.
-		if req.CWD != parentRoot(parent) {
-			return refused("agent %s runs sandboxed: its children work in its own directory, %s, not in a subdirectory (one it could swap for a link while the child's sandbox is made)", parent.ID, parentRoot(parent))
-		}
+		// Its child takes no MCP config of its own: the parent writes its
+		// directory and could swap the file for a link while the node
+		// reads it. (The child's directory it could swap too: the node
+		// opens it from the family's first directory through no link,
+		// OpenRequest.Beneath, set by the door.)
 		if req.MCPConfig != "" {
 			return refused("agent %s runs sandboxed: its children take no mcp_config (a file it could swap for a link while its node reads it)", parent.ID)
 		}
@@ -367,6 +364,32 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 	}
 	req.Parent, req.Depth = parent.ID, depth
 	return nil
+}
+
+// familyRoot is the directory of the first agent of a sandboxed agent's
+// family: up its parents while they are sandboxed (a sandboxed agent's
+// children always are). No agent of the family can rename it (each
+// writes inside it, none its parent directory), so the node opens a
+// child's directory from it: a parent that swaps the child's directory
+// for a link gets its open refused, never a child outside.
+//
+// A parent whose record cannot be read ends the trace with a refusal: a
+// sandboxed agent above it could rename what lies below.
+func (m *MCP) familyRoot(ctx context.Context, rec schemas.AgentRecord) (string, error) {
+	for range m.maxDepth + 1 {
+		if rec.Parent == "" {
+			break
+		}
+		up, err := m.f.Record(ctx, rec.Parent)
+		if err != nil {
+			return "", refused("agent %s's family cannot be traced (the record of its parent %s: %v): a sandboxed agent's children are held beneath its family's first directory", rec.ID, rec.Parent, err)
+		}
+		if up.Sandbox == nil {
+			break
+		}
+		rec = up
+	}
+	return rec.Policy.CWD, nil
 }
 
 // parentRoot is an agent's working directory as confine holds its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
@@ -466,7 +467,8 @@ func TestDoorRefusesAdoptingAForgottenAgentsChildren(t *testing.T) {
 
 // An agent in namespaces of its own opens children in namespaces of their
 // own: one asking for Landlock alone is refused, and one asking for no
-// kind is not placed on a node that gives Landlock alone.
+// kind is refused by a node that gives Landlock alone (its children run
+// on its node; this one's record says it gives no namespaces).
 func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
@@ -486,7 +488,7 @@ func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 	none := []string{}
 	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
 	work := t.TempDir()
-	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work),
+	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "weak", Policy: free.Record(work),
 		Sandbox: &schemas.SandboxPolicy{Kernel: "namespaces, landlock ABI 7", Writable: []string{work}}})
 	as := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
 	text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "weaker", "sandbox_kind": "landlock"})
@@ -494,8 +496,8 @@ func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 		t.Errorf("a child asking for Landlock alone: %q, want the door's refusal", text)
 	}
 	text, isErr = call(t, as, "agent_open", map[string]any{"cwd": work, "id": "unsaid"})
-	if !isErr || !strings.Contains(text, "weak: cannot put agents in namespaces of their own") {
-		t.Errorf("a child asking for no kind, with only a Landlock node: %q, want that node passed over for giving no namespaces", text)
+	if !isErr || !strings.Contains(text, "node weak cannot take this agent: cannot put agents in namespaces of their own") {
+		t.Errorf("a child asking for no kind, on a Landlock node: %q, want that node's refusal for giving no namespaces", text)
 	}
 	for _, id := range []string{"weaker", "unsaid"} {
 		if rec, err := fb.f.Record(t.Context(), id); err == nil {
@@ -587,8 +589,11 @@ func TestDoorHoldsAChildsHostsToItsParentsOpen(t *testing.T) {
 // door's checks and the child's sandbox being made (or the config read
 // by its node), which follow names; a child in a subdirectory came up
 // with a sandbox writing outside its parent's directory. Its children
-// work in its own directory, with no MCP config. And a path the door
-// cannot find (on the parent's node alone) keeps the child on that node.
+// take no MCP config, and their opens carry the directory their node
+// opens theirs from (beneath: the family's first directory; see
+// TestSandboxedAgentsChildInASubdirectory for the node's side). And a
+// path the door cannot find (on the parent's node alone) keeps the child
+// on that node.
 func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
@@ -602,17 +607,73 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 	putRecord(t, fb, schemas.AgentRecord{ID: "boxed", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work),
 		Sandbox: &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{work}}})
 	as := fb.client(map[string]string{schemas.AgentIDHeader: "boxed"})
-	for args, want := range map[string]map[string]any{
-		"its children work in its own directory": {"cwd": filepath.Join(work, "sub"), "id": "insub"},
-		"its children take no mcp_config":        {"cwd": work, "id": "withcfg", "mcp_config": filepath.Join(work, "mcp.json")},
-	} {
-		if text, isErr := call(t, as, "agent_open", want); !isErr || !strings.Contains(text, args) {
-			t.Errorf("a sandboxed agent's child %v: %q, want the door's refusal saying %q", want, text, args)
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "withcfg", "mcp_config": filepath.Join(work, "mcp.json")}); !isErr || !strings.Contains(text, "its children take no mcp_config") {
+		t.Errorf("a sandboxed agent's child with an mcp_config: %q, want the door's refusal", text)
+	}
+	// Past the door, to node n1 (a stand-in here that says what came):
+	// in its directory or a subdirectory, held beneath its family's first
+	// directory, which is its own (it has no sandboxed parent).
+	_, js := natstest.JetStream(t, fb.b)
+	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	n1, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
+		StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7"})
+	if _, err := nodes.Put(t.Context(), "n1", n1); err != nil {
+		t.Fatal(err)
+	}
+	opens := make(chan schemas.OpenRequest, 2)
+	sub, err := natstest.Connect(t, fb.b).Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
+		var req schemas.OpenRequest
+		json.Unmarshal(m.Data, &req)
+		opens <- req
+		m.Respond([]byte(`{"error":{"code":"unavailable","message":"a stand-in"}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for _, cwd := range []string{work, filepath.Join(work, "sub")} {
+		if text, _ := call(t, as, "agent_open", map[string]any{"cwd": cwd, "node": "n1"}); strings.Contains(text, "refused") {
+			t.Errorf("a sandboxed agent's child in %s: %q", cwd, text)
+		}
+		select {
+		case req := <-opens:
+			if req.Beneath != work || req.Within != work || req.Sandbox == nil || !*req.Sandbox {
+				t.Errorf("the open of a sandboxed agent's child in %s: beneath %q, within %q, sandbox %v; want both %s, sandboxed", cwd, req.Beneath, req.Within, req.Sandbox, work)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the open of a child in %s did not reach node n1", cwd)
 		}
 	}
-	// Past the door (no node runs here to take it).
-	if text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "beside"}); strings.Contains(text, "refused") {
-		t.Errorf("a sandboxed agent's child in its own directory: %q", text)
+	// Its children run on its node: the same path elsewhere is another
+	// directory.
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "node": "n2"}); !isErr || !strings.Contains(text, "runs sandboxed on node n1: its children run there too") {
+		t.Errorf("a sandboxed agent's child placed on another node: %q, want the door's refusal", text)
+	}
+	// Its sandboxed child's own child is held beneath the same first
+	// directory, which the child in between could not rename.
+	inner := filepath.Join(work, "sub")
+	os.Mkdir(filepath.Join(inner, "deeper"), 0o755)
+	putRecord(t, fb, schemas.AgentRecord{ID: "inner", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(inner), Parent: "boxed", Depth: 1,
+		Sandbox: &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{inner}}})
+	call(t, fb.client(map[string]string{schemas.AgentIDHeader: "inner"}), "agent_open", map[string]any{"cwd": filepath.Join(inner, "deeper"), "node": "n1"})
+	select {
+	case req := <-opens:
+		if req.Beneath != work || req.Within != inner {
+			t.Errorf("the open of a sandboxed grandchild: beneath %q, within %q; want %s and %s", req.Beneath, req.Within, work, inner)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the open of a grandchild did not reach node n1")
+	}
+	// A family that cannot be traced (a parent's record gone) opens no
+	// child: what lies below could have been renamed.
+	putRecord(t, fb, schemas.AgentRecord{ID: "orphan", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(inner), Parent: "gone", Depth: 1,
+		Sandbox: &schemas.SandboxPolicy{Kernel: "landlock ABI 7", Writable: []string{inner}}})
+	if text, isErr := call(t, fb.client(map[string]string{schemas.AgentIDHeader: "orphan"}), "agent_open", map[string]any{"cwd": inner}); !isErr || !strings.Contains(text, "family cannot be traced") {
+		t.Errorf("a sandboxed agent whose parent's record is gone opens a child: %q, want the door's refusal", text)
 	}
 
 	putRecord(t, fb, schemas.AgentRecord{ID: "far", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record("/on/n1/alone")})
@@ -621,7 +682,7 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 	if !isErr || !strings.Contains(text, "is on node n1 alone") {
 		t.Errorf("a child in a directory only its parent's node has, placed on another node: %q, want the door's refusal", text)
 	}
-	for _, id := range []string{"insub", "withcfg", "elsewhere"} {
+	for _, id := range []string{"withcfg", "elsewhere"} {
 		if rec, err := fb.f.Record(t.Context(), id); err == nil {
 			t.Errorf("agent %s was opened: %s", id, mustJSON(rec))
 		}

@@ -272,10 +272,20 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 			return nil, err
 		}
 		req.Within = c.rec.Policy.CWD // held to it again where the child runs
+		sandboxed := c.rec.Sandbox != nil
+		if sandboxed {
+			if req.Beneath, err = m.familyRoot(ctx, *c.rec); err != nil {
+				return nil, err
+			}
+		}
 		switch {
-		case !local:
+		case !local && !sandboxed:
 		case req.Node == "":
 			req.Node = c.rec.Node
+		case req.Node != c.rec.Node && sandboxed:
+			// The same path on another node is another directory, which
+			// the sandboxed parent never had.
+			return nil, refused("agent %s runs sandboxed on node %s: its children run there too, not on node %s", c.rec.ID, c.rec.Node, req.Node)
 		case req.Node != c.rec.Node:
 			return nil, refused("path %s is on node %s alone, where agent %s works: its child may not be placed on node %s", req.CWD, c.rec.Node, c.rec.ID, req.Node)
 		}

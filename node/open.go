@@ -38,6 +38,19 @@ type openPlan struct {
 // followed as the kernel will, refused outside it, and passed on
 // resolved, so a link swapped afterwards changes nothing.
 func (h *Host) within(req *schemas.OpenRequest) error {
+	if req.Beneath != "" {
+		// The family's first directory: no agent of it can rename it, so
+		// it is resolved by name; what lies inside it is opened from it
+		// (proc.Confinement.Beneath).
+		root, err := filepath.EvalSymlinks(req.Beneath)
+		if err != nil || !filepath.IsAbs(req.Beneath) {
+			return schemas.Errf(schemas.CodeForbidden, "the directory %s the agent is held beneath cannot be resolved on node %s", req.Beneath, h.cfg.Name)
+		}
+		req.Beneath = root
+		if req.Within == "" {
+			req.Within = root
+		}
+	}
 	if req.Within == "" {
 		return nil
 	}
@@ -57,6 +70,9 @@ func (h *Host) within(req *schemas.OpenRequest) error {
 			return schemas.Errf(schemas.CodeForbidden, "path %s is outside the parent's directory %s on node %s (it resolves to %s)", *p, req.Within, h.cfg.Name, real)
 		}
 		*p = real
+	}
+	if req.Beneath != "" && !schemas.Within(req.Beneath, req.CWD) {
+		return schemas.Errf(schemas.CodeForbidden, "path %s is outside the directory %s its family is held beneath on node %s", req.CWD, req.Beneath, h.cfg.Name)
 	}
 	return nil
 }
@@ -111,7 +127,7 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 		return p, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
 	p.spec = backend.Spec{
-		AgentID: p.id, CWD: p.cwd, Model: rest, Effort: req.Effort, Policy: pol,
+		AgentID: p.id, CWD: p.cwd, Beneath: req.Beneath, Model: rest, Effort: req.Effort, Policy: pol,
 		MCPConfig: req.MCPConfig, SystemPrompt: req.SystemPrompt, MCP: h.agentEndpoint(p.id, req.RequestID),
 		Dir: h.cfg.Dir,
 	}

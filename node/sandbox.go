@@ -110,13 +110,26 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 		return nil, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
 	cwd, err := filepath.EvalSymlinks(spec.CWD)
+	if spec.Beneath != "" {
+		// Resolved already, inside Beneath: resolving it again by name
+		// now would follow a link swapped in since; the sandbox opens it
+		// from Beneath through no link.
+		cwd, err = spec.CWD, nil
+		if !schemas.Within(spec.Beneath, cwd) {
+			return nil, schemas.Errf(schemas.CodeForbidden, "agent cwd %s is outside %s, which it is held beneath", cwd, spec.Beneath)
+		}
+	}
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeInvalid, "agent cwd: %v", err)
 	}
 	tmp := filepath.Join(h.cfg.Dir, "tmp", spec.AgentID)
 	os.RemoveAll(tmp) // a previous life's
 	writable := proc.Compact(append([]string{cwd, tmp}, needs.Writable...))
-	if err := proc.EnsureDirs(writable...); err != nil {
+	made := writable
+	if spec.Beneath != "" {
+		made = writable[1:] // cwd is there already, opened from Beneath, not made by name
+	}
+	if err := proc.EnsureDirs(made...); err != nil {
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	hosts := append(slices.Clone(needs.Hosts), net_...)
@@ -150,7 +163,7 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	proxyURL := "http://" + px.addr()
 	return &confinement{
 		conf: &proc.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind,
-			Namespaces: h.sandbox.namespaces, Env: append(slices.Clone(commonEnv), needs.Env...)},
+			Namespaces: h.sandbox.namespaces, Env: append(slices.Clone(commonEnv), needs.Env...), Beneath: spec.Beneath, Dir: dirBeneath(spec.Beneath, cwd)},
 		env: []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp,
 			"HTTP_PROXY=" + proxyURL, "HTTPS_PROXY=" + proxyURL, "http_proxy=" + proxyURL, "https_proxy=" + proxyURL,
 			"ALL_PROXY=" + proxyURL, "all_proxy=" + proxyURL, "NO_PROXY=", "no_proxy="},
@@ -161,6 +174,15 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 			os.RemoveAll(tmp)
 		},
 	}, nil
+}
+
+// dirBeneath is the working directory a confinement held beneath enters
+// as it holds its paths, "" for one not held.
+func dirBeneath(beneath, cwd string) string {
+	if beneath == "" {
+		return ""
+	}
+	return cwd
 }
 
 // checkSandboxMode refuses a node mode the node cannot keep.

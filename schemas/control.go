@@ -161,6 +161,14 @@ type OpenRequest struct {
 	// filesystem). A caller may set it only to narrow where the agent
 	// works.
 	Within string `json:"within,omitempty"`
+	// Beneath is set by the MCP door when a sandboxed agent opens an
+	// agent: the directory of its sandboxed family's first agent, which
+	// no agent of the family can rename. The node opens the child's
+	// directory from it through no symbolic link and makes the child's
+	// sandbox from what it opened, so a parent that swaps the child's
+	// directory for a link meanwhile gets no child outside. A caller may
+	// set it only to narrow.
+	Beneath string `json:"beneath,omitempty"`
 	// Reach is what the agent may read and drive beyond its own subtree
 	// (a Shoal addition): ReachOwn by default; only a person may grant
 	// more, and a child never has more than its parent.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -308,5 +309,85 @@ func TestNodeSandboxKindLandlock(t *testing.T) {
 	reqs := c.fake.Requests()
 	if r := reqs[len(reqs)-1]; len(r.ToolResults) != 1 || !strings.Contains(r.ToolResults[0].Content, mine) {
 		t.Errorf("the landlock agent's pid namespace: %+v; the node's is %s", r.ToolResults, mine)
+	}
+}
+
+// A sandboxed agent opens a child in a subdirectory of its directory
+// through its MCP endpoint: the child comes up sandboxed, held beneath
+// its parent's directory, writing its own directory and not its
+// parent's; a child through a link out of it is refused. (Until
+// 2026-12-05 a sandboxed agent's children worked in its own directory
+// only: the parent could swap the subdirectory for a link while the
+// child's sandbox was made by name. The node now opens it from the
+// family's first directory through no link:
+// TestConfinementHoldsItsDirectoryBeneathWhileSwapped.)
+func TestSandboxedAgentsChildInASubdirectory(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	fake, must := c.fake, c.must
+	cwd := t.TempDir()
+	sub := filepath.Join(cwd, "sub")
+	post := `curl -s -X POST "$HTTP_PROXY/mcp" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream'`
+	open := func(dir string) string {
+		return post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_open","arguments":{"cwd":"` + dir + `","permission":"bypass"}}}'; echo`
+	}
+	script := `mkdir sub && ln -s /etc esc
+sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"parent","version":"0"}}}' | tr -d '\r' | sed -n 's/^[Mm]cp-[Ss]ession-[Ii]d: //p')
+` + post + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' >/dev/null
+echo "sub: $(` + open(sub) + `)"
+echo "esc: $(` + open(filepath.Join(cwd, "esc")) + `)"
+`
+	if err := os.WriteFile(filepath.Join(cwd, "open.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bash := func(cmd string) fakemodel.Reply {
+		in, _ := json.Marshal(map[string]string{"command": cmd, "description": "work"})
+		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}
+	}
+	fake.Script(bash("sh open.sh"), fakemodel.Reply{Text: "Opened."})
+	parent := must("open", "--permission", "bypass", "--allow-nested", "--sandbox", cwd)
+	if out := must("run", parent, "Open a child in sub."); out != "Opened." {
+		t.Fatalf("run: %q", out)
+	}
+	reqs := fake.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 {
+		t.Fatalf("tool results: %+v", got)
+	}
+	if out := got[0].Content; !strings.Contains(out, `esc: `) || !strings.Contains(out, "outside this agent's workspace") {
+		t.Errorf("a child through a link out of the sandboxed parent's directory was not refused:\n%s", out)
+	}
+	var list schemas.ListReply
+	if err := json.Unmarshal([]byte(must("ls", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	var child *schemas.AgentRecord
+	for i, r := range list.Agents {
+		if r.Policy.CWD == sub {
+			child = &list.Agents[i]
+		}
+		if strings.HasPrefix(r.Policy.CWD, "/etc") {
+			t.Errorf("a child was opened in %s", r.Policy.CWD)
+		}
+	}
+	if child == nil {
+		t.Fatalf("no child in %s: %s\n%s", sub, mustJSONText(list), got[0].Content)
+	}
+	if child.Sandbox == nil || child.Parent != parent || !slices.Contains(child.Sandbox.Writable, sub) || slices.Contains(child.Sandbox.Writable, cwd) {
+		t.Fatalf("the child in the subdirectory: parent %q, sandbox %+v; want sandboxed, writing %s and not %s", child.Parent, child.Sandbox, sub, cwd)
+	}
+	fake.Script(bash("echo mine > f && echo wrote-own; echo up > ../from-child 2>/dev/null || echo no-write-up"), fakemodel.Reply{Text: "Wrote."})
+	if out := must("run", child.ID, "Write."); out != "Wrote." {
+		t.Fatalf("the child's run: %q", out)
+	}
+	reqs = fake.Requests()
+	if out := reqs[len(reqs)-1].ToolResults; len(out) != 1 || !strings.Contains(out[0].Content, "wrote-own") || !strings.Contains(out[0].Content, "no-write-up") {
+		t.Errorf("the child's writes: %+v", out)
+	}
+	if _, err := os.Stat(filepath.Join(sub, "f")); err != nil {
+		t.Errorf("the child did not write its own directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "from-child")); err == nil {
+		t.Errorf("the child wrote its parent's directory")
 	}
 }

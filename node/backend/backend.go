@@ -92,6 +92,10 @@ func Spending(sink Sink, turnSoFar schemas.Usage) {
 type Spec struct {
 	AgentID string
 	CWD     string // absolute, an existing directory
+	// Beneath, when set, is a directory CWD lies inside, from which it is
+	// opened through no symbolic link where the node acts on it (its
+	// sandbox, its files served to the agent): see OpenRequest.Beneath.
+	Beneath string
 	// Model is the caller's model string with the routing prefix removed
 	// (Route); the backend interprets the rest.
 	Model  string

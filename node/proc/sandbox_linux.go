@@ -130,6 +130,9 @@ func holdBeneath(c *Confinement) error {
 	if err != nil {
 		return err
 	}
+	if dir == c.Dir {
+		return fmt.Errorf("the working directory %s is not beneath %s", c.Dir, c.Beneath)
+	}
 	if err := unix.Chdir(dir); err != nil {
 		return fmt.Errorf("enter %s: %w", c.Dir, err)
 	}

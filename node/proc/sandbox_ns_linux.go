@@ -567,6 +567,9 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 			}
 		}
 		unix.Close(root)
+		if _, ok := held[c.Dir]; c.Dir != "" && !ok {
+			return fmt.Errorf("the working directory %s is not beneath %s", c.Dir, c.Beneath)
+		}
 	}
 	if err := mount("tmpfs", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
 		return err

@@ -140,7 +140,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ws, err := newWorkspace(spec.CWD)
+	ws, err := newWorkspace(spec.CWD, spec.Beneath)
 	if err != nil {
 		return nil, err
 	}

@@ -36,10 +36,18 @@ type workspace struct {
 }
 
 // newWorkspace confines paths to cwd, an absolute path to an existing
-// directory, with its symlinks resolved.
-func newWorkspace(cwd string) (*workspace, error) {
+// directory, with its symlinks resolved; inside beneath, when that is
+// set, it is opened from beneath (backend.Spec.Beneath).
+func newWorkspace(cwd, beneath string) (*workspace, error) {
 	if !filepath.IsAbs(cwd) {
 		return nil, fmt.Errorf("workspace %q is not an absolute path", cwd)
+	}
+	if beneath != "" {
+		dir, err := holdRootBeneath(beneath, cwd)
+		if err != nil {
+			return nil, fmt.Errorf("open workspace: %w", err)
+		}
+		return &workspace{root: cwd, dir: dir}, nil
 	}
 	root, err := filepath.EvalSymlinks(cwd)
 	if err != nil {

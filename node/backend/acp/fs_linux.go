@@ -2,6 +2,7 @@ package acp
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,6 +25,22 @@ func holdRoot(root string) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: root, Err: err}
 	}
 	return os.NewFile(uintptr(fd), root), nil
+}
+
+// holdRootBeneath opens root, a directory inside beneath, from beneath
+// through no symbolic link: its parent may swap it for a link (see
+// backend.Spec.Beneath).
+func holdRootBeneath(beneath, root string) (*os.File, error) {
+	rel, err := filepath.Rel(beneath, root)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, fmt.Errorf("%s is not beneath %s", root, beneath)
+	}
+	b, err := holdRoot(beneath)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return openIn(b, rel, unix.O_PATH|unix.O_DIRECTORY, 0)
 }
 
 // openIn opens rel, a path inside the workspace free of symbolic links

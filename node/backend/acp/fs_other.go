@@ -14,6 +14,9 @@ func holdRoot(root string) (*os.File, error) {
 	return os.Open(root)
 }
 
+// holdRootBeneath opens root by name (holdRoot).
+func holdRootBeneath(_, root string) (*os.File, error) { return holdRoot(root) }
+
 // openIn opens rel inside dir by name; its last component is not
 // followed.
 func openIn(dir *os.File, rel string, flag int, perm fs.FileMode) (*os.File, error) {

@@ -63,7 +63,7 @@ func newTree(t *testing.T) tree {
 		must(t, os.Symlink(target, filepath.Join(base, name)))
 	}
 	must(t, syscall.Mkfifo(filepath.Join(tr.root, "fifo"), 0o644))
-	w, err := newWorkspace(tr.root)
+	w, err := newWorkspace(tr.root, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func must(t *testing.T, err error) {
 func TestNewWorkspace(t *testing.T) {
 	t.Parallel()
 	tr := newTree(t)
-	w, err := newWorkspace(filepath.Join(tr.base, "alias"))
+	w, err := newWorkspace(filepath.Join(tr.base, "alias"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestNewWorkspace(t *testing.T) {
 		t.Errorf("root through a symlink = %q; want %q", w.root, tr.root)
 	}
 	for _, cwd := range []string{"ws", "", filepath.Join(tr.base, "missing"), filepath.Join(tr.root, "in.txt")} {
-		if _, err := newWorkspace(cwd); err == nil {
+		if _, err := newWorkspace(cwd, ""); err == nil {
 			t.Errorf("newWorkspace(%q) succeeded; want an error", cwd)
 		}
 	}
@@ -157,7 +157,7 @@ func TestWorkspaceResolve(t *testing.T) {
 func TestWorkspaceRootIsSlash(t *testing.T) {
 	t.Parallel()
 	tr := newTree(t)
-	w, err := newWorkspace("/")
+	w, err := newWorkspace("/", "")
 	if err != nil {
 		t.Fatal(err)
 	}
