@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -280,6 +281,12 @@ func TestControlRejectsBadInput(t *testing.T) {
 	os.WriteFile(file, nil, 0o600)
 	notMCP := filepath.Join(t.TempDir(), "servers.json")
 	os.WriteFile(notMCP, []byte(`{"servers":["a"]}`), 0o600)
+	fifoMCP := filepath.Join(t.TempDir(), "fifo.json")
+	if err := syscall.Mkfifo(fifoMCP, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bigMCP := filepath.Join(t.TempDir(), "big.json")
+	os.WriteFile(bigMCP, make([]byte, 2<<20), 0o600)
 	ctx := f.ctx(60 * time.Second)
 	openCases := []struct {
 		req  schemas.OpenRequest
@@ -298,6 +305,10 @@ func TestControlRejectsBadInput(t *testing.T) {
 		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: notMCP, Node: "n1"}, schemas.CodeInvalid, "mcp_config " + notMCP + " is not an MCP configuration (a JSON object with an mcpServers object)"},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: "/no/such.json", Node: "n1"}, schemas.CodeInvalid, "mcp_config /no/such.json: no such file or directory"},
+		// A FIFO held the open (and the node's goroutine) up for good; a
+		// huge file was read whole.
+		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: fifoMCP, Node: "n1"}, schemas.CodeInvalid, fifoMCP + " is not a regular file"},
+		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: bigMCP, Node: "n1"}, schemas.CodeInvalid, bigMCP + " is larger than 1024 KiB"},
 	}
 	for _, c := range openCases {
 		_, err := f.fabric.Open(ctx, c.req)

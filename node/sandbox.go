@@ -122,6 +122,28 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeInvalid, "agent cwd: %v", err)
 	}
+	// What the node runs or reads as itself may not lie in what the
+	// agent writes: its own binary (the sandbox's wrapper, the reaper),
+	// its files, the CLI's install and configuration, an MCP
+	// configuration the node reads to start the agent's next life.
+	guarded := map[string]string{h.cfg.Reaper: "the node's own binary", h.cfg.Dir: "the node's files"}
+	for _, r := range needs.Readable {
+		guarded[r] = "what the agent's CLI runs or reads outside its sandbox"
+	}
+	if spec.MCPConfig != "" {
+		guarded[spec.MCPConfig] = "its MCP configuration, which the node reads"
+	}
+	for g, what := range guarded {
+		if g == "" {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(g); err == nil {
+			g = real
+		}
+		if schemas.Within(cwd, g) {
+			return nil, schemas.Errf(schemas.CodeForbidden, "a sandboxed agent may not work in %s on node %s: it holds %s (%s), which the agent could rewrite for the node or the next agent to run unconfined", spec.CWD, h.cfg.Name, g, what)
+		}
+	}
 	tmp := filepath.Join(h.cfg.Dir, "tmp", spec.AgentID)
 	os.RemoveAll(tmp) // a previous life's
 	writable := proc.Compact(append([]string{cwd, tmp}, needs.Writable...))

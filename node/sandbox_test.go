@@ -334,3 +334,36 @@ func TestPlantedSymlinkSurvivesAReopen(t *testing.T) {
 		t.Fatalf("the reopened agent's turn: %+v %v", rep, err)
 	}
 }
+
+// A sandboxed agent may not work where it could rewrite what its node
+// runs or reads as itself: the node's files, its binary, the CLI's
+// install, an MCP configuration the node reads at each life. An outside
+// review found a sandboxed agent working in a checkout of shoal, from
+// which the node ran, could replace the binary the node starts every
+// sandbox with.
+func TestSandboxedAgentMayNotWriteWhatItsNodeRuns(t *testing.T) {
+	t.Parallel()
+	yes := true
+	home := t.TempDir()
+	exe, _ := filepath.EvalSymlinks(os.Args[0])
+	f := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: filepath.Join(home, "node")})
+	cfg := filepath.Join(home, "work", "mcp.json")
+	os.MkdirAll(filepath.Dir(cfg), 0o755)
+	os.WriteFile(cfg, []byte(`{"mcpServers":{}}`), 0o644)
+	for _, c := range []struct{ cwd, mcp, want string }{
+		{home, "", "the node's files"},
+		{filepath.Dir(exe), "", filepath.Dir(exe)},
+		{filepath.Join(home, "work"), cfg, "its MCP configuration"},
+	} {
+		_, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: c.cwd, MCPConfig: c.mcp, Node: "n1", Sandbox: &yes})
+		if schemas.CodeOf(err) != schemas.CodeForbidden || !strings.Contains(err.Error(), "a sandboxed agent may not work in") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("a sandboxed open in %s: %v; want a refusal naming %s", c.cwd, err, c.want)
+		}
+	}
+	if _, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: filepath.Join(home, "work"), Node: "n1", Sandbox: &yes}); err != nil {
+		t.Errorf("a sandboxed open in a directory of its own: %v", err)
+	}
+	if l := nodeList(t, f); len(l) != 1 {
+		t.Errorf("the node keeps %d agents; want the one opened", len(l))
+	}
+}

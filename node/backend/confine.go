@@ -1,6 +1,12 @@
 package backend
 
-import "path/filepath"
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+)
 
 // Confiner is implemented by backends that can run their agents
 // sandboxed: it names what an agent's processes need beyond its directory
@@ -38,4 +44,31 @@ type Needs struct {
 // files for it (its CLI's config or home), kept from life to life.
 func AgentHome(spec Spec, cli string) string {
 	return filepath.Join(spec.Dir, cli+"-"+spec.AgentID)
+}
+
+// maxMCPConfig is the largest MCP configuration a node reads.
+const maxMCPConfig = 1 << 20
+
+// ReadMCPConfig reads a caller's mcp_config: a regular file (a FIFO
+// there does not hold the open up) of at most 1 MiB.
+func ReadMCPConfig(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case fi.Size() > maxMCPConfig:
+		return nil, fmt.Errorf("%s is larger than %d KiB", path, maxMCPConfig>>10)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxMCPConfig+1))
+	if err == nil && len(b) > maxMCPConfig {
+		err = fmt.Errorf("%s is larger than %d KiB", path, maxMCPConfig>>10)
+	}
+	return b, err
 }

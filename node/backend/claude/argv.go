@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -238,9 +237,12 @@ func ProjectDir(path string) string {
 // checkMCPConfig reads a caller's mcp_config: a JSON object whose
 // mcpServers is an object of servers, as the CLI takes it.
 func checkMCPConfig(path string) error {
-	b, err := os.ReadFile(path)
+	b, err := backend.ReadMCPConfig(path)
 	if err != nil {
-		return fmt.Errorf("mcp_config %s: %w", path, errors.Unwrap(err))
+		if u := errors.Unwrap(err); u != nil {
+			err = u
+		}
+		return fmt.Errorf("mcp_config %s: %w", path, err)
 	}
 	var doc struct {
 		Servers map[string]json.RawMessage `json:"mcpServers"`

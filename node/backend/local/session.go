@@ -118,8 +118,11 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 			continue
 		}
 		for _, kv := range s.Env { // what its configuration gives it
-			name, _, _ := strings.Cut(kv, "=")
-			n.Env = append(n.Env, name)
+			// A name, never a pattern: a key "*" would pass the node's
+			// whole environment into the sandbox.
+			if name, _, _ := strings.Cut(kv, "="); name != "" && !strings.Contains(name, "*") {
+				n.Env = append(n.Env, name)
+			}
 		}
 		n.Readable = append(n.Readable, proc.InstallRoot(s.Command))
 		for _, a := range s.Args {
@@ -147,7 +150,7 @@ func agentServers(spec backend.Spec) ([]mcpServer, error) {
 		servers = append(servers, mcpServer{Name: schemas.MCPServerName, URL: spec.MCP.URL, Headers: h})
 	}
 	if spec.MCPConfig != "" {
-		b, err := os.ReadFile(spec.MCPConfig)
+		b, err := backend.ReadMCPConfig(spec.MCPConfig)
 		if err != nil {
 			return nil, fmt.Errorf("mcp_config: %w", err)
 		}
