@@ -180,7 +180,9 @@ func Compact(paths []string) []string {
 // agent works on the copies: the user's own are neither written nor read
 // from inside the sandbox. dst is the agent's to write, so nothing it
 // planted there (a symlink, a hardlink to a file outside) is written
-// through (WriteBeneath).
+// through (WriteBeneath). Logs are not copied (*.jsonl: the claude CLI
+// keeps every project's prompts in history.jsonl there), nor is a file
+// past 16 MiB.
 func SeedHome(dst, src string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("the agent's own %s: %w", dst, err)
@@ -193,7 +195,10 @@ func SeedHome(dst, src string) error {
 		return fmt.Errorf("read %s: %w", src, err)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
+		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".jsonl") {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || fi.Size() > 16<<20 {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))

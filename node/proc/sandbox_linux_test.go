@@ -204,6 +204,28 @@ func TestWriteBeneathFollowsNothingPlanted(t *testing.T) {
 	}
 }
 
+// A sandboxed agent's own home is seeded with the settings and login at
+// the top of the user's, not with the CLI's logs: the claude CLI keeps
+// the prompts of every project in history.jsonl there.
+func TestSeedHomeCopiesNoHistory(t *testing.T) {
+	t.Parallel()
+	src, dst := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(src, "settings.json"), []byte(`{"theme":"dark"}`), 0o600)
+	os.WriteFile(filepath.Join(src, ".credentials.json"), []byte(`{"k":"v"}`), 0o600)
+	os.WriteFile(filepath.Join(src, "history.jsonl"), []byte(`{"display":"another project's prompt"}`+"\n"), 0o600)
+	if err := proc.SeedHome(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"settings.json", ".credentials.json"} {
+		if _, err := os.Stat(filepath.Join(dst, name)); err != nil {
+			t.Errorf("%s was not seeded: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dst, "history.jsonl")); err == nil {
+		t.Errorf("the user's prompt history was copied into the agent's home")
+	}
+}
+
 // The node's reads from a directory an agent may write follow nothing
 // the agent planted either, and read only a regular file of a bounded
 // size (a FIFO does not hold them).
