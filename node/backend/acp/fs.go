@@ -236,6 +236,9 @@ func readText(w *workspace, path string, line, limit *int) (string, error) {
 // without their "\n", joined by "\n"; lines before from are skipped
 // without being kept.
 func window(r io.Reader, from, limit int) (string, error) {
+	// Lines before from are read to be skipped: at most maxScan of them
+	// (a sparse file of terabytes costs the node no more than that).
+	r = &scanLimit{r: r, left: maxScan}
 	br := bufio.NewReader(r)
 	var out []byte
 	for n, taken := 1, 0; limit < 0 || taken < limit; n++ {
@@ -273,6 +276,30 @@ func window(r io.Reader, from, limit int) (string, error) {
 		}
 	}
 	return string(out), nil
+}
+
+// maxScan is the most of a file a read by line goes through.
+const maxScan = 1 << 30
+
+// errScanLimit is a read by line that would go past maxScan.
+var errScanLimit = fmt.Errorf("the lines asked for lie past the first %d GiB of the file", maxScan>>30)
+
+// scanLimit is a reader that fails past its limit.
+type scanLimit struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *scanLimit) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, errScanLimit
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // writeText serves fs/write_text_file: it makes the parent directories

@@ -245,6 +245,16 @@ func TestReadTextCap(t *testing.T) {
 	if _, err := readText(tr.w, "over.bin", &one, &one); err == nil || !strings.Contains(err.Error(), "more than 8 MiB") {
 		t.Errorf("a line over 8 MiB: %v; want it refused", err)
 	}
+	// A sparse file of a terabyte, read from its third line (past a
+	// second line of a terabyte of zeros): the node reads through at most
+	// 1 GiB of it looking for the line.
+	huge := filepath.Join(tr.root, "huge.bin")
+	must(t, os.WriteFile(huge, []byte("first\n"), 0o644))
+	must(t, os.Truncate(huge, 1<<40))
+	three := 3
+	if _, err := readText(tr.w, "huge.bin", &three, &one); err == nil || !strings.Contains(err.Error(), "past the first 1 GiB") {
+		t.Errorf("a line past a terabyte of zeros: %v; want it refused", err)
+	}
 }
 
 func TestReadTextRefuses(t *testing.T) {
