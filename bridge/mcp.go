@@ -389,6 +389,9 @@ func (m *MCP) familyRoot(ctx context.Context, rec schemas.AgentRecord) (string, 
 		}
 		rec = up
 	}
+	if rec.Policy == nil || rec.Policy.CWD == "" {
+		return "", refused("agent %s's family cannot be traced (its record names no directory): a sandboxed agent's children are held beneath its family's first directory", rec.ID)
+	}
 	return rec.Policy.CWD, nil
 }
 

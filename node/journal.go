@@ -87,6 +87,10 @@ func openJournal(dir string, log *slog.Logger) (*journal, previous, error) {
 	if err != nil {
 		return nil, previous{}, err
 	}
+	// The boot the segments are written in, for the next run's reading.
+	if err := os.WriteFile(filepath.Join(dir, bootFile), []byte(currentBoot()), 0o600); err != nil {
+		return nil, previous{}, fmt.Errorf("journal: %w", err)
+	}
 	var idb [8]byte
 	rand.Read(idb[:])
 	j := &journal{dir: dir, id: hex.EncodeToString(idb[:]), sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{}),
@@ -120,9 +124,20 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 		return previous{}, err
 	}
 	prev := previous{segments: names, ids: map[string]bool{}}
+	// A write cut short by a kill is told from damage only within the
+	// boot the segments were written in: after a power loss or a crash of
+	// the machine, a cut at a page boundary is what the disk kept.
+	written, _ := os.ReadFile(filepath.Join(dir, bootFile))
+	sameBoot := len(written) > 0 && string(written) == currentBoot()
+	// And only a journal's last segment can have been cut by a kill: the
+	// others were synced and closed when the next began.
+	last := map[string]string{}
+	for _, name := range names {
+		last[segmentJournal(name)] = name
+	}
 	var out []*outMsg
 	for _, name := range names {
-		prev.ids[strings.TrimSuffix(name[strings.LastIndexByte(name, '-')+1:], ".seg")] = true
+		prev.ids[segmentJournal(name)] = true
 		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
 			return previous{}, fmt.Errorf("read the journal: %w", err)
@@ -136,7 +151,7 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 			if err != nil {
 				// A run killed while writing leaves half a record at the
 				// end; nothing after it is whole.
-				if tornByAKill(f, err) {
+				if sameBoot && last[segmentJournal(name)] == name && tornByAKill(f, err) {
 					log.Info("the journal's last write was cut short by the node's end; what it held was never published", "segment", name)
 					break
 				}
@@ -150,6 +165,11 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 	}
 	prev.events = out
 	return prev, nil
+}
+
+// segmentJournal is the id of the journal a segment belongs to.
+func segmentJournal(name string) string {
+	return strings.TrimSuffix(name[strings.LastIndexByte(name, '-')+1:], ".seg")
 }
 
 // segmentNames lists a journal dir's segments in order.
@@ -370,6 +390,19 @@ func readRecord(r *bufio.Reader) (*outMsg, error) {
 	return m, err
 }
 
+// bootFile, in a journal's directory, holds the boot its segments are
+// written in (currentBoot).
+const bootFile = "boot"
+
+// currentBoot is the kernel's id of this boot, "" where there is none.
+func currentBoot() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // errCutShort is a record the file ends inside of.
 var errCutShort = errors.New("a record cut short")
 
@@ -380,9 +413,9 @@ var errCutShort = errors.New("a record cut short")
 // fatal signal, only between pages, so such a write ends at a page
 // boundary; what it held was never published (the publisher sends only
 // what is written), and its numbers were seen by no one: the documented
-// window, not damage. A segment cut short anywhere else (a power loss, a
-// person's truncate) is damage: what was past the cut may have been
-// published.
+// window, not damage. A segment cut short anywhere else (a person's
+// truncate), or in another boot (a power loss: readJournal asks), is
+// damage: what was past the cut may have been published.
 func tornByAKill(f *os.File, err error) bool {
 	if !errors.Is(err, errCutShort) {
 		return false

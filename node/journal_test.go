@@ -172,16 +172,19 @@ func TestNodeFilesReadBackAsWritten(t *testing.T) {
 // A kill's write cut short ends at a page boundary (the kernel stops a
 // write for a fatal signal only between pages): that is the journal's
 // window, not damage, and nothing is said lost for it. A segment cut
-// anywhere else (a power loss, a truncate) is damage.
+// anywhere else (a truncate), or in another boot (a power loss, after
+// which the disk may end a file at any page), is damage.
 func TestJournalTellsAKillsTornWriteFromDamage(t *testing.T) {
 	page := int64(os.Getpagesize())
 	for _, c := range []struct {
-		name    string
-		cut     func(size int64) int64
-		damaged bool
+		name     string
+		cut      func(size int64) int64
+		rebooted bool
+		damaged  bool
 	}{
-		{"cut at the page boundary inside the last record", func(size int64) int64 { return size / page * page }, false},
-		{"cut at an odd offset inside it", func(size int64) int64 { return size/page*page + 7 }, true},
+		{"cut at the page boundary inside the last record", func(size int64) int64 { return size / page * page }, false, false},
+		{"cut at an odd offset inside it", func(size int64) int64 { return size/page*page + 7 }, false, true},
+		{"cut at the page boundary, in another boot", func(size int64) int64 { return size / page * page }, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -211,6 +214,9 @@ func TestJournalTellsAKillsTornWriteFromDamage(t *testing.T) {
 			fi, _ := os.Stat(seg)
 			if err := os.Truncate(seg, c.cut(fi.Size())); err != nil {
 				t.Fatal(err)
+			}
+			if c.rebooted {
+				os.WriteFile(filepath.Join(dir, bootFile), []byte("another boot"), 0o600)
 			}
 			got, err := readJournal(dir, log)
 			if err != nil {

@@ -126,9 +126,11 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	// agent writes: its own binary (the sandbox's wrapper, the reaper),
 	// its files, the CLI's install and configuration, an MCP
 	// configuration the node reads to start the agent's next life.
+	// Each is checked as named and as resolved: a link inside the
+	// directory, pointing out, is the agent's to point elsewhere.
 	guarded := map[string]string{h.cfg.Reaper: "the node's own binary", h.cfg.Dir: "the node's files"}
-	for _, r := range needs.Readable {
-		guarded[r] = "what the agent's CLI runs or reads outside its sandbox"
+	for _, r := range needs.Runs {
+		guarded[r] = "what the node runs or reads outside the sandbox"
 	}
 	if spec.MCPConfig != "" {
 		guarded[spec.MCPConfig] = "its MCP configuration, which the node reads"
@@ -137,11 +139,15 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 		if g == "" {
 			continue
 		}
-		if real, err := filepath.EvalSymlinks(g); err == nil {
-			g = real
+		named := filepath.Clean(g)
+		real, err := filepath.EvalSymlinks(g)
+		if err != nil {
+			real = named
 		}
-		if schemas.Within(cwd, g) {
-			return nil, schemas.Errf(schemas.CodeForbidden, "a sandboxed agent may not work in %s on node %s: it holds %s (%s), which the agent could rewrite for the node or the next agent to run unconfined", spec.CWD, h.cfg.Name, g, what)
+		for _, p := range []string{named, real} {
+			if schemas.Within(cwd, p) || schemas.Within(filepath.Clean(spec.CWD), p) {
+				return nil, schemas.Errf(schemas.CodeForbidden, "a sandboxed agent may not work in %s on node %s: it holds %s (%s), which the agent could rewrite for the node or the next agent to run unconfined", spec.CWD, h.cfg.Name, p, what)
+			}
 		}
 	}
 	tmp := filepath.Join(h.cfg.Dir, "tmp", spec.AgentID)

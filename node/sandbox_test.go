@@ -16,8 +16,10 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/node/backend/local"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -350,10 +352,17 @@ func TestSandboxedAgentMayNotWriteWhatItsNodeRuns(t *testing.T) {
 	cfg := filepath.Join(home, "work", "mcp.json")
 	os.MkdirAll(filepath.Dir(cfg), 0o755)
 	os.WriteFile(cfg, []byte(`{"mcpServers":{}}`), 0o644)
+	// A link in its directory to a configuration outside is its to point
+	// elsewhere before its next life.
+	outside := filepath.Join(t.TempDir(), "mcp.json")
+	os.WriteFile(outside, []byte(`{"mcpServers":{}}`), 0o644)
+	linked := filepath.Join(home, "work", "linked.json")
+	os.Symlink(outside, linked)
 	for _, c := range []struct{ cwd, mcp, want string }{
 		{home, "", "the node's files"},
 		{filepath.Dir(exe), "", filepath.Dir(exe)},
 		{filepath.Join(home, "work"), cfg, "its MCP configuration"},
+		{filepath.Join(home, "work"), linked, "its MCP configuration"},
 	} {
 		_, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: c.cwd, MCPConfig: c.mcp, Node: "n1", Sandbox: &yes})
 		if schemas.CodeOf(err) != schemas.CodeForbidden || !strings.Contains(err.Error(), "a sandboxed agent may not work in") || !strings.Contains(err.Error(), c.want) {
@@ -362,6 +371,23 @@ func TestSandboxedAgentMayNotWriteWhatItsNodeRuns(t *testing.T) {
 	}
 	if _, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: filepath.Join(home, "work"), Node: "n1", Sandbox: &yes}); err != nil {
 		t.Errorf("a sandboxed open in a directory of its own: %v", err)
+	}
+	// What only the agent's own processes read in its directory (a local
+	// agent's stdio server works there) is no reason to refuse it.
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	lb, err := local.New(local.Config{Kind: backend.BackendOllama, Host: fake.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), broker: f.b, node: func(cfg *node.Config) {
+		cfg.Name, cfg.Backends = "n2", append(cfg.Backends, lb)
+	}})
+	stdio := filepath.Join(t.TempDir(), "stdio.json")
+	os.WriteFile(stdio, []byte(`{"mcpServers":{"s":{"command":"/bin/cat"}}}`), 0o644)
+	// (cat is no MCP server: the open fails at its handshake, past the
+	// check this is about.)
+	if _, err := g.fabric.Open(g.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Model: "ollama:fake-model", MCPConfig: stdio, Node: "n2", Sandbox: &yes}); err == nil || strings.Contains(err.Error(), "may not work in") || !strings.Contains(err.Error(), `MCP server "s"`) {
+		t.Errorf("a sandboxed local agent with a stdio server in its directory: %v", err)
 	}
 	if l := nodeList(t, f); len(l) != 1 {
 		t.Errorf("the node keeps %d agents; want the one opened", len(l))

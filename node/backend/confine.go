@@ -24,6 +24,11 @@ type Needs struct {
 	// Readable are what it reads besides the system: its install, the
 	// files the node wrote for it.
 	Readable []string
+	// Runs are those of Readable that the node runs or reads unconfined,
+	// for this agent's next life or for other agents: the CLI's install,
+	// the user's configuration the node reads. The agent may not work in
+	// a directory holding one, where it could rewrite it.
+	Runs []string
 	// Hosts are the model API and anything else it must reach through the
 	// agent's proxy (host or host:port).
 	Hosts []string

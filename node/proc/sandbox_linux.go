@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,17 +119,23 @@ func holdBeneath(c *Confinement) error {
 	}
 	for _, paths := range [][]string{c.Writable, c.Readable} {
 		for i, p := range paths {
-			if paths[i], err = hold(p); err != nil {
+			h, err := hold(p)
+			switch {
+			case errors.Is(err, errMissing):
+				h = "" // no rule: IgnoreIfMissing would skip it too
+			case err != nil:
 				return err
 			}
+			paths[i] = h
 		}
 	}
+	c.Writable, c.Readable = slices.DeleteFunc(c.Writable, isEmpty), slices.DeleteFunc(c.Readable, isEmpty)
 	if c.Dir == "" {
 		return nil
 	}
 	dir, err := hold(c.Dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("the working directory %s: %w", c.Dir, err)
 	}
 	if dir == c.Dir {
 		return fmt.Errorf("the working directory %s is not beneath %s", c.Dir, c.Beneath)
@@ -138,6 +145,10 @@ func holdBeneath(c *Confinement) error {
 	}
 	return nil
 }
+
+// errMissing is a path beneath that is not there: a rule for it is
+// skipped, as for any missing path, but a working directory must be.
+var errMissing = errors.New("not there")
 
 // openBeneath opens p from root (the directory beneath, whose path is
 // beneath) as a path descriptor, through no symbolic link and never out
@@ -153,6 +164,8 @@ func openBeneath(root int, beneath, p string) (int, error) {
 		switch {
 		case err == nil:
 			return fd, nil
+		case err == unix.ENOENT:
+			return -1, errMissing
 		case err == unix.ELOOP || err == unix.EXDEV:
 			return -1, fmt.Errorf("%s is not a directory beneath %s but a link, or leads out of it (changed since it was checked?)", p, beneath)
 		case err != unix.EAGAIN:
@@ -161,6 +174,8 @@ func openBeneath(root int, beneath, p string) (int, error) {
 	}
 	return -1, fmt.Errorf("open %s beneath %s: renamed again and again while it was opened", p, beneath)
 }
+
+func isEmpty(s string) bool { return s == "" }
 
 func lookPath(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {

@@ -545,7 +545,9 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 	held := map[string]int{}
 	defer func() {
 		for _, fd := range held {
-			unix.Close(fd)
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 		}
 	}()
 	if c.Beneath != "" {
@@ -558,16 +560,18 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 				continue
 			}
 			fd, err := openBeneath(root, c.Beneath, p)
-			if err != nil {
+			switch {
+			case errors.Is(err, errMissing) && p != c.Dir:
+				held[p] = -1 // not there: nothing to bind
+			case err != nil:
 				unix.Close(root)
 				return err
-			}
-			if fd >= 0 {
+			case fd >= 0:
 				held[p] = fd
 			}
 		}
 		unix.Close(root)
-		if _, ok := held[c.Dir]; c.Dir != "" && !ok {
+		if fd := held[c.Dir]; c.Dir != "" && fd <= 0 {
 			return fmt.Errorf("the working directory %s is not beneath %s", c.Dir, c.Beneath)
 		}
 	}
@@ -615,6 +619,9 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 	add("/proc", 0, func() error { return privateProc(c.Readable) })
 	bind := func(p string, rw bool) func() error {
 		if fd, ok := held[p]; ok {
+			if fd < 0 {
+				return func() error { return nil }
+			}
 			return func() error { return bindHeld(fd, p, rw) }
 		}
 		return func() error { return bindIn(p, rw) }
@@ -674,9 +681,26 @@ func buildRoot(c Confinement, cwd string, edge *net.UnixConn) error {
 		return err
 	}
 	if cwd != "" {
-		unix.Chdir(cwd)
+		err := unix.Chdir(cwd)
+		if fd, ok := held[c.Dir]; ok && c.Dir != "" {
+			// Held: it must be entered, and be what was held (a bind
+			// made elsewhere by a swap on the way would leave the name
+			// to something else).
+			if err == nil && !sameFile(".", fd) {
+				err = errors.New("it is not the directory held")
+			}
+			if err != nil {
+				return fmt.Errorf("enter %s: %w", cwd, err)
+			}
+		}
 	}
 	return nil
+}
+
+// sameFile says whether path and fd are the same file.
+func sameFile(path string, fd int) bool {
+	var a, b unix.Stat_t
+	return unix.Stat(path, &a) == nil && unix.Fstat(fd, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // isSystemView reports whether a readable path is one of the kernel's
@@ -747,24 +771,76 @@ func bindIn(p string, rw bool) error {
 // moved to oldRoot) at p in the sandbox's root, as bindIn binds: through
 // its descriptor's magic link in the node's /proc, which the kernel
 // follows to what was opened.
+//
+// The mount point is made and opened from the sandbox's root through no
+// link (the way to it may pass through a directory bound from the node,
+// which the agent's parent writes), the tree is cloned from the held
+// descriptor, given its attributes while detached, and moved onto the
+// mount point's descriptor: no name is looked up again.
 func bindHeld(fd int, p string, rw bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	dst := filepath.Join(newRoot, p)
-	if err := mountPoint(dst, st.Mode&unix.S_IFMT == unix.S_IFDIR); err != nil {
+	target, err := mountPointBeneath(p, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	if err != nil {
 		return err
 	}
-	src := filepath.Join(oldRoot, "proc", "self", "fd", strconv.Itoa(fd))
-	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
+	defer unix.Close(target)
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("clone %s: %w", p, err)
 	}
+	defer unix.Close(tree)
 	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 	if !rw {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	return setattr(dst, true, attr)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
+		return fmt.Errorf("set the attributes of %s: %w", p, err)
+	}
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("bind %s: %w", p, err)
+	}
+	return nil
+}
+
+// mountPointBeneath makes p under the sandbox's root (a directory, or
+// an empty file when not dir) and returns a path descriptor of it, each
+// component opened from the one before through no link.
+func mountPointBeneath(p string, dir bool) (int, error) {
+	cur, err := unix.Open(newRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	parts := strings.Split(strings.Trim(filepath.Clean(p), "/"), "/")
+	for i, name := range parts {
+		last := i == len(parts)-1
+		how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+		if !last || dir {
+			how.Flags |= unix.O_DIRECTORY
+		}
+		next, err := unix.Openat2(cur, name, &how)
+		if err == unix.ENOENT {
+			if !last || dir {
+				err = unix.Mkdirat(cur, name, 0o755)
+			} else {
+				var f int
+				if f, err = unix.Openat(cur, name, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644); err == nil {
+					unix.Close(f)
+				}
+			}
+			if err == nil || err == unix.EEXIST {
+				next, err = unix.Openat2(cur, name, &how)
+			}
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, fmt.Errorf("the mount point %s, at %s: %w", p, name, err)
+		}
+		cur = next
+	}
+	return cur, nil
 }
 
 // resolveParents resolves the symlinks of every component of p but the

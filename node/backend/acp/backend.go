@@ -310,11 +310,14 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 			n.Readable = append(n.Readable, proc.InstallRoot(a)) // a script
 		}
 	}
+	n.Runs = slices.Clone(n.Readable) // the agent's command, which every agent of this kind runs
 	switch agent {
 	case AgentOpencode:
 		// The user's own config directory is read, not written: the
 		// agent's is the one Shoal wrote for it.
-		n.Readable = append(n.Readable, filepath.Join(proc.XDGDir(env, "XDG_CONFIG_HOME", ".config"), "opencode"))
+		userConf := filepath.Join(proc.XDGDir(env, "XDG_CONFIG_HOME", ".config"), "opencode")
+		n.Readable = append(n.Readable, userConf)
+		n.Runs = append(n.Runs, userConf) // the node reads it for every opencode agent
 		n.Writable = append(n.Writable, opencodeDir(spec),
 			filepath.Join(proc.XDGDir(env, "XDG_DATA_HOME", ".local/share"), "opencode"),
 			filepath.Join(proc.XDGDir(env, "XDG_CACHE_HOME", ".cache"), "opencode"),

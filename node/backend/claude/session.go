@@ -84,7 +84,8 @@ var cliEnv = []string{"ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "MCP_*", "BASH_*",
 // given, and reaches its model API.
 func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
-	n := backend.Needs{Readable: []string{proc.InstallRoot(b.cfg.Path)}, Env: cliEnv}
+	install := proc.InstallRoot(b.cfg.Path)
+	n := backend.Needs{Readable: []string{install}, Runs: []string{install}, Env: cliEnv}
 	dir, err := SandboxConfigDir(spec, env)
 	if err != nil {
 		return n, err
