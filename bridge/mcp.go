@@ -395,6 +395,28 @@ func (m *MCP) familyRoot(ctx context.Context, rec schemas.AgentRecord) (string, 
 	return rec.Policy.CWD, nil
 }
 
+// holdsBeneath refuses a sandboxed agent's child in a subdirectory of its
+// directory when the agent's node is of a version that ignores
+// OpenRequest.Beneath (its record does not say sandbox_holds): there the
+// child's directory would be taken by name again, which the parent can
+// swap for a link. In the parent's own directory it may open one, as
+// before.
+func (m *MCP) holdsBeneath(ctx context.Context, parent schemas.AgentRecord, cwd string) error {
+	if cwd == parentRoot(parent) || filepath.Clean(cwd) == filepath.Clean(parent.Policy.CWD) {
+		return nil
+	}
+	nodes, err := m.f.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.Name == parent.Node && n.SandboxHolds {
+			return nil
+		}
+	}
+	return refused("agent %s runs sandboxed on node %s, which does not hold a child's directory beneath its family's (a node of an earlier version): open the child in %s itself, or upgrade the node", parent.ID, parent.Node, parent.Policy.CWD)
+}
+
 // parentRoot is an agent's working directory as confine holds its
 // children's paths to it.
 func parentRoot(parent schemas.AgentRecord) string {

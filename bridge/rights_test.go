@@ -619,11 +619,20 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := float64(time.Now().Unix())
-	n1, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
-		StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7"})
-	if _, err := nodes.Put(t.Context(), "n1", n1); err != nil {
-		t.Fatal(err)
+	putN1 := func(holds bool) {
+		n1, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
+			StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7", SandboxHolds: holds})
+		if _, err := nodes.Put(t.Context(), "n1", n1); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// A node of an earlier version, which would take the child's
+	// directory by name, gets no child in a subdirectory.
+	putN1(false)
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": filepath.Join(work, "sub"), "node": "n1"}); !isErr || !strings.Contains(text, "does not hold a child's directory beneath its family's") {
+		t.Errorf("a sandboxed agent's child in a subdirectory, on a node of an earlier version: %q, want the door's refusal", text)
+	}
+	putN1(true)
 	opens := make(chan schemas.OpenRequest, 2)
 	sub, err := natstest.Connect(t, fb.b).Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
 		var req schemas.OpenRequest

@@ -277,6 +277,9 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 			if req.Beneath, err = m.familyRoot(ctx, *c.rec); err != nil {
 				return nil, err
 			}
+			if err := m.holdsBeneath(ctx, *c.rec, req.CWD); err != nil {
+				return nil, err
+			}
 		}
 		switch {
 		case !local && !sandboxed:

@@ -41,7 +41,7 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 		Host:      hostInfo(),
 		MaxAgents: h.cfg.MaxAgents,
 		StartedAt: unixSeconds(time.Now()),
-		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why + h.sandbox.nsWhy, SandboxMode: h.cfg.Sandbox,
+		Sandbox:   h.sandbox.kernel, SandboxProblem: h.sandbox.why + h.sandbox.nsWhy, SandboxMode: h.cfg.Sandbox, SandboxHolds: h.sandbox.kernel != "",
 		Git: h.repos.git, Checkouts: h.repos.dir,
 	}
 	if a.rec.Labels == nil {

@@ -25,6 +25,11 @@ type NodeRecord struct {
 	Sandbox        string `json:"sandbox,omitempty"`
 	SandboxProblem string `json:"sandbox_problem,omitempty"`
 	SandboxMode    string `json:"sandbox_mode,omitempty"`
+	// SandboxHolds says the node holds a sandboxed agent's child beneath
+	// its family's first directory (OpenRequest.Beneath); a node of an
+	// earlier version does not, and the door keeps such children in
+	// their parent's own directory there.
+	SandboxHolds bool `json:"sandbox_holds,omitempty"`
 	// Unhealthy says why the node cannot start agents now (its reaper
 	// died and another is starting); placement passes it over. Empty when
 	// it can.
