@@ -128,14 +128,13 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	// configuration the node reads to start the agent's next life.
 	// Each is checked as named and as resolved: a link inside the
 	// directory, pointing out, is the agent's to point elsewhere.
-	guarded := map[string]string{h.cfg.Reaper: "the node's own binary", h.cfg.Dir: "the node's files"}
+	type guard struct{ path, what string }
+	guarded := []guard{{h.cfg.Reaper, "the node's own binary"}, {h.cfg.Dir, "the node's files"}, {spec.MCPConfig, "its MCP configuration, which the node reads"}}
 	for _, r := range needs.Runs {
-		guarded[r] = "what the node runs or reads outside the sandbox"
+		guarded = append(guarded, guard{r, "what the node runs or reads outside the sandbox"})
 	}
-	if spec.MCPConfig != "" {
-		guarded[spec.MCPConfig] = "its MCP configuration, which the node reads"
-	}
-	for g, what := range guarded {
+	for _, gd := range guarded {
+		g, what := gd.path, gd.what
 		if g == "" {
 			continue
 		}
