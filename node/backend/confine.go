@@ -1,11 +1,11 @@
 package backend
 
 import (
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/shoalfabric/shoal/node/proc"
 )
 
 // Confiner is implemented by backends that can run their agents
@@ -62,18 +62,5 @@ func ReadMCPConfig(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	case fi.Size() > maxMCPConfig:
-		return nil, fmt.Errorf("%s is larger than %d KiB", path, maxMCPConfig>>10)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxMCPConfig+1))
-	if err == nil && len(b) > maxMCPConfig {
-		err = fmt.Errorf("%s is larger than %d KiB", path, maxMCPConfig>>10)
-	}
-	return b, err
+	return proc.ReadRegular(f, maxMCPConfig)
 }

@@ -104,6 +104,12 @@ func ReadBeneath(root, rel string, max int64) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), filepath.Join(root, rel))
 	defer f.Close()
+	return ReadRegular(f, max)
+}
+
+// ReadRegular reads f whole if it is a regular file of at most max
+// bytes (opened O_NONBLOCK, a FIFO in its place held nothing up).
+func ReadRegular(f *os.File, max int64) ([]byte, error) {
 	fi, err := f.Stat()
 	switch {
 	case err != nil:
@@ -111,11 +117,11 @@ func ReadBeneath(root, rel string, max int64) ([]byte, error) {
 	case !fi.Mode().IsRegular():
 		return nil, fmt.Errorf("%s is not a regular file", f.Name())
 	case fi.Size() > max:
-		return nil, fmt.Errorf("%s is larger than %d bytes", f.Name(), max)
+		return nil, fmt.Errorf("%s is larger than %d KiB", f.Name(), max>>10)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err == nil && int64(len(b)) > max {
-		err = fmt.Errorf("%s is larger than %d bytes", f.Name(), max)
+		err = fmt.Errorf("%s is larger than %d KiB", f.Name(), max>>10)
 	}
 	return b, err
 }

@@ -8,14 +8,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/shoalfabric/shoal/node/proc"
 
@@ -447,22 +444,7 @@ func holdsBeneath(t *testing.T, namespaces bool) {
 	if err := os.Symlink(outside, link); err != nil {
 		t.Fatal(err)
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		// On a thread of its own at the lowest priority: it spins, and
-		// must not starve the rest of the suite on a loaded machine.
-		runtime.LockOSThread()
-		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			unix.Renameat2(unix.AT_FDCWD, sub, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
-		}
-	}()
+	stop := proctest.Exchange(sub, link)
 	started := 0
 	for i := range 30 {
 		// A child that finds a link where its directory was does not
@@ -475,8 +457,7 @@ func holdsBeneath(t *testing.T, namespaces bool) {
 			started++
 		}
 	}
-	close(stop)
-	<-done
+	stop()
 	entries, _ := os.ReadDir(outside)
 	for _, e := range entries {
 		t.Errorf("a child wrote %s outside its family's directory", e.Name())

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/shoalfabric/shoal/internal/proctest"
 )
 
 // race is the racer's turn: in its directory, "d" and "l" (a link to
@@ -26,23 +25,7 @@ func race(sc *bufio.Scanner, say func(any)) string {
 	if err := os.Symlink(outside, "l"); err != nil {
 		return err.Error()
 	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// On a thread of its own at the lowest priority: it spins, and
-		// must not starve the rest of the suite on a loaded machine.
-		runtime.LockOSThread()
-		unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			unix.Renameat2(unix.AT_FDCWD, "d", unix.AT_FDCWD, "l", unix.RENAME_EXCHANGE)
-		}
-	}()
+	stop := proctest.Exchange("d", "l")
 	wd, _ := os.Getwd()
 	leaked := 0
 	for i := range 400 {
@@ -67,8 +50,7 @@ func race(sc *bufio.Scanner, say func(any)) string {
 			break
 		}
 	}
-	close(stop)
-	<-done
+	stop()
 	return fmt.Sprintf("reads of the secret: %d", leaked)
 }
 
