@@ -76,6 +76,12 @@ func TestProcessEnvLastValueWins(t *testing.T) {
 // forks is as confined.
 func TestSandboxConfinesTheTree(t *testing.T) {
 	t.Parallel()
+	bothKinds(t, confinesTheTree)
+}
+
+// bothKinds runs test as parallel subtests, Landlock alone and in
+// namespaces of its own.
+func bothKinds(t *testing.T, test func(t *testing.T, namespaces bool)) {
 	for _, ns := range []bool{false, true} {
 		name := "landlock"
 		if ns {
@@ -83,7 +89,7 @@ func TestSandboxConfinesTheTree(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			confinesTheTree(t, ns)
+			test(t, ns)
 		})
 	}
 }
@@ -378,36 +384,29 @@ func TestSandboxRunsACommandNamedByALink(t *testing.T) {
 	if _, err := proc.SandboxSupport(); err != nil {
 		t.Fatalf("this machine cannot run the sandbox test: %v", err)
 	}
-	for _, ns := range []bool{false, true} {
-		name := "landlock"
+	bothKinds(t, func(t *testing.T, ns bool) {
 		if ns {
-			name = "namespaces"
+			if err := proc.NamespacesSupport(); err != nil {
+				t.Fatalf("this machine cannot run the namespaces test: %v", err)
+			}
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			if ns {
-				if err := proc.NamespacesSupport(); err != nil {
-					t.Fatalf("this machine cannot run the namespaces test: %v", err)
-				}
-			}
-			install, bin, cwd := t.TempDir(), t.TempDir(), t.TempDir()
-			cli := filepath.Join(install, "2.1.0")
-			if err := os.WriteFile(cli, []byte("#!/bin/sh\necho ran \"$@\"\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			link := filepath.Join(bin, "cli")
-			if err := os.Symlink(cli, link); err != nil {
-				t.Fatal(err)
-			}
-			exe, _ := os.Executable()
-			readable := append([]string{proc.InstallRoot(link)}, proc.SystemReadable...)
-			got := run(t, proc.ProcessSpec{Argv: []string{link, "a turn"}, Dir: cwd, Env: []string{"PATH=/usr/bin:/bin"},
-				Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: readable, Namespaces: ns}})
-			if got != "ran a turn\n" {
-				t.Errorf("the CLI named by a link printed %q, want %q", got, "ran a turn\n")
-			}
-		})
-	}
+		install, bin, cwd := t.TempDir(), t.TempDir(), t.TempDir()
+		cli := filepath.Join(install, "2.1.0")
+		if err := os.WriteFile(cli, []byte("#!/bin/sh\necho ran \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(bin, "cli")
+		if err := os.Symlink(cli, link); err != nil {
+			t.Fatal(err)
+		}
+		exe, _ := os.Executable()
+		readable := append([]string{proc.InstallRoot(link)}, proc.SystemReadable...)
+		got := run(t, proc.ProcessSpec{Argv: []string{link, "a turn"}, Dir: cwd, Env: []string{"PATH=/usr/bin:/bin"},
+			Sandbox: &proc.Confinement{Exe: exe, Writable: []string{cwd}, Readable: readable, Namespaces: ns}})
+		if got != "ran a turn\n" {
+			t.Errorf("the CLI named by a link printed %q, want %q", got, "ran a turn\n")
+		}
+	})
 }
 
 // A confinement held beneath a directory (a sandboxed agent's child, in
@@ -419,16 +418,7 @@ func TestSandboxRunsACommandNamedByALink(t *testing.T) {
 // writing outside.
 func TestConfinementHoldsItsDirectoryBeneathWhileSwapped(t *testing.T) {
 	t.Parallel()
-	for _, ns := range []bool{false, true} {
-		name := "landlock"
-		if ns {
-			name = "namespaces"
-		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			holdsBeneath(t, ns)
-		})
-	}
+	bothKinds(t, holdsBeneath)
 }
 
 func holdsBeneath(t *testing.T, namespaces bool) {
