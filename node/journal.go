@@ -87,13 +87,15 @@ func openJournal(dir string, log *slog.Logger) (*journal, previous, error) {
 	if err != nil {
 		return nil, previous{}, err
 	}
-	// The boot the segments are written in, for the next run's reading.
-	if err := os.WriteFile(filepath.Join(dir, bootFile), []byte(currentBoot()), 0o600); err != nil {
-		return nil, previous{}, fmt.Errorf("journal: %w", err)
-	}
 	var idb [8]byte
 	rand.Read(idb[:])
-	j := &journal{dir: dir, id: hex.EncodeToString(idb[:]), sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{}),
+	id := hex.EncodeToString(idb[:])
+	// The boot this journal's segments are written in, for a later run's
+	// reading of them.
+	if err := os.WriteFile(bootFile(dir, id), []byte(currentBoot()), 0o600); err != nil {
+		return nil, previous{}, fmt.Errorf("journal: %w", err)
+	}
+	j := &journal{dir: dir, id: id, sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{}),
 		stopSync: make(chan struct{}), synced: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	j.taken = sync.NewCond(&j.mu)
@@ -125,15 +127,25 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 	}
 	prev := previous{segments: names, ids: map[string]bool{}}
 	// A write cut short by a kill is told from damage only within the
-	// boot the segments were written in: after a power loss or a crash of
-	// the machine, a cut at a page boundary is what the disk kept.
-	written, _ := os.ReadFile(filepath.Join(dir, bootFile))
-	sameBoot := len(written) > 0 && string(written) == currentBoot()
-	// And only a journal's last segment can have been cut by a kill: the
-	// others were synced and closed when the next began.
-	last := map[string]string{}
+	// boot the journal's segments were written in: after a power loss or
+	// a crash of the machine, a cut at a page boundary is what the disk
+	// kept. And only in a journal's last segment: the others were synced
+	// and closed when the next began.
+	boot := currentBoot()
+	last, sameBoot := map[string]string{}, map[string]bool{}
 	for _, name := range names {
-		last[segmentJournal(name)] = name
+		id := segmentJournal(name)
+		last[id] = name
+		written, _ := os.ReadFile(bootFile(dir, id))
+		sameBoot[id] = len(written) > 0 && string(written) == boot
+	}
+	// The boots of journals none of whose segments are left go.
+	if stale, err := filepath.Glob(filepath.Join(dir, "*.boot")); err == nil {
+		for _, f := range stale {
+			if _, ok := last[strings.TrimSuffix(filepath.Base(f), ".boot")]; !ok {
+				os.Remove(f)
+			}
+		}
 	}
 	var out []*outMsg
 	for _, name := range names {
@@ -151,7 +163,7 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 			if err != nil {
 				// A run killed while writing leaves half a record at the
 				// end; nothing after it is whole.
-				if sameBoot && last[segmentJournal(name)] == name && tornByAKill(f, err) {
+				if id := segmentJournal(name); sameBoot[id] && last[id] == name && tornByAKill(f, err) {
 					log.Info("the journal's last write was cut short by the node's end; what it held was never published", "segment", name)
 					break
 				}
@@ -390,9 +402,9 @@ func readRecord(r *bufio.Reader) (*outMsg, error) {
 	return m, err
 }
 
-// bootFile, in a journal's directory, holds the boot its segments are
-// written in (currentBoot).
-const bootFile = "boot"
+// bootFile, in a journal's directory, holds the boot journal id's
+// segments are written in (currentBoot).
+func bootFile(dir, id string) string { return filepath.Join(dir, id+".boot") }
 
 // currentBoot is the kernel's id of this boot, "" where there is none.
 func currentBoot() string {

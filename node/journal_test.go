@@ -64,6 +64,17 @@ func TestJournalRecovery(t *testing.T) {
 	if len(names) != 0 {
 		t.Errorf("a clean close left %v", names)
 	}
+	// What says each journal's boot goes with its segments: opened again,
+	// the directory holds the new journal's alone.
+	j3, _, err := openJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if boots, _ := filepath.Glob(filepath.Join(dir, "*.boot")); len(boots) != 1 || boots[0] != bootFile(dir, j3.id) {
+		t.Errorf("the journal's boots after a reopen: %v; want only %s", boots, bootFile(dir, j3.id))
+	}
+	go j3.run()
+	j3.close()
 	// The numbers file is apart from the journal.
 	nums, prevNums, err := openNumbers(filepath.Join(t.TempDir(), "numbers.json"), "x")
 	if err != nil || len(prevNums.Marks) != 0 {
@@ -216,7 +227,7 @@ func TestJournalTellsAKillsTornWriteFromDamage(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.rebooted {
-				os.WriteFile(filepath.Join(dir, bootFile), []byte("another boot"), 0o600)
+				os.WriteFile(bootFile(dir, j.id), []byte("another boot"), 0o600)
 			}
 			got, err := readJournal(dir, log)
 			if err != nil {
