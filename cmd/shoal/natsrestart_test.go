@@ -110,6 +110,16 @@ func (n *testNATS) buckets() (nodes, agents jetstream.KeyValue) {
 	return nodes, agents
 }
 
+// waitHeartbeat waits until node name's entry in nodes was written after
+// since: its heartbeat reached the restarted server.
+func waitHeartbeat(t *testing.T, nodes jetstream.KeyValue, name string, since time.Time) {
+	t.Helper()
+	poll.Until(t, 30*time.Second, "node "+name+" heartbeats to the restarted server", func() bool {
+		e, err := nodes.Get(t.Context(), name)
+		return err == nil && e.Created().After(since)
+	})
+}
+
 // agentStatus reads agent id's status from agents.
 func agentStatus(t *testing.T, agents jetstream.KeyValue, id string) schemas.AgentStatus {
 	t.Helper()
@@ -143,10 +153,7 @@ func TestNodeLossAfterTheNATSServerRestarts(t *testing.T) {
 	restarted := time.Now()
 	n.start()
 	nodes, agents := n.buckets()
-	poll.Until(t, 30*time.Second, "the node heartbeats to the restarted server", func() bool {
-		e, err := nodes.Get(t.Context(), "victim")
-		return err == nil && e.Created().After(restarted)
-	})
+	waitHeartbeat(t, nodes, "victim", restarted)
 	if s := agentStatus(t, agents, open.AgentID); s == schemas.StatusDead {
 		t.Fatalf("the agent was marked dead while its node was up")
 	}
@@ -199,10 +206,7 @@ func TestNodesOutliveAnOutageLongerThanTheirTTL(t *testing.T) {
 	restarted := time.Now()
 	n.start()
 	kv, agents := n.buckets()
-	poll.Until(t, 30*time.Second, "node stays heartbeats to the restarted server", func() bool {
-		e, err := kv.Get(t.Context(), "stays")
-		return err == nil && e.Created().After(restarted)
-	})
+	waitHeartbeat(t, kv, "stays", restarted)
 	poll.Until(t, 30*time.Second, "the agent of the node that did not come back is dead", func() bool { return agentStatus(t, agents, ids["goes"]) == schemas.StatusDead })
 	if s := agentStatus(t, agents, ids["stays"]); s == schemas.StatusDead {
 		t.Fatalf("the agent of node stays, alive through the outage, was marked dead")
@@ -275,10 +279,7 @@ func TestFollowersGoOnAfterTheNATSServerRestarts(t *testing.T) {
 	// The node is back when it heartbeats: until then a turn's request
 	// has no one to answer it (the node reconnects a second apart).
 	nodes, _ := n.buckets()
-	poll.Until(t, 30*time.Second, "node n1 heartbeats to the restarted server", func() bool {
-		e, err := nodes.Get(t.Context(), "n1")
-		return err == nil && e.Created().After(restarted)
-	})
+	waitHeartbeat(t, nodes, "n1", restarted)
 	fake.Script(fakemodel.Reply{Text: "after the restart"})
 	if code, out, errOut := runShoal(t, t.TempDir(), env, "run", "--wait", "2m", open.AgentID, "Two."); code != 0 {
 		t.Fatalf("run after the restart: exit %d: %s%s", code, out, errOut)

@@ -101,6 +101,18 @@ func TestSandboxNet(t *testing.T) {
 	}
 }
 
+// onlyToolResult is what the one tool call answered in the model's last
+// request; it fails unless there is exactly one.
+func onlyToolResult(t *testing.T, fake *fakemodel.Server) string {
+	t.Helper()
+	reqs := fake.Requests()
+	got := reqs[len(reqs)-1].ToolResults
+	if len(got) != 1 {
+		t.Fatalf("tool results: %+v", got)
+	}
+	return got[0].Content
+}
+
 func mustJSONText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -131,12 +143,7 @@ sid=$(` + post + ` -D - -o /dev/null -d '{"jsonrpc":"2.0","id":1,"method":"initi
 	if out := must("run", id, "Get out."); out != "Stayed." {
 		t.Fatalf("run: %q", out)
 	}
-	reqs := fake.Requests()
-	got := reqs[len(reqs)-1].ToolResults
-	if len(got) != 1 {
-		t.Fatalf("tool results: %+v", got)
-	}
-	out := got[0].Content
+	out := onlyToolResult(t, fake)
 	if !strings.Contains(out, "direct=7") {
 		t.Errorf("a connect straight to the MCP endpoint was not refused:\n%s", out)
 	}
@@ -182,12 +189,7 @@ echo "other: $(` + mcpPost + ` -H "Mcp-Session-Id: $sid" -d '{"jsonrpc":"2.0","i
 	if out := must("run", id, "Try every door."); out != "Tried." {
 		t.Fatalf("run: %q", out)
 	}
-	reqs := fake.Requests()
-	got := reqs[len(reqs)-1].ToolResults
-	if len(got) != 1 {
-		t.Fatalf("tool results: %+v", got)
-	}
-	out := got[0].Content
+	out := onlyToolResult(t, fake)
 	t.Logf("inside the sandbox:\n%s", out)
 	for _, door := range []string{"GET /api/fleet", "GET /api/agents/other", "GET /agents/other", "GET /", "GET /api/whoami", "GET /metrics", "POST /api/open"} {
 		line := ""
@@ -349,12 +351,8 @@ echo "esc: $(` + open(filepath.Join(cwd, "esc")) + `)"
 	if out := must("run", parent, "Open a child in sub."); out != "Opened." {
 		t.Fatalf("run: %q", out)
 	}
-	reqs := fake.Requests()
-	got := reqs[len(reqs)-1].ToolResults
-	if len(got) != 1 {
-		t.Fatalf("tool results: %+v", got)
-	}
-	if out := got[0].Content; !strings.Contains(out, `esc: `) || !strings.Contains(out, "outside this agent's workspace") {
+	opened := onlyToolResult(t, fake)
+	if out := opened; !strings.Contains(out, `esc: `) || !strings.Contains(out, "outside this agent's workspace") {
 		t.Errorf("a child through a link out of the sandboxed parent's directory was not refused:\n%s", out)
 	}
 	var list schemas.ListReply
@@ -371,7 +369,7 @@ echo "esc: $(` + open(filepath.Join(cwd, "esc")) + `)"
 		}
 	}
 	if child == nil {
-		t.Fatalf("no child in %s: %s\n%s", sub, mustJSONText(list), got[0].Content)
+		t.Fatalf("no child in %s: %s\n%s", sub, mustJSONText(list), opened)
 	}
 	if child.Sandbox == nil || child.Parent != parent || !slices.Contains(child.Sandbox.Writable, sub) || slices.Contains(child.Sandbox.Writable, cwd) {
 		t.Fatalf("the child in the subdirectory: parent %q, sandbox %+v; want sandboxed, writing %s and not %s", child.Parent, child.Sandbox, sub, cwd)
@@ -380,9 +378,8 @@ echo "esc: $(` + open(filepath.Join(cwd, "esc")) + `)"
 	if out := must("run", child.ID, "Write."); out != "Wrote." {
 		t.Fatalf("the child's run: %q", out)
 	}
-	reqs = fake.Requests()
-	if out := reqs[len(reqs)-1].ToolResults; len(out) != 1 || !strings.Contains(out[0].Content, "wrote-own") || !strings.Contains(out[0].Content, "no-write-up") {
-		t.Errorf("the child's writes: %+v", out)
+	if out := onlyToolResult(t, fake); !strings.Contains(out, "wrote-own") || !strings.Contains(out, "no-write-up") {
+		t.Errorf("the child's writes: %s", out)
 	}
 	if _, err := os.Stat(filepath.Join(sub, "f")); err != nil {
 		t.Errorf("the child did not write its own directory: %v", err)
