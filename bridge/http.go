@@ -22,6 +22,12 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
+// idleTimeout is how long the endpoint keeps a connection that waits
+// for its next request: without one, any caller (a refused one too)
+// could keep connections open for ever, each a file descriptor of the
+// coordinator's.
+var idleTimeout = time.Minute
+
 // MCPPath is where the MCP endpoint is served.
 const MCPPath = "/mcp"
 
@@ -90,9 +96,13 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				return
 			}
 		}
-		who := "everyone" // where no token is set, an agent's id is no credential
+		// Where no token is set an agent's id is no credential, but it
+		// still narrows: an agent's sessions and calls count as its own
+		// (a sandboxed agent's proxy sets the header, whatever the agent
+		// sent), and one agent cannot use up everyone's.
+		who := "everyone"
 		switch got := bearer(r); {
-		case id != "" && (cfg.Token != "" || cfg.ObserverToken != ""):
+		case id != "":
 			who = "agent:" + id
 		case matches(got, cfg.Token):
 			who = "full"
@@ -101,9 +111,10 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxMCPBody)
 		// What begins a session (an initialize, whatever session header
-		// it carries; a stream opened without one) is held to the
-		// caller's bound; a stream opened on a session, to the caller's
-		// own sessions (mcp-go would make one of any id it is given).
+		// it carries) is held to the caller's bound; a stream is opened
+		// on one of the caller's own sessions (mcp-go would make one of
+		// any id it is given, and one of none that nothing ends: a page
+		// of any site may send a GET to a loopback endpoint).
 		begins := false
 		switch sid := r.Header.Get(server.HeaderKeySessionID); r.Method {
 		case http.MethodPost:
@@ -118,11 +129,14 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 			}
 			begins = json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
 		case http.MethodGet:
-			if sid != "" && !live.owns(who, sid) {
+			if sid == "" {
+				http.Error(w, "a stream is opened on a session: initialize first, then send its "+server.HeaderKeySessionID+" header", http.StatusBadRequest)
+				return
+			}
+			if !live.owns(who, sid) {
 				http.Error(w, "no such session under these credentials: "+sid, http.StatusNotFound)
 				return
 			}
-			begins = sid == ""
 		}
 		if begins {
 			if err := live.full(who); err != nil {
@@ -256,7 +270,7 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 	}
 	// Requests live within ctx, so a stream a browser holds open ends
 	// with the listener rather than holding up its shutdown.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, BaseContext: func(net.Listener) context.Context { return ctx }}
 	shut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(shut)

@@ -62,6 +62,7 @@ type MCP struct {
 	log      *slog.Logger
 	maxDepth int
 	metrics  MCPMetrics
+	calls    *calls
 }
 
 // NewMCP builds the MCP server.
@@ -81,7 +82,7 @@ func NewMCP(cfg MCPConfig) *MCP {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMCPMetrics{}
 	}
-	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth, metrics: cfg.Metrics}
+	m := &MCP{f: cfg.Client, log: cfg.Logger.With("component", "mcp"), maxDepth: cfg.MaxDepth, metrics: cfg.Metrics, calls: newCalls()}
 	m.srv = server.NewMCPServer("shoal", cfg.Version,
 		server.WithToolCapabilities(false),
 		// logging/setLevel is accepted and completion/complete answers
@@ -103,8 +104,9 @@ func NewMCP(cfg MCPConfig) *MCP {
 }
 
 // handler adapts a tool: validation against the schema tools/list
-// advertises, the caller, the tool's run (which asks the door), and the
-// JSON text Kaimon returns. A mistake is a result the caller can read,
+// advertises, the caller's bound of calls under way (calls.go), the
+// caller, the tool's run (which asks the door), and the JSON text Kaimon
+// returns. A mistake is a result the caller can read,
 // flagged as an error.
 func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -120,6 +122,12 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(err.Error()), nil
 		}
+		end, err := m.calls.begin(callerOf(ctx))
+		if err != nil {
+			m.metrics.ToolCalled(t.name, OutcomeRefused)
+			return mcp.NewToolResultError(t.name + " refused: " + err.Error()), nil
+		}
+		defer end()
 		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
 			token := meta.ProgressToken
 			ctx = context.WithValue(ctx, progressKey{}, func(progress float64, message string) {

@@ -75,7 +75,10 @@ func TestDoorHoldsEveryToolToTheRights(t *testing.T) {
 		case "agent_set_model":
 			return map[string]any{"agent_id": target, "model": "opus"}
 		case "agent_permit":
-			return map[string]any{"agent_id": target, "request_id": "perm-1", "decision": "allow"}
+			// A deny: an agent's allow is held to its allowlist as well
+			// (TestDoorHoldsAnAgentsAllowToItsAllowlist), by the tool of a
+			// request that is waiting, and none is here.
+			return map[string]any{"agent_id": target, "request_id": "perm-1", "decision": "deny"}
 		}
 		return map[string]any{"agent_id": target}
 	}
@@ -510,6 +513,8 @@ func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 // approves: a child opened with ask would otherwise run, on its parent's
 // word, what the parent must ask a person for. Denying is always its to
 // do, and a parent that skips every check may allow anything.
+// A request whose record is not there is allowed by no other: the door
+// let such an allow through unchecked.
 func TestDoorHoldsAnAgentsAllowToItsAllowlist(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
@@ -543,6 +548,11 @@ func TestDoorHoldsAnAgentsAllowToItsAllowlist(t *testing.T) {
 		{"gits", "k1", "q-read", "allow", ""},
 		{"gits", "k1", "q-bash", "deny", ""},
 		{"wild", "k2", "q-bash", "allow", ""},
+		// A request with no record (never asked, or its node's write of it
+		// failed) says no tool to hold the allow to.
+		{"gits", "k1", "q-unrecorded", "allow", "agent gits may not allow agent k1's request q-unrecorded: no such request is waiting"},
+		{"gits", "k1", "q-unrecorded", "deny", ""},
+		{"wild", "k2", "q-unrecorded", "allow", ""},
 	} {
 		s := fb.client(map[string]string{schemas.AgentIDHeader: c.who})
 		text, isErr := call(t, s, "agent_permit", map[string]any{"agent_id": c.kid, "request_id": c.request, "decision": c.decision})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // oneShot sends each request on a connection of its own, closed after
@@ -80,7 +81,7 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 		t.Fatalf("the observer's token began %d sessions before a refusal; want a bound of some hundreds", n)
 	}
 	// Past the bound, nothing else begins one: an initialize carrying a
-	// session header, or a stream opened without a session.
+	// session header. A stream is opened on a session only.
 	if code, session, body := post(t, fb.url, "watcher", "bogus", []byte(initialize)); code != http.StatusServiceUnavailable {
 		t.Errorf("an initialize with a session header past the bound: %d %s %s", code, session, body)
 	}
@@ -89,8 +90,8 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 		code, _, _ := request(t, http.MethodGet, fb.url, token, session, nil)
 		return code
 	}
-	if code := get("watcher", ""); code != http.StatusServiceUnavailable {
-		t.Errorf("a stream opened without a session past the bound: %d", code)
+	if code := get("watcher", ""); code != http.StatusBadRequest {
+		t.Errorf("a stream opened without a session: %d, want 400", code)
 	}
 	if code := get("watcher", "shoal-mcp-made-up"); code != http.StatusNotFound {
 		t.Errorf("a stream opened on a session nobody began: %d", code)
@@ -144,5 +145,56 @@ func TestMCPBoundsARequestsBody(t *testing.T) {
 	}
 	if code, _, body := post(t, fb.url, "watcher", "", []byte(initialize)); code != http.StatusOK {
 		t.Errorf("after the refusals: %d %s", code, body)
+	}
+}
+
+// On an endpoint without tokens (the default on loopback) one caller
+// took every session: a page of any site sent GETs that each began one
+// nothing ended (a no-cors GET carries no Origin), and an agent's
+// initializes counted as everyone's; the person's initialize was then
+// refused for two hours. A stream is opened on a session only, and an
+// agent's sessions count as its own.
+func TestMCPTokenlessEndpointKeepsOneCallerFromLockingOutEveryone(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	for i := range 1100 {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, fb.url, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		rep, err := oneShot.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Body.Close()
+		if rep.StatusCode != http.StatusBadRequest {
+			t.Fatalf("GET %d without a session: %d, want 400", i+1, rep.StatusCode)
+		}
+	}
+	if code, _, body := post(t, fb.url, "", "", []byte(initialize)); code != http.StatusOK {
+		t.Fatalf("the person's initialize after a page's GETs: %d %s", code, body)
+	}
+	n := 0
+	for ; n < 1100; n++ {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, fb.url, strings.NewReader(initialize))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(schemas.AgentIDHeader, "greedy")
+		rep, err := oneShot.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(rep.Body)
+		rep.Body.Close()
+		if rep.StatusCode != http.StatusOK {
+			if rep.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "sessions are open under these credentials") {
+				t.Fatalf("the agent's initialize %d: %d %s", n+1, rep.StatusCode, b)
+			}
+			break
+		}
+	}
+	if n > 16 {
+		t.Errorf("one agent began %d sessions on an endpoint without tokens; want its own bound (16)", n)
+	}
+	if code, _, body := post(t, fb.url, "", "", []byte(initialize)); code != http.StatusOK {
+		t.Fatalf("the person's initialize after an agent's: %d %s", code, body)
 	}
 }

@@ -442,23 +442,52 @@ func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
 	return nil
 }
 
+// permitRecordTries and permitRecordWait are how long an agent's allow
+// waits for the record of a request it heard of: a node writes it right
+// after it tells of the request.
+const (
+	permitRecordTries = 10
+	permitRecordWait  = 200 * time.Millisecond
+)
+
 // approves holds an agent's allow of a descendant's permission request
 // to what its own allowlist approves.
+//
+// A request is judged by its record, which says its tool. A node tells
+// of a request on the agent's stream before it writes the record, so an
+// allow that comes first waits a moment for it; one whose record does
+// not come (never asked, or its node's write failed) allows nothing a
+// tool could be checked for, and only a parent that may allow any tool
+// may answer it so.
 func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schemas.PermitRequest) error {
-	pending, err := m.f.Pending(ctx)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(pending, func(r schemas.PermitRecord) bool { return r.AgentID == req.AgentID && r.RequestID == req.RequestID })
-	if i < 0 {
-		return nil // answered already, or never asked: Permit says which
-	}
 	var pol schemas.AgentPolicy // none on record approves nothing
 	if self.Policy != nil {
 		pol = *self.Policy
 	}
-	if err := pol.Approves(pending[i].Tool); err != nil {
-		return refused("agent %s may not allow agent %s's %s: %s", self.ID, req.AgentID, pending[i].Tool, err.Error())
+	var asked *schemas.PermitRecord
+	for try := 0; asked == nil; try++ {
+		pending, err := m.f.Pending(ctx)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(pending, func(r schemas.PermitRecord) bool { return r.AgentID == req.AgentID && r.RequestID == req.RequestID }); i >= 0 {
+			asked = &pending[i]
+			break
+		}
+		if pol.Preset == schemas.PresetBypass {
+			return nil // it may allow anything: Permit says whether the request is there
+		}
+		if try == permitRecordTries {
+			return refused("agent %s may not allow agent %s's request %s: no such request is waiting, so the tool it would allow cannot be held to this agent's allowlist", self.ID, req.AgentID, req.RequestID)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(permitRecordWait):
+		}
+	}
+	if err := pol.Approves(asked.Tool); err != nil {
+		return refused("agent %s may not allow agent %s's %s: %s", self.ID, req.AgentID, asked.Tool, err.Error())
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,15 +74,16 @@ func (s *Service) Run(ctx context.Context) error {
 	srv := service.NewServer(ctx, s.cfg.Metrics)
 	defer srv.Wait()
 	defer svc.Stop()
+	reads := &readers{under: map[string]int{}}
 	agent := func(op func(context.Context, string) (any, error)) func(context.Context, schemas.AgentRequest) (any, error) {
 		return func(ctx context.Context, r schemas.AgentRequest) (any, error) { return op(ctx, r.AgentID) }
 	}
 	endpoints := map[schemas.Verb]micro.Handler{
-		schemas.VerbEvents:   serve(srv, schemas.VerbEvents, "events_request", f.Events),
+		schemas.VerbEvents:   reads.bound(serve(srv, schemas.VerbEvents, "events_request", f.Events)),
 		schemas.VerbOpen:     serve(srv, schemas.VerbOpen, "open_request", f.Open),
 		schemas.VerbSend:     serve(srv, schemas.VerbSend, "send_request", f.Send),
 		schemas.VerbRun:      serve(srv, schemas.VerbRun, "run_request", f.Run),
-		schemas.VerbOutput:   serve(srv, schemas.VerbOutput, "output_request", f.Output),
+		schemas.VerbOutput:   reads.bound(serve(srv, schemas.VerbOutput, "output_request", f.Output)),
 		schemas.VerbSetModel: serve(srv, schemas.VerbSetModel, "set_model_request", f.SetModel),
 		schemas.VerbPermit: serve(srv, schemas.VerbPermit, "permit_request", func(ctx context.Context, r schemas.PermitRequest) (schemas.PermitReply, error) {
 			r.By = "a client of the fabric service" // the service sets it: a request may not
@@ -112,9 +115,18 @@ func (s *Service) Run(ctx context.Context) error {
 			return f.Diff(ctx, r.AgentID, r.Stat)
 		}),
 		schemas.VerbReplay: micro.HandlerFunc(func(r micro.Request) {
-			if service.IsInbox(r.Reply()) && service.Answerable(r.Reply()) {
-				srv.Go(func() { serveReplay(ctx, nc, f, r) })
+			if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
+				return
 			}
+			end, err := reads.begin(r.Reply())
+			if err != nil {
+				replayFailed(nc, r.Reply(), err)
+				return
+			}
+			srv.Go(func() {
+				defer end()
+				serveReplay(ctx, nc, f, r)
+			})
 		}),
 	}
 	if len(endpoints) != len(schemas.FabricVerbs) {
@@ -133,6 +145,103 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// readersPerCaller bounds the replays, event pages and output reads one
+// caller of the fabric service has under way at once. Each holds a reader
+// of the agents' stream (a JetStream consumer), of which the stream has
+// at most 1,000 for everyone: an observer's credentials following a
+// thousand replays would take every reader of the fabric.
+const readersPerCaller = 64
+
+// readers counts the reads under way, by caller: the inbox namespace of
+// the request's reply subject, which under --auth is its credentials'
+// own (_INBOX.<role>-<name>, schemas.InboxPrefix). Without credentials
+// every connection is its own caller; anyone may then read the stream
+// directly.
+type readers struct {
+	mu    sync.Mutex
+	under map[string]int
+}
+
+// callerOf is the inbox namespace of reply.
+func callerOf(reply string) string {
+	rest := strings.TrimPrefix(reply, "_INBOX.")
+	who, _, _ := strings.Cut(rest, ".")
+	return who
+}
+
+// begin counts a read answered at reply, or says why it may not begin
+// now; end is called once it is over.
+func (rs *readers) begin(reply string) (end func(), err error) {
+	who := callerOf(reply)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if n := rs.under[who]; n >= readersPerCaller {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d reads of the stream under these credentials are under way, the most they may have at once: end one (a followed replay ends when its reader stops)", n)
+	}
+	rs.under[who]++
+	return func() {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if rs.under[who]--; rs.under[who] <= 0 {
+			delete(rs.under, who)
+		}
+	}, nil
+}
+
+// bound holds h's requests to their caller's bound of reads: past it, a
+// request is answered unavailable.
+func (rs *readers) bound(h micro.Handler) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
+			return
+		}
+		end, err := rs.begin(r.Reply())
+		if err != nil {
+			ce := err.(*schemas.ControlError)
+			body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+			r.Error(strconv.Itoa(ce.Code.ServiceCode()), ce.ServiceDescription(), body)
+			return
+		}
+		// The handler answers on a goroutine of its own; the read is over
+		// once the answer is sent.
+		h.Handle(&answered{Request: r, end: end})
+	})
+}
+
+// answered is a request whose end is called once it is answered.
+type answered struct {
+	micro.Request
+	once sync.Once
+	end  func()
+}
+
+func (a *answered) Respond(data []byte, opts ...micro.RespondOpt) error {
+	defer a.once.Do(a.end)
+	return a.Request.Respond(data, opts...)
+}
+
+func (a *answered) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	defer a.once.Do(a.end)
+	return a.Request.Error(code, description, data, opts...)
+}
+
+// replayFailed answers a replay request at to with err, as its stream's
+// error.
+func replayFailed(nc *nats.Conn, to string, err error) {
+	ce, ok := errors.AsType[*schemas.ControlError](err)
+	if !ok {
+		ce = schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
+	m := nats.NewMsg(to)
+	m.Header.Set(schemas.HeaderReplay, "error")
+	m.Data = body
+	for k, v := range service.ErrorHeaders(ce) {
+		m.Header[k] = v
+	}
+	nc.PublishMsg(m)
+}
+
 // serveReplay streams a replay to the reply subject of r: each event with
 // its headers, the gaps, acknowledgement requests for flow control, and
 // an end or an error.
@@ -148,18 +257,7 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		m.Data = body
 		return m
 	}
-	fail := func(err error) {
-		ce, ok := errors.AsType[*schemas.ControlError](err)
-		if !ok {
-			ce = schemas.Errf(schemas.CodeInternal, "%v", err)
-		}
-		body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
-		m := control("error", body)
-		for k, v := range service.ErrorHeaders(ce) {
-			m.Header[k] = v
-		}
-		send(m)
-	}
+	fail := func(err error) { replayFailed(nc, to, err) }
 	var req schemas.ReplayRequest
 	if err := validate.MustCaller("replay_request").Decode(r.Data(), &req); err != nil {
 		fail(schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err))

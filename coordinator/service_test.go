@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/shoalfabric/shoal/client"
@@ -172,5 +174,62 @@ func TestReplayWithALongReplySubjectLeavesTheServiceUp(t *testing.T) {
 	}
 	if _, err := caller.Request(schemas.FabricSubject(schemas.VerbList), []byte(`{}`), 10*time.Second); err != nil {
 		t.Fatalf("the service after the long replay request: %v", err)
+	}
+}
+
+// Each replay the fabric service serves holds a reader of the agents'
+// stream, and the stream has at most 1,000 for everyone: an observer's
+// credentials following a thousand replays took every reader of the
+// fabric. One credential's reads under way are bounded, a read past the
+// bound is refused at once naming it, and another's reads go on.
+func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
+	m := nats.NewMsg(schemas.EventSubject("quiet"))
+	m.Data = env
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("quiet", 1))
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	watcher := client.NewRemote(s.Connect(t, "observer", "dash"), client.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const tries = 80
+	ended := make(chan error, tries)
+	var following sync.WaitGroup
+	defer following.Wait()
+	defer cancel()
+	for range tries {
+		following.Go(func() {
+			ended <- watcher.Replay(ctx, []string{"quiet"}, client.From{}, true, func(client.Replayed, *client.Gap) error { return nil })
+		})
+	}
+	for refused := 0; refused < tries-64; refused++ {
+		select {
+		case err := <-ended:
+			if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "64 reads of the stream under these credentials are under way") {
+				t.Fatalf("a replay past the bound: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d followed replays refused in a minute; want all but 64", refused, tries)
+		}
+	}
+	// The same credentials' output read is refused too; another's is not.
+	if _, err := watcher.Output(t.Context(), schemas.OutputRequest{AgentID: "quiet"}); schemas.CodeOf(err) != schemas.CodeUnavailable {
+		t.Errorf("an output read past the bound: %v", err)
+	}
+	other := client.NewRemote(s.Connect(t, "observer", "other"), client.Config{})
+	if err := other.Replay(t.Context(), []string{"quiet"}, client.From{}, false, func(client.Replayed, *client.Gap) error { return nil }); err != nil {
+		t.Errorf("another credential's replay: %v", err)
+	}
+	select {
+	case err := <-ended:
+		t.Errorf("a replay within the bound ended: %v", err)
+	default:
 	}
 }

@@ -81,6 +81,13 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, "streaming", err)
 		return
 	}
+	end, err := h.streams.begin(roleName(principalOf(r.Context())))
+	if err != nil {
+		w.Header().Set("Retry-After", "10")
+		h.fail(w, "streaming", err)
+		return
+	}
+	defer end()
 	follow := r.URL.Query().Get("follow") != "0"
 	rc := http.NewResponseController(w)
 	hd := w.Header()
@@ -130,6 +137,36 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.write("end", "", []byte("{}"))
+}
+
+// StreamsPerRole bounds the event streams the dashboard serves one role
+// (the full token, the observer token) at once. Each holds a reader of
+// the agents' stream, a JetStream consumer, of which the stream has at
+// most 1,000 for everyone: the observer's token once held them all, and
+// every read of the fabric (a person's page, agent_output, shoal tail)
+// failed. A page follows one agent.
+const StreamsPerRole = 64
+
+// streams counts the event streams being served, by role.
+type streams struct {
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// begin counts a stream of role's, or says why it may not begin now; end
+// is called once it is over.
+func (s *streams) begin(role string) (end func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.open[role]; n >= StreamsPerRole {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d event streams are open under these credentials, the most the dashboard serves them at once: close a page, or wait for one to end", n)
+	}
+	s.open[role]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.open[role]--
+	}, nil
 }
 
 // eventData is one event's SSE data, built without decoding the envelope.

@@ -37,9 +37,10 @@ type Config struct {
 
 // Handler serves the dashboard.
 type Handler struct {
-	cfg Config
-	log *slog.Logger
-	mux *http.ServeMux
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	streams streams
 }
 
 // New returns the dashboard's handler for cfg.
@@ -48,7 +49,7 @@ func New(cfg Config) *Handler {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &Handler{cfg: cfg, log: log.With("component", "web"), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, log: log.With("component", "web"), mux: http.NewServeMux(), streams: streams{open: map[string]int{}}}
 	static, _ := fs.Sub(assets, "assets")
 	files := http.FileServerFS(static)
 	page := func(w http.ResponseWriter, r *http.Request) {
