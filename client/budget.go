@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -121,4 +122,91 @@ func (r *Remote) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 func (r *Remote) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 	rep := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
 	return rep, r.via(ctx, schemas.VerbBudgets, struct{}{}, &rep, 0)
+}
+
+// drawOnParent holds the budget of an agent's child (req names its
+// parent) to what the parent may still spend, and takes it out of the
+// parent's budget: a family of agents spends no more than the budget of
+// the agent it grew from, as an agent raises no budget and opening
+// children was a way around its own. A parent under a budget gives each
+// child one, less than what it has left; a parent without one gives what
+// the open asks. A budget set on the child's id beforehand (by a person)
+// is not raised by the open either. undo puts back what was taken, for
+// an open that did not happen.
+func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (undo func(context.Context), err error) {
+	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+	}
+	want := schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD}
+	preset, _, err := budgetOf(ctx, kv, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	want = want.Within(preset)
+	nothing := func(context.Context) {}
+	for try := 0; ; try++ {
+		have, rev, err := budgetOf(ctx, kv, req.Parent)
+		if err != nil {
+			return nil, err
+		}
+		if have.IsZero() {
+			req.BudgetTokens, req.BudgetUSD = want.Tokens, want.USD
+			return nothing, nil
+		}
+		parent, _, err := f.record(ctx, req.Parent)
+		if err != nil {
+			return nil, err
+		}
+		used := parent.AllLives()
+		if !have.Grants(want, used) {
+			spent := fmt.Sprintf("%d tokens", schemas.TokensOf(used))
+			if used.CostUSD != nil {
+				spent += fmt.Sprintf(", $%.4f", *used.CostUSD)
+			}
+			return nil, schemas.Errf(schemas.CodeInvalid, "agent %s runs under a budget of %s and has used %s of it: its child's budget is taken out of what is left, so give the child one (budget_tokens, budget_usd) in each, less than what is left (asked: %s)",
+				req.Parent, have, spent, want)
+		}
+		rest := have.Less(want)
+		v, _ := json.Marshal(rest)
+		if _, err := kv.Update(ctx, req.Parent, v, rev); err != nil {
+			if try < 8 && ctx.Err() == nil {
+				continue // another open of the family drew on it meanwhile
+			}
+			return nil, schemas.Errf(schemas.CodeUnavailable, "take agent %s's child's budget out of its own: %v", req.Parent, err)
+		}
+		req.BudgetTokens, req.BudgetUSD = want.Tokens, want.USD
+		return func(ctx context.Context) { f.giveBack(ctx, kv, req.Parent, want) }, nil
+	}
+}
+
+// giveBack returns b to agent id's budget, for a child that did not open.
+func (f *Direct) giveBack(ctx context.Context, kv jetstream.KeyValue, id string, b schemas.Budget) {
+	for range 8 {
+		have, rev, err := budgetOf(ctx, kv, id)
+		if err != nil || have.IsZero() {
+			return // lifted meanwhile: nothing to give back to
+		}
+		v, _ := json.Marshal(have.More(b))
+		if _, err := kv.Update(ctx, id, v, rev); err == nil {
+			return
+		}
+	}
+}
+
+// budgetOf reads key's budget of kv and the revision it was read at (0
+// and a zero budget when there is none).
+func budgetOf(ctx context.Context, kv jetstream.KeyValue, key string) (schemas.Budget, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return schemas.Budget{}, 0, nil
+	case err != nil:
+		return schemas.Budget{}, 0, schemas.Errf(schemas.CodeUnavailable, "read %s of %s: %v", key, schemas.BudgetsBucket, err)
+	}
+	var b schemas.Budget
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return b, 0, schemas.Errf(schemas.CodeInternal, "%s of %s does not decode: %v", key, schemas.BudgetsBucket, err)
+	}
+	return b, e.Revision(), nil
 }

@@ -141,6 +141,26 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	if req.BudgetTokens < 0 || req.BudgetUSD < 0 {
 		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "a budget is not negative (tokens %d, usd %g)", req.BudgetTokens, req.BudgetUSD)
 	}
+	if req.Parent == "" {
+		return f.openBudgeted(ctx, req, ship)
+	}
+	undo, err := f.drawOnParent(ctx, &req)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	rep, err := f.openBudgeted(ctx, req, ship)
+	if err != nil {
+		// What the parent gave goes back to it unless the child may have
+		// opened after all (its record is there).
+		if _, _, rerr := f.record(context.WithoutCancel(ctx), req.ID); schemas.CodeOf(rerr) == schemas.CodeNotFound {
+			undo(context.WithoutCancel(ctx))
+		}
+	}
+	return rep, err
+}
+
+// openBudgeted is open, once the budget req asks is what it may have.
+func (f *Direct) openBudgeted(ctx context.Context, req schemas.OpenRequest, ship func(ctx context.Context, node string) (*schemas.Workspace, error)) (schemas.OpenReply, error) {
 	if req.BudgetTokens > 0 || req.BudgetUSD > 0 {
 		// In place before the node hears of the agent, so that its first
 		// turn is held to it.

@@ -94,6 +94,60 @@ func (b Budget) String() string {
 	return strings.Join(parts, ", ")
 }
 
+// Within is b limited to what limit limits: in each of tokens and
+// dollars that limit has, b's is no larger, and set.
+func (b Budget) Within(limit Budget) Budget {
+	if limit.Tokens > 0 && (b.Tokens <= 0 || b.Tokens > limit.Tokens) {
+		b.Tokens = limit.Tokens
+	}
+	if limit.USD > 0 && (b.USD <= 0 || b.USD > limit.USD) {
+		b.USD = limit.USD
+	}
+	return b
+}
+
+// Grants reports whether b, with used used of it, may give want away (to
+// an agent's child): want is set, and less than what is left of b, in
+// each of tokens and dollars b limits.
+func (b Budget) Grants(want Budget, used Usage) bool {
+	if b.Tokens > 0 && (want.Tokens <= 0 || want.Tokens >= b.Tokens-TokensOf(used)) {
+		return false
+	}
+	if b.USD > 0 {
+		cost := 0.0
+		if used.CostUSD != nil {
+			cost = *used.CostUSD
+		}
+		if want.USD <= 0 || want.USD >= b.USD-cost {
+			return false
+		}
+	}
+	return true
+}
+
+// Less is b with what of it was given away taken out, in each of tokens
+// and dollars b limits.
+func (b Budget) Less(given Budget) Budget {
+	if b.Tokens > 0 {
+		b.Tokens -= given.Tokens
+	}
+	if b.USD > 0 {
+		b.USD -= given.USD
+	}
+	return b
+}
+
+// More is b with given put back, in each of tokens and dollars b limits.
+func (b Budget) More(given Budget) Budget {
+	if b.Tokens > 0 {
+		b.Tokens += given.Tokens
+	}
+	if b.USD > 0 {
+		b.USD += given.USD
+	}
+	return b
+}
+
 // TokensOf are the tokens a usage counts against a budget.
 func TokensOf(u Usage) int64 {
 	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheCreationTokens

@@ -78,3 +78,37 @@ func TestAllowanceHoldsTurnsToEveryBudget(t *testing.T) {
 		}
 	}
 }
+
+// What an agent under a budget may give a child: set, and less than what
+// is left, in each of tokens and dollars its budget limits; nothing once
+// it has used all of it.
+func TestBudgetGrants(t *testing.T) {
+	usd := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		have, want schemas.Budget
+		used       schemas.Usage
+		ok         bool
+	}{
+		{schemas.Budget{Tokens: 100}, schemas.Budget{Tokens: 50}, schemas.Usage{InputTokens: 40}, true},
+		{schemas.Budget{Tokens: 100}, schemas.Budget{Tokens: 60}, schemas.Usage{InputTokens: 40}, false},
+		{schemas.Budget{Tokens: 100}, schemas.Budget{}, schemas.Usage{}, false},
+		{schemas.Budget{Tokens: 100}, schemas.Budget{Tokens: 1}, schemas.Usage{InputTokens: 100}, false},
+		{schemas.Budget{Tokens: 100}, schemas.Budget{Tokens: 1}, schemas.Usage{InputTokens: 150}, false},
+		{schemas.Budget{USD: 1}, schemas.Budget{USD: 0.5}, schemas.Usage{CostUSD: usd(0.4)}, true},
+		{schemas.Budget{USD: 1}, schemas.Budget{USD: 0.5}, schemas.Usage{CostUSD: usd(0.5)}, false},
+		{schemas.Budget{USD: 1}, schemas.Budget{Tokens: 10}, schemas.Usage{}, false},
+		{schemas.Budget{Tokens: 100, USD: 1}, schemas.Budget{Tokens: 10, USD: 0.1}, schemas.Usage{}, true},
+		{schemas.Budget{Tokens: 100, USD: 1}, schemas.Budget{Tokens: 10}, schemas.Usage{}, false},
+		{schemas.Budget{}, schemas.Budget{}, schemas.Usage{InputTokens: 1e9}, true},
+	} {
+		if got := c.have.Grants(c.want, c.used); got != c.ok {
+			t.Errorf("%v with %+v used granting %v: %v, want %v", c.have, c.used, c.want, got, c.ok)
+		}
+	}
+	if got := (schemas.Budget{Tokens: 2000}).Within(schemas.Budget{Tokens: 500}); got.Tokens != 500 {
+		t.Errorf("2000 tokens within 500: %v", got)
+	}
+	if got := (schemas.Budget{}).Within(schemas.Budget{USD: 2}); got.USD != 2 {
+		t.Errorf("no budget within $2: %v", got)
+	}
+}

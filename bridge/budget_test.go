@@ -1,0 +1,104 @@
+package bridge_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// An agent raises no budget, its own or another's: an agent under a
+// budget of 10,000 tokens opened a child with none and drove it, and the
+// child's turns were held to nothing but the fleet's budget; an agent's
+// open of an id a person had given a budget beforehand replaced it with
+// its own. A child's budget is taken out of its parent's, less than what
+// the parent has left, and a budget set on the id beforehand is not
+// raised.
+func TestDoorTakesAChildsBudgetOutOfItsParents(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "thrifty", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work),
+		Usage: schemas.Usage{InputTokens: 1500, OutputTokens: 500}})
+	budget := func(id string) schemas.Budget {
+		t.Helper()
+		rep, err := fb.f.Budgets(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range rep.Budgets {
+			if l.AgentID == id {
+				return l.Budget
+			}
+		}
+		return schemas.Budget{}
+	}
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "thrifty", Tokens: 10000}); err != nil {
+		t.Fatal(err)
+	}
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "thrifty"})
+	open := func(id string, tokens int) (string, bool) {
+		args := map[string]any{"cwd": work, "id": id}
+		if tokens > 0 {
+			args["budget_tokens"] = tokens
+		}
+		return call(t, as, "agent_open", args)
+	}
+	for _, c := range []struct {
+		id     string
+		tokens int
+	}{{"unbudgeted", 0}, {"all-left", 8000}, {"more", 20000}} {
+		if text, isErr := open(c.id, c.tokens); !isErr || !strings.Contains(text, "agent thrifty runs under a budget of 10000 tokens and has used 2000 tokens of it: its child's budget is taken out of what is left") {
+			t.Errorf("a child %s asking %d tokens: %q, want refused", c.id, c.tokens, text)
+		}
+	}
+	if text, isErr := open("kid", 3000); isErr {
+		t.Fatalf("a child within what its parent has left: %s", text)
+	}
+	if got := budget("kid"); got.Tokens != 3000 {
+		t.Errorf("the child's budget: %+v, want 3000 tokens", got)
+	}
+	if got := budget("thrifty"); got.Tokens != 7000 {
+		t.Errorf("the parent's budget after giving 3000: %+v, want 7000 tokens", got)
+	}
+	// 5,000 are left of its 7,000: the next child gets less than that.
+	if text, isErr := open("kid2", 5000); !isErr || !strings.Contains(text, "less than what is left") {
+		t.Errorf("a second child asking all that is left: %q", text)
+	}
+	// A child that does not open gives its budget back: the node has no
+	// such backend.
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "failed", "budget_tokens": 1000, "backend": "opencode"}); !isErr {
+		t.Errorf("an open the node cannot take: %q", text)
+	}
+	if got := budget("thrifty"); got.Tokens != 7000 {
+		t.Errorf("the parent's budget after a child that did not open: %+v, want 7000 tokens", got)
+	}
+	// A budget a person set on an id beforehand is not raised by the
+	// agent's open; what the child gets is what the parent gives.
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "capped", Tokens: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if text, isErr := open("capped", 2000); isErr {
+		t.Fatalf("a child with a budget set beforehand: %s", text)
+	}
+	if got := budget("capped"); got.Tokens != 500 {
+		t.Errorf("the budget a person set beforehand, after the agent's open asking 2000: %+v, want 500", got)
+	}
+	if got := budget("thrifty"); got.Tokens != 6500 {
+		t.Errorf("the parent's budget after giving 500: %+v, want 6500 tokens", got)
+	}
+	// A person's open is not held to any of it.
+	person := fb.client(nil)
+	var rep schemas.OpenReply
+	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "by-person", "budget_tokens": 50000}, &rep)
+	if got := budget("by-person"); got.Tokens != 50000 {
+		t.Errorf("a person's open's budget: %+v", got)
+	}
+}
