@@ -78,18 +78,23 @@ func permissions(role Role, name string) jwt.Permissions {
 	case RoleNode:
 		p.Pub.Allow.Add(schemas.RelayNamespace(name), schemas.NodeReplyPrefix(name)+".>")
 		p.Sub.Allow.Add(schemas.NodeGroup(name)+".>", "$SRV.>", inbox)
+		// Answering a request to its endpoints needs no publish right
+		// beyond the one reply.
+		p.Resp = &jwt.ResponsePermission{MaxMsgs: 1}
 	case RoleClient:
-		p.Pub.Allow.Add(schemas.FabricPrefix + ".>")
+		p.Pub.Allow.Add(schemas.FabricPrefix+".>", schemas.ReplayAckPrefix+".>")
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)
 	case RoleObserver:
 		for _, v := range schemas.FabricReadVerbs() {
 			p.Pub.Allow.Add(schemas.FabricSubject(v))
 		}
+		p.Pub.Allow.Add(schemas.ReplayAckPrefix + ".>")
 		p.Sub.Allow.Add(schemas.EventSubjects, inbox)
 	}
-	// Answering a request (a node's endpoints, a replay's flow control)
-	// needs no publish right beyond the one reply.
-	p.Resp = &jwt.ResponsePermission{MaxMsgs: 1}
+	// A client or an observer answers only a replay's flow control
+	// (schemas.ReplayAckPrefix): with the right to answer what it receives,
+	// it could answer the events of agent.*, whose reply subjects are
+	// their publishers' acknowledgements, and forge them.
 	return p
 }
 

@@ -275,3 +275,56 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("server config:\n%s", cfg)
 	}
 }
+
+// Clients and observers receive every agent's events, each with the reply
+// subject its publisher's acknowledgement comes to (the relay's, a node's
+// fast batch's): with the right to answer what they receive, an observer
+// answered them, an error that failed a node's publish, or a success for
+// an event the stream may never have stored. They may answer a replay's
+// flow control alone.
+func TestScopedRolesAnswerNoPublishersAcknowledgement(t *testing.T) {
+	t.Parallel()
+	b, auth := authBroker(t)
+	admin, err := b.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	acks, err := admin.SubscribeSync("_INBOX.publisher.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []broker.Role{broker.RoleObserver, broker.RoleClient} {
+		who := connectAs(t, b, issue(t, auth, role, "forger-"+string(role)))
+		events, err := who.nc.SubscribeSync(schemas.EventSubjects)
+		if err != nil {
+			t.Fatal(err)
+		}
+		who.nc.Flush()
+		reply := "_INBOX.publisher." + string(role)
+		if err := admin.PublishMsg(&nats.Msg{Subject: schemas.EventSubject("a1"), Reply: reply, Data: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := events.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Reply != reply {
+			t.Fatalf("the event's reply subject as the %s received it: %q", role, m.Reply)
+		}
+		who.denied(t, "the "+string(role)+"'s answer to an event's publisher", reply, func() error {
+			return m.Respond([]byte(`{"error":{"code":503,"description":"forged"}}`))
+		})
+		allowed(t, b, who, schemas.ReplayAckPrefix+".abc.1")
+	}
+	// The stream's own acknowledgements come; no forged one.
+	for {
+		m, err := acks.NextMsg(500 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.Contains(string(m.Data), "forged") {
+			t.Errorf("a publisher heard an answer forged by a scoped role: %s %s", m.Subject, m.Data)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -270,14 +271,36 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// ack asks the client to answer; a client that does not is gone.
+	// ack asks the client to answer; a client that does not is gone. The
+	// answer comes to a subject under schemas.ReplayAckPrefix, the one
+	// reply a client's credentials may publish: they may answer nothing
+	// else they receive (a publish's acknowledgement, say).
+	answers := schemas.ReplayAckPrefix + "." + nuid.Next()
+	heardBack, err := nc.SubscribeSync(answers + ".*")
+	if err != nil {
+		fail(schemas.Errf(schemas.CodeUnavailable, "the replay's flow control: %v", err))
+		return
+	}
+	defer heardBack.Unsubscribe()
+	var asking sync.Mutex
+	asked := 0
 	ack := func() error {
+		asking.Lock()
+		defer asking.Unlock()
+		asked++
+		want := answers + "." + strconv.Itoa(asked)
 		actx, acancel := context.WithTimeout(ctx, schemas.ReplayAckWait)
 		defer acancel()
-		_, err := nc.RequestMsgWithContext(actx, control("ack", nil))
-		if err != nil {
-			cancel()
+		m := control("ack", nil)
+		m.Reply = want
+		err := nc.PublishMsg(m)
+		for err == nil {
+			var got *nats.Msg
+			if got, err = heardBack.NextMsgWithContext(actx); err == nil && got.Subject == want {
+				return nil
+			}
 		}
+		cancel()
 		return err
 	}
 	// While the replay waits for live events, the client still hears from

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
@@ -231,5 +232,41 @@ func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 	case err := <-ended:
 		t.Errorf("a replay within the bound ended: %v", err)
 	default:
+	}
+}
+
+// A replay through the fabric service asks its reader to answer every
+// ReplayAckEvery events; under credentials the answer goes to the one
+// reply subject a client or an observer may publish
+// (schemas.ReplayAckPrefix), and the replay goes on.
+func TestFabricReplayFlowControlUnderCredentials(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3*schemas.ReplayAckEvery + 10
+	for i := 1; i <= n; i++ {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("x")}})
+		m := nats.NewMsg(schemas.EventSubject("long"))
+		m.Data = env
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("long", uint64(i)))
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the events were not stored")
+	}
+	for _, role := range []string{"observer", "client"} {
+		r := client.NewRemote(s.Connect(t, broker.Role(role), "reader-"+role), client.Config{})
+		got := 0
+		err := r.Replay(t.Context(), []string{"long"}, client.From{}, false, func(client.Replayed, *client.Gap) error { got++; return nil })
+		if err != nil || got != n {
+			t.Errorf("the %s's replay: %d of %d events, %v", role, got, n, err)
+		}
 	}
 }

@@ -327,6 +327,13 @@ func FabricSubject(verb Verb) string { return FabricPrefix + "." + string(verb) 
 // after ReplayIdle without one, and stops when an answer takes longer
 // than ReplayAckWait. The client gives up when it hears nothing for
 // ReplayLost.
+//
+// The client answers to a subject under ReplayAckPrefix: the only reply
+// a client's or an observer's credentials may publish (they receive every
+// agent's events, each with the reply subject of its publisher's
+// acknowledgement, which an answer from them would forge).
+const ReplayAckPrefix = "_INBOX.shoal-replay"
+
 const (
 	ReplayAckEvery = 256
 	ReplayIdle     = 5 * time.Second
