@@ -228,7 +228,11 @@ func (l *Ledger) load(ctx context.Context, kv jetstream.KeyValue) (uint64, error
 	}
 	var s schemas.Spent
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return 0, fmt.Errorf("%s of %s does not decode: %w", schemas.SpentKey, schemas.BudgetsBucket, err)
+		// Written by a ledger of an earlier version, which wrote what
+		// failed to encode: the stream holds every result still, so the
+		// count begins again from its start and is written over.
+		l.log.Error("the spend count written does not decode; counting again from the stream's start", "key", schemas.SpentKey, "err", err)
+		s = schemas.Spent{}
 	}
 	l.mu.Lock()
 	l.spent = s
@@ -284,9 +288,15 @@ func (l *Ledger) heard(e jetstream.KeyValueEntry) {
 		return
 	}
 	node := e.Key()
+	labels := schemas.LabelsOf(rec.Labels)
+	if err := schemas.ValidNodeLabels(rec.Labels); err != nil {
+		// Each label set is a row of the count, one value of the bucket.
+		l.log.Warn("a node's labels are not counted", "node", node, "err", err)
+		labels = nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.labels[node] = schemas.LabelsOf(rec.Labels)
+	l.labels[node] = labels
 	if l.instances[node] != rec.Instance {
 		// A new life: the rows of the ones before it no longer stand
 		// apart.
@@ -314,10 +324,13 @@ func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstre
 	if ok {
 		if kind, _, _, err := schemas.Peek(m.Data()); err == nil && kind == schemas.KindResult {
 			if agent, _, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); err == nil && agent == id {
-				if ev, err := schemas.Decode(m.Data()); err == nil {
-					if r, ok := ev.Payload.(schemas.Result); ok {
-						u = r.Usage
-					}
+				ev, err := schemas.Decode(m.Data())
+				if err != nil {
+					// The relay refuses such a result; a node with the
+					// fabric's rights may still store one.
+					l.log.Warn("a result is not counted", "agent", id, "seq", seq, "err", err)
+				} else if r, ok := ev.Payload.(schemas.Result); ok {
+					u = r.Usage
 				}
 			}
 		}
@@ -354,7 +367,7 @@ func (l *Ledger) model(ctx context.Context, agents jetstream.KeyValue, id string
 	m = "unknown"
 	if e, err := agents.Get(ctx, id); err == nil {
 		var rec schemas.AgentRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && rec.Model != "" {
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Model != "" && len(rec.Model) <= maxModelName {
 			m = rec.Model
 		}
 	}
@@ -363,6 +376,10 @@ func (l *Ledger) model(ctx context.Context, agents jetstream.KeyValue, id string
 	l.mu.Unlock()
 	return m
 }
+
+// maxModelName bounds a model's name as a row of the count names it; a
+// longer one is counted as "unknown".
+const maxModelName = 128
 
 // flushLoop writes the count as soon as a turn is counted (one write at a
 // time: what is counted meanwhile goes in the next), and the stream
@@ -383,8 +400,13 @@ func (l *Ledger) flushLoop(ctx context.Context, kv jetstream.KeyValue, rev uint6
 		if now.Seq == written.Seq || (turns(now) == turns(written) && time.Since(lastWrite) < progressEvery) {
 			return
 		}
-		b, _ := json.Marshal(now)
-		var err error
+		b, err := json.Marshal(now)
+		if err != nil {
+			// Never written: the value written stands, and every node's
+			// allowance with it.
+			l.log.Error("the spend count does not encode; the one written stands", "err", err)
+			return
+		}
 		if rev == 0 {
 			rev, err = kv.Create(ctx, schemas.SpentKey, b)
 		} else {

@@ -3,7 +3,9 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -253,5 +256,139 @@ func TestLedgerStopsWhileItsServerIsAway(t *testing.T) {
 	case <-stopped:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the ledger did not stop in 30s after it was told to, its server away")
+	}
+}
+
+// A confined node whose results report what no turn uses (a cost of
+// 1e308, a negative cost, 2^63-1 tokens, twice) cannot poison the
+// fleet's count: the relay refuses each, saying which figure and why, as
+// it refuses a heartbeat carrying more labels than a node may; the count
+// written still decodes and holds the node's real turn, and another
+// node's agent is still answered its allowance under a fleet budget.
+func TestLedgerHoldsOutWhatNoTurnUses(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 60*time.Second)
+	coord, err := s.B.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coord.Close)
+	l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: coord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabrictest.Run(t, l)
+	agents, js, _ := givenMine(t, s, ctx)
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, want) {
+			t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
+		}
+	}
+	labels := map[string]string{}
+	for i := range 100 {
+		labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 1000)
+	}
+	rec, _ := json.Marshal(schemas.NodeRecord{Name: "nb", Instance: "life", Labels: labels})
+	_, err = js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayBeat), rec)
+	refused("a heartbeat with 100 labels of 1 KB", err, "a node carries at most 16 labels, not 100")
+
+	var n uint64
+	for _, c := range []struct{ usage, want string }{
+		{`{"inputTokens":1,"outputTokens":1,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":1e308}`, `field "data.usage.costUsd": a turn's cost is at most`},
+		{`{"inputTokens":1,"outputTokens":1,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":1e308}`, `field "data.usage.costUsd": a turn's cost is at most`},
+		{`{"inputTokens":1,"outputTokens":1,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":-5}`, `field "data.usage.costUsd": a cost must not be negative`},
+		{`{"inputTokens":9223372036854775807,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":null}`, `field "data.usage.inputTokens": a turn uses at most`},
+		{`{"inputTokens":9223372036854775807,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":null}`, `field "data.usage.inputTokens": a turn uses at most`},
+	} {
+		data := fmt.Appendf(nil, `{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":%s}}`, c.usage)
+		_, err := js.PublishMsg(ctx, relayEvent(n+1, data))
+		if err == nil {
+			n++ // stored: the next event follows it
+		}
+		refused("a result with usage "+c.usage, err, c.want)
+	}
+	real, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Result{StopReason: schemas.StopEndTurn,
+		Usage: &schemas.Usage{InputTokens: 10, OutputTokens: 5, CostUSD: schemas.Cost(0.5)}}})
+	if _, err := js.PublishMsg(ctx, relayEvent(n+1, real)); err != nil {
+		t.Fatalf("the node's real result: %v", err)
+	}
+
+	// The count reaches the stream's end, and decodes.
+	budgets, err := s.F.JetStream().KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := s.F.JetStream().Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent schemas.Spent
+	for {
+		e, err := budgets.Get(ctx, schemas.SpentKey)
+		if err == nil {
+			spent = schemas.Spent{}
+			if derr := json.Unmarshal(e.Value(), &spent); derr != nil {
+				t.Fatalf("the count written, %q, does not decode: %v", e.Value(), derr)
+			}
+			if spent.Seq >= info.State.LastSeq {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the count reached stream sequence %d, not %d", spent.Seq, info.State.LastSeq)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if f := spent.Fleet(); f.InputTokens != 10 || f.OutputTokens != 5 || f.CostUSD == nil || *f.CostUSD != 0.5 {
+		t.Errorf("the fleet's count %+v, want the node's real turn alone", f)
+	}
+
+	// Another node's agent, under a fleet budget, is answered.
+	now := float64(time.Now().Unix())
+	claim, _ := json.Marshal(schemas.AgentRecord{ID: "theirs", Node: "honest", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	if _, err := agents.Create(ctx, "theirs", claim); err != nil {
+		t.Fatal(err)
+	}
+	fleet, _ := json.Marshal(schemas.Budget{Tokens: 1000})
+	if _, err := budgets.Put(ctx, schemas.FleetBudgetKey, fleet); err != nil {
+		t.Fatal(err)
+	}
+	honest := s.Connect(t, broker.RoleNode, "honest")
+	m, err := honest.RequestWithContext(ctx, schemas.RelaySubject("honest", schemas.RelayBudget, "theirs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a schemas.Allowance
+	if err := schemas.DecodeReply(m.Data, &a); err != nil || len(a.Shared) != 1 || a.Shared[0].Used.InputTokens != 10 {
+		t.Fatalf("another node's allowance: %+v %v", a, err)
+	}
+}
+
+// A count written that does not decode (written by a ledger of an earlier
+// version) is counted again from the stream's start and written over: a
+// restarted ledger does not stop at it.
+func TestLedgerCountsAgainACountThatDoesNotDecode(t *testing.T) {
+	r := newLedgerRig(t)
+	r.node("n1", "life1", nil)
+	r.turn("a1", "n1", 100, 20)
+	kv, err := r.js.KeyValue(t.Context(), schemas.BudgetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), schemas.SpentKey, nil); err != nil {
+		t.Fatal(err)
+	}
+	stop := r.run()
+	defer stop()
+	if s := r.waitWritten(); s.Fleet().InputTokens != 100 {
+		t.Errorf("the count, counted again: %+v", s.Fleet())
 	}
 }

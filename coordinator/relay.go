@@ -615,6 +615,10 @@ func (r *Relay) beat(ctx context.Context, m *nats.Msg) {
 			r.refuse(m, node, "", fmt.Errorf("a heartbeat must be the node record of %s", node))
 			return
 		}
+		if err := schemas.ValidNodeLabels(rec.Labels); err != nil {
+			r.refuse(m, node, "", fmt.Errorf("node %s's heartbeat: %w", node, err))
+			return
+		}
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.NodesBucket + "." + node, Reply: m.Reply, Header: h, Data: m.Data})
 }

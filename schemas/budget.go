@@ -150,7 +150,7 @@ func (b Budget) More(given Budget) Budget {
 
 // TokensOf are the tokens a usage counts against a budget.
 func TokensOf(u Usage) int64 {
-	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheCreationTokens
+	return addTokens(addTokens(u.InputTokens, u.OutputTokens), addTokens(u.CacheReadTokens, u.CacheCreationTokens))
 }
 
 // Scope is what a budget covers: one agent, the fleet, or the agents of
@@ -352,16 +352,45 @@ func (s *Spent) Add(node, instance, model string, labels []string, u Usage) {
 	s.add(SpentRow{Node: node, Instance: instance, Model: model, Labels: slices.Clone(labels), Turns: 1, Usage: u})
 }
 
+// MaxSpentRowsPerNode bounds the rows one node's turns make in Spent (its
+// lives, models and label sets): past it, a turn that would make a new
+// row is counted in the node's row of model OtherModel, no life and no
+// labels, still the fleet's. Its labels' budgets then do not see it, nor
+// does the node among its life's counted turns (it counts them again as
+// unseen, over rather than under). A node makes at most
+// MaxSpentRowsPerNode+1 rows, each of at most MaxNodeLabels labels.
+const MaxSpentRowsPerNode = 32
+
+// OtherModel is the model of a node's row of the turns past
+// MaxSpentRowsPerNode.
+const OtherModel = "other"
+
 func (s *Spent) add(row SpentRow) {
-	i := slices.IndexFunc(s.Rows, func(r SpentRow) bool {
+	same := func(r SpentRow) bool {
 		return r.Node == row.Node && r.Instance == row.Instance && r.Model == row.Model && slices.Equal(r.Labels, row.Labels)
-	})
+	}
+	i := slices.IndexFunc(s.Rows, same)
+	if i < 0 && s.rowsOf(row.Node) >= MaxSpentRowsPerNode {
+		row.Instance, row.Model, row.Labels = "", OtherModel, nil
+		i = slices.IndexFunc(s.Rows, same)
+	}
 	if i < 0 {
 		s.Rows = append(s.Rows, SpentRow{Node: row.Node, Instance: row.Instance, Model: row.Model, Labels: row.Labels})
 		i = len(s.Rows) - 1
 	}
-	s.Rows[i].Turns += row.Turns
+	s.Rows[i].Turns = addTokens(s.Rows[i].Turns, row.Turns)
 	s.Rows[i].Usage.Add(row.Usage)
+}
+
+// rowsOf counts node's rows, but for its row past the bound.
+func (s *Spent) rowsOf(node string) int {
+	n := 0
+	for _, r := range s.Rows {
+		if r.Node == node && !(r.Instance == "" && r.Model == OtherModel && len(r.Labels) == 0) {
+			n++
+		}
+	}
+	return n
 }
 
 // Retire folds the rows of node's lives other than current into rows of

@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -110,5 +111,47 @@ func TestBudgetGrants(t *testing.T) {
 	}
 	if got := (schemas.Budget{}).Within(schemas.Budget{USD: 2}); got.USD != 2 {
 		t.Errorf("no budget within $2: %v", got)
+	}
+}
+
+// A node's turns make a bounded number of rows of the count, whatever
+// models and labels it names: past schemas.MaxSpentRowsPerNode they are
+// counted in the node's row of model "other" and no labels, still the
+// fleet's; another node's rows are its own. A node's labels are few and
+// short, and a refusal says which is not.
+func TestSpentHoldsANodeToFewRows(t *testing.T) {
+	var spent schemas.Spent
+	spent.Add("honest", "life", "sonnet", []string{"team=a"}, schemas.Usage{InputTokens: 1})
+	for i := range 500 {
+		spent.Add("noisy", "life", fmt.Sprintf("model-%d", i), []string{fmt.Sprintf("run=%d", i)}, schemas.Usage{InputTokens: 2})
+	}
+	spent.Add("honest", "life", "opus", []string{"team=a"}, schemas.Usage{InputTokens: 1})
+	rows := map[string]int{}
+	for _, r := range spent.Rows {
+		rows[r.Node]++
+	}
+	if rows["noisy"] != schemas.MaxSpentRowsPerNode+1 || rows["honest"] != 2 {
+		t.Fatalf("rows by node %v, want %d of noisy's and honest's 2", rows, schemas.MaxSpentRowsPerNode+1)
+	}
+	if f, l := spent.Fleet(), spent.Label("team=a"); f.InputTokens != 1002 || l.InputTokens != 2 {
+		t.Fatalf("fleet %+v, team=a %+v", f, l)
+	}
+	many := map[string]string{}
+	for i := range schemas.MaxNodeLabels + 1 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		want   string
+	}{
+		{many, fmt.Sprintf("a node carries at most %d labels, not %d", schemas.MaxNodeLabels, schemas.MaxNodeLabels+1)},
+		{map[string]string{"k": strings.Repeat("v", schemas.MaxLabelBytes)}, fmt.Sprintf("is %d bytes long; a label (key=value) is at most %d", schemas.MaxLabelBytes+2, schemas.MaxLabelBytes)},
+	} {
+		if err := schemas.ValidNodeLabels(c.labels); err == nil || !strings.Contains(err.Error(), c.want) || schemas.CodeOf(err) != schemas.CodeInvalid {
+			t.Errorf("%d labels: %v, want %q", len(c.labels), err, c.want)
+		}
+	}
+	if err := schemas.ValidNodeLabels(map[string]string{"gpu": "a100", "team": "a"}); err != nil {
+		t.Errorf("a node's ordinary labels: %v", err)
 	}
 }

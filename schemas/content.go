@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // Content block types.
@@ -336,25 +337,65 @@ type Usage struct {
 	CostUSD             *float64 `json:"costUsd"`
 }
 
+// MaxTurnTokens and MaxTurnCostUSD bound each figure of one turn's usage
+// as a backend reports it (a result, a running usage update): no turn
+// uses a trillion tokens of a kind or a million dollars, and a figure past
+// them is a node's or a CLI's mistake, which would otherwise take the
+// fleet's count with it (the count is the sum of every turn's). A sum of
+// turns (an agent's record, the coordinator's count) may pass them.
+const (
+	MaxTurnTokens  = 1 << 40
+	MaxTurnCostUSD = 1e6
+)
+
 // Add accumulates u into the receiver field-wise; a null cost counts as
-// absent, so the sum is null only when both are.
+// absent, so the sum is null only when both are. A sum saturates (at the
+// largest int64, the largest finite float64) rather than wrapping, so it
+// always encodes.
 func (s *Usage) Add(u Usage) {
-	s.InputTokens += u.InputTokens
-	s.OutputTokens += u.OutputTokens
-	s.CacheReadTokens += u.CacheReadTokens
-	s.CacheCreationTokens += u.CacheCreationTokens
+	s.InputTokens = addTokens(s.InputTokens, u.InputTokens)
+	s.OutputTokens = addTokens(s.OutputTokens, u.OutputTokens)
+	s.CacheReadTokens = addTokens(s.CacheReadTokens, u.CacheReadTokens)
+	s.CacheCreationTokens = addTokens(s.CacheCreationTokens, u.CacheCreationTokens)
 	if u.CostUSD != nil {
 		sum := *u.CostUSD
 		if s.CostUSD != nil {
-			sum += *s.CostUSD
+			sum = addCost(sum, *s.CostUSD)
 		}
 		s.CostUSD = &sum
 	}
 }
 
+// addTokens is a+b, held at the ends of int64 instead of wrapping.
+func addTokens(a, b int64) int64 {
+	sum := a + b
+	switch {
+	case a > 0 && b > 0 && sum < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && sum >= 0:
+		return math.MinInt64
+	}
+	return sum
+}
+
+// addCost is a+b, held at the largest finite float64 (JSON has no
+// infinity).
+func addCost(a, b float64) float64 {
+	sum := a + b
+	switch {
+	case math.IsInf(sum, 1):
+		return math.MaxFloat64
+	case math.IsInf(sum, -1):
+		return -math.MaxFloat64
+	}
+	return sum
+}
+
 // Cost returns a pointer to c, for Usage.CostUSD.
 func Cost(c float64) *float64 { return &c }
 
+// decode reads a usage record: tokens are counts, and a cost, when there
+// is one, is not negative.
 func (s *Usage) decode(f *fields) {
 	*s = Usage{
 		InputTokens:         f.count("inputTokens"),
@@ -362,6 +403,26 @@ func (s *Usage) decode(f *fields) {
 		CacheReadTokens:     f.count("cacheReadTokens"),
 		CacheCreationTokens: f.count("cacheCreationTokens"),
 		CostUSD:             f.optFloat("costUsd"),
+	}
+	if s.CostUSD != nil && !(*s.CostUSD >= 0) { // NaN too
+		f.fail("costUsd", fmt.Sprintf("a cost must not be negative, got %g", *s.CostUSD))
+	}
+}
+
+// decodeTurn reads one turn's usage, as a backend reports it: a usage
+// record whose figures are each within MaxTurnTokens and MaxTurnCostUSD.
+func (s *Usage) decodeTurn(f *fields) {
+	s.decode(f)
+	for _, c := range []struct {
+		key string
+		n   int64
+	}{{"inputTokens", s.InputTokens}, {"outputTokens", s.OutputTokens}, {"cacheReadTokens", s.CacheReadTokens}, {"cacheCreationTokens", s.CacheCreationTokens}} {
+		if c.n > MaxTurnTokens {
+			f.fail(c.key, fmt.Sprintf("a turn uses at most %d tokens of a kind (schemas.MaxTurnTokens), got %d", int64(MaxTurnTokens), c.n))
+		}
+	}
+	if s.CostUSD != nil && *s.CostUSD > MaxTurnCostUSD {
+		f.fail("costUsd", fmt.Sprintf("a turn's cost is at most $%g (schemas.MaxTurnCostUSD), got %g", float64(MaxTurnCostUSD), *s.CostUSD))
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -305,6 +306,10 @@ func TestMalformedNamesTheField(t *testing.T) {
 		{`{"kind":"tool_use","turn":1,"data":{"call":{"toolCallId":"a","title":"t","kind":"read","status":"pending","content":[],"locations":[{"path":"p","line":"x"}],"rawInput":null,"rawOutput":null}}}`, `"data.call.locations[0].line"`},
 		{`{"kind":"tool_result","turn":1,"data":{"update":{"status":"completed"}}}`, `"data.update.toolCallId"`},
 		{`{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":{"inputTokens":1}}}`, `"data.usage.outputTokens"`},
+		{`{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":-0.5}}}`, `"data.usage.costUsd"`},
+		{`{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":{"inputTokens":1,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":1e308}}}`, `"data.usage.costUsd"`},
+		{`{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":{"inputTokens":9223372036854775807,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":null}}}`, `"data.usage.inputTokens"`},
+		{`{"kind":"usage","turn":1,"data":{"usage":{"inputTokens":1,"outputTokens":0,"cacheReadTokens":2000000000000,"cacheCreationTokens":0,"costUsd":null}}}`, `"data.usage.cacheReadTokens"`},
 		{`{"kind":"error","turn":1,"data":{"data":null}}`, `"data.message"`},
 		{`{"kind":"permission","turn":1,"data":{"toolCall":{},"options":[],"requestId":"1"}}`, `"data.toolCall.toolCallId"`},
 		{`{"kind":"permission","turn":1,"data":{"toolCall":{"toolCallId":"a"},"options":{},"requestId":"1"}}`, `"data.options"`},
@@ -357,6 +362,35 @@ func TestUsageAdd(t *testing.T) {
 	want := schemas.Usage{InputTokens: 11, OutputTokens: 2, CacheReadTokens: 3, CacheCreationTokens: 4, CostUSD: schemas.Cost(0.75)}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("got %+v cost %v, want %+v", s, *s.CostUSD, want)
+	}
+}
+
+// A usage figure no turn can reach is refused where it is decoded, and
+// the refusal says which figure and why; a sum saturates rather than
+// wrapping, so it always encodes.
+func TestUsageIsBounded(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"inputTokens":0,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":-1}`:                     `field "data.usage.costUsd": a cost must not be negative, got -1`,
+		`{"inputTokens":0,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":1e308}`:                  `field "data.usage.costUsd": a turn's cost is at most $1e+06 (schemas.MaxTurnCostUSD), got 1e+308`,
+		`{"inputTokens":0,"outputTokens":9223372036854775807,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":null}`: `field "data.usage.outputTokens": a turn uses at most 1099511627776 tokens of a kind (schemas.MaxTurnTokens), got 9223372036854775807`,
+	} {
+		_, err := schemas.Decode([]byte(`{"kind":"result","turn":1,"data":{"stopReason":"end_turn","usage":` + in + `}}`))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a result with usage %s: %v, want %q", in, err, want)
+		}
+	}
+	// A sum of many turns may pass one turn's bound.
+	var sum schemas.Usage
+	if err := json.Unmarshal([]byte(`{"inputTokens":9223372036854775807,"outputTokens":0,"cacheReadTokens":0,"cacheCreationTokens":0,"costUsd":1e300}`), &sum); err != nil {
+		t.Fatalf("a sum past one turn's bound: %v", err)
+	}
+	sum.Add(schemas.Usage{InputTokens: math.MaxInt64, OutputTokens: math.MaxInt64, CostUSD: schemas.Cost(math.MaxFloat64)})
+	sum.Add(schemas.Usage{OutputTokens: math.MaxInt64, CostUSD: schemas.Cost(math.MaxFloat64)})
+	if sum.InputTokens != math.MaxInt64 || sum.OutputTokens != math.MaxInt64 || *sum.CostUSD != math.MaxFloat64 || schemas.TokensOf(sum) != math.MaxInt64 {
+		t.Fatalf("the sum wrapped: %+v cost %g, tokens %d", sum, *sum.CostUSD, schemas.TokensOf(sum))
+	}
+	if _, err := json.Marshal(sum); err != nil {
+		t.Fatalf("a saturated sum does not encode: %v", err)
 	}
 }
 

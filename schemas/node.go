@@ -72,3 +72,28 @@ type HostInfo struct {
 	GPUs         []string `json:"gpus"`
 	AppleSilicon bool     `json:"apple_silicon"`
 }
+
+// MaxNodeLabels and MaxLabelBytes bound a node's labels: each is a row's
+// key in the coordinator's count of spend (Spent), which is one value of
+// BudgetsBucket, so a node's labels are few and short.
+const (
+	MaxNodeLabels = 16
+	MaxLabelBytes = 128
+)
+
+// ValidNodeLabels checks a node's labels: at most MaxNodeLabels, each at
+// most MaxLabelBytes as key=value, the key not empty (code invalid).
+func ValidNodeLabels(labels map[string]string) error {
+	if len(labels) > MaxNodeLabels {
+		return Errf(CodeInvalid, "a node carries at most %d labels, not %d", MaxNodeLabels, len(labels))
+	}
+	for _, l := range LabelsOf(labels) {
+		if len(l) > MaxLabelBytes {
+			return Errf(CodeInvalid, "label %.24q… is %d bytes long; a label (key=value) is at most %d", l, len(l), MaxLabelBytes)
+		}
+		if err := ValidLabel(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -125,7 +125,7 @@ type UsageUpdate struct {
 // Kind implements Payload.
 func (UsageUpdate) Kind() Kind { return KindUsage }
 
-func (p *UsageUpdate) decode(f *fields) { f.object("usage", p.Usage.decode) }
+func (p *UsageUpdate) decode(f *fields) { f.object("usage", p.Usage.decodeTurn) }
 
 // TurnStarted marks the start of a turn; its data is {}.
 type TurnStarted struct{}
@@ -157,7 +157,7 @@ func (p *Result) decode(f *fields) {
 	p.StopReason = ParseStopReason(f.str("stopReason"))
 	if f.present("usage") && !f.isNull("usage") {
 		p.Usage = &Usage{}
-		f.object("usage", p.Usage.decode)
+		f.object("usage", p.Usage.decodeTurn)
 	}
 }
 

@@ -91,6 +91,9 @@ func parseLabels(s string) (map[string]string, error) {
 		}
 		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
+	if err := schemas.ValidNodeLabels(out); err != nil {
+		return nil, usagef("--labels: %v", err)
+	}
 	return out, nil
 }
 
