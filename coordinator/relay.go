@@ -153,32 +153,40 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer w.Stop()
 	go r.watchOwners(w)
 
-	// Writes that wait on the stream run concurrently; events are
-	// forwarded in the order they arrive.
-	sem := make(chan struct{}, 64)
-	async := func(h func(context.Context, *nats.Msg)) nats.MsgHandler {
+	// Operations that wait (on the stream, a bucket, another request) run
+	// beside the subscription, each node's in its own bounded share, so a
+	// node's flood waits on itself alone; a node's heartbeats have a share
+	// of their own, so they never wait behind its other work either.
+	// Events are forwarded in the order they arrive.
+	work := newShares(relayInFlight, relayWaiting)
+	beats := newShares(1, 1)
+	defer beats.stop()
+	defer work.stop()
+	async := func(in *shares, h func(context.Context, *nats.Msg)) nats.MsgHandler {
 		return func(m *nats.Msg) {
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem }()
-				h(ctx, m)
-			}()
+			node, op, _, ok := schemas.ParseRelaySubject(m.Subject)
+			if !ok {
+				return
+			}
+			if !in.do(node, func() { h(ctx, m) }) {
+				r.busy(m, node, op, in.inFlight+in.waiting)
+			}
 		}
 	}
 	handlers := map[schemas.RelayOp]nats.MsgHandler{
 		schemas.RelayEvent:  func(m *nats.Msg) { r.event(ctx, m) },
-		schemas.RelayRecord: async(r.record),
-		schemas.RelayBeat:   async(r.beat),
-		schemas.RelayGet:    async(r.get),
-		schemas.RelayOwned:  async(r.owned),
-		schemas.RelayLast:   async(r.last),
-		schemas.RelayHello:  async(r.hello),
-		schemas.RelayPermit: async(r.permit),
+		schemas.RelayRecord: async(work, r.record),
+		schemas.RelayBeat:   async(beats, r.beat),
+		schemas.RelayGet:    async(work, r.get),
+		schemas.RelayOwned:  async(work, r.owned),
+		schemas.RelayLast:   async(work, r.last),
+		schemas.RelayHello:  async(work, r.hello),
+		schemas.RelayPermit: async(work, r.permit),
 		// A bundle's chunks: a node asks for the next once it has the
 		// one before.
-		schemas.RelayBundleGet: async(r.bundleGet),
-		schemas.RelayBundlePut: async(r.bundlePut),
-		schemas.RelayBudget:    async(r.budget),
+		schemas.RelayBundleGet: async(work, r.bundleGet),
+		schemas.RelayBundlePut: async(work, r.bundlePut),
+		schemas.RelayBudget:    async(work, r.budget),
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -218,6 +226,32 @@ func (r *Relay) Run(ctx context.Context) error {
 	close(r.ready)
 	<-ctx.Done()
 	return nil
+}
+
+// relayInFlight and relayWaiting are each node's share of the relay's
+// work: this many of its operations at once, this many more waiting.
+const (
+	relayInFlight = 8
+	relayWaiting  = 64
+)
+
+// busy answers an operation of node's that its share of the relay's work
+// has no room for, as op's answers are read, and logs it once per node.
+func (r *Relay) busy(m *nats.Msg, node string, op schemas.RelayOp, held int) {
+	r.metrics.Refused(op)
+	r.warn(node+"/busy", "a node has more relay operations than its share; answered busy", "node", node, "op", op)
+	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") || len(m.Reply) > schemas.MaxReplySubject {
+		return
+	}
+	msg := fmt.Sprintf("node %s has %d relay operations running or waiting already; %s is not taken: send it again once they are answered", node, held, op)
+	switch op {
+	case schemas.RelayRecord, schemas.RelayBeat, schemas.RelayPermit:
+		replyJSON(r.nc, m.Reply, pubAckError(503, 0, msg))
+	case schemas.RelayBundleGet, schemas.RelayBundlePut:
+		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "%s", msg))
+	default:
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%s", msg)})
+	}
 }
 
 func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
@@ -684,6 +718,11 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 	var req schemas.RelayLastRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
+		return
+	}
+	if len(req.Agents) > schemas.MaxRelayLast {
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid,
+			"a last request names %d agents; a node asks of at most %d at once (schemas.MaxRelayLast)", len(req.Agents), schemas.MaxRelayLast)})
 		return
 	}
 	rep := schemas.RelayLastReply{Last: map[string]uint64{}, Tails: map[string]schemas.Tail{}}

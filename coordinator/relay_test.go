@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -577,4 +578,114 @@ func relayEvent(n uint64, data []byte) *nats.Msg {
 	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("mine", n))
 	m.Header.Set(schemas.HeaderNode, "nb")
 	return m
+}
+
+// One node's flood waits on its own share of the relay's work, never on
+// another node's: node evil asks `last` of a thousand made-up agents, six
+// hundred times at once, while node honest runs an agent. Honest's
+// heartbeats and its own `last` are answered well within a third of the
+// nodes' TTL throughout, and its agent is alive afterwards (the monitor
+// runs); evil's requests past its share are answered that it is busy,
+// and a `last` naming more agents than a node may ask of at once is
+// refused, naming the bound.
+func TestRelayKeepsAFloodToItsNode(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	s := fabrictest.StartSecured(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
+	coord, err := s.B.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coord.Close)
+	fabrictest.Monitor(t, coord, ttl)
+	s.StartNode(t, "honest")
+	ctx := natstest.Context(t, 90*time.Second)
+	if _, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "pal", Node: "honest"}); err != nil {
+		t.Fatal(err)
+	}
+	evil := s.Connect(t, broker.RoleNode, "evil")
+	madeUp := func(n int) []byte {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("x%x", i)
+		}
+		b, _ := json.Marshal(schemas.RelayLastRequest{Agents: ids})
+		return b
+	}
+	m, err := evil.Request(schemas.RelaySubject("evil", schemas.RelayLast), madeUp(5000), 10*time.Second)
+	if err != nil {
+		t.Fatalf("a last naming 5000 agents: %v", err)
+	}
+	if err := schemas.DecodeReply(m.Data, &schemas.RelayLastReply{}); err == nil || !strings.Contains(err.Error(), "names 5000 agents; a node asks of at most") {
+		t.Errorf("a last naming 5000 agents: %v, want it refused naming the bound", err)
+	}
+
+	var busy, answered atomic.Int64
+	inbox := evil.NewInbox()
+	sub, err := evil.Subscribe(inbox+".*", func(m *nats.Msg) {
+		if err := schemas.DecodeReply(m.Data, &schemas.RelayLastReply{}); err != nil && strings.Contains(err.Error(), "node evil has") {
+			busy.Add(1)
+		} else {
+			answered.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	flood := madeUp(1000)
+	for i := range 600 {
+		if err := evil.PublishMsg(&nats.Msg{Subject: schemas.RelaySubject("evil", schemas.RelayLast), Reply: fmt.Sprintf("%s.%d", inbox, i), Data: flood}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := evil.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Meanwhile honest beats (its own entry again, from a connection of
+	// its own) and asks of its agent.
+	nodes, err := s.F.JetStream().KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest := s.Connect(t, broker.RoleNode, "honest")
+	within := func(what string, subject string, data []byte) []byte {
+		t.Helper()
+		began := time.Now()
+		m, err := honest.Request(subject, data, ttl)
+		if err != nil {
+			t.Fatalf("%s during node evil's flood: %v after %s", what, err, time.Since(began))
+		}
+		if took := time.Since(began); took > ttl/3 {
+			t.Fatalf("%s took %s during node evil's flood, past a third of the nodes' TTL (%s)", what, took, ttl/3)
+		}
+		return m.Data
+	}
+	ask, _ := json.Marshal(schemas.RelayLastRequest{Agents: []string{"pal"}})
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+		e, err := nodes.Get(ctx, "honest")
+		if err != nil {
+			t.Fatalf("node honest's entry during node evil's flood: %v", err)
+		}
+		if ack := within("a heartbeat of node honest", schemas.RelaySubject("honest", schemas.RelayBeat), e.Value()); strings.Contains(string(ack), `"error"`) {
+			t.Fatalf("a heartbeat of node honest: %s", ack)
+		}
+		var last schemas.RelayLastReply
+		if err := schemas.DecodeReply(within("node honest's last", schemas.RelaySubject("honest", schemas.RelayLast), ask), &last); err != nil || last.Last["pal"] == 0 {
+			t.Fatalf("node honest's last of its agent: %+v %v", last, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	rec, err := s.F.Status(ctx, "pal")
+	if err != nil || rec.Status == schemas.StatusDead {
+		t.Fatalf("node honest's agent after node evil's flood: %+v %v", rec, err)
+	}
+	if busy.Load() == 0 {
+		t.Errorf("none of node evil's 600 requests at once was answered busy (%d answered)", answered.Load())
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -227,18 +229,23 @@ func (s *relayStore) lastEvents(ctx context.Context, ids []string) (map[string]u
 	return lastOfTails(tails), nil
 }
 
+// tails asks the relay how each agent's stream ends, at most
+// schemas.MaxRelayLast agents a request.
 func (s *relayStore) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
-	var rep schemas.RelayLastReply
-	if err := s.ask(ctx, schemas.RelayLast, schemas.RelayLastRequest{Agents: ids}, &rep); err != nil {
-		return nil, err
-	}
-	if rep.Tails == nil { // a coordinator that only reports numbers
-		rep.Tails = map[string]schemas.Tail{}
-		for id, n := range rep.Last {
-			rep.Tails[id] = schemas.Tail{Last: n}
+	out := map[string]schemas.Tail{}
+	for part := range slices.Chunk(ids, schemas.MaxRelayLast) {
+		var rep schemas.RelayLastReply
+		if err := s.ask(ctx, schemas.RelayLast, schemas.RelayLastRequest{Agents: part}, &rep); err != nil {
+			return nil, err
 		}
+		if rep.Tails == nil { // a coordinator that only reports numbers
+			for id, n := range rep.Last {
+				out[id] = schemas.Tail{Last: n}
+			}
+		}
+		maps.Copy(out, rep.Tails)
 	}
-	return rep.Tails, nil
+	return out, nil
 }
 
 func (s *relayStore) create(ctx context.Context, id string, val []byte) (uint64, error) {

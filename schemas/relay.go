@@ -34,10 +34,15 @@ type RelayOwnedReply struct {
 	Records []RelayEntry `json:"records"`
 }
 
-// RelayLastRequest asks for the last stored event numbers of agents.
+// RelayLastRequest asks for the last stored event numbers of agents, at
+// most MaxRelayLast of them.
 type RelayLastRequest struct {
 	Agents []string `json:"agents"`
 }
+
+// MaxRelayLast is the most agents one RelayLastRequest names: the relay
+// reads each one's record and stream, and refuses a request naming more.
+const MaxRelayLast = 1024
 
 // RelayLastReply maps each agent the node owns to its last stored event
 // number (0 when none is stored) and to how its stream ends. Agents it
