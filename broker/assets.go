@@ -27,6 +27,10 @@ const (
 	// DefaultReposMaxBytes bounds the repositories' object store: four
 	// bundles of the largest a client sends or fetches.
 	DefaultReposMaxBytes = 8 << 30 // 8 GiB
+	// PermitsMaxBytes bounds the permission requests' bucket: 64 agents'
+	// most (schemas.MaxPendingPerAgent of schemas.MaxPermitBytes each).
+	// Past it a new request is refused (discard-new), none dropped.
+	PermitsMaxBytes = 1 << 30 // 1 GiB
 )
 
 // Assets are the limits of the stream and buckets the fabric provisions.
@@ -155,12 +159,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 		}},
 		{"KV bucket " + schemas.PermitsBucket, func(ctx context.Context) error {
 			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket:      schemas.PermitsBucket,
-				Description: "Shoal permission requests agents wait on, and their answers: <agent>.<request> -> the request",
-				History:     1,
-				TTL:         7 * 24 * time.Hour,
-				Storage:     jetstream.FileStorage,
-				Replicas:    a.Replicas,
+				Bucket:       schemas.PermitsBucket,
+				Description:  "Shoal permission requests agents wait on, and their answers: <agent>.<request> -> the request",
+				History:      1,
+				TTL:          7 * 24 * time.Hour,
+				MaxBytes:     PermitsMaxBytes,
+				MaxValueSize: schemas.MaxPermitBytes + 4<<10, // and the headers
+				Storage:      jetstream.FileStorage,
+				Replicas:     a.Replicas,
 			})
 			return err
 		}},

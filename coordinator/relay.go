@@ -32,14 +32,15 @@ import (
 // is a publish on the replier's rights, and the relay's rights reach the
 // stream.
 type Relay struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	agents jetstream.KeyValue
-	nodes  jetstream.KeyValue
-	events jetstream.Stream
-	recs   jetstream.Stream
-	log    *slog.Logger
-	ready  chan struct{}
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	agents  jetstream.KeyValue
+	nodes   jetstream.KeyValue
+	permits jetstream.KeyValue
+	events  jetstream.Stream
+	recs    jetstream.Stream
+	log     *slog.Logger
+	ready   chan struct{}
 
 	metrics RelayMetrics
 	mcp     func(ctx context.Context) (url, token string)
@@ -133,6 +134,9 @@ func (r *Relay) bind(ctx context.Context) error {
 	}
 	if r.events, err = r.js.Stream(ctx, schemas.StreamName); err != nil {
 		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
+	}
+	if r.permits, err = r.js.KeyValue(ctx, schemas.PermitsBucket); err != nil {
+		return fmt.Errorf("open KV bucket %s: %w", schemas.PermitsBucket, err)
 	}
 	if r.recs, err = r.js.Stream(ctx, "KV_"+schemas.AgentsBucket); err != nil {
 		return fmt.Errorf("open the stream of %s: %w", schemas.AgentsBucket, err)
@@ -434,6 +438,9 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 	}
 	var rec schemas.PermitRecord
 	switch err := json.Unmarshal(m.Data, &rec); {
+	case len(m.Data) > schemas.MaxPermitBytes:
+		r.refuse(m, node, id, fmt.Errorf("a permission request of agent %s is %d bytes; a permission request is at most %d (schemas.MaxPermitBytes)", id, len(m.Data), schemas.MaxPermitBytes))
+		return
 	case err != nil:
 		r.refuse(m, node, id, fmt.Errorf("not a permission request: %v", err))
 		return
@@ -456,7 +463,48 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store a new permission request of", t))
 		return
 	}
+	if rec.Answer == nil {
+		n, err := r.waiting(ctx, id, rec.RequestID)
+		switch {
+		case err != nil:
+			replyJSON(r.nc, m.Reply, pubAckError(503, 0, fmt.Sprintf("count agent %s's permission requests: %v", id, err)))
+			return
+		case n >= schemas.MaxPendingPerAgent:
+			r.refuse(m, node, id, fmt.Errorf("agent %s has %d permission requests waiting already, the most an agent may (schemas.MaxPendingPerAgent); a new one may wait once one is answered", id, n))
+			return
+		}
+	}
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data})
+}
+
+// waiting counts agent id's permission requests that wait for an answer
+// in the bucket, but for request.
+func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	keys, err := r.permits.ListKeysFiltered(ctx, schemas.PermitKey(id, "*"))
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer keys.Stop()
+	n := 0
+	for key := range keys.Keys() {
+		if key == schemas.PermitKey(id, request) {
+			continue
+		}
+		e, err := r.permits.Get(ctx, key)
+		if err != nil {
+			continue // answered and gone since
+		}
+		var rec schemas.PermitRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil {
+			n++
+		}
+	}
+	return n, ctx.Err()
 }
 
 // living reports whether agent id's record, as the bucket has it now,
@@ -510,6 +558,10 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	}
 	var rec schemas.AgentRecord
 	if !del {
+		if len(m.Data) > schemas.MaxAgentRecordBytes {
+			r.refuse(m, node, id, fmt.Errorf("agent %s's record is %d bytes; an agent record is at most %d (schemas.MaxAgentRecordBytes)", id, len(m.Data), schemas.MaxAgentRecordBytes))
+			return
+		}
 		if err := json.Unmarshal(m.Data, &rec); err != nil {
 			r.refuse(m, node, id, fmt.Errorf("the record is not an agent record: %v", err))
 			return

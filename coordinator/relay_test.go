@@ -689,3 +689,89 @@ func TestRelayKeepsAFloodToItsNode(t *testing.T) {
 		t.Errorf("none of node evil's 600 requests at once was answered busy (%d answered)", answered.Load())
 	}
 }
+
+// What a confined node stores of its agents is bounded: a permission
+// request is at most 1 MiB, an agent has at most 16 waiting, the bucket
+// itself has a size, and an agent record written through the relay is at
+// most 256 KiB, each refusal saying which bound. An observer's list of
+// what waits is answered within the payload limit however large the
+// requests are, a long input cut short with a marker, so one agent's
+// requests cannot hide another's.
+func TestRelayHoldsPermissionRequestsToTheirBounds(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 120*time.Second)
+	agents, js, claim := givenMine(t, s, ctx)
+	other := claim
+	other.ID = "other"
+	b, _ := json.Marshal(other)
+	if _, err := agents.Create(ctx, "other", b); err != nil {
+		t.Fatal(err)
+	}
+	request := func(agent, id string, input int) error {
+		req, _ := json.Marshal(schemas.PermitRecord{AgentID: agent, RequestID: id, Node: "nb", Tool: "Bash",
+			Input: json.RawMessage(`{"command":"` + strings.Repeat("A", input) + `"}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9})
+		_, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, agent), req)
+		return err
+	}
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, want) {
+			t.Errorf("%s: %v, want a refusal saying %q", what, err, want)
+		}
+	}
+	if err := request("other", "first", 100); err != nil {
+		t.Fatal(err)
+	}
+	refused("a request of 2 MiB", request("mine", "huge", 2<<20), "bytes; a permission request is at most 1048576")
+	for i := range 16 {
+		if err := request("mine", fmt.Sprintf("r%d", i), 900<<10); err != nil {
+			t.Fatalf("request %d of agent mine: %v", i, err)
+		}
+	}
+	refused("a 17th request waiting", request("mine", "r16", 10), "agent mine has 16 permission requests waiting")
+	st, err := s.F.JetStream().Stream(ctx, "KV_"+schemas.PermitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.Config.MaxBytes != broker.PermitsMaxBytes || info.Config.MaxMsgSize < schemas.MaxPermitBytes {
+		t.Errorf("the permits bucket has no bound: %+v %v", info.Config, err)
+	}
+
+	observer, err := client.New(s.Connect(t, broker.RoleObserver, "watcher"), client.Config{ViaCoordinator: true, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := observer.Pending(ctx)
+	if err != nil {
+		t.Fatalf("an observer's list of what waits: %v", err)
+	}
+	seen := map[string]int{}
+	for _, p := range pending {
+		seen[p.AgentID]++
+		switch {
+		case p.AgentID == "other" && string(p.Input) != `{"command":"`+strings.Repeat("A", 100)+`"}`:
+			t.Errorf("agent other's short input reads %s", p.Input)
+		case p.AgentID == "mine" && (!strings.Contains(string(p.Input), "shoal_truncated") || len(p.Input) > 64<<10):
+			t.Errorf("agent mine's input of 900 KiB is listed as %d bytes without a marker", len(p.Input))
+		}
+	}
+	if seen["mine"] != 16 || seen["other"] != 1 {
+		t.Errorf("the observer sees %v, want mine's 16 and other's one", seen)
+	}
+
+	// An agent record past its bound.
+	e, err := agents.Get(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := claim
+	big.Status = schemas.StatusIdle
+	big.Model = strings.Repeat("m", 300<<10)
+	m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "mine"))
+	m.Data, _ = json.Marshal(big)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
+	_, err = js.PublishMsg(ctx, m)
+	refused("a record of 300 KiB", err, "bytes; an agent record is at most 262144")
+}

@@ -175,7 +175,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 func (h *Host) putPermit(ctx context.Context, rec schemas.PermitRecord) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := h.store.putPermit(ctx, rec); err != nil {
+	if err := h.store.putPermit(ctx, schemas.FitPermit(rec)); err != nil {
 		h.log.Warn("cannot write a permission request to the fabric", "agent", rec.AgentID, "request", rec.RequestID, "err", err)
 	}
 }

@@ -3,7 +3,9 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // PermitsBucket is the KV bucket of the permission requests agents wait
@@ -88,6 +90,127 @@ type PermitReply struct {
 // PendingReply lists the permission requests still waiting for an answer.
 type PendingReply struct {
 	Requests []PermitRecord `json:"requests"`
+	// Omitted counts the requests waiting beyond those listed, when the
+	// list would not fit in one reply (PendingWithin).
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// Bounds of permission requests: what a real one needs is the tool's
+// name and its input, and a person reads every one of them.
+const (
+	// MaxPermitBytes is the most an encoded PermitRecord holds; the relay
+	// refuses a larger one, and a node cuts a request's input and
+	// description short to fit (FitPermit).
+	MaxPermitBytes = 1 << 20
+	// MaxPendingPerAgent is the most requests of one agent waiting at once
+	// in PermitsBucket; the relay refuses another until one is answered.
+	MaxPendingPerAgent = 16
+	// MaxListedInput is the most of a request's input a list of what
+	// waits shows; past it, a marker (ListedInput).
+	MaxListedInput = 16 << 10
+	// maxListedDescription is the most of a description a list shows.
+	maxListedDescription = 4 << 10
+)
+
+// ListedInput is in as a list of requests shows it: in itself when it is
+// at most max bytes, else a marker, {"shoal_truncated": {"bytes": N,
+// "head": "…"}}, holding the first part of it as text.
+func ListedInput(in json.RawMessage, max int) json.RawMessage {
+	if len(in) <= max {
+		return in
+	}
+	head := string(in[:max/2])
+	for !utf8.ValidString(head) && len(head) > 0 {
+		head = head[:len(head)-1]
+	}
+	b, _ := json.Marshal(map[string]any{"shoal_truncated": map[string]any{"bytes": len(in), "head": head}})
+	return b
+}
+
+// cut is s cut short to at most max bytes, on a rune's boundary, with a
+// mark when it was.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	s = s[:max]
+	for !utf8.ValidString(s) && len(s) > 0 {
+		s = s[:len(s)-1]
+	}
+	return s + "… (cut short)"
+}
+
+// FitPermit is rec held to MaxPermitBytes: its input and description
+// (and an answer's input) cut short with a marker when the whole would
+// be larger.
+func FitPermit(rec PermitRecord) PermitRecord {
+	fits := func(r PermitRecord) bool {
+		b, err := json.Marshal(r)
+		return err == nil && len(b) <= MaxPermitBytes
+	}
+	if fits(rec) {
+		return rec
+	}
+	var out PermitRecord
+	// Escaped, a part may take several times its bytes: smaller again if
+	// the first cut is not enough.
+	for _, max := range []int{MaxPermitBytes / 4, MaxListedInput} {
+		out = rec
+		out.Input = ListedInput(rec.Input, max)
+		out.Description = cut(rec.Description, max/2)
+		if rec.Answer != nil {
+			a := *rec.Answer
+			a.Input = ListedInput(a.Input, max)
+			a.Message = cut(a.Message, max/2)
+			out.Answer = &a
+		}
+		if fits(out) {
+			break
+		}
+	}
+	return out
+}
+
+// PendingWithin lists reqs (oldest first) within about maxBytes encoded:
+// each input and description as a list shows it (ListedInput), and, when
+// even so they would not fit, each agent's oldest first, one agent after
+// another, so one agent's requests cannot hide another's; what is left
+// out is counted in Omitted.
+func PendingWithin(reqs []PermitRecord, maxBytes int) PendingReply {
+	type ranked struct {
+		rec  PermitRecord
+		rank int // its place among its agent's
+	}
+	seen := map[string]int{}
+	all := make([]ranked, 0, len(reqs))
+	for _, r := range reqs {
+		r.Input = ListedInput(r.Input, MaxListedInput)
+		r.Description = cut(r.Description, maxListedDescription)
+		all = append(all, ranked{r, seen[r.AgentID]})
+		seen[r.AgentID]++
+	}
+	slices.SortStableFunc(all, func(a, b ranked) int { return a.rank - b.rank })
+	rep := PendingReply{Requests: []PermitRecord{}}
+	size := 64
+	for i, r := range all {
+		b, _ := json.Marshal(r.rec)
+		if size+len(b)+1 > maxBytes {
+			rep.Omitted = len(all) - i
+			break
+		}
+		size += len(b) + 1
+		rep.Requests = append(rep.Requests, r.rec)
+	}
+	slices.SortStableFunc(rep.Requests, func(a, b PermitRecord) int {
+		switch {
+		case a.AskedAt < b.AskedAt:
+			return -1
+		case a.AskedAt > b.AskedAt:
+			return 1
+		}
+		return 0
+	})
+	return rep
 }
 
 // Agent names the agent a request is about, for the rights rules.

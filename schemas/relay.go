@@ -40,6 +40,10 @@ type RelayLastRequest struct {
 	Agents []string `json:"agents"`
 }
 
+// MaxAgentRecordBytes is the most an agent record a node writes through
+// the relay holds, encoded: the relay refuses a larger one.
+const MaxAgentRecordBytes = 256 << 10
+
 // MaxRelayLast is the most agents one RelayLastRequest names: the relay
 // reads each one's record and stream, and refuses a request naming more.
 const MaxRelayLast = 1024

@@ -1,0 +1,35 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A request past MaxPermitBytes is cut to fit, its input a marker; a list
+// of what waits that would not fit one reply takes each agent's oldest
+// first, agent by agent, and counts the rest.
+func TestPermitsFitTheirBounds(t *testing.T) {
+	huge := schemas.PermitRecord{AgentID: "a1", RequestID: "r1", Tool: "Write", Options: []schemas.PermissionOption{},
+		Input: json.RawMessage(`{"content":"` + strings.Repeat("\\u0001", 1<<20) + `"}`), Description: strings.Repeat("d", 2<<20)}
+	fit := schemas.FitPermit(huge)
+	if b, _ := json.Marshal(fit); len(b) > schemas.MaxPermitBytes || !strings.Contains(string(fit.Input), "shoal_truncated") {
+		t.Fatalf("a request of %d bytes fits in %d, input %.80s", len(huge.Input), len(b), fit.Input)
+	}
+	var reqs []schemas.PermitRecord
+	for i := range 40 { // the noisy agent's, asked first
+		reqs = append(reqs, schemas.PermitRecord{AgentID: "noisy", RequestID: fmt.Sprintf("n%d", i), AskedAt: float64(i),
+			Input: json.RawMessage(`"` + strings.Repeat("x", 20<<10) + `"`)})
+	}
+	reqs = append(reqs, schemas.PermitRecord{AgentID: "quiet", RequestID: "q", AskedAt: 100, Input: json.RawMessage(`{"command":"ls"}`)})
+	rep := schemas.PendingWithin(reqs, 100<<10)
+	if b, _ := json.Marshal(rep); len(b) > 100<<10 {
+		t.Fatalf("the list is %d bytes", len(b))
+	}
+	if len(rep.Requests) == 0 || rep.Requests[len(rep.Requests)-1].AgentID != "quiet" || rep.Omitted != len(reqs)-len(rep.Requests) || rep.Omitted == 0 {
+		t.Fatalf("listed %d (last %s), omitted %d", len(rep.Requests), rep.Requests[len(rep.Requests)-1].AgentID, rep.Omitted)
+	}
+}
