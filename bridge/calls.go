@@ -6,26 +6,32 @@ import (
 	"sync"
 )
 
-// A tool call under way holds what it waits with: agent_run a watch of
-// the agent's record (and, asked for progress, a reader of its events),
-// agent_output and agent_events a reader of the stream while they read.
-// Each is a JetStream consumer, and a stream has at most 1,000 of them
-// for everyone (the server's default), the fabric's own readers and every
-// client's among them. So the calls under way at once are bounded per
-// caller, and the agents' together: a caller past its bound is told so
-// at once, and nobody else's calls wait on it.
+// A call of one of the reading tools holds what it waits with while it
+// is under way: agent_run a watch of the agent's record (a consumer of
+// the agents bucket's stream) and, asked for progress, a reader of the
+// agent's events; agent_output and agent_events a reader of the events
+// while they read. Each is a JetStream consumer, and a stream has at most
+// 1,000 of them for everyone (the server's default), the fabric's own
+// readers and every client's among them. So those calls under way at
+// once are bounded per caller, and the agents' together: a caller past
+// its bound is told so at once, and nobody else's calls wait on it. The
+// other tools hold nothing while they wait and are not bounded here: an
+// agent at its bound may still interrupt or close what it runs.
 const (
-	// callsPerAgent bounds the calls one agent has under way (a CLI
-	// makes a few at once at most).
-	callsPerAgent = 8
-	// callsOfAgents bounds the calls all agents have under way together:
-	// a family of agents is many callers.
+	// callsPerAgent bounds the reading calls one agent has under way: an
+	// agent running its children's turns side by side waits on each.
+	callsPerAgent = 16
+	// callsOfAgents bounds the reading calls all agents have under way
+	// together: a family of agents is many callers.
 	callsOfAgents = 256
-	// callsPerToken bounds the calls under the full token, under the
-	// observer token, and of everyone on an endpoint without tokens (and
-	// of the stdio endpoint's one client).
+	// callsPerToken bounds the reading calls under the full token, under
+	// the observer token, and of everyone on an endpoint without tokens
+	// (and of the stdio endpoint's one client).
 	callsPerToken = 64
 )
+
+// readingTools are the tools whose calls hold a reader while under way.
+var readingTools = map[string]bool{"agent_run": true, "agent_output": true, "agent_events": true}
 
 // calls counts the tool calls under way, by caller.
 type calls struct {

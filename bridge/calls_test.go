@@ -15,12 +15,13 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// Every tool call under way holds a JetStream consumer (agent_run a
-// watch of the agent's record, a read its stream's), and a stream has at
-// most 1,000 for everyone: an agent making calls that wait (agent_run on
-// a turn that does not end) took every reader of the fabric. The calls
-// one agent has under way are bounded, a call past the bound is refused
-// at once naming it, and nobody else's calls wait on it.
+// A reading tool's call under way holds a JetStream consumer (agent_run
+// a watch of the agent's record, a read its stream's), and a stream has
+// at most 1,000 for everyone: an agent making calls that wait (agent_run
+// on a turn that does not end) took every reader of the fabric. The
+// reading calls one agent has under way are bounded, a call past the
+// bound is refused at once naming it, nobody else's calls wait on it,
+// and the agent may still interrupt what it runs.
 func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
@@ -54,20 +55,23 @@ func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	}
 	// Those past the bound are refused at once; the others wait.
 	var refused []string
-	for len(refused) < tries-8 {
+	for len(refused) < tries-16 {
 		select {
 		case text := <-results:
-			if !strings.Contains(text, "agent_run refused: 8 calls of agent boss are under way, the most one agent may make at once") {
+			if !strings.Contains(text, "agent_run refused: 16 calls of agent boss are under way, the most one agent may make at once") {
 				t.Fatalf("a call past the bound: %q", text)
 			}
 			refused = append(refused, text)
 		case <-time.After(time.Minute):
-			t.Fatalf("%d of %d calls refused in a minute; want all but the bound's 8", len(refused), tries)
+			t.Fatalf("%d of %d calls refused in a minute; want all but the bound's 16", len(refused), tries)
 		}
 	}
-	// Meanwhile the agent's other calls are refused too, and a person's
-	// are not.
-	if text, isErr := call(t, boss, "agent_status", map[string]any{"agent_id": "kid"}); !isErr || !strings.Contains(text, "8 calls of agent boss are under way") {
+	// Meanwhile the agent's other reads are refused too, and a person's
+	// are not; what holds no reader is not bounded.
+	if text, isErr := call(t, boss, "agent_output", map[string]any{"agent_id": "kid"}); !isErr || !strings.Contains(text, "16 calls of agent boss are under way") {
+		t.Errorf("agent_output by the agent at its bound: %q", text)
+	}
+	if text, _ := call(t, boss, "agent_status", map[string]any{"agent_id": "kid"}); strings.Contains(text, "refused") {
 		t.Errorf("agent_status by the agent at its bound: %q", text)
 	}
 	person := fb.client(nil)
@@ -76,12 +80,12 @@ func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	// The node answers; the waiting calls end, and the agent's next call
 	// is served.
 	deadline := time.After(time.Minute)
-	for answered := 0; answered < 8; answered++ {
+	for answered := 0; answered < 16; answered++ {
 		select {
 		case m := <-held:
 			m.Respond([]byte(`{"stop_reason":"end_turn","text":"done"}`))
 		case <-deadline:
-			t.Fatalf("the node was asked %d turns; want 8", answered)
+			t.Fatalf("the node was asked %d turns; want 16", answered)
 		}
 	}
 	running.Wait()

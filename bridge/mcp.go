@@ -104,7 +104,7 @@ func NewMCP(cfg MCPConfig) *MCP {
 }
 
 // handler adapts a tool: validation against the schema tools/list
-// advertises, the caller's bound of calls under way (calls.go), the
+// advertises, the caller's bound of reading calls under way (calls.go), the
 // caller, the tool's run (which asks the door), and the JSON text Kaimon
 // returns. A mistake is a result the caller can read,
 // flagged as an error.
@@ -122,12 +122,14 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(err.Error()), nil
 		}
-		end, err := m.calls.begin(callerOf(ctx))
-		if err != nil {
-			m.metrics.ToolCalled(t.name, OutcomeRefused)
-			return mcp.NewToolResultError(t.name + " refused: " + err.Error()), nil
+		if readingTools[t.name] {
+			end, err := m.calls.begin(callerOf(ctx))
+			if err != nil {
+				m.metrics.ToolCalled(t.name, OutcomeRefused)
+				return mcp.NewToolResultError(t.name + " refused: " + err.Error()), nil
+			}
+			defer end()
 		}
-		defer end()
 		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
 			token := meta.ProgressToken
 			ctx = context.WithValue(ctx, progressKey{}, func(progress float64, message string) {

@@ -26,6 +26,11 @@ const (
 	// sessionsPerAgent bounds the sessions of one agent (its CLI makes
 	// one per life).
 	sessionsPerAgent = 16
+	// sessionsInAll bounds the sessions of every caller together (about
+	// 100 MB): where no token is set, an agent's id is no credential, and
+	// a local process naming a new one for each initialize would
+	// otherwise have no bound at all.
+	sessionsInAll = 8192
 	// sessionIdle ends a session nothing has used for this long; its
 	// client's next request is told the session is unknown, and a client
 	// then begins another (as MCP has it).
@@ -73,6 +78,9 @@ func (s *sessions) full(who string) error {
 	defer s.mu.Unlock()
 	if n := s.count[who]; n >= bound(who) {
 		return fmt.Errorf("%d MCP sessions are open under these credentials, the most they may hold: end one (DELETE with its Mcp-Session-Id), or wait for one to be idle %s", n, sessionIdle)
+	}
+	if n := len(s.owner); n >= sessionsInAll {
+		return fmt.Errorf("%d MCP sessions are open, the most the endpoint holds: wait for one to end or be idle %s", n, sessionIdle)
 	}
 	return nil
 }

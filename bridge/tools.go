@@ -442,13 +442,11 @@ func (m *MCP) reopens(ctx context.Context, c caller, id string) error {
 	return nil
 }
 
-// permitRecordTries and permitRecordWait are how long an agent's allow
-// waits for the record of a request it heard of: a node writes it right
-// after it tells of the request.
-const (
-	permitRecordTries = 10
-	permitRecordWait  = 200 * time.Millisecond
-)
+// permitRecordWaits are how long an agent's allow waits, between reads
+// of the requests waiting, for the record of a request it heard of: a
+// node writes it right after it tells of the request. Each read lists
+// every request waiting, so there are few of them.
+var permitRecordWaits = []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, 1500 * time.Millisecond}
 
 // approves holds an agent's allow of a descendant's permission request
 // to what its own allowlist approves.
@@ -477,13 +475,13 @@ func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schema
 		if pol.Preset == schemas.PresetBypass {
 			return nil // it may allow anything: Permit says whether the request is there
 		}
-		if try == permitRecordTries {
+		if try == len(permitRecordWaits) {
 			return refused("agent %s may not allow agent %s's request %s: no such request is waiting, so the tool it would allow cannot be held to this agent's allowlist", self.ID, req.AgentID, req.RequestID)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(permitRecordWait):
+		case <-time.After(permitRecordWaits[try]):
 		}
 	}
 	if err := pol.Approves(asked.Tool); err != nil {
