@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -123,15 +123,12 @@ func (s *Service) Run(ctx context.Context) error {
 			if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
 				return
 			}
-			end, err := reads.begin(r.Reply())
+			greeted, err := reads.greet()
 			if err != nil {
 				replayFailed(nc, r.Reply(), err)
 				return
 			}
-			srv.Go(func() {
-				defer end()
-				serveReplay(ctx, nc, f, r)
-			})
+			srv.Go(func() { serveReplay(ctx, nc, f, r, reads, greeted) })
 		}),
 	}
 	if len(endpoints) != len(schemas.FabricVerbs) {
@@ -150,21 +147,39 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// readersPerCaller bounds the replays, event pages and output reads one
-// caller of the fabric service has under way at once. Each holds a reader
-// of the agents' stream (a JetStream consumer), of which the stream has
-// at most 1,000 for everyone: an observer's credentials following a
-// thousand replays would take every reader of the fabric.
-const readersPerCaller = 64
+// The fabric service's reads each hold a reader of the agents' stream (a
+// JetStream consumer) while they last, and the stream has at most 1,000
+// for everyone: an observer's credentials following a thousand replays
+// took every reader of the fabric. A followed replay lasts as long as
+// its reader answers, so replays are bounded per caller; a caller is
+// known by the inbox namespace of the replay's reply subject
+// (_INBOX.<role>-<name> under --auth, the only one its credentials may
+// subscribe to), proven before any reader is made: the reply subject's
+// subscriber must answer a first flow-control request, sent there with a
+// reply subject nobody can guess. Anyone may name any reply subject; only
+// the inbox's own subscriber hears the request. Event pages and output
+// reads last a moment each, and are bounded in all.
+const (
+	// readersPerCaller bounds the replays one caller has under way.
+	readersPerCaller = 64
+	// readersInAll bounds the replays of every caller together.
+	readersInAll = 512
+	// greetingsInAll bounds the replays waiting for their reader's first
+	// answer (each a goroutine, and nothing else, for at most
+	// greetingWait).
+	greetingsInAll = 1024
+	greetingWait   = 10 * time.Second
+	// shortReadsInAll bounds the event pages and output reads under way.
+	shortReadsInAll = 128
+)
 
-// readers counts the reads under way, by caller: the inbox namespace of
-// the request's reply subject, which under --auth is its credentials'
-// own (_INBOX.<role>-<name>, schemas.InboxPrefix). Without credentials
-// every connection is its own caller; anyone may then read the stream
-// directly.
+// readers counts the fabric service's reads under way.
 type readers struct {
-	mu    sync.Mutex
-	under map[string]int
+	mu       sync.Mutex
+	under    map[string]int // replays by caller
+	replays  int
+	greeting int
+	short    int
 }
 
 // callerOf is the inbox namespace of reply.
@@ -174,42 +189,75 @@ func callerOf(reply string) string {
 	return who
 }
 
-// begin counts a read answered at reply, or says why it may not begin
-// now; end is called once it is over.
+// greet counts a replay waiting for its reader's first answer, or says
+// why none may wait now; done is called once the answer came or did not.
+func (rs *readers) greet() (done func(), err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.greeting >= greetingsInAll {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d replays are waiting for their readers' first answer, the most the coordinator waits for: try again", rs.greeting)
+	}
+	rs.greeting++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			rs.greeting--
+		})
+	}, nil
+}
+
+// begin counts a replay answered at reply, whose reader has answered, or
+// says why it may not begin now; end is called once it is over.
 func (rs *readers) begin(reply string) (end func(), err error) {
 	who := callerOf(reply)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if n := rs.under[who]; n >= readersPerCaller {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "%d reads of the stream under these credentials are under way, the most they may have at once: end one (a followed replay ends when its reader stops)", n)
+	switch n := rs.under[who]; {
+	case n >= readersPerCaller:
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d replays under these credentials are under way, the most they may have at once: end one (a followed replay ends when its reader stops)", n)
+	case rs.replays >= readersInAll:
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d replays are under way, the most the coordinator serves at once: try again", rs.replays)
 	}
 	rs.under[who]++
+	rs.replays++
 	return func() {
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
+		rs.replays--
 		if rs.under[who]--; rs.under[who] <= 0 {
 			delete(rs.under, who)
 		}
 	}, nil
 }
 
-// bound holds h's requests to their caller's bound of reads: past it, a
-// request is answered unavailable.
+// bound holds h's requests (event pages, output reads) to the bound of
+// short reads in all: past it, a request is answered unavailable.
 func (rs *readers) bound(h micro.Handler) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
 		if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
 			return
 		}
-		end, err := rs.begin(r.Reply())
-		if err != nil {
-			ce := err.(*schemas.ControlError)
+		rs.mu.Lock()
+		n := rs.short
+		if n < shortReadsInAll {
+			rs.short++
+		}
+		rs.mu.Unlock()
+		if n >= shortReadsInAll {
+			ce := schemas.Errf(schemas.CodeUnavailable, "%d reads of the stream are under way, the most the coordinator serves at once: try again", n)
 			body, _ := json.Marshal(schemas.ErrorReply{Error: ce})
 			r.Error(strconv.Itoa(ce.Code.ServiceCode()), ce.ServiceDescription(), body)
 			return
 		}
 		// The handler answers on a goroutine of its own; the read is over
 		// once the answer is sent.
-		h.Handle(&answered{Request: r, end: end})
+		h.Handle(&answered{Request: r, end: func() {
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			rs.short--
+		}})
 	})
 }
 
@@ -250,7 +298,8 @@ func replayFailed(nc *nats.Conn, to string, err error) {
 // serveReplay streams a replay to the reply subject of r: each event with
 // its headers, the gaps, acknowledgement requests for flow control, and
 // an end or an error.
-func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.Request) {
+func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.Request, reads *readers, greeted func()) {
+	defer greeted()
 	to := r.Reply()
 	send := func(m *nats.Msg) error {
 		m.Subject = to
@@ -279,7 +328,7 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 	// answer comes to a subject under schemas.ReplayAckPrefix, the one
 	// reply a client's credentials may publish: they may answer nothing
 	// else they receive (a publish's acknowledgement, say).
-	answers := schemas.ReplayAckPrefix + "." + nuid.Next()
+	answers := schemas.ReplayAckPrefix + "." + rand.Text() // nobody may guess it
 	heardBack, err := nc.SubscribeSync(answers + ".*")
 	if err != nil {
 		fail(schemas.Errf(schemas.CodeUnavailable, "the replay's flow control: %v", err))
@@ -288,12 +337,12 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 	defer heardBack.Unsubscribe()
 	var asking sync.Mutex
 	asked := 0
-	ack := func() error {
+	ackWithin := func(wait time.Duration) error {
 		asking.Lock()
 		defer asking.Unlock()
 		asked++
 		want := answers + "." + strconv.Itoa(asked)
-		actx, acancel := context.WithTimeout(ctx, schemas.ReplayAckWait)
+		actx, acancel := context.WithTimeout(ctx, wait)
 		defer acancel()
 		m := control("ack", nil)
 		m.Reply = want
@@ -307,6 +356,19 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		cancel()
 		return err
 	}
+	ack := func() error { return ackWithin(schemas.ReplayAckWait) }
+	// The reader answers first, before any reader of the stream is made:
+	// its answer proves the reply subject its own (see readers).
+	if err := ackWithin(greetingWait); err != nil {
+		return // nobody there to tell
+	}
+	greeted()
+	end, err := reads.begin(to)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer end()
 	// While the replay waits for live events, the client still hears from
 	// it, and a client that went away is noticed.
 	heard := make(chan struct{}, 1)

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -181,8 +182,8 @@ func TestReplayWithALongReplySubjectLeavesTheServiceUp(t *testing.T) {
 // Each replay the fabric service serves holds a reader of the agents'
 // stream, and the stream has at most 1,000 for everyone: an observer's
 // credentials following a thousand replays took every reader of the
-// fabric. One credential's reads under way are bounded, a read past the
-// bound is refused at once naming it, and another's reads go on.
+// fabric. One credential's replays under way are bounded, a replay past
+// the bound is refused at once naming it, and another's reads go on.
 func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
@@ -213,16 +214,17 @@ func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 	for refused := 0; refused < tries-64; refused++ {
 		select {
 		case err := <-ended:
-			if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "64 reads of the stream under these credentials are under way") {
+			if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "64 replays under these credentials are under way") {
 				t.Fatalf("a replay past the bound: %v", err)
 			}
 		case <-time.After(time.Minute):
 			t.Fatalf("%d of %d followed replays refused in a minute; want all but 64", refused, tries)
 		}
 	}
-	// The same credentials' output read is refused too; another's is not.
-	if _, err := watcher.Output(t.Context(), schemas.OutputRequest{AgentID: "quiet"}); schemas.CodeOf(err) != schemas.CodeUnavailable {
-		t.Errorf("an output read past the bound: %v", err)
+	// A read of a moment is bounded in all, not per caller; another
+	// credential's replay goes on.
+	if _, err := watcher.Output(t.Context(), schemas.OutputRequest{AgentID: "quiet"}); err != nil {
+		t.Errorf("an output read beside the replays: %v", err)
 	}
 	other := client.NewRemote(s.Connect(t, "observer", "other"), client.Config{})
 	if err := other.Replay(t.Context(), []string{"quiet"}, client.From{}, false, func(client.Replayed, *client.Gap) error { return nil }); err != nil {
@@ -268,5 +270,77 @@ func TestFabricReplayFlowControlUnderCredentials(t *testing.T) {
 		if err != nil || got != n {
 			t.Errorf("the %s's replay: %d of %d events, %v", role, got, n, err)
 		}
+	}
+}
+
+// A requester names any reply subject it likes: an observer naming
+// another's inbox, or namespaces nobody has, made the replays count as
+// theirs, locking the other out or passing every bound. A replay makes
+// no reader of the stream until the reply subject's own subscriber has
+// answered its first flow-control request.
+func TestFabricReplayCountsOnlyCallersThatAnswer(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
+	m := nats.NewMsg(schemas.EventSubject("watched"))
+	m.Data = env
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("watched", 1))
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	eve := s.Connect(t, "observer", "eve")
+	victimReply := schemas.InboxPrefix("observer", "victim")
+	req := []byte(`{"agents":["watched"],"follow":true}`)
+	for i := range 300 {
+		reply := fmt.Sprintf("_INBOX.made-up-%d.x", i)
+		if i < 100 {
+			reply = fmt.Sprintf("%s.x%d", victimReply, i)
+		}
+		if err := eve.PublishRequest(schemas.FabricSubject(schemas.VerbReplay), reply, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eve.Flush()
+	stream, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The victim's own replays are served, however many the forger named
+	// it in.
+	victim := client.NewRemote(s.Connect(t, "observer", "victim"), client.Config{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var following sync.WaitGroup
+	defer following.Wait()
+	defer cancel()
+	got := make(chan error, 4)
+	for range 4 {
+		following.Go(func() {
+			got <- victim.Replay(ctx, []string{"watched"}, client.From{}, true, func(client.Replayed, *client.Gap) error {
+				got <- nil
+				return nil
+			})
+		})
+	}
+	for range 4 {
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("the victim's replay: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the victim's replay gave nothing in 30 s")
+		}
+	}
+	info, err := stream.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers > 20 {
+		t.Errorf("the stream has %d consumers while 300 replays named reply subjects nobody answers; want none of theirs", info.State.Consumers)
 	}
 }
