@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,30 +48,50 @@ func batchAddress(address string) string {
 type batchTransport struct{ transport.Transport }
 
 // Listen is given the context the socket was made with: the bus puts in
-// it the logger that names the peers it drops (withPeerLog).
+// it the logger that names the peers it drops and the marks past which a
+// subscriber's messages are dropped (withPeers).
 func (t batchTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
 	l, err := t.Transport.Listen(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	log, _ := ctx.Value(peerLogKey{}).(*slog.Logger)
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	cfg, _ := ctx.Value(peersKey{}).(peers)
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
 	}
-	return batchListener{l, log}, nil
+	if cfg.hwm <= 0 {
+		cfg.hwm = defaultHWM
+	}
+	if cfg.hwmBytes <= 0 {
+		cfg.hwmBytes = defaultHWMBytes
+	}
+	return batchListener{l, cfg}, nil
 }
 
-type peerLogKey struct{}
+// peers is what a socket's listener does with its peers.
+type peers struct {
+	log      *slog.Logger // names each peer it drops
+	hwm      int          // messages that may wait for one subscriber
+	hwmBytes int          // bytes that may wait for one subscriber
+}
+
+type peersKey struct{}
+
+// withPeers makes the context for a socket whose listener treats its
+// peers as cfg says; a zero field takes its default.
+func withPeers(ctx context.Context, cfg peers) context.Context {
+	return context.WithValue(ctx, peersKey{}, cfg)
+}
 
 // withPeerLog makes the context for a socket whose listener logs, on log,
-// each peer it drops for not speaking ZMTP.
+// each peer it drops.
 func withPeerLog(ctx context.Context, log *slog.Logger) context.Context {
-	return context.WithValue(ctx, peerLogKey{}, log)
+	return withPeers(ctx, peers{log: log})
 }
 
 type batchListener struct {
 	net.Listener
-	log *slog.Logger
+	cfg peers
 }
 
 func (l batchListener) Accept() (net.Conn, error) {
@@ -84,35 +103,60 @@ func (l batchListener) Accept() (net.Conn, error) {
 	// peer that never finishes its greeting would keep every later
 	// subscriber out.
 	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	return newBatchConn(c, l.log), nil
+	return newBatchConn(c, l.cfg), nil
 }
 
 // handshakeTimeout is how long a peer has to greet the bus, and how long
 // a connection zmq4 has stopped reading is kept.
 var handshakeTimeout = 10 * time.Second
 
+// stallTimeout is how long a subscriber may take nothing of what waits
+// for it before it is dropped.
+var stallTimeout = 2 * time.Second
+
 // maxPeerFrame bounds a frame a peer sends the bus: its greeting's
 // command and its subscriptions are small, and zmq4 allocates whatever
 // size a frame claims before reading it.
 const maxPeerFrame = 64 << 10
 
-// batchLimit is how much a connection gathers before a write waits for
-// the subscriber to take some: what a slow subscriber can hold up.
-const batchLimit = 1 << 20
+// The marks past which a subscriber that falls behind has messages
+// dropped, when the bus sets none: libzmq's send high-water mark, which
+// it keeps per subscriber, at ten times Kaimon's 10,000, and a bound on
+// the bytes.
+const (
+	defaultHWM      = 100000
+	defaultHWMBytes = 128 << 20
+)
+
+// chunkLimit is about how much one write to a subscriber carries: what
+// waits for it is kept in chunks of this size, each sent in one write
+// and freed (or reused) once sent.
+const chunkLimit = 1 << 20
 
 // batchConn is a connection whose writes are gathered and sent by a
-// goroutine of its own: a write copies its bytes and returns, unless
-// batchLimit bytes wait already; the first error sending them is
+// goroutine of its own, so zmq4, which sends each message to every
+// subscriber in turn, never waits for one: a write copies its bytes and
+// returns. A subscriber that falls behind by the high-water marks has
+// whole messages dropped (never the greeting or a command, never part of
+// a message) until it has taken half of what waits; one that takes
+// nothing for stallTimeout is dropped. The first error sending is
 // returned by the writes after it.
 type batchConn struct {
 	net.Conn
+	cfg peers
 
-	mu     sync.Mutex
-	cond   *sync.Cond
-	buf    []byte // gathered, not yet sent
-	spare  []byte // the storage last sent, for the next gathering
-	err    error
-	closed bool
+	mu      sync.Mutex
+	cond    *sync.Cond
+	chunks  [][]byte // gathered, not yet taken by the sender, in order
+	spare   []byte   // a chunk sent, for the next gathering
+	out     zmtpSender
+	added   int64   // bytes gathered (dropped ones not counted)
+	taken   int64   // bytes the subscriber has taken
+	ends    []int64 // where the messages not taken yet end, in added
+	behind  bool    // messages are dropped until it catches up
+	dropped int     // messages dropped since it fell behind
+	err     error
+	closed  bool
 
 	peer    zmtpReader  // what the peer has sent, read as ZMTP; only Read touches it
 	reading int         // Reads under way
@@ -120,12 +164,21 @@ type batchConn struct {
 	log     *slog.Logger
 }
 
-func newBatchConn(c net.Conn, log *slog.Logger) *batchConn {
-	b := &batchConn{Conn: c, log: log}
+func newBatchConn(c net.Conn, cfg peers) *batchConn {
+	b := &batchConn{Conn: c, cfg: cfg, log: cfg.log.With(peerArgs(c)...)}
 	b.cond = sync.NewCond(&b.mu)
 	b.idle = time.AfterFunc(handshakeTimeout, b.abandoned)
 	go b.send()
 	return b
+}
+
+// peerArgs names the peer of c for the log: over tcp its address, over
+// ipc (where the system tells) its process.
+func peerArgs(c net.Conn) []any {
+	if a := c.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
+		return []any{"peer", a.String()}
+	}
+	return peerProcess(c)
 }
 
 // abandoned closes the connection if nothing reads it. zmq4 reads every
@@ -147,11 +200,7 @@ func (b *batchConn) drop(why string) {
 	already := b.closed
 	b.mu.Unlock()
 	if !already {
-		args := []any{"why", why}
-		if a := b.RemoteAddr(); a != nil && a.String() != "" && a.String() != "@" {
-			args = append(args, "peer", a.String())
-		}
-		b.log.Warn("dropped a bus peer that does not speak ZMTP", args...)
+		b.log.Warn("dropped a bus peer that does not speak ZMTP", "why", why)
 	}
 	b.Close()
 }
@@ -159,47 +208,119 @@ func (b *batchConn) drop(why string) {
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for len(b.buf) >= batchLimit && b.err == nil && !b.closed {
-		b.cond.Wait()
-	}
 	switch {
 	case b.err != nil:
 		return 0, b.err
 	case b.closed:
 		return 0, net.ErrClosed
 	}
-	b.buf = append(b.buf, p...)
+	n := len(p)
+	for len(p) > 0 {
+		k, dropped, ended := b.out.step(p, b.full)
+		if !dropped {
+			b.gather(p[:k])
+			if ended {
+				b.ends = append(b.ends, b.added)
+			}
+		} else if ended {
+			b.dropped++
+		}
+		p = p[k:]
+	}
 	b.cond.Broadcast()
-	return len(p), nil
+	return n, nil
 }
 
-// send writes what is gathered, as it gathers, until the connection is
-// closed or a write fails.
+// full reports, as a message begins, whether the subscriber is too far
+// behind to be sent it: once it has reached a high-water mark, until it
+// has taken half of what waited.
+func (b *batchConn) full() bool {
+	msgs, bytes := len(b.ends), b.added-b.taken
+	switch {
+	case !b.behind && (msgs >= b.cfg.hwm || bytes >= int64(b.cfg.hwmBytes)):
+		b.behind = true
+		b.log.Warn("a bus subscriber fell too far behind; dropping its messages until it catches up",
+			"waiting-messages", msgs, "waiting-bytes", bytes)
+	case b.behind && msgs <= b.cfg.hwm/2 && bytes <= int64(b.cfg.hwmBytes/2):
+		b.behind = false
+		b.log.Warn("a bus subscriber that fell behind caught up", "dropped-messages", b.dropped)
+		b.dropped = 0
+	}
+	return b.behind
+}
+
+// gather adds p to what waits for the subscriber.
+func (b *batchConn) gather(p []byte) {
+	n := len(b.chunks)
+	if n == 0 || len(b.chunks[n-1]) >= chunkLimit {
+		b.chunks = append(b.chunks, b.spare[:0])
+		b.spare = nil
+		n++
+	}
+	b.chunks[n-1] = append(b.chunks[n-1], p...)
+	b.added += int64(len(p))
+}
+
+// send writes what is gathered, as it gathers, a chunk at a time, until
+// the connection is closed, a write fails, or the subscriber takes
+// nothing for stallTimeout.
 func (b *batchConn) send() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
-		for len(b.buf) == 0 && !b.closed {
+		for len(b.chunks) == 0 && !b.closed {
 			b.cond.Wait()
 		}
 		if b.closed {
 			return
 		}
-		out := b.buf
-		b.buf, b.spare = b.spare[:0], nil
+		out := b.chunks[0]
+		b.chunks[0] = nil
+		b.chunks = b.chunks[1:]
 		b.mu.Unlock()
-		_, err := b.Conn.Write(out)
+		err := b.write(out)
 		b.mu.Lock()
 		if err != nil {
 			b.err = err
 			b.cond.Broadcast()
+			if errors.Is(err, os.ErrDeadlineExceeded) && !b.closed {
+				b.log.Warn(fmt.Sprintf("dropped a bus subscriber that took nothing for %s", stallTimeout),
+					"waiting-messages", len(b.ends), "waiting-bytes", b.added-b.taken)
+				b.mu.Unlock()
+				b.Close()
+				b.mu.Lock()
+			}
 			return
 		}
-		if cap(out) <= batchLimit {
+		if cap(out) <= 2*chunkLimit {
 			b.spare = out
 		}
-		b.cond.Broadcast()
 	}
+}
+
+// write sends out, and fails with os.ErrDeadlineExceeded once the
+// subscriber has taken none of it for stallTimeout: a write that sends
+// some is progress.
+func (b *batchConn) write(out []byte) error {
+	for len(out) > 0 {
+		b.Conn.SetWriteDeadline(time.Now().Add(stallTimeout))
+		n, err := b.Conn.Write(out)
+		out = out[n:]
+		if n > 0 {
+			b.mu.Lock()
+			b.taken += int64(n)
+			i := 0
+			for i < len(b.ends) && b.ends[i] <= b.taken {
+				i++
+			}
+			b.ends = b.ends[i:]
+			b.mu.Unlock()
+		}
+		if err != nil && (n == 0 || !errors.Is(err, os.ErrDeadlineExceeded)) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Read reads what the peer sends, as ZMTP: a frame claiming more than
@@ -244,63 +365,4 @@ func (b *batchConn) Close() error {
 	b.cond.Broadcast()
 	b.mu.Unlock()
 	return b.Conn.Close()
-}
-
-// zmtpReader follows the bytes a peer sends: the 64-byte greeting, then
-// frames (a flags byte, a size of one byte or, when the flags say long,
-// eight, and the body).
-type zmtpReader struct {
-	greeting int // greeting bytes read
-	frames   int // frames read whole
-	head     [9]byte
-	headLen  int
-	body     uint64 // body bytes still to come
-}
-
-const zmtpGreeting = 64
-
-// greeted reports whether the greeting and the first command (the
-// handshake's READY) are in.
-func (z *zmtpReader) greeted() bool { return z.greeting == zmtpGreeting && z.frames > 0 }
-
-// feed takes the next bytes the peer sent; an error when a frame claims
-// more than maxPeerFrame.
-func (z *zmtpReader) feed(p []byte) error {
-	for len(p) > 0 {
-		switch {
-		case z.greeting < zmtpGreeting:
-			k := min(zmtpGreeting-z.greeting, len(p))
-			z.greeting += k
-			p = p[k:]
-		case z.body > 0:
-			k := min(z.body, uint64(len(p)))
-			z.body -= k
-			p = p[k:]
-			if z.body == 0 {
-				z.frames++
-			}
-		default:
-			z.head[z.headLen] = p[0]
-			z.headLen++
-			p = p[1:]
-			long := z.head[0]&0x02 != 0
-			var size uint64
-			switch {
-			case !long && z.headLen == 2:
-				size = uint64(z.head[1])
-			case long && z.headLen == 9:
-				size = binary.BigEndian.Uint64(z.head[1:9])
-			default:
-				continue
-			}
-			if size > maxPeerFrame {
-				return fmt.Errorf("a frame of %d bytes, more than %d", size, maxPeerFrame)
-			}
-			z.headLen, z.body = 0, size
-			if size == 0 {
-				z.frames++
-			}
-		}
-	}
-	return nil
 }

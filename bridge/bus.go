@@ -36,9 +36,13 @@ type BusConfig struct {
 	// the bus is killed may be lost, like anything a dying PUB socket
 	// had queued.
 	StateFile string
-	// HWM is how many messages may queue for subscribers before new ones
-	// are dropped (ZeroMQ's send high-water mark); 100000 when zero.
+	// HWM is how many messages may wait for one subscriber before new
+	// ones are dropped for it (ZeroMQ's send high-water mark, which
+	// libzmq keeps per subscriber); 100000 when zero.
 	HWM int
+	// HWMBytes is how many bytes may wait for one subscriber before new
+	// messages are dropped for it; 128 MiB when zero.
+	HWMBytes int
 	// Grace is how long a starting bus waits for a subscriber to
 	// (re)connect before it sends what it missed, and for a previous
 	// bus's pull requests on Durable to go; 2s when zero.
@@ -81,7 +85,10 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 		}
 	}
 	if cfg.HWM == 0 {
-		cfg.HWM = 100000
+		cfg.HWM = defaultHWM
+	}
+	if cfg.HWMBytes == 0 {
+		cfg.HWMBytes = defaultHWMBytes
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 2 * time.Second
@@ -109,7 +116,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := claim(b.cfg.Address); err != nil {
 		return err
 	}
-	pub := zmq4.NewPub(withPeerLog(ctx, b.log))
+	pub := zmq4.NewPub(withPeers(ctx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes}))
 	defer pub.Close()
 	if err := pub.SetOption(zmq4.OptionHWM, b.cfg.HWM); err != nil {
 		return err
