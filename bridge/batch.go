@@ -150,11 +150,12 @@ type batchConn struct {
 	chunks  [][]byte // gathered, not yet taken by the sender, in order
 	spare   []byte   // a chunk sent, for the next gathering
 	out     zmtpSender
-	added   int64   // bytes gathered (dropped ones not counted)
-	taken   int64   // bytes the subscriber has taken
-	ends    []int64 // where the messages not taken yet end, in added
-	behind  bool    // messages are dropped until it catches up
-	dropped int     // messages dropped since it fell behind
+	added   int64     // bytes gathered (dropped ones not counted)
+	taken   int64     // bytes the subscriber has taken
+	ends    []int64   // where the messages not taken yet end, in added
+	behind  bool      // messages are dropped until it catches up
+	dropped int       // messages dropped since the last warning
+	warned  time.Time // when falling behind was last logged
 	err     error
 	closed  bool
 
@@ -233,21 +234,28 @@ func (b *batchConn) Write(p []byte) (int, error) {
 
 // full reports, as a message begins, whether the subscriber is too far
 // behind to be sent it: once it has reached a high-water mark, until it
-// has taken half of what waited.
+// has taken half of what waited. Falling behind is logged at most once
+// a minute, with how many messages were dropped since the last time.
 func (b *batchConn) full() bool {
 	msgs, bytes := len(b.ends), b.added-b.taken
 	switch {
 	case !b.behind && (msgs >= b.cfg.hwm || bytes >= int64(b.cfg.hwmBytes)):
 		b.behind = true
-		b.log.Warn("a bus subscriber fell too far behind; dropping its messages until it catches up",
-			"waiting-messages", msgs, "waiting-bytes", bytes)
+		if now := time.Now(); now.Sub(b.warned) >= behindWarnEvery {
+			b.warned = now
+			b.log.Warn("a bus subscriber fell too far behind; dropping its messages until it catches up",
+				"waiting-messages", msgs, "waiting-bytes", bytes, "dropped-since-last-warning", b.dropped)
+			b.dropped = 0
+		}
 	case b.behind && msgs <= b.cfg.hwm/2 && bytes <= int64(b.cfg.hwmBytes/2):
 		b.behind = false
-		b.log.Warn("a bus subscriber that fell behind caught up", "dropped-messages", b.dropped)
-		b.dropped = 0
 	}
 	return b.behind
 }
+
+// behindWarnEvery is how often a subscriber falling behind is logged at
+// most.
+const behindWarnEvery = time.Minute
 
 // gather adds p to what waits for the subscriber.
 func (b *batchConn) gather(p []byte) {
