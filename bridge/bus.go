@@ -56,7 +56,12 @@ type BusConfig struct {
 	// Agents limits the bus to these agents' events; every agent's when
 	// empty.
 	Agents []string
-	Logger *slog.Logger
+	// LoopbackOnly refuses a tcp Address off loopback: the bus has no
+	// credentials and carries every agent's prompts and tool output, so
+	// a fabric that requires credentials must not publish it to the
+	// network.
+	LoopbackOnly bool
+	Logger       *slog.Logger
 }
 
 // Bus republishes every agent event onto Kaimon's ZeroMQ bus: two frames,
@@ -73,8 +78,14 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("the bus needs a NATS connection")
 	}
-	if _, _, err := splitEndpoint(cfg.Address); err != nil {
+	network, addr, err := splitEndpoint(cfg.Address)
+	if err != nil {
 		return nil, err
+	}
+	if network == "tcp" && cfg.LoopbackOnly {
+		if host, _, err := net.SplitHostPort(addr); err != nil || !isLoopbackHost(host) {
+			return nil, fmt.Errorf("refusing to publish the Kaimon bus on %s: the bus has no credentials and carries every agent's prompts and tool output, and this fabric requires credentials; give an ipc:// address, or a loopback one such as tcp://127.0.0.1:9878", cfg.Address)
+		}
 	}
 	if cfg.Durable == "" {
 		cfg.Durable = "shoal-bus"

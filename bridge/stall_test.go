@@ -190,3 +190,28 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// A fabric that requires credentials refuses to publish the bus, which
+// has none, off loopback over tcp; ipc and loopback addresses are taken.
+func TestBusLoopbackOnlyRefusesTCPOffLoopback(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	nc := natstest.Connect(t, b)
+	for _, address := range []string{"tcp://0.0.0.0:9878", "tcp://:9878", "tcp://*:9878", "tcp://192.0.2.1:9878", "tcp://[::]:9878", "tcp://example.com:9878", "tcp://127.0.0.1"} {
+		_, err := bridge.NewBus(bridge.BusConfig{Conn: nc, Address: address, LoopbackOnly: true})
+		if err == nil || !strings.Contains(err.Error(), "no credentials") || !strings.Contains(err.Error(), "ipc://") {
+			t.Errorf("%s with LoopbackOnly: %v", address, err)
+		}
+		if address == "tcp://127.0.0.1" {
+			continue // no port: refused either way
+		}
+		if _, err := bridge.NewBus(bridge.BusConfig{Conn: nc, Address: address}); err != nil {
+			t.Errorf("%s without LoopbackOnly: %v", address, err)
+		}
+	}
+	for _, address := range []string{"tcp://127.0.0.1:9878", "tcp://localhost:9878", "tcp://[::1]:9878", "ipc:///tmp/kaimon-events.sock"} {
+		if _, err := bridge.NewBus(bridge.BusConfig{Conn: nc, Address: address, LoopbackOnly: true}); err != nil {
+			t.Errorf("%s with LoopbackOnly: %v", address, err)
+		}
+	}
+}

@@ -136,6 +136,7 @@ func TestSecuredPool(t *testing.T) {
 
 // A NATS listener off loopback needs authentication, and an MCP listener
 // off loopback a token: the coordinator refuses to start without them.
+// With a token (or --auth), the Kaimon bus is refused off loopback.
 func TestOffLoopbackNeedsAuthentication(t *testing.T) {
 	t.Parallel()
 	code, _, errOut := runShoal(t, t.TempDir(), nil, "up", "--host", "0.0.0.0", "--no-node", "--no-bus")
@@ -149,6 +150,12 @@ func TestOffLoopbackNeedsAuthentication(t *testing.T) {
 	code, _, errOut = runShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--mcp-listen", "0.0.0.0:0", "--no-node", "--no-bus")
 	if code != 2 || !strings.Contains(errOut, "without a bearer token") {
 		t.Errorf("up --mcp-listen 0.0.0.0:0: exit %d, %q", code, errOut)
+	}
+	// The bus has no credentials: where the fabric asks for them, it
+	// stays off the network.
+	code, _, errOut = runShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--mcp-token", "secret", "--bus", "tcp://0.0.0.0:0", "--no-node")
+	if code != 2 || !strings.Contains(errOut, "refusing to publish the Kaimon bus on tcp://0.0.0.0:0: the bus has no credentials") {
+		t.Errorf("up --mcp-token --bus tcp://0.0.0.0:0: exit %d, %q", code, errOut)
 	}
 	code, _, errOut = runShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem", "--no-node", "--no-bus")
 	if code != 2 || !strings.Contains(errOut, "/nonexistent/cert.pem") {

@@ -153,7 +153,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.publicURL, "public-url", "", "the `URL` browsers and MCP clients reach the endpoint at through a reverse proxy (e.g. https://shoal.example.com); needs a token")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint (and so no web dashboard)")
 	fs.BoolVar(&o.noWeb, "no-web", false, "serve no web dashboard at / beside the MCP endpoint")
-	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock)")
+	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock); tcp:// off loopback is refused with --auth or an MCP token")
 	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
 	fs.BoolVar(&o.auth, "auth", false, "require credentials from every client, node and leaf node (issue them with shoal creds)")
 	fs.StringVar(&o.authDir, "auth-dir", "", "`directory` of the keys that sign credentials (default: $XDG_DATA_HOME/shoal/auth)")
@@ -722,6 +722,9 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 		Conn: nc, Address: address, Logger: log,
 		StateFile: filepath.Join(dataHome(env.getenv), "shoal", "bus.pos"),
 		Grace:     500 * time.Millisecond,
+		// Where the fabric asks for credentials, the bus, which has
+		// none, stays off the network.
+		LoopbackOnly: o.auth || o.external.creds != "" || o.mcpToken != "" || o.mcpObserver != "",
 	})
 	if err != nil {
 		nc.Close()
