@@ -138,7 +138,7 @@ const chunkLimit = 1 << 20
 // subscriber in turn, never waits for one: a write copies its bytes and
 // returns. A subscriber that falls behind by the high-water marks has
 // whole messages dropped (never the greeting or a command, never part of
-// a message) until it has taken half of what waits; one that takes
+// a message) until what waits is down to half the marks; one that takes
 // nothing for stallTimeout is dropped. The first error sending is
 // returned by the writes after it.
 type batchConn struct {
@@ -233,8 +233,8 @@ func (b *batchConn) Write(p []byte) (int, error) {
 }
 
 // full reports, as a message begins, whether the subscriber is too far
-// behind to be sent it: once it has reached a high-water mark, until it
-// has taken half of what waited. Falling behind is logged at most once
+// behind to be sent it: once it has reached a high-water mark, until
+// what waits is down to half of both. Falling behind is logged at most once
 // a minute, with how many messages were dropped since the last time.
 func (b *batchConn) full() bool {
 	msgs, bytes := len(b.ends), b.added-b.taken
