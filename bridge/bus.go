@@ -129,6 +129,9 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	pub := zmq4.NewPub(withPeers(ctx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes}))
 	defer pub.Close()
+	// zmq4's one queue for the socket, ahead of each subscriber's own:
+	// a message waits in it only until it is copied for each subscriber,
+	// who never makes it wait (batchConn).
 	if err := pub.SetOption(zmq4.OptionHWM, b.cfg.HWM); err != nil {
 		return err
 	}
