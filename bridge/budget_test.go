@@ -94,6 +94,34 @@ func TestDoorTakesAChildsBudgetOutOfItsParents(t *testing.T) {
 	if got := budget("thrifty"); got.Tokens != 6500 {
 		t.Errorf("the parent's budget after giving 500: %+v, want 6500 tokens", got)
 	}
+	// An id in use takes nothing and changes no budget; a retry of the
+	// same open takes nothing again.
+	if text, isErr := open("kid", 3000); !isErr || !strings.Contains(text, "in use") {
+		t.Errorf("an open of a child in use: %q", text)
+	}
+	if got, kid := budget("thrifty"), budget("kid"); got.Tokens != 6500 || kid.Tokens != 3000 {
+		t.Errorf("after an open of an id in use: the parent's %+v (want 6500), the child's %+v (want 3000)", got, kid)
+	}
+	same := map[string]any{"cwd": work, "id": "kid4", "budget_tokens": 1000, "request_id": "same-open"}
+	for range 2 {
+		if text, isErr := call(t, as, "agent_open", same); isErr {
+			t.Fatalf("an open and its retry: %s", text)
+		}
+	}
+	if got := budget("thrifty"); got.Tokens != 5500 {
+		t.Errorf("the parent's budget after an open and its retry of 1000: %+v, want 5500", got)
+	}
+	// A closed child reopened is given what its new life may spend, on
+	// top of what its lives used.
+	if text, isErr := call(t, as, "agent_close", map[string]any{"agent_id": "kid"}); isErr {
+		t.Fatalf("closing the child: %s", text)
+	}
+	if text, isErr := open("kid", 2000); isErr {
+		t.Fatalf("reopening the child: %s", text)
+	}
+	if got, kid := budget("thrifty"), budget("kid"); got.Tokens != 3500 || kid.Tokens != 2000 || kid.GrantedBy != "thrifty" {
+		t.Errorf("after reopening the child with 2000: the parent's %+v (want 3500), the child's %+v (want 2000 granted by thrifty)", got, kid)
+	}
 	// A person's open is not held to any of it.
 	person := fb.client(nil)
 	var rep schemas.OpenReply

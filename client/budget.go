@@ -130,29 +130,71 @@ func (r *Remote) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 // the agent it grew from, as an agent raises no budget and opening
 // children was a way around its own. A parent under a budget gives each
 // child one, less than what it has left; a parent without one gives what
-// the open asks. A budget set on the child's id beforehand (by a person)
-// is not raised by the open either. undo puts back what was taken, for
-// an open that did not happen.
+// the open asks. The child's budget is written here, marked as its
+// parent's gift (granted_by); a reopened child's new life may spend what
+// it is given on top of what its lives used. A budget a person set on the
+// id (none marked) is not raised: the child keeps it, and the parent
+// gives no more than it leaves. Nothing is drawn or written for an id in
+// use (a retry of this same open, or another's agent): the open answers
+// which. undo puts back what was taken and written, for an open that did
+// not happen.
 func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (undo func(context.Context), err error) {
+	nothing := func(context.Context) {}
+	want := schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD}
+	req.BudgetTokens, req.BudgetUSD = 0, 0 // written here, or not at all
+	child, _, err := f.record(ctx, req.ID)
+	switch {
+	case schemas.CodeOf(err) == schemas.CodeNotFound:
+		child = schemas.AgentRecord{}
+	case err != nil:
+		return nil, err
+	case child.Status != schemas.StatusDead && child.Status != schemas.StatusClosed:
+		return nothing, nil
+	}
 	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
-	want := schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD}
-	preset, _, err := budgetOf(ctx, kv, req.ID)
+	before, _, err := budgetOf(ctx, kv, req.ID)
 	if err != nil {
 		return nil, err
 	}
-	want = want.Within(preset)
-	nothing := func(context.Context) {}
+	childUsed := child.AllLives()
+	var gives schemas.Budget // the child's budget, as written
+	if !before.IsZero() && before.GrantedBy == "" {
+		// A person's: kept, and the parent gives at most what it leaves.
+		want = want.Within(before.Left(childUsed))
+		gives = before
+	} else if !want.IsZero() {
+		gives = want.After(childUsed)
+		gives.GrantedBy = req.Parent
+	}
+	write := func(ctx context.Context, b schemas.Budget) error {
+		if b.IsZero() {
+			if err := kv.Delete(ctx, req.ID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return schemas.Errf(schemas.CodeUnavailable, "lift agent %s's budget: %v", req.ID, err)
+			}
+			return nil
+		}
+		v, _ := json.Marshal(b)
+		if _, err := kv.Put(ctx, req.ID, v); err != nil {
+			return schemas.Errf(schemas.CodeUnavailable, "set agent %s's budget: %v", req.ID, err)
+		}
+		return nil
+	}
 	for try := 0; ; try++ {
 		have, rev, err := budgetOf(ctx, kv, req.Parent)
 		if err != nil {
 			return nil, err
 		}
 		if have.IsZero() {
-			req.BudgetTokens, req.BudgetUSD = want.Tokens, want.USD
-			return nothing, nil
+			if gives == before {
+				return nothing, nil
+			}
+			if err := write(ctx, gives); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) { write(ctx, before) }, nil
 		}
 		parent, _, err := f.record(ctx, req.Parent)
 		if err != nil {
@@ -167,16 +209,24 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 			return nil, schemas.Errf(schemas.CodeInvalid, "agent %s runs under a budget of %s and has used %s of it: its child's budget is taken out of what is left, so give the child one (budget_tokens, budget_usd) in each, less than what is left (asked: %s)",
 				req.Parent, have, spent, want)
 		}
-		rest := have.Less(want)
-		v, _ := json.Marshal(rest)
+		v, _ := json.Marshal(have.Less(want))
 		if _, err := kv.Update(ctx, req.Parent, v, rev); err != nil {
 			if try < 8 && ctx.Err() == nil {
 				continue // another open of the family drew on it meanwhile
 			}
 			return nil, schemas.Errf(schemas.CodeUnavailable, "take agent %s's child's budget out of its own: %v", req.Parent, err)
 		}
-		req.BudgetTokens, req.BudgetUSD = want.Tokens, want.USD
-		return func(ctx context.Context) { f.giveBack(ctx, kv, req.Parent, want) }, nil
+		back := func(ctx context.Context) {
+			f.giveBack(ctx, kv, req.Parent, want)
+			write(ctx, before)
+		}
+		if gives != before {
+			if err := write(ctx, gives); err != nil {
+				back(context.WithoutCancel(ctx))
+				return nil, err
+			}
+		}
+		return back, nil
 	}
 }
 

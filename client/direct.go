@@ -151,8 +151,8 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	rep, err := f.openBudgeted(ctx, req, ship)
 	if err != nil {
 		// What the parent gave goes back to it unless the child may have
-		// opened after all (its record is there).
-		if _, _, rerr := f.record(context.WithoutCancel(ctx), req.ID); schemas.CodeOf(rerr) == schemas.CodeNotFound {
+		// opened after all (a life of it made by this request is there).
+		if rec, _, rerr := f.record(context.WithoutCancel(ctx), req.ID); schemas.CodeOf(rerr) == schemas.CodeNotFound || (rerr == nil && rec.RequestID != req.RequestID) {
 			undo(context.WithoutCancel(ctx))
 		}
 	}

@@ -74,6 +74,10 @@ func ValidLabel(label string) error {
 type Budget struct {
 	Tokens int64   `json:"tokens,omitempty"`
 	USD    float64 `json:"usd,omitempty"`
+	// GrantedBy is the agent whose budget this one was taken out of, when
+	// that agent's open of its child gave it; empty for a budget a person
+	// set, which an agent's open never raises.
+	GrantedBy string `json:"granted_by,omitempty"`
 }
 
 // IsZero reports whether b limits nothing.
@@ -123,6 +127,36 @@ func (b Budget) Grants(want Budget, used Usage) bool {
 		}
 	}
 	return true
+}
+
+// Left is what is left of b in each of tokens and dollars it limits once
+// u is used, at least the smallest amount that still limits (a budget of
+// 0 limits nothing): a budget used up leaves one token, or a hundredth of
+// a cent, which a turn then passes at once.
+func (b Budget) Left(u Usage) Budget {
+	l := Budget{GrantedBy: b.GrantedBy}
+	if b.Tokens > 0 {
+		l.Tokens = max(b.Tokens-TokensOf(u), 1)
+	}
+	if b.USD > 0 {
+		l.USD = b.USD
+		if u.CostUSD != nil {
+			l.USD = max(b.USD-*u.CostUSD, 0.0001)
+		}
+	}
+	return l
+}
+
+// After is b on top of what u used: a budget over every life of an agent
+// that lets the next one spend b.
+func (b Budget) After(u Usage) Budget {
+	if b.Tokens > 0 {
+		b.Tokens += TokensOf(u)
+	}
+	if b.USD > 0 && u.CostUSD != nil {
+		b.USD += *u.CostUSD
+	}
+	return b
 }
 
 // Less is b with what of it was given away taken out, in each of tokens
