@@ -140,6 +140,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.sweep(ctx, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost")
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // it ended with ctx, which the select saw second
+				}
 				return errors.New("the node watch ended")
 			}
 			if e == nil {

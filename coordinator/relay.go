@@ -162,8 +162,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	// node's flood waits on itself alone; a node's heartbeats have a share
 	// of their own, so they never wait behind its other work either.
 	// Events are forwarded in the order they arrive.
-	work := newShares(relayInFlight, relayWaiting)
-	beats := newShares(1, 1)
+	work := newShares(relayInFlight, relayWaiting, relayWaitingBytes)
+	beats := newShares(1, beatsWaiting, beatsWaitingBytes)
 	defer beats.stop()
 	defer work.stop()
 	async := func(in *shares, h func(context.Context, *nats.Msg)) nats.MsgHandler {
@@ -172,7 +172,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if !ok {
 				return
 			}
-			if !in.do(node, func() { h(ctx, m) }) {
+			if !in.do(node, len(m.Data), func() { h(ctx, m) }) {
 				r.busy(m, node, op, in.inFlight+in.waiting)
 			}
 		}
@@ -232,11 +232,21 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// relayInFlight and relayWaiting are each node's share of the relay's
-// work: this many of its operations at once, this many more waiting.
+// relayInFlight, relayWaiting and relayWaitingBytes are each node's
+// share of the relay's work: this many of its operations at once, this
+// many more waiting, holding at most so many bytes of messages; past
+// that the node is answered busy (schemas.HeaderRelayBusy) and sends the
+// operation again after a moment, so an honest burst (a record written
+// for each of hundreds of agents starting their turns at once) is slowed,
+// not lost, and a flood waits on itself, bounded in memory. Heartbeats
+// (and the records of a node's load written at each open) have a share
+// of their own.
 const (
-	relayInFlight = 8
-	relayWaiting  = 64
+	relayInFlight     = 8
+	relayWaiting      = 256
+	relayWaitingBytes = 64 << 20
+	beatsWaiting      = 64
+	beatsWaitingBytes = 4 << 20
 )
 
 // busy answers an operation of node's that its share of the relay's work
@@ -248,14 +258,21 @@ func (r *Relay) busy(m *nats.Msg, node string, op schemas.RelayOp, held int) {
 		return
 	}
 	msg := fmt.Sprintf("node %s has %d relay operations running or waiting already; %s is not taken: send it again once they are answered", node, held, op)
+	var body any
 	switch op {
 	case schemas.RelayRecord, schemas.RelayBeat, schemas.RelayPermit:
-		replyJSON(r.nc, m.Reply, pubAckError(503, 0, msg))
+		body = pubAckError(503, 0, msg)
 	case schemas.RelayBundleGet, schemas.RelayBundlePut:
 		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "%s", msg))
+		return
 	default:
-		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%s", msg)})
+		body = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%s", msg)}
 	}
+	b, _ := json.Marshal(body)
+	answer := nats.NewMsg(m.Reply)
+	answer.Header.Set(schemas.HeaderRelayBusy, strconv.Itoa(held))
+	answer.Data = b
+	r.nc.PublishMsg(answer)
 }
 
 func (r *Relay) watchOwners(w jetstream.KeyWatcher) {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -774,4 +775,46 @@ func TestRelayHoldsPermissionRequestsToTheirBounds(t *testing.T) {
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
 	_, err = js.PublishMsg(ctx, m)
 	refused("a record of 300 KiB", err, "bytes; an agent record is at most 262144")
+}
+
+// A confined node's honest burst is slowed by its share of the relay's
+// work, never lost: three hundred agents opened on it at once, and a turn
+// sent to each at once, each writing its record through the relay, are
+// far more operations than the share holds waiting. Those answered busy
+// are sent again by the node; every open and turn goes through and every
+// record says so.
+func TestRelaySlowsAConfinedNodesBurstAndLosesNothing(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	s.StartNode(t, "busy")
+	ctx := natstest.Context(t, 3*time.Minute)
+	const n = 300
+	var opening sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		opening.Go(func() {
+			if _, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: fmt.Sprintf("a%d", i), Node: "busy"}); err != nil {
+				errs <- fmt.Errorf("open a%d: %w", i, err)
+			}
+		})
+	}
+	opening.Wait()
+	for i := range n {
+		opening.Go(func() {
+			if _, err := s.F.Run(ctx, schemas.RunRequest{AgentID: fmt.Sprintf("a%d", i), Text: "hello"}); err != nil {
+				errs <- fmt.Errorf("run a%d: %w", i, err)
+			}
+		})
+	}
+	opening.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range n {
+		rec, err := s.F.Status(ctx, fmt.Sprintf("a%d", i))
+		if err != nil || rec.Status != schemas.StatusIdle || rec.Turn != 1 {
+			t.Fatalf("agent a%d after its turn: %+v %v", i, rec, err)
+		}
+	}
 }

@@ -5,12 +5,13 @@ import (
 )
 
 // shares gives each node a bounded share of the relay's work: at most
-// inFlight of a node's operations run at once, at most waiting more wait
-// for them, in order, and past that the node is answered that it is busy.
+// inFlight of a node's operations run at once, at most waiting more (and
+// holding at most waitingBytes of messages) wait for them, in order, and
+// past that the node is answered that it is busy.
 // A node's flood waits on its own operations only, never on another
 // node's: there is no pool the nodes share.
 type shares struct {
-	inFlight, waiting int
+	inFlight, waiting, waitingBytes int
 
 	mu      sync.Mutex
 	nodes   map[string]*share // only the nodes with work running
@@ -20,18 +21,26 @@ type shares struct {
 
 // share is one node's operations: those waiting, and how many run.
 type share struct {
-	queue   []func()
+	queue   []queued
+	bytes   int // of the messages waiting
 	running int
 }
 
-func newShares(inFlight, waiting int) *shares {
-	return &shares{inFlight: inFlight, waiting: waiting, nodes: map[string]*share{}}
+// queued is an operation waiting, and the bytes of its message.
+type queued struct {
+	job  func()
+	size int
 }
 
-// do runs job as one of node's operations, now or after the node's
-// operations before it; false when the node has too many waiting already
-// (or the relay is stopping), and job will not run.
-func (s *shares) do(node string, job func()) bool {
+func newShares(inFlight, waiting, waitingBytes int) *shares {
+	return &shares{inFlight: inFlight, waiting: waiting, waitingBytes: waitingBytes, nodes: map[string]*share{}}
+}
+
+// do runs job, whose message is size bytes, as one of node's operations,
+// now or after the node's operations before it; false when the node has
+// too many waiting already (or the relay is stopping), and job will not
+// run.
+func (s *shares) do(node string, size int, job func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -42,10 +51,11 @@ func (s *shares) do(node string, job func()) bool {
 		sh = &share{}
 		s.nodes[node] = sh
 	}
-	if sh.running >= s.inFlight && len(sh.queue) >= s.waiting {
+	if sh.running >= s.inFlight && (len(sh.queue) >= s.waiting || sh.bytes+size > s.waitingBytes) {
 		return false
 	}
-	sh.queue = append(sh.queue, job)
+	sh.queue = append(sh.queue, queued{job, size})
+	sh.bytes += size
 	if sh.running < s.inFlight {
 		sh.running++
 		s.work.Add(1)
@@ -67,11 +77,12 @@ func (s *shares) run(node string, sh *share) {
 			s.mu.Unlock()
 			return
 		}
-		job := sh.queue[0]
-		sh.queue[0] = nil
+		next := sh.queue[0]
+		sh.queue[0] = queued{}
 		sh.queue = sh.queue[1:]
+		sh.bytes -= next.size
 		s.mu.Unlock()
-		job()
+		next.job()
 	}
 }
 

@@ -277,9 +277,9 @@ func (s *relayStore) write(ctx context.Context, id string, val []byte, rev uint6
 
 // publish sends a write through the relay and reads the acknowledgement.
 func (s *relayStore) publish(ctx context.Context, m *nats.Msg) (uint64, error) {
-	rep, err := s.nc.RequestMsgWithContext(ctx, m)
+	rep, err := s.request(ctx, m)
 	if err != nil {
-		return 0, relayErr(err)
+		return 0, err
 	}
 	var ack struct {
 		Seq   uint64              `json:"seq"`
@@ -370,11 +370,34 @@ func (s *relayStore) ask(ctx context.Context, op schemas.RelayOp, req, rep any, 
 	if req != nil {
 		body, _ = json.Marshal(req)
 	}
-	m, err := s.nc.RequestWithContext(ctx, schemas.RelaySubject(s.node, op, agent...), body)
+	m, err := s.request(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, op, agent...), Data: body})
 	if err != nil {
-		return relayErr(err)
+		return err
 	}
 	return schemas.DecodeReply(m.Data, rep)
+}
+
+// request asks the relay m and returns its answer. An answer that the
+// node's share of the relay's work was full (schemas.HeaderRelayBusy:
+// nothing was done) is asked again after a moment, longer each time,
+// until ctx ends.
+func (s *relayStore) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	wait := 20 * time.Millisecond
+	for {
+		rep, err := s.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return nil, relayErr(err)
+		}
+		if rep.Header.Get(schemas.HeaderRelayBusy) == "" {
+			return rep, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, schemas.Errf(schemas.CodeUnavailable, "the relay was busy with this node's other operations: %s", rep.Data)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 func relayErr(err error) error {

@@ -485,6 +485,11 @@ const (
 	// client to answer (flow control and liveness), "end" ends it, "error"
 	// ends it with an ErrorReply as the body.
 	HeaderReplay = "Shoal-Replay"
+	// HeaderRelayBusy marks the relay's answer to an operation of a
+	// confined node that the node's share of the relay's work had no room
+	// for (its value is the share's size): nothing was done, and the node
+	// sends it again after a moment.
+	HeaderRelayBusy = "Shoal-Relay-Busy"
 	// HeaderSeq is the event's stream sequence.
 	HeaderSeq = "Shoal-Seq"
 	// HeaderStored is when the stream stored the event, RFC 3339 UTC.

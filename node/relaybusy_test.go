@@ -1,0 +1,55 @@
+package node
+
+import (
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A relay answering busy (the node's share of its work was full: nothing
+// was done) is asked again: a record write and a question each go
+// through once the relay has room, and one that never has room fails
+// when its context ends, saying so.
+func TestRelayStoreAsksAgainWhileTheRelayIsBusy(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	relay := natstest.Connect(t, b)
+	var asked atomic.Int64
+	busy := func(m *nats.Msg, body string) {
+		a := nats.NewMsg(m.Reply)
+		a.Header.Set(schemas.HeaderRelayBusy, "72")
+		a.Data = []byte(body)
+		relay.PublishMsg(a)
+	}
+	if _, err := relay.Subscribe(schemas.RelaySubject("n1", schemas.RelayRecord, "a1"), func(m *nats.Msg) {
+		if asked.Add(1) <= 3 {
+			busy(m, `{"error":{"code":503,"description":"node n1 has 72 relay operations running or waiting already"}}`)
+			return
+		}
+		m.Respond([]byte(`{"stream":"KV_shoal_agents","seq":42}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Subscribe(schemas.RelaySubject("n1", schemas.RelayOwned), func(m *nats.Msg) {
+		busy(m, `{"error":{"code":"unavailable","message":"node n1 has 72 relay operations running or waiting already"}}`)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	relay.Flush()
+	s := &relayStore{nc: natstest.Connect(t, b), node: "n1"}
+	rec, _ := json.Marshal(schemas.AgentRecord{ID: "a1"})
+	seq, err := s.update(natstest.Context(t, 30e9), "a1", rec, 7)
+	if err != nil || seq != 42 || asked.Load() != 4 {
+		t.Fatalf("a record write through a relay busy three times: seq %d, %v, asked %d times", seq, err, asked.Load())
+	}
+	_, err = s.owned(natstest.Context(t, 1e9))
+	if err == nil || !strings.Contains(err.Error(), "the relay was busy with this node's other operations") {
+		t.Errorf("a question the relay never has room for: %v", err)
+	}
+}
