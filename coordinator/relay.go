@@ -484,8 +484,9 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 		n, err := r.waiting(ctx, id, rec.RequestID)
 		switch {
 		case err != nil:
-			replyJSON(r.nc, m.Reply, pubAckError(503, 0, fmt.Sprintf("count agent %s's permission requests: %v", id, err)))
-			return
+			// The bound is a guard, not the request's business: one that
+			// cannot be counted is stored, and the count's trouble logged.
+			r.warn(node+"/permits", "could not count an agent's permission requests waiting; storing the new one", "agent", id, "err", err)
 		case n >= schemas.MaxPendingPerAgent:
 			r.refuse(m, node, id, fmt.Errorf("agent %s has %d permission requests waiting already, the most an agent may (schemas.MaxPendingPerAgent); a new one may wait once one is answered", id, n))
 			return
@@ -493,6 +494,10 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data})
 }
+
+// permitsCounted is how many of an agent's latest permission requests
+// the relay reads to count those waiting.
+const permitsCounted = 512
 
 // waiting counts agent id's permission requests that wait for an answer
 // in the bucket, but for request.
@@ -507,10 +512,24 @@ func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
 		return 0, err
 	}
 	defer keys.Stop()
-	n := 0
+	var all []string
 	for key := range keys.Keys() {
-		if key == schemas.PermitKey(id, request) {
-			continue
+		if key != schemas.PermitKey(id, request) {
+			all = append(all, key)
+		}
+	}
+	if len(all) < schemas.MaxPendingPerAgent {
+		return len(all), ctx.Err() // not enough to be past the bound, answered or not
+	}
+	// The newest writes only: what waits was written lately (the monitor
+	// denies what waits past its deadline), and the answered stay for
+	// days, each written again as it was answered. A request waiting
+	// behind permitsCounted later writes is not counted: the bound is a
+	// guard against a flood, which is all recent writes.
+	n := 0
+	for i, key := range slices.Backward(all) {
+		if n >= schemas.MaxPendingPerAgent || i < len(all)-permitsCounted {
+			break
 		}
 		e, err := r.permits.Get(ctx, key)
 		if err != nil {

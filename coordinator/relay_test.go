@@ -818,3 +818,41 @@ func TestRelaySlowsAConfinedNodesBurstAndLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// An agent asked under `ask` for a week keeps its answered requests in
+// the bucket for the week: counting what waits read each one, and past
+// some tens of thousands the count ran out of its time and the new
+// request was not stored, so no person saw it. The count reads only what
+// it must, and one it cannot finish stores the request all the same.
+func TestRelayStoresARequestBesideManyAnswered(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 3*time.Minute)
+	_, js, _ := givenMine(t, s, ctx)
+	admin := s.F.JetStream()
+	answered := schemas.Decision("deny")
+	for i := range 60000 {
+		b, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: fmt.Sprintf("old%d", i), Node: "nb", Tool: "Bash",
+			Input: json.RawMessage(`{}`), Answer: &schemas.PermitAnswer{Decision: answered, By: "a person"}})
+		if _, err := admin.PublishAsync("$KV."+schemas.PermitsBucket+"."+schemas.PermitKey("mine", fmt.Sprintf("old%d", i)), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-admin.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: "new", Node: "nb", Tool: "Bash",
+		Input: json.RawMessage(`{}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9})
+	if _, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "mine"), req); err != nil {
+		t.Fatalf("a request beside 60,000 answered: %v", err)
+	}
+	kv, err := admin.KeyValue(ctx, schemas.PermitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, schemas.PermitKey("mine", "new")); err != nil {
+		t.Errorf("the new request is not stored: %v", err)
+	}
+}
