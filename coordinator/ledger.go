@@ -229,8 +229,10 @@ func (l *Ledger) load(ctx context.Context, kv jetstream.KeyValue) (uint64, error
 	var s schemas.Spent
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
 		// Written by a ledger of an earlier version, which wrote what
-		// failed to encode: the stream holds every result still, so the
-		// count begins again from its start and is written over.
+		// failed to encode: the count begins again from the stream's
+		// start and is written over. What the stream no longer holds (past
+		// its age or size) is not counted again: the fleet's count may
+		// come out lower than it was, never higher.
 		l.log.Error("the spend count written does not decode; counting again from the stream's start", "key", schemas.SpentKey, "err", err)
 		s = schemas.Spent{}
 	}
