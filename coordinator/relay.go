@@ -46,6 +46,12 @@ type Relay struct {
 	mcp     func(ctx context.Context) (url, token string)
 	bun     bundles
 
+	// eventsWaiting bounds each node's events waiting in its lane; turns
+	// orders each agent's events across nodes (see lanes.go).
+	eventsWaiting int
+	turns         agentTurns
+	busyEvents    sync.Map // node -> its answer to an event its lane has no room for
+
 	// acks is the subject prefix of the relay's own replies, under which
 	// JetStream acknowledges what the relay forwards; tokens names each.
 	acks   string
@@ -54,6 +60,7 @@ type Relay struct {
 	mu       sync.Mutex
 	owners   map[string]string              // agent id -> owner node, from the agents bucket
 	statuses map[string]schemas.AgentStatus // agent id -> its record's status
+	revs     map[string]uint64              // agent id -> the revision of its record owners and statuses hold
 	seqs     map[string]*sequence           // agent id -> what the relay knows of its numbering
 	inflight map[string]inflight            // reply token -> a forwarded event awaiting its acknowledgement
 	warned   map[string]bool                // refusals already logged
@@ -76,6 +83,11 @@ type RelayConfig struct {
 	// MaxBundle is the largest bundle a node may write through the relay;
 	// client.DefaultMaxBundle when zero (a caller's fetch takes no more).
 	MaxBundle int64
+	// EventsWaiting is how many of a node's events may wait at the relay
+	// behind the one it handles, past which the node is answered busy;
+	// schemas.MaxEventsAhead when zero, the most a node's publisher has
+	// unacknowledged.
+	EventsWaiting int
 }
 
 // RelayMetrics receives what the relay counts. Its methods are called
@@ -109,13 +121,16 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if cfg.MaxBundle <= 0 {
 		cfg.MaxBundle = client.DefaultMaxBundle
 	}
+	if cfg.EventsWaiting <= 0 {
+		cfg.EventsWaiting = schemas.MaxEventsAhead
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, err
 	}
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
-		acks:   cfg.Conn.NewInbox(),
-		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, seqs: map[string]*sequence{},
+		acks: cfg.Conn.NewInbox(), eventsWaiting: cfg.EventsWaiting,
+		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
 		inflight: map[string]inflight{}, warned: map[string]bool{},
 		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
@@ -161,11 +176,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	// beside the subscription, each node's in its own bounded share, so a
 	// node's flood waits on itself alone; a node's heartbeats have a share
 	// of their own, so they never wait behind its other work either.
-	// Events are forwarded in the order they arrive.
+	// A node's events are handled in its own lane, one at a time in the
+	// order they arrive, beside other nodes' events.
 	work := newShares(relayInFlight, relayWaiting, relayWaitingBytes)
 	beats := newShares(1, beatsWaiting, beatsWaitingBytes)
+	events := newLanes(r.eventsWaiting, relayEventBytes, func(m *nats.Msg) { r.event(ctx, m) })
 	defer beats.stop()
 	defer work.stop()
+	defer events.stop()
 	async := func(in *shares, h func(context.Context, *nats.Msg)) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			node, op, _, ok := schemas.ParseRelaySubject(m.Subject)
@@ -178,7 +196,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	handlers := map[schemas.RelayOp]nats.MsgHandler{
-		schemas.RelayEvent:  func(m *nats.Msg) { r.event(ctx, m) },
+		schemas.RelayEvent: func(m *nats.Msg) {
+			node, op, _, ok := schemas.ParseRelaySubject(m.Subject)
+			if ok && !events.add(node, m) {
+				r.eventBusy(m, node, op)
+			}
+		},
 		schemas.RelayRecord: async(work, r.record),
 		schemas.RelayBeat:   async(beats, r.beat),
 		schemas.RelayGet:    async(work, r.get),
@@ -249,6 +272,10 @@ const (
 	beatsWaitingBytes = 4 << 20
 )
 
+// relayEventBytes bounds the bytes of a node's events waiting in its
+// lane, as eventsWaiting bounds their number.
+const relayEventBytes = 64 << 20
+
 // busy answers an operation of node's that its share of the relay's work
 // has no room for, as op's answers are read, and logs it once per node.
 func (r *Relay) busy(m *nats.Msg, node string, op schemas.RelayOp, held int) {
@@ -275,6 +302,23 @@ func (r *Relay) busy(m *nats.Msg, node string, op schemas.RelayOp, held int) {
 	r.nc.PublishMsg(answer)
 }
 
+// eventBusy answers an event its node's lane has no room for. A node that
+// floods its lane is answered as often as it sends, so the answer is made
+// once per node, and the refusal logged then.
+func (r *Relay) eventBusy(m *nats.Msg, node string, op schemas.RelayOp) {
+	a, ok := r.busyEvents.Load(node)
+	if !ok {
+		r.warn(node+"/busy-events", "a node has more events waiting than its lane holds; answered busy", "node", node)
+		b, _ := json.Marshal(pubAckError(503, 0, fmt.Sprintf("node %s has events waiting already (up to %d, or %d bytes); this one is not taken: send it again once they are answered",
+			node, r.eventsWaiting, relayEventBytes)))
+		a, _ = r.busyEvents.LoadOrStore(node, b)
+	}
+	r.metrics.Refused(op)
+	if strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") && len(m.Reply) <= schemas.MaxReplySubject {
+		r.nc.Publish(m.Reply, a.([]byte))
+	}
+}
+
 func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 	for e := range w.Updates() {
 		if e == nil {
@@ -284,18 +328,32 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 		if e.Operation() == jetstream.KeyValuePut {
 			var rec schemas.AgentRecord
 			if json.Unmarshal(e.Value(), &rec) == nil {
-				r.owners[e.Key()] = rec.Node
-				r.statuses[e.Key()] = rec.Status
-				if rec.Status != schemas.StatusDead {
-					r.reborn(e.Key())
-				}
+				r.learn(e.Key(), rec, e.Revision())
 			}
 		} else {
 			delete(r.owners, e.Key())
 			delete(r.statuses, e.Key())
+			delete(r.revs, e.Key())
 			delete(r.seqs, e.Key())
 		}
 		r.mu.Unlock()
+	}
+}
+
+// learn takes agent id's record, at revision rev of the bucket, into the
+// relay's view of owners and statuses, unless the view holds a later
+// revision already: the watch and the bucket reads of many nodes' lanes
+// come in any order, and an earlier record must not bring back an owner,
+// or a life, that a later one ended. Called with r.mu held.
+func (r *Relay) learn(id string, rec schemas.AgentRecord, rev uint64) {
+	if rev < r.revs[id] {
+		return
+	}
+	r.revs[id] = rev
+	r.owners[id] = rec.Node
+	r.statuses[id] = rec.Status
+	if rec.Status != schemas.StatusDead {
+		r.reborn(id)
 	}
 }
 
@@ -345,9 +403,7 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	if !r.owns(ctx, node, id) {
-		p := schemas.NodePrincipal(node)
-		t := schemas.Target{Agent: id}
-		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store events of", t))
+		r.refuse(m, node, id, notOwner(node, id))
 		return
 	}
 	ev, err := schemas.Decode(m.Data)
@@ -356,6 +412,11 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	_, n, _ := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+	// The agent's turn, taken once its owner is known (another node's
+	// flood of its id waits on nothing), keeps deciding and forwarding one
+	// of its events at a time.
+	r.turns.lock(id)
+	defer r.turns.unlock(id)
 	v, err := r.admit(ctx, node, id, n, m.Data, r.recordDead(ctx, id))
 	switch {
 	case err != nil:
@@ -367,8 +428,18 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	}
 	st, isStatus := ev.Payload.(schemas.Status)
 	token := r.token()
-	r.forwarded(token, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now()})
+	if !r.forwarded(token, node, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now()}) {
+		r.refuse(m, node, id, notOwner(node, id))
+		return
+	}
 	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data})
+}
+
+// notOwner is the refusal of an event of agent id, which node does not own.
+func notOwner(node, id string) error {
+	p := schemas.NodePrincipal(node)
+	t := schemas.Target{Agent: id}
+	return schemas.Decide(p, schemas.AccessStore, t).Err(p, "store events of", t)
 }
 
 // recordDead reports whether agent id's record says dead, as the watched
@@ -386,23 +457,14 @@ func (r *Relay) recordDead(ctx context.Context, id string) bool {
 
 // bucketDead reports whether agent id's record says dead as the bucket
 // has it now; a record that names a new life clears what the relay knew
-// of the old one's death.
+// of the old one's death (see learn).
 func (r *Relay) bucketDead(ctx context.Context, id string) bool {
 	rec, ok := r.bucketRecord(ctx, id)
-	if !ok {
-		return true
-	}
-	if rec.Status != schemas.StatusDead {
-		r.mu.Lock()
-		r.statuses[id] = rec.Status
-		r.reborn(id)
-		r.mu.Unlock()
-	}
-	return rec.Status == schemas.StatusDead
+	return !ok || rec.Status == schemas.StatusDead
 }
 
-// bucketRecord reads agent id's record as the bucket has it now; false
-// when there is none to read.
+// bucketRecord reads agent id's record as the bucket has it now, and
+// takes it into the relay's view; false when there is none to read.
 func (r *Relay) bucketRecord(ctx context.Context, id string) (schemas.AgentRecord, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -411,6 +473,9 @@ func (r *Relay) bucketRecord(ctx context.Context, id string) (schemas.AgentRecor
 	if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
 		return rec, false
 	}
+	r.mu.Lock()
+	r.learn(id, rec, e.Revision())
+	r.mu.Unlock()
 	return rec, true
 }
 
@@ -559,20 +624,8 @@ func (r *Relay) owns(ctx context.Context, node, id string) bool {
 	if known && owner == node {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	e, err := r.agents.Get(ctx, id)
-	if err != nil {
-		return false
-	}
-	var rec schemas.AgentRecord
-	if json.Unmarshal(e.Value(), &rec) != nil {
-		return false
-	}
-	r.mu.Lock()
-	r.owners[id] = rec.Node
-	r.mu.Unlock()
-	return rec.Node == node
+	rec, ok := r.bucketRecord(ctx, id)
+	return ok && rec.Node == node
 }
 
 // record writes an agent record with compare-and-set for the node it

@@ -157,19 +157,27 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
 }
 
-// forwarded records that event n of id went to the stream under token.
-func (r *Relay) forwarded(token string, f inflight) {
+// forwarded records that event n of id, of node's, goes to the stream
+// under token; false, recording nothing, when the relay has learnt since
+// it checked that the agent is another node's: a read of the bucket while
+// deciding (at a life's end, the view lagging a reopen on another node)
+// may have found it given to that node.
+func (r *Relay) forwarded(token, node string, f inflight) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if owner, known := r.owners[f.agent]; known && owner != node {
+		return false
+	}
 	s := r.seqs[f.agent]
 	if s == nil {
-		return
+		return true
 	}
 	if f.n >= s.next {
 		s.next = f.n + 1
 	}
 	s.flying[f.n]++
 	r.inflight[token] = f
+	return true
 }
 
 // acked takes JetStream's acknowledgement of a forwarded event: it hands
