@@ -180,7 +180,15 @@ func (r *Relay) Run(ctx context.Context) error {
 	// order they arrive, beside other nodes' events.
 	work := newShares(relayInFlight, relayWaiting, relayWaitingBytes)
 	beats := newShares(1, beatsWaiting, beatsWaitingBytes)
-	events := newLanes(r.eventsWaiting, relayEventBytes, func(m *nats.Msg) { r.event(ctx, m) })
+	events := newLanes(r.eventsWaiting, relayEventBytes, func(m *nats.Msg) {
+		if ctx.Err() != nil {
+			// Stopping: what waits in the lanes is not refused for lack
+			// of the reads it would need, but sent again by its node.
+			r.stopping(m)
+			return
+		}
+		r.event(ctx, m)
+	})
 	defer beats.stop()
 	defer work.stop()
 	defer events.stop()
@@ -316,6 +324,15 @@ func (r *Relay) eventBusy(m *nats.Msg, node string, op schemas.RelayOp) {
 	r.metrics.Refused(op)
 	if strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") && len(m.Reply) <= schemas.MaxReplySubject {
 		r.nc.Publish(m.Reply, a.([]byte))
+	}
+}
+
+// stopping answers an event the relay will not handle, stopping, so its
+// node sends it again.
+func (r *Relay) stopping(m *nats.Msg) {
+	node, _, _, ok := schemas.ParseRelaySubject(m.Subject)
+	if ok && strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") && len(m.Reply) <= schemas.MaxReplySubject {
+		replyJSON(r.nc, m.Reply, pubAckError(503, 0, "the relay is stopping: send the event again"))
 	}
 }
 
