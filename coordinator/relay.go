@@ -419,8 +419,8 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, err)
 		return
 	}
-	if !r.owns(ctx, node, id) {
-		r.refuse(m, node, id, notOwner(node, id))
+	if owns, err := r.owns(ctx, node, id); err != nil || !owns {
+		r.refuseOrRetry(m, node, id, cmpErr(err, notOwner(node, id)))
 		return
 	}
 	ev, err := schemas.Decode(m.Data)
@@ -434,10 +434,14 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	// of its events at a time.
 	r.turns.lock(id)
 	defer r.turns.unlock(id)
-	v, err := r.admit(ctx, node, id, n, m.Data, r.recordDead(ctx, id))
+	dead, err := r.recordDead(ctx, id)
+	v := forward
+	if err == nil {
+		v, err = r.admit(ctx, node, id, n, m.Data, dead)
+	}
 	switch {
 	case err != nil:
-		r.refuse(m, node, id, err)
+		r.refuseOrRetry(m, node, id, err)
 		return
 	case v == duplicate:
 		r.nc.Publish(m.Reply, duplicateAck())
@@ -452,6 +456,33 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data})
 }
 
+// unsure is what kept the relay from deciding an event: a read of the
+// bucket or the stream that failed. The node is answered 503 and sends
+// the event again; a refusal (403) would make it drop the event for good.
+type unsure struct{ err error }
+
+func (u unsure) Error() string { return "the relay could not decide it now: " + u.err.Error() }
+func (u unsure) Unwrap() error { return u.err }
+
+// cmpErr is err if there is one, else otherwise.
+func cmpErr(err, otherwise error) error {
+	if err != nil {
+		return err
+	}
+	return otherwise
+}
+
+// refuseOrRetry answers an event the relay will not store: refused for
+// good, or, when it could not decide (unsure), to be sent again.
+func (r *Relay) refuseOrRetry(m *nats.Msg, node, id string, err error) {
+	if _, again := errors.AsType[unsure](err); again {
+		r.warn(node+"/unsure", "could not decide a node's event; answered 503, to be sent again", "node", node, "agent", id, "err", err)
+		replyJSON(r.nc, m.Reply, pubAckError(503, 0, err.Error()))
+		return
+	}
+	r.refuse(m, node, id, err)
+}
+
 // notOwner is the refusal of an event of agent id, which node does not own.
 func notOwner(node, id string) error {
 	p := schemas.NodePrincipal(node)
@@ -462,12 +493,12 @@ func notOwner(node, id string) error {
 // recordDead reports whether agent id's record says dead, as the watched
 // view has it, or, when the view says dead, as the bucket says now: a
 // reopen may have given the agent a new life the view does not show yet.
-func (r *Relay) recordDead(ctx context.Context, id string) bool {
+func (r *Relay) recordDead(ctx context.Context, id string) (bool, error) {
 	r.mu.Lock()
 	status := r.statuses[id]
 	r.mu.Unlock()
 	if status != schemas.StatusDead {
-		return false
+		return false, nil
 	}
 	return r.bucketDead(ctx, id)
 }
@@ -475,25 +506,32 @@ func (r *Relay) recordDead(ctx context.Context, id string) bool {
 // bucketDead reports whether agent id's record says dead as the bucket
 // has it now; a record that names a new life clears what the relay knew
 // of the old one's death (see learn).
-func (r *Relay) bucketDead(ctx context.Context, id string) bool {
-	rec, ok := r.bucketRecord(ctx, id)
-	return !ok || rec.Status == schemas.StatusDead
+func (r *Relay) bucketDead(ctx context.Context, id string) (bool, error) {
+	rec, ok, err := r.bucketRecord(ctx, id)
+	return !ok || rec.Status == schemas.StatusDead, err
 }
 
 // bucketRecord reads agent id's record as the bucket has it now, and
-// takes it into the relay's view; false when there is none to read.
-func (r *Relay) bucketRecord(ctx context.Context, id string) (schemas.AgentRecord, bool) {
+// takes it into the relay's view; false when there is none to read (or
+// what is there is no record), an error (unsure) when it could not be
+// read.
+func (r *Relay) bucketRecord(ctx context.Context, id string) (schemas.AgentRecord, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var rec schemas.AgentRecord
 	e, err := r.agents.Get(ctx, id)
-	if err != nil || json.Unmarshal(e.Value(), &rec) != nil {
-		return rec, false
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return rec, false, nil
+	case err != nil:
+		return rec, false, unsure{fmt.Errorf("read agent %s's record: %w", id, err)}
+	case json.Unmarshal(e.Value(), &rec) != nil:
+		return rec, false, nil
 	}
 	r.mu.Lock()
 	r.learn(id, rec, e.Revision())
 	r.mu.Unlock()
-	return rec, true
+	return rec, true, nil
 }
 
 // eventHeaders accepts exactly the headers a node sets on an event: its
@@ -549,7 +587,7 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 	case schemas.ValidID(rec.RequestID) != nil:
 		r.refuse(m, node, id, fmt.Errorf("permission request id %q is not a valid id", rec.RequestID))
 		return
-	case !r.owns(ctx, node, id):
+	case !r.ownsNow(ctx, node, id):
 		r.refuse(m, node, id, fmt.Errorf("agent %s is not node %s's", id, node))
 		return
 	case rec.Answer == nil && !r.living(ctx, id):
@@ -628,21 +666,29 @@ func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
 // living reports whether agent id's record, as the bucket has it now,
 // says its life goes on.
 func (r *Relay) living(ctx context.Context, id string) bool {
-	rec, ok := r.bucketRecord(ctx, id)
+	rec, ok, _ := r.bucketRecord(ctx, id)
 	return ok && rec.Status != schemas.StatusDead
 }
 
 // owns reports whether node owns agent id, asking the bucket itself when
-// the watched view disagrees (it may lag behind a record just written).
-func (r *Relay) owns(ctx context.Context, node, id string) bool {
+// the watched view disagrees (it may lag behind a record just written);
+// an error (unsure) when the bucket could not be read.
+func (r *Relay) owns(ctx context.Context, node, id string) (bool, error) {
 	r.mu.Lock()
 	owner, known := r.owners[id]
 	r.mu.Unlock()
 	if known && owner == node {
-		return true
+		return true, nil
 	}
-	rec, ok := r.bucketRecord(ctx, id)
-	return ok && rec.Node == node
+	rec, ok, err := r.bucketRecord(ctx, id)
+	return ok && rec.Node == node, err
+}
+
+// ownsNow is owns for what a node only asks about: a bucket that could
+// not be read answers no.
+func (r *Relay) ownsNow(ctx context.Context, node, id string) bool {
+	owns, _ := r.owns(ctx, node, id)
+	return owns
 }
 
 // record writes an agent record with compare-and-set for the node it
@@ -885,7 +931,7 @@ func (r *Relay) last(ctx context.Context, m *nats.Msg) {
 	}
 	rep := schemas.RelayLastReply{Last: map[string]uint64{}, Tails: map[string]schemas.Tail{}}
 	for _, id := range req.Agents {
-		if schemas.ValidID(id) != nil || !r.owns(ctx, node, id) {
+		if schemas.ValidID(id) != nil || !r.ownsNow(ctx, node, id) {
 			continue
 		}
 		t, err := tailOf(ctx, r.nc, r.events, id)
@@ -985,7 +1031,11 @@ func (r *Relay) budget(ctx context.Context, m *nats.Msg) {
 	if !ok {
 		return
 	}
-	if !r.owns(ctx, node, id) {
+	switch owns, err := r.owns(ctx, node, id); {
+	case err != nil:
+		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%v", err)})
+		return
+	case !owns:
 		replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeForbidden, "node %s was not given agent %s", node, id)})
 		return
 	}

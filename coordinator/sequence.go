@@ -110,7 +110,7 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	defer r.mu.Unlock()
 	s, err := r.seq(ctx, id)
 	if err != nil {
-		return 0, err
+		return 0, unsure{err}
 	}
 	if !recordDead && s.dead && n > s.stored {
 		// The stream ended with the agent's death, and the watched view
@@ -118,14 +118,17 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 		// record before its last events): the bucket says whether this
 		// is a new life.
 		r.mu.Unlock()
-		recordDead = r.bucketDead(ctx, id)
+		recordDead, err = r.bucketDead(ctx, id)
 		r.mu.Lock()
+		if err != nil {
+			return 0, err
+		}
 	}
 	if recordDead && !s.dead {
 		// The coordinator may have closed the agent's stream itself (its
 		// node was lost): the stream has the last word.
 		if err := r.refresh(ctx, id, s); err != nil {
-			return 0, err
+			return 0, unsure{err}
 		}
 	}
 	if recordDead && s.dead && n > s.stored {
@@ -143,7 +146,7 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	}
 	// The relay's view may be behind the stream's.
 	if err := r.refresh(ctx, id, s); err != nil {
-		return 0, err
+		return 0, unsure{err}
 	}
 	switch {
 	case n <= s.stored:
