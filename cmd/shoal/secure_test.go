@@ -151,11 +151,13 @@ func TestOffLoopbackNeedsAuthentication(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "without a bearer token") {
 		t.Errorf("up --mcp-listen 0.0.0.0:0: exit %d, %q", code, errOut)
 	}
-	// The bus has no credentials: where the fabric asks for them, it
-	// stays off the network.
-	code, _, errOut = runShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--mcp-token", "secret", "--bus", "tcp://0.0.0.0:0", "--no-node")
-	if code != 2 || !strings.Contains(errOut, "refusing to publish the Kaimon bus on tcp://0.0.0.0:0: the bus has no credentials") {
-		t.Errorf("up --mcp-token --bus tcp://0.0.0.0:0: exit %d, %q", code, errOut)
+	// The bus has no credentials: it stays off the network, with or
+	// without credentials of the fabric's.
+	for _, args := range [][]string{{"--mcp-token", "secret"}, {}} {
+		code, _, errOut = runShoal(t, t.TempDir(), nil, append([]string{"up", "--port", "-1", "--mcp-listen", "127.0.0.1:0", "--bus", "tcp://0.0.0.0:0", "--no-node"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "refusing to publish the Kaimon bus on tcp://0.0.0.0:0: the bus has no credentials") {
+			t.Errorf("up %v --bus tcp://0.0.0.0:0: exit %d, %q", args, code, errOut)
+		}
 	}
 	code, _, errOut = runShoal(t, t.TempDir(), nil, "up", "--port", "-1", "--tls-cert", "/nonexistent/cert.pem", "--tls-key", "/nonexistent/key.pem", "--no-node", "--no-bus")
 	if code != 2 || !strings.Contains(errOut, "/nonexistent/cert.pem") {

@@ -722,9 +722,9 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 		Conn: nc, Address: address, Logger: log,
 		StateFile: filepath.Join(dataHome(env.getenv), "shoal", "bus.pos"),
 		Grace:     500 * time.Millisecond,
-		// Where the fabric asks for credentials, the bus, which has
-		// none, stays off the network.
-		LoopbackOnly: o.auth || o.external.creds != "" || o.mcpToken != "" || o.mcpObserver != "",
+		// The bus has no credentials: it stays off the network, as no
+		// listener of shoal up's goes off loopback unprotected.
+		LoopbackOnly: true,
 	})
 	if err != nil {
 		nc.Close()
