@@ -187,17 +187,7 @@ func TestReplayWithALongReplySubjectLeavesTheServiceUp(t *testing.T) {
 func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
-	js, err := jetstream.New(s.F.Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
-	m := nats.NewMsg(schemas.EventSubject("quiet"))
-	m.Data = env
-	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("quiet", 1))
-	if _, err := js.PublishMsg(t.Context(), m); err != nil {
-		t.Fatal(err)
-	}
+	storeEvents(t, s, "quiet", 1)
 	watcher := client.NewRemote(s.Connect(t, "observer", "dash"), client.Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -244,25 +234,8 @@ func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 func TestFabricReplayFlowControlUnderCredentials(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
-	js, err := jetstream.New(s.F.Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 3*schemas.ReplayAckEvery + 10
-	for i := 1; i <= n; i++ {
-		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("x")}})
-		m := nats.NewMsg(schemas.EventSubject("long"))
-		m.Data = env
-		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("long", uint64(i)))
-		if _, err := js.PublishMsgAsync(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the events were not stored")
-	}
+	storeEvents(t, s, "long", n)
 	for _, role := range []string{"observer", "client"} {
 		r := client.NewRemote(s.Connect(t, broker.Role(role), "reader-"+role), client.Config{})
 		got := 0
@@ -281,17 +254,7 @@ func TestFabricReplayFlowControlUnderCredentials(t *testing.T) {
 func TestFabricReplayCountsOnlyCallersThatAnswer(t *testing.T) {
 	t.Parallel()
 	s := fabrictest.StartSecured(t)
-	js, err := jetstream.New(s.F.Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
-	m := nats.NewMsg(schemas.EventSubject("watched"))
-	m.Data = env
-	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("watched", 1))
-	if _, err := js.PublishMsg(t.Context(), m); err != nil {
-		t.Fatal(err)
-	}
+	js := storeEvents(t, s, "watched", 1)
 	eve := s.Connect(t, "observer", "eve")
 	victimReply := schemas.InboxPrefix("observer", "victim")
 	req := []byte(`{"agents":["watched"],"follow":true}`)
@@ -343,4 +306,29 @@ func TestFabricReplayCountsOnlyCallersThatAnswer(t *testing.T) {
 	if info.State.Consumers > 20 {
 		t.Errorf("the stream has %d consumers while 300 replays named reply subjects nobody answers; want none of theirs", info.State.Consumers)
 	}
+}
+
+// storeEvents stores n text events of agent id, numbered from 1, with the
+// coordinator's rights, and returns its JetStream.
+func storeEvents(t *testing.T, s *fabrictest.Secured, id string, n int) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
+	for i := 1; i <= n; i++ {
+		m := nats.NewMsg(schemas.EventSubject(id))
+		m.Data = env
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, uint64(i)))
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("agent %s's %d events were not stored", id, n)
+	}
+	return js
 }
