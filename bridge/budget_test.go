@@ -1,8 +1,12 @@
 package bridge_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
@@ -128,5 +132,62 @@ func TestDoorTakesAChildsBudgetOutOfItsParents(t *testing.T) {
 	ok(t, person, "agent_open", map[string]any{"cwd": work, "id": "by-person", "budget_tokens": 50000}, &rep)
 	if got := budget("by-person"); got.Tokens != 50000 {
 		t.Errorf("a person's open's budget: %+v", got)
+	}
+}
+
+// Two opens of one new child at once (an agent's parallel tool calls):
+// both drew on the parent, the one that lost the id gave its draw back
+// and, writing back the child's budget as it found it (none), left the
+// child that opened running with no budget at all. The second open now
+// finds the child's budget changed and takes nothing; every child that
+// opens has its budget, and the parent paid once for each.
+func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "twins", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "twins", Tokens: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	a := fb.client(map[string]string{schemas.AgentIDHeader: "twins"})
+	b := fb.client(map[string]string{schemas.AgentIDHeader: "twins"})
+	const kids = 10
+	for i := range kids {
+		var both sync.WaitGroup
+		for _, s := range []*mcp.ClientSession{a, b} {
+			both.Go(func() {
+				s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_open", Arguments: map[string]any{"cwd": work, "id": fmt.Sprintf("twin%d", i), "budget_tokens": 1000}})
+			})
+		}
+		both.Wait()
+	}
+	rep, err := fb.f.Budgets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgets := map[string]schemas.Budget{}
+	for _, l := range rep.Budgets {
+		budgets[l.AgentID] = l.Budget
+	}
+	opened := 0
+	for i := range kids {
+		id := fmt.Sprintf("twin%d", i)
+		rec, err := fb.f.Status(t.Context(), id)
+		if err != nil {
+			continue
+		}
+		opened++
+		if got := budgets[id]; got.Tokens != 1000 || got.GrantedBy != "twins" {
+			t.Errorf("child %s (%s) has the budget %+v; want 1000 tokens granted by twins", id, rec.Status, got)
+		}
+	}
+	if opened == 0 {
+		t.Fatal("no child opened")
+	}
+	if got := budgets["twins"]; got.Tokens != 100000-int64(opened)*1000 {
+		t.Errorf("the parent's budget after %d children of 1000: %+v, want %d", opened, got, 100000-opened*1000)
 	}
 }

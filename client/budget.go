@@ -155,7 +155,7 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
-	before, _, err := budgetOf(ctx, kv, req.ID)
+	before, beforeRev, err := budgetOf(ctx, kv, req.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -169,39 +169,54 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 		gives = want.After(childUsed)
 		gives.GrantedBy = req.Parent
 	}
-	write := func(ctx context.Context, b schemas.Budget) error {
-		if b.IsZero() {
-			if err := kv.Delete(ctx, req.ID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-				return schemas.Errf(schemas.CodeUnavailable, "lift agent %s's budget: %v", req.ID, err)
-			}
-			return nil
+	// The child's budget is written first, at the revision read (a gift
+	// even when it reads the same: it is this open's): of two opens of one
+	// id at once, the second finds it changed and draws nothing. What was
+	// written is put back only while it is still what this open wrote, so
+	// an open that failed never takes away the budget of one that did not.
+	mine := gives != before || gives.GrantedBy != ""
+	wrote := beforeRev
+	put := func(ctx context.Context, b schemas.Budget, at uint64) (uint64, error) {
+		var err error
+		switch v, _ := json.Marshal(b); {
+		case b.IsZero() && at == 0:
+			return 0, nil
+		case b.IsZero():
+			err = kv.Delete(ctx, req.ID, jetstream.LastRevision(at))
+			return 0, err
+		case at == 0:
+			return kv.Create(ctx, req.ID, v)
+		default:
+			return kv.Update(ctx, req.ID, v, at)
 		}
-		v, _ := json.Marshal(b)
-		if _, err := kv.Put(ctx, req.ID, v); err != nil {
-			return schemas.Errf(schemas.CodeUnavailable, "set agent %s's budget: %v", req.ID, err)
+	}
+	if mine {
+		if wrote, err = put(ctx, gives, beforeRev); err != nil {
+			return nil, schemas.Errf(schemas.CodeConflict, "agent %s's budget changed while it was being opened (another open of the id at once?): nothing was taken from agent %s's; open it again", req.ID, req.Parent)
 		}
-		return nil
+	}
+	restore := func(ctx context.Context) {
+		if mine {
+			put(ctx, before, wrote) // only if still what this open wrote
+		}
 	}
 	for try := 0; ; try++ {
 		have, rev, err := budgetOf(ctx, kv, req.Parent)
 		if err != nil {
+			restore(context.WithoutCancel(ctx))
 			return nil, err
 		}
 		if have.IsZero() {
-			if gives == before {
-				return nothing, nil
-			}
-			if err := write(ctx, gives); err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) { write(ctx, before) }, nil
+			return restore, nil
 		}
 		parent, _, err := f.record(ctx, req.Parent)
 		if err != nil {
+			restore(context.WithoutCancel(ctx))
 			return nil, err
 		}
 		used := parent.AllLives()
 		if !have.Grants(want, used) {
+			restore(context.WithoutCancel(ctx))
 			spent := fmt.Sprintf("%d tokens", schemas.TokensOf(used))
 			if used.CostUSD != nil {
 				spent += fmt.Sprintf(", $%.4f", *used.CostUSD)
@@ -214,19 +229,13 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 			if try < 8 && ctx.Err() == nil {
 				continue // another open of the family drew on it meanwhile
 			}
+			restore(context.WithoutCancel(ctx))
 			return nil, schemas.Errf(schemas.CodeUnavailable, "take agent %s's child's budget out of its own: %v", req.Parent, err)
 		}
-		back := func(ctx context.Context) {
+		return func(ctx context.Context) {
 			f.giveBack(ctx, kv, req.Parent, want)
-			write(ctx, before)
-		}
-		if gives != before {
-			if err := write(ctx, gives); err != nil {
-				back(context.WithoutCancel(ctx))
-				return nil, err
-			}
-		}
-		return back, nil
+			restore(ctx)
+		}, nil
 	}
 }
 
