@@ -123,7 +123,7 @@ func (s *Service) Run(ctx context.Context) error {
 			if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
 				return
 			}
-			greeted, err := reads.greet()
+			greeted, err := reads.greet(r.Reply())
 			if err != nil {
 				replayFailed(nc, r.Reply(), err)
 				return
@@ -164,11 +164,15 @@ const (
 	readersPerCaller = 64
 	// readersInAll bounds the replays of every caller together.
 	readersInAll = 512
-	// greetingsInAll bounds the replays waiting for their reader's first
-	// answer (each a goroutine, and nothing else, for at most
-	// greetingWait).
-	greetingsInAll = 1024
-	greetingWait   = 10 * time.Second
+	// greetingsPerCaller and greetingsInAll bound the replays waiting for
+	// their reader's first answer (each a goroutine, and nothing else, for
+	// at most greetingWait), by the caller the reply subject names and in
+	// all: a caller that subscribes to its inbox and never answers holds
+	// its own. One naming another's inbox holds nothing: nobody answers
+	// there, and the server says so at once.
+	greetingsPerCaller = 64
+	greetingsInAll     = 1024
+	greetingWait       = 5 * time.Second
 	// shortReadsInAll bounds the event pages and output reads under way.
 	shortReadsInAll = 128
 )
@@ -177,6 +181,7 @@ const (
 type readers struct {
 	mu       sync.Mutex
 	under    map[string]int // replays by caller
+	greeters map[string]int // replays waiting for their first answer, by caller
 	replays  int
 	greeting int
 	short    int
@@ -191,12 +196,20 @@ func callerOf(reply string) string {
 
 // greet counts a replay waiting for its reader's first answer, or says
 // why none may wait now; done is called once the answer came or did not.
-func (rs *readers) greet() (done func(), err error) {
+func (rs *readers) greet(reply string) (done func(), err error) {
+	who := callerOf(reply)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.greeting >= greetingsInAll {
+	switch n := rs.greeters[who]; {
+	case n >= greetingsPerCaller:
+		return nil, schemas.Errf(schemas.CodeUnavailable, "%d replays under these credentials are waiting for their first answer, the most they may: answer them", n)
+	case rs.greeting >= greetingsInAll:
 		return nil, schemas.Errf(schemas.CodeUnavailable, "%d replays are waiting for their readers' first answer, the most the coordinator waits for: try again", rs.greeting)
 	}
+	if rs.greeters == nil {
+		rs.greeters = map[string]int{}
+	}
+	rs.greeters[who]++
 	rs.greeting++
 	var once sync.Once
 	return func() {
@@ -204,6 +217,9 @@ func (rs *readers) greet() (done func(), err error) {
 			rs.mu.Lock()
 			defer rs.mu.Unlock()
 			rs.greeting--
+			if rs.greeters[who]--; rs.greeters[who] <= 0 {
+				delete(rs.greeters, who)
+			}
 		})
 	}, nil
 }
@@ -349,7 +365,15 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		err := nc.PublishMsg(m)
 		for err == nil {
 			var got *nats.Msg
-			if got, err = heardBack.NextMsgWithContext(actx); err == nil && got.Subject == want {
+			got, err = heardBack.NextMsgWithContext(actx)
+			switch {
+			case err != nil || got.Subject != want:
+			case got.Header.Get("Status") != "":
+				// The server's word that nobody is at the reply subject
+				// (a reader gone, or a subject named for another): no
+				// answer, and none coming.
+				err = nats.ErrNoResponders
+			default:
 				return nil
 			}
 		}

@@ -204,7 +204,7 @@ func TestFabricServiceBoundsEachCallersReads(t *testing.T) {
 	for refused := 0; refused < tries-64; refused++ {
 		select {
 		case err := <-ended:
-			if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "64 replays under these credentials are under way") {
+			if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "64 replays under these credentials are") {
 				t.Fatalf("a replay past the bound: %v", err)
 			}
 		case <-time.After(time.Minute):
@@ -331,4 +331,30 @@ func storeEvents(t *testing.T, s *fabrictest.Secured, id string, n int) jetstrea
 		t.Fatalf("agent %s's %d events were not stored", id, n)
 	}
 	return js
+}
+
+// An observer that hears its inbox and never answers held a replay's
+// first question for its whole wait, as many as it sent: 1,100 of them
+// took every place the coordinator keeps for replays waiting to be
+// answered, and another observer's replay was refused. A caller's
+// replays waiting for their first answer are bounded too.
+func TestFabricReplayWaitingForAnAnswerIsBoundedPerCaller(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	storeEvents(t, s, "watched", 1)
+	eve := s.Connect(t, "observer", "eve")
+	if _, err := eve.Subscribe(schemas.InboxPrefix("observer", "eve")+".>", func(*nats.Msg) {}); err != nil { // hears, never answers
+		t.Fatal(err)
+	}
+	req := []byte(`{"agents":["watched"],"follow":true}`)
+	for i := range 1100 {
+		if err := eve.PublishRequest(schemas.FabricSubject(schemas.VerbReplay), fmt.Sprintf("%s.silent%d", schemas.InboxPrefix("observer", "eve"), i), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eve.Flush()
+	victim := client.NewRemote(s.Connect(t, "observer", "victim"), client.Config{})
+	if err := victim.Replay(t.Context(), []string{"watched"}, client.From{}, false, func(client.Replayed, *client.Gap) error { return nil }); err != nil {
+		t.Errorf("another observer's replay while one leaves 1,100 unanswered: %v", err)
+	}
 }

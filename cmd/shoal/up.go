@@ -153,7 +153,7 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.publicURL, "public-url", "", "the `URL` browsers and MCP clients reach the endpoint at through a reverse proxy (e.g. https://shoal.example.com); needs a token")
 	fs.BoolVar(&o.noMCP, "no-mcp", false, "serve no MCP endpoint (and so no web dashboard)")
 	fs.BoolVar(&o.noWeb, "no-web", false, "serve no web dashboard at / beside the MCP endpoint")
-	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock); tcp:// off loopback is refused with --auth or an MCP token")
+	fs.StringVar(&o.bus, "bus", "", "Kaimon event bus `address` (default: ipc://$XDG_CACHE_HOME/kaimon/sock/kaimon-events.sock); tcp:// off loopback is refused (the bus has no credentials)")
 	fs.BoolVar(&o.noBus, "no-bus", false, "publish no Kaimon event bus")
 	fs.BoolVar(&o.auth, "auth", false, "require credentials from every client, node and leaf node (issue them with shoal creds)")
 	fs.StringVar(&o.authDir, "auth-dir", "", "`directory` of the keys that sign credentials (default: $XDG_DATA_HOME/shoal/auth)")
