@@ -600,6 +600,20 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store a new permission request of", t))
 		return
 	}
+	if rec.Answer != nil {
+		// An answer settles a request that is there: written of one that
+		// is not, it would be a record nobody asked, and enough of them
+		// would push the requests waiting out of what the count below
+		// reads.
+		switch _, err := r.permits.Get(ctx, schemas.PermitKey(id, rec.RequestID)); {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			r.refuse(m, node, id, fmt.Errorf("agent %s has no permission request %s to answer", id, rec.RequestID))
+			return
+		case err != nil:
+			replyJSON(r.nc, m.Reply, pubAckError(503, 0, fmt.Sprintf("read agent %s's permission request %s: %v", id, rec.RequestID, err)))
+			return
+		}
+	}
 	if rec.Answer == nil {
 		n, err := r.waiting(ctx, id, rec.RequestID)
 		switch {

@@ -856,3 +856,45 @@ func TestRelayStoresARequestBesideManyAnswered(t *testing.T) {
 		t.Errorf("the new request is not stored: %v", err)
 	}
 }
+
+// A node answers the permission requests of its agents that are there:
+// writing answered requests nobody asked, 512 at a time, it pushed the
+// requests waiting out of the latest writes the relay counts, and so
+// past the bound of 16 waiting.
+func TestRelayTakesAnAnswerOnlyOfARequestThatIsThere(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 2*time.Minute)
+	_, js, _ := givenMine(t, s, ctx)
+	put := func(id string, answered bool) error {
+		rec := schemas.PermitRecord{AgentID: "mine", RequestID: id, Node: "nb", Tool: "Bash", Input: json.RawMessage(`{}`),
+			Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9}
+		if answered {
+			rec.Answer = &schemas.PermitAnswer{Decision: schemas.Decision("deny"), By: "deadline"}
+		}
+		b, _ := json.Marshal(rec)
+		_, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "mine"), b)
+		return err
+	}
+	if err := put("asked", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("asked", true); err != nil {
+		t.Errorf("the node's answer of its agent's request: %v", err)
+	}
+	var apiErr *jetstream.APIError
+	if err := put("never-asked", true); !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused || !strings.Contains(apiErr.Description, "agent mine has no permission request never-asked to answer") {
+		t.Errorf("an answer of a request nobody asked: %v, want refused", err)
+	}
+	for i := range 16 {
+		if err := put(fmt.Sprintf("w%d", i), false); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	for i := range 600 {
+		put(fmt.Sprintf("filler%d", i), true)
+	}
+	if err := put("w16", false); !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("a 17th request waiting after 600 answers of requests nobody asked: %v, want refused", err)
+	}
+}
