@@ -221,11 +221,17 @@ func (m *MCP) tools() []tool {
 				if err := m.door(ctx, c, "agent_pending", ""); err != nil {
 					return nil, err
 				}
-				reqs, err := f.Pending(ctx)
+				all, err := f.Pending(ctx)
 				if err != nil {
 					return nil, err
 				}
-				return schemas.PendingReply{Requests: m.readable(ctx, c, reqs)}, nil
+				rep := schemas.PendingReply{Requests: m.readable(ctx, c, all.Requests)}
+				if c.p.Kind == schemas.KindPerson {
+					// An agent sees only what it may read, and no count
+					// of the others.
+					rep.Omitted = all.Omitted
+				}
+				return rep, nil
 			},
 		},
 	}
@@ -464,10 +470,11 @@ func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schema
 	}
 	var asked *schemas.PermitRecord
 	for try := 0; asked == nil; try++ {
-		pending, err := m.f.Pending(ctx)
+		all, err := m.f.Pending(ctx)
 		if err != nil {
 			return err
 		}
+		pending := all.Requests
 		if i := slices.IndexFunc(pending, func(r schemas.PermitRecord) bool { return r.AgentID == req.AgentID && r.RequestID == req.RequestID }); i >= 0 {
 			asked = &pending[i]
 			break
@@ -476,6 +483,9 @@ func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schema
 			return nil // it may allow anything: Permit says whether the request is there
 		}
 		if try == len(permitRecordWaits) {
+			if all.Omitted > 0 {
+				return refused("agent %s may not allow agent %s's request %s: it is not among the requests listed (%d more wait than one reply of the fabric service holds), so the tool it would allow cannot be held to this agent's allowlist; a person may answer it", self.ID, req.AgentID, req.RequestID, all.Omitted)
+			}
 			return refused("agent %s may not allow agent %s's request %s: no such request is waiting, so the tool it would allow cannot be held to this agent's allowlist", self.ID, req.AgentID, req.RequestID)
 		}
 		select {

@@ -47,8 +47,10 @@ type Client interface {
 	SetModel(ctx context.Context, req schemas.SetModelRequest) (schemas.SetModelReply, error)
 	// Permit answers a permission request an agent waits on.
 	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
-	// Pending lists the permission requests agents wait on.
-	Pending(ctx context.Context) ([]schemas.PermitRecord, error)
+	// Pending lists the permission requests agents wait on, oldest
+	// first; a list too large for one reply of the fabric service counts
+	// those it leaves out (Omitted).
+	Pending(ctx context.Context) (schemas.PendingReply, error)
 	// Output reads an agent's output from the stream (agent_output).
 	Output(ctx context.Context, req schemas.OutputRequest) (schemas.OutputReply, error)
 	// Status returns an agent's record from its node, the fabric's

@@ -51,18 +51,19 @@ func (f *Direct) permit(ctx context.Context, agent, request string) (schemas.Per
 }
 
 // Pending lists the permission requests agents wait on, oldest first.
-func (f *Direct) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+// Direct lists them all: it has no reply to fit them in.
+func (f *Direct) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	kv, err := f.js.KeyValue(ctx, schemas.PermitsBucket)
 	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
+		return schemas.PendingReply{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
 	}
 	service.LongWait(ctx) // a read per request
 	lister, err := kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return []schemas.PermitRecord{}, nil
+		return schemas.PendingReply{Requests: []schemas.PermitRecord{}}, nil
 	}
 	if err != nil {
-		return nil, err
+		return schemas.PendingReply{}, err
 	}
 	out := []schemas.PermitRecord{}
 	for key := range lister.Keys() {
@@ -84,7 +85,7 @@ func (f *Direct) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
 		}
 		return 0
 	})
-	return out, nil
+	return schemas.PendingReply{Requests: out}, nil
 }
 
 // Permit implements Client.
@@ -96,8 +97,11 @@ func (r *Remote) Permit(ctx context.Context, req schemas.PermitRequest) (schemas
 }
 
 // Pending implements Client.
-func (r *Remote) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+func (r *Remote) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	var rep schemas.PendingReply
 	err := r.via(ctx, schemas.VerbPending, struct{}{}, &rep, 0)
-	return rep.Requests, err
+	if rep.Requests == nil {
+		rep.Requests = []schemas.PermitRecord{}
+	}
+	return rep, err
 }

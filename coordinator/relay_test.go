@@ -490,7 +490,8 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 	if _, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "pinned"), req); err != nil {
 		t.Fatalf("the node's permission request: %v", err)
 	}
-	pending, err := s.F.Pending(ctx)
+	all, err := s.F.Pending(ctx)
+	pending := all.Requests
 	if err != nil || len(pending) != 1 || pending[0].RequestID != "perm-1" {
 		t.Fatalf("the fabric's pending requests: %+v %v", pending, err)
 	}
@@ -540,7 +541,8 @@ func TestRelayStoresNoNewPermissionRequestAfterTheAgentsDeath(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
 		t.Errorf("a new permission request of the dead agent: %v, want the relay's refusal", err)
 	}
-	pending, err := s.F.Pending(ctx)
+	all, err := s.F.Pending(ctx)
+	pending := all.Requests
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -744,7 +746,8 @@ func TestRelayHoldsPermissionRequestsToTheirBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := observer.Pending(ctx)
+	all, err := observer.Pending(ctx)
+	pending := all.Requests
 	if err != nil {
 		t.Fatalf("an observer's list of what waits: %v", err)
 	}

@@ -93,12 +93,14 @@ func (s *Service) Run(ctx context.Context) error {
 		schemas.VerbInterrupt: serve(srv, schemas.VerbInterrupt, "agent_request", f.Interrupt),
 		schemas.VerbClose:     serve(srv, schemas.VerbClose, "agent_request", f.Close),
 		schemas.VerbPending: serve(srv, schemas.VerbPending, "pending_request", func(ctx context.Context, _ struct{}) (schemas.PendingReply, error) {
-			reqs, err := f.Pending(ctx)
+			all, err := f.Pending(ctx)
 			if err != nil {
 				return schemas.PendingReply{}, err
 			}
 			// One reply: within the payload limit, with room to spare.
-			return schemas.PendingWithin(reqs, int(nc.MaxPayload())/2), nil
+			rep := schemas.PendingWithin(all.Requests, int(nc.MaxPayload())/2)
+			rep.Omitted += all.Omitted
+			return rep, nil
 		}),
 		schemas.VerbStatus: serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
 		schemas.VerbRecord: serve(srv, schemas.VerbRecord, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),

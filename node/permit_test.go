@@ -51,7 +51,8 @@ func TestRealOpencodeAsks(t *testing.T) {
 		t.Helper()
 		var got []schemas.PermitRecord
 		poll.Until(t, 2*time.Minute, "a request for "+want, func() bool {
-			got, _ = f.fabric.Pending(f.ctx(10 * time.Second))
+			all, _ := f.fabric.Pending(f.ctx(10 * time.Second))
+			got = all.Requests
 			return len(got) == 1
 		})
 		if got[0].Tool != "bash" || got[0].AgentID != id {

@@ -115,7 +115,7 @@ func TestDashboardDrivesAnAgent(t *testing.T) {
 	if !strings.Contains(card, "Bash") || !strings.Contains(card, "echo from-the-tool") || !strings.Contains(card, "from-the-tool\n") && !strings.HasSuffix(strings.TrimSpace(card), "from-the-tool") {
 		t.Errorf("the tool card: %q", card)
 	}
-	if rec, err := d.f.Pending(t.Context()); err != nil || len(rec) != 0 {
+	if rec, err := d.f.Pending(t.Context()); err != nil || len(rec.Requests) != 0 {
 		t.Errorf("requests still pending: %+v %v", rec, err)
 	}
 

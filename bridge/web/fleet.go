@@ -51,7 +51,7 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 		Role:    roleName(principalOf(ctx)),
 		Nodes:   nonNil(nodes),
 		Agents:  nonNil(agents),
-		Pending: nonNil(pending),
+		Pending: nonNil(pending.Requests),
 		ByNode:  map[string]schemas.Usage{},
 		ByModel: map[string]schemas.Usage{},
 	}
@@ -88,7 +88,7 @@ func (h *Handler) agent(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, "listing the permission requests", err)
 		return
 	}
-	mine := slices.DeleteFunc(pending, func(p schemas.PermitRecord) bool { return p.AgentID != id })
+	mine := slices.DeleteFunc(pending.Requests, func(p schemas.PermitRecord) bool { return p.AgentID != id })
 	writeJSON(w, http.StatusOK, AgentPage{Role: roleName(principalOf(r.Context())), Record: rec, Pending: nonNil(mine)})
 }
 

@@ -44,7 +44,8 @@ func TestObserverSeesEverythingAndActsOnNothing(t *testing.T) {
 	if visible := eval[int](t, ctx, `[...document.querySelectorAll("#controls, .permit button, #send-form")].filter(e => e.offsetParent !== null).length`); visible != 0 {
 		t.Errorf("the observer is shown %d controls", visible)
 	}
-	pending, err := d.f.Pending(t.Context())
+	all, err := d.f.Pending(t.Context())
+	pending := all.Requests
 	if err != nil || len(pending) != 1 {
 		t.Fatalf("pending: %+v %v", pending, err)
 	}
@@ -69,7 +70,7 @@ func TestObserverSeesEverythingAndActsOnNothing(t *testing.T) {
 			t.Errorf("POST %s from the observer's page: %d, want 403", path, got)
 		}
 	}
-	if still, err := d.f.Pending(t.Context()); err != nil || len(still) != 1 || still[0].Answer != nil {
+	if still, err := d.f.Pending(t.Context()); err != nil || len(still.Requests) != 1 || still.Requests[0].Answer != nil {
 		t.Errorf("the observer's answers reached the request: %+v %v", still, err)
 	}
 	if rec, err := d.f.Status(t.Context(), "watched"); err != nil || rec.Status == schemas.StatusDead || rec.Status == schemas.StatusClosed {

@@ -75,14 +75,15 @@ it has waited and its input. --json prints the requests in full.`,
 				if err != nil {
 					return err
 				}
-				reqs, err := f.Pending(ctx)
+				rep, err := f.Pending(ctx)
 				if err != nil {
 					return err
 				}
 				if v.json {
-					return printJSON(v.env, schemas.PendingReply{Requests: reqs})
+					return printJSON(v.env, rep)
 				}
-				if len(reqs) == 0 {
+				reqs := rep.Requests
+				if len(reqs) == 0 && rep.Omitted == 0 {
 					fmt.Fprintln(v.out(), "no permission request is waiting")
 					return nil
 				}
@@ -96,7 +97,13 @@ it has waited and its input. --json prints the requests in full.`,
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.AgentID, r.RequestID, r.Tool, time.Since(asked).Round(time.Second), input)
 				}
-				return w.Flush()
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if rep.Omitted > 0 {
+					fmt.Fprintf(v.out(), "%d more requests wait, not listed: all of them would not fit in one reply of the fabric service (each agent's oldest are listed first); answer some and list again\n", rep.Omitted)
+				}
+				return nil
 			}
 		})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -290,5 +293,75 @@ func TestPermitHelpPromisesOnlyWhatIsOffered(t *testing.T) {
 	_, out, _ := runShoal(t, t.TempDir(), nil, "permit", "--help")
 	if strings.Contains(out, "allow_always: a claude agent") || !strings.Contains(out, "claude requests offer none") {
 		t.Errorf("shoal permit --help on --option:\n%s", out)
+	}
+}
+
+// More permission requests wait than one reply of the fabric service
+// holds (twenty agents, sixteen each, every input 16 KiB, the most
+// listed whole): shoal pending, under a client's credentials (which list through
+// the fabric service), lists each agent's oldest first and says how many
+// it left out, in its table and in --json. Before, the list stopped
+// short and said nothing.
+func TestPendingSaysHowManyItCouldNotList(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	creds := map[string]string{}
+	for _, c := range [][2]string{{"coordinator", "admin"}, {"client", "cli"}} {
+		creds[c[0]] = filepath.Join(dir, c[1]+".creds")
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", creds[c[0]], "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
+	}
+	up := startShoal(t, dir, nil, "up", "--auth", "--auth-dir", authDir, "--port", "-1", "--no-node", "--no-bus", "--no-mcp")
+	url := strings.TrimPrefix(up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
+	up.waitLine("shoal: ready")
+	nc, err := nats.Connect(url, nats.UserCredentials(creds["coordinator"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), schemas.PermitsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const agents, each = 20, 16
+	for a := range agents {
+		for r := range each {
+			rec, _ := json.Marshal(schemas.PermitRecord{AgentID: fmt.Sprintf("busy%02d", a), RequestID: fmt.Sprintf("r%02d", r), Node: "n1", Tool: "Bash",
+				Input: json.RawMessage(`{"command":"` + strings.Repeat("A", schemas.MaxListedInput-len(`{"command":""}`)) + `"}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9})
+			if _, err := kv.Put(t.Context(), fmt.Sprintf("busy%02d.r%02d", a, r), rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	client := []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["client"]}
+	code, out, errOut := runShoal(t, t.TempDir(), client, "pending", "--json")
+	if code != 0 {
+		t.Fatalf("shoal pending --json: exit %d: %s", code, errOut)
+	}
+	var rep schemas.PendingReply
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Omitted == 0 || len(rep.Requests)+rep.Omitted != agents*each {
+		t.Fatalf("shoal pending --json listed %d and counted %d left out; want all %d accounted for, some left out", len(rep.Requests), rep.Omitted, agents*each)
+	}
+	firsts := map[string]bool{}
+	for _, r := range rep.Requests {
+		if r.RequestID == "r00" {
+			firsts[r.AgentID] = true
+		}
+	}
+	if len(firsts) != agents {
+		t.Errorf("the list holds the oldest request of %d agents of %d", len(firsts), agents)
+	}
+	code, out, errOut = runShoal(t, t.TempDir(), client, "pending")
+	if want := fmt.Sprintf("%d more requests wait, not listed", rep.Omitted); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("shoal pending: exit %d, %q not in its table's end %q (%s)", code, want, out[max(0, len(out)-300):], errOut)
 	}
 }

@@ -148,7 +148,7 @@ func (r *redialing) Permit(ctx context.Context, req schemas.PermitRequest) (sche
 	return r.get().Permit(ctx, req)
 }
 
-func (r *redialing) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+func (r *redialing) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	return r.get().Pending(ctx)
 }
 

@@ -150,7 +150,7 @@ func (s fabricSource) Close(ctx context.Context, req schemas.AgentRequest) (sche
 	return s.f.Close(ctx, req)
 }
 
-func (s fabricSource) Pending(ctx context.Context) ([]schemas.PermitRecord, error) {
+func (s fabricSource) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	return s.f.Pending(ctx)
 }
 

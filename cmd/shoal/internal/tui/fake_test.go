@@ -33,7 +33,9 @@ func (noActions) SetModel(context.Context, schemas.SetModelRequest) (schemas.Set
 func (noActions) Close(context.Context, schemas.AgentRequest) (schemas.CloseReply, error) {
 	return schemas.CloseReply{}, errReadOnly
 }
-func (noActions) Pending(context.Context) ([]schemas.PermitRecord, error) { return nil, ErrNoPermits }
+func (noActions) Pending(context.Context) (schemas.PendingReply, error) {
+	return schemas.PendingReply{}, ErrNoPermits
+}
 func (noActions) Permit(context.Context, schemas.PermitRequest) (schemas.PermitReply, error) {
 	return schemas.PermitReply{}, ErrNoPermits
 }
@@ -45,6 +47,7 @@ type fakeSource struct {
 	agents   []schemas.AgentRecord
 	stored   map[string][]Event
 	pending  []schemas.PermitRecord
+	omitted  int // requests waiting that the reply leaves out
 	setModel schemas.SetModelReply
 	calls    []any
 }
@@ -93,10 +96,10 @@ func (f *fakeSource) Close(_ context.Context, req schemas.AgentRequest) (schemas
 	f.called(req)
 	return schemas.CloseReply{Closed: true}, nil
 }
-func (f *fakeSource) Pending(context.Context) ([]schemas.PermitRecord, error) {
+func (f *fakeSource) Pending(context.Context) (schemas.PendingReply, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.pending, nil
+	return schemas.PendingReply{Requests: f.pending, Omitted: f.omitted}, nil
 }
 func (f *fakeSource) Permit(_ context.Context, req schemas.PermitRequest) (schemas.PermitReply, error) {
 	f.called(req)

@@ -44,7 +44,7 @@ type (
 		err error
 	}
 	pendingMsg struct {
-		reqs []schemas.PermitRecord
+		schemas.PendingReply
 		err  error
 		once bool // a read outside the poll, which schedules none
 	}
@@ -115,6 +115,9 @@ type Model struct {
 	permits    map[string][]schemas.PermitRecord
 	permitsOff error
 	pendingErr error // why the last read of them failed
+	// permitsOmitted counts the requests waiting that the fabric's
+	// reply left out (too many to list in one).
+	permitsOmitted int
 
 	filtering bool
 	filter    textinput.Model
@@ -252,8 +255,8 @@ func (m *Model) readSpend(d time.Duration) tea.Cmd {
 
 func (m *Model) readPending(d time.Duration) tea.Cmd {
 	return m.after(d, func() tea.Msg {
-		reqs, err := m.src.Pending(m.ctx)
-		return pendingMsg{reqs: reqs, err: err}
+		rep, err := m.src.Pending(m.ctx)
+		return pendingMsg{PendingReply: rep, err: err}
 	})
 }
 
@@ -318,7 +321,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		render.CleanAll(&m)
 		msg = m
 	case pendingMsg:
-		render.CleanAll(&m.reqs)
+		render.CleanAll(&m.Requests)
 		msg = m
 	case spendMsg:
 		render.CleanAll(&m.rep)
@@ -466,8 +469,8 @@ func (m *Model) feedOf(id string) *feed {
 // poll: a permission event arrived, or an answer went out.
 func (m *Model) readPendingNow() tea.Cmd {
 	return func() tea.Msg {
-		reqs, err := m.src.Pending(m.ctx)
-		return pendingMsg{reqs: reqs, err: err, once: true}
+		rep, err := m.src.Pending(m.ctx)
+		return pendingMsg{PendingReply: rep, err: err, once: true}
 	}
 }
 

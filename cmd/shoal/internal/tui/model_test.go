@@ -193,7 +193,7 @@ func TestPermissionRequests(t *testing.T) {
 	answer := func(keys ...string) schemas.PermitRequest {
 		t.Helper()
 		src.pending = []schemas.PermitRecord{permitRecord("r1")}
-		m.Update(pendingMsg{reqs: src.pending, once: true})
+		m.Update(pendingMsg{PendingReply: schemas.PendingReply{Requests: src.pending}, once: true})
 		screenHas(t, m, "⚠ 1 waiting")
 		key(m, "p")
 		screenHas(t, m, "permission request: Bash", "Clean the build directory", `"command": "rm -rf build"`,
@@ -238,13 +238,18 @@ func TestPermissionRequests(t *testing.T) {
 
 	// Another agent has none.
 	src.pending = []schemas.PermitRecord{permitRecord("r1")}
-	m.Update(pendingMsg{reqs: src.pending, once: true})
+	m.Update(pendingMsg{PendingReply: schemas.PendingReply{Requests: src.pending}, once: true})
 	key(m, "down")
 	key(m, "p")
 	screenHas(t, m, "no permission request waiting for v")
 	if src.took() != nil {
 		t.Fatal("p without a request asked the fabric")
 	}
+
+	// More wait than the fabric's reply could list: the header counts
+	// those it left out.
+	m.Update(pendingMsg{PendingReply: schemas.PendingReply{Requests: src.pending, Omitted: 3}, once: true})
+	screenHas(t, m, "⚠ 1 waiting, 3 more not listed")
 
 	// A fabric that serves none: no marker, and p says so.
 	m.Update(pendingMsg{err: fmt.Errorf("reading: %w", ErrNoPermits)})
@@ -703,7 +708,7 @@ func TestNothingAnAgentWritesReachesTheTerminal(t *testing.T) {
 
 	p := permitRecord("r1")
 	p.Tool, p.Description, p.Input = "Bash"+evil, "Clean"+evil, []byte(`{"command":"rm \u009b2J \u001b]0;TITLEPWN\u0007"}`)
-	m.Update(pendingMsg{reqs: []schemas.PermitRecord{p}, once: true})
+	m.Update(pendingMsg{PendingReply: schemas.PendingReply{Requests: []schemas.PermitRecord{p}}, once: true})
 	key(m, "p")
 	noEscapes(t, "permission request", screenHas(t, m, "permission request"))
 }

@@ -32,7 +32,7 @@ func (m *Model) setPending(msg pendingMsg) tea.Cmd {
 	}
 	switch {
 	case errors.Is(msg.err, ErrNoPermits):
-		m.permitsOff, m.permits = msg.err, map[string][]schemas.PermitRecord{}
+		m.permitsOff, m.permits, m.permitsOmitted = msg.err, map[string][]schemas.PermitRecord{}, 0
 		if m.overlay == permitOverlay {
 			m.overlay, m.permit = noOverlay, nil
 		}
@@ -43,7 +43,8 @@ func (m *Model) setPending(msg pendingMsg) tea.Cmd {
 	}
 	m.permitsOff, m.pendingErr = nil, nil
 	by := map[string][]schemas.PermitRecord{}
-	for _, r := range msg.reqs {
+	m.permitsOmitted = msg.Omitted
+	for _, r := range msg.Requests {
 		if r.Answer == nil {
 			by[r.AgentID] = append(by[r.AgentID], r)
 		}

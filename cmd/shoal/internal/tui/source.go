@@ -36,8 +36,9 @@ type Source interface {
 
 	// Pending lists the permission requests agents are waiting on; it
 	// returns an error wrapping ErrNoPermits when the fabric does not
-	// serve them.
-	Pending(ctx context.Context) ([]schemas.PermitRecord, error)
+	// serve them. Omitted counts those a list too large for one reply
+	// leaves out.
+	Pending(ctx context.Context) (schemas.PendingReply, error)
 	// Permit answers a permission request.
 	Permit(ctx context.Context, req schemas.PermitRequest) (schemas.PermitReply, error)
 }

@@ -116,7 +116,12 @@ func (m *Model) header(shown []schemas.AgentRecord) string {
 		view = "nodes"
 	}
 	h := fmt.Sprintf("shoal · %d agents (%d working) · %d nodes · %s", len(shown), working, len(m.nodes), view)
-	if waiting > 0 {
+	switch {
+	case m.permitsOmitted > 0:
+		// More wait than the fabric's reply could list: the count is
+		// of the whole fabric, not of the agents shown.
+		h += fmt.Sprintf(" · ⚠ %d waiting, %d more not listed", waiting, m.permitsOmitted)
+	case waiting > 0:
 		h += fmt.Sprintf(" · ⚠ %d waiting", waiting)
 	}
 	h += m.spendNote()
