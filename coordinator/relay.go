@@ -61,6 +61,8 @@ type Relay struct {
 	owners   map[string]string              // agent id -> owner node, from the agents bucket
 	statuses map[string]schemas.AgentStatus // agent id -> its record's status
 	revs     map[string]uint64              // agent id -> the revision of its record owners and statuses hold
+	deleted  map[string]deletion            // agent id -> its record's deletion, lately
+	forget   int                            // deleted is pruned once it holds this many
 	seqs     map[string]*sequence           // agent id -> what the relay knows of its numbering
 	inflight map[string]inflight            // reply token -> a forwarded event awaiting its acknowledgement
 	warned   map[string]bool                // refusals already logged
@@ -131,7 +133,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
 		acks: cfg.Conn.NewInbox(), eventsWaiting: cfg.EventsWaiting,
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
-		inflight: map[string]inflight{}, warned: map[string]bool{},
+		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{},
 		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
 
@@ -294,17 +296,19 @@ func (r *Relay) busy(m *nats.Msg, node string, op schemas.RelayOp, held int) {
 	}
 	msg := fmt.Sprintf("node %s has %d relay operations running or waiting already; %s is not taken: send it again once they are answered", node, held, op)
 	var body any
+	answer := nats.NewMsg(m.Reply)
 	switch op {
 	case schemas.RelayRecord, schemas.RelayBeat, schemas.RelayPermit:
 		body = pubAckError(503, 0, msg)
 	case schemas.RelayBundleGet, schemas.RelayBundlePut:
-		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "%s", msg))
-		return
+		// A chunk's answer says an error by a header of its own (its
+		// body is the chunk otherwise); busy, it is sent again.
+		answer.Header.Set(schemas.HeaderRelayError, "1")
+		body = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%s", msg)}
 	default:
 		body = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "%s", msg)}
 	}
 	b, _ := json.Marshal(body)
-	answer := nats.NewMsg(m.Reply)
 	answer.Header.Set(schemas.HeaderRelayBusy, strconv.Itoa(held))
 	answer.Data = b
 	r.nc.PublishMsg(answer)
@@ -352,20 +356,54 @@ func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
 			delete(r.statuses, e.Key())
 			delete(r.revs, e.Key())
 			delete(r.seqs, e.Key())
+			r.deleted[e.Key()] = deletion{rev: e.Revision(), at: time.Now()}
+			r.pruneDeleted()
 		}
 		r.mu.Unlock()
 	}
+}
+
+// A deletion is when, and at which revision of the bucket, an agent's
+// record was deleted: a bucket read begun before it and taken in after
+// must not bring the agent back into the view.
+type deletion struct {
+	rev uint64
+	at  time.Time
+}
+
+// Deletions are kept deletionAge, far longer than any bucket read of a
+// lane takes, and looked over for those older once deletionsKept (then
+// twice as many as are left) are held.
+const (
+	deletionAge   = 5 * time.Minute
+	deletionsKept = 1024
+)
+
+// pruneDeleted forgets the deletions older than deletionAge once many are
+// held. Called with r.mu held.
+func (r *Relay) pruneDeleted() {
+	if len(r.deleted) < r.forget {
+		return
+	}
+	for id, d := range r.deleted {
+		if time.Since(d.at) > deletionAge {
+			delete(r.deleted, id)
+		}
+	}
+	r.forget = max(deletionsKept, 2*len(r.deleted))
 }
 
 // learn takes agent id's record, at revision rev of the bucket, into the
 // relay's view of owners and statuses, unless the view holds a later
 // revision already: the watch and the bucket reads of many nodes' lanes
 // come in any order, and an earlier record must not bring back an owner,
-// or a life, that a later one ended. Called with r.mu held.
+// or a life, that a later one ended, nor an agent whose record a later
+// revision deleted. Called with r.mu held.
 func (r *Relay) learn(id string, rec schemas.AgentRecord, rev uint64) {
-	if rev < r.revs[id] {
+	if d, ok := r.deleted[id]; rev < r.revs[id] || ok && rev < d.rev {
 		return
 	}
+	delete(r.deleted, id)
 	r.revs[id] = rev
 	r.owners[id] = rec.Node
 	r.statuses[id] = rec.Status

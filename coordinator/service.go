@@ -177,6 +177,9 @@ const (
 	greetingWait       = 5 * time.Second
 	// shortReadsInAll bounds the event pages and output reads under way.
 	shortReadsInAll = 128
+	// replayAnswersHeld bounds the messages (and KiB) a replay's
+	// flow-control subscription holds unread.
+	replayAnswersHeld = 64
 )
 
 // readers counts the fabric service's reads under way.
@@ -353,6 +356,10 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		return
 	}
 	defer heardBack.Unsubscribe()
+	// An answer is one small message for each ask; a reader sending more
+	// (it knows the subjects) loses its replay, not the coordinator's
+	// memory.
+	heardBack.SetPendingLimits(replayAnswersHeld, replayAnswersHeld<<10)
 	var asking sync.Mutex
 	asked := 0
 	ackWithin := func(wait time.Duration) error {

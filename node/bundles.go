@@ -56,12 +56,13 @@ const bundleAsk = time.Minute
 func (s *relayStore) getBundle(ctx context.Context, agent, name string, w io.Writer) error {
 	subject := schemas.RelaySubject(s.node, schemas.RelayBundleGet, agent)
 	for off := int64(0); ; {
-		body, _ := json.Marshal(schemas.RelayBundleRequest{Name: name, Offset: off})
+		ask := nats.NewMsg(subject)
+		ask.Data, _ = json.Marshal(schemas.RelayBundleRequest{Name: name, Offset: off})
 		cctx, cancel := context.WithTimeout(ctx, bundleAsk)
-		m, err := s.nc.RequestWithContext(cctx, subject, body)
+		m, err := s.request(cctx, ask) // asked again while the relay is busy
 		cancel()
 		if err != nil {
-			return schemas.Errf(schemas.CodeUnavailable, "read bundle %s through the relay: %v", name, relayErr(err))
+			return schemas.Errf(schemas.CodeUnavailable, "read bundle %s through the relay: %v", name, err)
 		}
 		if m.Header.Get(schemas.HeaderRelayError) != "" {
 			var none struct{}
@@ -100,10 +101,10 @@ func (s *relayStore) putBundle(ctx context.Context, agent, name, desc string, r 
 		}
 		m.Data = buf[:n]
 		cctx, cancel := context.WithTimeout(ctx, bundleAsk)
-		rep, err := s.nc.RequestMsgWithContext(cctx, m)
+		rep, err := s.request(cctx, m) // sent again while the relay is busy
 		cancel()
 		if err != nil {
-			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s through the relay: %v", name, relayErr(err))
+			return schemas.Errf(schemas.CodeUnavailable, "store bundle %s through the relay: %v", name, err)
 		}
 		var none struct{}
 		if err := schemas.DecodeReply(rep.Data, &none); err != nil {

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -51,5 +53,61 @@ func TestRelayStoreAsksAgainWhileTheRelayIsBusy(t *testing.T) {
 	_, err = s.owned(natstest.Context(t, 1e9))
 	if err == nil || !strings.Contains(err.Error(), "the relay was busy with this node's other operations") {
 		t.Errorf("a question the relay never has room for: %v", err)
+	}
+}
+
+// A bundle's chunks are asked again while the relay is busy, as the
+// relay answers them then (an error, and busy): a read and a write of a
+// bundle go through once it has room. Before, the first busy answer
+// failed the agent's open.
+func TestRelayStoreAsksAgainForABundleWhileTheRelayIsBusy(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	relay := natstest.Connect(t, b)
+	busy := func(m *nats.Msg) {
+		a := nats.NewMsg(m.Reply)
+		a.Header.Set(schemas.HeaderRelayError, "1")
+		a.Header.Set(schemas.HeaderRelayBusy, "264")
+		a.Data = []byte(`{"error":{"code":"unavailable","message":"node n1 has 264 relay operations running or waiting already"}}`)
+		relay.PublishMsg(a)
+	}
+	var gets, puts atomic.Int64
+	var mu sync.Mutex
+	var stored bytes.Buffer
+	if _, err := relay.Subscribe(schemas.RelaySubject("n1", schemas.RelayBundleGet, "a1"), func(m *nats.Msg) {
+		if gets.Add(1) <= 2 {
+			busy(m)
+			return
+		}
+		a := nats.NewMsg(m.Reply)
+		a.Header.Set(schemas.HeaderBundleLast, "1")
+		a.Data = []byte("bundle")
+		relay.PublishMsg(a)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Subscribe(schemas.RelaySubject("n1", schemas.RelayBundlePut, "a1"), func(m *nats.Msg) {
+		if puts.Add(1) <= 2 {
+			busy(m)
+			return
+		}
+		mu.Lock()
+		stored.Write(m.Data)
+		mu.Unlock()
+		m.Respond([]byte(`{}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	relay.Flush()
+	s := &relayStore{nc: natstest.Connect(t, b), node: "n1"}
+	var got bytes.Buffer
+	if err := s.getBundle(natstest.Context(t, 30e9), "a1", "repo/x.bundle", &got); err != nil || got.String() != "bundle" || gets.Load() != 3 {
+		t.Errorf("a bundle read through a relay busy twice: %q, %v (asked %d times)", got.String(), err, gets.Load())
+	}
+	err := s.putBundle(natstest.Context(t, 30e9), "a1", "repo/y.bundle", "", strings.NewReader("written"))
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || stored.String() != "written" || puts.Load() != 3 {
+		t.Errorf("a bundle written through a relay busy twice: stored %q, %v (sent %d times)", stored.String(), err, puts.Load())
 	}
 }
