@@ -1,10 +1,12 @@
 package bridge_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -189,5 +191,162 @@ func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 	}
 	if got := budgets["twins"]; got.Tokens != 100000-int64(opened)*1000 {
 		t.Errorf("the parent's budget after %d children of 1000: %+v, want %d", opened, got, 100000-opened*1000)
+	}
+}
+
+// A claim its node never took up (the node died during the open) leaves
+// the id's record starting; once stale, an open takes the id over. The
+// budget draw took such a record for an agent in use and drew nothing,
+// so a child opened over it by an agent under a budget ran under none.
+// It is drawn as for a dead or closed id.
+func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "frugal", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "frugal", Tokens: 10000}); err != nil {
+		t.Fatal(err)
+	}
+	long := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
+	putRecord(t, fb, schemas.AgentRecord{ID: "orphan", Status: schemas.StatusStarting, Node: "gone", RequestID: "an-open-long-ago",
+		Parent: "frugal", Depth: 1, CWD: work, CreatedAt: long, LastActivity: long})
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "frugal"})
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "orphan"}); !isErr || !strings.Contains(text, "its child's budget is taken out of what is left") {
+		t.Errorf("a child over a stale claim asking no budget: %q, want refused", text)
+	}
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "orphan", "budget_tokens": 1000}); isErr {
+		t.Fatalf("a child over a stale claim: %s", text)
+	}
+	rep, err := fb.f.Budgets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgets := map[string]schemas.Budget{}
+	for _, l := range rep.Budgets {
+		budgets[l.AgentID] = l.Budget
+	}
+	if got := budgets["orphan"]; got.Tokens != 1000 || got.GrantedBy != "frugal" {
+		t.Errorf("the child opened over a stale claim has the budget %+v; want 1000 tokens granted by frugal", got)
+	}
+	if got := budgets["frugal"]; got.Tokens != 9000 {
+		t.Errorf("the parent's budget after giving 1000: %+v, want 9000", got)
+	}
+}
+
+// An agent under a budget that gives up its agent_open call just after
+// the open went to the node: the coordinator's client gave the claim back
+// (deleting a fresh id's record) and, finding no record, gave the parent
+// its draw back and deleted the child's budget; the node, still opening,
+// made the record itself and ran the child under no budget. An open whose
+// outcome is the node's (the caller gone, or no answer in time) keeps its
+// claim and its draw now: every child that lives has its budget, and the
+// parent paid for each.
+func TestDoorKeepsTheDrawOfAnOpenItsCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "miser", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	const budget = 1000000
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "miser", Tokens: budget}); err != nil {
+		t.Fatal(err)
+	}
+	const tries = 300
+	for i := range tries {
+		// Given up a little later each time, across the open's course.
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Millisecond+time.Duration(i)*50*time.Microsecond)
+		as := fb.client(map[string]string{schemas.AgentIDHeader: "miser"})
+		as.CallTool(ctx, &mcp.CallToolParams{Name: "agent_open", Arguments: map[string]any{"cwd": work, "id": fmt.Sprintf("k%d", i), "budget_tokens": 1}})
+		cancel()
+		as.Close()
+	}
+	time.Sleep(2 * time.Second) // the opens the node took finish
+	rep, err := fb.f.Budgets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgets := map[string]schemas.Budget{}
+	for _, l := range rep.Budgets {
+		budgets[l.AgentID] = l.Budget
+	}
+	live, unbudgeted := 0, []string{}
+	for i := range tries {
+		id := fmt.Sprintf("k%d", i)
+		rec, err := fb.f.Record(t.Context(), id)
+		if err != nil || rec.Status == schemas.StatusDead {
+			continue
+		}
+		live++
+		if budgets[id].IsZero() {
+			unbudgeted = append(unbudgeted, id+" ("+string(rec.Status)+")")
+		}
+	}
+	t.Logf("%d of %d children have a record; the parent paid %d", live, tries, budget-budgets["miser"].Tokens)
+	if len(unbudgeted) > 0 {
+		t.Errorf("%d children of an agent under a budget have none: %v", len(unbudgeted), unbudgeted)
+	}
+	if paid := budget - budgets["miser"].Tokens; paid != int64(live) {
+		t.Errorf("the parent paid for %d children; %d have a record", paid, live)
+	}
+}
+
+// A person's budget on an id, set before any agent opened it, bounds
+// what an agent's open of it may ask, and is never raised; but the
+// child kept all of it for what the parent paid: a parent under 10,000
+// tokens and $1 paid 1 token and $0.01 for a child that could spend
+// 1,000,000 tokens and any dollars. The child gets the smaller of the
+// two in each, and what it gets stays a person's (unmarked), so no
+// later open raises it.
+func TestDoorGivesNoMoreOfAPersonsBudgetThanTheParentPays(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: "cheap", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "cheap", Tokens: 10000, USD: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "worker", Tokens: 1000000}); err != nil {
+		t.Fatal(err)
+	}
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "cheap"})
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "worker", "budget_tokens": 1, "budget_usd": 0.01}); isErr {
+		t.Fatal(text)
+	}
+	rep, err := fb.f.Budgets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]schemas.Budget{}
+	for _, l := range rep.Budgets {
+		got[l.AgentID] = l.Budget
+	}
+	if w := got["worker"]; w.Tokens != 1 || w.USD != 0.01 || w.GrantedBy != "" {
+		t.Errorf("the child the parent paid 1 token and $0.01 for may spend %+v; want 1 token and $0.01, a person's", w)
+	}
+	if p := got["cheap"]; p.Tokens != 9999 || p.USD < 0.989 || p.USD > 0.991 {
+		t.Errorf("the parent's budget after paying 1 token and $0.01: %+v", p)
+	}
+	// Closed and opened again, it is given no more: the person's budget
+	// (as lowered) is not raised by an agent.
+	if text, isErr := call(t, as, "agent_close", map[string]any{"agent_id": "worker"}); isErr {
+		t.Fatal(text)
+	}
+	call(t, as, "agent_open", map[string]any{"cwd": work, "id": "worker", "budget_tokens": 5000, "budget_usd": 0.5})
+	rep, err = fb.f.Budgets(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range rep.Budgets {
+		if l.AgentID == "worker" && (l.Budget.Tokens > 1 || l.Budget.USD > 0.01) {
+			t.Errorf("reopened by its parent asking more, the child may spend %+v", l.Budget)
+		}
 	}
 }

@@ -133,10 +133,10 @@ func (r *Remote) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 // the open asks. The child's budget is written here, marked as its
 // parent's gift (granted_by); a reopened child's new life may spend what
 // it is given on top of what its lives used. A budget a person set on the
-// id (none marked) is not raised: the child keeps it, and the parent
-// gives no more than it leaves. Nothing is drawn or written for an id in
+// id (none marked) is not raised: the parent gives no more than it
+// leaves, and the child keeps no more of it than the parent gives. Nothing is drawn or written for an id in
 // use (a retry of this same open, or another's agent): the open answers
-// which. undo puts back what was taken and written, for an open that did
+// which. A stale claim is no id in use (claim takes it over). undo puts back what was taken and written, for an open that did
 // not happen.
 func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (undo func(context.Context), err error) {
 	nothing := func(context.Context) {}
@@ -148,7 +148,9 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 		child = schemas.AgentRecord{}
 	case err != nil:
 		return nil, err
-	case child.Status != schemas.StatusDead && child.Status != schemas.StatusClosed:
+	case child.Status != schemas.StatusDead && child.Status != schemas.StatusClosed && !staleClaim(child):
+		// In use (a claim its node never took up is not: the open
+		// takes it over).
 		return nothing, nil
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
@@ -162,9 +164,11 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 	childUsed := child.AllLives()
 	var gives schemas.Budget // the child's budget, as written
 	if !before.IsZero() && before.GrantedBy == "" {
-		// A person's: kept, and the parent gives at most what it leaves.
+		// A person's: the parent gives at most what it leaves, and the
+		// child gets no more of it than the parent gives. What it gets
+		// stays a person's budget, which no later open raises.
 		want = want.Within(before.Left(childUsed))
-		gives = before
+		gives = before.Within(want.After(childUsed))
 	} else if !want.IsZero() {
 		gives = want.After(childUsed)
 		gives.GrantedBy = req.Parent

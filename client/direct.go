@@ -144,6 +144,13 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	if req.Parent == "" {
 		return f.openBudgeted(ctx, req, ship)
 	}
+	// A child's open, once begun, goes to its end whether or not its
+	// caller waits: what the parent's budget gave and whether the child
+	// opened must agree, and an agent giving up its call half-way (a
+	// write the server made while the caller saw it cancelled, an open
+	// the node took up after its claim was given back) left them not to.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemas.OpenTimeout+time.Minute)
+	defer cancel()
 	undo, err := f.drawOnParent(ctx, &req)
 	if err != nil {
 		return schemas.OpenReply{}, err
@@ -273,7 +280,11 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 			rep, err = schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s %s while it opened agent %s", node, why, req.ID)
 		}
 	}
-	if err != nil && release != nil {
+	if err != nil && release != nil && (ctx.Err() == nil && schemas.CodeOf(err) != schemas.CodeTimeout) {
+		// The node said no, or never heard of it, or is gone. A caller
+		// that went away, or a node that did not answer in time, leaves
+		// the open's outcome to the node: it may take the claim up yet,
+		// and must find it; one never taken up goes stale.
 		release(context.WithoutCancel(ctx))
 	}
 	return rep, err

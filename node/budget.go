@@ -40,6 +40,8 @@ func (s *relayStore) allowance(ctx context.Context, agent, _ string, _ []string)
 // read, and what the running turn has used so far.
 type spendState struct {
 	allow   schemas.Allowance // the budgets and the fleet's spend, as last read
+	readAt  time.Time         // when allow was read
+	reading bool              // a read of them is under way for the running turn
 	running schemas.Usage     // the running turn's use so far, as the backend said it
 	over    int               // the turn interrupted for crossing a budget
 	queued  bool              // a check of the running turn waits in the loop
@@ -47,6 +49,11 @@ type spendState struct {
 
 // budgetRead bounds a read of the budgets.
 const budgetRead = 5 * time.Second
+
+// budgetsFresh is how old the budgets a running turn is held to may be
+// while it spends: a budget lowered meanwhile (by a person, or by the
+// agent's own gift to a child it opened) holds the turn from then on.
+const budgetsFresh = time.Second
 
 // admit reads what a's next turn is held to and says whether a turn may
 // start now: over names the budget it would start past (and how to raise
@@ -62,10 +69,32 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	// moment after each result is stored) count all the same.
 	allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 	a.mu.Lock()
-	a.spend.allow = allow
+	a.spend.allow, a.spend.readAt = allow, time.Now()
 	own := a.rec.AllLives()
 	a.mu.Unlock()
 	return allow.Check(a.id, own, schemas.Usage{}), nil
+}
+
+// reread reads the budgets again for the running turn, and has its use so
+// far checked against them. A read that fails leaves them as they were.
+func (a *agent) reread(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, budgetRead)
+	defer cancel()
+	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
+	if err == nil {
+		allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
+	}
+	a.mu.Lock()
+	a.spend.reading, a.spend.readAt = false, time.Now()
+	if err == nil {
+		a.spend.allow = allow
+	}
+	queue := err == nil && !a.spend.queued
+	a.spend.queued = a.spend.queued || queue
+	a.mu.Unlock()
+	if queue {
+		a.queue.push(item{spend: true})
+	}
 }
 
 // refuseOverBudget refuses a turn of a that would start past a budget,
@@ -94,9 +123,9 @@ func (a *agent) Spending(turnSoFar schemas.Usage) {
 // checkSpend interrupts the running turn once its use so far takes the
 // agent, the fleet or one of its node's labels past a budget, saying which
 // in an error event; the turns held behind it are refused as they come to
-// begin. The fleet's and the labels' spend is as it stood when the
-// budgets were last read, so turns running at once on other agents are
-// not seen until they end.
+// begin. The budgets are read again while the turn spends, at most every
+// budgetsFresh; the fleet's and the labels' spend is as it stood then, so
+// turns running at once on other agents are not seen until they end.
 func (a *agent) checkSpend(ctx context.Context) {
 	a.mu.Lock()
 	a.spend.queued = false
@@ -107,6 +136,10 @@ func (a *agent) checkSpend(ctx context.Context) {
 	}
 	over := a.spend.allow.Check(a.id, a.rec.AllLives(), a.spend.running)
 	if over == nil {
+		if !a.spend.reading && time.Since(a.spend.readAt) >= budgetsFresh {
+			a.spend.reading = true
+			a.work.Go(func() { a.reread(ctx) })
+		}
 		a.mu.Unlock()
 		return
 	}
