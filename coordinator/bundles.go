@@ -41,8 +41,12 @@ type bundles struct {
 	mu     sync.Mutex
 	reads  map[string]*bundleRead
 	writes map[string]*bundleWrite
-	seeks  map[string]time.Time // when a read last began past the start, by node and bundle
-	ended  bool                 // the relay stopped: no write begins
+	// chunking holds the writes a chunk is being written to: out of
+	// writes meanwhile, they are still the node's, and a second chunk of
+	// one at once is refused.
+	chunking map[string]bool
+	seeks    map[string]time.Time // when a read last began past the start, by node and bundle
+	ended    bool                 // the relay stopped: no write begins
 }
 
 // stop ends every read and write in progress, and returns once the
@@ -94,11 +98,17 @@ func (b *bundles) inProgressLocked(node string) int64 {
 
 func bundleKey(node, agent, name string) string { return node + "\x00" + agent + "\x00" + name }
 
-// writingLocked counts node's writes in progress; b.mu is held.
+// writingLocked counts node's writes in progress, those a chunk is being
+// written to among them; b.mu is held.
 func (b *bundles) writingLocked(node string) int {
 	n := 0
 	for k := range b.writes {
 		if strings.HasPrefix(k, node+"\x00") {
+			n++
+		}
+	}
+	for k := range b.chunking {
+		if _, listed := b.writes[k]; !listed && strings.HasPrefix(k, node+"\x00") {
 			n++
 		}
 	}
@@ -217,10 +227,25 @@ func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, node, age
 func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key, name, desc string, offset int64, data []byte, last bool) error {
 	b.mu.Lock()
 	b.sweepLocked(time.Now())
+	if b.chunking[key] {
+		// A node sends a bundle's chunks one at a time: two at once
+		// would each begin (or go on with) a write of one name.
+		b.mu.Unlock()
+		return schemas.Errf(schemas.CodeConflict, "bundle %s: a chunk of it is being written already; send its chunks one at a time", name)
+	}
 	w := b.writes[key]
 	delete(b.writes, key)
 	busy, ended := b.writingLocked(node), b.ended
+	if b.chunking == nil {
+		b.chunking = map[string]bool{}
+	}
+	b.chunking[key] = true
 	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.chunking, key)
+		b.mu.Unlock()
+	}()
 	if offset == 0 {
 		if w != nil {
 			w.pw.CloseWithError(errors.New("the node began the bundle again"))
