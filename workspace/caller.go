@@ -204,10 +204,12 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 }
 
 // moveBranch puts branch at tip in the repository at root, unless it
-// holds commits tip does not that Shoal did not make (authored
-// <agent>@shoal.invalid: an agent's, or a commit of its uncommitted work,
-// which each fetch makes anew): a person's commits on an agent's branch
-// are not dropped. The branch moves only from the commit checked.
+// holds commits tip does not that Shoal did not make (authored and
+// committed <agent>@shoal.invalid: an agent's, or a commit of its
+// uncommitted work, which each fetch makes anew): a person's commits on
+// an agent's branch are not dropped, nor an agent's commit a person
+// amended (git keeps its author). The branch moves only from the commit
+// checked.
 func moveBranch(ctx context.Context, root, branch, tip string) error {
 	ref := "refs/heads/" + branch
 	trees, err := run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
@@ -221,15 +223,15 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 	}
 	old, _ := line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
 	if old != "" {
-		out, err := run(ctx, root, nil, nil, "log", "--format=%H %ae %s", tip+".."+old)
+		out, err := run(ctx, root, nil, nil, "log", "--format=%H %ae %ce %s", tip+".."+old)
 		if err != nil {
 			return err
 		}
 		var yours []string
 		for l := range strings.Lines(out) {
-			f := strings.SplitN(strings.TrimSpace(l), " ", 3)
-			if len(f) >= 2 && !strings.HasSuffix(f[1], "@shoal.invalid") {
-				yours = append(yours, strings.Join(append([]string{f[0][:min(12, len(f[0]))]}, f[2:]...), " "))
+			f := strings.SplitN(strings.TrimSpace(l), " ", 4)
+			if len(f) >= 3 && (!strings.HasSuffix(f[1], "@shoal.invalid") || !strings.HasSuffix(f[2], "@shoal.invalid")) {
+				yours = append(yours, strings.Join(append([]string{f[0][:min(12, len(f[0]))]}, f[3:]...), " "))
 			}
 		}
 		if len(yours) > 0 {

@@ -217,9 +217,11 @@ func agentCheckout(t *testing.T) (repo string, s *Start, co Checkout) {
 
 // A fetch moves the agent's branch in the caller's repository past what
 // Shoal made on it before (each fetch's commit of the uncommitted work is
-// new), but not past a person's own commit on it, nor while a linked work
-// tree has it checked out: git fetch into the branch forced it along,
-// and the person's commit was left to the reflog.
+// new), but not past a person's own commit on it, nor past an agent's
+// commit a person amended (git keeps its author, the agent's: it was
+// taken for Shoal's and dropped), nor while a linked work tree has it
+// checked out: git fetch into the branch forced it along, and the
+// person's commit was left to the reflog.
 func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	ctx := context.Background()
 	repo, s, co := agentCheckout(t)
@@ -256,6 +258,21 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	}
 	if got := git(t, repo, "rev-parse", "shoal/a1"); got != mine {
 		t.Errorf("the person's commit is gone from shoal/a1 (at %s, not %s)", got, mine)
+	}
+
+	// An agent's commit a person amended: its author is still the agent.
+	git(t, repo, "update-ref", "refs/heads/shoal/a1", tip2)
+	amend := filepath.Join(t.TempDir(), "amend")
+	git(t, repo, "worktree", "add", "-q", amend, "shoal/a1")
+	write(t, filepath.Join(amend, "loose.txt"), "my careful fix\n")
+	git(t, amend, "commit", "-q", "-a", "--amend", "--no-edit")
+	amended := git(t, amend, "rev-parse", "HEAD")
+	git(t, amend, "checkout", "-q", "--detach")
+	if _, err := fetch("5\n"); err == nil || !strings.Contains(err.Error(), "not made by Shoal") {
+		t.Errorf("a fetch over an agent's commit a person amended: %v; want a refusal", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != amended {
+		t.Errorf("the amended commit is gone from shoal/a1 (at %s, not %s)", got, amended)
 	}
 
 	// The branch checked out in a linked work tree.
