@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -198,7 +201,8 @@ func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 // the id's record starting; once stale, an open takes the id over. The
 // budget draw took such a record for an agent in use and drew nothing,
 // so a child opened over it by an agent under a budget ran under none.
-// It is drawn as for a dead or closed id.
+// It is drawn as for a dead or closed id; and what the parent gave the
+// claim, which no life spent, it has back first (it paid twice).
 func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
@@ -213,6 +217,16 @@ func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	long := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
 	putRecord(t, fb, schemas.AgentRecord{ID: "orphan", Status: schemas.StatusStarting, Node: "gone", RequestID: "an-open-long-ago",
 		Parent: "frugal", Depth: 1, CWD: work, CreatedAt: long, LastActivity: long})
+	// What the open long ago gave it, out of frugal's 11,000.
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.BudgetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gift, _ := json.Marshal(schemas.Budget{Tokens: 1000, GrantedBy: "frugal"})
+	if _, err := kv.Put(t.Context(), "orphan", gift); err != nil {
+		t.Fatal(err)
+	}
 	as := fb.client(map[string]string{schemas.AgentIDHeader: "frugal"})
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "orphan"}); !isErr || !strings.Contains(text, "its child's budget is taken out of what is left") {
 		t.Errorf("a child over a stale claim asking no budget: %q, want refused", text)
@@ -231,8 +245,8 @@ func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	if got := budgets["orphan"]; got.Tokens != 1000 || got.GrantedBy != "frugal" {
 		t.Errorf("the child opened over a stale claim has the budget %+v; want 1000 tokens granted by frugal", got)
 	}
-	if got := budgets["frugal"]; got.Tokens != 9000 {
-		t.Errorf("the parent's budget after giving 1000: %+v, want 9000", got)
+	if got := budgets["frugal"]; got.Tokens != 10000 {
+		t.Errorf("the parent's budget after the stale claim's 1000 came back and it gave 1000: %+v, want 10000", got)
 	}
 }
 
@@ -265,7 +279,15 @@ func TestDoorKeepsTheDrawOfAnOpenItsCallerGaveUp(t *testing.T) {
 		cancel()
 		as.Close()
 	}
-	time.Sleep(2 * time.Second) // the opens the node took finish
+	// The opens go on to their ends: every claim is taken up or given back.
+	poll.Until(t, time.Minute, "every child's open to end", func() bool {
+		for i := range tries {
+			if rec, err := fb.f.Record(t.Context(), fmt.Sprintf("k%d", i)); err == nil && rec.Status == schemas.StatusStarting {
+				return false
+			}
+		}
+		return true
+	})
 	rep, err := fb.f.Budgets(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,9 @@ func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	if text, isErr := call(t, boss, "agent_output", map[string]any{"agent_id": "kid"}); !isErr || !strings.Contains(text, "16 calls of agent boss are under way") {
 		t.Errorf("agent_output by the agent at its bound: %q", text)
 	}
+	if text, isErr := call(t, boss, "agent_open", map[string]any{"cwd": work, "id": "kid2"}); !isErr || !strings.Contains(text, "16 calls of agent boss are under way") {
+		t.Errorf("agent_open by the agent at its bound: %q", text)
+	}
 	if text, _ := call(t, boss, "agent_status", map[string]any{"agent_id": "kid"}); strings.Contains(text, "refused") {
 		t.Errorf("agent_status by the agent at its bound: %q", text)
 	}

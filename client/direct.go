@@ -280,11 +280,11 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 			rep, err = schemas.OpenReply{}, schemas.Errf(schemas.CodeUnavailable, "node %s %s while it opened agent %s", node, why, req.ID)
 		}
 	}
-	if err != nil && release != nil && (ctx.Err() == nil && schemas.CodeOf(err) != schemas.CodeTimeout) {
-		// The node said no, or never heard of it, or is gone. A caller
-		// that went away, or a node that did not answer in time, leaves
-		// the open's outcome to the node: it may take the claim up yet,
-		// and must find it; one never taken up goes stale.
+	if err != nil && release != nil {
+		// Given back unless the node took it up: the node's own wait for
+		// an open is as long as this one's, so one that did not answer in
+		// time takes it up no more. (A child's open is not cut short by
+		// its caller: see Open.)
 		release(context.WithoutCancel(ctx))
 	}
 	return rep, err

@@ -41,6 +41,7 @@ func (s *relayStore) allowance(ctx context.Context, agent, _ string, _ []string)
 type spendState struct {
 	allow   schemas.Allowance // the budgets and the fleet's spend, as last read
 	readAt  time.Time         // when allow was read
+	reads   int               // the reads begun, so an older one lands on no newer
 	reading bool              // a read of them is under way for the running turn
 	running schemas.Usage     // the running turn's use so far, as the backend said it
 	over    int               // the turn interrupted for crossing a budget
@@ -61,6 +62,9 @@ const budgetsFresh = time.Second
 func (a *agent) admit(ctx context.Context) (over, err error) {
 	ctx, cancel := context.WithTimeout(ctx, budgetRead)
 	defer cancel()
+	a.mu.Lock()
+	a.spend.reads++
+	a.mu.Unlock()
 	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
 	if err != nil {
 		return nil, err
@@ -80,13 +84,18 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 func (a *agent) reread(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, budgetRead)
 	defer cancel()
+	a.mu.Lock()
+	a.spend.reads++
+	mine := a.spend.reads
+	a.mu.Unlock()
 	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
 	if err == nil {
 		allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 	}
 	a.mu.Lock()
 	a.spend.reading, a.spend.readAt = false, time.Now()
-	if err == nil {
+	if err == nil && a.spend.reads == mine {
+		// No read begun after it (the next turn's admit) is newer.
 		a.spend.allow = allow
 	}
 	queue := err == nil && !a.spend.queued
