@@ -38,16 +38,7 @@ func TestDoorTakesAChildsBudgetOutOfItsParents(t *testing.T) {
 		Usage: schemas.Usage{InputTokens: 1500, OutputTokens: 500}})
 	budget := func(id string) schemas.Budget {
 		t.Helper()
-		rep, err := fb.f.Budgets(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range rep.Budgets {
-			if l.AgentID == id {
-				return l.Budget
-			}
-		}
-		return schemas.Budget{}
+		return budgetsOf(t, fb)[id]
 	}
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "thrifty", Tokens: 10000}); err != nil {
 		t.Fatal(err)
@@ -148,15 +139,7 @@ func TestDoorTakesAChildsBudgetOutOfItsParents(t *testing.T) {
 // opens has its budget, and the parent paid once for each.
 func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 	t.Parallel()
-	fb := startFabric(t, bridge.HTTPConfig{})
-	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nested := []string{}
-	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
-	work := t.TempDir()
-	putRecord(t, fb, schemas.AgentRecord{ID: "twins", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
-	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "twins", Tokens: 100000}); err != nil {
-		t.Fatal(err)
-	}
+	fb, work := budgetedParent(t, "twins", schemas.BudgetRequest{Tokens: 100000})
 	a := fb.client(map[string]string{schemas.AgentIDHeader: "twins"})
 	b := fb.client(map[string]string{schemas.AgentIDHeader: "twins"})
 	const kids = 10
@@ -169,14 +152,7 @@ func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 		}
 		both.Wait()
 	}
-	rep, err := fb.f.Budgets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	budgets := map[string]schemas.Budget{}
-	for _, l := range rep.Budgets {
-		budgets[l.AgentID] = l.Budget
-	}
+	budgets := budgetsOf(t, fb)
 	opened := 0
 	for i := range kids {
 		id := fmt.Sprintf("twin%d", i)
@@ -205,15 +181,7 @@ func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 // claim, which no life spent, it has back first (it paid twice).
 func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	t.Parallel()
-	fb := startFabric(t, bridge.HTTPConfig{})
-	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nested := []string{}
-	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
-	work := t.TempDir()
-	putRecord(t, fb, schemas.AgentRecord{ID: "frugal", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
-	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "frugal", Tokens: 10000}); err != nil {
-		t.Fatal(err)
-	}
+	fb, work := budgetedParent(t, "frugal", schemas.BudgetRequest{Tokens: 10000})
 	long := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
 	putRecord(t, fb, schemas.AgentRecord{ID: "orphan", Status: schemas.StatusStarting, Node: "gone", RequestID: "an-open-long-ago",
 		Parent: "frugal", Depth: 1, CWD: work, CreatedAt: long, LastActivity: long})
@@ -234,14 +202,7 @@ func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "orphan", "budget_tokens": 1000}); isErr {
 		t.Fatalf("a child over a stale claim: %s", text)
 	}
-	rep, err := fb.f.Budgets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	budgets := map[string]schemas.Budget{}
-	for _, l := range rep.Budgets {
-		budgets[l.AgentID] = l.Budget
-	}
+	budgets := budgetsOf(t, fb)
 	if got := budgets["orphan"]; got.Tokens != 1000 || got.GrantedBy != "frugal" {
 		t.Errorf("the child opened over a stale claim has the budget %+v; want 1000 tokens granted by frugal", got)
 	}
@@ -254,22 +215,13 @@ func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 // the open went to the node: the coordinator's client gave the claim back
 // (deleting a fresh id's record) and, finding no record, gave the parent
 // its draw back and deleted the child's budget; the node, still opening,
-// made the record itself and ran the child under no budget. An open whose
-// outcome is the node's (the caller gone, or no answer in time) keeps its
-// claim and its draw now: every child that lives has its budget, and the
-// parent paid for each.
+// made the record itself and ran the child under no budget. A child's
+// open goes on to its end now, whether or not its caller waits: every
+// child that lives has its budget, and the parent paid for each.
 func TestDoorKeepsTheDrawOfAnOpenItsCallerGaveUp(t *testing.T) {
 	t.Parallel()
-	fb := startFabric(t, bridge.HTTPConfig{})
-	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nested := []string{}
-	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
-	work := t.TempDir()
-	putRecord(t, fb, schemas.AgentRecord{ID: "miser", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
 	const budget = 1000000
-	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "miser", Tokens: budget}); err != nil {
-		t.Fatal(err)
-	}
+	fb, work := budgetedParent(t, "miser", schemas.BudgetRequest{Tokens: budget})
 	const tries = 300
 	for i := range tries {
 		// Given up a little later each time, across the open's course.
@@ -288,14 +240,7 @@ func TestDoorKeepsTheDrawOfAnOpenItsCallerGaveUp(t *testing.T) {
 		}
 		return true
 	})
-	rep, err := fb.f.Budgets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	budgets := map[string]schemas.Budget{}
-	for _, l := range rep.Budgets {
-		budgets[l.AgentID] = l.Budget
-	}
+	budgets := budgetsOf(t, fb)
 	live, unbudgeted := 0, []string{}
 	for i := range tries {
 		id := fmt.Sprintf("k%d", i)
@@ -326,15 +271,7 @@ func TestDoorKeepsTheDrawOfAnOpenItsCallerGaveUp(t *testing.T) {
 // later open raises it.
 func TestDoorGivesNoMoreOfAPersonsBudgetThanTheParentPays(t *testing.T) {
 	t.Parallel()
-	fb := startFabric(t, bridge.HTTPConfig{})
-	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nested := []string{}
-	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
-	work := t.TempDir()
-	putRecord(t, fb, schemas.AgentRecord{ID: "cheap", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
-	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "cheap", Tokens: 10000, USD: 1}); err != nil {
-		t.Fatal(err)
-	}
+	fb, work := budgetedParent(t, "cheap", schemas.BudgetRequest{Tokens: 10000, USD: 1})
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "worker", Tokens: 1000000}); err != nil {
 		t.Fatal(err)
 	}
@@ -342,14 +279,7 @@ func TestDoorGivesNoMoreOfAPersonsBudgetThanTheParentPays(t *testing.T) {
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "worker", "budget_tokens": 1, "budget_usd": 0.01}); isErr {
 		t.Fatal(text)
 	}
-	rep, err := fb.f.Budgets(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]schemas.Budget{}
-	for _, l := range rep.Budgets {
-		got[l.AgentID] = l.Budget
-	}
+	got := budgetsOf(t, fb)
 	if w := got["worker"]; w.Tokens != 1 || w.USD != 0.01 || w.GrantedBy != "" {
 		t.Errorf("the child the parent paid 1 token and $0.01 for may spend %+v; want 1 token and $0.01, a person's", w)
 	}
@@ -362,13 +292,41 @@ func TestDoorGivesNoMoreOfAPersonsBudgetThanTheParentPays(t *testing.T) {
 		t.Fatal(text)
 	}
 	call(t, as, "agent_open", map[string]any{"cwd": work, "id": "worker", "budget_tokens": 5000, "budget_usd": 0.5})
-	rep, err = fb.f.Budgets(t.Context())
+	if w := budgetsOf(t, fb)["worker"]; w.Tokens > 1 || w.USD > 0.01 {
+		t.Errorf("reopened by its parent asking more, the child may spend %+v", w)
+	}
+}
+
+// budgetedParent is a fabric with node n1 (fake backends) and agent
+// parent on it, free to open children, under budget; and the directory
+// the parent works in.
+func budgetedParent(t *testing.T, parent string, budget schemas.BudgetRequest) (*fabric, string) {
+	t.Helper()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nested := []string{}
+	free, _ := schemas.ComposePolicy("", "", nil, &nested, false)
+	work := t.TempDir()
+	putRecord(t, fb, schemas.AgentRecord{ID: parent, Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	budget.AgentID = parent
+	if err := fb.f.SetBudget(t.Context(), budget); err != nil {
+		t.Fatal(err)
+	}
+	return fb, work
+}
+
+// budgetsOf reads every agent's budget of the fabric, by agent.
+func budgetsOf(t *testing.T, fb *fabric) map[string]schemas.Budget {
+	t.Helper()
+	rep, err := fb.f.Budgets(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := map[string]schemas.Budget{}
 	for _, l := range rep.Budgets {
-		if l.AgentID == "worker" && (l.Budget.Tokens > 1 || l.Budget.USD > 0.01) {
-			t.Errorf("reopened by its parent asking more, the child may spend %+v", l.Budget)
+		if l.AgentID != "" {
+			out[l.AgentID] = l.Budget
 		}
 	}
+	return out
 }
