@@ -177,24 +177,13 @@ func TestDoorTakesOneBudgetForTwoOpensOfAChildAtOnce(t *testing.T) {
 // the id's record starting; once stale, an open takes the id over. The
 // budget draw took such a record for an agent in use and drew nothing,
 // so a child opened over it by an agent under a budget ran under none.
-// It is drawn as for a dead or closed id; and what the parent gave the
-// claim, which no life spent, it has back first (it paid twice).
+// It is drawn as for a dead or closed id.
 func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	t.Parallel()
 	fb, work := budgetedParent(t, "frugal", schemas.BudgetRequest{Tokens: 10000})
 	long := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
 	putRecord(t, fb, schemas.AgentRecord{ID: "orphan", Status: schemas.StatusStarting, Node: "gone", RequestID: "an-open-long-ago",
 		Parent: "frugal", Depth: 1, CWD: work, CreatedAt: long, LastActivity: long})
-	// What the open long ago gave it, out of frugal's 11,000.
-	_, js := natstest.JetStream(t, fb.b)
-	kv, err := js.KeyValue(t.Context(), schemas.BudgetsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gift, _ := json.Marshal(schemas.Budget{Tokens: 1000, GrantedBy: "frugal"})
-	if _, err := kv.Put(t.Context(), "orphan", gift); err != nil {
-		t.Fatal(err)
-	}
 	as := fb.client(map[string]string{schemas.AgentIDHeader: "frugal"})
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "orphan"}); !isErr || !strings.Contains(text, "its child's budget is taken out of what is left") {
 		t.Errorf("a child over a stale claim asking no budget: %q, want refused", text)
@@ -206,8 +195,8 @@ func TestDoorDrawsAChildsBudgetOverAStaleClaim(t *testing.T) {
 	if got := budgets["orphan"]; got.Tokens != 1000 || got.GrantedBy != "frugal" {
 		t.Errorf("the child opened over a stale claim has the budget %+v; want 1000 tokens granted by frugal", got)
 	}
-	if got := budgets["frugal"]; got.Tokens != 10000 {
-		t.Errorf("the parent's budget after the stale claim's 1000 came back and it gave 1000: %+v, want 10000", got)
+	if got := budgets["frugal"]; got.Tokens != 9000 {
+		t.Errorf("the parent's budget after giving 1000: %+v, want 9000", got)
 	}
 }
 
@@ -329,4 +318,56 @@ func budgetsOf(t *testing.T, fb *fabric) map[string]schemas.Budget {
 		}
 	}
 	return out
+}
+
+// Two opens of one id at once over a stale claim whose budget the parent
+// gave it (the claim's client died mid-open): a version of the draw that
+// gave that gift back let the losing open take the winner's budget for
+// the claim's and delete it, leaving the child that opened under none.
+// Every child that lives has its budget, and the family holds no more
+// than there was.
+func TestDoorTakesOneBudgetForTwoOpensOverAStaleClaim(t *testing.T) {
+	t.Parallel()
+	fb, work := budgetedParent(t, "frugal", schemas.BudgetRequest{Tokens: 100000})
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.BudgetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ids = 30
+	long := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
+	gift, _ := json.Marshal(schemas.Budget{Tokens: 1000, GrantedBy: "frugal"})
+	for i := range ids {
+		id := fmt.Sprintf("o%d", i)
+		putRecord(t, fb, schemas.AgentRecord{ID: id, Status: schemas.StatusStarting, Node: "gone", RequestID: "long-ago-" + id,
+			Parent: "frugal", Depth: 1, CWD: work, CreatedAt: long, LastActivity: long})
+		if _, err := kv.Put(t.Context(), id, gift); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range ids {
+		id := fmt.Sprintf("o%d", i)
+		var both sync.WaitGroup
+		for j := range 2 {
+			both.Go(func() {
+				// The second a little later each time, across the first's course.
+				time.Sleep(time.Duration(j*i) * 200 * time.Microsecond)
+				fb.f.Open(t.Context(), schemas.OpenRequest{ID: id, CWD: work, Parent: "frugal", Depth: 1, BudgetTokens: 1000, RequestID: fmt.Sprintf("%s-%d", id, j)})
+			})
+		}
+		both.Wait()
+	}
+	b := budgetsOf(t, fb)
+	total := b["frugal"].Tokens
+	for i := range ids {
+		id := fmt.Sprintf("o%d", i)
+		rec, _ := fb.f.Record(t.Context(), id)
+		total += b[id].Tokens
+		if rec.Status == schemas.StatusIdle && b[id].IsZero() {
+			t.Errorf("child %s of frugal (under a budget) lives with no budget (opened by %s)", id, rec.RequestID)
+		}
+	}
+	if total > 100000+ids*1000 {
+		t.Errorf("frugal's budget (%d) and its children's: %d, more than the %d there were", b["frugal"].Tokens, total, 100000+ids*1000)
+	}
 }

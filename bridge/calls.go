@@ -10,8 +10,8 @@ import (
 // is under way: agent_run a watch of the agent's record (a consumer of
 // the agents bucket's stream) and, asked for progress, a reader of the
 // agent's events; agent_output and agent_events a reader of the events
-// while they read; agent_open a watch of its node's entry while the node
-// opens. Each is a JetStream consumer, and a stream has at most
+// while they read; an agent's agent_open a watch of its node's entry
+// while the node opens. Each is a JetStream consumer, and a stream has at most
 // 1,000 of them for everyone (the server's default), the fabric's own
 // readers and every client's among them. So those calls under way at
 // once are bounded per caller, and the agents' together: a caller past
@@ -31,10 +31,17 @@ const (
 	callsPerToken = 64
 )
 
-// readingTools are the tools whose calls hold a reader while under way
-// (agent_open a watch of its node's entry while the node opens, and an
-// agent's open goes on to its end whether or not it waits).
-var readingTools = map[string]bool{"agent_run": true, "agent_output": true, "agent_events": true, "agent_open": true}
+// readingTools are the tools whose calls hold a reader while under way.
+var readingTools = map[string]bool{"agent_run": true, "agent_output": true, "agent_events": true}
+
+// bounded reports whether a call of tool is counted among its caller's
+// calls under way: the reading tools', and an agent's opens (each holds
+// a watch of its node's entry while the node opens, and an agent's open
+// goes on to its end whether or not the agent waits for it; a person's
+// ends with its caller).
+func bounded(ctx context.Context, tool string) bool {
+	return readingTools[tool] || tool == "agent_open" && callingAgent(ctx) != ""
+}
 
 // calls counts the tool calls under way, by caller.
 type calls struct {

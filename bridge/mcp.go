@@ -122,7 +122,7 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(err.Error()), nil
 		}
-		if readingTools[t.name] {
+		if bounded(ctx, t.name) {
 			end, err := m.calls.begin(callerOf(ctx))
 			if err != nil {
 				m.metrics.ToolCalled(t.name, OutcomeRefused)

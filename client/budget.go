@@ -162,16 +162,6 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 		return nil, err
 	}
 	childUsed := child.AllLives()
-	if staleClaim(child) && before.GrantedBy == req.Parent && !before.IsZero() {
-		// The parent's gift to a claim no node took up (its open's
-		// client went before it could give it back): no life spent it,
-		// and the parent has it back before it gives anew.
-		if err := kv.Delete(ctx, req.ID, jetstream.LastRevision(beforeRev)); err != nil {
-			return nil, schemas.Errf(schemas.CodeConflict, "agent %s's budget changed while it was being opened (another open of the id at once?): nothing was taken from agent %s's; open it again", req.ID, req.Parent)
-		}
-		f.giveBack(ctx, kv, req.Parent, before.Left(childUsed))
-		before, beforeRev = schemas.Budget{}, 0
-	}
 	var gives schemas.Budget // the child's budget, as written
 	if !before.IsZero() && before.GrantedBy == "" {
 		// A person's: the parent gives at most what it leaves, and the

@@ -41,10 +41,11 @@ type bundles struct {
 	mu     sync.Mutex
 	reads  map[string]*bundleRead
 	writes map[string]*bundleWrite
-	// chunking holds the writes a chunk is being written to: out of
-	// writes meanwhile, they are still the node's, and a second chunk of
-	// one at once is refused.
-	chunking map[string]bool
+	// chunking holds the writes a chunk is being written to (nil while
+	// it begins): out of writes meanwhile, they are still the node's,
+	// counted among its writes and their bytes, and a second chunk of one
+	// at once is refused.
+	chunking map[string]*bundleWrite
 	seeks    map[string]time.Time // when a read last began past the start, by node and bundle
 	ended    bool                 // the relay stopped: no write begins
 }
@@ -84,16 +85,31 @@ type bundleWrite struct {
 	held int64
 }
 
-// inProgressLocked is the bytes of node's writes in progress; b.mu is
-// held.
-func (b *bundles) inProgressLocked(node string) int64 {
+// inProgressLocked is the bytes of node's writes in progress but the one
+// of key except; b.mu is held.
+func (b *bundles) inProgressLocked(node, except string) int64 {
 	var n int64
-	for _, w := range b.writes {
-		if w.node == node {
-			n += w.pos
-		}
+	for _, w := range b.inProgressOf(node, except) {
+		n += w.pos
 	}
 	return n
+}
+
+// inProgressOf lists node's writes in progress, waiting for their next
+// chunk or being written to, but the one of key except; b.mu is held.
+func (b *bundles) inProgressOf(node, except string) []*bundleWrite {
+	var out []*bundleWrite
+	for k, w := range b.writes {
+		if w.node == node && k != except {
+			out = append(out, w)
+		}
+	}
+	for k, w := range b.chunking {
+		if _, listed := b.writes[k]; w != nil && !listed && w.node == node && k != except {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func bundleKey(node, agent, name string) string { return node + "\x00" + agent + "\x00" + name }
@@ -227,19 +243,19 @@ func (b *bundles) read(ctx context.Context, obs jetstream.ObjectStore, node, age
 func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key, name, desc string, offset int64, data []byte, last bool) error {
 	b.mu.Lock()
 	b.sweepLocked(time.Now())
-	if b.chunking[key] {
+	if _, under := b.chunking[key]; under {
 		// A node sends a bundle's chunks one at a time: two at once
 		// would each begin (or go on with) a write of one name.
 		b.mu.Unlock()
-		return schemas.Errf(schemas.CodeConflict, "bundle %s: a chunk of it is being written already; send its chunks one at a time", name)
+		return schemas.Errf(schemas.CodeUnavailable, "bundle %s: a chunk of it is being written already; send its chunks one at a time, and the bundle again once that one is answered", name)
 	}
 	w := b.writes[key]
 	delete(b.writes, key)
 	busy, ended := b.writingLocked(node), b.ended
 	if b.chunking == nil {
-		b.chunking = map[string]bool{}
+		b.chunking = map[string]*bundleWrite{}
 	}
-	b.chunking[key] = true
+	b.chunking[key] = w
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
@@ -261,7 +277,7 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: %v", name, err)
 		}
 		b.mu.Lock()
-		writing := b.inProgressLocked(node)
+		writing := b.inProgressLocked(node, key)
 		b.mu.Unlock()
 		if held+writing >= b.nodeMax() {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored and being written hold %d bytes, the most a node's may (%d); they expire with the store's age", name, node, held+writing, b.nodeMax())
@@ -273,6 +289,9 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 			pr.CloseWithError(err)
 			w.done <- err
 		}()
+		b.mu.Lock()
+		b.chunking[key] = w
+		b.mu.Unlock()
 	}
 	if w == nil || w.pos != offset {
 		if w != nil {
@@ -285,8 +304,13 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		<-w.done
 		return schemas.Errf(schemas.CodeInvalid, "bundle %s passes %d bytes, the largest a node may write through the relay: nothing of it was stored", name, b.max)
 	}
+	// The chunk's bytes are counted as the room is checked, so that
+	// chunks of the node's other writes written at once see them.
 	b.mu.Lock()
-	holds := w.held + w.pos + b.inProgressLocked(node) + int64(len(data))
+	holds := w.held + w.pos + b.inProgressLocked(node, key) + int64(len(data))
+	if holds <= b.nodeMax() {
+		w.pos += int64(len(data))
+	}
 	b.mu.Unlock()
 	if holds > b.nodeMax() {
 		w.pw.CloseWithError(errors.New("the node's bundles passed their room"))
@@ -296,17 +320,15 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 	if _, err := w.pw.Write(data); err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
 	}
-	w.pos += int64(len(data))
 	if last {
 		w.pw.Close()
 		if err := <-w.done; err != nil {
 			return client.StoreBundleError(name, err)
 		}
 		b.mu.Lock()
-		for _, other := range b.writes {
-			if other.node == node {
-				other.held += w.pos // stored now, no longer in progress
-			}
+		delete(b.chunking, key) // stored: no longer in progress
+		for _, other := range b.inProgressOf(node, key) {
+			other.held += w.pos
 		}
 		b.mu.Unlock()
 		return nil

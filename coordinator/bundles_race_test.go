@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -73,4 +74,51 @@ func TestRelayRefusesAChunkOfAWriteUnderWay(t *testing.T) {
 	poll.Until(t, 30*time.Second, "the begun writes' goroutines to end", func() bool {
 		return runtime.NumGoroutine() <= g0+20
 	})
+}
+
+// Eight bundles of different names written side by side, each within
+// the largest a node may write: each chunk's check of the node's room
+// left out the writes whose chunks were in flight at that moment, and
+// the node stored past its room. A chunk's bytes are counted as the room
+// is checked now, and writes in flight are counted.
+func TestRelayHoldsWritesSideBySideToTheNodesRoom(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20 // the node's room: 2 MiB
+	s := fabrictest.StartSecuredRelay(t, func(c *coordinator.RelayConfig) { c.MaxBundle = limit })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := newBundleWriter(t, s, ctx)
+	chunk := bytes.Repeat([]byte("x"), schemas.BundleChunk)
+	name := func(i int) string { return fmt.Sprintf("r1/work/nb/mine/b%d.bundle", i) }
+	refused := 0
+	var mu sync.Mutex
+	for _, last := range []bool{false, true} {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				off := int64(0)
+				if last {
+					off = schemas.BundleChunk
+				}
+				if err := w.put(name(i), off, chunk, last); err != nil {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	obs, err := s.F.JetStream().ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos, _ := obs.List(ctx)
+	var n uint64
+	for _, in := range infos {
+		n += in.Size
+	}
+	if n > 2*limit || refused == 0 {
+		t.Errorf("node nb's bundles stored: %d bytes (room %d), %d chunks refused", n, 2*limit, refused)
+	}
 }

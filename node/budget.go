@@ -64,6 +64,7 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	defer cancel()
 	a.mu.Lock()
 	a.spend.reads++
+	mine := a.spend.reads
 	a.mu.Unlock()
 	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
 	if err != nil {
@@ -73,7 +74,10 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	// moment after each result is stored) count all the same.
 	allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 	a.mu.Lock()
-	a.spend.allow, a.spend.readAt = allow, time.Now()
+	if a.spend.reads == mine {
+		// No read begun after it (a running turn's) is newer.
+		a.spend.allow, a.spend.readAt = allow, time.Now()
+	}
 	own := a.rec.AllLives()
 	a.mu.Unlock()
 	return allow.Check(a.id, own, schemas.Usage{}), nil
