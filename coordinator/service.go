@@ -102,7 +102,7 @@ func (s *Service) Run(ctx context.Context) error {
 			rep.Omitted += all.Omitted
 			return rep, nil
 		}),
-		schemas.VerbStatus: serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) })),
+		schemas.VerbStatus: reads.bound(serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) }))),
 		schemas.VerbRecord: serve(srv, schemas.VerbRecord, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
 		schemas.VerbList: serve(srv, schemas.VerbList, "list_request", func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
@@ -125,12 +125,20 @@ func (s *Service) Run(ctx context.Context) error {
 			if !service.IsInbox(r.Reply()) || !service.Answerable(r.Reply()) {
 				return
 			}
+			// Read here, a request at a time, before anything is held
+			// for it.
+			req, from, err := replayRequest(r.Data())
+			if err != nil {
+				replayFailed(nc, r.Reply(), err)
+				return
+			}
 			greeted, err := reads.greet(r.Reply())
 			if err != nil {
 				replayFailed(nc, r.Reply(), err)
 				return
 			}
-			srv.Go(func() { serveReplay(ctx, nc, f, r, reads, greeted) })
+			to := r.Reply()
+			srv.Go(func() { serveReplay(ctx, nc, f, to, req, from, reads, greeted) })
 		}),
 	}
 	if len(endpoints) != len(schemas.FabricVerbs) {
@@ -175,7 +183,10 @@ const (
 	greetingsPerCaller = 64
 	greetingsInAll     = 1024
 	greetingWait       = 5 * time.Second
-	// shortReadsInAll bounds the event pages and output reads under way.
+	// shortReadsInAll bounds the event pages, output reads and statuses
+	// (a status of an agent no longer kept is read from the stream) under
+	// way, in all: a caller is known by a reply subject it may name freely,
+	// so a bound per caller would only let one lock out another.
 	shortReadsInAll = 128
 	// replayAnswersHeld bounds the messages (and KiB) a replay's
 	// flow-control subscription holds unread.
@@ -319,9 +330,8 @@ func replayFailed(nc *nats.Conn, to string, err error) {
 // serveReplay streams a replay to the reply subject of r: each event with
 // its headers, the gaps, acknowledgement requests for flow control, and
 // an end or an error.
-func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.Request, reads *readers, greeted func()) {
+func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, to string, req schemas.ReplayRequest, from client.From, reads *readers, greeted func()) {
 	defer greeted()
-	to := r.Reply()
 	send := func(m *nats.Msg) error {
 		m.Subject = to
 		return nc.PublishMsg(m)
@@ -333,16 +343,6 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 		return m
 	}
 	fail := func(err error) { replayFailed(nc, to, err) }
-	var req schemas.ReplayRequest
-	if err := validate.MustCaller("replay_request").Decode(r.Data(), &req); err != nil {
-		fail(schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err))
-		return
-	}
-	from, err := replayFrom(req)
-	if err != nil {
-		fail(err)
-		return
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// ack asks the client to answer; a client that does not is gone. The
@@ -464,6 +464,26 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, r micro.R
 }
 
 // replayFrom reads where a streamed replay starts.
+// replayRequest reads a replay request: its agents, each named once, and
+// where it starts.
+func replayRequest(body []byte) (schemas.ReplayRequest, client.From, error) {
+	var req schemas.ReplayRequest
+	if err := validate.MustCaller("replay_request").Decode(body, &req); err != nil {
+		return req, client.From{}, schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)
+	}
+	seen := make(map[string]bool, len(req.Agents))
+	for _, id := range req.Agents {
+		if seen[id] {
+			// Each costs reads of the stream before the server refuses
+			// the overlapping readers.
+			return req, client.From{}, schemas.Errf(schemas.CodeInvalid, "invalid request: agent %s is named twice in agents", id)
+		}
+		seen[id] = true
+	}
+	from, err := replayFrom(req)
+	return req, from, err
+}
+
 func replayFrom(req schemas.ReplayRequest) (client.From, error) {
 	var from client.From
 	set := 0

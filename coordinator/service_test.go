@@ -358,3 +358,18 @@ func TestFabricReplayWaitingForAnAnswerIsBoundedPerCaller(t *testing.T) {
 		t.Errorf("another observer's replay while one leaves 1,100 unanswered: %v", err)
 	}
 }
+
+// A replay naming one agent ten thousand times made twenty thousand
+// reads of the stream before the server refused the overlapping readers
+// (0.4 s of the coordinator's CPU each, 64 at once per caller). An agent
+// named twice is refused before anything is read or held.
+func TestFabricReplayRefusesAnAgentNamedTwice(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	storeEvents(t, s, "twice", 1)
+	r := client.NewRemote(s.Connect(t, broker.RoleObserver, "repeater"), client.Config{})
+	err := r.Replay(t.Context(), []string{"twice", "other", "twice"}, client.From{}, false, func(client.Replayed, *client.Gap) error { return nil })
+	if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "agent twice is named twice") {
+		t.Errorf("a replay naming an agent twice: %v; want it refused, naming the agent", err)
+	}
+}
