@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/schemas"
@@ -131,7 +132,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
-		acks: cfg.Conn.NewInbox(), eventsWaiting: cfg.EventsWaiting,
+		acks: schemas.RelayAckPrefix + "." + nuid.Next(), eventsWaiting: cfg.EventsWaiting,
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
 		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{},
 		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // One node's flood of events waits on that node alone. Node evil
@@ -367,4 +368,49 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Every reader of agent.* sees the reply subject of each event the relay
+// forwards, where JetStream acknowledges it to the relay: it was an inbox
+// of the coordinator's, and the fabric service answers any inbox a
+// requester names, with the coordinator's rights, so an observer could
+// have it answer there, into the relay's acknowledgements. It is no inbox
+// now: the service answers nothing there.
+func TestRelayForwardsUnderAReplySubjectTheServiceNeverAnswers(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, time.Minute)
+	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	rec, _ := json.Marshal(schemas.AgentRecord{ID: "seen", Node: "a", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "r1"})
+	if _, err := agents.Put(ctx, "seen", rec); err != nil {
+		t.Fatal(err)
+	}
+	watcher := s.Connect(t, broker.RoleObserver, "watcher")
+	events, err := watcher.SubscribeSync(schemas.EventSubject("seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher.Flush()
+	js, err := jetstream.New(s.Connect(t, broker.RoleNode, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(schemas.RelaySubject("a", schemas.RelayEvent, "seen"))
+	m.Data, _ = schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hi")}})
+	m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("seen", 1))
+	m.Header.Set(schemas.HeaderNode, "a")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("node a's event: %v", err)
+	}
+	got, err := events.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if service.IsInbox(got.Reply) || !strings.HasPrefix(got.Reply, schemas.RelayAckPrefix+".") {
+		t.Errorf("an event the relay forwarded has the reply subject %q, which the fabric service would answer", got.Reply)
+	}
 }

@@ -123,7 +123,9 @@ const batchFlow = 256
 
 func newBatchSender(nc *nats.Conn, window int, wait time.Duration) (*batchSender, error) {
 	flow := max(1, min(batchFlow, window/2))
-	s := &batchSender{nc: nc, publish: nc.PublishMsg, prefix: nc.NewRespInbox(), flow: flow, wait: wait, done: make(chan struct{})}
+	// Every reader of agent.* sees the reply subject: no inbox, which
+	// the fabric service would answer for anyone who names it.
+	s := &batchSender{nc: nc, publish: nc.PublishMsg, prefix: schemas.BatchAckPrefix + "." + nuid.Next(), flow: flow, wait: wait, done: make(chan struct{})}
 	s.settled = sync.NewCond(&s.mu)
 	sub, err := nc.Subscribe(s.prefix+".>", s.reply)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/service"
 )
 
 // flakyJS fails some publishes: some before they leave, some after the
@@ -562,4 +563,40 @@ func TestPublisherHoldsNobodyWithNothingToStore(t *testing.T) {
 	p.draining = false // as if the outage's backlog had been stored
 	p.mu.Unlock()
 	heldFor(t, p, "an unreadable spill")
+}
+
+// Every reader of agent.* sees the reply subject of a node's events,
+// where JetStream acknowledges its fast batches: it was an inbox of the
+// node's, and the fabric service answers any inbox a requester names
+// (an observer's too), which the batch sender would take for the
+// stream's word and begin its batch again. It is no inbox now.
+func TestBatchesAreAcknowledgedWhereTheServiceNeverAnswers(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	nc, _ := natstest.JetStream(t, b)
+	watcher := natstest.Connect(t, b)
+	events, err := watcher.SubscribeSync(schemas.EventSubject("seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher.Flush()
+	bs, err := newBatchSender(nc, 16, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.close()
+	f, err := bs.send(newOutMsg(schemas.EventSubject("seen"), "n", "seen", 1, []byte(`{"n":1}`), time.Now()).natsMsg(nil), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.wait(); err != nil {
+		t.Fatalf("the event: %v", err)
+	}
+	got, err := events.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if service.IsInbox(got.Reply) || !strings.HasPrefix(got.Reply, schemas.BatchAckPrefix+".") {
+		t.Errorf("a node's event carries the reply subject %q, which the fabric service would answer", got.Reply)
+	}
 }

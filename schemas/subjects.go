@@ -334,6 +334,17 @@ func FabricSubject(verb Verb) string { return FabricPrefix + "." + string(verb) 
 // acknowledgement, which an answer from them would forge).
 const ReplayAckPrefix = "_INBOX.shoal-replay"
 
+// RelayAckPrefix is where JetStream acknowledges the events the relay
+// forwards, each under a token of its own. It is no inbox: every reader
+// of agent.* sees it as the events' reply subject, and the fabric service
+// answers any inbox a requester names, with the coordinator's rights; an
+// answer there would be taken for the stream's acknowledgement.
+const RelayAckPrefix = "shoal.relay-acks"
+
+// BatchAckPrefix is where JetStream acknowledges a node's fast batches
+// (each node's under a token of its own), no inbox for the same reason.
+const BatchAckPrefix = "shoal.batch-acks"
+
 const (
 	ReplayAckEvery = 256
 	ReplayIdle     = 5 * time.Second
