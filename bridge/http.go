@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/schemas/validate"
 )
 
 // idleTimeout is how long the endpoint keeps a connection that waits
@@ -121,6 +122,12 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, fmt.Sprintf("the request's body: %v (at most %d bytes)", err, maxMCPBody), http.StatusRequestEntityTooLarge)
+				return
+			}
+			// The MCP library decodes the whole request before any tool
+			// sees it.
+			if err := validate.CheckValues(body); err != nil {
+				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))

@@ -198,3 +198,24 @@ func TestMCPTokenlessEndpointKeepsOneCallerFromLockingOutEveryone(t *testing.T) 
 		t.Fatalf("the person's initialize after an agent's: %d %s", code, body)
 	}
 }
+
+// The MCP library decodes a request whole, into Go values, before any
+// tool sees it: 8 MiB of empty objects under a tool call's arguments
+// took 449 MiB of the coordinator's memory, from an observer's token. A
+// body of more JSON values than any request needs is refused before it
+// is decoded.
+func TestMCPRefusesARequestOfTooManyValuesUndecoded(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{Token: "driver", ObserverToken: "watcher"})
+	_, session, _ := post(t, fb.url, "watcher", "", []byte(initialize))
+	var wide bytes.Buffer
+	wide.WriteString(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"agent_status","arguments":{"agent_id":"a","pad":[`)
+	for wide.Len() < 8<<20 {
+		wide.WriteString(`{},`)
+	}
+	wide.WriteString(`{}]}}}`)
+	code, _, body := post(t, fb.url, "watcher", session, wide.Bytes())
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "JSON values") {
+		t.Errorf("8 MiB of empty objects in a tool call: %d %.200s; want 413 naming the bound", code, body)
+	}
+}

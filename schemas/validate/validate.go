@@ -152,9 +152,19 @@ func (p *Problem) Error() string {
 // MaxValues bounds the JSON values a request may hold. A request is
 // decoded whole before its schema is checked, and a value decoded costs
 // far more than its bytes: 8 MiB of empty objects held 171 MiB. No
-// request of the fabric needs more (a replay names at most 10,000
-// agents); a long text is one value.
-const MaxValues = 1 << 16
+// request of the fabric needs more: the largest is a permission answered
+// with a tool's input, at most 1 MiB (schemas.MaxPermitBytes), which
+// holds at most this many values; a long text is one value.
+const MaxValues = 1 << 19
+
+// CheckValues refuses raw if it holds more than MaxValues JSON values,
+// without decoding it.
+func CheckValues(raw []byte) error {
+	if values(raw, MaxValues) > MaxValues {
+		return &Problem{whole: fmt.Sprintf("the request holds more than %d JSON values, more than any request needs", MaxValues)}
+	}
+	return nil
+}
 
 // values counts the JSON values in raw, past the first, as the commas,
 // colons and opening brackets outside strings that begin them; it stops
@@ -183,8 +193,8 @@ func values(raw []byte, limit int) int {
 // with top-level nulls removed, which mean the same as absent. A problem
 // is a *Problem.
 func (r *Request) Check(raw []byte) (json.RawMessage, error) {
-	if values(raw, MaxValues) > MaxValues {
-		return nil, &Problem{whole: fmt.Sprintf("the request holds more than %d JSON values, more than any request needs", MaxValues)}
+	if err := CheckValues(raw); err != nil {
+		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

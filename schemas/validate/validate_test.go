@@ -60,4 +60,14 @@ func TestRequestsOfTooManyValuesAreRefusedUndecoded(t *testing.T) {
 	if err := validate.MustCaller("replay_request").Decode(replay, &r); err != nil || len(r.Agents) != len(agents) {
 		t.Errorf("a replay of the most agents a replay names: %v", err)
 	}
+	// A permission answered with the input its agent asked with, as large
+	// as a request may be (1 MiB), of as many values as it may hold.
+	input := `{"numbers":[` + strings.Repeat("1,", 500_000) + "1]}"
+	permit := []byte(`{"agent_id":"a","request_id":"r","decision":"allow","input":` + input + `}`)
+	var p struct {
+		Input json.RawMessage `json:"input"`
+	}
+	if err := validate.MustCaller("permit_request").Decode(permit, &p); err != nil {
+		t.Errorf("a permission answered with a 1 MB input of 500,001 values: %v", err)
+	}
 }
