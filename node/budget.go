@@ -60,21 +60,12 @@ const budgetsFresh = time.Second
 // start now: over names the budget it would start past (and how to raise
 // it); err says the budgets could not be read.
 func (a *agent) admit(ctx context.Context) (over, err error) {
-	ctx, cancel := context.WithTimeout(ctx, budgetRead)
-	defer cancel()
-	a.mu.Lock()
-	a.spend.reads++
-	mine := a.spend.reads
-	a.mu.Unlock()
-	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
+	allow, n, err := a.readAllowance(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// This node's turns the count does not hold yet (it is written a
-	// moment after each result is stored) count all the same.
-	allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 	a.mu.Lock()
-	if a.spend.reads == mine {
+	if a.spend.reads == n {
 		// No read begun after it (a running turn's) is newer.
 		a.spend.allow, a.spend.readAt = allow, time.Now()
 	}
@@ -83,22 +74,29 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	return allow.Check(a.id, own, schemas.Usage{}), nil
 }
 
-// reread reads the budgets again for the running turn, and has its use so
-// far checked against them. A read that fails leaves them as they were.
-func (a *agent) reread(ctx context.Context) {
+// readAllowance reads what a's turns are held to, as its read number n.
+func (a *agent) readAllowance(ctx context.Context) (allow schemas.Allowance, n int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, budgetRead)
 	defer cancel()
 	a.mu.Lock()
 	a.spend.reads++
-	mine := a.spend.reads
+	n = a.spend.reads
 	a.mu.Unlock()
-	allow, err := a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels)
-	if err == nil {
-		allow = allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
+	if allow, err = a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels); err != nil {
+		return allow, n, err
 	}
+	// This node's turns the count does not hold yet (it is written a
+	// moment after each result is stored) count all the same.
+	return allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted)), n, nil
+}
+
+// reread reads the budgets again for the running turn, and has its use so
+// far checked against them. A read that fails leaves them as they were.
+func (a *agent) reread(ctx context.Context) {
+	allow, n, err := a.readAllowance(ctx)
 	a.mu.Lock()
 	a.spend.reading, a.spend.readAt = false, time.Now()
-	if err == nil && a.spend.reads == mine {
+	if err == nil && a.spend.reads == n {
 		// No read begun after it (the next turn's admit) is newer.
 		a.spend.allow = allow
 	}
