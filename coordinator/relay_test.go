@@ -837,7 +837,9 @@ func TestRelayStoresARequestBesideManyAnswered(t *testing.T) {
 	for i := range 60000 {
 		b, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: fmt.Sprintf("old%d", i), Node: "nb", Tool: "Bash",
 			Input: json.RawMessage(`{}`), Answer: &schemas.PermitAnswer{Decision: answered, By: "a person"}})
-		if _, err := admin.PublishAsync("$KV."+schemas.PermitsBucket+"."+schemas.PermitKey("mine", fmt.Sprintf("old%d", i)), b); err != nil {
+		// Waits as long as it must for room among the publishes in
+		// flight (the default, 200 ms, is too short on a loaded machine).
+		if _, err := admin.PublishAsync("$KV."+schemas.PermitsBucket+"."+schemas.PermitKey("mine", fmt.Sprintf("old%d", i)), b, jetstream.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}

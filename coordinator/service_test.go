@@ -321,7 +321,7 @@ func storeEvents(t *testing.T, s *fabrictest.Secured, id string, n int) jetstrea
 		m := nats.NewMsg(schemas.EventSubject(id))
 		m.Data = env
 		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, uint64(i)))
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
