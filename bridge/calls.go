@@ -11,7 +11,8 @@ import (
 // the agents bucket's stream) and, asked for progress, a reader of the
 // agent's events; agent_output and agent_events a reader of the events
 // while they read; an agent's agent_open a watch of its node's entry
-// while the node opens. Each is a JetStream consumer, and a stream has at most
+// while the node opens; agent_job a watch of its job's record, or of its
+// agent's turns while it runs them. Each is a JetStream consumer, and a stream has at most
 // 1,000 of them for everyone (the server's default), the fabric's own
 // readers and every client's among them. So those calls under way at
 // once are bounded per caller, and the agents' together: a caller past
@@ -32,7 +33,9 @@ const (
 )
 
 // readingTools are the tools whose calls hold a reader while under way.
-var readingTools = map[string]bool{"agent_run": true, "agent_output": true, "agent_events": true}
+// A detached job's call ends at once, but its job holds readers until it
+// ends: it stays counted among its caller's calls until then.
+var readingTools = map[string]bool{"agent_run": true, "agent_output": true, "agent_events": true, "agent_job": true}
 
 // bounded reports whether a call of tool is counted among its caller's
 // calls under way: the reading tools', and an agent's opens (each holds
@@ -93,4 +96,41 @@ func (c *calls) begin(who string) (end func(), err error) {
 			c.agents--
 		}
 	}, nil
+}
+
+// A callHold is a counted call's end, which a tool whose work outlives
+// its call (a detached job) may take over.
+type callHold struct {
+	mu   sync.Mutex
+	end  func()
+	kept bool
+}
+
+type callHoldKey struct{}
+
+// holdCall puts the end of a counted call in ctx; the handler calls the
+// returned func as the call returns, which ends it unless kept.
+func holdCall(ctx context.Context, end func()) (context.Context, func()) {
+	h := &callHold{end: end}
+	return context.WithValue(ctx, callHoldKey{}, h), func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !h.kept {
+			h.end()
+		}
+	}
+}
+
+// keepCall keeps ctx's call counted past its return, until the returned
+// func is called (once; later calls do nothing). A call not counted
+// gets a func that does nothing.
+func keepCall(ctx context.Context) func() {
+	h, _ := ctx.Value(callHoldKey{}).(*callHold)
+	if h == nil {
+		return func() {}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.kept = true
+	return sync.OnceFunc(h.end)
 }

@@ -1,7 +1,11 @@
 package bridge_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -103,5 +110,114 @@ func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	case m := <-held:
 		t.Errorf("the node was asked a turn past the bound: %s", m.Data)
 	default:
+	}
+}
+
+// agent_job holds a watch while it waits for a job or runs one, and a
+// detached job holds its readers after its call has returned, until it
+// ends: both count among the caller's calls under way. A person with the
+// full token waiting on jobs, or starting detached ones, took readers
+// without bound.
+func TestMCPCountsJobsAmongTheCallsUnderWay(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.startNode(fake)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gittest.Git(t, filepath.Dir(repo), "init", "-q", "-b", "main", repo)
+	os.WriteFile(filepath.Join(repo, "README"), []byte("hello\n"), 0o644)
+	gittest.Git(t, repo, "add", ".")
+	gittest.Git(t, repo, "commit", "-q", "-m", "first")
+	_, js := natstest.JetStream(t, fb.b)
+	jobs, err := js.KeyValue(t.Context(), schemas.JobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putJob := func(id string, status schemas.JobStatus) error {
+		now := float64(time.Now().UnixNano()) / 1e9
+		b, _ := json.Marshal(schemas.JobRecord{ID: id, Status: status, Repo: repo, Turns: []string{"x"}, StartedAt: now, Beat: now})
+		_, err := jobs.Put(t.Context(), id, b)
+		return err
+	}
+	// Job held goes on, its runner beating, until the test ends it.
+	for id, status := range map[string]schemas.JobStatus{"done": schemas.JobSucceeded, "held": schemas.JobRunning} {
+		if err := putJob(id, status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beating, stopBeating := context.WithCancel(t.Context())
+	var beat sync.WaitGroup
+	beat.Go(func() {
+		for {
+			select {
+			case <-beating.Done():
+				return
+			case <-time.After(5 * time.Second):
+				putJob("held", schemas.JobRunning)
+			}
+		}
+	})
+	defer beat.Wait()
+	defer stopBeating()
+	person := fb.client(nil)
+
+	// A detached job whose turn does not end.
+	fake.Script(fakemodel.Reply{Text: "Working", Hang: true})
+	var started schemas.JobRecord
+	ok(t, person, "agent_job", map[string]any{"cwd": repo, "prompt": "Work.", "permission": "bypass", "detach": true}, &started)
+	// Waits on a job that goes on: with the detached job, 64 are under
+	// way, and those past them are refused at once.
+	var waiting sync.WaitGroup
+	results := make(chan string, 100)
+	const tries = 70
+	for range tries {
+		waiting.Go(func() {
+			res, err := person.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_job", Arguments: map[string]any{"job_id": "held"}})
+			switch {
+			case err != nil:
+				results <- err.Error()
+			case len(res.Content) != 1:
+				results <- fmt.Sprintf("%d content blocks", len(res.Content))
+			default:
+				results <- res.Content[0].(*mcp.TextContent).Text
+			}
+		})
+	}
+	for refused := 0; refused < tries-63; refused++ {
+		select {
+		case text := <-results:
+			if !strings.Contains(text, "agent_job refused: 64 calls under these credentials are under way") {
+				t.Fatalf("a wait past the bound: %q", text)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d waits refused in a minute; want all but 63, beside the detached job", refused, tries)
+		}
+	}
+	if text, isErr := call(t, person, "agent_job", map[string]any{"job_id": "done"}); !isErr || !strings.Contains(text, "64 calls under these credentials are under way") {
+		t.Errorf("a wait at the bound: %q", text)
+	}
+	// The detached job ends once its turn is interrupted; its place is
+	// free again.
+	poll.Until(t, time.Minute, "the detached job's turn runs", func() bool {
+		text, isErr := call(t, person, "agent_status", map[string]any{"agent_id": started.ID})
+		var st schemas.AgentRecord
+		return !isErr && json.Unmarshal([]byte(text), &st) == nil && st.Status == schemas.StatusWorking
+	})
+	call(t, person, "agent_interrupt", map[string]any{"agent_id": started.ID})
+	poll.Until(t, time.Minute, "a wait beside 63 others once the detached job ended", func() bool {
+		text, isErr := call(t, person, "agent_job", map[string]any{"job_id": "done"})
+		return !isErr && strings.Contains(text, `"status":"succeeded"`)
+	})
+	stopBeating()
+	beat.Wait()
+	if err := putJob("held", schemas.JobSucceeded); err != nil {
+		t.Fatal(err)
+	}
+	waiting.Wait()
+	close(results)
+	for text := range results {
+		if strings.Contains(text, "refused") {
+			t.Errorf("a wait within the bound: %q", text)
+		}
 	}
 }

@@ -128,7 +128,9 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 				m.metrics.ToolCalled(t.name, OutcomeRefused)
 				return mcp.NewToolResultError(t.name + " refused: " + err.Error()), nil
 			}
-			defer end()
+			var release func()
+			ctx, release = holdCall(ctx, end)
+			defer release()
 		}
 		if meta := req.Params.Meta; meta != nil && meta.ProgressToken != nil {
 			token := meta.ProgressToken

@@ -396,11 +396,14 @@ func (m *MCP) job(ctx context.Context, c caller, raw json.RawMessage) (any, erro
 		return job, nil // its status and error say how it ended
 	}
 	// Detached, the job outlives the call: it runs until it ends, or
-	// this endpoint's process does.
+	// this endpoint's process does, counted among its caller's calls
+	// under way until then.
 	started := make(chan string, 1)
 	failed := make(chan error, 1)
 	spec.Started = func(id string) { started <- id }
+	release := keepCall(ctx)
 	go func() {
+		defer release()
 		job, err := r.RunJob(context.WithoutCancel(ctx), spec)
 		if job.ID == "" {
 			failed <- err
