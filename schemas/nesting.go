@@ -65,7 +65,7 @@ func (p AgentPolicy) Admits(child Policy, cwd string) error {
 		}
 	}
 	for _, d := range p.DisallowedTools {
-		if !slices.ContainsFunc(child.Disallowed, func(e string) bool { return strings.EqualFold(e, d) }) {
+		if !slices.ContainsFunc(child.Disallowed, func(e string) bool { return strings.TrimSpace(e) == strings.TrimSpace(d) }) {
 			return fmt.Errorf("this agent may not call %s, so its child may not either: keep it in disallowed_tools", d)
 		}
 	}
@@ -91,8 +91,14 @@ func (p AgentPolicy) Approves(tool string) error {
 // covers reports whether allowlist entry e permits everything entry t
 // does: the same entry, a server prefix over its tools, a prefix pattern,
 // or a tool over its argument patterns ("Bash" over "Bash(git *)").
+//
+// Names are compared in their case, here and for the denials a child
+// keeps: Shoal's own judges (the door, ACP agents, local models) match
+// tools in any case, but the claude CLI matches its flags' names exactly,
+// so a parent's "bash" allows or denies it nothing, and a child's "Bash"
+// under it would be wider than its parent.
 func covers(e, t string) bool {
-	e, t = strings.ToLower(strings.TrimSpace(e)), strings.ToLower(strings.TrimSpace(t))
+	e, t = strings.TrimSpace(e), strings.TrimSpace(t)
 	switch {
 	case e == t:
 		return true

@@ -43,7 +43,12 @@ func TestAdmits(t *testing.T) {
 		{"lab under lab", lab, compose("lab", "", nil, &none, false), "/w/p", ""},
 		{"auto under lab: as wide, another kind", lab, compose("auto", "", nil, &none, false), "/w/p", "preset auto is wider"},
 		{"narrower under lab", lab, compose("notebook", "", nil, &none, false), "/w/p", ""},
-		{"specialist, a subset", spec, compose("specialist", "", []string{"read", "mcp__files__lookup"}, &none, false), "/w/p", ""},
+		{"specialist, a subset", spec, compose("specialist", "", []string{"Read", "mcp__files__lookup"}, &none, false), "/w/p", ""},
+		// The claude CLI matches its flags' tool names in their case: a
+		// parent's "bash" denies or allows it nothing.
+		{"the parent's denial in another case", parent(compose("default", "", nil, &[]string{"Bash"}, false)), compose("default", "", nil, &[]string{"bash"}, false), "/w/p", "may not call Bash, so its child may not either"},
+		{"an allowlist entry in another case", parent(compose("default", "", []string{"bash"}, &none, false)), compose("default", "", []string{"Bash"}, &none, false), "/w/p", "allowed tool Bash is not in this agent's allowlist"},
+		{"a specialist's entry in another case", spec, compose("specialist", "", []string{"read"}, &none, false), "/w/p", "allowed tool read is not in this agent's allowlist"},
 		{"only, a subset", spec, compose("specialist", "", []string{"Read"}, &none, true), "/w/p", ""},
 		{"specialist, a tool beyond", spec, compose("specialist", "", []string{"Read", "WebFetch"}, &none, false), "/w/p", "allowed tool WebFetch is not in this agent's allowlist"},
 		{"specialist parent, unbounded child", spec, compose("notebook", "", nil, &none, false), "/w/p", "preset notebook is wider"},
