@@ -285,6 +285,8 @@ func TestControlRejectsBadInput(t *testing.T) {
 	if err := syscall.Mkfifo(fifoMCP, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	shoalMCP := filepath.Join(t.TempDir(), "shoal.json")
+	os.WriteFile(shoalMCP, []byte(`{"mcpServers":{"files":{"command":"true"},"Shoal":{"type":"http","url":"http://127.0.0.1:1/mcp"}}}`), 0o600)
 	bigMCP := filepath.Join(t.TempDir(), "big.json")
 	os.WriteFile(bigMCP, make([]byte, 2<<20), 0o600)
 	ctx := f.ctx(60 * time.Second)
@@ -305,6 +307,9 @@ func TestControlRejectsBadInput(t *testing.T) {
 		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: notMCP, Node: "n1"}, schemas.CodeInvalid, "mcp_config " + notMCP + " is not an MCP configuration (a JSON object with an mcpServers object)"},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: "/no/such.json", Node: "n1"}, schemas.CodeInvalid, "mcp_config /no/such.json: no such file or directory"},
+		// A server of Shoal's name, without the header that tells the
+		// door which agent calls: an agent's child would call as a person.
+		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: shoalMCP, Node: "n1"}, schemas.CodeInvalid, "mcp_config " + shoalMCP + ` names a server "Shoal", the name of Shoal's own: name it otherwise`},
 		// A FIFO held the open (and the node's goroutine) up for good; a
 		// huge file was read whole.
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: fifoMCP, Node: "n1"}, schemas.CodeInvalid, fifoMCP + " is not a regular file"},

@@ -259,6 +259,13 @@ func checkMCPConfig(path string) error {
 		if json.Unmarshal(s, &server) != nil {
 			return fmt.Errorf("mcp_config %s: server %q is not an object", path, name)
 		}
+		// Shoal's own server is the one its config names, with the
+		// header that tells the door which agent calls: one of the
+		// caller's by that name would stand in its place or beside it,
+		// without that header (an agent's child made a person so).
+		if strings.EqualFold(strings.TrimSpace(name), schemas.MCPServerName) {
+			return fmt.Errorf("mcp_config %s names a server %q, the name of Shoal's own: name it otherwise", path, name)
+		}
 	}
 	return nil
 }
