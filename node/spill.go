@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,21 +18,55 @@ import (
 
 // spill is the part of the outbox that waits on disk: events the node
 // could not keep in memory while the fabric was away, in order.
+//
+// Records are gathered in memory and written in one write when they fill
+// spillBuffer or are read back. A write that fails (the disk full) leaves
+// them gathered and the file as it was before it, and is tried again at
+// the next push or read: a full disk costs memory while it lasts, never
+// a record, and the spill goes on once there is room. While a write
+// fails, a read takes the records gathered in memory after those in the
+// file.
 type spill struct {
-	path  string
-	f     *os.File
-	w     *bufio.Writer
-	rpos  int64 // where the next record to read starts
-	size  int64 // bytes written, read or not
-	count int   // records not read yet
+	path    string
+	f       *os.File
+	buf     []byte // records pushed and not yet in the file: they follow written
+	written int64  // the file holds every record before this offset
+	rpos    int64  // where the next record to read starts
+	size    int64  // bytes pushed, read or not: written + len(buf)
+	count   int    // records not read yet
 }
+
+// spillBuffer is what is gathered before a write.
+const spillBuffer = 256 << 10
 
 func openSpill(path string) (*spill, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("outbox spill file: %w", err)
 	}
-	return &spill{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+	return &spill{path: path, f: f}, nil
+}
+
+// write puts the records gathered in memory into the file after those it
+// holds. A failed write leaves them gathered and cuts the file back to
+// its records (a part of one would be read as damage).
+func (s *spill) write() error {
+	if s.rpos > s.written {
+		// Read from memory while the file could not be written: those
+		// need no writing.
+		s.buf = s.buf[:copy(s.buf, s.buf[s.rpos-s.written:])]
+		s.written = s.rpos
+	}
+	if len(s.buf) == 0 {
+		return nil
+	}
+	if _, err := s.f.WriteAt(s.buf, s.written); err != nil {
+		s.f.Truncate(s.written)
+		return err
+	}
+	s.written += int64(len(s.buf))
+	s.buf = s.buf[:0]
+	return nil
 }
 
 // unread is how many bytes the file holds that were not read back yet.
@@ -81,33 +116,36 @@ func lengthPrefixed(b []byte) ([]byte, int) {
 	return append(b, 0, 0, 0, 0), len(b)
 }
 
-// push appends one message.
+// push appends one message, or says why it cannot: what was gathered
+// could not be written, and this one would pass the gathering's bound.
 func (s *spill) push(m *outMsg) error {
-	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 128+len(m.data)), m.jseq)
-	b = encodeSpilled(b, m)
-	var n [4]byte
-	binary.LittleEndian.PutUint32(n[:], uint32(len(b)))
-	if _, err := s.w.Write(n[:]); err != nil {
-		return err
+	if len(s.buf) >= spillBuffer {
+		if err := s.write(); err != nil {
+			return err
+		}
 	}
-	if _, err := s.w.Write(b); err != nil {
-		return err
-	}
-	s.size += int64(4 + len(b))
+	at := len(s.buf)
+	s.buf = append(s.buf, 0, 0, 0, 0)
+	s.buf = binary.LittleEndian.AppendUint64(s.buf, m.jseq)
+	s.buf = encodeSpilled(s.buf, m)
+	binary.LittleEndian.PutUint32(s.buf[at:], uint32(len(s.buf)-at-4))
+	s.size += int64(len(s.buf) - at)
 	s.count++
 	return nil
 }
 
-// pop reads back up to max messages (and at most maxBytes of them), in
+// pop reads back up to most messages (and at most maxBytes of them), in
 // the order they were pushed; the file is emptied once all are read.
-func (s *spill) pop(max, maxBytes int) ([]*outMsg, error) {
-	if err := s.w.Flush(); err != nil {
-		return nil, err
+func (s *spill) pop(most, maxBytes int) ([]*outMsg, error) {
+	// What a write cannot put in the file is read from memory.
+	wrote := s.write() == nil
+	var r io.Reader = bufio.NewReaderSize(io.NewSectionReader(s.f, s.rpos, max(0, s.written-s.rpos)), 256<<10)
+	if !wrote {
+		r = io.MultiReader(r, bytes.NewReader(s.buf[max(0, s.rpos-s.written):]))
 	}
-	r := bufio.NewReaderSize(io.NewSectionReader(s.f, s.rpos, s.size-s.rpos), 256<<10)
 	var out []*outMsg
 	read := 0
-	for len(out) < max && read < maxBytes && s.count > 0 {
+	for len(out) < most && read < maxBytes && s.count > 0 {
 		var n [4]byte
 		if _, err := io.ReadFull(r, n[:]); err != nil {
 			return out, fmt.Errorf("outbox spill file is damaged: %w", err)
@@ -130,14 +168,10 @@ func (s *spill) pop(max, maxBytes int) ([]*outMsg, error) {
 		read += len(rec)
 	}
 	if s.count == 0 {
-		s.rpos, s.size = 0, 0
+		s.rpos, s.size, s.written, s.buf = 0, 0, 0, s.buf[:0]
 		if err := s.f.Truncate(0); err != nil {
 			return out, err
 		}
-		if _, err := s.f.Seek(0, io.SeekStart); err != nil {
-			return out, err
-		}
-		s.w.Reset(s.f)
 	}
 	return out, nil
 }
