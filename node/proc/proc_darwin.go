@@ -34,3 +34,7 @@ func socketPipe() (r, w *os.File, err error) { return os.Pipe() }
 
 // closeRangeOnExec is Linux's; macOS marks descriptors one by one.
 func closeRangeOnExec(uint) bool { return false }
+
+// fionread asks how many bytes a pipe holds (sys/filio.h's FIONREAD,
+// which golang.org/x/sys/unix does not name for darwin).
+const fionread = 0x4004667f

@@ -67,3 +67,7 @@ func socketPipe() (r, w *os.File, err error) {
 func closeRangeOnExec(fd uint) bool {
 	return unix.CloseRange(fd, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil
 }
+
+// fionread asks how many bytes a pipe holds (FIONREAD, which Linux
+// also calls TIOCINQ).
+const fionread = unix.TIOCINQ

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Process is an agent CLI running in its own process group, with a
@@ -88,9 +90,10 @@ var (
 var ErrReaperGone = errors.New("the node's reaper is gone")
 
 // StartProcess runs spec and returns its stdout. The reader reaches EOF
-// once the process and everything in its group are gone; the process is
-// reaped independently of it, so a child holding the pipe open can never
-// keep a dead agent looking alive. With a Reaper, everything the process
+// once the process and everything in its group are gone and the pipe
+// holds nothing more (endAtExit); the process is reaped independently of
+// it, so a child holding the pipe open can never keep a dead agent
+// looking alive. With a Reaper, everything the process
 // starts, in whatever session or group, ends with it and with its node.
 func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 	if len(spec.Argv) == 0 {
@@ -131,6 +134,9 @@ func StartProcess(spec ProcessSpec) (*Process, io.ReadCloser, error) {
 		start = func(spec ProcessSpec, _ []string) (*Process, io.ReadCloser, error) { return spec.Reaper.start(spec) }
 	}
 	p, out, err := start(spec, spec.Keeper)
+	if f, ok := out.(*os.File); ok && err == nil {
+		out = endAtExit(p, f)
+	}
 	if spec.edge == nil {
 		return p, out, err
 	}
@@ -623,4 +629,56 @@ func NodeEnviron() []string {
 		}
 	}
 	return out
+}
+
+// exitGrace is how long the stdout of a process that has exited is read
+// for more once the pipe is empty.
+const exitGrace = 500 * time.Millisecond
+
+// An exitReader is a process's stdout, which ends once the process has
+// exited (everything in its group and under its token killed) and the
+// pipe holds nothing more to read. A child that left the group and the
+// token (a daemon in a session of its own, its environment cleared)
+// holds the pipe open: its reader would wait for an end that comes when
+// the child's life does, and the dead agent stay alive that long. What
+// the process wrote before it exited is read whole, however long its
+// reader waits before reading it.
+type exitReader struct{ f *os.File }
+
+func endAtExit(p *Process, f *os.File) io.ReadCloser {
+	go func() {
+		<-p.done
+		f.SetReadDeadline(time.Now().Add(exitGrace))
+	}()
+	return exitReader{f}
+}
+
+func (r exitReader) Read(b []byte) (int, error) {
+	for {
+		n, err := r.f.Read(b)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, err
+		}
+		// The process has exited: only then is there a deadline.
+		if unread(r.f) == 0 {
+			return n, io.EOF
+		}
+		r.f.SetReadDeadline(time.Now().Add(exitGrace))
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+func (r exitReader) Close() error { return r.f.Close() }
+
+// unread is how many bytes the pipe f reads holds.
+func unread(f *os.File) int {
+	c, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	c.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), fionread) })
+	return n
 }

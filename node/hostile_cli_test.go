@@ -1,0 +1,181 @@
+package node_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/node/backend/claude"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// hostileFakeEnv makes the test binary a hostile claude CLI (or its
+// grandchild), chosen before TestMain runs.
+const hostileFakeEnv = "SHOAL_HOSTILE_CLI"
+
+func init() {
+	mode := os.Getenv(hostileFakeEnv)
+	if mode == "" {
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "--version" {
+		fmt.Println("0.0.0 (hostile fake claude)")
+		os.Exit(0)
+	}
+	os.Exit(hostileFake(mode))
+}
+
+// hostileFake:
+//
+//	hold     sleeps (at most two minutes): the escaped grandchild, which
+//	         holds the stdout it inherited
+//	escape   on the first turn starts a grandchild in a session of its
+//	         own with a cleared environment (no SHOAL_PROC, no
+//	         SHOAL_AGENT_LIFE) that inherits stdout, then dies mid-turn
+//	double   ends its first turn twice (two result lines), every other
+//	         turn once
+//	usage    answers each turn, its result reporting a usage out of the
+//	         schema's range ($SHOAL_HOSTILE_USAGE input tokens)
+func hostileFake(mode string) int {
+	if mode == "hold" {
+		time.Sleep(2 * time.Minute)
+		return 0
+	}
+	out := bufio.NewWriter(os.Stdout)
+	emit := func(v any) {
+		b, _ := json.Marshal(v)
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+	delta := func(text string) {
+		emit(map[string]any{"type": "stream_event", "event": map[string]any{"type": "content_block_delta", "index": 0,
+			"delta": map[string]any{"type": "text_delta", "text": text}}})
+	}
+	turn := 0
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 16<<20)
+	for in.Scan() {
+		var m struct {
+			Type string `json:"type"`
+		}
+		json.Unmarshal(in.Bytes(), &m)
+		if m.Type != "user" {
+			continue
+		}
+		emit(map[string]any{"type": "system", "subtype": "init", "session_id": "hostile-session"})
+		switch mode {
+		case "escape":
+			delta("about to ")
+			child := exec.Command(os.Args[0])
+			child.Env = []string{hostileFakeEnv + "=hold"}
+			child.Stdout = os.Stdout
+			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := child.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			os.WriteFile(os.Getenv("SHOAL_HOSTILE_PIDFILE"), []byte(strconv.Itoa(child.Process.Pid)), 0o600)
+			fmt.Fprintln(os.Stderr, "fatal: the fake CLI fell over, leaving a child")
+			return 3
+		case "double":
+			// Turn 1 ends twice; every later turn once, after its output.
+			turn++
+			if turn == 1 {
+				time.Sleep(time.Second)
+			}
+			reply := fmt.Sprintf("reply to turn %d", turn)
+			delta(reply)
+			emit(map[string]any{"type": "assistant", "message": map[string]any{"content": []any{map[string]any{"type": "text", "text": reply}}}})
+			result := map[string]any{"type": "result", "subtype": "success", "is_error": false, "stop_reason": "end_turn", "session_id": "hostile-session",
+				"usage": map[string]any{"input_tokens": 1, "output_tokens": 1}}
+			emit(result)
+			if turn == 1 {
+				emit(result)
+			}
+		case "usage":
+			n, _ := strconv.ParseInt(os.Getenv("SHOAL_HOSTILE_USAGE"), 10, 64)
+			emit(map[string]any{"type": "assistant", "message": map[string]any{"id": "msg-1", "usage": map[string]any{"input_tokens": n, "output_tokens": 3},
+				"content": []any{map[string]any{"type": "text", "text": "done"}}}})
+			emit(map[string]any{"type": "result", "subtype": "success", "is_error": false, "stop_reason": "end_turn", "session_id": "hostile-session",
+				"usage": map[string]any{"input_tokens": n, "output_tokens": 3}})
+		}
+	}
+	return 0
+}
+
+func hostileCLI(mode string, env ...string) claude.Config {
+	return claude.Config{
+		Path:     os.Args[0],
+		Env:      append(append(os.Environ(), hostileFakeEnv+"="+mode), env...),
+		StopWait: 500 * time.Millisecond,
+	}
+}
+
+// waitFor waits up to d for an event matching pred; it reports whether
+// one came.
+func (w *watcher) waitFor(d time.Duration, pred func(schemas.Event) bool) bool {
+	deadline := time.After(d)
+	for {
+		w.mu.Lock()
+		for _, e := range w.evs {
+			if pred(e.Event) {
+				w.mu.Unlock()
+				return true
+			}
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.wake:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// A CLI that dies mid-turn after starting a child that leaves its process
+// group and clears its environment (so neither the group kill nor the
+// token reaches it), the child holding the stdout it inherited: the agent
+// is dead once the CLI is, its turn ended. The node read the CLI's stdout
+// to its end before it took the exit, so the turn never ended, status
+// dead never came and closing it never finished, for as long as the child
+// lived (a daemon: as long as the node).
+func TestEscapedChildHoldingStdoutKeepsNoDeadAgentAlive(t *testing.T) {
+	t.Parallel()
+	pidfile := filepath.Join(t.TempDir(), "child.pid")
+	f := startNode(t, fixtureOptions{claude: hostileCLI("escape", "SHOAL_HOSTILE_PIDFILE="+pidfile)})
+	t.Cleanup(func() {
+		// Let the node stop: the escaped child goes first.
+		if b, err := os.ReadFile(pidfile); err == nil {
+			if pid, _ := strconv.Atoi(string(b)); pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	w.until(0, "status idle", isStatus(schemas.StatusIdle))
+	cli := pidOf(t, f, id)
+	f.send(id, "go")
+	if !w.waitFor(10*time.Second, func(ev schemas.Event) bool { return ev.IsDelta() }) {
+		t.Fatalf("the turn did not start: %s", strings.Join(w.summary(0), " "))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(cli) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if alive(cli) {
+		t.Fatalf("the fake CLI %d did not exit", cli)
+	}
+	if !w.waitFor(15*time.Second, isStatus(schemas.StatusDead)) {
+		t.Fatalf("the CLI (pid %d) exited 3 mid-turn; 15 s later turn 1 has not ended and no status dead came: %s",
+			cli, strings.Join(w.summary(0), " "))
+	}
+}
