@@ -218,6 +218,19 @@ func (a *agent) begun(p pendingTurn) {
 // notBegun, when not empty, says why the turn never began (it was dropped
 // while held).
 func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result, notBegun string) {
+	if r.Usage != nil {
+		if held, ok := r.Usage.Clamped(); !ok {
+			u, cost := *r.Usage, "none"
+			if u.CostUSD != nil {
+				cost = fmt.Sprint(*u.CostUSD)
+			}
+			a.publish(schemas.Event{Turn: ev.Turn, Payload: schemas.Errorf(
+				"the backend reported turn %d's usage out of range (input %d, output %d, cache read %d, cache creation %d tokens, cost %s): a figure is negative, or past %d tokens or $%g a turn; it is counted held to that range",
+				ev.Turn, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheCreationTokens, cost, int64(schemas.MaxTurnTokens), float64(schemas.MaxTurnCostUSD))}, true)
+			r.Usage = &held
+			ev.Payload = r
+		}
+	}
 	a.mu.Lock()
 	if r.Usage != nil {
 		a.rec.Usage.Add(*r.Usage)

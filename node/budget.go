@@ -121,6 +121,7 @@ func (a *agent) refuseOverBudget(ctx context.Context) error {
 // Spending implements backend.Spender: the running turn's use so far is
 // held to the budgets in the loop.
 func (a *agent) Spending(turnSoFar schemas.Usage) {
+	turnSoFar, _ = turnSoFar.Clamped() // the result says so, if it stays out of range
 	a.mu.Lock()
 	a.spend.running = turnSoFar
 	queue := !a.spend.queued

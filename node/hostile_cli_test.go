@@ -179,3 +179,84 @@ func TestEscapedChildHoldingStdoutKeepsNoDeadAgentAlive(t *testing.T) {
 			cli, strings.Join(w.summary(0), " "))
 	}
 }
+
+// A CLI that ends a turn twice (two result lines) ends no other turn: the
+// node took the second for the end of the turn it held next, which it
+// had just written, so that turn was reported ended, end_turn with no
+// text, before the CLI answered it, its answer streamed after its result
+// and its real result was dropped. A result is a turn's only once the CLI
+// has begun it (its system/init line).
+func TestDoubleResultEndsNoHeldTurn(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: hostileCLI("double")})
+	id := f.open(schemas.OpenRequest{})
+	w := f.watch(id)
+	w.until(0, "status idle", isStatus(schemas.StatusIdle))
+	if n := f.send(id, "first"); n != 1 {
+		t.Fatalf("turn %d", n)
+	}
+	if n := f.send(id, "second"); n != 2 { // held while turn 1 runs
+		t.Fatalf("turn %d", n)
+	}
+	i := w.until(0, "the result of turn 2", isResult(2))
+	var text []string
+	for _, e := range w.events()[:i] {
+		if p, ok := e.Payload.(schemas.AssistantText); ok && !p.Delta && e.Turn == 2 {
+			text = append(text, p.Content.Text)
+		}
+	}
+	if len(text) != 1 || text[0] != "reply to turn 2" {
+		t.Fatalf("turn 2 ended with the text %q, want its own answer: %s", text, strings.Join(w.summary(0), " "))
+	}
+}
+
+// A CLI (or a model server, an ACP agent) that reports a usage out of the
+// schema's range: the node published its result as it was, an envelope
+// every reader's schemas.Decode refuses, so the coordinator's ledger did
+// not count the turn and readers skipped it as a stranger's. The figures
+// are held to the range, and an error says what was reported.
+func TestOutOfRangeUsageIsHeldToTheSchema(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"-5", "2000000000000"} {
+		t.Run(n, func(t *testing.T) {
+			t.Parallel()
+			f := startNode(t, fixtureOptions{claude: hostileCLI("usage", "SHOAL_HOSTILE_USAGE="+n)})
+			id := f.open(schemas.OpenRequest{})
+			// Read the raw stream: the watcher would only fail on it.
+			sub, err := f.fabric.Conn().SubscribeSync(schemas.EventSubject(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			f.send(id, "go")
+			said := false
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				msg, err := sub.NextMsg(time.Until(deadline))
+				if err != nil {
+					break
+				}
+				kind, _, _, _ := schemas.Peek(msg.Data)
+				if kind == schemas.KindError && strings.Contains(string(msg.Data), "usage out of range (input "+n+",") {
+					said = true
+				}
+				if kind != schemas.KindResult {
+					continue
+				}
+				ev, err := schemas.Decode(msg.Data)
+				if err != nil {
+					t.Fatalf("the node published a result no reader can decode: %s: %v", msg.Data, err)
+				}
+				u := ev.Payload.(schemas.Result).Usage
+				if want := map[string]int64{"-5": 0, "2000000000000": schemas.MaxTurnTokens}[n]; u == nil || u.InputTokens != want {
+					t.Errorf("the result's usage %+v, want %d input tokens", u, want)
+				}
+				if !said {
+					t.Errorf("no error before the result says the usage was out of range")
+				}
+				return
+			}
+			t.Fatal("no result")
+		})
+	}
+}

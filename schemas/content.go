@@ -348,6 +348,41 @@ const (
 	MaxTurnCostUSD = 1e6
 )
 
+// Clamped is u held to what one turn can use: each token count within 0
+// and MaxTurnTokens, a cost within 0 and MaxTurnCostUSD (a cost that is
+// no number is none). ok says u was within them already. A backend's
+// figures are its CLI's or its model server's word, which may be any
+// number; held so, they decode wherever they are read.
+func (u Usage) Clamped() (c Usage, ok bool) {
+	ok = true
+	hold := func(n int64) int64 {
+		switch {
+		case n < 0:
+			ok = false
+			return 0
+		case n > MaxTurnTokens:
+			ok = false
+			return MaxTurnTokens
+		}
+		return n
+	}
+	c = Usage{InputTokens: hold(u.InputTokens), OutputTokens: hold(u.OutputTokens),
+		CacheReadTokens: hold(u.CacheReadTokens), CacheCreationTokens: hold(u.CacheCreationTokens)}
+	if u.CostUSD != nil {
+		switch cost := *u.CostUSD; {
+		case math.IsNaN(cost):
+			ok = false
+		case cost < 0:
+			c.CostUSD, ok = Cost(0), false
+		case cost > MaxTurnCostUSD:
+			c.CostUSD, ok = Cost(MaxTurnCostUSD), false
+		default:
+			c.CostUSD = Cost(cost)
+		}
+	}
+	return c, ok
+}
+
 // Add accumulates u into the receiver field-wise; a null cost counts as
 // absent, so the sum is null only when both are. A sum saturates (at the
 // largest int64, the largest finite float64) rather than wrapping, so it

@@ -435,3 +435,28 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// Clamped holds a backend's figures to one turn's range, so a result
+// made of them decodes.
+func TestUsageClamped(t *testing.T) {
+	for _, c := range []struct {
+		in, want schemas.Usage
+		ok       bool
+	}{
+		{schemas.Usage{InputTokens: 5, OutputTokens: 7, CostUSD: schemas.Cost(0.5)}, schemas.Usage{InputTokens: 5, OutputTokens: 7, CostUSD: schemas.Cost(0.5)}, true},
+		{schemas.Usage{}, schemas.Usage{}, true},
+		{schemas.Usage{InputTokens: -5, CacheReadTokens: math.MaxInt64}, schemas.Usage{CacheReadTokens: schemas.MaxTurnTokens}, false},
+		{schemas.Usage{OutputTokens: math.MinInt64, CostUSD: schemas.Cost(-1)}, schemas.Usage{CostUSD: schemas.Cost(0)}, false},
+		{schemas.Usage{CacheCreationTokens: 3, CostUSD: schemas.Cost(1e300)}, schemas.Usage{CacheCreationTokens: 3, CostUSD: schemas.Cost(schemas.MaxTurnCostUSD)}, false},
+		{schemas.Usage{CostUSD: schemas.Cost(math.NaN())}, schemas.Usage{}, false},
+	} {
+		got, ok := c.in.Clamped()
+		if ok != c.ok || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%+v clamped: %+v %v, want %+v %v", c.in, got, ok, c.want, c.ok)
+		}
+		b, _ := json.Marshal(schemas.Event{Turn: 1, Payload: schemas.Result{StopReason: "end_turn", Usage: &got}})
+		if _, err := schemas.Decode(b); err != nil {
+			t.Errorf("a result of %+v: %v", got, err)
+		}
+	}
+}

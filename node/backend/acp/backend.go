@@ -149,6 +149,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	s := &session{
 		cfg: b.cfg, agent: agent, spec: spec, sink: sink, log: log, ws: ws,
 		m: newMapper(), exited: make(chan struct{}),
+		files: make(chan struct{}, maxFileRequests), wrote: make(chan struct{}),
 	}
 	if agent == AgentOpencode {
 		dir, extra, err := b.opencodeConfig(s, model, env)
@@ -187,7 +188,7 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	pr, pw := io.Pipe()
 	w := &wire{in: stdout, out: pw, log: spec.Stderr, maxLine: b.cfg.MaxLine,
 		update: s.onUpdate, permission: s.onPermission, garbage: s.onGarbage}
-	s.conn = acpsdk.NewConnection(s.handle, procWriter{cli}, pr)
+	s.conn = acpsdk.NewConnection(s.handle, procWriter{cli, s.written}, pr)
 	s.conn.SetLogger(log)
 	go func() {
 		w.run()
@@ -209,10 +210,20 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	return s, nil
 }
 
-// procWriter writes the JSON-RPC connection's output to the agent's stdin.
-type procWriter struct{ p *proc.Process }
+// procWriter writes the JSON-RPC connection's output to the agent's
+// stdin, calling wrote after each write that went whole.
+type procWriter struct {
+	p     *proc.Process
+	wrote func()
+}
 
-func (w procWriter) Write(b []byte) (int, error) { return w.p.Write(b) }
+func (w procWriter) Write(b []byte) (int, error) {
+	n, err := w.p.Write(b)
+	if err == nil && n == len(b) {
+		w.wrote()
+	}
+	return n, err
+}
 
 // policyEnv tells the agent, and a plugin running in it, its policy.
 func policyEnv(spec backend.Spec) []string {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,19 +30,29 @@ const maxGarbage = 50
 
 // session is one ACP agent process and its one ACP session.
 type session struct {
-	cfg       Config
-	agent     string
-	spec      backend.Spec
-	sink      backend.Sink
-	log       *slog.Logger
-	ws        *workspace
-	proc      *proc.Process
-	conn      *acpsdk.Connection
-	ctx       context.Context // ends when the agent does
-	cancel    context.CancelFunc
-	configDir string
-	permits   *permits
-	exited    chan struct{}
+	cfg    Config
+	agent  string
+	spec   backend.Spec
+	sink   backend.Sink
+	log    *slog.Logger
+	ws     *workspace
+	proc   *proc.Process
+	conn   *acpsdk.Connection
+	ctx    context.Context // ends when the agent does
+	cancel context.CancelFunc
+	// files holds a place for each of the agent's file requests under
+	// way, from its handling until a write to the agent after it went
+	// through (its answer's, or one before it): a request holds what it
+	// read until its answer is written, which an agent that stops reading
+	// its stdin never lets happen, and the JSON-RPC connection handles
+	// each request on a goroutine of its own as it comes.
+	files       chan struct{}
+	fileWaiting atomic.Int32 // file requests waiting for a place
+	wroteMu     sync.Mutex
+	wrote       chan struct{} // closed at the next write to the agent that goes through
+	configDir   string
+	permits     *permits
+	exited      chan struct{}
 
 	// Learnt in the handshake.
 	sid        string
@@ -334,7 +345,11 @@ func (s *session) answered(n int, raw json.RawMessage, err error) {
 	}
 	stop := schemas.ParseStopReason(r.StopReason)
 	if s.interrupted == n && stop != schemas.StopCancelled {
-		s.log.Info("the agent finished a turn it was asked to cancel", "turn", n, "stopReason", r.StopReason)
+		// An agent may answer a cancel with the reason it would have
+		// ended anyway (goose reports end_turn): the turn was cut short
+		// all the same, and is reported so.
+		s.log.Info("the agent answered a turn it was asked to cancel with another stop reason; reported cancelled", "turn", n, "stopReason", r.StopReason)
+		stop = schemas.StopCancelled
 	}
 	usage := r.Usage
 	if len(usage) == 0 {
@@ -437,25 +452,33 @@ func (s *session) usage(raw json.RawMessage) *schemas.Usage {
 }
 
 // lenient reads a token count: a number (floats rounded), a numeric
-// string, anything else 0.
+// string, anything else 0. A count past maxLenient is held there (a
+// float's conversion would wrap it negative): out of any turn's range,
+// which the node holds results to and says so.
 func lenient(raw json.RawMessage) int64 {
 	var v any
 	if json.Unmarshal(raw, &v) != nil {
 		return 0
 	}
+	f := math.NaN()
 	switch x := v.(type) {
 	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
-			return 0
-		}
-		return int64(math.Round(x))
+		f = x
 	case string:
-		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil && f >= 0 && !math.IsInf(f, 0) {
-			return int64(math.Round(f))
-		}
+		f, _ = strconv.ParseFloat(strings.TrimSpace(x), 64)
 	}
-	return 0
+	switch {
+	case math.IsNaN(f) || f < 0:
+		return 0
+	case f >= maxLenient:
+		return maxLenient
+	}
+	return int64(math.Round(f))
 }
+
+// maxLenient bounds a count lenient reads; two of them add up without
+// wrapping.
+const maxLenient = math.MaxInt64 / 4
 
 // onUpdate maps a session/update in wire order. An update of another
 // session than the agent's is dropped: after a refresh, the old session
@@ -523,14 +546,83 @@ func (s *session) handle(ctx context.Context, method string, params json.RawMess
 	switch method {
 	case "session/request_permission":
 		return s.requestPermission(ctx, params), nil
-	case "fs/read_text_file":
-		return s.readTextFile(params)
-	case "fs/write_text_file":
+	case "fs/read_text_file", "fs/write_text_file":
+		if err := s.takeFile(ctx); err != nil {
+			return nil, err
+		}
+		defer s.releaseFile()
+		if method == "fs/read_text_file" {
+			return s.readTextFile(params)
+		}
 		return s.writeTextFile(params)
 	case "session/update":
 		return nil, nil // the wire maps these; none reaches here
 	}
 	return nil, &acpsdk.RequestError{Code: -32601, Message: "unsupported client method " + method}
+}
+
+// maxFileRequests bounds an agent's file requests under way (s.files):
+// each may hold a file of up to maxRead, and again as its answer. More
+// wait their turn (an agent may read many files at once), at most
+// maxFileWaiting of them for at most fileWait each.
+const (
+	maxFileRequests = 1
+	maxFileWaiting  = 64
+	fileWait        = 30 * time.Second
+)
+
+// takeFile takes a place for a file request, waiting for one if need be,
+// or says why it may not.
+func (s *session) takeFile(ctx context.Context) *acpsdk.RequestError {
+	select {
+	case s.files <- struct{}{}:
+		return nil
+	default:
+	}
+	busy := func(why string) *acpsdk.RequestError {
+		return &acpsdk.RequestError{Code: -32000, Message: fmt.Sprintf(
+			"%d file requests of this agent are under way, the most it may have (their answers wait for it to read them), and %s: ask again once one is answered", maxFileRequests, why)}
+	}
+	if s.fileWaiting.Add(1) > maxFileWaiting {
+		s.fileWaiting.Add(-1)
+		return busy(fmt.Sprintf("%d more wait", maxFileWaiting))
+	}
+	defer s.fileWaiting.Add(-1)
+	wait := time.NewTimer(fileWait)
+	defer wait.Stop()
+	select {
+	case s.files <- struct{}{}:
+		return nil
+	case <-wait.C:
+		return busy(fmt.Sprintf("this one waited %s", fileWait))
+	case <-ctx.Done():
+		return busy("this one is given up")
+	case <-s.ctx.Done():
+		return busy("the agent has ended")
+	}
+}
+
+// releaseFile gives a file request's place back once a write to the agent
+// after it has gone through (or the agent has ended).
+func (s *session) releaseFile() {
+	s.wroteMu.Lock()
+	next := s.wrote
+	s.wroteMu.Unlock()
+	go func() {
+		select {
+		case <-next:
+		case <-s.ctx.Done():
+		}
+		<-s.files
+	}()
+}
+
+// written is called after each write to the agent that went whole.
+func (s *session) written() {
+	s.wroteMu.Lock()
+	close(s.wrote)
+	s.wrote = make(chan struct{})
+	s.wroteMu.Unlock()
 }
 
 // asks reports whether the agent puts what its policy does not settle to

@@ -25,7 +25,13 @@ type Decoder struct {
 	// TurnUsage last read it.
 	turnUse map[string]usage
 	changed bool
+	// begun counts the turns the CLI began: it prints system/init as it
+	// takes up each user line, a slash command's too.
+	begun int
 }
+
+// Begun is how many turns the CLI has begun (system/init lines).
+func (d *Decoder) Begun() int { return d.begun }
 
 // TurnUsage is what the running turn's model messages have used so far,
 // and whether that changed since it was last read. The turn's result
@@ -157,6 +163,9 @@ func (d *Decoder) decodeLine(raw []byte, interrupted bool) []schemas.Payload {
 	case "system":
 		if l.SessionID != nil && *l.SessionID != "" {
 			d.sessionID = *l.SessionID
+		}
+		if l.Subtype == "init" {
+			d.begun++
 		}
 		return nil
 	case "stream_event":

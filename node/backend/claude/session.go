@@ -189,10 +189,15 @@ type session struct {
 	dec         Decoder
 	running     bool // a turn is producing output
 	interrupted bool // an interrupt was requested for the running turn
-	interrupts  int
-	parseErrs   int
-	dead        bool
-	closing     bool // Close was called: the CLI is being stopped
+	// begunAt is how many turns the CLI had begun when the running
+	// turn's line was written: a result is that turn's only once the CLI
+	// has begun it, so a result it prints twice (or late) ends no turn it
+	// has not yet taken up; with no turn running, a result is nobody's.
+	begunAt    int
+	interrupts int
+	parseErrs  int
+	dead       bool
+	closing    bool // Close was called: the CLI is being stopped
 }
 
 func (s *session) emit(p schemas.Payload) {
@@ -234,7 +239,7 @@ func (s *session) Prompt(ctx context.Context, _ int, text string) error {
 		s.mu.Unlock()
 		return errors.New("claude is still running a turn")
 	}
-	s.running, s.interrupted, s.parseErrs = true, false, 0
+	s.running, s.interrupted, s.parseErrs, s.begunAt = true, false, 0, s.dec.Begun()
 	s.mu.Unlock()
 	if err := s.proc.WriteLine(ctx, line); err != nil {
 		s.mu.Lock()
@@ -417,10 +422,16 @@ func (s *session) handle(line []byte, tooLong int) {
 			s.refuse(perm)
 			continue
 		}
-		s.emit(p)
 		if _, ok := p.(schemas.Result); ok {
+			if !s.running || s.dec.Begun() == s.begunAt {
+				s.log.Warn("claude printed a result of no turn it was given (twice, or before it began the one written to it); dropped")
+				continue
+			}
+			s.emit(p)
 			s.running, s.interrupted = false, false
+			continue
 		}
+		s.emit(p)
 	}
 	if u, changed := s.dec.TurnUsage(); changed && s.running {
 		backend.Spending(s.sink, u)
