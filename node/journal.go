@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,8 +50,10 @@ type journal struct {
 	seg       *os.File
 	segFirst  uint64 // the first jseq in seg
 	segSize   int64
-	sealed    []segment // older segments, oldest first
-	retired   uint64    // every record up to this jseq is acknowledged
+	named     int64            // the number the newest segment in the dir is named by
+	now       func() time.Time // names segments (tests set it back)
+	sealed    []segment        // older segments, oldest first
+	retired   uint64           // every record up to this jseq is acknowledged
 	closed    bool
 	writeErr  error
 	wroteOnce chan struct{} // closed and replaced after each write
@@ -95,8 +98,11 @@ func openJournal(dir string, log *slog.Logger) (*journal, previous, error) {
 	if err := os.WriteFile(bootFile(dir, id), []byte(currentBoot()), 0o600); err != nil {
 		return nil, previous{}, fmt.Errorf("journal: %w", err)
 	}
-	j := &journal{dir: dir, id: id, sync: journalSyncInterval, log: log, next: 1, wroteOnce: make(chan struct{}),
+	j := &journal{dir: dir, id: id, sync: journalSyncInterval, log: log, next: 1, now: time.Now, wroteOnce: make(chan struct{}),
 		stopSync: make(chan struct{}), synced: make(chan struct{})}
+	for _, name := range old.segments {
+		j.named = max(j.named, segmentTime(name))
+	}
 	j.cond = sync.NewCond(&j.mu)
 	j.taken = sync.NewCond(&j.mu)
 	if err := j.rotate(); err != nil {
@@ -179,6 +185,13 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 	return prev, nil
 }
 
+// segmentTime is the number a segment is named by, 0 for a name without
+// one.
+func segmentTime(name string) int64 {
+	n, _ := strconv.ParseInt(name[:max(0, strings.IndexByte(name, '-'))], 10, 64)
+	return n
+}
+
 // segmentJournal is the id of the journal a segment belongs to.
 func segmentJournal(name string) string {
 	return strings.TrimSuffix(name[strings.LastIndexByte(name, '-')+1:], ".seg")
@@ -220,7 +233,12 @@ func (j *journal) rotate() error {
 		j.seg.Close()
 		j.sealed = append(j.sealed, segment{path: j.seg.Name(), last: j.next - 1})
 	}
-	name := fmt.Sprintf("%020d-%s.seg", time.Now().UnixNano(), j.id)
+	// Named in order after every segment in the dir, whatever the clock
+	// says: a clock stepped back (a VM restored, a correction) would
+	// otherwise sort a later segment first, and a restart take up its
+	// events before the earlier ones.
+	j.named = max(j.now().UnixNano(), j.named+1)
+	name := fmt.Sprintf("%020d-%s.seg", j.named, j.id)
 	f, err := os.OpenFile(filepath.Join(j.dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("open a journal segment: %w", err)

@@ -7,10 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 func journalMsg(agent string, seq uint64) *outMsg {
@@ -240,5 +245,103 @@ func TestJournalTellsAKillsTornWriteFromDamage(t *testing.T) {
 				t.Errorf("read %d events of %d, the last cut", len(got.events), n)
 			}
 		})
+	}
+}
+
+// A journal's segments are named in order whatever the wall clock does: a
+// clock stepped back (a VM restored, a correction) while the fabric is
+// away named the next segment before the one it follows, within a run or
+// across a restart, and the restart took up the events out of order
+// (event 6 before event 1, then the agent's next number a duplicate).
+func TestJournalOrderSurvivesAClockStepBack(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	n := uint64(0)
+	push := func(j *journal, k int) {
+		for range k {
+			n++
+			j.append(newOutMsg(schemas.EventSubject("a"), "n", "a", n, []byte(fmt.Sprintf(`{"n":%d}`, n)), time.Now()))
+		}
+		if err := j.syncNow(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill := func(j *journal) {
+		j.mu.Lock()
+		j.closed = true
+		j.cond.Broadcast()
+		j.mu.Unlock()
+		close(j.stopSync)
+	}
+	inOrder := func(prev previous) {
+		t.Helper()
+		var got []uint64
+		for _, m := range prev.events {
+			got = append(got, m.seq)
+		}
+		for i := range got {
+			if got[i] != uint64(i+1) {
+				t.Fatalf("the restart takes up agent a's events in the order %v", got)
+			}
+		}
+		if len(got) != int(n) {
+			t.Fatalf("the restart takes up %d of %d events", len(got), n)
+		}
+	}
+
+	j, _, err := openJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go j.run()
+	push(j, 5)
+	// The segment is full: the next one begins, the clock just stepped
+	// back an hour.
+	j.mu.Lock()
+	j.now = func() time.Time { return time.Now().Add(-time.Hour) }
+	if err := j.rotate(); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Unlock()
+	push(j, 5)
+	kill(j)
+	prev, err := readJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOrder(prev)
+
+	// Across a restart: the run before named its segments an hour ahead
+	// of this one's clock; this one is killed while the earlier run's
+	// segments are still there (it takes them up before removing them).
+	for _, name := range prev.segments {
+		ahead := fmt.Sprintf("%020d-%s", segmentTime(name)+int64(2*time.Hour), name[strings.IndexByte(name, '-')+1:])
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(dir, ahead)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, prev, err = openJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go j.run()
+	for _, m := range prev.events {
+		j.append(m)
+	}
+	push(j, 5)
+	kill(j)
+	// What the first run left, and what this one wrote: the same events
+	// twice, then five more, in the order they came.
+	prev, err = readJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, m := range prev.events {
+		got = append(got, m.seq)
+	}
+	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the restart takes up the events in the order %v, want %v", got, want)
 	}
 }
