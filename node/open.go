@@ -322,6 +322,13 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 		spec.MCP.URL = c.mcpURL
 		a.sandboxed(c.policy)
 	}
+	// The life's token is written down before anything of it runs: a
+	// node (and its reaper) killed while the agent starts (an ACP
+	// handshake takes seconds, its servers started meanwhile) leaves
+	// processes its restart finds by it. abortOpen forgets it.
+	if err := h.pids.add(a.id, 0, life); err != nil {
+		a.log.Warn("cannot record the agent's life", "err", err)
+	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
 	defer cancel()
 	service.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
