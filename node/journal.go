@@ -121,6 +121,9 @@ type previous struct {
 	// damaged says a segment held a damaged record: what followed it is
 	// not read, and its numbers may have been used.
 	damaged bool
+	// failed says a journal could not write every record (its boot file
+	// says journalFailed): their numbers may have been used.
+	failed bool
 }
 
 // readJournal reads every segment a previous run left, in order, and
@@ -144,6 +147,10 @@ func readJournal(dir string, log *slog.Logger) (previous, error) {
 		last[id] = name
 		written, _ := os.ReadFile(bootFile(dir, id))
 		sameBoot[id] = len(written) > 0 && string(written) == boot
+		if string(written) == journalFailed && !prev.failed {
+			log.Warn("the journal could not write every record its run appended; the numbers they took may have been used", "journal", id)
+			prev.failed = true
+		}
 	}
 	// The boots of journals none of whose segments are left go.
 	if stale, err := filepath.Glob(filepath.Join(dir, "*.boot")); err == nil {
@@ -283,16 +290,21 @@ func (j *journal) run() {
 		buf, last := j.buf, j.bufLast
 		j.buf, j.spare = j.spare[:0], nil
 		j.taken.Broadcast()
-		seg := j.seg
+		seg, size := j.seg, j.segSize
 		j.mu.Unlock()
-		_, err := seg.Write(buf)
+		n, err := seg.Write(buf)
+		if err != nil {
+			j.failed(seg, size, n)
+		}
 		j.mu.Lock()
 		if err != nil && j.writeErr == nil {
 			j.writeErr = err
-			j.log.Error("cannot write the journal; events are published without it", "err", err)
+			j.log.Error("cannot write the journal (is the disk full?); events are published without it, and a restart names the numbers they may have taken", "err", err)
 		}
 		j.written, j.dirty = last, true
-		j.segSize += int64(len(buf))
+		if err == nil {
+			j.segSize += int64(len(buf))
+		}
 		if cap(buf) <= 4*journalBuffer {
 			j.spare = buf // the next write's buffer: appends do not grow one afresh
 		}
@@ -310,6 +322,39 @@ func (j *journal) run() {
 		}
 	}
 }
+
+// failed takes a write that failed (n bytes of it written) at size into
+// seg: what it wrote of it is cut off, so the segment ends with a whole
+// record, and the journal's boot file says "failed", which tells a later
+// run that records are missing from it (readJournal): their events went
+// on without it, and a kill before they were stored would otherwise lose
+// them without a word, their numbers used again. Neither needs room on
+// the disk.
+func (j *journal) failed(seg *os.File, size int64, n int) {
+	if n > 0 {
+		if terr := seg.Truncate(size); terr != nil {
+			j.log.Error("cannot cut a failed write off the journal", "err", terr)
+		}
+	}
+	if _, serr := seg.Seek(size, io.SeekStart); serr != nil {
+		j.log.Error("cannot cut a failed write off the journal", "err", serr)
+	}
+	// Written over the boot id it holds, in place: no room is needed.
+	f, err := os.OpenFile(bootFile(j.dir, j.id), os.O_WRONLY, 0)
+	if err == nil {
+		if _, err = f.WriteAt([]byte(journalFailed), 0); err == nil {
+			err = f.Truncate(int64(len(journalFailed)))
+		}
+		f.Close()
+	}
+	if err != nil {
+		j.log.Error("cannot mark the journal as missing records", "err", err)
+	}
+}
+
+// journalFailed is what a journal's boot file holds once a write of it
+// failed.
+const journalFailed = "failed"
 
 // syncer syncs written records to the disk every j.sync.
 func (j *journal) syncer() {

@@ -30,7 +30,7 @@ import (
 // before the restart, the stream says which event numbers may have been
 // lost, they are never used again, and a replay reports them as a gap.
 func TestNodeJournalSurvivesTwoKills(t *testing.T) {
-	for _, damage := range []string{"kept", "deleted", "cut short"} {
+	for _, damage := range []string{"kept", "deleted", "cut short", "failed"} {
 		deleted := damage != "kept" // numbers may be missing either way
 		t.Run("the journal "+damage, func(t *testing.T) {
 			t.Parallel()
@@ -57,6 +57,18 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 				}
 			case "cut short":
 				cutJournal(t, filepath.Join(dir, "journal"))
+			case "failed":
+				// A write of it failed (a full disk), as journal.failed
+				// marks it: what it held went on without it.
+				boots, _ := filepath.Glob(filepath.Join(dir, "journal", "*.boot"))
+				if len(boots) == 0 {
+					t.Fatal("the journal has no boot file to mark")
+				}
+				for _, f := range boots {
+					if err := os.WriteFile(f, []byte("failed"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, url: b.url})
 			w := g.watchWith(open.AgentID, deleted) // checks the numbering: gapless, unless the journal is gone

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -343,5 +345,103 @@ func TestJournalOrderSurvivesAClockStepBack(t *testing.T) {
 	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 	if !slices.Equal(got, want) {
 		t.Fatalf("the restart takes up the events in the order %v, want %v", got, want)
+	}
+}
+
+// The disk fills while the fabric is away (when the journal grows): a
+// journal write fails part-way, and events go on without it. The node is
+// then killed. Its next start names the numbers those events took as
+// maybe lost, and uses them no more: it took the write's cut for a kill's
+// torn write ("nothing of it was published"), and the events were gone
+// without a word, their numbers used again. What the journal wrote after
+// the disk had room again is read too.
+func TestJournalThatCouldNotWriteSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	j, _, err := openJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go j.run()
+	payload := strings.Repeat("x", 300)
+	n := uint64(0)
+	var last uint64
+	push := func(k int) {
+		for range k {
+			n++
+			last = j.append(newOutMsg(schemas.EventSubject("a"), "n", "a", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now()))
+		}
+	}
+	tried := func() {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if j.hasWritten(last) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the journal did not try its writes")
+			}
+		}
+	}
+	push(10)
+	if err := j.syncNow(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := segmentNames(dir)
+	fi, err := os.Stat(filepath.Join(dir, segs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := int64(os.Getpagesize())
+	limit := (fi.Size()/page + 1) * page // the disk fills at the next block
+
+	// The disk is full: no file grows past the limit (RLIMIT_FSIZE, for
+	// the process: the test is not parallel).
+	signal.Ignore(syscall.SIGXFSZ)
+	defer signal.Reset(syscall.SIGXFSZ)
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: uint64(limit), Max: old.Max}); err != nil {
+		t.Fatal(err)
+	}
+	push(40) // about 14 KB: the write is cut at the limit
+	tried()
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	werr := j.writeErr
+	j.mu.Unlock()
+	if werr == nil {
+		t.Fatal("no write failed: the test did not fill the disk")
+	}
+	push(5) // room again
+	tried()
+	if err := j.syncNow(); err == nil {
+		t.Error("syncNow of a journal that could not write every record: no error")
+	}
+
+	// The node is killed: the next start reads what it left.
+	j.mu.Lock()
+	j.closed = true
+	j.cond.Broadcast()
+	j.mu.Unlock()
+	close(j.stopSync)
+	prev, err := readJournal(dir, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for _, m := range prev.events {
+		got = append(got, m.seq)
+	}
+	t.Logf("the restart reads events %v", got)
+	if !prev.failed || prev.damaged {
+		t.Fatalf("a journal that could not write every record: failed %v, damaged %v; want it failed and not damaged", prev.failed, prev.damaged)
+	}
+	if len(got) < 15 || !slices.Equal(got[len(got)-5:], []uint64{51, 52, 53, 54, 55}) || got[9] != 10 {
+		t.Fatalf("the restart reads events %v: want the ten before the disk filled and the five after it had room", got)
 	}
 }

@@ -32,7 +32,7 @@ func (h *Host) tails(ctx context.Context, ids []string) (map[string]schemas.Tail
 // journal lost later is told exactly what it took.
 func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbersFile) error {
 	gone := nums.Journal != "" && !prev.ids[nums.Journal]
-	lost := (gone || prev.damaged) && len(nums.Marks) > 0
+	lost := (gone || prev.damaged || prev.failed) && len(nums.Marks) > 0
 	agents := map[string]bool{}
 	for _, m := range prev.events {
 		agents[m.agent] = true
@@ -70,8 +70,12 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 		}
 		if mark := nums.Marks[a]; lost && mark > last {
 			why := "the node's journal is gone"
-			if !gone {
+			switch {
+			case gone:
+			case prev.damaged:
 				why = "the node's journal was cut short by a damaged record"
+			default:
+				why = "the node's journal could not write every record (a full disk)"
 			}
 			h.log.Error(why+"; the numbers it may have used are not used again", "agent", a, "from", last+1, "to", mark)
 			wire, err := schemas.Encode(schemas.LostRangeError(a, stored[a].Turn, last+1, mark))
