@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -44,6 +45,8 @@ func init() {
 //	         turn once
 //	usage    answers each turn, its result reporting a usage out of the
 //	         schema's range ($SHOAL_HOSTILE_USAGE input tokens)
+//	asks     asks permission for 40 tool calls at once, and writes to
+//	         $SHOAL_HOSTILE_OUT how many were denied, as each answer comes
 func hostileFake(mode string) int {
 	if mode == "hold" {
 		time.Sleep(2 * time.Minute)
@@ -72,6 +75,20 @@ func hostileFake(mode string) int {
 		}
 		emit(map[string]any{"type": "system", "subtype": "init", "session_id": "hostile-session"})
 		switch mode {
+		case "asks":
+			for i := range 40 {
+				emit(map[string]any{"type": "control_request", "request_id": fmt.Sprintf("ask-%d", i), "request": map[string]any{
+					"subtype": "can_use_tool", "tool_name": "Bash", "tool_use_id": fmt.Sprintf("toolu_%d", i),
+					"input": map[string]any{"command": fmt.Sprintf("echo %d", i)}}})
+			}
+			denied := 0
+			for in.Scan() {
+				if strings.Contains(in.Text(), `"behavior":"deny"`) {
+					denied++
+					os.WriteFile(os.Getenv("SHOAL_HOSTILE_OUT"), []byte(strconv.Itoa(denied)), 0o600)
+				}
+			}
+			return 0
 		case "escape":
 			delta("about to ")
 			child := exec.Command(os.Args[0])
@@ -258,5 +275,42 @@ func TestOutOfRangeUsageIsHeldToTheSchema(t *testing.T) {
 			}
 			t.Fatal("no result")
 		})
+	}
+}
+
+// A CLI asking permission for many tool calls at once (under ask, each
+// waits for a person, for ten minutes): the node held each request, its
+// input and a goroutine, and wrote the whole list of them to its file at
+// each one. At most 16 of an agent's wait, as the relay holds a node with
+// credentials to; the others are denied at once, saying why.
+func TestNodeHoldsAnAgentsPermissionRequestsToSixteen(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "denied")
+	f := startNode(t, fixtureOptions{claude: hostileCLI("asks", "SHOAL_HOSTILE_OUT="+out)})
+	id := f.open(schemas.OpenRequest{Permission: "ask"})
+	w := f.watch(id)
+	f.send(id, "go")
+	poll.Until(t, time.Minute, "24 of the 40 requests denied at once", func() bool {
+		b, _ := os.ReadFile(out)
+		return string(b) == "24"
+	})
+	all, err := f.fabric.Pending(f.ctx(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := 0
+	for _, r := range all.Requests {
+		if r.AgentID == id {
+			waiting++
+		}
+	}
+	if waiting != 16 {
+		t.Errorf("%d of the agent's requests wait for a person, want 16", waiting)
+	}
+	if !w.waitFor(10*time.Second, func(ev schemas.Event) bool {
+		e, ok := ev.Payload.(schemas.Error)
+		return ok && strings.Contains(e.Message, "16 permission requests of agent "+id+" wait for a person already")
+	}) {
+		t.Errorf("no error says why the others were denied: %s", strings.Join(w.summary(0), " "))
 	}
 }

@@ -20,10 +20,18 @@ const DefaultAskTimeout = 10 * time.Minute
 // and the answers they got while the agent lives, so a second answer is
 // told who answered first. Open requests are also in permits.json, so a
 // restarted node ends them denied.
+//
+// What it holds is bounded per agent, whatever its CLI asks: at most
+// maxWaitingPermits requests wait (a CLI asking many at once, each with
+// an input of up to 1 MiB, held goroutines, memory and the file, which is
+// written whole at each request), and the latest maxAnsweredPermits
+// answered ones are kept for telling a second answer who answered.
 type permitBook struct {
-	path string
-	mu   sync.Mutex
-	reqs map[string]*asked // by PermitKey
+	path     string
+	mu       sync.Mutex
+	reqs     map[string]*asked            // by PermitKey
+	waiting  map[string]map[string]*asked // agent -> PermitKey -> a request not answered yet
+	answered map[string][]string          // agent -> PermitKeys answered, oldest first
 }
 
 type asked struct {
@@ -31,16 +39,33 @@ type asked struct {
 	answer chan schemas.PermitAnswer // the first answer, once
 }
 
+const (
+	// maxWaitingPermits bounds an agent's requests waiting for a person,
+	// as the relay bounds those of a node with credentials.
+	maxWaitingPermits = 16
+	// maxAnsweredPermits bounds the answered requests kept per agent.
+	maxAnsweredPermits = 512
+)
+
 func newPermitBook(path string) *permitBook {
-	return &permitBook{path: path, reqs: map[string]*asked{}}
+	return &permitBook{path: path, reqs: map[string]*asked{}, waiting: map[string]map[string]*asked{}, answered: map[string][]string{}}
 }
 
-// open records a request and returns where its answer comes.
+// open records a request and returns where its answer comes, or nil when
+// maxWaitingPermits of the agent's wait already.
 func (b *permitBook) open(rec schemas.PermitRecord) *asked {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.waiting[rec.AgentID]) >= maxWaitingPermits {
+		return nil
+	}
 	q := &asked{rec: rec, answer: make(chan schemas.PermitAnswer, 1)}
-	b.reqs[schemas.PermitKey(rec.AgentID, rec.RequestID)] = q
+	key := schemas.PermitKey(rec.AgentID, rec.RequestID)
+	b.reqs[key] = q
+	if b.waiting[rec.AgentID] == nil {
+		b.waiting[rec.AgentID] = map[string]*asked{}
+	}
+	b.waiting[rec.AgentID][key] = q
 	b.saveLocked()
 	return q
 }
@@ -60,8 +85,21 @@ func (b *permitBook) answer(agent, request string, ans schemas.PermitAnswer) (sc
 	}
 	q.rec.Answer = &ans
 	q.answer <- ans
+	key := schemas.PermitKey(agent, request)
+	delete(b.waiting[agent], key)
+	if len(b.waiting[agent]) == 0 {
+		delete(b.waiting, agent)
+	}
+	done := append(b.answered[agent], key)
+	if len(done) > maxAnsweredPermits {
+		delete(b.reqs, done[0])
+		done = done[1:]
+	}
+	b.answered[agent] = done
 	b.saveLocked()
-	return q.rec, nil
+	rec := q.rec
+	q.rec.Input = nil // kept to say who answered, not what was asked
+	return rec, nil
 }
 
 // settle denies every open request of an agent, by the node, saying why:
@@ -69,10 +107,8 @@ func (b *permitBook) answer(agent, request string, ans schemas.PermitAnswer) (sc
 func (b *permitBook) settle(agent, by, why string) {
 	b.mu.Lock()
 	var open []string
-	for _, q := range b.reqs {
-		if q.rec.AgentID == agent && q.rec.Answer == nil {
-			open = append(open, q.rec.RequestID)
-		}
+	for _, q := range b.waiting[agent] {
+		open = append(open, q.rec.RequestID)
 	}
 	b.mu.Unlock()
 	for _, r := range open {
@@ -84,19 +120,22 @@ func (b *permitBook) settle(agent, by, why string) {
 func (b *permitBook) forget(agent string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for k, q := range b.reqs {
-		if q.rec.AgentID == agent {
-			delete(b.reqs, k)
-		}
+	for k := range b.waiting[agent] {
+		delete(b.reqs, k)
 	}
+	for _, k := range b.answered[agent] {
+		delete(b.reqs, k)
+	}
+	delete(b.waiting, agent)
+	delete(b.answered, agent)
 	b.saveLocked()
 }
 
 // saveLocked writes the open requests to permits.json.
 func (b *permitBook) saveLocked() {
 	var open []schemas.PermitRecord
-	for _, q := range b.reqs {
-		if q.rec.Answer == nil {
+	for _, reqs := range b.waiting {
+		for _, q := range reqs {
 			open = append(open, q.rec)
 		}
 	}
@@ -137,6 +176,11 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 		rec.Options = []schemas.PermissionOption{}
 	}
 	req := h.permits.open(rec)
+	if req == nil {
+		why := fmt.Sprintf("%d permission requests of agent %s wait for a person already, the most one agent may have: this one (%s) is denied", maxWaitingPermits, a.id, q.Tool)
+		a.Emit(schemas.Event{Payload: schemas.Errorf("%s", why)})
+		return backend.Verdict{Message: why}
+	}
 	perm := schemas.Permission{ToolCall: schemas.PermissionToolCall{ToolCallID: q.ToolCallID}, Options: rec.Options,
 		RequestID: rec.RequestID, Tool: q.Tool, Input: q.Input}
 	a.Emit(schemas.Event{Payload: perm})
