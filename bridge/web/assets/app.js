@@ -6,7 +6,7 @@ const el = (tag, props = {}, ...kids) => {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(props)) {
     if (k === "class") e.className = v;
-    else if (k === "text") e.textContent = v;
+    else if (k === "text") e.textContent = shown(v);
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
@@ -21,6 +21,13 @@ const age = (secs) => {
   return Math.round(secs / 86400) + "d";
 };
 const num = (n) => (n || 0).toLocaleString("en");
+// shown is text as the page may show it: the characters that make a
+// browser show text in another order than it is (bidirectional
+// overrides, embeddings, isolates and marks) written as \u escapes, so
+// what an agent wrote (a command a person is asked to allow) reads as
+// what it is. Every text of the fabric's the page shows goes through it.
+const unordering = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const shown = (s) => String(s).replace(unordering, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 const pretty = (raw) => {
   if (raw == null || raw === "") return "";
   if (typeof raw === "string") { try { return JSON.stringify(JSON.parse(raw), null, 2); } catch { return raw; } }
@@ -80,7 +87,7 @@ function twoStep(button, again, act) {
 function fleetPage() {
   $("#fleet").hidden = false;
   document.title = "Shoal: fleet";
-  presets().catch((e) => { $("#open-error").textContent = e.message; });
+  presets().catch((e) => { $("#open-error").textContent = shown(e.message); });
   askToNotify();
   let last = null;
   const filter = $("#filter");
@@ -96,14 +103,14 @@ function fleetPage() {
     try {
       const rep = await api("/api/open", req);
       location.href = "/agents/" + encodeURIComponent(rep.agent_id);
-    } catch (e) { $("#open-error").textContent = e.message; }
+    } catch (e) { $("#open-error").textContent = shown(e.message); }
   });
   const poll = async () => {
     try {
       last = await api("/api/fleet");
       setRole(last.role);
       renderFleet(last, filter.value);
-    } catch (e) { $("#role").textContent = "cannot reach the coordinator: " + e.message; }
+    } catch (e) { $("#role").textContent = shown("cannot reach the coordinator: " + e.message); }
     // Every three seconds, and not while the page is not seen.
     setTimeout(poll, document.hidden ? 10000 : 3000);
   };
@@ -121,7 +128,7 @@ function matchesFilter(q, ...fields) {
 // window.shoal.notified.
 function notify(title, body) {
   shoal.notified.push({ title, body });
-  if ("Notification" in window && Notification.permission === "granted") new Notification(title, { body });
+  if ("Notification" in window && Notification.permission === "granted") new Notification(shown(title), { body: shown(body) });
 }
 
 function askToNotify() {
@@ -231,14 +238,14 @@ function agentPage(id) {
   const base = "/api/agents/" + encodeURIComponent(id);
   const act = async (path, body) => {
     $("#act-error").textContent = "";
-    try { return await api(base + path, body); } catch (e) { $("#act-error").textContent = e.message; throw e; }
+    try { return await api(base + path, body); } catch (e) { $("#act-error").textContent = shown(e.message); throw e; }
   };
   $("#send-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const t = ev.target.elements.text;
     await act("/send", { text: t.value }).then(() => { t.value = ""; }, () => {});
   });
-  const said = (text) => { $("#act-status").textContent = text; };
+  const said = (text) => { $("#act-status").textContent = shown(text); };
   twoStep($("#interrupt"), "Interrupt: click again", () => act("/interrupt", {}).then(
     (r) => said(r.interrupted ? "interrupted" : "nothing was running"), () => {}));
   twoStep($("#close"), "Close: click again", () => act("/close", {}).then(
@@ -253,9 +260,9 @@ function agentPage(id) {
     $("#diff").textContent = "reading…";
     try {
       const d = await api(base + "/diff");
-      $("#diff").textContent = d.diff || "(no changes)";
+      $("#diff").textContent = shown(d.diff || "(no changes)");
       $("#diff").dataset.files = d.files;
-    } catch (e) { $("#diff").textContent = e.message; }
+    } catch (e) { $("#diff").textContent = shown(e.message); }
   });
   $("#replay-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -270,7 +277,7 @@ function agentPage(id) {
       setRole(p.role);
       renderFacts(p.record);
       renderPermits(p.pending, act, answered);
-    } catch (e) { $("#stream-state").textContent = e.message; }
+    } catch (e) { $("#stream-state").textContent = shown(e.message); }
     setTimeout(poll, 1000);
   };
   poll();
@@ -329,7 +336,7 @@ function stream(url) {
     };
     es.addEventListener("gap", (m) => { const g = JSON.parse(m.data); view.note("error-ev", "events " + g.from + " to " + g.to + " are missing from the stream"); });
     es.addEventListener("stray", (m) => view.note("error-ev", "not an event: " + JSON.parse(m.data).reason));
-    es.addEventListener("failure", (m) => { es.close(); $("#stream-state").textContent = "stream failed: " + JSON.parse(m.data).message; });
+    es.addEventListener("failure", (m) => { es.close(); $("#stream-state").textContent = shown("stream failed: " + JSON.parse(m.data).message); });
     es.addEventListener("end", () => { es.close(); $("#stream-state").textContent = "end of the stored events"; });
     es.onerror = () => {
       $("#stream-state").textContent = "reconnecting…";
@@ -354,7 +361,7 @@ function markdown(src) {
     const re = /(`[^`]+`|\*\*[^*]+\*\*|\*[^*\s][^*]*\*|\[[^\]]+\]\((https?:\/\/[^)\s]+)\))/g;
     let at = 0;
     for (const m of text.matchAll(re)) {
-      if (m.index > at) parent.append(text.slice(at, m.index));
+      if (m.index > at) parent.append(shown(text.slice(at, m.index)));
       const t = m[0];
       if (t.startsWith("`")) parent.append(el("code", { text: t.slice(1, -1) }));
       else if (t.startsWith("**")) parent.append(el("strong", { text: t.slice(2, -2) }));
@@ -362,7 +369,7 @@ function markdown(src) {
       else parent.append(el("a", { href: m[2], rel: "noopener noreferrer", target: "_blank", text: t.slice(1, t.indexOf("]")) }));
       at = m.index + t.length;
     }
-    if (at < text.length) parent.append(text.slice(at));
+    if (at < text.length) parent.append(shown(text.slice(at)));
     return parent;
   };
   for (let i = 0; i < lines.length; i++) {
@@ -418,7 +425,7 @@ function folded(text) {
   if (lines.length <= 40) return el("pre", { text });
   const pre = el("pre", { class: "folded", text: lines.slice(0, 20).join("\n") });
   const more = el("button", { type: "button", class: "more", text: "Show all " + lines.length + " lines" });
-  more.addEventListener("click", () => { pre.textContent = text; pre.classList.remove("folded"); more.remove(); });
+  more.addEventListener("click", () => { pre.textContent = shown(text); pre.classList.remove("folded"); more.remove(); });
   return el("div", {}, pre, more);
 }
 
@@ -436,11 +443,11 @@ class Transcript {
       this.open[kind] = b;
     }
     b.dataset.n = n;
-    if (delta) { b.textContent += text; return; }
+    if (delta) { b.textContent += shown(text); return; }
     b.classList.remove("streaming");
     delete this.open[kind];
     if (kind === "thought") {
-      b.textContent = text;
+      b.textContent = shown(text);
       if (b.parentElement && b.parentElement.tagName === "DETAILS") b.parentElement.open = false;
       return;
     }
@@ -460,7 +467,7 @@ class Transcript {
     return c;
   }
 
-  label(c) { c.summary.textContent = c.title + (c.status ? " · " + c.status : ""); }
+  label(c) { c.summary.textContent = shown(c.title + (c.status ? " · " + c.status : "")); }
 
   add(d) {
     const e = d.event || {};
@@ -488,7 +495,7 @@ class Transcript {
         c.status = call.status || c.status;
         if (call.rawInput != null) {
           const diff = editDiff(c.title, call.rawInput);
-          if (diff) c.input.replaceChildren(diff); else c.input.textContent = pretty(call.rawInput);
+          if (diff) c.input.replaceChildren(diff); else c.input.textContent = shown(pretty(call.rawInput));
         }
         this.label(c);
         break;
@@ -496,7 +503,7 @@ class Transcript {
       case "tool_input_delta": {
         const c = this.tool(data.toolCallId);
         c.partial += data.partialJson || "";
-        c.input.textContent = c.partial;
+        c.input.textContent = shown(c.partial);
         break;
       }
       case "tool_result": {
@@ -504,7 +511,7 @@ class Transcript {
         const c = this.tool(u.toolCallId);
         if (u.status) c.status = u.status;
         if (u.title) c.title = u.title;
-        if (u.rawInput != null) c.input.textContent = pretty(u.rawInput);
+        if (u.rawInput != null) c.input.textContent = shown(pretty(u.rawInput));
         const parts = [];
         for (const tc of u.content || []) {
           const b = tc.content || {};
@@ -537,7 +544,7 @@ class Transcript {
       case "status":
         // Said in the page's header, not as a card in the conversation.
         shoal.status = data.status;
-        $("#agent-status").textContent = data.status;
+        $("#agent-status").textContent = shown(data.status);
         $("#agent-status").className = "status " + data.status;
         break;
       case "plan":
