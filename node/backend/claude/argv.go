@@ -35,6 +35,12 @@ type Launch struct {
 	// MCPConfigPath and MCPConfig are the generated config, when there is one.
 	MCPConfigPath string
 	MCPConfig     []byte
+	// CallerConfigPath and CallerConfig are the caller's mcp_config as it
+	// was checked, written where the node keeps the agent's files: the
+	// CLI reads that copy, not the caller's file, which may change once
+	// checked.
+	CallerConfigPath string
+	CallerConfig     []byte
 }
 
 // Plan builds the CLI arguments for spec, in Kaimon's order:
@@ -119,10 +125,12 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 		configs = append(configs, l.MCPConfigPath)
 	}
 	if spec.MCPConfig != "" {
-		if err := checkMCPConfig(spec.MCPConfig); err != nil {
+		b, err := checkMCPConfig(spec.MCPConfig)
+		if err != nil {
 			return Launch{}, err
 		}
-		configs = append(configs, spec.MCPConfig)
+		l.CallerConfigPath, l.CallerConfig = callerConfigPath(spec), b
+		configs = append(configs, l.CallerConfigPath)
 	}
 	if len(configs) > 0 {
 		args = append(append(args, "--mcp-config"), configs...)
@@ -234,38 +242,58 @@ func ProjectDir(path string) string {
 	return string(b[:projectDirMax]) + "-" + strconv.FormatInt(abs, 36)
 }
 
-// checkMCPConfig reads a caller's mcp_config: a JSON object whose
-// mcpServers is an object of servers, as the CLI takes it.
-func checkMCPConfig(path string) error {
+// callerConfigPath is where the checked copy of spec's mcp_config is
+// written: beside the generated one, in the node's files for the agent.
+func callerConfigPath(spec backend.Spec) string {
+	if spec.Dir == "" {
+		return spec.MCPConfig // no files of the node's (a check alone)
+	}
+	return filepath.Join(spec.Dir, spec.AgentID+"-caller-mcp.json")
+}
+
+// checkMCPConfig reads a caller's mcp_config, a JSON object whose
+// mcpServers is an object of servers, as the CLI takes it, and returns
+// what it read. Its keys are read as the CLI reads them, in their case
+// (encoding/json would take MCPSERVERS for mcpServers into a struct):
+// a key that is mcpServers in another case is refused.
+func checkMCPConfig(path string) ([]byte, error) {
 	b, err := backend.ReadMCPConfig(path)
 	if err != nil {
 		if u := errors.Unwrap(err); u != nil {
 			err = u
 		}
-		return fmt.Errorf("mcp_config %s: %w", path, err)
+		return nil, fmt.Errorf("mcp_config %s: %w", path, err)
 	}
-	var doc struct {
-		Servers map[string]json.RawMessage `json:"mcpServers"`
+	var doc map[string]json.RawMessage
+	var servers map[string]json.RawMessage
+	err = json.Unmarshal(b, &doc)
+	if err == nil {
+		for k := range doc {
+			if strings.EqualFold(k, "mcpServers") && k != "mcpServers" {
+				return nil, fmt.Errorf("mcp_config %s has a key %q: the CLI reads only mcpServers, in that case; name it so", path, k)
+			}
+		}
+		err = json.Unmarshal(doc["mcpServers"], &servers)
 	}
-	if err := json.Unmarshal(b, &doc); err != nil || doc.Servers == nil {
+	if err != nil || servers == nil {
 		why := "it has no mcpServers object"
-		if err != nil {
+		if err != nil && doc == nil {
 			why = err.Error()
 		}
-		return fmt.Errorf("mcp_config %s is not an MCP configuration (a JSON object with an mcpServers object): %s", path, why)
+		return nil, fmt.Errorf("mcp_config %s is not an MCP configuration (a JSON object with an mcpServers object): %s", path, why)
 	}
-	for name, s := range doc.Servers {
+	for name, s := range servers {
 		var server map[string]json.RawMessage
 		if json.Unmarshal(s, &server) != nil {
-			return fmt.Errorf("mcp_config %s: server %q is not an object", path, name)
+			return nil, fmt.Errorf("mcp_config %s: server %q is not an object", path, name)
 		}
 		// Shoal's own server is the one its config names, with the
 		// header that tells the door which agent calls: one of the
 		// caller's by that name would stand in its place or beside it,
 		// without that header (an agent's child made a person so).
 		if strings.EqualFold(strings.TrimSpace(name), schemas.MCPServerName) {
-			return fmt.Errorf("mcp_config %s names a server %q, the name of Shoal's own: name it otherwise", path, name)
+			return nil, fmt.Errorf("mcp_config %s names a server %q, the name of Shoal's own: name it otherwise", path, name)
 		}
 	}
-	return nil
+	return b, nil
 }

@@ -152,14 +152,14 @@ func TestPlanOnlyRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MCP endpoint") {
 		t.Errorf("MCP tools without an endpoint: %v", err)
 	}
-	// Without only, a caller's config joins Shoal's.
+	// Without only, a caller's config joins Shoal's, as the checked copy.
 	l, err := Plan(backend.Spec{AgentID: "c", CWD: "/w", Dir: t.TempDir(), MCPConfig: cfg, MCP: backend.MCPEndpoint{URL: "http://x/mcp"},
 		Policy: policy(t, "default", "", nil, nil, false)}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := slices.Index(l.Args, "--mcp-config")
-	if l.Args[k+2] != cfg || l.Args[k+3] != "--strict-mcp-config" {
+	if l.Args[k+2] != l.CallerConfigPath || l.Args[k+3] != "--strict-mcp-config" {
 		t.Errorf("args %q", l.Args)
 	}
 	if _, err := Plan(backend.Spec{CWD: "/w", MCPConfig: "/nope.json"}, true); err == nil || !strings.Contains(err.Error(), "/nope.json") {

@@ -92,7 +92,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 	}
 	n.Writable = append(n.Writable, dir)
 	if spec.MCPConfig != "" {
-		n.Readable = append(n.Readable, spec.MCPConfig)
+		n.Readable = append(n.Readable, callerConfigPath(spec))
 	}
 	if spec.MCP.URL != "" {
 		n.Readable = append(n.Readable, filepath.Join(spec.Dir, spec.AgentID+"-mcp.json"))
@@ -121,6 +121,11 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if launch.MCPConfigPath != "" {
 		if err := os.WriteFile(launch.MCPConfigPath, launch.MCPConfig, 0o600); err != nil {
 			return nil, fmt.Errorf("write the agent's MCP config: %w", err)
+		}
+	}
+	if launch.CallerConfigPath != spec.MCPConfig {
+		if err := os.WriteFile(launch.CallerConfigPath, launch.CallerConfig, 0o600); err != nil {
+			return nil, fmt.Errorf("write the agent's copy of its mcp_config: %w", err)
 		}
 	}
 	env := append(append([]string(nil), b.cfg.Env...), spec.Env...)
