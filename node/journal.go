@@ -290,19 +290,26 @@ func (j *journal) run() {
 		buf, last := j.buf, j.bufLast
 		j.buf, j.spare = j.spare[:0], nil
 		j.taken.Broadcast()
-		seg, size := j.seg, j.segSize
+		seg, size, off := j.seg, j.segSize, j.writeErr != nil
 		j.mu.Unlock()
-		n, err := seg.Write(buf)
-		if err != nil {
-			j.failed(seg, size, n)
+		// Once a write has failed, nothing more is written in this run:
+		// the journal ends where it failed, so what a restart names as
+		// maybe lost (after the last event it holds) covers every record
+		// it lacks, none in the middle.
+		var err error
+		if !off {
+			var n int
+			if n, err = seg.Write(buf); err != nil {
+				j.failed(seg, size, n)
+			}
 		}
 		j.mu.Lock()
 		if err != nil && j.writeErr == nil {
 			j.writeErr = err
-			j.log.Error("cannot write the journal (is the disk full?); events are published without it, and a restart names the numbers they may have taken", "err", err)
+			j.log.Error("cannot write the journal (is the disk full?); events are published without it until the node restarts, which names the numbers they may have taken", "err", err)
 		}
-		j.written, j.dirty = last, true
-		if err == nil {
+		j.written, j.dirty = last, !off && err == nil
+		if !off && err == nil {
 			j.segSize += int64(len(buf))
 		}
 		if cap(buf) <= 4*journalBuffer {
