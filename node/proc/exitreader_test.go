@@ -55,3 +55,41 @@ func TestStdoutEndsAtTheProcesssExit(t *testing.T) {
 		t.Fatal("stdout did not end though the process exited: the child holding it keeps it open")
 	}
 }
+
+// A child that left the group and the token and keeps writing to the
+// stdout it inherited (here `yes`) kept the pipe from ever being empty:
+// stdout ended only when the pipe was empty at a check, so it never did.
+// Once the process has exited, what the pipe held then is read, and no
+// more.
+func TestStdoutEndsAtTheProcesssExitWhateverAChildWrites(t *testing.T) {
+	t.Parallel()
+	script := `printf 'last words\n'; env -i setsid sh -c 'exec yes tick' </dev/null 2>/dev/null & echo $! >&2; sleep 1; exit 0`
+	p, out, err := proc.StartProcess(proc.ProcessSpec{Argv: []string{"sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	select {
+	case <-p.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the process did not end")
+	}
+	t.Cleanup(func() {
+		if pid, err := strconv.Atoi(strings.TrimSpace(p.StderrTail())); err == nil && pid > 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	read := make(chan int, 1)
+	go func() {
+		b, _ := io.ReadAll(out)
+		read <- len(b)
+	}()
+	select {
+	case n := <-read:
+		if n < len("last words\n") || n > 1<<20 {
+			t.Errorf("stdout ended after %d bytes: want what the pipe held at the exit", n)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("15 s after the process exited its stdout has not ended: an escaped child that keeps writing keeps it open")
+	}
+}

@@ -636,26 +636,45 @@ func NodeEnviron() []string {
 const exitGrace = 500 * time.Millisecond
 
 // An exitReader is a process's stdout, which ends once the process has
-// exited (everything in its group and under its token killed) and the
-// pipe holds nothing more to read. A child that left the group and the
+// exited (everything in its group and under its token killed) and what
+// the pipe held then has been read. A child that left the group and the
 // token (a daemon in a session of its own, its environment cleared)
 // holds the pipe open: its reader would wait for an end that comes when
-// the child's life does, and the dead agent stay alive that long. What
-// the process wrote before it exited is read whole, however long its
-// reader waits before reading it.
-type exitReader struct{ f *os.File }
-
-func endAtExit(p *Process, f *os.File) io.ReadCloser {
-	go func() {
-		<-p.done
-		f.SetReadDeadline(time.Now().Add(exitGrace))
-	}()
-	return exitReader{f}
+// the child's life does, and the dead agent stay alive that long, or
+// longer if the child keeps writing. What the process wrote before it
+// exited is read whole, however long its reader waits before reading it;
+// what the child writes after, beyond it, is not.
+type exitReader struct {
+	f *os.File
+	// left is how much more may be read once the process has exited:
+	// what the pipe held then; -1 before.
+	left atomic.Int64
 }
 
-func (r exitReader) Read(b []byte) (int, error) {
+func endAtExit(p *Process, f *os.File) io.ReadCloser {
+	r := &exitReader{f: f}
+	r.left.Store(-1)
+	go func() {
+		<-p.done
+		r.left.Store(int64(unread(f)))
+		f.SetReadDeadline(time.Now().Add(exitGrace))
+	}()
+	return r
+}
+
+func (r *exitReader) Read(b []byte) (int, error) {
 	for {
+		left := r.left.Load()
+		if left == 0 {
+			return 0, io.EOF
+		}
+		if left > 0 && int64(len(b)) > left {
+			b = b[:left]
+		}
 		n, err := r.f.Read(b)
+		if left > 0 {
+			r.left.Add(-int64(min(int64(n), left)))
+		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
@@ -670,7 +689,7 @@ func (r exitReader) Read(b []byte) (int, error) {
 	}
 }
 
-func (r exitReader) Close() error { return r.f.Close() }
+func (r *exitReader) Close() error { return r.f.Close() }
 
 // unread is how many bytes the pipe f reads holds.
 func unread(f *os.File) int {
