@@ -33,7 +33,10 @@ func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 		}
 		return nil
 	}
-	v, _ := json.Marshal(b)
+	v, err := json.Marshal(b)
+	if err != nil {
+		return schemas.Errf(schemas.CodeInvalid, "%s's budget %+v: %v", s, b, err)
+	}
 	if _, err := kv.Put(ctx, s.Key(), v); err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "set %s's budget: %v", s, err)
 	}

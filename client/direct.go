@@ -138,8 +138,8 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 		}
 	}
 	NameOpen(&req)
-	if req.BudgetTokens < 0 || req.BudgetUSD < 0 {
-		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "a budget is not negative (tokens %d, usd %g)", req.BudgetTokens, req.BudgetUSD)
+	if err := schemas.CheckBudget(req.BudgetTokens, req.BudgetUSD); err != nil {
+		return schemas.OpenReply{}, err
 	}
 	if req.Parent == "" {
 		return f.openBudgeted(ctx, req, ship)

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -512,10 +513,20 @@ func (r BudgetRequest) Scope() (Scope, error) {
 			return Scope{}, err
 		}
 	}
-	if r.Tokens < 0 || r.USD < 0 {
-		return Scope{}, Errf(CodeInvalid, "a budget is not negative (tokens %d, usd %g)", r.Tokens, r.USD)
+	if err := CheckBudget(r.Tokens, r.USD); err != nil {
+		return Scope{}, err
 	}
 	return Scope{Agent: r.AgentID, Fleet: r.Fleet, Label: r.Label}, nil
+}
+
+// CheckBudget says why tokens and usd are no budget, or returns nil: each
+// is 0 (no limit) or more, and a number of dollars is finite (NaN passes
+// every comparison, and no JSON holds it).
+func CheckBudget(tokens int64, usd float64) error {
+	if tokens < 0 || !(usd >= 0) || math.IsInf(usd, 1) {
+		return Errf(CodeInvalid, "a budget is 0 (no limit) or more tokens and a finite number of dollars, not tokens %d, usd %g", tokens, usd)
+	}
+	return nil
 }
 
 // Agent is the agent the request is about, for the rights rules.

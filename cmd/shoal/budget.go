@@ -15,8 +15,9 @@ func budgetCommand() *command {
 		`shoal budget lists every budget with what was used against it, and what
 the fleet's turns used in all; shoal budget <agent>, --fleet or --label
 key=value shows one. shoal budget set <agent> | --fleet | --label
-key=value --tokens N [--usd X] sets it (raises or lowers it; 0 lifts that
-limit), and the next turn is held to it.
+key=value [--tokens N] [--usd X] sets it (raises or lowers it; 0 lifts
+that limit, and a limit not given stays as it is), and the next turn is
+held to it.
 
 An agent's budget holds its own turns; the fleet's, every agent's turns
 together; a label's, the turns of the agents on the nodes that carry it
@@ -64,6 +65,26 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 					return err
 				}
 				if set {
+					given := map[string]bool{}
+					fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+					if !given["tokens"] && !given["usd"] {
+						return usagef("shoal budget set needs --tokens N, --usd X or both (0 lifts that limit)")
+					}
+					if !given["tokens"] || !given["usd"] {
+						// The limit not given stays as it is.
+						rep, err := f.Budgets(ctx)
+						if err != nil {
+							return err
+						}
+						want, _ := req.Scope()
+						for _, l := range rep.Budgets {
+							if l.Scope() == want && !given["tokens"] {
+								req.Tokens = l.Budget.Tokens
+							} else if l.Scope() == want {
+								req.USD = l.Budget.USD
+							}
+						}
+					}
 					if err := f.SetBudget(ctx, req); err != nil {
 						return err
 					}

@@ -50,7 +50,7 @@ func TestBudgetRefusesATurnPastIt(t *testing.T) {
 	if out := c.must("run", id, "Second."); out != "two" {
 		t.Errorf("the turn after the budget was raised: %q", out)
 	}
-	if code, _, errOut := c.shoal("open", "--budget-tokens", "-5", t.TempDir()); code != exitUsage || !strings.Contains(errOut, "a budget is not negative") {
+	if code, _, errOut := c.shoal("open", "--budget-tokens", "-5", t.TempDir()); code != exitUsage || !strings.Contains(errOut, "a budget is 0 (no limit) or more") {
 		t.Errorf("a negative budget: exit %d, %q", code, errOut)
 	}
 }

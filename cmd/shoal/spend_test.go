@@ -206,7 +206,7 @@ func TestFleetBudgetAcrossTwoNodes(t *testing.T) {
 	if line.Budget.Tokens != int64(budget) {
 		t.Errorf("the fleet's budget reads %+v, want %d tokens", line.Budget, budget)
 	}
-	if code, _, errOut := runShoal(t, t.TempDir(), nil, "up", "--budget-tokens", "-1"); code != exitUsage || !strings.Contains(errOut, "a budget is not negative") {
+	if code, _, errOut := runShoal(t, t.TempDir(), nil, "up", "--budget-tokens", "-1"); code != exitUsage || !strings.Contains(errOut, "a budget is 0 (no limit) or more") {
 		t.Errorf("shoal up with a negative fleet budget: exit %d, %q", code, errOut)
 	}
 	if table := must("budget"); !strings.Contains(table, "the fleet  ") || !strings.Contains(table, strconv.Itoa(budget)) ||

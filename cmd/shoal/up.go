@@ -353,8 +353,8 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if o.maxDepth < 0 {
 		return usagef("--max-depth %d: give 0 to forbid agents opening agents, or a depth from 1", o.maxDepth)
 	}
-	if o.fleet.Tokens < 0 || o.fleet.USD < 0 {
-		return usagef("--budget-tokens %d, --budget-usd %g: a budget is not negative (0: no limit)", o.fleet.Tokens, o.fleet.USD)
+	if err := schemas.CheckBudget(o.fleet.Tokens, o.fleet.USD); err != nil {
+		return usagef("--budget-tokens %d, --budget-usd %g: a budget is 0 (no limit) or more tokens and a finite number of dollars", o.fleet.Tokens, o.fleet.USD)
 	}
 	origin, err := o.publicOrigin()
 	if err != nil {
