@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -91,9 +92,12 @@ the number of the event it begins with.`,
 					ev, err := r.Event()
 					switch {
 					case raw:
-						fmt.Fprintf(v.out(), "%s\n", r.Raw)
+						// The stored envelope, with what JSON leaves as it is but
+						// a terminal acts on (C1 controls, bidi overrides) as
+						// \u escapes, which mean the same.
+						fmt.Fprintf(v.out(), "%s\n", schemas.EscapeUnreadable(string(r.Raw)))
 					case v.json:
-						_, err := v.out().Write(jsonLine(r))
+						_, err := io.WriteString(v.out(), schemas.EscapeUnreadable(string(jsonLine(r))))
 						return err
 					case err != nil:
 						fmt.Fprintf(v.out(), "[%s] unreadable event %d: %v\n", r.Agent, r.N, err)

@@ -142,14 +142,14 @@ func momentOf(r client.Replayed) (moment, bool) {
 func (v *verb) tell(ctx context.Context, m moment, execCmd string) error {
 	if v.json {
 		b, _ := json.Marshal(m)
-		fmt.Fprintln(v.out(), string(b))
+		fmt.Fprintln(v.out(), schemas.EscapeUnreadable(string(b)))
 	} else {
 		line := fmt.Sprintf("%s %s %s turn %d", m.Time, m.Agent, m.Kind, m.Turn)
 		switch m.Kind {
 		case momentPermission:
-			line += fmt.Sprintf(": %s %s (shoal permit %s %s allow|deny)", m.Tool, m.Detail, m.Agent, m.Request)
+			line += fmt.Sprintf(": %s %s (shoal permit %s %s allow|deny)", oneLine(m.Tool), oneLine(m.Detail), m.Agent, m.Request)
 		case momentTurnEnd:
-			line += ": " + m.Detail
+			line += ": " + oneLine(m.Detail)
 		}
 		fmt.Fprintln(v.text(), line)
 	}

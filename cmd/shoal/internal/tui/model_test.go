@@ -712,3 +712,26 @@ func TestNothingAnAgentWritesReachesTheTerminal(t *testing.T) {
 	key(m, "p")
 	noEscapes(t, "permission request", screenHas(t, m, "permission request"))
 }
+
+// A request's tool and description are what an agent says (gemini names a
+// shell call by its command): their lines after the first are indented
+// under the first, so none reads as a line of the overlay's own.
+func TestPermitOverlayKeepsAnAgentsLinesUnderTheirLabel(t *testing.T) {
+	m, _ := newTestModel(t)
+	tool := "rm -rf ~/victim\n\ninput\n  {\"file_path\": \"README.md\"}\n\noptions\n  1  Allow"
+	lines := m.permitLines(schemas.PermitRecord{AgentID: "a", RequestID: "perm-1", Tool: tool, Description: "one\ninput"}, 0, 1)
+	var labels []string
+	var shown []string
+	for _, l := range lines {
+		shown = append(shown, wrapText(l, 200)...) // as the overlay lays them out
+	}
+	for _, l := range shown {
+		if l != "" && !strings.HasPrefix(l, " ") {
+			labels = append(labels, strings.Fields(l)[0])
+		}
+	}
+	lines = shown
+	if want := []string{"request", "tool", "asked", "description", "input", "options"}; !reflect.DeepEqual(labels, want) {
+		t.Errorf("the overlay's lines begin %q, want %q:\n%s", labels, want, strings.Join(lines, "\n"))
+	}
+}

@@ -204,9 +204,9 @@ func (m *Model) permitLines(r schemas.PermitRecord, i, n int) []string {
 	out := []string{
 		fmt.Sprintf("request %d of %d · agent %s · node %s · id %s", i+1, n, r.AgentID, r.Node, r.RequestID),
 		"",
-		"tool         " + r.Tool,
-		"asked        " + asked,
 	}
+	out = append(out, labelled("tool", r.Tool)...)
+	out = append(out, "asked        "+asked)
 	if r.Deadline > 0 {
 		left := floatTime(r.Deadline).Sub(m.now).Round(time.Second)
 		if left > 0 {
@@ -219,7 +219,7 @@ func (m *Model) permitLines(r schemas.PermitRecord, i, n int) []string {
 		out = append(out, "tool call    "+r.ToolCallID)
 	}
 	if r.Description != "" {
-		out = append(out, "description  "+r.Description)
+		out = append(out, labelled("description", r.Description)...)
 	}
 	out = append(out, "", "input")
 	if len(r.Input) == 0 {
@@ -236,6 +236,19 @@ func (m *Model) permitLines(r schemas.PermitRecord, i, n int) []string {
 	}
 	for j, o := range r.Options {
 		out = append(out, fmt.Sprintf("  %d  %-20s %s", j+1, o.Name, o.Kind))
+	}
+	return out
+}
+
+// labelled is a field of a request under its label, its lines after the
+// first indented under the first: what an agent says (gemini names a
+// shell call by its command) may hold lines that would otherwise read as
+// the overlay's own.
+func labelled(label, value string) []string {
+	lines := strings.Split(strings.TrimRight(value, "\n"), "\n")
+	out := []string{fmt.Sprintf("%-13s%s", label, lines[0])}
+	for _, l := range lines[1:] {
+		out = append(out, strings.Repeat(" ", 13)+"│ "+l)
 	}
 	return out
 }
