@@ -411,9 +411,12 @@ func interruptCommand() *command {
 		"Cancels the agent's running turn; the turn ends with stop reason cancelled.\nPrints whether a turn was interrupted.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			return func(ctx context.Context, v *verb, args []string) error {
-				id, _, err := agentArg(args, "the agent id")
+				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {
 					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q: shoal interrupt takes one agent", rest[0])
 				}
 				f, err := v.fabric()
 				if err != nil {
@@ -463,6 +466,9 @@ one with --model).`,
 							return err
 						}
 					}
+					if _, err := f.Status(ctx, id); schemas.CodeOf(err) == schemas.CodeNotFound {
+						return schemas.Errf(schemas.CodeNotFound, "not switched: %s", rep.Reason)
+					}
 					return fmt.Errorf("not switched: %s", rep.Reason)
 				}
 				return v.reply(rep, "switched to "+rest[0])
@@ -475,9 +481,12 @@ func closeCommand() *command {
 		"Stops the agent and everything it started; it is kept as dead for review.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			return func(ctx context.Context, v *verb, args []string) error {
-				id, _, err := agentArg(args, "the agent id")
+				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {
 					return err
+				}
+				if len(rest) > 0 {
+					return usagef("unexpected argument %q: shoal close takes one agent", rest[0])
 				}
 				f, err := v.fabric()
 				if err != nil {
@@ -487,7 +496,12 @@ func closeCommand() *command {
 				if err != nil {
 					return err
 				}
-				if !rep.Closed && !v.json {
+				if !rep.Closed {
+					if v.json {
+						if err := v.reply(rep, ""); err != nil {
+							return err
+						}
+					}
 					return schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 				}
 				return v.reply(rep, "closed")

@@ -91,8 +91,8 @@ last event it saw.`,
 					if ctx.Err() != nil {
 						return nil
 					}
-					if err != nil && schemas.CodeOf(err) == schemas.CodeInvalid {
-						return err
+					if c := schemas.CodeOf(err); err != nil && (c == schemas.CodeInvalid || c == schemas.CodeNotFound) {
+						return err // no retry mends it
 					}
 					fmt.Fprintf(v.env.io.err, "shoal: watch: %v; reconnecting in %s\n", err, wait)
 					select {
