@@ -770,6 +770,9 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 		}
 	}
 	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		// No retry takes it: a wrong request, not an absent fabric.
+		return schemas.Errf(schemas.CodeInvalid, "the %s request is %d bytes, more than the %d a message of this fabric may hold (shoal up --max-payload)", verb, len(body), f.nc.MaxPayload())
 	case errors.Is(err, nats.ErrNoResponders):
 		return schemas.Errf(schemas.CodeUnavailable, "node %s is not reachable", node)
 	case errors.Is(err, context.DeadlineExceeded):
