@@ -438,18 +438,25 @@ func (v durationValue) String() string {
 	return s
 }
 
+// Set reads a duration, which is never negative: a flag's "never" is 0,
+// and a negative one read as that, or as at once (a watchdog's grace),
+// would say nothing of the mistake.
 func (v durationValue) Set(s string) error {
+	var d time.Duration
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseFloat(days, 64)
-		if err != nil {
+		if err != nil || n != n {
 			return fmt.Errorf("%q is not a duration (e.g. 90s, 12h, 7d)", s)
 		}
-		*v.d = time.Duration(n * float64(24*time.Hour))
-		return nil
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%q is not a duration (e.g. 90s, 12h, 7d)", s)
+		}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (e.g. 90s, 12h, 7d)", s)
+	if d < 0 {
+		return fmt.Errorf("%q is negative: a duration is 0 or more", s)
 	}
 	*v.d = d
 	return nil
