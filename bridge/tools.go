@@ -497,7 +497,19 @@ func (m *MCP) approves(ctx context.Context, self schemas.AgentRecord, req schema
 		case <-time.After(permitRecordWaits[try]):
 		}
 	}
-	if err := pol.Approves(asked.Tool); err != nil {
+	// Names are matched in their case only between two claude agents,
+	// whose CLIs both match them so; where either is judged by Shoal (an
+	// ACP agent, a local model), in any case, as Shoal's judge does.
+	anyCase := true
+	if mine, _ := schemas.Route(self.Model); mine == schemas.BackendClaude {
+		rec, err := m.f.Status(ctx, req.AgentID)
+		if err != nil {
+			return err
+		}
+		theirs, _ := schemas.Route(rec.Model)
+		anyCase = theirs != schemas.BackendClaude
+	}
+	if err := pol.Approves(asked.Tool, anyCase); err != nil {
 		return refused("agent %s may not allow agent %s's %s: %s", self.ID, req.AgentID, asked.Tool, err.Error())
 	}
 	return nil

@@ -80,9 +80,20 @@ func (p AgentPolicy) Admits(child Policy, cwd string) error {
 // an agent approves only what its own allowlist approves (unless it
 // skips every check), or a child opened with ask would run, on its
 // parent's word, what the parent itself must ask a person for or may
-// not run at all. Denying is always its to do.
-func (p AgentPolicy) Approves(tool string) error {
-	if p.Preset == PresetBypass || slices.ContainsFunc(p.AllowedTools, func(e string) bool { return covers(e, tool) }) {
+// not run at all. Denying is always its to do. anyCase says names match
+// in any case: where the agent or the one asking is judged by Shoal (an
+// ACP agent, a local model), which matches tools so; between two claude
+// agents, whose CLIs match names exactly, they match in their case.
+func (p AgentPolicy) Approves(tool string, anyCase bool) error {
+	if anyCase {
+		tool = strings.ToLower(tool)
+	}
+	if p.Preset == PresetBypass || slices.ContainsFunc(p.AllowedTools, func(e string) bool {
+		if anyCase {
+			e = strings.ToLower(e)
+		}
+		return covers(e, tool)
+	}) {
 		return nil
 	}
 	return fmt.Errorf("%s is not in this agent's allowlist, and an agent allows for its descendants only what its own allowlist does: deny, or leave it to a person", tool)

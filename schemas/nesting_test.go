@@ -69,3 +69,24 @@ func TestAdmits(t *testing.T) {
 		}
 	}
 }
+
+// An agent's allowlist approves a descendant's request in the names'
+// case between two claude agents, and in any case where either is judged
+// by Shoal: a parent allowed Bash was refused approving its opencode
+// child's bash, the very tool its own allowlist names.
+func TestApprovesInTheCaseOfItsJudge(t *testing.T) {
+	parent := schemas.AgentPolicy{Preset: schemas.PresetDefault, AllowedTools: []string{"Bash"}}
+	if err := parent.Approves("bash", true); err != nil {
+		t.Errorf("a parent allowed Bash approving an ACP child's bash: %v", err)
+	}
+	if err := parent.Approves("bash", false); err == nil {
+		t.Errorf("a claude parent allowed Bash approved a claude child's bash, a tool its CLI would not match")
+	}
+	lower := schemas.AgentPolicy{Preset: schemas.PresetDefault, AllowedTools: []string{"bash"}}
+	if err := lower.Approves("Bash", false); err == nil {
+		t.Errorf("a claude parent whose allowlist says bash (no tool of its CLI's) approved a claude child's Bash")
+	}
+	if err := parent.Approves("Bash", false); err != nil {
+		t.Errorf("a claude parent allowed Bash approving a claude child's Bash: %v", err)
+	}
+}
