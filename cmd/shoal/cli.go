@@ -28,6 +28,9 @@ const (
 
 // exitFor is the exit code of a command that failed with err.
 func exitFor(err error) int {
+	if e, ok := errors.AsType[*exitStatusError](err); ok {
+		return e.code
+	}
 	if _, ok := errors.AsType[*usageError](err); ok {
 		return exitUsage
 	}
@@ -112,6 +115,15 @@ func findCommand(name string) *command {
 	}
 	return nil
 }
+
+// exitStatusError is the failure of a shoal process this one ran for
+// the same command (a detached job's), which exits as that one did.
+type exitStatusError struct {
+	code int
+	msg  string
+}
+
+func (e *exitStatusError) Error() string { return e.msg }
 
 // usageError is a mistake on the command line or in configuration.
 type usageError struct{ msg string }

@@ -165,8 +165,17 @@ func (v *verb) detachJob(ctx context.Context, d *client.Direct, spec client.JobS
 		}
 		select {
 		case err := <-exited:
+			// It failed as the job would have here: its last words and
+			// its exit status are this command's.
 			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("the job's process ended before the job began (%v): %s", err, strings.TrimSpace(string(b)))
+			said := strings.TrimSpace(string(b))
+			if i := strings.LastIndex(said, "shoal job: "); i >= 0 {
+				said = strings.TrimPrefix(said[i:], "shoal job: ")
+			}
+			if e, ok := errors.AsType[*exec.ExitError](err); ok && e.ExitCode() > 0 {
+				return &exitStatusError{code: e.ExitCode(), msg: said}
+			}
+			return fmt.Errorf("the job's process ended before the job began (%v): %s", err, said)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
