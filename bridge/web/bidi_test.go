@@ -67,3 +67,22 @@ func TestDashboardShowsAPermissionRequestInItsOrder(t *testing.T) {
 	}
 	screenshot(t, ctx, "bidi-permit")
 }
+
+// An agent is named by its caller: one named constructor (or toString)
+// showed "⚠ function Object() { [native code] } waiting" on the fleet page,
+// which read its count of waiting requests out of a plain object.
+func TestDashboardReadsNoPrototypeForAnAgentsName(t *testing.T) {
+	t.Parallel()
+	d := startDash(t, web.Config{})
+	ctx := browser(t)
+	for _, id := range []string{"constructor", "tostring"} {
+		if _, err := d.f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir(), ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do(t, ctx, chromedp.Navigate(d.url+"/"))
+	waitJS(t, ctx, "the agents are listed", `document.querySelector('tr[data-agent="constructor"]')`, 60*time.Second)
+	if got := eval[string](t, ctx, `document.querySelector('tr[data-agent="constructor"]').textContent`); strings.Contains(got, "waiting") || strings.Contains(got, "function") {
+		t.Errorf("the fleet page's row of agent constructor: %q", got)
+	}
+}

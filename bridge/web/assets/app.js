@@ -155,7 +155,7 @@ function waitingFor(pending) {
 
 function renderFleet(f, q) {
   waitingFor(f.pending);
-  const waiting = {};
+  const waiting = Object.create(null); // keyed by what agents are named: no prototype to read through
   for (const p of f.pending) waiting[p.agent_id] = (waiting[p.agent_id] || 0) + 1;
   const nodes = $("#nodes tbody");
   nodes.replaceChildren(...f.nodes.filter((n) => matchesFilter(q, n.name, JSON.stringify(n.labels), (n.backends || []).map((b) => b.kind + " " + (b.models || []).join(" ")).join(" "))).map((n) => {
@@ -430,7 +430,7 @@ function folded(text) {
 }
 
 class Transcript {
-  constructor(root) { this.root = root; this.open = {}; this.tools = {}; this.turn = -1; }
+  constructor(root) { this.root = root; this.open = Object.create(null); this.tools = Object.create(null); this.turn = -1; }
 
   note(cls, text) { this.root.append(el("div", { class: cls, text })); }
 
@@ -474,7 +474,7 @@ class Transcript {
     const data = e.data || {};
     if (e.turn !== this.turn && e.turn > 0 && d.kind !== "status") {
       this.turn = e.turn;
-      this.open = {};
+      this.open = Object.create(null);
       this.root.append(el("div", { class: "turn", "data-turn": e.turn, text: "Turn " + e.turn }));
     }
     switch (d.kind) {
@@ -533,7 +533,7 @@ class Transcript {
       }
       case "result": {
         const u = data.usage;
-        this.open = {};
+        this.open = Object.create(null);
         this.root.append(el("div", { class: "end", "data-turn-end": e.turn, text: "end of turn " + e.turn + " · " + (data.stopReason || "") +
           (u ? " · " + num(u.inputTokens) + " in, " + num(u.outputTokens) + " out" + (u.cacheReadTokens ? ", " + num(u.cacheReadTokens) + " cache read" : "") + (u.costUsd ? ", $" + u.costUsd.toFixed(4) : "") : " · no usage reported") }));
         break;
