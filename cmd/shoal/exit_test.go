@@ -36,7 +36,7 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		{[]string{"status"}, exitUsage, ""},
 		{[]string{"permit", "--input", "nojson", "a1", "r1", "allow"}, exitUsage, "--input \"nojson\" is not JSON"},
 		{[]string{"permit", "a1", "r1", "maybe"}, exitUsage, "want allow or deny"},
-		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, "--ask-timeout -1s"},
+		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, `flag -ask-timeout: "-1s" is negative`},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), env, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.says) || strings.Count(errOut, "\n") != 1 {
