@@ -37,6 +37,8 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		{[]string{"permit", "--input", "nojson", "a1", "r1", "allow"}, exitUsage, "--input \"nojson\" is not JSON"},
 		{[]string{"permit", "a1", "r1", "maybe"}, exitUsage, "want allow or deny"},
 		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, `flag -ask-timeout: "-1s" is negative`},
+		{[]string{"send", "gone", " "}, exitUsage, "the text to send is empty"},
+		{[]string{"output", "--turn", "-7", "gone"}, exitUsage, "--turn -7: a turn is 0 or more"},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), env, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.says) || strings.Count(errOut, "\n") != 1 {

@@ -93,14 +93,21 @@ func agentArg(args []string, want string) (string, []string, error) {
 
 // textArg joins the remaining arguments, or reads stdin for "-".
 func textArg(env *environment, args []string) (string, error) {
-	if len(args) == 1 && args[0] == "-" {
-		b, err := io.ReadAll(env.io.in)
-		return strings.TrimRight(string(b), "\n"), err
-	}
 	if len(args) == 0 {
 		return "", usagef("missing the text to send (give it as arguments, or - to read stdin)")
 	}
-	return strings.Join(args, " "), nil
+	text := strings.Join(args, " ")
+	if len(args) == 1 && args[0] == "-" {
+		b, err := io.ReadAll(env.io.in)
+		if err != nil {
+			return "", err
+		}
+		text = strings.TrimRight(string(b), "\n")
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", usagef("the text to send is empty")
+	}
+	return text, nil
 }
 
 func openCommand() *command {
@@ -320,8 +327,11 @@ func outputCommand() *command {
 					return usagef("unexpected argument %q", rest[0])
 				}
 				req.AgentID = id
-				if turn >= 0 {
+				switch {
+				case turn >= 0:
 					req.Turn = &turn
+				case turn != -1:
+					return usagef("--turn %d: a turn is 0 or more (default: the latest)", turn)
 				}
 				req.MaxChars = &maxChars
 				f, err := v.fabric()
