@@ -356,6 +356,12 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if err := schemas.CheckBudget(o.fleet.Tokens, o.fleet.USD); err != nil {
 		return usagef("--budget-tokens %d, --budget-usd %g: a budget is 0 (no limit) or more tokens and a finite number of dollars", o.fleet.Tokens, o.fleet.USD)
 	}
+	if o.replicas > 1 && o.cluster == "" && o.external.url == "" {
+		return usagef("--replicas %d needs servers to keep the copies: a cluster (--cluster NAME --routes …) or a NATS deployment (--nats URL); the embedded server alone keeps 1", o.replicas)
+	}
+	if o.replicas < 0 {
+		return usagef("--replicas %d: copies are 1 or more (0: the default)", o.replicas)
+	}
 	origin, err := o.publicOrigin()
 	if err != nil {
 		return err
