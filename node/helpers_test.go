@@ -28,6 +28,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
@@ -324,16 +325,21 @@ func errorsOf(evs []stored) []string {
 
 // nodeProcess runs a node in this process until it is killed: the node of
 // tests that kill one for real. $SHOAL_TEST_NATS, $SHOAL_TEST_DIR and
-// $SHOAL_TEST_MODE configure it.
+// $SHOAL_TEST_MODE configure it; with $SHOAL_TEST_ACP_SCRIPT its one
+// backend is ACP, its gemini agent that script.
 func nodeProcess() int {
 	nc, err := nats.Connect(os.Getenv("SHOAL_TEST_NATS"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	var be backend.Backend = claude.New(fakeCLI(os.Getenv("SHOAL_TEST_MODE")))
+	if script := os.Getenv("SHOAL_TEST_ACP_SCRIPT"); script != "" {
+		be = acp.New(acp.Config{Commands: map[string][]string{acp.AgentGemini: {script}}})
+	}
 	h, err := node.New(node.Config{
 		Name: "n1", Conn: nc, Dir: os.Getenv("SHOAL_TEST_DIR"),
-		Backends: []backend.Backend{claude.New(fakeCLI(os.Getenv("SHOAL_TEST_MODE")))},
+		Backends: []backend.Backend{be},
 		Reaper:   os.Args[0],
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})

@@ -1,12 +1,8 @@
 package node_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,51 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/poll"
-	"github.com/shoalfabric/shoal/node"
-	"github.com/shoalfabric/shoal/node/backend"
-	"github.com/shoalfabric/shoal/node/backend/acp"
 	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// A node process whose only backend is ACP, its gemini agent the script
-// $SHOAL_TEST_ACP_SCRIPT (the reaper, run as `<exe> __reaper`, has an
-// argument and is left to TestMain).
-func init() {
-	if os.Getenv("SHOAL_TEST_ACP_NODE") == "1" && len(os.Args) == 1 {
-		os.Exit(acpNodeProcess())
-	}
-}
-
-func acpNodeProcess() int {
-	nc, err := nats.Connect(os.Getenv("SHOAL_TEST_NATS"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	h, err := node.New(node.Config{
-		Name: "n1", Conn: nc, Dir: os.Getenv("SHOAL_TEST_DIR"),
-		Backends: []backend.Backend{acp.New(acp.Config{Commands: map[string][]string{acp.AgentGemini: {os.Getenv("SHOAL_TEST_ACP_SCRIPT")}}})},
-		Reaper:   os.Args[0],
-		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	if err := h.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
 
 // An ACP agent starts what it serves from (an MCP server, a language
 // server) as it starts, and takes a while to answer initialize. The node
@@ -76,7 +33,7 @@ func TestKilledDuringAnACPHandshakeIsReaped(t *testing.T) {
 	// It starts its server (in its process group, as a child would be),
 	// then reads its stdin and never answers initialize.
 	os.WriteFile(script, []byte("#!/bin/sh\nsleep 300 &\necho $! > "+pidfile+"\nexec cat >/dev/null\n"), 0o700)
-	cmd := startACPNodeProcess(t, b.ClientURL(), dir, script)
+	cmd, exited, _ := startNodeProcess(t, b.ClientURL(), dir, "", "SHOAL_TEST_ACP_SCRIPT="+script)
 	fabric, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +55,7 @@ func TestKilledDuringAnACPHandshakeIsReaped(t *testing.T) {
 	syscall.Kill(cmd.Process.Pid, syscall.SIGSTOP)
 	syscall.Kill(reaper, syscall.SIGKILL)
 	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	<-exited
 	time.Sleep(time.Second)
 	if !alive(server) {
 		t.Fatal("the agent's server died with the node; this test needs it left behind to prove the reaping")
@@ -116,17 +73,4 @@ func TestKilledDuringAnACPHandshakeIsReaped(t *testing.T) {
 		}
 		t.Fatalf("the restarted node left the agent's server (pid %d, %s) running: pids.json never had its life token", server, life)
 	}
-}
-
-func startACPNodeProcess(t *testing.T, natsURL, dir, script string) *exec.Cmd {
-	t.Helper()
-	c := exec.Command(os.Args[0])
-	c.Env = append(os.Environ(), "SHOAL_TEST_ACP_NODE=1", "SHOAL_TEST_NATS="+natsURL, "SHOAL_TEST_DIR="+dir, "SHOAL_TEST_ACP_SCRIPT="+script)
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	return c
 }
