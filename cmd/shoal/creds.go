@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 func credsCommand() *command {
@@ -80,6 +81,11 @@ over a channel you trust.`,
 				}
 				if expires < 0 {
 					return usagef("--expires %s is negative", expires)
+				}
+				// Checked before the keys are opened, which makes them
+				// when there are none: a mistyped name makes nothing.
+				if err := schemas.ValidID(args[1]); err != nil {
+					return usagef("credential name: %v", err)
 				}
 				auth, err := broker.OpenAuthority(authDir)
 				if err != nil {

@@ -266,7 +266,12 @@ func TestPermitsUnderAuthFromARemoteNode(t *testing.T) {
 func TestCredsSaysItMadeNewKeys(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	code, _, errOut := runShoal(t, dir, nil, "creds", "node", "a", "--out", filepath.Join(dir, "a.creds"))
+	// A name that is none makes no keys (it made them, then refused it).
+	code, _, errOut := runShoal(t, dir, nil, "creds", "node", "BAD!", "--out", filepath.Join(dir, "bad.creds"))
+	if code != exitUsage || !strings.Contains(errOut, "credential name") || strings.Contains(errOut, "made new ones") {
+		t.Errorf("shoal creds node BAD!: exit %d: %q", code, errOut)
+	}
+	code, _, errOut = runShoal(t, dir, nil, "creds", "node", "a", "--out", filepath.Join(dir, "a.creds"))
 	if code != 0 || !strings.Contains(errOut, "there were no signing keys in ") || !strings.Contains(errOut, "made new ones") {
 		t.Errorf("the first shoal creds: exit %d: %q", code, errOut)
 	}
