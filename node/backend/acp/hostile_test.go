@@ -122,21 +122,8 @@ func hostileAgent(mode string) int {
 
 func startHostile(t *testing.T, mode string, env ...string) (backend.Session, *recorder) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := schemas.ComposePolicy("bypass", "", nil, nil, false)
-	b := acp.New(acp.Config{Commands: map[string][]string{acp.AgentGemini: {exe}},
-		Env: append([]string{hostileAgentEnv + "=" + mode, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, env...), StopWait: 500 * time.Millisecond})
-	t.Cleanup(func() { b.Close() })
 	rec := newRecorder(t)
-	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "r1", CWD: t.TempDir(), Model: acp.AgentGemini, Policy: pol, Dir: t.TempDir()}, rec)
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() { sess.Close(t.Context()) })
-	return sess, rec
+	return startAs(t, acp.AgentGemini, rec, append([]string{hostileAgentEnv + "=" + mode}, env...)...), rec
 }
 
 // An interrupted turn ends cancelled (README, ACP agents), whatever the
@@ -237,20 +224,8 @@ func (p *plainSink) Emit(ev schemas.Event) {
 // node holds a result's figures to one turn's range, and says so).
 func TestACPHugeUsageIsNoNegativeCount(t *testing.T) {
 	t.Parallel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := schemas.ComposePolicy("bypass", "", nil, nil, false)
-	b := acp.New(acp.Config{Commands: map[string][]string{acp.AgentGemini: {exe}},
-		Env: []string{hostileAgentEnv + "=usage", "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, StopWait: 500 * time.Millisecond})
-	t.Cleanup(func() { b.Close() })
 	sink := &plainSink{}
-	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "r2", CWD: t.TempDir(), Model: acp.AgentGemini, Policy: pol, Dir: t.TempDir()}, sink)
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() { sess.Close(t.Context()) })
+	sess := startAs(t, acp.AgentGemini, sink, hostileAgentEnv+"=usage")
 	if err := sess.Prompt(t.Context(), 1, "go"); err != nil {
 		t.Fatal(err)
 	}

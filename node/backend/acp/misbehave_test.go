@@ -87,21 +87,28 @@ func fakeAgent(mode string) int {
 // startFake runs the test binary as a misbehaving opencode.
 func startFake(t *testing.T, mode string, env ...string) (backend.Session, *recorder) {
 	t.Helper()
+	rec := newRecorder(t)
+	return startAs(t, acp.AgentClaude, rec, append([]string{fakeAgentEnv + "=" + mode}, env...)...), rec
+}
+
+// startAs starts an agent of kind agent that is the test binary, its
+// mode chosen by env, its events going to sink.
+func startAs(t *testing.T, agent string, sink backend.Sink, env ...string) backend.Session {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pol, _ := schemas.ComposePolicy("bypass", "", nil, nil, false)
-	b := acp.New(acp.Config{Commands: map[string][]string{acp.AgentClaude: {exe}},
-		Env: append([]string{fakeAgentEnv + "=" + mode, "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, env...), StopWait: 500 * time.Millisecond})
+	b := acp.New(acp.Config{Commands: map[string][]string{agent: {exe}},
+		Env: append([]string{"GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}, env...), StopWait: 500 * time.Millisecond})
 	t.Cleanup(func() { b.Close() })
-	rec := newRecorder(t)
-	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "f1", CWD: t.TempDir(), Model: acp.AgentClaude, Policy: pol, Dir: t.TempDir()}, rec)
+	sess, err := b.Start(t.Context(), backend.Spec{AgentID: "f1", CWD: t.TempDir(), Model: agent, Policy: pol, Dir: t.TempDir()}, sink)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(func() { sess.Close(t.Context()) })
-	return sess, rec
+	return sess
 }
 
 // An agent that prints a line that is not JSON-RPC gets an error event
