@@ -1,8 +1,11 @@
 package workspace
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,16 +17,16 @@ import (
 const bundleRef = "refs/shoal/tip"
 
 // writeBundle writes to path a git bundle of tip and what it needs beyond
-// haves, reading objects from the directories in objects (one a line),
-// through g. A temporary repository made in the empty directory tmp, that
+// haves, reading objects (named by the hash format) from the directories
+// in objects, through g. A temporary repository made in the empty directory tmp, that
 // reads those objects, names tip, so the repositories they belong to are
 // not touched. Haves that are not there are left out. It returns how many
 // commits the bundle holds; a bundle of none is not written (0, nil).
-func writeBundle(ctx context.Context, g gitter, tmp, objects, tip string, haves []string, path string) (int, error) {
-	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", tmp); err != nil {
+func writeBundle(ctx context.Context, g gitter, tmp string, objects []string, format, tip string, haves []string, path string) (int, error) {
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", "--object-format="+format, tmp); err != nil {
 		return 0, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "objects", "info", "alternates"), []byte(objects+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "objects", "info", "alternates"), []byte(alternates(objects, "\n")+"\n"), 0o600); err != nil {
 		return 0, err
 	}
 	if _, err := g.run(ctx, tmp, nil, nil, "update-ref", bundleRef, tip); err != nil {
@@ -73,4 +76,49 @@ func present(ctx context.Context, g gitter, dir string, commits []string) ([]str
 		}
 	}
 	return known, nil
+}
+
+// bundleFormat is the hash format (sha1 or sha256) of the objects in the
+// git bundle at path, read from its header; a file that is not a bundle
+// is an error.
+func bundleFormat(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(io.LimitReader(f, 4<<10), 4<<10)
+	first, err := r.ReadString('\n')
+	switch {
+	case err != nil && first == "":
+		return "", errors.New("an empty file, not a git bundle")
+	case first == "# v2 git bundle\n":
+		return "sha1", nil
+	case first != "# v3 git bundle\n":
+		return "", fmt.Errorf("not a git bundle (it begins %q)", first[:min(len(first), 40)])
+	}
+	// A v3 bundle's capabilities follow its first line, each "@name=value".
+	format := "sha1"
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil || !strings.HasPrefix(l, "@") {
+			return format, nil
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "@object-format="); ok {
+			if v != "sha1" && v != "sha256" {
+				return "", fmt.Errorf("a git bundle of objects named by %q, which Shoal does not know", v)
+			}
+			format = v
+		}
+	}
+}
+
+// fetchArgs are the arguments of a git fetch of ref from bundle into the
+// repository it runs in: no tags, no FETCH_HEAD, and nothing of the
+// repository's submodules (git would fetch in each one whose commit the
+// bundle moves, from its remote: a remote reached, refs moved and a wait
+// without bound, for what the agent committed), nor its automatic
+// maintenance.
+func fetchArgs(bundle, refspec string) []string {
+	return []string{"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", "--no-auto-maintenance", bundle, refspec}
 }

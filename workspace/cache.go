@@ -80,17 +80,21 @@ func (c *Cache) Receive(ctx context.Context, repo, bundle, tip string) error {
 	if !IsCommitID(repo) || !IsCommitID(tip) {
 		return fmt.Errorf("repository and commit must be full commit ids")
 	}
+	format, err := bundleFormat(bundle)
+	if err != nil {
+		return err
+	}
 	defer c.lock(repo)()
 	dir := c.path(repo)
-	if err := c.ensure(ctx, repo); err != nil {
+	if err := c.ensure(ctx, repo, format); err != nil {
 		return err
 	}
 	return fetchBundle(ctx, dir, bundle, tip)
 }
 
-// ensure makes repo's cache, an empty one, if there is none. c.lock(repo)
-// is held.
-func (c *Cache) ensure(ctx context.Context, repo string) error {
+// ensure makes repo's cache, an empty one of objects named by format, if
+// there is none. c.lock(repo) is held.
+func (c *Cache) ensure(ctx context.Context, repo, format string) error {
 	dir := c.path(repo)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		return nil
@@ -103,7 +107,7 @@ func (c *Cache) ensure(ctx context.Context, repo string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", tmp); err != nil {
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", "--object-format="+format, tmp); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
@@ -121,7 +125,7 @@ func fetchBundle(ctx context.Context, dir, bundle, tip string) error {
 	if _, err := run(ctx, dir, nil, nil, "bundle", "verify", "--quiet", bundle); err != nil {
 		return fmt.Errorf("the bundle does not apply to this node's copy of the repository: %v", err)
 	}
-	if _, err := run(ctx, dir, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":refs/shoal/"+tip); err != nil {
+	if _, err := run(ctx, dir, nil, nil, fetchArgs(bundle, "+"+bundleRef+":refs/shoal/"+tip)...); err != nil {
 		return err
 	}
 	if known, err := present(ctx, gitter{}, dir, []string{tip}); err != nil || len(known) != 1 {
@@ -153,8 +157,12 @@ func (c *Cache) CheckoutBundle(ctx context.Context, repo, bundle, tip, dst, bran
 	if !IsCommitID(repo) || !IsCommitID(tip) {
 		return fmt.Errorf("repository and commit must be full commit ids")
 	}
+	format, err := bundleFormat(bundle)
+	if err != nil {
+		return err
+	}
 	unlock := c.lock(repo)
-	err := c.ensure(ctx, repo)
+	err = c.ensure(ctx, repo, format)
 	unlock()
 	if err != nil {
 		return err
@@ -173,10 +181,14 @@ func (c *Cache) checkout(ctx context.Context, repo, bundle, commit, dst, branch,
 		os.RemoveAll(dst)
 		return err
 	}
-	if _, err := run(ctx, "", nil, nil, "init", "--quiet", dst); err != nil {
+	format, err := objectFormat(ctx, gitter{}, c.path(repo))
+	if err != nil {
 		return fail(err)
 	}
-	if err := os.WriteFile(filepath.Join(dst, ".git", "objects", "info", "alternates"), []byte(c.Objects(repo)+"\n"), 0o600); err != nil {
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--object-format="+format, dst); err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, ".git", "objects", "info", "alternates"), []byte(alternates([]string{c.Objects(repo)}, "\n")+"\n"), 0o600); err != nil {
 		return fail(err)
 	}
 	for _, kv := range [][2]string{{"user.name", name}, {"user.email", email}} {
@@ -352,7 +364,7 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	if err := copyOwnIndex(c.Dir, index); err != nil {
 		return "", nil, err
 	}
-	commit, err := snapshotTree(ctx, g, c.Dir, objects, objects, index, false, head, message, name, email, env...)
+	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, head, message, name, email, env...)
 	return commit, env, err
 }
 
@@ -418,7 +430,11 @@ func (c Checkout) BundleWork(ctx context.Context, tip string, haves []string, pa
 	if err != nil {
 		return 0, err
 	}
-	n, err := writeBundle(ctx, g, repo, objects, tip, haves, out)
+	format, err := objectFormat(ctx, g, c.Dir)
+	if err != nil {
+		return 0, err
+	}
+	n, err := writeBundle(ctx, g, repo, []string{objects}, format, tip, haves, out)
 	if err != nil || n == 0 {
 		return n, err
 	}

@@ -18,8 +18,9 @@ type Start struct {
 	Base   string // the commit Ref names
 	Commit string // the commit the agent starts on: Base, or a commit of the uncommitted work on top of it
 
-	objects string // where that commit's objects are (the caller's, or a temporary directory)
-	scratch string // the temporary directory to remove, "" when none
+	objects []string // where that commit's objects are (the caller's, and a temporary directory's)
+	format  string   // the hash objects are named by: sha1 or sha256
+	scratch string   // the temporary directory to remove, "" when none
 }
 
 // Prepare finds the repository dir is in and the commit an agent on it
@@ -40,7 +41,7 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("repository %s is not a directory", dir)
 	}
-	root, err := line(ctx, abs, nil, "rev-parse", "--show-toplevel")
+	root, err := pathOf(ctx, abs, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		if errors.Is(err, ErrNoGit) {
 			return nil, err
@@ -48,8 +49,13 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	s := &Start{Root: root, Ref: ref}
-	if s.objects, err = objectDir(ctx, gitter{}, root); err != nil {
+	objects, err := objectDir(ctx, gitter{}, root)
+	if err != nil {
 		return nil, err
+	}
+	s.objects = []string{objects}
+	if s.format, err = objectFormat(ctx, gitter{}, root); err != nil {
+		return nil, fmt.Errorf("repository %s: %v", root, err)
 	}
 	if s.Base, err = line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err != nil || s.Base == "" {
 		if ref == "HEAD" {
@@ -95,7 +101,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
-	s.Commit, s.objects = commit, objects+"\n"+s.objects
+	s.Commit, s.objects = commit, append([]string{objects}, s.objects...)
 	return nil
 }
 
@@ -105,9 +111,9 @@ func (s *Start) snapshot(ctx context.Context) error {
 // temporary index file, seeded from the repository's own when seed is
 // set (else the caller has seeded it). It returns parent when nothing
 // differs from it.
-func snapshotTree(ctx context.Context, g gitter, root, objects, newObjects, index string, seed bool, parent, message, name, email string, extra ...string) (string, error) {
+func snapshotTree(ctx context.Context, g gitter, root string, objects []string, newObjects, index string, seed bool, parent, message, name, email string, extra ...string) (string, error) {
 	if seed {
-		gitDir, err := g.line(ctx, root, nil, "rev-parse", "--absolute-git-dir")
+		gitDir, err := g.path(ctx, root, nil, "rev-parse", "--absolute-git-dir")
 		if err != nil {
 			return "", err
 		}
@@ -118,7 +124,7 @@ func snapshotTree(ctx context.Context, g gitter, root, objects, newObjects, inde
 		}
 	}
 	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
-		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + strings.ReplaceAll(objects, "\n", ":"),
+		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + alternates(objects, ":"),
 		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
 	env = append(env, extra...)
 	if _, err := g.run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
@@ -137,7 +143,7 @@ func snapshotTree(ctx context.Context, g gitter, root, objects, newObjects, inde
 // objectDir is the object directory of the repository whose work tree is
 // root.
 func objectDir(ctx context.Context, g gitter, root string) (string, error) {
-	d, err := g.line(ctx, root, nil, "rev-parse", "--git-path", "objects")
+	d, err := g.path(ctx, root, nil, "rev-parse", "--git-path", "objects")
 	if err != nil {
 		return "", err
 	}
@@ -171,7 +177,7 @@ func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, e
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
-	return writeBundle(ctx, gitter{}, tmp, s.objects, s.Commit, haves, path)
+	return writeBundle(ctx, gitter{}, tmp, s.objects, s.format, s.Commit, haves, path)
 }
 
 // Land puts the agent's work, a bundle of the commit tip made by the node,
@@ -182,17 +188,23 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if !IsCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
 	}
-	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	root, err := pathOf(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first, or fetch --into another repository", branch, root)
 	}
+	// What the node sent is fetched only as a bundle: git takes any other
+	// file for the path of a repository (a one-line "gitdir: …" file
+	// names any on this machine).
+	if _, err := bundleFormat(bundle); err != nil {
+		return fmt.Errorf("what the node sent as the agent's work: %v", err)
+	}
 	// Taken under a ref of its own first, so the branch moves only once
 	// nothing of the caller's on it would be lost.
 	incoming := "refs/shoal-incoming/" + tip
-	if _, err := run(ctx, root, nil, nil, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", bundle, "+"+bundleRef+":"+incoming); err != nil {
+	if _, err := run(ctx, root, nil, nil, fetchArgs(bundle, "+"+bundleRef+":"+incoming)...); err != nil {
 		return err
 	}
 	defer run(context.WithoutCancel(ctx), root, nil, nil, "update-ref", "-d", incoming)
@@ -252,7 +264,7 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 // SetBranch puts branch at commit in the caller's repository at dir, for
 // an agent whose work is the commit it started on; dir must have it.
 func SetBranch(ctx context.Context, dir, branch, commit string) error {
-	root, err := line(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	root, err := pathOf(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}

@@ -137,6 +137,58 @@ func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byt
 	return out.String(), nil
 }
 
+// pathOf runs git for a path (rev-parse --show-toplevel, say) and returns
+// its output without the newline that ends it: a path may hold newlines,
+// and its first line alone names another directory.
+func pathOf(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
+	return gitter{}.path(ctx, dir, extra, args...)
+}
+
+func (g gitter) path(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
+	out, err := g.run(ctx, dir, extra, nil, args...)
+	return strings.TrimSuffix(out, "\n"), err
+}
+
+// alternates is a list of object directories as git reads it in
+// objects/info/alternates (sep "\n") or GIT_ALTERNATE_OBJECT_DIRECTORIES
+// (sep ":"): each entry quoted C-style, so a colon, a newline or a quote
+// in a directory's path is the path's, not a separator.
+func alternates(dirs []string, sep string) string {
+	var b strings.Builder
+	for i, d := range dirs {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(d); j++ {
+			switch c := d[j]; {
+			case c == '"' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c < 0x20 || c == 0x7f:
+				fmt.Fprintf(&b, "\\%03o", c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('"')
+	}
+	return b.String()
+}
+
+// objectFormat is the hash the repository at dir names its objects by:
+// sha1 or sha256.
+func objectFormat(ctx context.Context, g gitter, dir string) (string, error) {
+	f, err := g.line(ctx, dir, nil, "rev-parse", "--show-object-format")
+	if err != nil {
+		return "", err
+	}
+	if f != "sha1" && f != "sha256" {
+		return "", fmt.Errorf("objects named by %q, which Shoal does not know", f)
+	}
+	return f, nil
+}
+
 func (g gitter) line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
 	out, err := g.run(ctx, dir, extra, nil, args...)
 	first, _, _ := strings.Cut(out, "\n")

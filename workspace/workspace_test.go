@@ -36,8 +36,15 @@ func write(t *testing.T, path, text string) {
 
 // newRepo makes a caller's repository with two commits and an ignore rule.
 func newRepo(t *testing.T) string {
-	dir := t.TempDir()
-	git(t, dir, "init", "-q", "-b", "main")
+	return newRepoAt(t, t.TempDir(), "sha1")
+}
+
+// newRepoAt is newRepo in dir, its objects named by format.
+func newRepoAt(t *testing.T, dir, format string) string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "init", "-q", "-b", "main", "--object-format="+format)
 	write(t, filepath.Join(dir, "a.txt"), "one\n")
 	write(t, filepath.Join(dir, ".gitignore"), "*.log\n")
 	git(t, dir, "add", ".")
@@ -57,10 +64,23 @@ func state(t *testing.T, dir string) string {
 
 // A round trip: the caller's work with its uncommitted changes goes to a
 // cache, an agent's checkout starts on it, the agent's work comes back as
-// a branch; the caller's checkout is as it was throughout.
+// a branch; the caller's checkout is as it was throughout. So for a
+// repository of SHA-256 objects (once refused as "not in the
+// repository"), and for one whose path holds a colon, a newline and a
+// quote (its objects once read from "…/client" and "acme/…", git's lists
+// of object directories being colon- and line-separated).
 func TestRoundTrip(t *testing.T) {
+	for _, c := range []struct{ name, format, dir string }{
+		{"sha1", "sha1", "app"},
+		{"sha256", "sha256", "app"},
+		{"a path of a colon, a newline and a quote", "sha1", "client:acme\n\"x\"/app"},
+	} {
+		t.Run(c.name, func(t *testing.T) { roundTrip(t, newRepoAt(t, filepath.Join(t.TempDir(), c.dir), c.format)) })
+	}
+}
+
+func roundTrip(t *testing.T, repo string) {
 	ctx := context.Background()
-	repo := newRepo(t)
 	write(t, filepath.Join(repo, "a.txt"), "one\ntwo\nedited\n")
 	write(t, filepath.Join(repo, "new.txt"), "untracked\n")
 	write(t, filepath.Join(repo, "x.log"), "ignored\n")
@@ -71,6 +91,9 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	if s.Root != repo {
+		t.Fatalf("the start's repository is %q, not %q", s.Root, repo)
+	}
 	if s.Commit == s.Base || s.Base != git(t, repo, "rev-parse", "HEAD") {
 		t.Fatalf("start %+v: want a commit of the changes on top of HEAD", s)
 	}
@@ -350,5 +373,70 @@ func TestACheckoutIsBoundedByItsTree(t *testing.T) {
 	}
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
 		t.Errorf("the refused checkout left %s: %v", dst, err)
+	}
+}
+
+// What a node sends as "the bundle of the agent's work" is any bytes it
+// likes. Land hands the file to git fetch as is, and git takes a file
+// that is not a bundle as the path of a repository: a one-line gitfile
+// ("gitdir: /some/repo/.git") makes the caller's git run upload-pack in
+// any repository of the caller's machine the node names, and Land puts
+// on shoal/<id> what it finds there. A bundle is what comes back, and
+// nothing else may be read.
+func TestLandTakesOnlyABundle(t *testing.T) {
+	ctx := context.Background()
+	repo := newRepo(t)
+
+	// Another repository of the caller's machine (here one holding the
+	// ref name Shoal's bundles carry, as Shoal's own temporary bundle
+	// repositories do while they exist).
+	other := t.TempDir()
+	git(t, other, "init", "-q", "-b", "main")
+	write(t, filepath.Join(other, "secret.txt"), "not the agent's\n")
+	git(t, other, "add", ".")
+	git(t, other, "commit", "-q", "-m", "another repository's commit")
+	tip := git(t, other, "rev-parse", "HEAD")
+	git(t, other, "update-ref", bundleRef, tip)
+
+	notABundle := filepath.Join(t.TempDir(), "work.bundle")
+	if err := os.WriteFile(notABundle, []byte("gitdir: "+filepath.Join(other, ".git")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Land(ctx, repo, notABundle, tip, "shoal/a1")
+	if err != nil && !strings.Contains(err.Error(), "not a git bundle") {
+		t.Errorf("Land of a file that is not a bundle: %v; want it named so", err)
+	}
+	if err == nil {
+		got := git(t, repo, "log", "--format=%s", "-1", "shoal/a1")
+		t.Fatalf("Land took a file that is not a bundle (a gitfile naming %s) and put shoal/a1 at that repository's commit %q", other, got)
+	}
+}
+
+// A caller's repository whose path holds a newline is taken for another
+// one: Prepare (and Land) read git rev-parse --show-toplevel through
+// line(), which keeps the first line of the path, so "…/app\nx" is
+// opened as "…/app" when that is a repository too — its commits are
+// what is sent, and a fetch --into lands there.
+func TestPrepareTakesTheRepositoryItIsGivenWhateverItsPath(t *testing.T) {
+	ctx := context.Background()
+	parent := t.TempDir()
+	other := filepath.Join(parent, "app")
+	for _, d := range []string{other, filepath.Join(parent, "app\nx")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		git(t, d, "init", "-q", "-b", "main")
+		write(t, filepath.Join(d, "a.txt"), d+"\n")
+		git(t, d, "add", ".")
+		git(t, d, "commit", "-q", "-m", "first of "+filepath.Base(d))
+	}
+	dir := filepath.Join(parent, "app\nx")
+	s, err := Prepare(ctx, dir, "", false)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	defer s.Close()
+	if s.Root != dir || s.Base != git(t, dir, "rev-parse", "HEAD") {
+		t.Fatalf("Prepare of %q took repository %q, at commit %.12s (the named one is at %.12s)", dir, s.Root, s.Base, git(t, dir, "rev-parse", "HEAD"))
 	}
 }
