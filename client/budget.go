@@ -16,7 +16,8 @@ import (
 // SetBudget sets what an agent's turns, the fleet's or a label's nodes'
 // may use (req names which); the node refuses a turn that would start
 // past it and interrupts one that crosses it. A zero Tokens or USD lifts
-// that limit; both zero lift the budget.
+// that limit; both zero lift the budget. A limit req keeps (KeepTokens,
+// KeepUSD) stays as stored, the budget read and written at one revision.
 func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error {
 	s, err := req.Scope()
 	if err != nil {
@@ -25,6 +26,9 @@ func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
 	if err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+	}
+	if req.KeepTokens || req.KeepUSD {
+		return f.mergeBudget(ctx, kv, s, req)
 	}
 	b := schemas.Budget{Tokens: req.Tokens, USD: req.USD}
 	if b.IsZero() {
@@ -41,6 +45,45 @@ func (f *Direct) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 		return schemas.Errf(schemas.CodeUnavailable, "set %s's budget: %v", s, err)
 	}
 	return nil
+}
+
+// mergeBudget sets the limits req gives of s's budget, keeping the others
+// as stored: written at the revision read, read again when another write
+// came between.
+func (f *Direct) mergeBudget(ctx context.Context, kv jetstream.KeyValue, s schemas.Scope, req schemas.BudgetRequest) error {
+	for try := 0; ; try++ {
+		have, rev, err := budgetOf(ctx, kv, s.Key())
+		if err != nil {
+			return err
+		}
+		b := schemas.Budget{Tokens: req.Tokens, USD: req.USD}
+		if req.KeepTokens {
+			b.Tokens = have.Tokens
+		}
+		if req.KeepUSD {
+			b.USD = have.USD
+		}
+		if b == (schemas.Budget{Tokens: have.Tokens, USD: have.USD}) && have.GrantedBy == "" {
+			return nil // as it is
+		}
+		v, _ := json.Marshal(b)
+		switch {
+		case b.IsZero() && rev == 0:
+			return nil
+		case b.IsZero():
+			err = kv.Delete(ctx, s.Key(), jetstream.LastRevision(rev))
+		case rev == 0:
+			_, err = kv.Create(ctx, s.Key(), v)
+		default:
+			_, err = kv.Update(ctx, s.Key(), v, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if try >= 8 || ctx.Err() != nil {
+			return schemas.Errf(schemas.CodeUnavailable, "set %s's budget: %v", s, err)
+		}
+	}
 }
 
 // BudgetValue reads key of the budgets bucket kv; found is false when it

@@ -287,7 +287,15 @@ func (a *agent) advance(ctx context.Context) {
 	if !dropped {
 		var err error
 		if over, err = a.admit(ctx); err != nil {
-			a.log.Warn("cannot read the budgets a held turn is held to; it begins", "err", err)
+			// Held to the budgets as last read, and the agent's own use
+			// as its record has it: one its turns took past its budget
+			// while the coordinator is away begins none.
+			a.mu.Lock()
+			over = a.spend.allow.Check(a.id, a.rec.AllLives(), schemas.Usage{})
+			a.mu.Unlock()
+			if over == nil {
+				a.log.Warn("cannot read the budgets a held turn is held to; it begins, within those last read", "err", err)
+			}
 		}
 	}
 	a.mu.Lock()
@@ -421,7 +429,18 @@ func (a *agent) die(ctx context.Context, ev schemas.Event) {
 		default:
 			msg = fmt.Sprintf("the agent process exited during turn %d", running)
 		}
-		a.closeTurn(running, msg)
+		// What the backend said the turn used before it died is counted
+		// as a result's: in the agent's record, which its budget holds
+		// it to, in the coordinator's count and in shoal usage.
+		a.mu.Lock()
+		var used *schemas.Usage
+		if u := a.spend.running; u != (schemas.Usage{}) {
+			used = &u
+			a.rec.Usage.Add(u)
+			a.h.produced.ran(u)
+		}
+		a.mu.Unlock()
+		a.closeTurn(running, msg, used)
 	}
 	for _, p := range held {
 		why := p.dropped
@@ -429,7 +448,7 @@ func (a *agent) die(ctx context.Context, ev schemas.Event) {
 			why = fmt.Sprintf("turn %d was dropped: the agent ended before it began", p.n)
 		}
 		a.publish(schemas.Event{Turn: p.n, Payload: schemas.TurnStarted{}}, true)
-		a.closeTurn(p.n, why)
+		a.closeTurn(p.n, why, nil)
 	}
 	a.mu.Lock()
 	a.dead = true
@@ -450,13 +469,14 @@ func (a *agent) die(ctx context.Context, ev schemas.Event) {
 }
 
 // closeTurn ends turn n of an agent that is gone: an error saying why and
-// a cancelled result, with no status idle, since the agent is not.
-func (a *agent) closeTurn(n int, why string) {
+// a cancelled result (with used, what the turn used so far, when known),
+// with no status idle, since the agent is not.
+func (a *agent) closeTurn(n int, why string, used *schemas.Usage) {
 	a.mu.Lock()
 	a.stamp = max(a.stamp, n)
 	a.mu.Unlock()
 	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("%s", why)}, true)
-	a.publish(schemas.Event{Turn: n, Payload: schemas.Result{StopReason: schemas.StopCancelled}}, true)
+	a.publish(schemas.Event{Turn: n, Payload: schemas.Result{StopReason: schemas.StopCancelled, Usage: used}}, true)
 	a.mu.Lock()
 	if a.turns.running == n {
 		a.turns.running = 0

@@ -136,17 +136,22 @@ func (a *agent) Spending(turnSoFar schemas.Usage) {
 // agent, the fleet or one of its node's labels past a budget, saying which
 // in an error event; the turns held behind it are refused as they come to
 // begin. The budgets are read again while the turn spends, at most every
-// budgetsFresh; the fleet's and the labels' spend is as it stood then, so
-// turns running at once on other agents are not seen until they end.
+// budgetsFresh, whether or not any held it when it began (a person caps a
+// runaway agent that had none); the fleet's and the labels' spend is as it
+// stood then, so turns running at once on other agents are not seen until
+// they end.
 func (a *agent) checkSpend(ctx context.Context) {
 	a.mu.Lock()
 	a.spend.queued = false
 	n := a.turns.running
-	if n == 0 || a.spend.over == n || !a.spend.allow.Limits() {
+	if n == 0 || a.spend.over == n {
 		a.mu.Unlock()
 		return
 	}
-	over := a.spend.allow.Check(a.id, a.rec.AllLives(), a.spend.running)
+	var over error
+	if a.spend.allow.Limits() {
+		over = a.spend.allow.Check(a.id, a.rec.AllLives(), a.spend.running)
+	}
 	if over == nil {
 		if !a.spend.reading && time.Since(a.spend.readAt) >= budgetsFresh {
 			a.spend.reading = true

@@ -490,6 +490,12 @@ type BudgetRequest struct {
 	Label   string  `json:"label,omitempty"`
 	Tokens  int64   `json:"tokens,omitempty"`
 	USD     float64 `json:"usd,omitempty"`
+	// KeepTokens and KeepUSD keep that limit as it is stored, whatever
+	// Tokens or USD say: a request that sets one limit leaves the other,
+	// read and written in one step (a child's draw on the budget in
+	// between is not undone).
+	KeepTokens bool `json:"keep_tokens,omitempty"`
+	KeepUSD    bool `json:"keep_usd,omitempty"`
 }
 
 // Scope is what the request names, or why it names no one thing.

@@ -70,21 +70,8 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 					if !given["tokens"] && !given["usd"] {
 						return usagef("shoal budget set needs --tokens N, --usd X or both (0 lifts that limit)")
 					}
-					if !given["tokens"] || !given["usd"] {
-						// The limit not given stays as it is.
-						rep, err := f.Budgets(ctx)
-						if err != nil {
-							return err
-						}
-						want, _ := req.Scope()
-						for _, l := range rep.Budgets {
-							if l.Scope() == want && !given["tokens"] {
-								req.Tokens = l.Budget.Tokens
-							} else if l.Scope() == want {
-								req.USD = l.Budget.USD
-							}
-						}
-					}
+					// The limit not given stays as it is.
+					req.KeepTokens, req.KeepUSD = !given["tokens"], !given["usd"]
 					if err := f.SetBudget(ctx, req); err != nil {
 						return err
 					}

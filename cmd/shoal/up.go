@@ -582,7 +582,10 @@ func (o *upOptions) setFleetBudget(ctx context.Context, connect connector) error
 	if err != nil {
 		return err
 	}
+	// The limit not given stays as it is: a person's dollar cap is not
+	// lifted by a restart of shoal up --budget-tokens N.
 	o.fleet.Fleet = true
+	o.fleet.KeepTokens, o.fleet.KeepUSD = o.fleet.Tokens == 0, o.fleet.USD == 0
 	if err := f.SetBudget(ctx, o.fleet); err != nil {
 		return fmt.Errorf("the fleet's budget: %w", err)
 	}
