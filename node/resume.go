@@ -11,12 +11,23 @@ import (
 // tails reports how each agent's events end: the stream's tail, or, for an
 // agent some of whose events wait in the outbox, the last of those.
 func (h *Host) tails(ctx context.Context, ids []string) (map[string]schemas.Tail, error) {
+	// What waits is taken before the stream is read: an event stored
+	// between the two reads is then in one or the other. (Read after, an
+	// event stored after the stream's read and acknowledged before the
+	// outbox's was in neither: a restart's closing events took numbers
+	// under the lost range's error it had just published.)
+	pending := map[string]schemas.Tail{}
+	for _, id := range ids {
+		if t, ok := h.pub.pendingTail(id); ok {
+			pending[id] = t
+		}
+	}
 	tails, err := h.store.tails(ctx, ids)
 	if tails == nil {
 		tails = map[string]schemas.Tail{}
 	}
-	for _, id := range ids {
-		if t, ok := h.pub.pendingTail(id); ok && t.Last > tails[id].Last {
+	for id, t := range pending {
+		if t.Last > tails[id].Last {
 			tails[id] = t
 		}
 	}
