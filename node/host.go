@@ -296,7 +296,7 @@ func (h *Host) Run(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
 	case hello.NameTaken:
-		return fmt.Errorf("a node named %s is already running; give this node another name", h.cfg.Name)
+		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; give this node another name", h.cfg.Name)
 	}
 	ttl := time.Duration(hello.NodeTTLMS) * time.Millisecond
 	h.mcp = h.cfg.MCP

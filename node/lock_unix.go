@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // lockDir takes the node directory for this process, so two nodes never
@@ -28,7 +30,7 @@ func lockDir(dir string) (unlock func(), err error) {
 		} else {
 			holder = "pid " + holder
 		}
-		return nil, fmt.Errorf("node dir %s is in use by another node (%s); give each node its own --dir", dir, holder)
+		return nil, schemas.Errf(schemas.CodeConflict, "node dir %s is in use by another node (%s); give each node its own --dir", dir, holder)
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

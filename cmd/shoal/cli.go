@@ -22,7 +22,7 @@ const (
 	exitNotFound    = 3 // no such agent or node
 	exitUnavailable = 4 // the fabric unreachable, the agent dead, its node gone, or nothing can take it
 	exitTimeout     = 5 // the operation did not finish in time
-	exitConflict    = 6 // the id is taken, or a run is already in flight
+	exitConflict    = 6 // the id is taken, a run is already in flight, or a node's name or dir is a running node's
 	exitCancelled   = 7 // the turn a run waited for was interrupted
 )
 
@@ -243,7 +243,7 @@ or request, 3 no such agent or node, 4 unavailable (the fabric cannot be
 reached, the agent is dead, its node gone, or no node can take it), 5
 timed out, 6 conflict (the id is
 taken, a run is already in flight, a permission request already
-answered), 7 a run whose turn was interrupted.
+answered, a node's name or directory in use), 7 a run whose turn was interrupted.
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)
