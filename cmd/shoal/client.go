@@ -186,7 +186,9 @@ func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := client.Config{Timeout: o.timeout, Progress: func(line string) { fmt.Fprintln(env.io.err, "shoal: "+line) }}
+	// A progress line names paths and what nodes said: one line, with no
+	// escape sequence of theirs.
+	cfg := client.Config{Timeout: o.timeout, Progress: func(line string) { fmt.Fprintln(env.io.err, "shoal: "+oneLine(line)) }}
 	if c := o.who; c != nil && c.Role != broker.RoleCoordinator {
 		// Scoped credentials reach neither the nodes nor the stream:
 		// everything goes through the coordinator.

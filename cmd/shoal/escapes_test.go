@@ -51,9 +51,14 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 		}
 	}
 	c.fake.Script(fakemodel.Reply{Status: 400, ErrorType: "invalid_request_error", ErrorMessage: "refused " + evilText})
-	code, out, errOut = c.shoal("job", "--repo", oneCommitRepo(t, "repo", "one\n"), "Fail.")
-	if code == 0 || !strings.Contains(errOut, "refused plain") {
+	// The repository's path is in the job's progress lines: a directory's
+	// name is no more the terminal's to take.
+	code, out, errOut = c.shoal("job", "--repo", oneCommitRepo(t, "repo\x1b]0;PATHPWN\x07\nforged", "one\n"), "Fail.")
+	if code == 0 || !strings.Contains(errOut, "refused plain") || !strings.Contains(errOut, "repo forged") {
 		t.Fatalf("a job whose turn the model refused: exit %d: %q %q", code, out, errOut)
+	}
+	if strings.Contains(errOut, "\nforged") {
+		t.Errorf("a progress line was cut in two by the repository's path:\n%q", errOut)
 	}
 	for _, bad := range []string{"\x1b", "\u009b", "\x07"} {
 		if strings.Contains(errOut, bad) {
