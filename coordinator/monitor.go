@@ -240,8 +240,7 @@ func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream j
 
 // closeLost marks one agent dead and closes its stream.
 func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
-	dead := rec
-	dead.Status = schemas.StatusDead
+	dead := rec.Dead()
 	b, _ := json.Marshal(dead)
 	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
 		return nil // its owner or another coordinator wrote first

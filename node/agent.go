@@ -597,6 +597,9 @@ func (a *agent) record() schemas.AgentRecord {
 	a.rec.Turn = a.turns.last
 	a.rec.QueuesPrompts = true // the node holds a turn sent while another runs, for every backend
 	r := a.rec
+	if u := a.spend.running; a.turns.running != 0 && u != (schemas.Usage{}) {
+		r.Running = &u
+	}
 	if r.Policy != nil {
 		p := *r.Policy
 		r.Policy = &p

@@ -127,6 +127,9 @@ func (a *agent) Spending(turnSoFar schemas.Usage) {
 	queue := !a.spend.queued
 	a.spend.queued = true
 	a.mu.Unlock()
+	// In the record within a second: a node killed mid-turn leaves it
+	// to whoever closes the turn.
+	a.h.recs.mark(a, false)
 	if queue {
 		a.queue.push(item{spend: true})
 	}

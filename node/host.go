@@ -547,8 +547,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		// Marking the record dead first decides who closes the stream: a
 		// coordinator that judged this node lost meanwhile has written
 		// it, and closed the stream itself.
-		dead := o.rec
-		dead.Status = schemas.StatusDead
+		dead := o.rec.Dead()
 		if _, err := h.store.update(ctx, o.e.id, encodeRecord(dead), o.e.rev); err != nil {
 			h.log.Warn("cannot mark a lost agent dead; leaving its stream to whoever did", "agent", o.e.id, "err", err)
 			continue

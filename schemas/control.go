@@ -313,6 +313,11 @@ type AgentRecord struct {
 	// begun: they wait behind the running one. The turns up to Turn-Held
 	// have begun. A Shoal addition, written before a send is answered.
 	Held int `json:"held,omitempty"`
+	// Running is what the running turn has used so far, as its backend
+	// reported it and the node last wrote the record (a Shoal addition):
+	// whoever closes the turn of an agent whose node is gone counts it,
+	// in the turn's cancelled result and in Usage.
+	Running *Usage `json:"running,omitempty"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
 	// Sandbox is what the kernel confines this life of the agent to; nil
@@ -338,6 +343,18 @@ type AgentRecord struct {
 	// Workspace is the agent's own checkout of a caller's repository, when
 	// it was opened on one (a Shoal addition): CWD is then that checkout.
 	Workspace *Workspace `json:"workspace,omitempty"`
+}
+
+// Dead is the record of an agent whose node is gone, as whoever closes
+// its stream writes it: dead, with what its running turn used so far
+// (Running) counted in Usage, as the turn's closing result counts it.
+func (r AgentRecord) Dead() AgentRecord {
+	r.Status = StatusDead
+	if r.Running != nil {
+		r.Usage.Add(*r.Running)
+		r.Running = nil
+	}
+	return r
 }
 
 // AllLives is what every life of the agent used, as far as its records

@@ -68,7 +68,7 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // out, and before a held turn begins). what says what happened ("node mac
 // was lost"). The turn that had begun, when it is open, gets an error
 // saying so and a cancelled result (and its start, when that was never
-// stored); each turn numbered that never began gets its start, an error
+// stored), carrying what the record says the turn used so far (Running); each turn numbered that never began gets its start, an error
 // and a cancelled result, in its place; then status dead. Nothing is
 // returned for a stream that is closed already.
 func (t Tail) Closing(rec AgentRecord, what string) []Event {
@@ -89,7 +89,12 @@ func (t Tail) Closing(rec AgentRecord, what string) []Event {
 		if start {
 			evs = append(evs, Event{Turn: k, Payload: TurnStarted{}})
 		}
-		evs = append(evs, Event{Turn: k, Payload: Errorf("%s", msg)}, Event{Turn: k, Payload: Result{StopReason: StopCancelled}})
+		r := Result{StopReason: StopCancelled}
+		if working && k == rec.Turn-rec.Held && rec.Running != nil {
+			u := *rec.Running // what the running turn used, as last recorded
+			r.Usage = &u
+		}
+		evs = append(evs, Event{Turn: k, Payload: Errorf("%s", msg)}, Event{Turn: k, Payload: r})
 	}
 	for k := max(min(t.Turn, begun), 1); k <= numbered; k++ {
 		during := fmt.Sprintf("%s during turn %d; the turn cannot finish", what, k)

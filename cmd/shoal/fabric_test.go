@@ -184,7 +184,9 @@ func TestPlacementAcrossNodes(t *testing.T) {
 func TestNodeLossClosesTurns(t *testing.T) {
 	t.Parallel()
 	p := startPool(t)
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("slowly ", 200), ChunkSize: 7, Delay: 100 * time.Millisecond})
+	// Its thinking comes first: the CLI reports what the message used so
+	// far once that block is done, while the text is still to come.
+	p.fake.Script(fakemodel.Reply{Thinking: "Slowly, then.", Text: strings.Repeat("slowly ", 200), ChunkSize: 7, Delay: 100 * time.Millisecond})
 	n := p.node("victim")
 	id, _ := p.openOn()
 	pidsFile := filepath.Join(p.dir, "victim", "cache", "shoal", "agents", "victim", "pids.json")
@@ -211,6 +213,13 @@ func TestNodeLossClosesTurns(t *testing.T) {
 		t.Fatalf("pids.json before the kill: %q %v", b, err)
 	}
 	agentPID := pids[id].PID
+	// What the turn used so far (the CLI reports it as the model's
+	// messages come) is in the record before the kill.
+	var running schemas.AgentRecord
+	poll.Until(t, 30*time.Second, "the record says what the running turn used", func() bool {
+		code, out, _ := p.shoal("status", id)
+		return code == 0 && json.Unmarshal([]byte(out), &running) == nil && running.Running != nil
+	})
 	killed := time.Now()
 	if code := n.stop(syscall.SIGKILL); code != -1 {
 		t.Logf("the node exited %d", code)
@@ -218,6 +227,7 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	var rec schemas.AgentRecord
 	poll.Until(t, 60*time.Second, "the agent is dead", func() bool {
 		code, out, _ := p.shoal("status", id)
+		rec = schemas.AgentRecord{}
 		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Status == schemas.StatusDead
 	})
 
@@ -256,6 +266,14 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	if !isErr || !strings.Contains(e.Message, "node victim was lost during turn 1") || !isResult || r.StopReason != schemas.StopCancelled ||
 		!isStatus || s.Status != schemas.StatusDead || tail[1].Turn != 1 {
 		t.Fatalf("the stream ends with %+v", tail)
+	}
+	// What the turn used before its node was lost is counted: in its
+	// result (the coordinator's count, shoal usage) and in the record (the
+	// agent's budget). It used nothing, once.
+	if r.Usage == nil || schemas.TokensOf(*r.Usage) < schemas.TokensOf(*running.Running) {
+		t.Errorf("the lost turn's result carries %+v; the record said it had used %+v", r.Usage, *running.Running)
+	} else if rec.Running != nil || schemas.TokensOf(rec.Usage) != schemas.TokensOf(*r.Usage) {
+		t.Errorf("the dead record's usage %+v (running %+v), its turn's result %+v", rec.Usage, rec.Running, *r.Usage)
 	}
 	for _, h := range hdrs[len(hdrs)-3:] {
 		if h.Get(schemas.HeaderNode) != "coordinator" {
