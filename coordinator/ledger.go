@@ -391,6 +391,7 @@ func (l *Ledger) flushLoop(ctx context.Context, kv jetstream.KeyValue, rev uint6
 	defer t.Stop()
 	written := l.Spent()
 	lastWrite := time.Now()
+	var failedSaid time.Time // when a write that failed for another reason than a newer write was last logged
 	flush := func(ctx context.Context) {
 		now := l.Spent()
 		turns := func(s schemas.Spent) (n int64) {
@@ -417,6 +418,16 @@ func (l *Ledger) flushLoop(ctx context.Context, kv jetstream.KeyValue, rev uint6
 		if err == nil {
 			written, lastWrite = now, time.Now()
 			return
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			// Not another coordinator's write (a count past the server's
+			// payload limit, say): said, once a minute, for as long as
+			// it lasts, since nodes then see no turn counted.
+			if time.Since(failedSaid) >= time.Minute {
+				failedSaid = time.Now()
+				l.log.Error("cannot write the spend count; nodes see no turn counted until it is", "err", err, "bytes", len(b), "rows", len(now.Rows))
+			}
 		}
 		// Another coordinator wrote: the count that reaches further on
 		// the stream stands.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -390,5 +391,39 @@ func TestLedgerCountsAgainACountThatDoesNotDecode(t *testing.T) {
 	defer stop()
 	if s := r.waitWritten(); s.Fleet().InputTokens != 100 {
 		t.Errorf("the count, counted again: %+v", s.Fleet())
+	}
+}
+
+// A count the server will not take (past its payload limit: every node
+// name a fleet ever had keeps its rows) was retried at every flush
+// without a word, and every node then saw no turn counted. The failure
+// is logged, naming its size.
+func TestLedgerSaysWhenItCannotWriteTheCount(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t, func(c *broker.Config) { c.MaxPayload = 4 << 10 })
+	nc, js := natstest.JetStream(t, srv)
+	r := &ledgerRig{t: t, srv: srv, nc: nc, js: js, n: map[string]uint64{}}
+	var logs lockedBuffer
+	l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: natstest.Connect(t, srv), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-l.Ready()
+	for i := range 60 {
+		r.turn(fmt.Sprintf("a%d", i), fmt.Sprintf("node-%02d", i), 10, 20)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), "cannot write the spend count") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a count of 60 nodes' rows past a 4 KiB payload limit: nothing logged; the count written reaches %d of %d\n%s", r.written().Seq, r.lastSeq(), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "bytes=") {
+		t.Errorf("the log does not say the count's size:\n%s", logs.String())
 	}
 }
