@@ -80,21 +80,43 @@ func (c *Cache) Receive(ctx context.Context, repo, bundle, tip string) error {
 	if !IsCommitID(repo) || !IsCommitID(tip) {
 		return fmt.Errorf("repository and commit must be full commit ids")
 	}
-	format, err := bundleFormat(bundle)
-	if err != nil {
+	if err := bundleOf(repo, bundle); err != nil {
 		return err
 	}
 	defer c.lock(repo)()
 	dir := c.path(repo)
-	if err := c.ensure(ctx, repo, format); err != nil {
+	if err := c.ensure(ctx, repo); err != nil {
 		return err
 	}
 	return fetchBundle(ctx, dir, bundle, tip)
 }
 
-// ensure makes repo's cache, an empty one of objects named by format, if
-// there is none. c.lock(repo) is held.
-func (c *Cache) ensure(ctx context.Context, repo, format string) error {
+// bundleOf refuses a bundle whose objects are not named the way repo's
+// are: a repository's identity is one of its commits, so its length
+// says its hash (sha1 or sha256), whatever a bundle's header claims.
+func bundleOf(repo, bundle string) error {
+	format, err := bundleFormat(bundle)
+	if err != nil {
+		return err
+	}
+	if want := formatOf(repo); format != want {
+		return fmt.Errorf("a bundle of %s objects for repository %.12s, whose objects are %s", format, repo, want)
+	}
+	return nil
+}
+
+// formatOf is the hash a repository whose identity (a commit) is repo
+// names its objects by.
+func formatOf(repo string) string {
+	if len(repo) == 64 {
+		return "sha256"
+	}
+	return "sha1"
+}
+
+// ensure makes repo's cache, an empty one of objects named by repo's
+// hash, if there is none. c.lock(repo) is held.
+func (c *Cache) ensure(ctx context.Context, repo string) error {
 	dir := c.path(repo)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		return nil
@@ -107,7 +129,7 @@ func (c *Cache) ensure(ctx context.Context, repo, format string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", "--object-format="+format, tmp); err != nil {
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--bare", "--object-format="+formatOf(repo), tmp); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
@@ -157,12 +179,11 @@ func (c *Cache) CheckoutBundle(ctx context.Context, repo, bundle, tip, dst, bran
 	if !IsCommitID(repo) || !IsCommitID(tip) {
 		return fmt.Errorf("repository and commit must be full commit ids")
 	}
-	format, err := bundleFormat(bundle)
-	if err != nil {
+	if err := bundleOf(repo, bundle); err != nil {
 		return err
 	}
 	unlock := c.lock(repo)
-	err = c.ensure(ctx, repo, format)
+	err := c.ensure(ctx, repo)
 	unlock()
 	if err != nil {
 		return err
@@ -181,11 +202,7 @@ func (c *Cache) checkout(ctx context.Context, repo, bundle, commit, dst, branch,
 		os.RemoveAll(dst)
 		return err
 	}
-	format, err := objectFormat(ctx, gitter{}, c.path(repo))
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--object-format="+format, dst); err != nil {
+	if _, err := run(ctx, "", nil, nil, "init", "--quiet", "--object-format="+formatOf(repo), dst); err != nil {
 		return fail(err)
 	}
 	if err := os.WriteFile(filepath.Join(dst, ".git", "objects", "info", "alternates"), []byte(alternates([]string{c.Objects(repo)}, "\n")+"\n"), 0o600); err != nil {
