@@ -3,6 +3,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,8 +23,13 @@ func lockDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("node dir lock: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
 		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			// No lock to be had here (a file system without locks, NFS
+			// without its lock service): not another node's.
+			return nil, fmt.Errorf("cannot lock node dir %s (%v): give the node a --dir on a local file system", dir, err)
+		}
+		b, _ := os.ReadFile(path)
 		holder := strings.TrimSpace(string(b))
 		if holder == "" {
 			holder = "another process"
