@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -28,7 +29,8 @@ const keepAlive = 15 * time.Second
 func from(r *http.Request) (client.From, error) {
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		n, err := strconv.ParseUint(last, 10, 64)
-		if err != nil {
+		if err != nil || n == math.MaxUint64 {
+			// (The largest would wrap to 0, the beginning.)
 			return client.From{}, schemas.Errf(schemas.CodeInvalid, "Last-Event-ID %q is not an event number", last)
 		}
 		return client.From{Event: n + 1}, nil

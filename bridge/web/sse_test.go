@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"bufio"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -99,6 +100,20 @@ func TestEventStreamResumes(t *testing.T) {
 	}
 	if got := readSSE(t, base, "20"); !slices.Equal(got, span(21, 50)) {
 		t.Errorf("after Last-Event-ID 20: %v", got)
+	}
+	// The largest number once wrapped to 0: the stream started over.
+	for _, bad := range []string{"18446744073709551615", "-1", "x"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base, nil)
+		req.Header.Set("Last-Event-ID", bad)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "is not an event number") {
+			t.Errorf("Last-Event-ID %s: %d %s, want 400 naming it", bad, res.StatusCode, body)
+		}
 	}
 	if got := readSSE(t, base+"&event=10", ""); !slices.Equal(got, span(10, 50)) {
 		t.Errorf("from event 10: %v", got)
