@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,7 +104,6 @@ func (b *countingBackend) Start(_ context.Context, _ backend.Spec, sink backend.
 type countingSession struct {
 	b    *countingBackend
 	sink backend.Sink
-	mu   sync.Mutex
 }
 
 func (s *countingSession) Prompt(_ context.Context, _ int, text string) error {
