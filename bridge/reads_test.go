@@ -1,8 +1,8 @@
 package bridge_test
 
 import (
+	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,36 +19,43 @@ import (
 // apiLog records the JetStream API requests made on a server: a KV read
 // is one of them, and so is every bucket or stream lookup.
 type apiLog struct {
-	mu   sync.Mutex
-	subj []string
+	t   *testing.T
+	sub *nats.Subscription
 }
 
 func watchAPI(t *testing.T, nc *nats.Conn) *apiLog {
 	t.Helper()
-	l := &apiLog{}
-	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		l.mu.Lock()
-		l.subj = append(l.subj, m.Subject)
-		l.mu.Unlock()
-	})
+	sub, err := nc.SubscribeSync("$JS.API.>")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sub.SetPendingLimits(-1, -1)
 	t.Cleanup(func() { sub.Unsubscribe() })
 	nc.Flush()
-	return l
+	return &apiLog{t: t, sub: sub}
 }
 
-// take returns the requests seen since the last take, once the server has
-// had time to pass on any still in flight.
+// take returns the requests seen since the last take. Every request the
+// server handled before the flush was passed on ahead of its answer, so
+// it is queued on the subscription once the flush returns: nothing is
+// left to the time a handler would take to run (a sleep of 50 ms was,
+// which a loaded machine can outlast, leaving a read to the next take).
 func (l *apiLog) take(nc *nats.Conn) []string {
-	nc.Flush()
-	time.Sleep(50 * time.Millisecond)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.subj
-	l.subj = nil
-	return out
+	l.t.Helper()
+	if err := nc.Flush(); err != nil {
+		l.t.Fatal(err)
+	}
+	var out []string
+	for {
+		m, err := l.sub.NextMsg(time.Millisecond)
+		if errors.Is(err, nats.ErrTimeout) {
+			return out
+		}
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		out = append(out, m.Subject)
+	}
 }
 
 // recordReads counts the requests among subjs that read an agent record.

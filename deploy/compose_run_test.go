@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"bufio"
 	"bytes"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/shoalfabric/shoal/internal/freeport"
 )
 
 // container stands in for one compose service's container: its own
@@ -169,15 +170,7 @@ func (r *running) waitLine(t *testing.T, name, prefix string) {
 // ready is the line each long-running command prints once it is up.
 var ready = map[string]string{"up": "shoal: ready", "node": "shoal: node "}
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
+func freePort(t *testing.T) string { return strconv.Itoa(freeport.Take(t)) }
 
 // startOrder is the services in the order compose starts them: each
 // after what it depends on.

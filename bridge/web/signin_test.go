@@ -41,7 +41,11 @@ func TestAnotherSitesLinkSignsNobodyIn(t *testing.T) {
 	for _, link := range []string{"#out", "#down"} {
 		do(t, ctx, chromedp.Navigate(evilURL))
 		eval[bool](t, ctx, `(document.querySelector("`+link+`").click(), true)`)
-		time.Sleep(500 * time.Millisecond) // the click's navigation
+		// The click's navigation has reached the dashboard and its page
+		// has loaded (a fixed wait could end first on a loaded machine:
+		// the link then went untried, or its late navigation replaced the
+		// page checked below).
+		waitJS(t, ctx, "the link's navigation to the dashboard", `location.href.startsWith(`+jsString(d.url+"/")+`) && document.readyState === "complete"`, 30*time.Second)
 		do(t, ctx, chromedp.Navigate(d.url+"/"))
 		waitJS(t, ctx, "the dashboard knows who it serves", `window.shoal && window.shoal.role`, 20*time.Second)
 		if role := eval[string](t, ctx, `window.shoal.role`); role != "full" {
