@@ -431,6 +431,7 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 			// (a claim never taken up carries what it was given).
 			c := claimed
 			c.UsageBefore = old.NextLife()
+			c.EventsBefore, c.TurnsBefore = old.NextNumbers()
 			next, _ = json.Marshal(c)
 		}
 		rev, err = kv.Update(ctx, req.ID, next, e.Revision())

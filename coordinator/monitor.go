@@ -240,17 +240,20 @@ func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream j
 
 // closeLost marks one agent dead and closes its stream.
 func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
-	dead := rec.Dead()
-	b, _ := json.Marshal(dead)
-	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
-		return nil // its owner or another coordinator wrote first
-	}
 	tail, err := tailOf(ctx, m.cfg.Conn, stream, rec.ID)
 	if err != nil {
 		return err
 	}
-	n := tail.Last
+	// Numbered after the stream's end, or after the id's earlier lives
+	// when the stream's retention dropped every event of theirs.
+	n := max(tail.Last, rec.EventsBefore)
 	events := tail.Closing(rec, "node "+rec.Node+" "+how)
+	dead := rec.Dead()
+	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)
+	b, _ := json.Marshal(dead)
+	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
+		return nil // its owner or another coordinator wrote first
+	}
 	for _, ev := range events {
 		n++
 		env, err := schemas.Encode(ev)

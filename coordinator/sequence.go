@@ -61,7 +61,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 		return s, nil
 	}
 	r.mu.Unlock()
-	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+	t, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 // r.mu held; it unlocks to read.
 func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	r.mu.Unlock()
-	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+	t, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return err
@@ -92,6 +92,26 @@ func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 		s.dead = t.Dead
 	}
 	return nil
+}
+
+// tail is where agent id's numbering stands: its stream's end, or, past
+// it, the last number of the id's earlier lives its record carries (the
+// stream's retention may have dropped their events; a new life numbers
+// after them). Called without r.mu.
+func (r *Relay) tail(ctx context.Context, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+	if err != nil {
+		return t, err
+	}
+	rec, ok, err := r.bucketRecord(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	if ok && rec.EventsBefore > t.Last {
+		// Every number of those lives is as good as stored: they ended.
+		t = schemas.Tail{Last: rec.EventsBefore, Turn: max(t.Turn, rec.TurnsBefore), Dead: true}
+	}
+	return t, nil
 }
 
 // verdict is what the relay does with an event.

@@ -595,6 +595,7 @@ func (a *agent) record() schemas.AgentRecord {
 		a.rec.Transcript = &t
 	}
 	a.rec.Turn = a.turns.last
+	a.rec.LastEvent = a.seq
 	a.rec.QueuesPrompts = true // the node holds a turn sent while another runs, for every backend
 	r := a.rec
 	if u := a.spend.running; a.turns.running != 0 && u != (schemas.Usage{}) {

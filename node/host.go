@@ -547,20 +547,28 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		// Marking the record dead first decides who closes the stream: a
 		// coordinator that judged this node lost meanwhile has written
 		// it, and closed the stream itself.
-		dead := o.rec.Dead()
-		if _, err := h.store.update(ctx, o.e.id, encodeRecord(dead), o.e.rev); err != nil {
-			h.log.Warn("cannot mark a lost agent dead; leaving its stream to whoever did", "agent", o.e.id, "err", err)
-			continue
-		}
-		if tail, ok := tails[o.e.id]; ok {
-			seq := tail.Last
-			var closing []schemas.Event
+		tail, ok := tails[o.e.id]
+		// Numbered after the stream's end, or after the id's earlier lives
+		// when the stream's retention dropped every event of theirs.
+		seq := max(tail.Last, o.rec.EventsBefore)
+		var closing []schemas.Event
+		if ok {
 			for _, p := range left[o.e.id] {
 				closing = append(closing, schemas.Event{Turn: o.rec.Turn, Payload: schemas.ErrorWith(
 					fmt.Sprintf("permission request %s (%s) was denied: %s", p.RequestID, p.Tool, p.Answer.Message),
 					map[string]string{"requestId": p.RequestID, "toolCallId": p.ToolCallID})})
 			}
 			closing = append(closing, tail.Closing(o.rec, "node "+h.cfg.Name+" restarted")...)
+		}
+		dead := o.rec.Dead()
+		if ok {
+			dead.LastEvent, dead.Turn = seq+uint64(len(closing)), max(dead.Turn, tail.Turn)
+		}
+		if _, err := h.store.update(ctx, o.e.id, encodeRecord(dead), o.e.rev); err != nil {
+			h.log.Warn("cannot mark a lost agent dead; leaving its stream to whoever did", "agent", o.e.id, "err", err)
+			continue
+		}
+		if ok {
 			for _, ev := range closing {
 				wire, err := schemas.Encode(ev)
 				if err != nil {

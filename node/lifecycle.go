@@ -26,12 +26,16 @@ func newAgent(h *Host, rec schemas.AgentRecord) *agent {
 }
 
 // resume goes on where the id's previous life ended: its event numbers and
-// its turn numbers continue.
+// its turn numbers continue, after its stream's end and after what its
+// claim carries of its earlier lives (the stream's retention may have
+// dropped their events).
 func (a *agent) resume(tail schemas.Tail) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.seq, a.turns.last, a.stamp = tail.Last, tail.Turn, tail.Turn
-	a.rec.Turn = tail.Turn
+	events, turns := a.rec.EventsBefore, a.rec.TurnsBefore
+	a.seq, a.turns.last = max(tail.Last, events), max(tail.Turn, turns)
+	a.stamp = a.turns.last
+	a.rec.Turn = a.turns.last
 }
 
 // openFiles opens the agent's event log (truncated, as Kaimon does at

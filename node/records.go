@@ -92,16 +92,18 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 	if !granted && err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
 		return nil, false, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
-	// What the id's earlier lives used goes on with it: as the
-	// coordinator's claim carries it, or, over a dead record the node
-	// claims itself, that record's lives.
+	// What the id's earlier lives used goes on with it, and where their
+	// numbering ended: as the coordinator's claim carries them, or, over
+	// a dead record the node claims itself, that record's lives.
 	if err == nil {
 		before := old.UsageBefore
 		if !granted {
 			before = old.NextLife()
 		}
+		events, turns := old.NextNumbers()
 		a.mu.Lock()
 		a.rec.UsageBefore = before
+		a.rec.EventsBefore, a.rec.TurnsBefore = events, turns
 		rec = a.rec
 		a.mu.Unlock()
 		val = encodeRecord(rec)

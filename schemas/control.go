@@ -318,6 +318,16 @@ type AgentRecord struct {
 	// whoever closes the turn of an agent whose node is gone counts it,
 	// in the turn's cancelled result and in Usage.
 	Running *Usage `json:"running,omitempty"`
+	// LastEvent is the number of the last event its node had numbered
+	// when it wrote the record (a Shoal addition).
+	LastEvent uint64 `json:"last_event,omitempty"`
+	// EventsBefore and TurnsBefore are the last event and turn numbers
+	// of the id's earlier lives, carried by the claim that reopens it as
+	// UsageBefore is (a Shoal addition): a new life numbers after them,
+	// and after its stream's end, so numbers the stream's retention
+	// dropped are not handed out again.
+	EventsBefore uint64 `json:"events_before,omitempty"`
+	TurnsBefore  int    `json:"turns_before,omitempty"`
 	// Policy is what the agent may call, for the MCP door; a Shoal addition.
 	Policy *AgentPolicy `json:"policy,omitempty"`
 	// Sandbox is what the kernel confines this life of the agent to; nil
@@ -355,6 +365,12 @@ func (r AgentRecord) Dead() AgentRecord {
 		r.Running = nil
 	}
 	return r
+}
+
+// NextNumbers is where a new life of the id numbers on from, as far as
+// this record of its last life says: its last event and turn.
+func (r AgentRecord) NextNumbers() (events uint64, turns int) {
+	return max(r.EventsBefore, r.LastEvent), max(r.TurnsBefore, r.Turn)
 }
 
 // AllLives is what every life of the agent used, as far as its records
