@@ -404,18 +404,33 @@ func (m *mapper) paths(toolCallID string) []string {
 func (m *mapper) takeTurnCost() *float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	c := m.turnCostLocked()
+	if c != nil && m.lastCost != nil {
+		m.costTaken = *m.lastCost
+	}
+	m.costCarry = 0
+	return c
+}
+
+// turnCost is what takeTurnCost would return, without taking it: the
+// running turn's cost so far.
+func (m *mapper) turnCost() *float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.turnCostLocked()
+}
+
+func (m *mapper) turnCostLocked() *float64 {
 	if m.lastCost == nil && m.costCarry == 0 {
 		return nil
 	}
 	c := m.costCarry
-	m.costCarry = 0
 	if last := m.lastCost; last != nil {
 		if *last >= m.costTaken {
 			c += *last - m.costTaken
 		} else {
 			c += *last // the agent began its count again
 		}
-		m.costTaken = *last
 	}
 	return &c
 }

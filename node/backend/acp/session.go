@@ -493,6 +493,14 @@ func (s *session) onUpdate(sessionID string, raw json.RawMessage) {
 	for _, p := range s.m.update(raw) {
 		s.emit(p)
 	}
+	// What a running turn has cost so far, as the agent says it goes:
+	// the node holds the turn to its dollar budgets with it, and counts
+	// it if the agent dies before the turn's end.
+	if s.active != 0 && bytes.Contains(raw, []byte(`"usage_update"`)) {
+		if c := s.m.turnCost(); c != nil {
+			backend.Spending(s.sink, schemas.Usage{CostUSD: c})
+		}
+	}
 	// The mapper maps mode changes to nothing; they are only logged. The
 	// rare kind is told by its name, not by reading the update again.
 	if bytes.Contains(raw, []byte(`"current_mode_update"`)) {
