@@ -488,7 +488,7 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	}
 	st, isStatus := ev.Payload.(schemas.Status)
 	token := r.token()
-	if !r.forwarded(token, node, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now()}) {
+	if !r.forwarded(token, node, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn}) {
 		r.refuse(m, node, id, notOwner(node, id))
 		return
 	}
@@ -806,6 +806,19 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 			return
 		}
 	}
+	data := m.Data
+	if !del {
+		held := rec
+		if err := r.holdNumbering(ctx, id, &held); err != nil {
+			replyJSON(r.nc, m.Reply, pubAckError(503, 0, "read where the agent's numbering stands: "+err.Error()))
+			return
+		}
+		if held.LastEvent != rec.LastEvent || held.Turn != rec.Turn {
+			r.log.Warn("a node's record of an agent says its numbering stands past what it sent; held to it", "node", node, "agent", id,
+				"last_event", rec.LastEvent, "turn", rec.Turn)
+			data, _ = json.Marshal(held)
+		}
+	}
 	switch {
 	case expected != cur.Sequence:
 		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", cur.Sequence)))
@@ -816,7 +829,7 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	if del {
 		h.Set("KV-Operation", "DEL")
 	}
-	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: m.Data})
+	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: data})
 }
 
 // sameRights says why a node's write of an agent's record would change
@@ -850,6 +863,10 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		// branch is the node's to name; a fetch lands on the agent's own
 		// whatever it says.)
 		return fmt.Errorf("a node may not change the repository, bundle or source agent %s is opened from", rec.ID)
+	case rec.EventsBefore != live.EventsBefore || rec.TurnsBefore != live.TurnsBefore || !sameUsage(rec.UsageBefore, live.UsageBefore):
+		// Where the id's earlier lives ended and what they used: the
+		// claim's, which a new life numbers on from and is held to.
+		return fmt.Errorf("a node may not change what agent %s's claim carries of its earlier lives (events_before, turns_before, usage_before)", rec.ID)
 	case live.Policy != nil:
 		a, _ := json.Marshal(live.Policy)
 		b, _ := json.Marshal(rec.Policy)
@@ -858,6 +875,21 @@ func sameRights(live, rec schemas.AgentRecord) error {
 		}
 	}
 	return nil
+}
+
+// sameUsage says whether a and b are the same use (both none, or equal).
+func sameUsage(a, b *schemas.Usage) bool {
+	switch {
+	case a == nil || b == nil:
+		return a == b
+	case (a.CostUSD == nil) != (b.CostUSD == nil):
+		return false
+	case a.CostUSD != nil && *a.CostUSD != *b.CostUSD:
+		return false
+	}
+	x, y := *a, *b
+	x.CostUSD, y.CostUSD = nil, nil
+	return x == y
 }
 
 // recordHeaders reads a record write's headers: the revision it expects

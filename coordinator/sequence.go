@@ -38,6 +38,14 @@ type sequence struct {
 	// dead says the stream holds the dead status that ended the agent's
 	// last life.
 	dead bool
+	// turn is the highest turn stamped on an event forwarded or read.
+	turn int
+	// aged, when not 0, says the stream holds none of the living agent's
+	// events past stored, though its record says it numbered up to aged
+	// (the stream's retention dropped them, and a relay that forwarded
+	// them is gone): the node's next number up to aged+recordEventsAhead
+	// is where it stands, once.
+	aged uint64
 }
 
 // inflight is an event the relay forwarded and whose acknowledgement it
@@ -48,6 +56,7 @@ type inflight struct {
 	reply string
 	ends  bool // the event is a dead status
 	at    time.Time
+	turn  int // the event's turn
 }
 
 // ackWait is how long the relay keeps an inflight entry: past it, the
@@ -61,7 +70,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 		return s, nil
 	}
 	r.mu.Unlock()
-	t, err := r.tail(ctx, id)
+	t, aged, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -69,7 +78,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 	if s, ok := r.seqs[id]; ok { // another read got here first
 		return s, nil
 	}
-	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, aged: aged}
 	r.seqs[id] = s
 	return s, nil
 }
@@ -79,7 +88,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 // r.mu held; it unlocks to read.
 func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	r.mu.Unlock()
-	t, err := r.tail(ctx, id)
+	t, _, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return err
@@ -91,27 +100,59 @@ func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 		s.stored = t.Last
 		s.dead = t.Dead
 	}
+	s.turn = max(s.turn, t.Turn)
+	return nil
+}
+
+// recordAhead bounds how far past what the relay has forwarded of an
+// agent's events a confined node's record may say its numbering stands:
+// events it numbered and has not sent yet (its outbox), turns it numbered
+// that wait behind the running one.
+const (
+	recordEventsAhead = 4096
+	recordTurnsAhead  = 4096
+)
+
+// holdNumbering holds what a confined node's record of agent id says of
+// its numbering (last_event, turn) to what the relay has seen of it,
+// within recordEventsAhead and recordTurnsAhead: a new life's claim
+// numbers on from them, so a node could otherwise push another node's
+// next life of the id anywhere (past 2^64, where its numbers wrap).
+func (r *Relay) holdNumbering(ctx context.Context, id string, rec *schemas.AgentRecord) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, err := r.seq(ctx, id)
+	if err != nil {
+		return err
+	}
+	rec.LastEvent = min(rec.LastEvent, s.next-1+recordEventsAhead)
+	rec.Turn = min(rec.Turn, s.turn+recordTurnsAhead)
 	return nil
 }
 
 // tail is where agent id's numbering stands: its stream's end, or, past
 // it, the last number of the id's earlier lives its record carries (the
 // stream's retention may have dropped their events; a new life numbers
-// after them). Called without r.mu.
-func (r *Relay) tail(ctx context.Context, id string) (schemas.Tail, error) {
-	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+// after them). aged is the living agent's last number as its record
+// says, when the stream holds none of its events past that (see
+// sequence.aged). Called without r.mu.
+func (r *Relay) tail(ctx context.Context, id string) (t schemas.Tail, aged uint64, err error) {
+	t, _, err = client.StreamTail(ctx, r.nc, r.events, id)
 	if err != nil {
-		return t, err
+		return t, 0, err
 	}
 	rec, ok, err := r.bucketRecord(ctx, id)
-	if err != nil {
-		return t, err
+	if err != nil || !ok {
+		return t, 0, err
 	}
-	if ok && rec.EventsBefore > t.Last {
+	if rec.EventsBefore > t.Last {
 		// Every number of those lives is as good as stored: they ended.
 		t = schemas.Tail{Last: rec.EventsBefore, Turn: max(t.Turn, rec.TurnsBefore), Dead: true}
 	}
-	return t, nil
+	if rec.Status != schemas.StatusDead && rec.LastEvent > t.Last {
+		aged = rec.LastEvent
+	}
+	return t, aged, nil
 }
 
 // verdict is what the relay does with an event.
@@ -177,6 +218,13 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	if from, to, lost := schemas.LostRange(env); lost && from == s.next && to == n-1 {
 		return forward, nil // a node that lost its journal names what it lost
 	}
+	if s.aged > 0 && n > s.stored && n <= s.aged+recordEventsAhead {
+		// The living agent's events aged out of the stream before this
+		// relay saw any: the node says where it stands, within what its
+		// record said.
+		s.next = n
+		return forward, nil
+	}
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
 }
 
@@ -198,6 +246,7 @@ func (r *Relay) forwarded(token, node string, f inflight) bool {
 	if f.n >= s.next {
 		s.next = f.n + 1
 	}
+	s.turn, s.aged = max(s.turn, f.turn), 0
 	s.flying[f.n]++
 	r.inflight[token] = f
 	return true

@@ -370,8 +370,13 @@ func (r AgentRecord) Dead() AgentRecord {
 // NextNumbers is where a new life of the id numbers on from, as far as
 // this record of its last life says: its last event and turn.
 func (r AgentRecord) NextNumbers() (events uint64, turns int) {
-	return max(r.EventsBefore, r.LastEvent), max(r.TurnsBefore, r.Turn)
+	// Held where numbering cannot wrap, whatever a record says.
+	return min(max(r.EventsBefore, r.LastEvent), maxNumbering), min(max(r.TurnsBefore, r.Turn), maxNumbering)
 }
+
+// maxNumbering bounds the event and turn numbers a record may carry to a
+// new life: far past any life's, and far from wrapping.
+const maxNumbering = 1 << 52
 
 // AllLives is what every life of the agent used, as far as its records
 // kept it: this life's use and what the lives before it used.

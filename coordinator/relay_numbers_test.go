@@ -1,0 +1,287 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// writeOwnRecord is what a confined node may do: write its agent's record
+// through the relay, compare-and-set on the key's revision.
+func writeOwnRecord(t *testing.T, ctx context.Context, kv jetstream.KeyValue, js jetstream.JetStream, node string, rec schemas.AgentRecord) error {
+	t.Helper()
+	e, err := kv.Get(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(schemas.RelaySubject(node, schemas.RelayRecord, rec.ID))
+	m.Data, _ = json.Marshal(rec)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
+	_, err = js.PublishMsg(ctx, m)
+	return err
+}
+
+func textEnv(s string) []byte {
+	b, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(s)}})
+	return b
+}
+
+// A confined node wrote events_before in its own record, and the relay
+// took it as its agent's stored numbering: the node's next event could
+// then skip a million numbers, which "a number that skips ahead is
+// refused" says it may not. What a claim carries of an id's earlier lives
+// is the claim's: the relay refuses a node's change to it.
+func TestRelayRefusesANodesOwnEventsBefore(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, 60*time.Second)
+	kv, js, claim := givenMine(t, s, ctx)
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := js.PublishMsg(ctx, relayEvent(n, textEnv(fmt.Sprintf("real %d", n)))); err != nil {
+			t.Fatalf("event %d: %v", n, err)
+		}
+	}
+	rec := claim
+	rec.Status = schemas.StatusIdle
+	rec.EventsBefore = 1_000_000
+	if err := writeOwnRecord(t, ctx, kv, js, "nb", rec); err != nil {
+		t.Logf("the relay refused the record: %v", err) // what a fix may do
+	}
+	_, err := js.PublishMsg(ctx, relayEvent(1_000_001, textEnv("skips a million")))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		page, _ := s.F.Events(ctx, schemas.EventsRequest{AgentID: "mine", IncludeDeltas: true})
+		t.Fatalf("event 1000001 after event 3 was not refused (err %v); the reader sees events %d, gaps %+v", err, len(page.Events), page.Gaps)
+	}
+}
+
+// A confined node given an id once could push the numbering of every
+// later life of that id, on any node: it wrote last_event as large as it
+// liked in its own record, the claim that reopens the id carried it
+// (AgentRecord.NextNumbers), and the new life, on an honest node,
+// numbered from there: past 2^64-1 the number wrapped, and the relay
+// stored none of the new life's events. The relay holds a node's record
+// to what it has seen of the agent's numbering (within what a node may
+// have numbered and not sent yet).
+func TestConfinedNodeCannotPushTheNextLifesNumbering(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	s.StartNode(t, "honest")
+	ctx := natstest.Context(t, 90*time.Second)
+	kv, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	claim := schemas.AgentRecord{ID: "pal", Node: "evil", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "r-evil"}
+	b, _ := json.Marshal(claim)
+	if _, err := kv.Create(ctx, "pal", b); err != nil {
+		t.Fatal(err)
+	}
+	evil, err := jetstream.New(s.Connect(t, broker.RoleNode, "evil"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(n uint64, data []byte) *nats.Msg {
+		m := nats.NewMsg(schemas.RelaySubject("evil", schemas.RelayEvent, "pal"))
+		m.Data = data
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("pal", n))
+		m.Header.Set(schemas.HeaderNode, "evil")
+		return m
+	}
+	const evils = 30
+	for n := uint64(1); n <= evils; n++ {
+		if _, err := evil.PublishMsg(ctx, ev(n, textEnv("evil's event"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its life ends, its record saying where its numbering ended.
+	rec := claim
+	rec.Status = schemas.StatusDead
+	rec.EventLog = "/x/pal.events.jsonl"
+	rec.LastEvent = math.MaxUint64
+	if err := writeOwnRecord(t, ctx, kv, evil, "evil", rec); err != nil {
+		t.Fatalf("evil's own record: %v", err)
+	}
+	dead, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
+	if _, err := evil.PublishMsg(ctx, ev(evils+1, dead)); err != nil {
+		t.Fatalf("evil's dead status: %v", err)
+	}
+
+	// Someone reopens the id on the honest node and runs a turn.
+	open, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "pal", Node: "honest"})
+	if err != nil {
+		t.Fatalf("reopen on honest: %v", err)
+	}
+	r, _ := s.F.Status(ctx, "pal")
+	t.Logf("reopened on %s; the claim carried events_before %d", open.Node, r.EventsBefore)
+	if r.EventsBefore > evils+1+4096 {
+		t.Errorf("the claim carried events_before %d; evil's life numbered %d", r.EventsBefore, evils+1)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	run, runErr := s.F.Run(rctx, schemas.RunRequest{AgentID: "pal", Text: "hi"})
+	cancel()
+	t.Logf("run: %+v %v", run, runErr)
+	var fromHonest []uint64
+	page, err := s.F.Events(ctx, schemas.EventsRequest{AgentID: "pal", IncludeDeltas: true, Max: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("page: next %d, gaps %+v, foreign %+v", page.NextEvent, page.Gaps, page.Foreign)
+	result := false
+	for _, e := range page.Events {
+		if e.Node == "honest" {
+			t.Logf("event %d from %s: %s", e.N, e.Node, e.Event)
+			fromHonest = append(fromHonest, e.N)
+			result = result || strings.Contains(string(e.Event), `"kind":"result"`)
+		}
+	}
+	if !result {
+		t.Errorf("the honest node's turn of the new life has no result in the stream (the coordinator's count and shoal usage never see it); its events stored: %v", fromHonest)
+	}
+	if len(fromHonest) == 0 || fromHonest[0] <= evils+1 {
+		t.Errorf("the honest node's new life: events %v stored; numbers 1..%d were evil's life's (a number handed out again, the new life's first events acknowledged as duplicates and dropped)", fromHonest, evils+1)
+	}
+}
+
+// runRelay runs a relay on nc until stop is called, as a coordinator does.
+func runRelay(t *testing.T, nc *nats.Conn) (stop func()) {
+	t.Helper()
+	r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case <-r.Ready():
+	case err := <-done:
+		t.Fatalf("relay: %v", err)
+	}
+	var once bool
+	stop = func() {
+		if !once {
+			once = true
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// The relay after a coordinator restart: once a living agent's events
+// have all aged out of the stream (an idle agent past --stream-max-age),
+// a restarted relay took where the id's earlier lives ended (or 0) as the
+// agent's last stored event, and refused for good (403, the node drops
+// it) the agent's next event: every later event of the agent was lost.
+// It takes the node's next number, within what the agent's record says.
+func TestRelayAfterRestartTakesALivingAgentWhoseEventsAgedOut(t *testing.T) {
+	t.Parallel()
+	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := natstest.Start(t, func(c *broker.Config) {
+		c.Auth = auth
+		c.Assets.MaxAge = 1500 * time.Millisecond
+		c.Assets.Duplicates = 500 * time.Millisecond
+	})
+	coord, err := b.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coord.Close)
+	stopA := runRelay(t, coord)
+	s := &fabrictest.Secured{B: b, Auth: auth}
+	ctx := natstest.Context(t, 90*time.Second)
+	js0, _ := jetstream.New(coord)
+	kv, err := js0.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := js0.Stream(ctx, schemas.StreamName)
+	held := func() uint64 {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
+		if err != nil {
+			return math.MaxUint64
+		}
+		return info.State.Subjects[schemas.EventSubject("mine")]
+	}
+	now := float64(time.Now().Unix())
+	claim := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "r1"}
+	c, _ := json.Marshal(claim)
+	if _, err := kv.Create(ctx, "mine", c); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(s.Connect(t, broker.RoleNode, "nb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(rec schemas.AgentRecord) {
+		t.Helper()
+		e, _ := kv.Get(ctx, "mine")
+		v, _ := json.Marshal(rec)
+		if _, err := kv.Update(ctx, "mine", v, e.Revision()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := func(n uint64, data []byte) error {
+		_, err := js.PublishMsg(ctx, relayEvent(n, data))
+		return err
+	}
+	// Life 1: events 1..3, then its death (4).
+	for n := uint64(1); n <= 3; n++ {
+		if err := pub(n, textEnv("life 1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := claim
+	d.Status, d.EventLog, d.LastEvent, d.Turn = schemas.StatusDead, "/x", 4, 1
+	put(d)
+	dead, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
+	if err := pub(4, dead); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened, as client/direct.go claims: events_before 4.
+	next := claim
+	next.RequestID = "r2"
+	next.EventsBefore, next.TurnsBefore = d.NextNumbers()
+	put(next)
+	// Life 2 numbers on: 5..7, its record idle at 7.
+	for n := uint64(5); n <= 7; n++ {
+		if err := pub(n, textEnv("life 2")); err != nil {
+			t.Fatalf("life 2's event %d: %v", n, err)
+		}
+	}
+	idle := next
+	idle.Status, idle.EventLog, idle.LastEvent, idle.Turn = schemas.StatusIdle, "/x", 7, 1
+	put(idle)
+	// The agent idles past the stream's max age: every event of it goes.
+	poll.Until(t, 30*time.Second, "retention drops every event of mine", func() bool { return held() == 0 })
+	// The coordinator restarts.
+	stopA()
+	runRelay(t, coord)
+	err = pub(8, textEnv("life 2 goes on after the coordinator's restart"))
+	if err != nil {
+		t.Fatalf("the living agent's next event (8) after the restart: %v", err)
+	}
+}
