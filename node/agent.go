@@ -236,6 +236,9 @@ func (a *agent) finish(ctx context.Context, ev schemas.Event, r schemas.Result, 
 		a.rec.Usage.Add(*r.Usage)
 		a.h.produced.ran(*r.Usage)
 	}
+	// The turn's use is in Usage from now on: a record written before the
+	// turn is over must not carry it as running too.
+	a.spend.running = schemas.Usage{}
 	// A turn that ends while the agent closes leaves it closing, not idle.
 	idle := !a.closing
 	if idle {
@@ -438,6 +441,7 @@ func (a *agent) die(ctx context.Context, ev schemas.Event) {
 			used = &u
 			a.rec.Usage.Add(u)
 			a.h.produced.ran(u)
+			a.spend.running = schemas.Usage{}
 		}
 		a.mu.Unlock()
 		a.closeTurn(running, msg, used)
