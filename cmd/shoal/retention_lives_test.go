@@ -28,22 +28,13 @@ func TestReopenAfterRetentionNumbersOn(t *testing.T) {
 	retention := []string{"--stream-duplicates", "1s", "--stream-max-age", "3s"}
 	t.Run("a node with the fabric's rights", func(t *testing.T) {
 		t.Parallel()
-		dir := t.TempDir()
-		port := strconv.Itoa(freePort(t))
-		url := "nats://127.0.0.1:" + port
-		up := startShoal(t, dir, nil, append([]string{"up", "--port", port, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0"}, retention...)...)
-		up.waitLine("shoal: ready")
-		fake := fakemodel.Start(t, fakemodel.Config{})
-		home := filepath.Join(dir, "node")
-		env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
-		node := startShoal(t, home, env, "node", "--nats", url, "--name", "n1", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
-		node.waitLine("shoal: node n1 joined")
+		fake, cli, url := plainFabric(t, retention...)
 		nc, err := nats.Connect(url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		reopenAfterRetention(t, fake, []string{"SHOAL_NATS=" + url}, nc)
+		reopenAfterRetention(t, fake, cli, nc)
 	})
 	// A confined node's events go through the coordinator's relay, which
 	// stores each agent's next number only: it takes the new life's
@@ -77,14 +68,7 @@ func reopenAfterRetention(t *testing.T, fake *fakemodel.Server, cli []string, nc
 		return rep
 	}
 	fake.Script(fakemodel.Reply{Text: "The first answer."}, fakemodel.Reply{Text: "An answer after the reopen."})
-	shoal := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), cli, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	shoal := mustShoal(t, cli)
 	const id = "aged"
 	shoal("open", "--id", id, t.TempDir())
 	if out := shoal("run", id, "First."); out != "The first answer." {
@@ -122,5 +106,37 @@ func reopenAfterRetention(t *testing.T, fake *fakemodel.Server, cli []string, nc
 	code, out, errOut := runShoal(t, t.TempDir(), cli, "tail", "--no-follow", "--json", "--from", strconv.FormatUint(seen+1, 10), id)
 	if !strings.Contains(out, "Again.") {
 		t.Errorf("an observer resuming at %d misses the reopened life's prompt (exit %d, stderr %q):\n%s", seen+1, code, errOut, out)
+	}
+}
+
+// plainFabric starts shoal up without credentials (no node, no bus) with
+// upArgs, and one shoal node, n1, running the pinned claude CLI against a
+// fake model. It returns the model, a caller's environment and the
+// fabric's URL.
+func plainFabric(t *testing.T, upArgs ...string) (*fakemodel.Server, []string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + port
+	up := startShoal(t, dir, nil, append([]string{"up", "--port", port, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0"}, upArgs...)...)
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "node")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	node := startShoal(t, home, env, "node", "--nats", url, "--name", "n1", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	node.waitLine("shoal: node n1 joined")
+	return fake, []string{"SHOAL_NATS=" + url}, url
+}
+
+// mustShoal runs a caller's shoal command, with the environment cli, that
+// must succeed, and returns its output, trimmed.
+func mustShoal(t *testing.T, cli []string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), cli, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
+		}
+		return strings.TrimSpace(out)
 	}
 }

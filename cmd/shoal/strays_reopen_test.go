@@ -2,16 +2,11 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -23,32 +18,9 @@ import (
 // claim that reopens an id carries where its numbering ended.
 func TestStrayRunDoesNotRestartTheNumbering(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	url := "nats://127.0.0.1:" + port
-	up := startShoal(t, dir, nil, "up", "--port", port, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--stream-duplicates", "1s")
-	up.waitLine("shoal: ready")
-
-	fake := fakemodel.Start(t, fakemodel.Config{})
+	fake, cli, url := plainFabric(t, "--stream-duplicates", "1s")
 	fake.Script(fakemodel.Reply{Text: "The first answer."}, fakemodel.Reply{Text: "An answer after the reopen."})
-	home := filepath.Join(dir, "node")
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
-	node := startShoal(t, home, env, "node", "--nats", url, "--name", "n1", "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
-	node.waitLine("shoal: node n1 joined")
-	cli := []string{"SHOAL_NATS=" + url}
-	shoal := func(args ...string) string {
-		t.Helper()
-		code, out, errOut := runShoal(t, t.TempDir(), cli, args...)
-		if code != 0 {
-			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)
-		}
-		return strings.TrimSpace(out)
-	}
+	shoal := mustShoal(t, cli)
 	const id = "lives"
 	shoal("open", "--id", id, t.TempDir())
 	if out := shoal("run", id, "First."); out != "The first answer." {
