@@ -809,7 +809,7 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	data := m.Data
 	if !del {
 		held := rec
-		if err := r.holdNumbering(ctx, id, &held); err != nil {
+		if err := r.holdNumbering(ctx, id, *live, &held); err != nil {
 			replyJSON(r.nc, m.Reply, pubAckError(503, 0, "read where the agent's numbering stands: "+err.Error()))
 			return
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +18,6 @@ import (
 	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
-	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -188,100 +186,3 @@ func runRelay(t *testing.T, nc *nats.Conn) (stop func()) {
 	return stop
 }
 
-// The relay after a coordinator restart: once a living agent's events
-// have all aged out of the stream (an idle agent past --stream-max-age),
-// a restarted relay took where the id's earlier lives ended (or 0) as the
-// agent's last stored event, and refused for good (403, the node drops
-// it) the agent's next event: every later event of the agent was lost.
-// It takes the node's next number, within what the agent's record says.
-func TestRelayAfterRestartTakesALivingAgentWhoseEventsAgedOut(t *testing.T) {
-	t.Parallel()
-	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := natstest.Start(t, func(c *broker.Config) {
-		c.Auth = auth
-		c.Assets.MaxAge = 1500 * time.Millisecond
-		c.Assets.Duplicates = 500 * time.Millisecond
-	})
-	coord, err := b.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(coord.Close)
-	stopA := runRelay(t, coord)
-	s := &fabrictest.Secured{B: b, Auth: auth}
-	ctx := natstest.Context(t, 90*time.Second)
-	js0, _ := jetstream.New(coord)
-	kv, err := js0.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, _ := js0.Stream(ctx, schemas.StreamName)
-	held := func() uint64 {
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
-		if err != nil {
-			return math.MaxUint64
-		}
-		return info.State.Subjects[schemas.EventSubject("mine")]
-	}
-	now := float64(time.Now().Unix())
-	claim := schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "r1"}
-	c, _ := json.Marshal(claim)
-	if _, err := kv.Create(ctx, "mine", c); err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(s.Connect(t, broker.RoleNode, "nb"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	put := func(rec schemas.AgentRecord) {
-		t.Helper()
-		e, _ := kv.Get(ctx, "mine")
-		v, _ := json.Marshal(rec)
-		if _, err := kv.Update(ctx, "mine", v, e.Revision()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pub := func(n uint64, data []byte) error {
-		_, err := js.PublishMsg(ctx, relayEvent(n, data))
-		return err
-	}
-	// Life 1: events 1..3, then its death (4).
-	for n := uint64(1); n <= 3; n++ {
-		if err := pub(n, textEnv("life 1")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := claim
-	d.Status, d.EventLog, d.LastEvent, d.Turn = schemas.StatusDead, "/x", 4, 1
-	put(d)
-	dead, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
-	if err := pub(4, dead); err != nil {
-		t.Fatal(err)
-	}
-	// Reopened, as client/direct.go claims: events_before 4.
-	next := claim
-	next.RequestID = "r2"
-	next.EventsBefore, next.TurnsBefore = d.NextNumbers()
-	put(next)
-	// Life 2 numbers on: 5..7, its record idle at 7.
-	for n := uint64(5); n <= 7; n++ {
-		if err := pub(n, textEnv("life 2")); err != nil {
-			t.Fatalf("life 2's event %d: %v", n, err)
-		}
-	}
-	idle := next
-	idle.Status, idle.EventLog, idle.LastEvent, idle.Turn = schemas.StatusIdle, "/x", 7, 1
-	put(idle)
-	// The agent idles past the stream's max age: every event of it goes.
-	poll.Until(t, 30*time.Second, "retention drops every event of mine", func() bool { return held() == 0 })
-	// The coordinator restarts.
-	stopA()
-	runRelay(t, coord)
-	err = pub(8, textEnv("life 2 goes on after the coordinator's restart"))
-	if err != nil {
-		t.Fatalf("the living agent's next event (8) after the restart: %v", err)
-	}
-}

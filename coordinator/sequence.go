@@ -40,12 +40,6 @@ type sequence struct {
 	dead bool
 	// turn is the highest turn stamped on an event forwarded or read.
 	turn int
-	// aged, when not 0, says the stream holds none of the living agent's
-	// events past stored, though its record says it numbered up to aged
-	// (the stream's retention dropped them, and a relay that forwarded
-	// them is gone): the node's next number up to aged+recordEventsAhead
-	// is where it stands, once.
-	aged uint64
 }
 
 // inflight is an event the relay forwarded and whose acknowledgement it
@@ -70,7 +64,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 		return s, nil
 	}
 	r.mu.Unlock()
-	t, aged, err := r.tail(ctx, id)
+	t, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -78,7 +72,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 	if s, ok := r.seqs[id]; ok { // another read got here first
 		return s, nil
 	}
-	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, aged: aged}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn}
 	r.seqs[id] = s
 	return s, nil
 }
@@ -88,7 +82,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 // r.mu held; it unlocks to read.
 func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	r.mu.Unlock()
-	t, _, err := r.tail(ctx, id)
+	t, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return err
@@ -114,45 +108,43 @@ const (
 )
 
 // holdNumbering holds what a confined node's record of agent id says of
-// its numbering (last_event, turn) to what the relay has seen of it,
-// within recordEventsAhead and recordTurnsAhead: a new life's claim
-// numbers on from them, so a node could otherwise push another node's
-// next life of the id anywhere (past 2^64, where its numbers wrap).
-func (r *Relay) holdNumbering(ctx context.Context, id string, rec *schemas.AgentRecord) error {
+// its numbering (last_event, turn) to what the relay has seen of it, or
+// what its live record says, whichever is further, within
+// recordEventsAhead and recordTurnsAhead: a new life's claim numbers on
+// from them, so a node could otherwise push another node's next life of
+// the id anywhere (past 2^64, where its numbers wrap). A record is never
+// held below what its live record says: after a coordinator restart the
+// relay may have seen none of an agent's events (they aged out).
+func (r *Relay) holdNumbering(ctx context.Context, id string, live schemas.AgentRecord, rec *schemas.AgentRecord) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := r.seq(ctx, id)
 	if err != nil {
 		return err
 	}
-	rec.LastEvent = min(rec.LastEvent, s.next-1+recordEventsAhead)
-	rec.Turn = min(rec.Turn, s.turn+recordTurnsAhead)
+	rec.LastEvent = min(rec.LastEvent, max(s.next-1, live.LastEvent)+recordEventsAhead)
+	rec.Turn = min(rec.Turn, max(s.turn, live.Turn)+recordTurnsAhead)
 	return nil
 }
 
 // tail is where agent id's numbering stands: its stream's end, or, past
 // it, the last number of the id's earlier lives its record carries (the
 // stream's retention may have dropped their events; a new life numbers
-// after them). aged is the living agent's last number as its record
-// says, when the stream holds none of its events past that (see
-// sequence.aged). Called without r.mu.
-func (r *Relay) tail(ctx context.Context, id string) (t schemas.Tail, aged uint64, err error) {
-	t, _, err = client.StreamTail(ctx, r.nc, r.events, id)
+// after them). Called without r.mu.
+func (r *Relay) tail(ctx context.Context, id string) (schemas.Tail, error) {
+	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
 	if err != nil {
-		return t, 0, err
+		return t, err
 	}
 	rec, ok, err := r.bucketRecord(ctx, id)
 	if err != nil || !ok {
-		return t, 0, err
+		return t, err
 	}
 	if rec.EventsBefore > t.Last {
 		// Every number of those lives is as good as stored: they ended.
 		t = schemas.Tail{Last: rec.EventsBefore, Turn: max(t.Turn, rec.TurnsBefore), Dead: true}
 	}
-	if rec.Status != schemas.StatusDead && rec.LastEvent > t.Last {
-		aged = rec.LastEvent
-	}
-	return t, aged, nil
+	return t, nil
 }
 
 // verdict is what the relay does with an event.
@@ -218,13 +210,6 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	if from, to, lost := schemas.LostRange(env); lost && from == s.next && to == n-1 {
 		return forward, nil // a node that lost its journal names what it lost
 	}
-	if s.aged > 0 && n > s.stored && n <= s.aged+recordEventsAhead {
-		// The living agent's events aged out of the stream before this
-		// relay saw any: the node says where it stands, within what its
-		// record said.
-		s.next = n
-		return forward, nil
-	}
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
 }
 
@@ -246,7 +231,7 @@ func (r *Relay) forwarded(token, node string, f inflight) bool {
 	if f.n >= s.next {
 		s.next = f.n + 1
 	}
-	s.turn, s.aged = max(s.turn, f.turn), 0
+	s.turn = max(s.turn, f.turn)
 	s.flying[f.n]++
 	r.inflight[token] = f
 	return true

@@ -1,0 +1,197 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// agedRelayPool is a secured broker whose relay the test restarts (a
+// coordinator restart), with agent "mine" claimed for node nb.
+func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb jetstream.JetStream, restart func(), claim schemas.AgentRecord, stored func() []uint64, reader *client.Direct) {
+	t.Helper()
+	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := natstest.Start(t, func(c *broker.Config) { c.Auth = auth })
+	coord, err := b.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coord.Close)
+	stop := runRelay(t, coord)
+	reader, err = client.NewDirect(coord, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restart = func() {
+		stop()
+		stop = runRelay(t, coord)
+	}
+	s := &fabrictest.Secured{B: b, Auth: auth}
+	ctx = natstest.Context(t, 90*time.Second)
+	js0, _ := jetstream.New(coord)
+	kv, err = js0.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	claim = schemas.AgentRecord{ID: "mine", Node: "nb", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "r1"}
+	c, _ := json.Marshal(claim)
+	if _, err := kv.Create(ctx, "mine", c); err != nil {
+		t.Fatal(err)
+	}
+	nb, err = jetstream.New(s.Connect(t, broker.RoleNode, "nb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := js0.Stream(ctx, schemas.StreamName)
+	stored = func() []uint64 {
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject("mine")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns []uint64
+		for {
+			m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+			if err != nil {
+				return ns
+			}
+			_, n, _ := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID))
+			ns = append(ns, n)
+		}
+	}
+	return
+}
+
+// An honest node's record says it numbered events 4..6 that the relay
+// had not stored when the coordinator went away (its outbox holds them).
+// After the restart the node's window is in flight: event 4 is answered
+// 503 (busy lane, an unsure read, a relay stopping: "send it again") while
+// 5 is already on its way. A relay that took a living agent's next number
+// from its record when the stream held none past it (c3f43dc, taken out)
+// stored 5 before 4, and readers stopped at 4. Event 5 is refused, and
+// the node's publisher, already failed, sends 4, 5, 6 again in order.
+func TestRelayStoresAnHonestNodesRetriedEventsInOrder(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, restart, claim, stored, reader := agedRelayPool(t)
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := nb.PublishMsg(ctx, relayEvent(n, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := claim
+	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusWorking, "/x", 6, 1
+	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
+		t.Fatalf("nb's record: %v", err)
+	}
+	restart()
+	// Event 4 was answered 503; 5 was behind it in the window.
+	if _, err := nb.PublishMsg(ctx, relayEvent(5, textEnv("event 5"))); err != nil {
+		t.Logf("event 5 before 4: %v (refused, as before c3f43dc)", err)
+	}
+	// The node sends its unacknowledged tail again, in order.
+	for n := uint64(4); n <= 6; n++ {
+		ack, err := nb.PublishMsg(ctx, relayEvent(n, textEnv(fmt.Sprintf("event %d", n))))
+		if err != nil {
+			t.Fatalf("event %d sent again: %v", n, err)
+		}
+		t.Logf("event %d: %+v", n, ack)
+	}
+	got := stored()
+	page, err := reader.Events(ctx, schemas.EventsRequest{AgentID: "mine", IncludeDeltas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []uint64
+	for _, e := range page.Events {
+		read = append(read, e.N)
+	}
+	if more, err := reader.Events(ctx, schemas.EventsRequest{AgentID: "mine", IncludeDeltas: true, FromEvent: page.NextEvent}); err == nil {
+		t.Logf("reading on after %d: %d events, gaps %+v, next %d", page.NextEvent, len(more.Events), more.Gaps, more.NextEvent)
+		for _, e := range more.Events {
+			read = append(read, e.N)
+		}
+	} else {
+		t.Logf("reading on after %d: %v", page.NextEvent, err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]uint64{1, 2, 3, 4, 5, 6}) || fmt.Sprint(read) != fmt.Sprint([]uint64{1, 2, 3, 4, 5, 6}) {
+		t.Errorf("the stream holds events %v of agent mine, in that order; a reader reads %v (gaps %+v); the node was told 1..6 were all stored", got, read, page.Gaps)
+	}
+}
+
+// A confined node skips thousands of numbers of its own agent's stream
+// (which "a number that skips ahead is refused" says it may not): it
+// writes last_event 4,096 past what it sent (within holdNumbering's
+// allowance), and after a coordinator restart its next event may be
+// another 4,096 past that: a relay taking a living agent's next number
+// from its record (c3f43dc, taken out) stored it, though the stream held
+// every event the agent ever sent (none aged out).
+func TestRelayRefusesASkipAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, restart, claim, stored, _ := agedRelayPool(t)
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := nb.PublishMsg(ctx, relayEvent(n, textEnv("real"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := claim
+	rec.Status, rec.EventLog, rec.LastEvent = schemas.StatusIdle, "/x", 3+4096
+	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
+		t.Fatalf("nb's record: %v", err)
+	}
+	restart()
+	_, err := nb.PublishMsg(ctx, relayEvent(3+2*4096, textEnv("skips 8191 numbers")))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("event %d after event 3 was not refused (err %v); the stream holds %v", 3+2*4096, err, stored())
+	}
+}
+
+// A living agent numbered 10,000 events over 5,000 turns; they aged out
+// of the stream. The coordinator restarts; the user sends a turn: the
+// node writes its record (turn 5001, last_event 10000) before the send is
+// answered. The relay, having seen none of the agent's events, held it to
+// 4,096 and 4,096: the next life's claim would have carried turns_before
+// 4096 and handed turn numbers 4097..5001 out again. A record is never
+// held below what its live record says. (The agent's next event after
+// that restart is still refused: the relay has no way to tell where a
+// living agent's numbering stands once its events aged out; not mended.)
+func TestRelayKeepsALivingAgentsRecordWhoseEventsAgedOut(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, restart, claim, _, _ := agedRelayPool(t)
+	// Where the agent stood when its events aged out (the relay that
+	// took its record then had seen them).
+	rec := claim
+	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusIdle, "/x", 10000, 5000
+	e, _ := kv.Get(ctx, "mine")
+	v, _ := json.Marshal(rec)
+	if _, err := kv.Update(ctx, "mine", v, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	restart()
+	send := rec
+	send.Status, send.Turn = schemas.StatusIdle, 5001
+	if err := writeOwnRecord(t, ctx, kv, nb, "nb", send); err != nil {
+		t.Fatalf("the send's record: %v", err)
+	}
+	e, _ = kv.Get(ctx, "mine")
+	var now schemas.AgentRecord
+	json.Unmarshal(e.Value(), &now)
+	if now.LastEvent != 10000 || now.Turn != 5001 {
+		t.Errorf("the node wrote last_event 10000, turn 5001; the record says last_event %d, turn %d", now.LastEvent, now.Turn)
+	}
+}
