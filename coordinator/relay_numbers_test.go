@@ -185,4 +185,3 @@ func runRelay(t *testing.T, nc *nats.Conn) (stop func()) {
 	t.Cleanup(stop)
 	return stop
 }
-
