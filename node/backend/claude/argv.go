@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -268,7 +269,9 @@ func checkMCPConfig(path string) ([]byte, error) {
 	var servers map[string]json.RawMessage
 	err = json.Unmarshal(b, &doc)
 	if err == nil {
-		for k := range doc {
+		// In order, so that of two such keys the error names the same
+		// one every time.
+		for _, k := range slices.Sorted(maps.Keys(doc)) {
 			if strings.EqualFold(k, "mcpServers") && k != "mcpServers" {
 				return nil, fmt.Errorf("mcp_config %s has a key %q: the CLI reads only mcpServers, in that case; name it so", path, k)
 			}
@@ -282,7 +285,8 @@ func checkMCPConfig(path string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("mcp_config %s is not an MCP configuration (a JSON object with an mcpServers object): %s", path, why)
 	}
-	for name, s := range servers {
+	for _, name := range slices.Sorted(maps.Keys(servers)) {
+		s := servers[name]
 		var server map[string]json.RawMessage
 		if json.Unmarshal(s, &server) != nil {
 			return nil, fmt.Errorf("mcp_config %s: server %q is not an object", path, name)
