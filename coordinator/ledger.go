@@ -47,6 +47,7 @@ type Ledger struct {
 	labels    map[string][]string // each node's labels as last heard
 	instances map[string]string   // each node's life as last heard
 	models    map[string]string   // each agent's model as its record says
+	results   schemas.TurnResults // a turn closed for a lost node counts once
 	counted   chan struct{}       // a turn was counted: write soon
 }
 
@@ -66,7 +67,8 @@ func NewLedger(cfg LedgerConfig) (*Ledger, error) {
 		return nil, err
 	}
 	return &Ledger{cfg: cfg, log: cfg.Logger.With("component", "ledger"), js: js, ready: make(chan struct{}),
-		labels: map[string][]string{}, instances: map[string]string{}, models: map[string]string{}, counted: make(chan struct{}, 1)}, nil
+		labels: map[string][]string{}, instances: map[string]string{}, models: map[string]string{},
+		counted: make(chan struct{}, 1)}, nil
 }
 
 // Ready is closed once the ledger runs (the count itself may take a
@@ -322,9 +324,13 @@ func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstre
 		return
 	}
 	var u *schemas.Usage
+	var turn int
+	result := false
 	id, ok := schemas.AgentFromSubject(m.Subject())
 	if ok {
-		if kind, _, _, err := schemas.Peek(m.Data()); err == nil && kind == schemas.KindResult {
+		var kind schemas.Kind
+		if kind, turn, _, err = schemas.Peek(m.Data()); err == nil && kind == schemas.KindResult {
+			result = true
 			if agent, _, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); err == nil && agent == id {
 				ev, err := schemas.Decode(m.Data())
 				if err != nil {
@@ -348,8 +354,19 @@ func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstre
 		return
 	}
 	l.spent.Seq = seq
+	more := false
+	if result {
+		if u, more = l.results.Take(id, node, turn, u); more {
+			l.log.Warn("a turn the coordinator closed had its own result stored after: only what it used beyond the closing's is counted",
+				"agent", id, "turn", turn, "node", node)
+		}
+	}
 	if u != nil {
-		l.spent.Add(node, l.instances[node], model, l.labels[node], *u)
+		if more {
+			l.spent.AddMore(node, l.instances[node], model, l.labels[node], *u)
+		} else {
+			l.spent.Add(node, l.instances[node], model, l.labels[node], *u)
+		}
 		select {
 		case l.counted <- struct{}{}:
 		default:

@@ -427,3 +427,41 @@ func TestLedgerSaysWhenItCannotWriteTheCount(t *testing.T) {
 		t.Errorf("the log does not say the count's size:\n%s", logs.String())
 	}
 }
+
+// A node the coordinator took for lost (a partition, a process stopped
+// past its heartbeat) comes back and stores its running turn's own
+// result after the coordinator closed the turn with a cancelled result
+// carrying the use the node last recorded: the turn was counted twice,
+// partly and then whole. It counts once, whole; the agent's next turn as
+// it is.
+func TestLedgerCountsATurnClosedForALostNodeOnce(t *testing.T) {
+	t.Parallel()
+	r := newLedgerRig(t)
+	stop := r.run()
+	defer stop()
+	result := func(node string, turn int, in, out int64) {
+		r.t.Helper()
+		r.n["back"]++
+		b, err := json.Marshal(schemas.Event{Turn: turn, Payload: schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{InputTokens: in, OutputTokens: out}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(schemas.EventSubject("back"))
+		m.Data = b
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("back", r.n["back"]))
+		m.Header.Set(schemas.HeaderNode, node)
+		if _, err := r.js.PublishMsg(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	result("coordinator", 3, 10, 5) // the monitor's, with the running use
+	result("n1", 3, 30, 20)         // the turn's own, the node back
+	result("n1", 4, 7, 1)           // the next turn
+	var total schemas.Usage
+	for _, row := range r.waitWritten().Rows {
+		total.Add(row.Usage)
+	}
+	if total.InputTokens != 37 || total.OutputTokens != 21 {
+		t.Errorf("the count holds %d input and %d output tokens; turn 3 used 30 and 20 (closed at 10 and 5), turn 4 7 and 1", total.InputTokens, total.OutputTokens)
+	}
+}

@@ -49,7 +49,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 		return nil, errors.New("the monitor needs a NATS connection")
 	}
 	if cfg.Name == "" {
-		cfg.Name = "coordinator"
+		cfg.Name = schemas.CloserName
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -387,6 +387,57 @@ func (s *Spent) Add(node, instance, model string, labels []string, u Usage) {
 	s.add(SpentRow{Node: node, Instance: instance, Model: model, Labels: slices.Clone(labels), Turns: 1, Usage: u})
 }
 
+// AddMore counts u as more of a turn counted before (no turn more).
+func (s *Spent) AddMore(node, instance, model string, labels []string, u Usage) {
+	s.add(SpentRow{Node: node, Instance: instance, Model: model, Labels: slices.Clone(labels), Usage: u})
+}
+
+// CloserName is what the coordinator's events carry as their producer:
+// its node-loss monitor's, which closes the turns of agents whose node
+// was lost.
+const CloserName = "coordinator"
+
+// TurnResults reads the result events of agents' streams in order, for
+// their sum: a turn the coordinator closed for a lost node (a cancelled
+// result with the use the node last recorded) may have its own result
+// stored after, from a node that was only away (a partition, a process
+// stopped past its heartbeat); only what that result used beyond the
+// cancelled one's is more. The zero value is ready to use.
+type TurnResults struct {
+	closed map[string]closedTurn
+}
+
+type closedTurn struct {
+	turn int
+	used Usage
+}
+
+// Take reads agent's result of turn, from node, that used u, and returns
+// what of it to count, and whether it is more of a turn counted before.
+func (t *TurnResults) Take(agent, node string, turn int, u *Usage) (count *Usage, more bool) {
+	c, closed := t.closed[agent]
+	switch {
+	case node == CloserName:
+		if t.closed == nil {
+			t.closed = map[string]closedTurn{}
+		}
+		var used Usage
+		if u != nil {
+			used = *u
+		}
+		t.closed[agent] = closedTurn{turn: turn, used: used}
+		return u, false
+	case !closed:
+		return u, false
+	}
+	delete(t.closed, agent)
+	if turn != c.turn || u == nil {
+		return u, false
+	}
+	beyond := Unseen(*u, c.used)
+	return &beyond, true
+}
+
 // MaxSpentRowsPerNode bounds the rows one node's turns make in Spent (its
 // lives, models and label sets): past it, a turn that would make a new
 // row is counted in the node's row of model OtherModel, no life and no

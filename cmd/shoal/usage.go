@@ -90,6 +90,7 @@ cost of 0 and show $0.0000.`,
 				}
 				rows := map[string]*usageRow{}
 				total := usageRow{Key: "total"}
+				var results schemas.TurnResults // a turn closed for a lost node counts once
 				err = f.Replay(ctx, args, from, false, func(r client.Replayed, _ *client.Gap) error {
 					if r.Kind != schemas.KindResult || r.Stray != "" {
 						return nil
@@ -99,7 +100,11 @@ cost of 0 and show $0.0000.`,
 						return nil
 					}
 					res, ok := ev.Payload.(schemas.Result)
-					if !ok || res.Usage == nil {
+					if !ok {
+						return nil
+					}
+					used, more := results.Take(r.Agent, r.Node, r.Turn, res.Usage)
+					if used == nil {
 						return nil
 					}
 					keys := []string{r.Agent}
@@ -123,11 +128,15 @@ cost of 0 and show $0.0000.`,
 							row = &usageRow{Key: key}
 							rows[key] = row
 						}
-						row.Turns++
-						row.Usage.Add(*res.Usage)
+						if !more {
+							row.Turns++
+						}
+						row.Usage.Add(*used)
 					}
-					total.Turns++
-					total.Usage.Add(*res.Usage)
+					if !more {
+						total.Turns++
+					}
+					total.Usage.Add(*used)
 					return nil
 				})
 				if err != nil {
