@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -18,20 +20,47 @@ import (
 // and an agent's open on a repository failed under an honest burst.
 func TestRelayAnswersABundleChunkBusyAsBusy(t *testing.T) {
 	t.Parallel()
-	s := fabrictest.StartSecured(t)
+	// Each hello waits on the coordinator's MCP endpoint, which this one
+	// gives only once the test is done: every hello holds its place in
+	// n1's share until then, so the share stays full. (Hellos held by a
+	// name check of a second each let one place free now and then, and a
+	// record taken into it waited behind the rest: the test failed.)
+	release := make(chan struct{})
+	s := fabrictest.StartSecuredRelay(t, func(c *coordinator.RelayConfig) {
+		c.MCP = func(context.Context) (string, string) {
+			<-release
+			return "", ""
+		}
+	})
+	t.Cleanup(func() { close(release) })
 	nc := s.Connect(t, broker.RoleNode, "n1")
-	// The node's control subject hears each hello's name check and never
-	// answers: each hello holds a place in n1's share for a while.
-	if _, err := nc.Subscribe(schemas.ControlSubject("n1", schemas.VerbList), func(*nats.Msg) {}); err != nil {
+	// Hellos are sent until one is answered busy: the relay takes each
+	// kind of operation on a subscription of its own, so a record sent
+	// straight after them can be taken before the last of them.
+	replies := nc.NewRespInbox()
+	answers, err := nc.SubscribeSync(replies)
+	if err != nil {
 		t.Fatal(err)
 	}
-	nc.Flush()
-	for range 8 + 256 {
-		if err := nc.PublishRequest(schemas.RelaySubject("n1", schemas.RelayHello), nc.NewRespInbox(), nil); err != nil {
+	for sent := 0; ; sent++ {
+		if sent == 2*(8+256) {
+			t.Fatalf("%d hellos sent and none answered busy", sent)
+		}
+		if err := nc.PublishRequest(schemas.RelaySubject("n1", schemas.RelayHello), replies, nil); err != nil {
 			t.Fatal(err)
 		}
+		if sent < 8+256 {
+			continue
+		}
+		m, err := answers.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d hellos sent and none answered: %v", sent+1, err)
+		}
+		if m.Header.Get(schemas.HeaderRelayBusy) == "" {
+			t.Fatalf("a hello was answered while the share held them all: %s", m.Data)
+		}
+		break
 	}
-	nc.Flush()
 	ask := func(m *nats.Msg) *nats.Msg {
 		t.Helper()
 		rep, err := nc.RequestMsg(m, 10*time.Second)

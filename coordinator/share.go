@@ -51,23 +51,28 @@ func (s *shares) do(node string, size int, job func()) bool {
 		sh = &share{}
 		s.nodes[node] = sh
 	}
-	if sh.running >= s.inFlight && (len(sh.queue) >= s.waiting || sh.bytes+size > s.waitingBytes) {
+	if sh.running < s.inFlight {
+		// A goroutine of its own takes job at once: job never waits in
+		// the queue, which holds only what waits for a place, however
+		// late the goroutine is scheduled.
+		sh.running++
+		s.work.Add(1)
+		go s.run(node, sh, job)
+		return true
+	}
+	if len(sh.queue) >= s.waiting || sh.bytes+size > s.waitingBytes {
 		return false
 	}
 	sh.queue = append(sh.queue, queued{job, size})
 	sh.bytes += size
-	if sh.running < s.inFlight {
-		sh.running++
-		s.work.Add(1)
-		go s.run(node, sh)
-	}
 	return true
 }
 
-// run runs node's operations until none waits.
-func (s *shares) run(node string, sh *share) {
+// run runs job, then node's operations waiting until none is left.
+func (s *shares) run(node string, sh *share, job func()) {
 	defer s.work.Done()
 	for {
+		job()
 		s.mu.Lock()
 		if len(sh.queue) == 0 {
 			sh.queue = nil
@@ -82,7 +87,7 @@ func (s *shares) run(node string, sh *share) {
 		sh.queue = sh.queue[1:]
 		sh.bytes -= next.size
 		s.mu.Unlock()
-		next.job()
+		job = next.job
 	}
 }
 
