@@ -124,11 +124,11 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 		}
 		end = last.Sequence
 	}
-	it, closeIt, err := openReplay(ctx, stream, cfg, follow)
+	it, err := openReplay(ctx, stream, cfg, follow)
 	if err != nil {
 		return err
 	}
-	defer closeIt()
+	defer it.close()
 
 	// A replay from the start (or from a turn, which reads from the start)
 	// sees each agent's history from its first stored event; one from a
@@ -143,7 +143,17 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 	}
 	rs := &replayState{turn: from.Turn, started: from.Turn == 0, fn: fn}
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := it.next(ctx)
+		if errors.Is(err, errReadAll) {
+			// What it was to read up to has gone while it read.
+			if err := rs.take(q.flush()); err != nil {
+				return done(err)
+			}
+			if rs.passedOver() {
+				return rs.missed()
+			}
+			return nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -207,22 +217,72 @@ func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []s
 	return nil
 }
 
+// replayIter is a replay's consumer.
+type replayIter struct {
+	it    jetstream.MessagesContext
+	close func()
+	// left, for a replay that only reads what is stored, is how many
+	// messages its consumer has yet to deliver; nil for one that follows.
+	left func(context.Context) (uint64, error)
+}
+
+// errReadAll says a replay that only reads what is stored has nothing
+// left to read, though it has not reached the last event stored when it
+// began: retention (or a person) dropped that event while it read.
+var errReadAll = errors.New("the replay's consumer has nothing left to deliver")
+
+// replayIdle is how long a replay that only reads what is stored waits
+// for its next message before it asks whether any is left.
+const replayIdle = time.Second
+
+// next returns the replay's next message: for one that follows, whenever
+// it comes; for one that only reads what is stored, errReadAll once its
+// consumer has nothing left (it asks after each replayIdle of waiting).
+func (r replayIter) next(ctx context.Context) (jetstream.Msg, error) {
+	if r.left == nil {
+		return r.it.Next(jetstream.NextContext(ctx))
+	}
+	wait := replayIdle
+	for {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		msg, err := r.it.Next(jetstream.NextContext(wctx))
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return msg, err
+		}
+		if wait < replayIdle {
+			// Asked, nothing left, and nothing the server delivered
+			// before it answered has come since.
+			return nil, errReadAll
+		}
+		n, err := r.left(ctx)
+		if err != nil {
+			return nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+		}
+		if n == 0 {
+			// A message the server delivered before it counted reaches
+			// this connection before the count: a short wait takes it.
+			wait = replayIdle / 10
+		}
+	}
+}
+
 // openReplay starts the consumer of a replay. One that follows is an
 // ordered consumer, which survives reconnects; one that only reads what is
 // stored is an ephemeral consumer deleted as soon as the read ends, since
 // a stream holds a bounded number of consumers and readers may be many.
-func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, follow bool) (jetstream.MessagesContext, func(), error) {
+func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, follow bool) (replayIter, error) {
 	if follow {
 		cons, err := stream.OrderedConsumer(ctx, cfg)
 		if err != nil {
-			return nil, nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+			return replayIter{}, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
 		}
 		it, err := cons.Messages()
 		if err != nil {
-			return nil, nil, err
+			return replayIter{}, err
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
-		return it, func() { stop(); it.Stop() }, nil
+		return replayIter{it: it, close: func() { stop(); it.Stop() }}, nil
 	}
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubjects:    cfg.FilterSubjects,
@@ -234,21 +294,28 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 		InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
-		return nil, nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+		return replayIter{}, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(512))
 	if err != nil {
-		return nil, nil, err
+		return replayIter{}, err
 	}
 	name := cons.CachedInfo().Name
 	stop := context.AfterFunc(ctx, it.Stop)
-	return it, func() {
+	left := func(ctx context.Context) (uint64, error) {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.NumPending, nil
+	}
+	return replayIter{it: it, left: left, close: func() {
 		stop()
 		it.Stop()
 		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		stream.DeleteConsumer(del, name)
-	}, nil
+	}}, nil
 }
 
 // replayState is what a replay remembers between events.
