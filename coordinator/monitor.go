@@ -244,9 +244,14 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	if err != nil {
 		return err
 	}
-	// Numbered after the stream's end, or after the id's earlier lives
-	// when the stream's retention dropped every event of theirs.
+	// Numbered after the stream's end, or, when the stream's retention
+	// dropped every event of this life, after the last its record says
+	// the node numbered (or the id's earlier lives'): a number handed out
+	// is not handed out again.
 	n := max(tail.Last, rec.EventsBefore)
+	if tail.Last <= rec.EventsBefore {
+		n = max(n, rec.LastEvent)
+	}
 	events := tail.Closing(rec, "node "+rec.Node+" "+how)
 	dead := rec.Dead()
 	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)

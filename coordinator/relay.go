@@ -468,6 +468,13 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	_, n, _ := schemas.ParseMsgID(m.Header.Get(schemas.HeaderMsgID))
+	// The node's word for the agent's last stored event is the relay's
+	// to read, not stored with the event.
+	acked, claims := uint64(0), false
+	if v := m.Header.Get(schemas.HeaderAcked); v != "" {
+		acked, claims = parseAcked(v)
+		m.Header.Del(schemas.HeaderAcked)
+	}
 	// The agent's turn, taken once its owner is known (another node's
 	// flood of its id waits on nothing), keeps deciding and forwarding one
 	// of its events at a time.
@@ -476,7 +483,7 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	dead, err := r.recordDead(ctx, id)
 	v := forward
 	if err == nil {
-		v, err = r.admit(ctx, node, id, n, m.Data, dead)
+		v, err = r.admit(ctx, node, id, n, m.Data, dead, acked, claims)
 	}
 	switch {
 	case err != nil:
@@ -594,6 +601,10 @@ func eventHeaders(h nats.Header, node, id string) error {
 				return fmt.Errorf("header %s is %s, not the node's name", k, v[0])
 			}
 		case schemas.HeaderTime:
+		case schemas.HeaderAcked:
+			if _, ok := parseAcked(v[0]); !ok {
+				return fmt.Errorf("header %s is %q, not an event number", k, v[0])
+			}
 		default:
 			return fmt.Errorf("header %s may not be set by a node", k)
 		}
@@ -602,6 +613,12 @@ func eventHeaders(h nats.Header, node, id string) error {
 		return errors.New("the event has no message id")
 	}
 	return nil
+}
+
+// parseAcked reads a schemas.HeaderAcked value.
+func parseAcked(v string) (uint64, bool) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	return n, err == nil && n < 1<<62
 }
 
 // permit writes a permission request of an agent the node owns, or its
@@ -1044,7 +1061,7 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = client.RequestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
-	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds()}
+	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true}
 	if r.mcp != nil && !rep.NameTaken {
 		// Only node's own credentials publish under its relay subjects,
 		// so the key reaches that node alone.

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,8 +21,9 @@ import (
 )
 
 // agedRelayPool is a secured broker whose relay the test restarts (a
-// coordinator restart), with agent "mine" claimed for node nb.
-func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb jetstream.JetStream, restart func(), claim schemas.AgentRecord, stored func() []uint64, reader *client.Direct) {
+// coordinator restart), with agent "mine" claimed for node nb; age drops
+// every event of mine from the stream, as retention does.
+func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb jetstream.JetStream, restart func(), claim schemas.AgentRecord, stored func() []uint64, reader *client.Direct, age func()) {
 	t.Helper()
 	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
 	if err != nil {
@@ -59,6 +62,11 @@ func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb
 		t.Fatal(err)
 	}
 	stream, _ := js0.Stream(ctx, schemas.StreamName)
+	age = func() {
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(schemas.EventSubject("mine"))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stored = func() []uint64 {
 		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject("mine")}})
 		if err != nil {
@@ -71,6 +79,9 @@ func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb
 				return ns
 			}
 			_, n, _ := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID))
+			if v := m.Headers().Get(schemas.HeaderAcked); v != "" {
+				t.Errorf("event %d is stored with %s: %s; the header is the relay's to read, never stored", n, schemas.HeaderAcked, v)
+			}
 			ns = append(ns, n)
 		}
 	}
@@ -87,7 +98,7 @@ func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb
 // the node's publisher, already failed, sends 4, 5, 6 again in order.
 func TestRelayStoresAnHonestNodesRetriedEventsInOrder(t *testing.T) {
 	t.Parallel()
-	ctx, kv, nb, restart, claim, stored, reader := agedRelayPool(t)
+	ctx, kv, nb, restart, claim, stored, reader, _ := agedRelayPool(t)
 	for n := uint64(1); n <= 3; n++ {
 		if _, err := nb.PublishMsg(ctx, relayEvent(n, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
 			t.Fatal(err)
@@ -142,7 +153,7 @@ func TestRelayStoresAnHonestNodesRetriedEventsInOrder(t *testing.T) {
 // every event the agent ever sent (none aged out).
 func TestRelayRefusesASkipAfterARestart(t *testing.T) {
 	t.Parallel()
-	ctx, kv, nb, restart, claim, stored, _ := agedRelayPool(t)
+	ctx, kv, nb, restart, claim, stored, _, _ := agedRelayPool(t)
 	for n := uint64(1); n <= 3; n++ {
 		if _, err := nb.PublishMsg(ctx, relayEvent(n, textEnv("real"))); err != nil {
 			t.Fatal(err)
@@ -154,7 +165,10 @@ func TestRelayRefusesASkipAfterARestart(t *testing.T) {
 		t.Fatalf("nb's record: %v", err)
 	}
 	restart()
-	_, err := nb.PublishMsg(ctx, relayEvent(3+2*4096, textEnv("skips 8191 numbers")))
+	// Whether or not it says every event up to the one before is stored.
+	skip := relayEvent(3+2*4096, textEnv("skips 8191 numbers"))
+	skip.Header.Set(schemas.HeaderAcked, strconv.Itoa(3+2*4096-1))
+	_, err := nb.PublishMsg(ctx, skip)
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
 		t.Errorf("event %d after event 3 was not refused (err %v); the stream holds %v", 3+2*4096, err, stored())
@@ -168,11 +182,10 @@ func TestRelayRefusesASkipAfterARestart(t *testing.T) {
 // 4,096 and 4,096: the next life's claim would have carried turns_before
 // 4096 and handed turn numbers 4097..5001 out again. A record is never
 // held below what its live record says. (The agent's next event after
-// that restart is still refused: the relay has no way to tell where a
-// living agent's numbering stands once its events aged out; not mended.)
+// that restart is TestRelayTakesTheNodesWordOnceALivingAgentsEventsAgedOut's.)
 func TestRelayKeepsALivingAgentsRecordWhoseEventsAgedOut(t *testing.T) {
 	t.Parallel()
-	ctx, kv, nb, restart, claim, _, _ := agedRelayPool(t)
+	ctx, kv, nb, restart, claim, _, _, _ := agedRelayPool(t)
 	// Where the agent stood when its events aged out (the relay that
 	// took its record then had seen them).
 	rec := claim
@@ -193,5 +206,59 @@ func TestRelayKeepsALivingAgentsRecordWhoseEventsAgedOut(t *testing.T) {
 	json.Unmarshal(e.Value(), &now)
 	if now.LastEvent != 10000 || now.Turn != 5001 {
 		t.Errorf("the node wrote last_event 10000, turn 5001; the record says last_event %d, turn %d", now.LastEvent, now.Turn)
+	}
+}
+
+// ackedEvent is relayEvent naming the node's last event of mine stored.
+func ackedEvent(n, acked uint64, data []byte) *nats.Msg {
+	m := relayEvent(n, data)
+	m.Header.Set(schemas.HeaderAcked, strconv.FormatUint(acked, 10))
+	return m
+}
+
+// A living agent whose events have all aged out of the stream goes on
+// after a coordinator restart: the relay, started afresh, found nothing of
+// it in the stream and refused its next event (the node dropped it, and
+// every one after). The node's word (schemas.HeaderAcked) says where its
+// numbering stands, within what its record says it numbered: an event
+// past the one after it is answered "send again" (the node sends what
+// comes before it first), one without it is refused as before, and one
+// past what the record allows is refused.
+func TestRelayTakesTheNodesWordOnceALivingAgentsEventsAgedOut(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, restart, claim, stored, _, age := agedRelayPool(t)
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := claim
+	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusIdle, "/x", 3, 1
+	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
+		t.Fatalf("nb's record: %v", err)
+	}
+	age()
+	restart()
+	var apiErr *jetstream.APIError
+	// Without the node's word, as before.
+	if _, err := nb.PublishMsg(ctx, relayEvent(4, textEnv("event 4"))); !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("event 4 without the node's word: %v; want it refused", err)
+	}
+	// Past what the record says the node numbered.
+	far := uint64(3 + 4096 + 10)
+	if _, err := nb.PublishMsg(ctx, ackedEvent(far+1, far, textEnv("far"))); !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("event %d, the node saying %d is stored, its record saying 3: %v; want it refused", far+1, far, err)
+	}
+	// Event 4 was answered 503 in a restart's window; 5 comes first.
+	if _, err := nb.PublishMsg(ctx, ackedEvent(5, 3, textEnv("event 5"))); !errors.As(err, &apiErr) || apiErr.Code != 503 {
+		t.Errorf("event 5 before 4, the node saying 3 is stored: %v; want it answered 503, to be sent again", err)
+	}
+	for n := uint64(4); n <= 6; n++ {
+		if _, err := nb.PublishMsg(ctx, ackedEvent(n, 3, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
+			t.Fatalf("event %d, the node saying 3 is stored: %v", n, err)
+		}
+	}
+	if got := fmt.Sprint(stored()); got != fmt.Sprint([]uint64{4, 5, 6}) {
+		t.Errorf("after its events aged out and the relay restarted, the stream holds events %s of the living agent; want [4 5 6]", got)
 	}
 }

@@ -40,6 +40,12 @@ type sequence struct {
 	dead bool
 	// turn is the highest turn stamped on an event forwarded or read.
 	turn int
+	// unknown says the stream held none of the agent's current life when
+	// the relay read it, and the relay has forwarded none since: its
+	// events aged out (or it has sent none yet), so where its numbering
+	// stands is the node's word (schemas.HeaderAcked), bounded by its
+	// record.
+	unknown bool
 }
 
 // inflight is an event the relay forwarded and whose acknowledgement it
@@ -64,7 +70,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 		return s, nil
 	}
 	r.mu.Unlock()
-	t, err := r.tail(ctx, id)
+	t, unknown, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -72,7 +78,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 	if s, ok := r.seqs[id]; ok { // another read got here first
 		return s, nil
 	}
-	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, unknown: unknown}
 	r.seqs[id] = s
 	return s, nil
 }
@@ -82,11 +88,12 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 // r.mu held; it unlocks to read.
 func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	r.mu.Unlock()
-	t, err := r.tail(ctx, id)
+	t, unknown, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return err
 	}
+	s.unknown = s.unknown && unknown
 	if t.Last >= s.next {
 		s.next = t.Last + 1
 	}
@@ -130,21 +137,23 @@ func (r *Relay) holdNumbering(ctx context.Context, id string, live schemas.Agent
 // tail is where agent id's numbering stands: its stream's end, or, past
 // it, the last number of the id's earlier lives its record carries (the
 // stream's retention may have dropped their events; a new life numbers
-// after them). Called without r.mu.
-func (r *Relay) tail(ctx context.Context, id string) (schemas.Tail, error) {
-	t, _, err := client.StreamTail(ctx, r.nc, r.events, id)
+// after them). unknown says the stream holds none of the current life's
+// events. Called without r.mu.
+func (r *Relay) tail(ctx context.Context, id string) (t schemas.Tail, unknown bool, err error) {
+	t, _, err = client.StreamTail(ctx, r.nc, r.events, id)
 	if err != nil {
-		return t, err
+		return t, false, err
 	}
 	rec, ok, err := r.bucketRecord(ctx, id)
 	if err != nil || !ok {
-		return t, err
+		return t, false, err
 	}
+	unknown = t.Last <= rec.EventsBefore
 	if rec.EventsBefore > t.Last {
 		// Every number of those lives is as good as stored: they ended.
 		t = schemas.Tail{Last: rec.EventsBefore, Turn: max(t.Turn, rec.TurnsBefore), Dead: true}
 	}
-	return t, nil
+	return t, unknown, nil
 }
 
 // verdict is what the relay does with an event.
@@ -157,8 +166,9 @@ const (
 
 // admit decides event n of agent id, which node owns and whose record
 // may say dead: forward it, answer it as a duplicate, or refuse it (an
-// error that says why).
-func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte, recordDead bool) (verdict, error) {
+// error that says why). acked, when claims, is the node's word for the
+// agent's last event stored (schemas.HeaderAcked).
+func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte, recordDead bool, acked uint64, claims bool) (verdict, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, err := r.seq(ctx, id)
@@ -210,7 +220,34 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	if from, to, lost := schemas.LostRange(env); lost && from == s.next && to == n-1 {
 		return forward, nil // a node that lost its journal names what it lost
 	}
+	if s.unknown && claims {
+		return r.resumeAged(ctx, id, s, n, acked)
+	}
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
+}
+
+// resumeAged decides event n of agent id, which does not follow what the
+// relay knows of its numbering, when the stream holds none of the agent's
+// current life: its events aged out, and the relay was started since. The
+// node's word that every event up to acked is stored is taken for where
+// the numbering stands, within what the node's record says it numbered
+// (as holdNumbering bounds it); an event past acked+1 is sent again, the
+// node sending what comes before it first. Called with r.mu held; it
+// unlocks to read.
+func (r *Relay) resumeAged(ctx context.Context, id string, s *sequence, n, acked uint64) (verdict, error) {
+	r.mu.Unlock()
+	rec, ok, err := r.bucketRecord(ctx, id)
+	r.mu.Lock()
+	switch {
+	case err != nil:
+		return 0, err
+	case !ok || !s.unknown || acked < s.stored || n <= acked || acked > rec.LastEvent+recordEventsAhead:
+		return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d), and the node's word that its last stored event is %d is not taken (its record says it numbered %d): the relay stores each agent's events in order, the next number only", n, id, s.next-1, acked, rec.LastEvent)
+	case n > acked+1:
+		return 0, unsure{fmt.Errorf("event %d of agent %s: the stream holds none of the agent's events past %d, and the node says %d is its last stored: send %d first", n, id, s.stored, acked, acked+1)}
+	}
+	s.stored, s.next, s.unknown = acked, n, false
+	return forward, nil
 }
 
 // forwarded records that event n of id, of node's, goes to the stream
@@ -231,6 +268,7 @@ func (r *Relay) forwarded(token, node string, f inflight) bool {
 	if f.n >= s.next {
 		s.next = f.n + 1
 	}
+	s.unknown = false
 	s.turn = max(s.turn, f.turn)
 	s.flying[f.n]++
 	r.inflight[token] = f

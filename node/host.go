@@ -186,21 +186,24 @@ func (c Config) withDefaults() Config {
 
 // Host is a running node: the agents of one machine.
 type Host struct {
-	cfg      Config
-	log      *slog.Logger
-	js       jetstream.JetStream
-	store    store
-	pub      *publisher
-	recs     *records
-	ads      *advertiser
-	pids     *pidFile
-	permits  *permitBook
-	nums     *numbers
-	maxEvent int
-	backends map[string]backend.Backend
-	labels   []string // cfg.Labels as budgets name them (schemas.LabelsOf)
-	produced produced // what this life's turns used
-	ready    chan struct{}
+	cfg   Config
+	log   *slog.Logger
+	js    jetstream.JetStream
+	store store
+	// takesAcked says the relay reads schemas.HeaderAcked (its hello
+	// says so): the publisher names each agent's last event stored.
+	takesAcked bool
+	pub        *publisher
+	recs       *records
+	ads        *advertiser
+	pids       *pidFile
+	permits    *permitBook
+	nums       *numbers
+	maxEvent   int
+	backends   map[string]backend.Backend
+	labels     []string // cfg.Labels as budgets name them (schemas.LabelsOf)
+	produced   produced // what this life's turns used
+	ready      chan struct{}
 	// agentWork is every goroutine of every agent, requests every
 	// request being answered: Run waits for both.
 	agentWork sync.WaitGroup
@@ -298,6 +301,9 @@ func (h *Host) Run(ctx context.Context) error {
 	case hello.NameTaken:
 		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; give this node another name", h.cfg.Name)
 	}
+	// The node names with each event the agent's last event stored, for a
+	// relay that reads it (one of an earlier version refuses the header).
+	h.takesAcked = hello.TakesAcked
 	ttl := time.Duration(hello.NodeTTLMS) * time.Millisecond
 	h.mcp = h.cfg.MCP
 	if g := hello.MCP; g != nil && h.mcp.Token == "" {
@@ -333,6 +339,9 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	pub := newPublisher(out, h.store.lastEvents, h.cfg.PublishWindow, outboxLimits{Memory: h.cfg.OutboxMemory, Disk: h.cfg.OutboxDisk}, sp, h.log)
 	pub.onStored = h.cfg.Metrics.EventStored
+	if h.takesAcked {
+		pub.acked = map[string]uint64{}
+	}
 	h.mu.Lock()
 	h.pub = pub
 	h.mu.Unlock()

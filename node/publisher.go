@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -118,6 +119,12 @@ type publisher struct {
 	journal  *journal           // every event is written here before it is sent; nil for none
 	written  chan struct{}      // kicked after each journal write
 	queued   map[string]*outMsg // each agent's last event not stored yet
+	// acked, when not nil (a confined node, whose relay reads it), is
+	// each agent's last event number before which the publisher holds
+	// nothing of the agent: every event of it up to that number was
+	// acknowledged (or refused for good, or found stored). Each event sent
+	// names it (schemas.HeaderAcked).
+	acked map[string]uint64
 	// onStored is told of each event the stream acknowledged, with how
 	// long after its production; nil for none. It must not block.
 	onStored func(latency time.Duration)
@@ -250,6 +257,12 @@ func (p *publisher) enqueue(m *outMsg) {
 	if p.journal != nil {
 		m.jseq = p.journal.append(m)
 	}
+	if p.acked != nil && p.queued[m.agent] == nil {
+		// Nothing of the agent waits: every number before this one is
+		// done with (numbers are handed out in order, and a restart
+		// takes up what its journal kept, in order, before anything new).
+		p.acked[m.agent] = max(p.acked[m.agent], m.seq-1)
+	}
 	p.queued[m.agent] = m
 	size := msgSize(m)
 	spilling := p.spill != nil && p.spill.count > 0
@@ -361,8 +374,12 @@ func (p *publisher) send() {
 		if n := len(p.free); n > 0 && m.header == nil {
 			reuse, p.free = p.free[n-1], p.free[:n-1]
 		}
+		acked, claims := p.acked[m.agent], p.acked != nil
 		p.mu.Unlock()
 		msg := m.natsMsg(reuse)
+		if claims {
+			msg.Header[schemas.HeaderAcked] = []string{strconv.FormatUint(acked, 10)}
+		}
 		f, err := p.out.send(msg, alone)
 		if err != nil {
 			// Stop here: sending the next message before this one is
@@ -414,6 +431,9 @@ func (p *publisher) ack(ctx context.Context) {
 				}
 			}
 			p.stored[m.agent] = m.seq
+			if p.acked != nil {
+				p.acked[m.agent] = max(p.acked[m.agent], m.seq)
+			}
 			if p.queued[m.agent] == m {
 				delete(p.queued, m.agent)
 			}
@@ -544,6 +564,7 @@ func (p *publisher) wake(agent string, seq uint64) {
 func (p *publisher) forget(agent string) {
 	p.mu.Lock()
 	delete(p.stored, agent)
+	delete(p.acked, agent)
 	p.mu.Unlock()
 }
 
@@ -603,7 +624,12 @@ func (p *publisher) skipStored(ctx context.Context) {
 	for _, m := range p.queue {
 		if m.seq > last[m.agent] {
 			kept = append(kept, m)
-		} else if p.queued[m.agent] == m {
+			continue
+		}
+		if p.acked != nil {
+			p.acked[m.agent] = max(p.acked[m.agent], m.seq)
+		}
+		if p.queued[m.agent] == m {
 			delete(p.queued, m.agent)
 		}
 	}

@@ -600,3 +600,68 @@ func TestBatchesAreAcknowledgedWhereTheServiceNeverAnswers(t *testing.T) {
 		t.Errorf("a node's event carries the reply subject %q, which the fabric service would answer", got.Reply)
 	}
 }
+
+// recordingSender is a gatedSender that tells each message it sends.
+type recordingSender struct {
+	gatedSender
+	sent chan *nats.Msg
+}
+
+func (s recordingSender) send(msg *nats.Msg, alone bool) (future, error) {
+	s.sent <- msg
+	return s.gatedSender.send(msg, alone)
+}
+
+// A confined node names, with each event it sends its relay, the agent's
+// last event before which it holds nothing of the agent: what it had
+// acknowledged, or, when nothing of the agent waits, the number before
+// the event (a restart takes up its journal's events first, in order).
+// The relay takes it for where the numbering stands once the agent's
+// events have aged out of the stream. A node with the fabric's rights
+// sends no such header.
+func TestPublisherNamesEachAgentsLastAcknowledgedEvent(t *testing.T) {
+	for _, confined := range []bool{true, false} {
+		answers := make(chan error)
+		out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
+		none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+		p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+		if confined {
+			p.acked = map[string]uint64{}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { p.run(ctx); close(done) }()
+		next := func(agent string, n uint64, want string) {
+			t.Helper()
+			p.enqueue(newOutMsg(schemas.EventSubject(agent), "n", agent, n, []byte(`{}`), time.Now()))
+			select {
+			case m := <-out.sent:
+				if got := m.Header.Get(schemas.HeaderAcked); got != want || m.Header.Get(schemas.HeaderMsgID) != schemas.MsgID(agent, n) {
+					t.Errorf("confined %v: event %s is sent naming %s %q; want %q", confined, m.Header.Get(schemas.HeaderMsgID), schemas.HeaderAcked, got, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("event %d of %s was not sent", n, agent)
+			}
+		}
+		claim := func(s string) string {
+			if !confined {
+				return ""
+			}
+			return s
+		}
+		next("a", 1, claim("0"))
+		next("a", 2, claim("0")) // 1 not acknowledged yet
+		answers <- nil
+		answers <- nil
+		poll.Until(t, 30*time.Second, "two acknowledgements taken", func() bool { return p.pending() == 0 })
+		next("a", 3, claim("2"))
+		next("a", 4, claim("2"))
+		// Another agent's first event after a restart: nothing of it waits.
+		next("b", 41, claim("40"))
+		answers <- nil
+		poll.Until(t, 30*time.Second, "event 3's acknowledgement taken", func() bool { return p.pending() == 2 })
+		next("a", 5, claim("3"))
+		cancel()
+		<-done
+	}
+}

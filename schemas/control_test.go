@@ -69,7 +69,7 @@ func controlSamples() map[string]any {
 		"nodes_reply":        schemas.NodesReply{Nodes: []schemas.NodeRecord{sampleNode}},
 		"node_record":        sampleNode,
 		"replay_request":     schemas.ReplayRequest{Agents: []string{"a"}, FromEvent: 3, FromTurn: 2, Since: "2026-11-29T10:00:00Z", New: true, Follow: true},
-		"relay_hello_reply":  schemas.RelayHelloReply{NameTaken: true, NodeTTLMS: 15000, MCP: &schemas.MCPGrant{URL: "http://10.0.0.1:7270/mcp", Key: schemas.NodeKey("t", "n1")}},
+		"relay_hello_reply":  schemas.RelayHelloReply{NameTaken: true, NodeTTLMS: 15000, TakesAcked: true, MCP: &schemas.MCPGrant{URL: "http://10.0.0.1:7270/mcp", Key: schemas.NodeKey("t", "n1")}},
 		"relay_entry":        schemas.RelayEntry{Found: true, Revision: 3, Value: recordJSON},
 		"relay_owned_reply":  schemas.RelayOwnedReply{Records: []schemas.RelayEntry{{Found: true, Revision: 3, Value: recordJSON}}},
 		"relay_last_request": schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},

@@ -12,6 +12,9 @@ type RelayHelloReply struct {
 	// MCP, when the coordinator serves an MCP endpoint with a token, is
 	// what the node needs to give its agents their own MCP identities.
 	MCP *MCPGrant `json:"mcp,omitempty"`
+	// TakesAcked says the relay reads HeaderAcked on the node's events
+	// (a relay of an earlier version refuses an event that carries it).
+	TakesAcked bool `json:"takes_acked,omitempty"`
 }
 
 // MCPGrant is a node's way to the coordinator's MCP endpoint: where it is

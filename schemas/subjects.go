@@ -36,6 +36,13 @@ const (
 	HeaderNode = "Shoal-Node"
 	// HeaderTime is the event's production time, RFC 3339 with nanoseconds, UTC.
 	HeaderTime = "Shoal-Time"
+	// HeaderAcked, on an event a confined node sends its relay (never
+	// stored), is the agent's last event number the node has had
+	// acknowledged as stored: every event of the agent up to it is
+	// stored. The relay takes it for where the agent's numbering stands
+	// when the stream holds none of the agent's current life (its events
+	// aged out) and the relay was started since.
+	HeaderAcked = "Shoal-Acked"
 )
 
 const idRule = "[a-z0-9][a-z0-9_-]{0,63}"

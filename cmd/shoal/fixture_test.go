@@ -3,6 +3,7 @@ package main
 import (
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
@@ -84,6 +85,7 @@ type authPool struct {
 	fake     *fakemodel.Server
 	creds    map[string]string // by name: far, and the caller's
 	as       []string
+	upArgs   []string // shoal up's command line
 }
 
 // startAuthPool starts one for a caller of role (client, coordinator)
@@ -99,8 +101,9 @@ func startAuthPool(t *testing.T, role, caller string, upArgs ...string) *authPoo
 		}
 		p.creds[c[1]] = path
 	}
-	p.up = startShoal(t, p.dir, nil, append([]string{"up", "--auth", "--auth-dir", authDir, "--port", "-1",
-		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s"}, upArgs...)...)
+	p.upArgs = append([]string{"up", "--auth", "--auth-dir", authDir, "--port", "-1",
+		"--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "2s"}, upArgs...)
+	p.up = startShoal(t, p.dir, nil, p.upArgs...)
 	p.url = strings.TrimPrefix(p.up.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	p.up.waitLine("shoal: ready")
 	home := p.nodeHome()
@@ -109,6 +112,16 @@ func startAuthPool(t *testing.T, role, caller string, upArgs ...string) *authPoo
 	p.node.waitLine("shoal: node far joined")
 	p.as = []string{"SHOAL_NATS=" + p.url, "SHOAL_CREDS=" + p.creds[caller]}
 	return p
+}
+
+// restartUp stops shoal up with sig and starts it again as it was
+// started (on a port of its own, given in upArgs, for the node to find it
+// again).
+func (p *authPool) restartUp(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	p.up.stop(sig)
+	p.up = startShoal(t, p.dir, nil, p.upArgs...)
+	p.up.waitLine("shoal: ready")
 }
 
 // nodeHome is the node's home: its files, and its claude CLI's.
