@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
+	"github.com/nats-io/nats.go"
 	"testing"
 	"time"
 
@@ -24,17 +26,7 @@ import (
 // dropped as copies of the aged-out events: the stream never said dead).
 func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = time.Second })
-	nc, js := natstest.JetStream(t, b)
-	ctx := natstest.Context(t, 30*time.Second)
-	nodes, err := js.KeyValue(ctx, schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, nc, js, ctx, nodes, agents := nodeLossFabric(t)
 	a := &agentStream{t: t, js: js, id: "aged"}
 	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
 	a.turn(1, "done")
@@ -76,4 +68,23 @@ func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 	if got[0] != a.n+1 {
 		t.Errorf("the closing events are numbered %v; the node's record says it numbered %d events", got, a.n)
 	}
+}
+
+// nodeLossFabric is a broker whose nodes' heartbeat entries live a
+// second, a connection to it with JetStream, a context for the test, and
+// the nodes' and agents' buckets.
+func nodeLossFabric(t *testing.T) (*broker.Broker, *nats.Conn, jetstream.JetStream, context.Context, jetstream.KeyValue, jetstream.KeyValue) {
+	t.Helper()
+	b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = time.Second })
+	nc, js := natstest.JetStream(t, b)
+	ctx := natstest.Context(t, 30*time.Second)
+	nodes, err := js.KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, nc, js, ctx, nodes, agents
 }

@@ -198,17 +198,7 @@ func TestObserverReplaysButCannotDrive(t *testing.T) {
 // and records it writes fit the JSON Schema.
 func TestNodeLossEventsFitTheSchema(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = time.Second })
-	nc, js := natstest.JetStream(t, b)
-	ctx := natstest.Context(t, 30*time.Second)
-	nodes, err := js.KeyValue(ctx, schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, nc, js, ctx, nodes, agents := nodeLossFabric(t)
 	// Node n1 runs two agents: one in the middle of turn 1, one idle
 	// after it.
 	busy := &agentStream{t: t, js: js, id: "busy"}
