@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/nats-io/nats.go"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ import (
 // had handed out, and an observer resuming after the last event it saw
 // skipped them (here, within the stream's duplicate window, they were
 // dropped as copies of the aged-out events: the stream never said dead).
+// And with nothing stored of its turns, an idle agent's last turn, which
+// its record says ended, was begun and cancelled again.
 func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 	t.Parallel()
 	b, nc, js, ctx, nodes, agents := nodeLossFabric(t)
@@ -52,10 +55,12 @@ func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []uint64
+	var kinds []string
 	poll.Until(t, 20*time.Second, "the lost node's agent to be closed", func() bool {
-		got = got[:0]
+		got, kinds = got[:0], kinds[:0]
 		err := f.Replay(ctx, []string{"aged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
 			got = append(got, r.N) // a gap before the first is the aged-out events'
+			kinds = append(kinds, string(r.Kind))
 			return nil
 		})
 		return err == nil && len(got) > 0
@@ -67,6 +72,10 @@ func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 	})
 	if got[0] != a.n+1 {
 		t.Errorf("the closing events are numbered %v; the node's record says it numbered %d events", got, a.n)
+	}
+	// Its record says turn 1 ended (idle): it is not begun and cancelled.
+	if fmt.Sprint(kinds) != "[error status]" {
+		t.Errorf("the idle agent is closed with %v; want [error status]", kinds)
 	}
 }
 

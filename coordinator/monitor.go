@@ -251,6 +251,12 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	n := max(tail.Last, rec.EventsBefore)
 	if tail.Last <= rec.EventsBefore {
 		n = max(n, rec.LastEvent)
+		if rec.LastEvent > rec.EventsBefore && rec.Status != schemas.StatusWorking {
+			// Nothing stored says where its turns stand; the record
+			// does: those begun ended (none runs), and are not begun and
+			// cancelled again.
+			tail.Turn = max(tail.Turn, rec.Turn-rec.Held)
+		}
 	}
 	events := tail.Closing(rec, "node "+rec.Node+" "+how)
 	dead := rec.Dead()
