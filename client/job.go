@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
+	"github.com/shoalfabric/shoal/workspace"
 )
 
 // Jobs (shoal job, agent_job): an agent opened on a caller's repository
@@ -65,6 +66,14 @@ func (f *Direct) RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, e
 	if err != nil {
 		return schemas.JobRecord{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
+	// A repository that cannot be worked on is the command's mistake,
+	// said before the job is stored: one stored has begun (shoal job
+	// --detach answers once it sees the record).
+	start, err := prepareRepo(ctx, spec.Source)
+	if err != nil {
+		return schemas.JobRecord{}, err
+	}
+	defer start.Close()
 	kv, err := f.js.KeyValue(ctx, schemas.JobsBucket)
 	if err != nil {
 		return schemas.JobRecord{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.JobsBucket, err)
@@ -88,7 +97,7 @@ func (f *Direct) RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, e
 	beating.Go(func() { w.beat(beatCtx) })
 	defer func() { stopBeat(); beating.Wait() }()
 
-	failed := f.workJob(ctx, w, spec, id, timeout)
+	failed := f.workJob(ctx, w, spec, start, id, timeout)
 	w.write(context.WithoutCancel(ctx), func(j *schemas.JobRecord) {
 		j.Status, j.EndedAt = schemas.JobSucceeded, unixSeconds(time.Now())
 		if failed != nil {
@@ -101,10 +110,10 @@ func (f *Direct) RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, e
 // workJob opens the job's agent, runs its turns, fetches its work and
 // closes it, writing each step into the record; it says why the job
 // failed, or nil.
-func (f *Direct) workJob(ctx context.Context, w *jobWriter, spec JobSpec, id string, timeout time.Duration) error {
+func (f *Direct) workJob(ctx context.Context, w *jobWriter, spec JobSpec, start *workspace.Start, id string, timeout time.Duration) error {
 	req := spec.Open
 	req.ID = id
-	opened, err := f.OpenRepo(ctx, req, spec.Source)
+	opened, err := f.openPrepared(ctx, req, start)
 	if err != nil {
 		return fmt.Errorf("open its agent: %w", err)
 	}

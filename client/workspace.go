@@ -41,23 +41,50 @@ const DefaultMaxBundle = 2 << 30
 // git, in a checkout of its own on branch shoal/<id>. Only what the node
 // lacks of the start's history is sent.
 func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src RepoSource) (schemas.OpenReply, error) {
+	if err := repoOpenAllowed(req); err != nil {
+		return schemas.OpenReply{}, err
+	}
+	start, err := prepareRepo(ctx, src)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	defer start.Close()
+	return f.openPrepared(ctx, req, start)
+}
+
+// repoOpenAllowed refuses an open on the caller's repository that sets
+// what is Shoal's, or comes from an agent.
+func repoOpenAllowed(req schemas.OpenRequest) error {
 	if req.Workspace != nil {
-		return schemas.OpenReply{}, schemas.Errf(schemas.CodeInvalid, "workspace is Shoal's to set")
+		return schemas.Errf(schemas.CodeInvalid, "workspace is Shoal's to set")
 	}
 	if req.Parent != "" {
-		return schemas.OpenReply{}, schemas.Errf(schemas.CodeForbidden, "an agent may not open an agent on a repository of the caller's machine; open it on a directory")
+		return schemas.Errf(schemas.CodeForbidden, "an agent may not open an agent on a repository of the caller's machine; open it on a directory")
 	}
-	// src says what the request's own repo fields would.
-	req.Repo, req.Ref, req.WithChanges = false, "", false
+	return nil
+}
+
+// prepareRepo finds the caller's repository src names and the commit its
+// agent starts on (workspace.Prepare), its errors said as the fabric's.
+func prepareRepo(ctx context.Context, src RepoSource) (*workspace.Start, error) {
 	start, err := workspace.Prepare(ctx, src.Dir, src.Ref, src.WithChanges)
 	if err != nil {
 		code := schemas.CodeInvalid
 		if errors.Is(err, workspace.ErrNoGit) {
 			code = schemas.CodeUnavailable
 		}
-		return schemas.OpenReply{}, schemas.Errf(code, "%v", err)
+		return nil, schemas.Errf(code, "%v", err)
 	}
-	defer start.Close()
+	return start, nil
+}
+
+// openPrepared is OpenRepo once the repository is prepared.
+func (f *Direct) openPrepared(ctx context.Context, req schemas.OpenRequest, start *workspace.Start) (schemas.OpenReply, error) {
+	if err := repoOpenAllowed(req); err != nil {
+		return schemas.OpenReply{}, err
+	}
+	// The start says what the request's own repo fields would.
+	req.Repo, req.Ref, req.WithChanges = false, "", false
 	req.CWD = start.Root
 	// A reopened id goes on with its work: where it was, or carried from
 	// there to the node placement chooses.
