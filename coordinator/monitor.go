@@ -244,20 +244,7 @@ func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stre
 	if err != nil {
 		return err
 	}
-	// Numbered after the stream's end, or, when the stream's retention
-	// dropped every event of this life, after the last its record says
-	// the node numbered (or the id's earlier lives'): a number handed out
-	// is not handed out again.
-	n := max(tail.Last, rec.EventsBefore)
-	if tail.Last <= rec.EventsBefore {
-		n = max(n, rec.LastEvent)
-		if rec.LastEvent > rec.EventsBefore && rec.Status != schemas.StatusWorking {
-			// Nothing stored says where its turns stand; the record
-			// does: those begun ended (none runs), and are not begun and
-			// cancelled again.
-			tail.Turn = max(tail.Turn, rec.Turn-rec.Held)
-		}
-	}
+	tail, n := tail.ClosingFrom(rec)
 	events := tail.Closing(rec, "node "+rec.Node+" "+how)
 	dead := rec.Dead()
 	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)

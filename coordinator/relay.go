@@ -495,7 +495,11 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	}
 	st, isStatus := ev.Payload.(schemas.Status)
 	token := r.token()
-	if !r.forwarded(token, node, inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn}) {
+	f := inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn}
+	if v == resume {
+		f.after = acked
+	}
+	if !r.forwarded(token, node, f) {
 		r.refuse(m, node, id, notOwner(node, id))
 		return
 	}

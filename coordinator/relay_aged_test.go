@@ -262,3 +262,68 @@ func TestRelayTakesTheNodesWordOnceALivingAgentsEventsAgedOut(t *testing.T) {
 		t.Errorf("after its events aged out and the relay restarted, the stream holds events %s of the living agent; want [4 5 6]", got)
 	}
 }
+
+// A confined node's fresh agent (no event yet, no aging, no coordinator
+// restart) is "unknown" to the relay: the stream holds none of its
+// current life and the relay has forwarded none. With Shoal-Acked the node
+// skips thousands of numbers at its first event, which "a number that
+// skips ahead is refused" says it may not. And the bound on its word, its
+// record's last_event + 4,096, is no bound: holdNumbering lets each record
+// write run 4,096 past the live record, so ten writes let it skip 45,000
+// numbers (a million writes, 4 billion). The word is taken only for a
+// life that had numbered events when the relay first read its record,
+// within what that record said; writes no longer ratchet it on.
+func TestRelayRefusesAFreshAgentsSkipOnTheNodesWord(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, _, claim, stored, _, _ := agedRelayPool(t)
+	rec := claim
+	rec.Status, rec.EventLog = schemas.StatusIdle, "/x"
+	for i := 1; i <= 10; i++ {
+		rec.LastEvent = uint64(i) * 4096
+		if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
+			t.Fatalf("record write %d: %v", i, err)
+		}
+	}
+	e, _ := kv.Get(ctx, "mine")
+	t.Logf("after ten record writes the record holds: %s", e.Value())
+	n := uint64(10*4096 + 4096 + 1)
+	_, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv("skips")))
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("the first event of a fresh agent, numbered %d, was not refused (err %v); the stream holds %v of it", n, err, stored())
+	}
+}
+
+// A confined node's agent died (its dead status is stored, its record
+// says dead); its events aged out and the coordinator restarted. The node
+// writes on after the dead status: event last_event+1, naming last_event
+// acknowledged: "nothing follows the dead status that ended a life until
+// the agent is given a new one" holds on the node's word too.
+func TestRelayRefusesEventsAfterADeathOnTheNodesWord(t *testing.T) {
+	t.Parallel()
+	ctx, kv, nb, restart, claim, stored, _, age := agedRelayPool(t)
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := claim
+	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusDead, "/x", 4, 1
+	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
+		t.Fatalf("nb's dead record: %v", err)
+	}
+	dead, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
+	if _, err := nb.PublishMsg(ctx, ackedEvent(4, 3, dead)); err != nil {
+		t.Fatalf("the dead status: %v", err)
+	}
+	var apiErr *jetstream.APIError
+	if _, err := nb.PublishMsg(ctx, ackedEvent(5, 4, textEnv("after death, before aging"))); !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Fatalf("event 5 after the dead status, before aging: %v; want refused", err)
+	}
+	age()
+	restart()
+	_, err := nb.PublishMsg(ctx, ackedEvent(5, 4, textEnv("after death")))
+	if !errors.As(err, &apiErr) || apiErr.Code != schemas.RelayRefused {
+		t.Errorf("event 5 of dead agent mine, after its dead status (event 4): err %v, want refused; the stream holds %v", err, stored())
+	}
+}

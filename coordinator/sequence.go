@@ -46,6 +46,10 @@ type sequence struct {
 	// stands is the node's word (schemas.HeaderAcked), bounded by its
 	// record.
 	unknown bool
+	// recorded is the last event number the agent's record said was
+	// handed out when the relay first read it: what the node's records
+	// and its word may run ahead of, by a bound, however often it writes.
+	recorded uint64
 }
 
 // inflight is an event the relay forwarded and whose acknowledgement it
@@ -56,7 +60,8 @@ type inflight struct {
 	reply string
 	ends  bool // the event is a dead status
 	at    time.Time
-	turn  int // the event's turn
+	turn  int    // the event's turn
+	after uint64 // the node's word taken with it: every event up to after is stored
 }
 
 // ackWait is how long the relay keeps an inflight entry: past it, the
@@ -70,7 +75,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 		return s, nil
 	}
 	r.mu.Unlock()
-	t, unknown, err := r.tail(ctx, id)
+	t, rec, unknown, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return nil, err
@@ -78,7 +83,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 	if s, ok := r.seqs[id]; ok { // another read got here first
 		return s, nil
 	}
-	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, unknown: unknown}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, unknown: unknown, recorded: rec.LastEvent}
 	r.seqs[id] = s
 	return s, nil
 }
@@ -88,7 +93,7 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 // r.mu held; it unlocks to read.
 func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	r.mu.Unlock()
-	t, unknown, err := r.tail(ctx, id)
+	t, _, unknown, err := r.tail(ctx, id)
 	r.mu.Lock()
 	if err != nil {
 		return err
@@ -129,7 +134,9 @@ func (r *Relay) holdNumbering(ctx context.Context, id string, live schemas.Agent
 	if err != nil {
 		return err
 	}
-	rec.LastEvent = min(rec.LastEvent, max(s.next-1, live.LastEvent)+recordEventsAhead)
+	// Ahead of what the relay saw forwarded or first read, not of the
+	// record's last write: writes may not ratchet it on.
+	rec.LastEvent = min(rec.LastEvent, max(max(s.next-1, s.recorded)+recordEventsAhead, live.LastEvent))
 	rec.Turn = min(rec.Turn, max(s.turn, live.Turn)+recordTurnsAhead)
 	return nil
 }
@@ -137,23 +144,23 @@ func (r *Relay) holdNumbering(ctx context.Context, id string, live schemas.Agent
 // tail is where agent id's numbering stands: its stream's end, or, past
 // it, the last number of the id's earlier lives its record carries (the
 // stream's retention may have dropped their events; a new life numbers
-// after them). unknown says the stream holds none of the current life's
-// events. Called without r.mu.
-func (r *Relay) tail(ctx context.Context, id string) (t schemas.Tail, unknown bool, err error) {
+// after them). rec is the agent's record as read; unknown says the stream
+// holds none of the current life's events. Called without r.mu.
+func (r *Relay) tail(ctx context.Context, id string) (t schemas.Tail, rec schemas.AgentRecord, unknown bool, err error) {
 	t, _, err = client.StreamTail(ctx, r.nc, r.events, id)
 	if err != nil {
-		return t, false, err
+		return t, rec, false, err
 	}
 	rec, ok, err := r.bucketRecord(ctx, id)
 	if err != nil || !ok {
-		return t, false, err
+		return t, rec, false, err
 	}
 	unknown = t.Last <= rec.EventsBefore
 	if rec.EventsBefore > t.Last {
 		// Every number of those lives is as good as stored: they ended.
 		t = schemas.Tail{Last: rec.EventsBefore, Turn: max(t.Turn, rec.TurnsBefore), Dead: true}
 	}
-	return t, unknown, nil
+	return t, rec, unknown, nil
 }
 
 // verdict is what the relay does with an event.
@@ -162,6 +169,7 @@ type verdict int
 const (
 	forward   verdict = iota // store it
 	duplicate                // stored already: acknowledge it as a duplicate
+	resume                   // store it, taking the node's word for what is stored before it
 )
 
 // admit decides event n of agent id, which node owns and whose record
@@ -221,7 +229,7 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 		return forward, nil // a node that lost its journal names what it lost
 	}
 	if s.unknown && claims {
-		return r.resumeAged(ctx, id, s, n, acked)
+		return r.resumeAged(ctx, node, id, s, n, acked)
 	}
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
 }
@@ -230,24 +238,27 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 // relay knows of its numbering, when the stream holds none of the agent's
 // current life: its events aged out, and the relay was started since. The
 // node's word that every event up to acked is stored is taken for where
-// the numbering stands, within what the node's record says it numbered
-// (as holdNumbering bounds it); an event past acked+1 is sent again, the
-// node sending what comes before it first. Called with r.mu held; it
-// unlocks to read.
-func (r *Relay) resumeAged(ctx context.Context, id string, s *sequence, n, acked uint64) (verdict, error) {
+// the numbering stands (the verdict resume) when the agent's record says
+// it lives on node and its life had numbered events when the relay first
+// read it, and the word is within what that record said (plus the
+// recordEventsAhead a record may run ahead); an event past acked+1 is sent
+// again, the node sending what comes before it first. Nothing of s
+// changes until the event is forwarded. Called with r.mu held; it unlocks
+// to read.
+func (r *Relay) resumeAged(ctx context.Context, node, id string, s *sequence, n, acked uint64) (verdict, error) {
 	r.mu.Unlock()
 	rec, ok, err := r.bucketRecord(ctx, id)
 	r.mu.Lock()
 	switch {
 	case err != nil:
 		return 0, err
-	case !ok || !s.unknown || acked < s.stored || n <= acked || acked > rec.LastEvent+recordEventsAhead:
-		return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d), and the node's word that its last stored event is %d is not taken (its record says it numbered %d): the relay stores each agent's events in order, the next number only", n, id, s.next-1, acked, rec.LastEvent)
+	case !ok || rec.Node != node || rec.Status == schemas.StatusDead || !s.unknown || s.recorded <= rec.EventsBefore ||
+		acked < s.stored || n <= acked || acked > s.recorded+recordEventsAhead:
+		return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d), and the node's word that its last stored event is %d is not taken (its record said it numbered %d when the relay first read it): the relay stores each agent's events in order, the next number only", n, id, s.next-1, acked, s.recorded)
 	case n > acked+1:
 		return 0, unsure{fmt.Errorf("event %d of agent %s: the stream holds none of the agent's events past %d, and the node says %d is its last stored: send %d first", n, id, s.stored, acked, acked+1)}
 	}
-	s.stored, s.next, s.unknown = acked, n, false
-	return forward, nil
+	return resume, nil
 }
 
 // forwarded records that event n of id, of node's, goes to the stream
@@ -264,6 +275,11 @@ func (r *Relay) forwarded(token, node string, f inflight) bool {
 	s := r.seqs[f.agent]
 	if s == nil {
 		return true
+	}
+	if f.after > 0 {
+		// The node's word, taken (resumeAged): every event before it is
+		// stored.
+		s.stored = max(s.stored, f.after)
 	}
 	if f.n >= s.next {
 		s.next = f.n + 1

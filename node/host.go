@@ -557,9 +557,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		// coordinator that judged this node lost meanwhile has written
 		// it, and closed the stream itself.
 		tail, ok := tails[o.e.id]
-		// Numbered after the stream's end, or after the id's earlier lives
-		// when the stream's retention dropped every event of theirs.
-		seq := max(tail.Last, o.rec.EventsBefore)
+		tail, seq := tail.ClosingFrom(o.rec)
 		var closing []schemas.Event
 		if ok {
 			for _, p := range left[o.e.id] {

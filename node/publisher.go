@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,6 +173,13 @@ func (p *publisher) wakeOnWrites(ctx context.Context) {
 		p.cond.Broadcast()
 		p.mu.Unlock()
 	}
+}
+
+// refusesAcked reports whether err is a relay's refusal of the
+// schemas.HeaderAcked header, which a relay of an earlier version does
+// not know.
+func refusesAcked(err error) bool {
+	return refused(err) && strings.Contains(err.Error(), "header "+schemas.HeaderAcked+" may not be set by a node")
 }
 
 // pendingTail is how an agent's events end when some are not stored yet:
@@ -379,6 +387,8 @@ func (p *publisher) send() {
 		msg := m.natsMsg(reuse)
 		if claims {
 			msg.Header[schemas.HeaderAcked] = []string{strconv.FormatUint(acked, 10)}
+		} else {
+			delete(msg.Header, schemas.HeaderAcked) // sent with it before
 		}
 		f, err := p.out.send(msg, alone)
 		if err != nil {
@@ -416,6 +426,13 @@ func (p *publisher) ack(ctx context.Context) {
 		p.inflight--
 		switch {
 		case p.failed:
+		case p.acked != nil && refusesAcked(err):
+			// A relay of an earlier version (a cluster's server not yet
+			// upgraded, a coordinator rolled back) refuses the node's
+			// word; everything from here goes again without it.
+			p.log.Warn("the coordinator's relay does not read "+schemas.HeaderAcked+"; the node no longer sends it", "err", err)
+			p.acked = nil
+			p.failed, p.draining, firstErr = true, true, err
 		case err == nil || refused(err):
 			if err != nil {
 				// The relay refused it for good: the agent is no longer
@@ -564,7 +581,10 @@ func (p *publisher) wake(agent string, seq uint64) {
 func (p *publisher) forget(agent string) {
 	p.mu.Lock()
 	delete(p.stored, agent)
-	delete(p.acked, agent)
+	if p.queued[agent] == nil {
+		// What of it still waits is sent naming its word.
+		delete(p.acked, agent)
+	}
 	p.mu.Unlock()
 }
 

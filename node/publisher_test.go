@@ -665,3 +665,85 @@ func TestPublisherNamesEachAgentsLastAcknowledgedEvent(t *testing.T) {
 		<-done
 	}
 }
+
+// A dead agent dropped from the node's memory (MaxDead) while its last
+// events still wait keeps its word: forget deleted it, and the waiting
+// event went again naming 0, "nothing of it is stored", which a relay
+// taking the node's word (the agent's events aged out, the coordinator
+// restarted) answers "send 1 first" for ever, holding up every agent's
+// events behind it.
+func TestPublisherKeepsTheWordOfAForgottenAgentWhoseEventsWait(t *testing.T) {
+	answers := make(chan error)
+	out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	p.acked = map[string]uint64{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	sent := func() *nats.Msg {
+		t.Helper()
+		select {
+		case m := <-out.sent:
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatal("nothing was sent")
+			return nil
+		}
+	}
+	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 4, []byte(`{}`), time.Now()))
+	sent()
+	answers <- nil // event 4 stored
+	poll.Until(t, 30*time.Second, "event 4's acknowledgement taken", func() bool { return p.pending() == 0 })
+	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 5, []byte(`{}`), time.Now()))
+	if m := sent(); m.Header.Get(schemas.HeaderAcked) != "4" {
+		t.Fatalf("event 5 names %q", m.Header.Get(schemas.HeaderAcked))
+	}
+	p.forget("a") // dead and dropped while event 5 waits
+	answers <- &jetstream.APIError{Code: 503, Description: "the relay could not decide it now"}
+	if got := sent().Header.Get(schemas.HeaderAcked); got != "4" {
+		t.Errorf("event 5, sent again after the agent was forgotten, names %s %q; event 4 was acknowledged", schemas.HeaderAcked, got)
+	}
+	answers <- nil
+	poll.Until(t, 30*time.Second, "event 5 stored", func() bool { return p.pending() == 0 })
+	p.forget("a")
+	p.mu.Lock()
+	_, kept := p.acked["a"]
+	p.mu.Unlock()
+	if kept {
+		t.Error("the word of a forgotten agent with nothing waiting is kept")
+	}
+}
+
+// A relay of an earlier version (a cluster's server not yet upgraded, a
+// coordinator rolled back after the node's hello) refuses an event
+// carrying the node's word, for good: the node dropped it and every event
+// after it. It sends them again without the word.
+func TestPublisherStopsNamingItsWordToARelayThatRefusesIt(t *testing.T) {
+	answers := make(chan error)
+	out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	p.acked = map[string]uint64{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 1, []byte(`{}`), time.Now()))
+	for i, want := range []string{"0", ""} {
+		select {
+		case m := <-out.sent:
+			if got := m.Header.Get(schemas.HeaderAcked); got != want || m.Header.Get(schemas.HeaderMsgID) != schemas.MsgID("a", 1) {
+				t.Fatalf("send %d is %s naming %q; want event 1 naming %q", i+1, m.Header.Get(schemas.HeaderMsgID), got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("send %d: event 1 was not sent (again)", i+1)
+		}
+		if i == 0 {
+			answers <- &jetstream.APIError{Code: schemas.RelayRefused, Description: "header Shoal-Acked may not be set by a node"}
+		}
+	}
+	answers <- nil
+	poll.Until(t, 30*time.Second, "event 1 stored", func() bool { return p.pending() == 0 })
+}

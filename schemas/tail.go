@@ -62,6 +62,26 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 	return t, nil
 }
 
+// ClosingFrom is where the events closing rec's life are numbered from
+// (they take the numbers after it), and the tail Closing reads, given t,
+// the stream's tail: after the stream's end or the id's earlier lives
+// (EventsBefore); when the stream holds none of this life (retention
+// dropped its events), after the last number its record says was handed
+// out (LastEvent), and, unless the record says a turn runs, the turns it
+// says began are taken as ended, not begun and cancelled again. A number
+// handed out is never handed out again.
+func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
+	n := max(t.Last, rec.EventsBefore)
+	if t.Last > rec.EventsBefore {
+		return t, n
+	}
+	n = max(n, rec.LastEvent)
+	if rec.LastEvent > rec.EventsBefore && rec.Status != StatusWorking {
+		t.Turn = max(t.Turn, rec.Turn-rec.Held)
+	}
+	return t, n
+}
+
 // Closing returns the events that close the stream of an agent whose
 // process is gone, from the stream's tail and the agent's last record
 // (whose Turn and Held the node writes before a turn's number is given

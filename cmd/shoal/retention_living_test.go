@@ -1,6 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/shoalfabric/shoal/internal/peers"
+	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -74,5 +79,116 @@ func TestLivingAgentGoesOnAfterItsEventsAgedOutAndTheCoordinatorRestarts(t *test
 	last, err := schemas.Decode(page.Events[len(page.Events)-1].Event)
 	if err != nil || last.Kind() != schemas.KindResult {
 		t.Errorf("the turn after the restart ends with %s (%v)", page.Events[len(page.Events)-1].Event, err)
+	}
+}
+
+// A confined node's living agent whose events all aged out of the stream,
+// and the node restarts (SIGKILL, back within its heartbeat's lifetime,
+// so the node itself closes what it left open). The restart numbered the
+// closing events after the stream's end or events_before, from 1 again:
+// numbers this life already used (as the node-loss monitor did). The relay, which forwarded this
+// life's events, answers them as duplicates: the stream never says dead,
+// and the record's last_event goes back below what the life numbered. The
+// next life then numbers from there and the relay answers its first
+// events as duplicates too: they are never stored.
+//
+// With its journal, the restarted node republishes the life's events
+// first, and whether the closing is numbered right depends on whether
+// their acknowledgements come back before reconcileRecords reads the
+// outbox (it failed 2 runs of 5 here); the node's cache (journal,
+// numbers.json) is removed here so the outcome does not hang on that
+// race: a node whose cache was lost, or whose journal had nothing to
+// republish, closes the agent with the life's own numbers.
+func TestNodeRestartClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
+	t.Parallel()
+	port := strconv.Itoa(freePort(t))
+	p := startAuthPool(t, "coordinator", "ops", "--port", port, "--stream-duplicates", "1s", "--stream-max-age", "3s", "--node-ttl", "20s")
+	nc, err := nats.Connect(p.url, nats.UserCredentials(p.creds["ops"]), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func() schemas.AgentRecord {
+		t.Helper()
+		e, err := kv.Get(t.Context(), "living")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec schemas.AgentRecord
+		json.Unmarshal(e.Value(), &rec)
+		return rec
+	}
+	events := func() []uint64 {
+		t.Helper()
+		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: "living", Max: 5000, IncludeDeltas: true})
+		if err != nil {
+			t.Fatalf("events: %v", err)
+		}
+		var ns []uint64
+		for _, e := range rep.Events {
+			ns = append(ns, e.N)
+		}
+		return ns
+	}
+	p.fake.Script(fakemodel.Reply{Text: "The first answer."}, fakemodel.Reply{Text: "The next life's answer."})
+	p.must(t, "open", "--id", "living", t.TempDir())
+	if out := p.must(t, "run", "living", "First."); out != "The first answer." {
+		t.Fatalf("turn 1 answered %q", out)
+	}
+	ns := events()
+	seen := ns[len(ns)-1]
+	poll.Until(t, 30*time.Second, "retention drops the agent's events", func() bool {
+		return len(events()) == 0
+	})
+
+	// The node dies and comes back before the coordinator judges it lost.
+	p.node.stop(syscall.SIGKILL)
+	home := p.nodeHome()
+	dir := filepath.Join(home, "cache", "shoal", "agents", "far")
+	for _, name := range []string{"journal", "numbers.json"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("the node's %s: %v", name, err)
+		}
+		os.RemoveAll(filepath.Join(dir, name))
+	}
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), p.fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	p.node = startShoal(t, home, env, "node", "--nats", p.url, "--creds", p.creds["far"], "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	p.node.waitLine("shoal: node far joined")
+	poll.Until(t, 20*time.Second, "the restarted node to mark its agent dead", func() bool {
+		return record().Status == schemas.StatusDead
+	})
+	var closing []uint64
+	poll.Until(t, 20*time.Second, "the closing events to be stored", func() bool {
+		closing = events()
+		return len(closing) > 0
+	})
+	rec := record()
+	t.Logf("the life numbered 1..%d; after the node's restart the record says last_event %d, the stream holds %v", seen, rec.LastEvent, closing)
+	if rec.LastEvent <= seen || len(closing) == 0 {
+		t.Errorf("agent living numbered events 1..%d; after the node's restart its record says dead, last_event %d, and the stream holds events %v: the closing events (and the dead status) were numbered from 1 again and the relay answered them as copies of the aged-out ones", seen, rec.LastEvent, closing)
+	}
+
+	// The id's next life numbers on from the record's last_event.
+	p.must(t, "open", "--id", "living", t.TempDir())
+	if out := p.must(t, "run", "--timeout", "60s", "living", "Again."); out != "The next life's answer." {
+		t.Fatalf("the next life's turn answered %q", out)
+	}
+	next := events()
+	before := record().EventsBefore
+	t.Logf("the next life: events_before %d, the stream holds %v", before, next)
+	for len(next) > 0 && next[0] <= before { // the life before's closing events
+		next = next[1:]
+	}
+	if len(next) == 0 || next[0] != before+1 {
+		t.Errorf("the next life numbers after %d; the stream holds %v of it: its events up to %d, which the relay had forwarded for the life before, were answered as duplicates and never stored", before, next, seen)
 	}
 }
