@@ -123,10 +123,27 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		if err != nil || u.Port() == "" {
 			return usagef("%s: nats = %q names no port for shoal up to listen on (an external NATS server is named with --nats on shoal up's command line)", src, url)
 		}
+		switch u.Scheme {
+		case "nats":
+		case "tls":
+			if f := fs.Lookup("tls-cert"); f == nil || f.Value.String() == "" {
+				return usagef("%s: nats = %q asks for TLS: give shoal up --tls-cert and --tls-key, or name the server nats://", src, url)
+			}
+		default:
+			return usagef("%s: nats = %q: shoal up listens at a nats:// or tls:// address", src, url)
+		}
 		if err := fs.Set("port", u.Port()); err != nil {
 			return usagef("%s: nats = %q: %v", src, url, err)
 		}
 		l.from["port"] = src + " (nats)"
+		// Where it listens, too: one setting serves both sides (an
+		// address off loopback needs --auth, as --host does).
+		if h := u.Hostname(); h != "" && l.from["host"] == "" && fs.Lookup("host") != nil {
+			if err := fs.Set("host", h); err != nil {
+				return usagef("%s: nats = %q: %v", src, url, err)
+			}
+			l.from["host"] = src + " (nats)"
+		}
 	case l.from["nats"] == "":
 		port, src := setting("port")
 		if port == "" {
