@@ -57,9 +57,8 @@ type BusConfig struct {
 	// empty.
 	Agents []string
 	// LoopbackOnly refuses a tcp Address off loopback: the bus has no
-	// credentials and carries every agent's prompts and tool output, so
-	// a fabric that requires credentials must not publish it to the
-	// network.
+	// credentials and carries every agent's prompts and tool output to
+	// whoever connects, so it is not published to the network.
 	LoopbackOnly bool
 	Logger       *slog.Logger
 }
@@ -84,7 +83,7 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	}
 	if network == "tcp" && cfg.LoopbackOnly {
 		if host, _, err := net.SplitHostPort(addr); err != nil || !isLoopbackHost(host) {
-			return nil, fmt.Errorf("refusing to publish the Kaimon bus on %s: the bus has no credentials and carries every agent's prompts and tool output, and this fabric requires credentials; give an ipc:// address, or a loopback one such as tcp://127.0.0.1:9878", cfg.Address)
+			return nil, fmt.Errorf("refusing to publish the Kaimon bus on %s: the bus has no credentials and carries every agent's prompts and tool output to whoever connects; give an ipc:// address, or a loopback one such as tcp://127.0.0.1:9878", cfg.Address)
 		}
 	}
 	if cfg.Durable == "" {
