@@ -138,6 +138,9 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 		}
 	}
 	NameOpen(&req)
+	if err := schemas.CheckModel(req.Model); err != nil {
+		return schemas.OpenReply{}, err
+	}
 	if err := schemas.CheckBudget(req.BudgetTokens, req.BudgetUSD); err != nil {
 		return schemas.OpenReply{}, err
 	}

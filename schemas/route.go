@@ -1,6 +1,9 @@
 package schemas
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Backend kinds, as Route returns them.
 const (
@@ -21,4 +24,35 @@ func Route(model string) (kind, rest string) {
 		}
 	}
 	return BackendClaude, model
+}
+
+// ACPAgents are the agents a model acp:<agent>[:<model>] may name.
+var ACPAgents = []string{"opencode", "claude", "gemini"}
+
+// SplitACPModel splits what follows acp: into its agent, one of
+// ACPAgents, and its model (empty for the agent's own default).
+func SplitACPModel(s string) (agent, model string, err error) {
+	agent, model, _ = strings.Cut(s, ":")
+	if !slices.Contains(ACPAgents, agent) {
+		return "", "", Errf(CodeInvalid, "unknown ACP agent %q in acp:%s (want acp:opencode, acp:claude or acp:gemini, optionally followed by :<model>)", agent, s)
+	}
+	return agent, model, nil
+}
+
+// CheckModel refuses a model that names its backend wrongly (a wrong
+// request, not a fleet without room): an ACP agent Shoal does not know,
+// or a local model server's model left out. Any other model goes to the
+// claude CLI, which judges it.
+func CheckModel(model string) error {
+	kind, rest := Route(model)
+	switch kind {
+	case BackendACP:
+		_, _, err := SplitACPModel(rest)
+		return err
+	case BackendVMLX, BackendOllama:
+		if rest == "" {
+			return Errf(CodeInvalid, "model %q names no model: %s:<model>", model, kind)
+		}
+	}
+	return nil
 }

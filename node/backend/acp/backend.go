@@ -30,8 +30,9 @@ const (
 	AgentGemini   = "gemini"
 )
 
-// Agents lists them.
-var Agents = []string{AgentOpencode, AgentClaude, AgentGemini}
+// Agents lists them (schemas.ACPAgents, which callers check a model
+// against before it reaches a node).
+var Agents = schemas.ACPAgents
 
 // DefaultCommands are the commands that run each agent, looked up on PATH.
 var DefaultCommands = map[string][]string{
@@ -122,11 +123,7 @@ func (b *Backend) DescribeAll(context.Context) []schemas.BackendInfo {
 // SplitModel separates acp:<agent>[:<model>]'s agent from its model, the
 // prefix already removed.
 func SplitModel(s string) (agent, model string, err error) {
-	agent, model, _ = strings.Cut(s, ":")
-	if !slices.Contains(Agents, agent) {
-		return "", "", fmt.Errorf("unknown ACP agent %q in acp:%s (want acp:opencode, acp:claude or acp:gemini, optionally followed by :<model>)", agent, s)
-	}
-	return agent, model, nil
+	return schemas.SplitACPModel(s)
 }
 
 // Start implements backend.Backend: it launches the agent, and returns
