@@ -264,7 +264,7 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 		return fmt.Errorf("MCP listen address %q: %w", addr, err)
 	}
 	if !isLoopbackHost(host) && cfg.Token == "" && cfg.ObserverToken == "" {
-		return fmt.Errorf("refusing to serve MCP on %s without a bearer token: set one, or listen on 127.0.0.1", addr)
+		return fmt.Errorf("refusing to serve MCP on %s without a bearer token: set one (shoal up --mcp-token), or listen on 127.0.0.1", addr)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

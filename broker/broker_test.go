@@ -217,6 +217,11 @@ func TestStoreInUse(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) || schemas.CodeOf(err) != schemas.CodeInvalid {
 		t.Fatalf("got %v, want it to say %q", err, want)
 	}
+	// By its command line, whole (it was cut at three words: "(shoal up
+	// --port)", a flag without its value).
+	if last := os.Args[len(os.Args)-1]; len(os.Args) > 3 && !strings.Contains(err.Error(), last+")") && !strings.Contains(err.Error(), "…)") {
+		t.Errorf("the holder is not named by its whole command line (%q last): %v", last, err)
+	}
 	nc := natstest.Connect(t, first)
 	if _, err := nc.Request("$JS.API.INFO", nil, 5*time.Second); err != nil {
 		t.Errorf("the first server after the refused second: %v", err)

@@ -146,7 +146,7 @@ func (c Config) validate() error {
 				continue
 			}
 			if !isLoopback(h.host) {
-				return fmt.Errorf("refusing to listen for %s connections on %s without authentication: turn authentication on, or listen on 127.0.0.1", h.what, h.host)
+				return fmt.Errorf("refusing to listen for %s connections on %s without authentication: turn authentication on (shoal up --auth), or listen on 127.0.0.1", h.what, h.host)
 			}
 		}
 		if c.Monitor.Port < -1 || c.Monitor.Port > 65535 {

@@ -51,12 +51,13 @@ func describe(pid string) string {
 	if err != nil || len(b) == 0 {
 		return ""
 	}
-	args := strings.Fields(strings.ReplaceAll(string(b), "\x00", " "))
-	if len(args) > 3 {
-		args = args[:3]
-	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 	args[0] = filepath.Base(args[0])
-	return " (" + strings.Join(args, " ") + ")"
+	line := strings.Join(args, " ")
+	if len(line) > 200 {
+		line = line[:200] + "…" // enough to know it by
+	}
+	return " (" + line + ")"
 }
 
 // checkListeners makes sure the ports the server will listen on are free,
