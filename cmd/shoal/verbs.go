@@ -284,6 +284,9 @@ func runCommand() *command {
 				if wait <= 0 {
 					return usagef("--wait %s: a run waits for more than no time; give a duration such as 10m", wait)
 				}
+				if wait > schemas.MaxRunTimeout {
+					return usagef("--wait %s: a run waits at most %s", wait, schemas.MaxRunTimeout)
+				}
 				f, err := v.fabric()
 				if err != nil {
 					return err
