@@ -209,6 +209,17 @@ func TestRelayKeepsALivingAgentsRecordWhoseEventsAgedOut(t *testing.T) {
 	}
 }
 
+// sendAcked sends events from..to of mine as node nb, each naming the one
+// before it stored.
+func sendAcked(t *testing.T, ctx context.Context, nb jetstream.JetStream, from, to uint64) {
+	t.Helper()
+	for n := from; n <= to; n++ {
+		if _, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
+			t.Fatalf("event %d: %v", n, err)
+		}
+	}
+}
+
 // ackedEvent is relayEvent naming the node's last event of mine stored.
 func ackedEvent(n, acked uint64, data []byte) *nats.Msg {
 	m := relayEvent(n, data)
@@ -227,11 +238,7 @@ func ackedEvent(n, acked uint64, data []byte) *nats.Msg {
 func TestRelayTakesTheNodesWordOnceALivingAgentsEventsAgedOut(t *testing.T) {
 	t.Parallel()
 	ctx, kv, nb, restart, claim, stored, _, age := agedRelayPool(t)
-	for n := uint64(1); n <= 3; n++ {
-		if _, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendAcked(t, ctx, nb, 1, 3)
 	rec := claim
 	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusIdle, "/x", 3, 1
 	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {
@@ -302,11 +309,7 @@ func TestRelayRefusesAFreshAgentsSkipOnTheNodesWord(t *testing.T) {
 func TestRelayRefusesEventsAfterADeathOnTheNodesWord(t *testing.T) {
 	t.Parallel()
 	ctx, kv, nb, restart, claim, stored, _, age := agedRelayPool(t)
-	for n := uint64(1); n <= 3; n++ {
-		if _, err := nb.PublishMsg(ctx, ackedEvent(n, n-1, textEnv(fmt.Sprintf("event %d", n)))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendAcked(t, ctx, nb, 1, 3)
 	rec := claim
 	rec.Status, rec.EventLog, rec.LastEvent, rec.Turn = schemas.StatusDead, "/x", 4, 1
 	if err := writeOwnRecord(t, ctx, kv, nb, "nb", rec); err != nil {

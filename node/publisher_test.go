@@ -601,6 +601,24 @@ func TestBatchesAreAcknowledgedWhereTheServiceNeverAnswers(t *testing.T) {
 	}
 }
 
+// recordedPublisher runs a publisher whose sender tells each message it
+// sends on out.sent and waits for an answer on answers; confined, it
+// names each agent's last acknowledged event. stop ends it.
+func recordedPublisher(t *testing.T, confined bool) (p *publisher, answers chan error, out recordingSender, stop func()) {
+	t.Helper()
+	answers = make(chan error)
+	out = recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p = newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
+	if confined {
+		p.acked = map[string]uint64{}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	return p, answers, out, func() { cancel(); <-done }
+}
+
 // recordingSender is a gatedSender that tells each message it sends.
 type recordingSender struct {
 	gatedSender
@@ -621,16 +639,7 @@ func (s recordingSender) send(msg *nats.Msg, alone bool) (future, error) {
 // sends no such header.
 func TestPublisherNamesEachAgentsLastAcknowledgedEvent(t *testing.T) {
 	for _, confined := range []bool{true, false} {
-		answers := make(chan error)
-		out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
-		none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
-		p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
-		if confined {
-			p.acked = map[string]uint64{}
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan struct{})
-		go func() { p.run(ctx); close(done) }()
+		p, answers, out, stop := recordedPublisher(t, confined)
 		next := func(agent string, n uint64, want string) {
 			t.Helper()
 			p.enqueue(newOutMsg(schemas.EventSubject(agent), "n", agent, n, []byte(`{}`), time.Now()))
@@ -661,8 +670,7 @@ func TestPublisherNamesEachAgentsLastAcknowledgedEvent(t *testing.T) {
 		answers <- nil
 		poll.Until(t, 30*time.Second, "event 3's acknowledgement taken", func() bool { return p.pending() == 2 })
 		next("a", 5, claim("3"))
-		cancel()
-		<-done
+		stop()
 	}
 }
 
@@ -673,15 +681,8 @@ func TestPublisherNamesEachAgentsLastAcknowledgedEvent(t *testing.T) {
 // restarted) answers "send 1 first" for ever, holding up every agent's
 // events behind it.
 func TestPublisherKeepsTheWordOfAForgottenAgentWhoseEventsWait(t *testing.T) {
-	answers := make(chan error)
-	out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
-	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
-	p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
-	p.acked = map[string]uint64{}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	p, answers, out, stop := recordedPublisher(t, true)
+	defer stop()
 	sent := func() *nats.Msg {
 		t.Helper()
 		select {
@@ -721,15 +722,8 @@ func TestPublisherKeepsTheWordOfAForgottenAgentWhoseEventsWait(t *testing.T) {
 // carrying the node's word, for good: the node dropped it and every event
 // after it. It sends them again without the word.
 func TestPublisherStopsNamingItsWordToARelayThatRefusesIt(t *testing.T) {
-	answers := make(chan error)
-	out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
-	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
-	p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.DiscardHandler))
-	p.acked = map[string]uint64{}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	p, answers, out, stop := recordedPublisher(t, true)
+	defer stop()
 	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 1, []byte(`{}`), time.Now()))
 	for i, want := range []string{"0", ""} {
 		select {
