@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/nats-io/nats.go"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,57 +26,74 @@ import (
 // had handed out, and an observer resuming after the last event it saw
 // skipped them (here, within the stream's duplicate window, they were
 // dropped as copies of the aged-out events: the stream never said dead).
-// And with nothing stored of its turns, an idle agent's last turn, which
-// its record says ended, was begun and cancelled again.
+// And with nothing stored of its turns, every turn its record says began
+// was begun and cancelled again: an idle agent's last one, and a working
+// agent's every turn before the running one (an outside review found the
+// working case).
 func TestNodeLossClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 	t.Parallel()
-	b, nc, js, ctx, nodes, agents := nodeLossFabric(t)
-	a := &agentStream{t: t, js: js, id: "aged"}
-	a.emit(0, schemas.Status{Status: schemas.StatusIdle})
-	a.turn(1, "done")
-	raw, _ := json.Marshal(schemas.AgentRecord{ID: "aged", Status: schemas.StatusIdle, Turn: 1, LastEvent: a.n, Node: "n1", EventLog: "/x"})
-	if _, err := agents.Put(ctx, "aged", raw); err != nil {
-		t.Fatal(err)
-	}
-	s, err := js.Stream(ctx, schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(schemas.EventSubject("aged"))); err != nil {
-		t.Fatal(err)
-	}
-	beat, _ := json.Marshal(schemas.NodeRecord{Name: "n1"})
-	if _, err := nodes.Put(ctx, "n1", beat); err != nil {
-		t.Fatal(err)
-	}
-	fabrictest.Monitor(t, natstest.Connect(t, b), 100*time.Millisecond)
+	for _, c := range []struct {
+		name    string
+		working bool
+		want    string // the closing events, kind@turn
+	}{
+		{"idle after turn 2", false, "[error@2 status@2]"},
+		{"working on turn 3", true, "[turn_started@3 error@3 result@3 status@3]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b, nc, js, ctx, nodes, agents := nodeLossFabric(t)
+			a := &agentStream{t: t, js: js, id: "aged"}
+			a.emit(0, schemas.Status{Status: schemas.StatusIdle})
+			a.turn(1, "one")
+			a.turn(2, "two")
+			rec := schemas.AgentRecord{ID: "aged", Status: schemas.StatusIdle, Turn: 2, Node: "n1", EventLog: "/x"}
+			if c.working {
+				a.emit(2, schemas.UserText{Content: schemas.Text("three")})
+				a.emit(3, schemas.Status{Status: schemas.StatusWorking})
+				a.emit(3, schemas.TurnStarted{})
+				rec.Status, rec.Turn = schemas.StatusWorking, 3
+			}
+			rec.LastEvent = a.n
+			raw, _ := json.Marshal(rec)
+			if _, err := agents.Put(ctx, "aged", raw); err != nil {
+				t.Fatal(err)
+			}
+			s, err := js.Stream(ctx, schemas.StreamName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Purge(ctx, jetstream.WithPurgeSubject(schemas.EventSubject("aged"))); err != nil {
+				t.Fatal(err)
+			}
+			beat, _ := json.Marshal(schemas.NodeRecord{Name: "n1"})
+			if _, err := nodes.Put(ctx, "n1", beat); err != nil {
+				t.Fatal(err)
+			}
+			fabrictest.Monitor(t, natstest.Connect(t, b), 100*time.Millisecond)
 
-	f, err := client.NewDirect(nc, client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []uint64
-	var kinds []string
-	poll.Until(t, 20*time.Second, "the lost node's agent to be closed", func() bool {
-		got, kinds = got[:0], kinds[:0]
-		err := f.Replay(ctx, []string{"aged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
-			got = append(got, r.N) // a gap before the first is the aged-out events'
-			kinds = append(kinds, string(r.Kind))
-			return nil
+			f, err := client.NewDirect(nc, client.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			var kinds []string
+			poll.Until(t, 20*time.Second, "the lost node's agent to be closed", func() bool {
+				got, kinds = got[:0], kinds[:0]
+				err := f.Replay(ctx, []string{"aged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
+					got = append(got, r.N) // a gap before the first is the aged-out events'
+					kinds = append(kinds, fmt.Sprintf("%s@%d", r.Kind, r.Turn))
+					return nil
+				})
+				return err == nil && len(kinds) > 0 && strings.HasPrefix(kinds[len(kinds)-1], "status@")
+			})
+			if got[0] != a.n+1 {
+				t.Errorf("the closing events are numbered %v; the node's record says it numbered %d events", got, a.n)
+			}
+			if fmt.Sprint(kinds) != c.want {
+				t.Errorf("the agent is closed with %v; want %s", kinds, c.want)
+			}
 		})
-		return err == nil && len(got) > 0
-	})
-	poll.Until(t, 20*time.Second, "the agent's record to say dead", func() bool {
-		e, err := agents.Get(ctx, "aged")
-		var rec schemas.AgentRecord
-		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
-	})
-	if got[0] != a.n+1 {
-		t.Errorf("the closing events are numbered %v; the node's record says it numbered %d events", got, a.n)
-	}
-	// Its record says turn 1 ended (idle): it is not begun and cancelled.
-	if fmt.Sprint(kinds) != "[error status]" {
-		t.Errorf("the idle agent is closed with %v; want [error status]", kinds)
 	}
 }
 

@@ -67,17 +67,21 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // the stream's tail: after the stream's end or the id's earlier lives
 // (EventsBefore); when the stream holds none of this life (retention
 // dropped its events), after the last number its record says was handed
-// out (LastEvent), and, unless the record says a turn runs, the turns it
-// says began are taken as ended, not begun and cancelled again. A number
-// handed out is never handed out again.
+// out (LastEvent), and the turns it says began and ended (all begun but
+// the running one) are taken as ended, not begun and cancelled again. A
+// number handed out is never handed out again.
 func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
 	n := max(t.Last, rec.EventsBefore)
 	if t.Last > rec.EventsBefore {
 		return t, n
 	}
 	n = max(n, rec.LastEvent)
-	if rec.LastEvent > rec.EventsBefore && rec.Status != StatusWorking {
-		t.Turn = max(t.Turn, rec.Turn-rec.Held)
+	if rec.LastEvent > rec.EventsBefore {
+		ended := rec.Turn - rec.Held
+		if rec.Status == StatusWorking {
+			ended-- // the running one is closed, its start with it
+		}
+		t.Turn = max(t.Turn, ended)
 	}
 	return t, n
 }

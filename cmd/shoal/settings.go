@@ -116,7 +116,9 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		return nil
 	case c.name == "up":
 		url, src := setting("nats")
-		if url == "" || l.from["port"] != "" {
+		if url == "" || l.from["port"] != "" || strings.HasPrefix(l.from["nats"], "flag ") {
+			// Nothing said, or --port says where it listens, or --nats
+			// names an external server: no embedded one listens.
 			return nil
 		}
 		u, err := neturl.Parse(url)

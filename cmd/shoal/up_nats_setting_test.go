@@ -37,3 +37,20 @@ func TestUpListensWhereItsNatsSettingSays(t *testing.T) {
 		t.Errorf("SHOAL_NATS=%s: shoal up without a certificate exits %d: %s", url, code, errOut)
 	}
 }
+
+// With --nats on its command line shoal up uses that external deployment:
+// the setting its clients read (SHOAL_NATS=tls://nats.example:4222, as a
+// shell exports it for shoal ls and shoal node) says nothing of where it
+// listens, and a tls:// one was refused for want of --tls-cert (found by
+// an outside review of the change above).
+func TestUpWithNatsOnItsCommandLineLeavesTheSettingToClients(t *testing.T) {
+	t.Parallel()
+	port := strconv.Itoa(freePort(t)) // nothing listens there
+	args := []string{"up", "--nats", "nats://127.0.0.1:" + port, "--no-node", "--no-bus", "--no-mcp"}
+	for _, env := range []string{"SHOAL_NATS=tls://127.0.0.1:" + port, "SHOAL_NATS=nats://0.0.0.0:" + port} {
+		code, _, errOut := runShoal(t, t.TempDir(), []string{env}, args...)
+		if strings.Contains(errOut, "SHOAL_NATS") || !strings.Contains(errOut, "cannot reach NATS at nats://127.0.0.1:"+port) {
+			t.Errorf("%s shoal %s: exits %d: %s; want it to try the server --nats names", env, strings.Join(args, " "), code, errOut)
+		}
+	}
+}
