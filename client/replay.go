@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -161,6 +162,9 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 			return err
 		}
 		r, ok := replayed(msg)
+		if it.stored != nil {
+			it.stored.last = r.Seq // a consumer made again starts after it
+		}
 		if ok {
 			ds, err := q.add(ctx, r)
 			if err != nil {
@@ -219,11 +223,11 @@ func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []s
 
 // replayIter is a replay's consumer.
 type replayIter struct {
-	it    jetstream.MessagesContext
+	it    jetstream.MessagesContext // one that follows
 	close func()
-	// left, for a replay that only reads what is stored, is how many
-	// messages its consumer has yet to deliver; nil for one that follows.
-	left func(context.Context) (uint64, error)
+	// stored, for a replay that only reads what is stored, is its
+	// consumer; nil for one that follows.
+	stored *storedReplay
 }
 
 // errReadAll says a replay that only reads what is stored has nothing
@@ -236,30 +240,110 @@ var errReadAll = errors.New("the replay's consumer has nothing left to deliver")
 const replayIdle = time.Second
 
 // next returns the replay's next message: for one that follows, whenever
-// it comes; for one that only reads what is stored, errReadAll once its
-// consumer has nothing left (it asks after each replayIdle of waiting).
+// it comes; for one that only reads what is stored, see storedReplay.next.
 func (r replayIter) next(ctx context.Context) (jetstream.Msg, error) {
-	if r.left == nil {
+	if r.stored == nil {
 		return r.it.Next(jetstream.NextContext(ctx))
 	}
+	return r.stored.next(ctx)
+}
+
+// storedReplay is the consumer of a replay that only reads what is
+// stored: an ephemeral consumer, deleted as soon as the read ends (a
+// stream holds a bounded number of consumers and readers may be many),
+// and made again from the message after the last it delivered when the
+// server drops it (a reader paused past its inactive threshold, a server
+// restart).
+type storedReplay struct {
+	stream jetstream.Stream
+	cfg    jetstream.ConsumerConfig
+	cons   jetstream.Consumer
+	it     jetstream.MessagesContext
+	stop   func() bool // stops it when the replay's context ends
+	last   uint64      // the stream sequence of the last message read (set by Replay)
+	tries  int         // consumers made since a message was last delivered
+}
+
+// open makes the consumer, from the message after the last delivered.
+func (s *storedReplay) open(ctx context.Context) error {
+	cfg := s.cfg
+	if s.last > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, s.last+1, nil
+	}
+	cons, err := s.stream.CreateConsumer(ctx, cfg)
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
+	}
+	s.cons, s.it, s.stop = cons, it, context.AfterFunc(ctx, it.Stop)
+	return nil
+}
+
+// close stops the consumer and deletes it.
+func (s *storedReplay) close(ctx context.Context) {
+	s.stop()
+	s.it.Stop()
+	del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s.stream.DeleteConsumer(del, s.cons.CachedInfo().Name)
+}
+
+// reopen makes the consumer again after the server dropped it, up to a
+// few times without a message in between.
+func (s *storedReplay) reopen(ctx context.Context, why error) error {
+	if s.tries++; s.tries > 3 {
+		return schemas.Errf(schemas.CodeUnavailable, "replay: the server dropped its consumer %d times: %v", s.tries, why)
+	}
+	s.stop()
+	s.it.Stop()
+	return s.open(ctx)
+}
+
+// dropped reports whether err says the server no longer has the
+// consumer.
+func dropped(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrNoHeartbeat)
+}
+
+// next returns the next message, or errReadAll once the consumer has
+// nothing left: it asks after each replayIdle of waiting, since what it
+// was to read up to may have gone while it read.
+func (s *storedReplay) next(ctx context.Context) (jetstream.Msg, error) {
 	wait := replayIdle
 	for {
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		msg, err := r.it.Next(jetstream.NextContext(wctx))
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return msg, err
-		}
-		if wait < replayIdle {
+		// The replay's context ending stops the iterator (open).
+		msg, err := s.it.Next(jetstream.NextMaxWait(wait))
+		switch {
+		case err == nil:
+			s.tries = 0
+			return msg, nil
+		case ctx.Err() != nil:
+			return nil, err
+		case dropped(err):
+			if err := s.reopen(ctx, err); err != nil {
+				return nil, err
+			}
+			wait = replayIdle
+			continue
+		case !errors.Is(err, nats.ErrTimeout):
+			return nil, err
+		case wait < replayIdle:
 			// Asked, nothing left, and nothing the server delivered
 			// before it answered has come since.
 			return nil, errReadAll
 		}
-		n, err := r.left(ctx)
-		if err != nil {
+		info, err := s.cons.Info(ctx)
+		switch {
+		case dropped(err):
+			if err := s.reopen(ctx, err); err != nil {
+				return nil, err
+			}
+		case err != nil:
 			return nil, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
-		}
-		if n == 0 {
+		case info.NumPending == 0:
 			// A message the server delivered before it counted reaches
 			// this connection before the count: a short wait takes it.
 			wait = replayIdle / 10
@@ -269,8 +353,7 @@ func (r replayIter) next(ctx context.Context) (jetstream.Msg, error) {
 
 // openReplay starts the consumer of a replay. One that follows is an
 // ordered consumer, which survives reconnects; one that only reads what is
-// stored is an ephemeral consumer deleted as soon as the read ends, since
-// a stream holds a bounded number of consumers and readers may be many.
+// stored is a storedReplay.
 func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, follow bool) (replayIter, error) {
 	if follow {
 		cons, err := stream.OrderedConsumer(ctx, cfg)
@@ -284,7 +367,7 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 		stop := context.AfterFunc(ctx, it.Stop)
 		return replayIter{it: it, close: func() { stop(); it.Stop() }}, nil
 	}
-	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	s := &storedReplay{stream: stream, cfg: jetstream.ConsumerConfig{
 		FilterSubjects:    cfg.FilterSubjects,
 		DeliverPolicy:     cfg.DeliverPolicy,
 		OptStartSeq:       cfg.OptStartSeq,
@@ -292,30 +375,11 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 		AckPolicy:         jetstream.AckNonePolicy,
 		MemoryStorage:     true,
 		InactiveThreshold: 30 * time.Second,
-	})
-	if err != nil {
-		return replayIter{}, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
+	}}
+	if err := s.open(ctx); err != nil {
 		return replayIter{}, err
 	}
-	name := cons.CachedInfo().Name
-	stop := context.AfterFunc(ctx, it.Stop)
-	left := func(ctx context.Context) (uint64, error) {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return info.NumPending, nil
-	}
-	return replayIter{it: it, left: left, close: func() {
-		stop()
-		it.Stop()
-		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		stream.DeleteConsumer(del, name)
-	}}, nil
+	return replayIter{stored: s, close: func() { s.close(ctx) }}, nil
 }
 
 // replayState is what a replay remembers between events.

@@ -53,3 +53,46 @@ func TestReplayEndsWhenItsLastEventsAgeOutWhileItReads(t *testing.T) {
 		t.Fatalf("the replay read %d events of the %d kept: %v", read, total-1000, err)
 	}
 }
+
+// A replay of what is stored whose consumer the server drops while it
+// reads (a reader paused past the consumer's inactive threshold: `shoal
+// events | less`; a server restart) goes on from the message after the
+// last it delivered: it failed after the first batch ("consumer not
+// found", or no heartbeat), found by an outside review.
+func TestReplayGoesOnWhenItsConsumerIsDropped(t *testing.T) {
+	t.Parallel()
+	f, js := streamFabric(t)
+	a := &agentStream{t: t, js: js, id: "paged"}
+	const total = 2000
+	for a.n < total {
+		a.emit(1, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
+	}
+	s, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	var read []uint64
+	err = f.Replay(ctx, []string{"paged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
+		if read = append(read, r.N); len(read) == 1 {
+			// The server drops the replay's consumer, as it does one
+			// left idle past its inactive threshold.
+			names := s.ConsumerNames(ctx)
+			for name := range names.Name() {
+				if err := s.DeleteConsumer(ctx, name); err != nil {
+					t.Errorf("delete consumer %s: %v", name, err)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || ctx.Err() != nil || len(read) != total || read[0] != 1 || read[total-1] != total {
+		t.Fatalf("the replay whose consumer was dropped read %d of %d events (first %v): %v (deadline: %v)", len(read), total, read[:min(1, len(read))], err, ctx.Err())
+	}
+	for i, n := range read {
+		if n != uint64(i+1) {
+			t.Fatalf("event %d read as %d: the replay skipped or repeated events", i+1, n)
+		}
+	}
+}
