@@ -418,6 +418,7 @@ func (p *publisher) ready(k int) bool {
 func (p *publisher) ack(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	var firstErr error
+	var warned time.Time // the last retry warning
 	for f := range p.futures {
 		err := f.wait()
 		var storedAt time.Time
@@ -504,7 +505,12 @@ func (p *publisher) ack(ctx context.Context) {
 		if !retry {
 			continue
 		}
-		p.log.Warn("storing events failed; retrying", "pending", p.pending(), "err", firstErr)
+		if backoff == 50*time.Millisecond || time.Since(warned) >= retryWarnEvery {
+			// The first failure of a streak, then one line in a while:
+			// a fabric away for minutes is not a screenful of warnings.
+			p.log.Warn("storing events failed; retrying", "pending", p.pending(), "err", firstErr)
+			warned = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -519,6 +525,10 @@ func (p *publisher) ack(ctx context.Context) {
 		p.cond.Broadcast()
 	}
 }
+
+// retryWarnEvery is how often a streak of failed stores is logged after
+// its first failure.
+const retryWarnEvery = 30 * time.Second
 
 // storedWaiter is a wait for an agent's events up to seq to be stored.
 type storedWaiter struct {

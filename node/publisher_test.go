@@ -1,9 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -740,4 +742,47 @@ func TestPublisherStopsNamingItsWordToARelayThatRefusesIt(t *testing.T) {
 	}
 	answers <- nil
 	poll.Until(t, 30*time.Second, "event 1 stored", func() bool { return p.pending() == 0 })
+}
+
+// A streak of failed stores is one warning, then one in a while: a node
+// whose fabric was away for half a minute logged some sixty lines (a new
+// user's walkthrough counted them), every retry's.
+func TestPublisherWarnsOnceForAStreakOfFailedStores(t *testing.T) {
+	var log bytes.Buffer
+	answers := make(chan error)
+	out := recordingSender{gatedSender{answers, make(chan struct{})}, make(chan *nats.Msg, 16)}
+	none := func(context.Context, []string) (map[string]uint64, error) { return map[string]uint64{}, nil }
+	p := newPublisher(out, none, 16, outboxLimits{Memory: 64 << 20}, nil, slog.New(slog.NewTextHandler(&syncWriter{w: &log}, nil)))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 1, []byte(`{}`), time.Now()))
+	for range 5 { // five tries fail, 50 ms to 800 ms apart
+		select {
+		case <-out.sent:
+		case <-time.After(30 * time.Second):
+			t.Fatal("event 1 was not sent (again)")
+		}
+		answers <- errFlaky
+	}
+	<-out.sent
+	answers <- nil
+	poll.Until(t, 30*time.Second, "event 1 stored", func() bool { return p.pending() == 0 })
+	cancel()
+	<-done
+	if n := strings.Count(log.String(), "storing events failed; retrying"); n != 1 {
+		t.Errorf("five failed stores in a row logged %d warnings; want the streak's first:\n%s", n, log.String())
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
