@@ -426,6 +426,9 @@ func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()
 
 	svc.Stop()
+	if !h.cfg.Conn.IsConnected() {
+		h.log.Warn("stopping while the fabric is away: the agents' last records and events wait up to 30s for it; the journal keeps what is not stored, and the next start settles the rest", "pending", h.pub.pending())
+	}
 	shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer h.requests.Wait()
 	defer cancel()
