@@ -580,8 +580,11 @@ func (r BudgetRequest) Scope() (Scope, error) {
 // is 0 (no limit) or more, and a number of dollars is finite (NaN passes
 // every comparison, and no JSON holds it).
 func CheckBudget(tokens int64, usd float64) error {
-	if tokens < 0 || !(usd >= 0) || math.IsInf(usd, 1) {
-		return Errf(CodeInvalid, "a budget is 0 (no limit) or more tokens and a finite number of dollars, not tokens %d, usd %g", tokens, usd)
+	switch {
+	case tokens < 0:
+		return Errf(CodeInvalid, "a budget is 0 (no limit) or more tokens and a finite number of dollars, not %d tokens", tokens)
+	case !(usd >= 0) || math.IsInf(usd, 1):
+		return Errf(CodeInvalid, "a budget is 0 (no limit) or more tokens and a finite number of dollars, not %g dollars", usd)
 	}
 	return nil
 }

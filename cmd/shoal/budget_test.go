@@ -53,6 +53,10 @@ func TestBudgetRefusesATurnPastIt(t *testing.T) {
 	if code, _, errOut := c.shoal("open", "--budget-tokens", "-5", t.TempDir()); code != exitUsage || !strings.Contains(errOut, "a budget is 0 (no limit) or more") {
 		t.Errorf("a negative budget: exit %d, %q", code, errOut)
 	}
+	// The refusal names what was given wrong, not a tokens 0 never given.
+	if code, _, errOut := c.shoal("budget", "set", "--fleet", "--usd", "nan"); code != exitUsage || !strings.Contains(errOut, "not NaN dollars") || strings.Contains(errOut, "tokens 0") {
+		t.Errorf("a budget of NaN dollars: exit %d, %q", code, errOut)
+	}
 }
 
 // An agent's budget covers every life of its id: a reopened agent's turns
