@@ -172,6 +172,10 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		name = "version"
 	}
 	c := findCommand(name)
+	if c == nil && strings.HasPrefix(name, "-") {
+		fmt.Fprintf(io.err, "shoal: %s before a command: flags follow the command they are for (shoal <command> %s …; see shoal help)\n", name, name)
+		return exitUsage
+	}
 	if c == nil {
 		fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", name, didYouMean(name, commandNames(), ""))
 		return exitUsage

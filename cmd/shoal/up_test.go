@@ -124,10 +124,11 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"port out of range for a client", []string{"SHOAL_PORT=70000"}, []string{"status", "x"}, []string{"env SHOAL_PORT", `port = "70000" is not a port number`}},
 		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
 		{"bad size", nil, []string{"up", "--stream-max-bytes", "huge"}, []string{"huge", "not a size"}},
-		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication"}},
+		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication: turn authentication on (shoal up --auth)"}},
 		{"bad log level", nil, []string{"up", "--log-level", "loud"}, []string{"loud"}},
 		{"stray argument", nil, []string{"up", "now"}, []string{`unexpected argument "now"`}},
 		{"unknown command", nil, []string{"upp"}, []string{`unknown command "upp"`}},
+		{"a flag before the command", nil, []string{"--nats", "nats://127.0.0.1:1", "ls"}, []string{"--nats before a command: flags follow the command they are for"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
