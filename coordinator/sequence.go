@@ -47,8 +47,9 @@ type sequence struct {
 	// record.
 	unknown bool
 	// recorded is the last event number the agent's record said was
-	// handed out when the relay first read it: what the node's records
-	// and its word may run ahead of, by a bound, however often it writes.
+	// handed out when the relay first read it: what the node's word may
+	// run ahead of, by a bound, however often the node writes its record
+	// after.
 	recorded uint64
 }
 
@@ -134,9 +135,7 @@ func (r *Relay) holdNumbering(ctx context.Context, id string, live schemas.Agent
 	if err != nil {
 		return err
 	}
-	// Ahead of what the relay saw forwarded or first read, not of the
-	// record's last write: writes may not ratchet it on.
-	rec.LastEvent = min(rec.LastEvent, max(max(s.next-1, s.recorded)+recordEventsAhead, live.LastEvent))
+	rec.LastEvent = min(rec.LastEvent, max(s.next-1, live.LastEvent)+recordEventsAhead)
 	rec.Turn = min(rec.Turn, max(s.turn, live.Turn)+recordTurnsAhead)
 	return nil
 }
