@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"github.com/nats-io/nats.go/jetstream"
 	"testing"
 	"time"
 
@@ -17,16 +18,8 @@ import (
 // more for it.
 func TestReplayEndsWhenItsLastEventsAgeOutWhileItReads(t *testing.T) {
 	t.Parallel()
-	f, js := streamFabric(t)
-	a := &agentStream{t: t, js: js, id: "fading"}
 	const total = 3000
-	for a.n < total {
-		a.emit(1, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
-	}
-	s, err := js.Stream(t.Context(), schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, s := deltaStream(t, "fading", total)
 	info, err := s.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -61,20 +54,12 @@ func TestReplayEndsWhenItsLastEventsAgeOutWhileItReads(t *testing.T) {
 // found", or no heartbeat), found by an outside review.
 func TestReplayGoesOnWhenItsConsumerIsDropped(t *testing.T) {
 	t.Parallel()
-	f, js := streamFabric(t)
-	a := &agentStream{t: t, js: js, id: "paged"}
 	const total = 2000
-	for a.n < total {
-		a.emit(1, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
-	}
-	s, err := js.Stream(t.Context(), schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, s := deltaStream(t, "paged", total)
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 	defer cancel()
 	var read []uint64
-	err = f.Replay(ctx, []string{"paged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
+	err := f.Replay(ctx, []string{"paged"}, client.From{}, false, func(r client.Replayed, _ *client.Gap) error {
 		if read = append(read, r.N); len(read) == 1 {
 			// The server drops the replay's consumer, as it does one
 			// left idle past its inactive threshold.
@@ -95,4 +80,20 @@ func TestReplayGoesOnWhenItsConsumerIsDropped(t *testing.T) {
 			t.Fatalf("event %d read as %d: the replay skipped or repeated events", i+1, n)
 		}
 	}
+}
+
+// deltaStream is a fabric whose stream holds agent id's events 1..n,
+// each a text delta, and the stream.
+func deltaStream(t *testing.T, id string, n uint64) (*client.Direct, jetstream.Stream) {
+	t.Helper()
+	f, js := streamFabric(t)
+	a := &agentStream{t: t, js: js, id: id}
+	for a.n < n {
+		a.emit(1, schemas.AssistantText{Delta: true, Content: schemas.Text("x")})
+	}
+	s, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, s
 }
