@@ -644,7 +644,8 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 	}
 	putN1(true)
 	opens := make(chan schemas.OpenRequest, 2)
-	sub, err := natstest.Connect(t, fb.b).Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
+	stand := natstest.Connect(t, fb.b)
+	sub, err := stand.Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
 		var req schemas.OpenRequest
 		json.Unmarshal(m.Data, &req)
 		opens <- req
@@ -654,6 +655,9 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
+	if err := stand.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	for _, cwd := range []string{work, filepath.Join(work, "sub")} {
 		if text, _ := call(t, as, "agent_open", map[string]any{"cwd": cwd, "node": "n1"}); strings.Contains(text, "refused") {
 			t.Errorf("a sandboxed agent's child in %s: %q", cwd, text)

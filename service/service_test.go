@@ -60,6 +60,11 @@ func TestHandlerHoldsOnlyWhatAnswersAtOnce(t *testing.T) {
 	if err := svc.AddEndpoint("send", h, micro.WithEndpointSubject("t.send")); err != nil {
 		t.Fatal(err)
 	}
+	// The endpoint's subscription reaches the server before another
+	// connection asks it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	caller := natstest.Connect(t, b)
 	ask := func(body string) *nats.Msg {
 		t.Helper()
@@ -125,6 +130,11 @@ func TestLongReplySubjectsAreNotAnswered(t *testing.T) {
 	}
 	defer func() { svc.Stop(); srv.Wait() }()
 	if err := svc.AddEndpoint("status", h, micro.WithEndpointSubject("t.status")); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint's subscription reaches the server before another
+	// connection asks it.
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	caller := natstest.Connect(t, b)
