@@ -43,6 +43,11 @@ func TestMCPBoundsEachCallersCallsUnderWay(t *testing.T) {
 	if _, err := nc.ChanSubscribe(schemas.ControlSubject("n9", schemas.VerbRun), held); err != nil {
 		t.Fatal(err)
 	}
+	// The stand-in's subscription reaches the server before the bridge's
+	// connection asks it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	boss := fb.client(map[string]string{schemas.AgentIDHeader: "boss"})
 	var running sync.WaitGroup
 	results := make(chan string, 100)

@@ -273,6 +273,10 @@ func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 	if err := nb.PublishMsg(bad); err != nil {
 		t.Fatal(err)
 	}
+	// The next one, refused as before, is answered after the relay has
+	// handled the forged one.
+	_, err = js.PublishMsg(ctx, event("live", schemas.MsgID("live", 99), forged))
+	refusedWith("an event of live after the forged one", err, "node nb may not store events of agent live: rule owner")
 	stream, _ := s.F.JetStream().Stream(ctx, schemas.StreamName)
 	info, _ := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("mine")))
 	if n := info.State.Subjects[schemas.EventSubject("mine")]; n != 3 {

@@ -234,6 +234,11 @@ func TestFollowersGoOnAfterTheNATSServerRestarts(t *testing.T) {
 	}
 	tail := startShoal(t, t.TempDir(), env, "tail", "--json", open.AgentID)
 	watch := startShoal(t, t.TempDir(), env, "watch", "--json")
+	// Watch follows from the moment it starts, which a loaded machine may
+	// delay past the first turn.
+	poll.Until(t, 60*time.Second, "shoal watch starts", func() bool {
+		return strings.Contains(watch.stderrText(), "shoal: watching")
+	})
 	// seen waits for a line of p holding all of want.
 	seen := func(p *shoalProc, what string, want ...string) {
 		t.Helper()

@@ -21,6 +21,11 @@ func TestWatchRunsACommandPerMoment(t *testing.T) {
 	c := startCoordinator(t, nil)
 	log := filepath.Join(t.TempDir(), "moments")
 	w := startShoal(t, t.TempDir(), c.client, "watch", "--exec", `echo "$SHOAL_MOMENT $SHOAL_AGENT_ID $SHOAL_TURN $SHOAL_REQUEST_ID $SHOAL_TOOL" >> `+log)
+	// It follows from the moment it starts, which a loaded machine may
+	// delay past the request.
+	poll.Until(t, 60*time.Second, "shoal watch starts", func() bool {
+		return strings.Contains(w.stderrText(), "shoal: watching")
+	})
 	id := c.must("open", "--permission", "ask", t.TempDir())
 	in, _ := json.Marshal(map[string]string{"command": "echo a && echo b", "description": "run it"})
 	c.fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: "Bash", Input: in}}}, fakemodel.Reply{Text: "Ran."})
