@@ -20,6 +20,7 @@ type advertiser struct {
 	mu       sync.Mutex
 	rec      schemas.NodeRecord // under mu
 	interval time.Duration
+	lease    time.Duration // how long after a beat begins its entry is sure to live; 0 for unknown
 	changed  chan struct{}
 }
 
@@ -32,7 +33,9 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 	}
 	var id [8]byte
 	rand.Read(id[:])
-	a := &advertiser{h: h, interval: interval, changed: make(chan struct{}, 1)}
+	// The entry lives ttl from when the server stores it, which is after
+	// the beat began; a tenth is left for an event in flight.
+	a := &advertiser{h: h, interval: interval, lease: ttl - ttl/10, changed: make(chan struct{}, 1)}
 	a.rec = schemas.NodeRecord{
 		Name:      h.cfg.Name,
 		Version:   h.cfg.Version,
@@ -113,7 +116,23 @@ func (a *advertiser) write(ctx context.Context) error {
 	a.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return a.h.store.beat(wctx, b)
+	began := time.Now()
+	if err := a.h.store.beat(wctx, b); err != nil {
+		return err
+	}
+	if l := a.leaseFrom(began); !l.IsZero() {
+		a.h.pub.extend(began, l)
+	}
+	return nil
+}
+
+// leaseFrom is the lease a beat that began at began gives the node's
+// events; the zero time when the TTL is not known.
+func (a *advertiser) leaseFrom(began time.Time) time.Time {
+	if a.lease <= 0 {
+		return time.Time{}
+	}
+	return began.Add(a.lease)
 }
 
 // poke asks for a write soon, after the number of agents changed.

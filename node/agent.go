@@ -665,10 +665,13 @@ func (a *agent) currentTurn() int {
 }
 
 // mute stops publishing for an agent whose stream the fabric closed.
-func (a *agent) mute() {
+// mute stops the agent publishing, and returns the last event number it
+// handed out: no event after it is enqueued.
+func (a *agent) mute() uint64 {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.muted = true
-	a.mu.Unlock()
+	return a.seq
 }
 
 // due reports why the watchdog should act on the running turn, "" when

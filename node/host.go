@@ -390,6 +390,13 @@ func (h *Host) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	h.pub.onFull = func(full bool) { h.outboxFull(bg, full) }
+	lapses := make(chan struct{}, 1)
+	h.pub.onLapse = func() {
+		select {
+		case lapses <- struct{}{}:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.pub.run(bg) })
 	h.reconcileRecords(ctx)
@@ -400,6 +407,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// describe verb tells, an open updates the record).
 	h.repos = newRepos(ctx, h)
 	h.ads = newAdvertiser(ctx, h, ttl)
+	wg.Go(func() { h.recheck(bg, lapses) })
 	svc, err := h.serve(ctx)
 	if err != nil {
 		return err
@@ -729,6 +737,66 @@ func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 	return svc, nil
 }
 
+// recheck answers each lapse of the node's lease (its heartbeat unwritten
+// for its TTL: the node was cut off, or stopped, or its machine slept):
+// the coordinator may have taken it for lost meanwhile and closed its
+// agents' streams. Before the publisher sends another event, the node
+// beats again and reads each live agent's record; the agents the fabric
+// took for lost are stopped, and their events not yet stored dropped.
+func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lapses:
+		}
+		h.log.Warn("the node's heartbeat went unwritten for its TTL; it asks whether its agents are still its own before it sends more events")
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+			began := time.Now()
+			err := h.ads.write(ctx)
+			var lost map[string]string
+			if err == nil {
+				lost, err = h.recs.check(ctx, h.living())
+			}
+			if err == nil {
+				for id, owner := range lost {
+					h.mu.Lock()
+					a := h.agents[id]
+					h.mu.Unlock()
+					if a != nil {
+						h.pub.drop(id, a.mute())
+					}
+					h.recs.takenForLost(ctx, id, owner)
+				}
+				h.pub.resume(h.ads.leaseFrom(began))
+				h.log.Info("the node's agents checked; sending events again", "taken_for_lost", len(lost))
+				break
+			}
+			if backoff == 100*time.Millisecond {
+				h.log.Warn("cannot check the node's agents yet; their events wait", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+	}
+}
+
+// living lists the agents that are not dead.
+func (h *Host) living() []*agent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*agent
+	for _, a := range h.agents {
+		if !a.isDead() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // abandon stops an agent the fabric has declared dead while this node was
 // cut off from it: the process goes, and nothing more is published for it,
 // since its stream was closed without it.
@@ -739,7 +807,7 @@ func (h *Host) abandon(ctx context.Context, id string) {
 	if a == nil || a.isDead() {
 		return
 	}
-	a.mute()
+	h.pub.drop(id, a.mute())
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	a.close(ctx)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -129,7 +130,24 @@ type publisher struct {
 	// onStored is told of each event the stream acknowledged, with how
 	// long after its production; nil for none. It must not block.
 	onStored func(latency time.Duration)
+	// lease is how long the node's heartbeat entry is sure to live after
+	// its last write (zero until the first): past it the coordinator may
+	// have taken the node for lost and closed its agents' streams, so
+	// nothing is sent until the host has asked whether its agents are
+	// still its own (lapsed). onLapse is told, once a lapse; it must not
+	// block.
+	lease   time.Time
+	lapsed  bool
+	onLapse func()
+	// gone holds the agents the fabric took for lost while this node ran
+	// them: their events up to the number given, the last queued when it
+	// was found, are dropped unsent.
+	gone map[string]uint64
 }
+
+// errTakenForLost is the outcome of an event of an agent the fabric took
+// for lost: it was dropped, not sent.
+var errTakenForLost = errors.New("the fabric took the agent for lost")
 
 // outboxLimits bound the events a node keeps while the fabric is away.
 type outboxLimits struct {
@@ -139,7 +157,7 @@ type outboxLimits struct {
 
 func newPublisher(out sender, last func(context.Context, []string) (map[string]uint64, error), window int, lim outboxLimits, sp *spill, log *slog.Logger) *publisher {
 	p := &publisher{out: out, last: last, window: window, lim: lim, spill: sp, log: log, drained: make(chan struct{}),
-		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{},
+		stored: map[string]uint64{}, waiters: map[string][]storedWaiter{}, queued: map[string]*outMsg{}, gone: map[string]uint64{},
 		futures: make(chan future, window), room: make(chan struct{}), draining: true}
 	p.cond = sync.NewCond(&p.mu)
 	return p
@@ -359,11 +377,11 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) send() {
 	for {
 		p.mu.Lock()
-		for !p.stopped && (p.failed || p.halted || !p.ready(0) || p.inflight >= p.window || (p.probing && p.sent > 0)) {
+		for !p.stopped && (p.failed || p.halted || p.lapsed || !p.ready(0) || p.inflight >= p.window || (p.probing && p.sent > 0)) {
 			if p.sent >= len(p.queue) && p.refill() {
 				continue
 			}
-			if !p.ready(0) {
+			if !p.ready(0) || p.lapsed {
 				p.out.idle() // nothing to send: what was sent is acknowledged soon
 			}
 			p.cond.Wait()
@@ -374,9 +392,23 @@ func (p *publisher) send() {
 			close(p.futures)
 			return
 		}
+		if !p.lease.IsZero() && leaseOver(time.Now(), p.lease) {
+			p.lapsed = true
+			onLapse := p.onLapse
+			p.mu.Unlock()
+			if onLapse != nil {
+				onLapse()
+			}
+			continue
+		}
 		m := p.queue[p.sent]
 		p.sent++
 		p.inflight++
+		if last, ok := p.gone[m.agent]; ok && m.seq <= last {
+			p.mu.Unlock()
+			p.futures <- failedFuture{err: errTakenForLost}
+			continue
+		}
 		alone := p.probing
 		var reuse *nats.Msg
 		if n := len(p.free); n > 0 && m.header == nil {
@@ -434,8 +466,8 @@ func (p *publisher) ack(ctx context.Context) {
 			p.log.Warn("the coordinator's relay does not read "+schemas.HeaderAcked+"; the node no longer sends it", "err", err)
 			p.acked = nil
 			p.failed, p.draining, firstErr = true, true, err
-		case err == nil || refused(err):
-			if err != nil {
+		case err == nil || refused(err) || errors.Is(err, errTakenForLost):
+			if err != nil && !errors.Is(err, errTakenForLost) {
 				// The relay refused it for good: the agent is no longer
 				// this node's. Keeping it would block every agent behind it.
 				p.log.Error("the fabric refused an event; it is dropped", "subject", p.queue[0].subject, "err", err)
@@ -455,6 +487,7 @@ func (p *publisher) ack(ctx context.Context) {
 			if p.queued[m.agent] == m {
 				delete(p.queued, m.agent)
 			}
+			p.passed(m)
 			if p.journal != nil {
 				p.journal.retire(m.jseq)
 			}
@@ -586,6 +619,70 @@ func (p *publisher) wake(agent string, seq uint64) {
 	}
 }
 
+// leaseOver reports whether the lease ended by now, by the monotonic
+// clock (a process stopped, a clock set back) or by the wall clock (a
+// machine asleep, whose monotonic clock stood still).
+func leaseOver(now, lease time.Time) bool {
+	return now.After(lease) || now.Round(0).After(lease.Round(0))
+}
+
+// extend moves the lease to until after a write of the node's heartbeat
+// that began at began. A beat that began after the lease ended renews
+// nothing: the coordinator may have taken the node for lost before it, so
+// the lapse is the host's to check (onLapse), and resume ends it.
+func (p *publisher) extend(began, until time.Time) {
+	p.mu.Lock()
+	if p.lapsed {
+		p.mu.Unlock()
+		return
+	}
+	if !p.lease.IsZero() && leaseOver(began, p.lease) {
+		p.lapsed = true
+		onLapse := p.onLapse
+		p.mu.Unlock()
+		if onLapse != nil {
+			onLapse()
+		}
+		return
+	}
+	if until.After(p.lease) {
+		p.lease = until
+	}
+	p.mu.Unlock()
+}
+
+// resume ends a lapse once the host has found which of its agents are
+// still its own (and dropped the others).
+func (p *publisher) resume(until time.Time) {
+	p.mu.Lock()
+	if until.After(p.lease) {
+		p.lease = until
+	}
+	p.lapsed = false
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// drop stops sending an agent's events up to last, the last number its
+// life handed out, which the fabric took for lost: its stream was closed
+// without this node. Events of the id queued after them (a later life)
+// go as usual.
+func (p *publisher) drop(agent string, last uint64) {
+	p.mu.Lock()
+	if p.stored[agent] < last {
+		p.gone[agent] = last
+	}
+	p.mu.Unlock()
+}
+
+// passed forgets a dropped agent once its last dropped event has left
+// the outbox; p.mu is held.
+func (p *publisher) passed(m *outMsg) {
+	if last, ok := p.gone[m.agent]; ok && m.seq >= last {
+		delete(p.gone, m.agent) // what follows is a later life's
+	}
+}
+
 // forget drops what the publisher knows of an agent the node no longer
 // keeps.
 func (p *publisher) forget(agent string) {
@@ -662,6 +759,7 @@ func (p *publisher) skipStored(ctx context.Context) {
 		if p.queued[m.agent] == m {
 			delete(p.queued, m.agent)
 		}
+		p.passed(m)
 	}
 	if p.journal != nil && len(p.queue) > 0 {
 		// The stored ones are done with; what is kept starts the journal's

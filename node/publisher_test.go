@@ -786,3 +786,71 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// A node's events go only while its heartbeat entry is sure to live
+// (its lease): once it lapses (the node was cut off, or stopped, past its
+// TTL) nothing more is sent, and a beat written after the lapse renews
+// nothing, until the host has asked whether its agents are still its own.
+// The events of an agent the fabric took for lost meanwhile are dropped
+// unsent; a later life of the id, and the other agents, go on.
+func TestPublisherSendsNothingPastItsLeaseUntilTheHostChecks(t *testing.T) {
+	p, answers, out, stop := recordedPublisher(t, false)
+	defer stop()
+	lapses := make(chan struct{}, 4)
+	p.mu.Lock()
+	p.onLapse = func() { lapses <- struct{}{} }
+	p.mu.Unlock()
+	enqueue := func(agent string, n uint64) {
+		p.enqueue(newOutMsg(schemas.EventSubject(agent), "n", agent, n, []byte(`{}`), time.Now()))
+	}
+	sent := func(want string) {
+		t.Helper()
+		select {
+		case m := <-out.sent:
+			if got := m.Header.Get(schemas.HeaderMsgID); got != want {
+				t.Fatalf("sent %s, want %s", got, want)
+			}
+			answers <- nil
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s was not sent", want)
+		}
+	}
+	nothingSent := func(when string) {
+		t.Helper()
+		select {
+		case m := <-out.sent:
+			t.Fatalf("%s: sent %s", when, m.Header.Get(schemas.HeaderMsgID))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	now := time.Now()
+	p.extend(now, now.Add(time.Hour))
+	enqueue("a", 1)
+	sent(schemas.MsgID("a", 1))
+
+	// The lease ran out (a beat began an hour ago, none since).
+	p.mu.Lock()
+	p.lease = now.Add(-time.Minute)
+	p.mu.Unlock()
+	enqueue("a", 2)
+	enqueue("a", 3)
+	select {
+	case <-lapses:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host was not told of the lapse")
+	}
+	nothingSent("lapsed")
+	p.extend(time.Now(), time.Now().Add(time.Hour)) // a beat after the lapse
+	enqueue("b", 1)
+	nothingSent("after a beat that began past the lease")
+
+	// The host found a taken for lost: its events up to 3 go nowhere.
+	p.drop("a", 3)
+	p.resume(time.Now().Add(time.Hour))
+	sent(schemas.MsgID("b", 1))
+	enqueue("a", 4) // the id's next life
+	sent(schemas.MsgID("a", 4))
+	if err := p.flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -274,19 +274,58 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			return err
 		}
 		cur, err := decodeRecord(e.value)
-		if err == nil && (cur.Node != r.node || (cur.Status == schemas.StatusDead && rec.Status != schemas.StatusDead)) {
-			r.mu.Lock()
-			r.lost[a.id] = true
-			r.mu.Unlock()
-			r.log.Error("the fabric took this agent for lost; the node stops it and no longer writes its record", "agent", a.id, "owner", cur.Node)
-			if r.abandon != nil {
-				r.work.Go(func() { r.abandon(context.WithoutCancel(ctx), a.id) })
-			}
+		if err == nil && takenFrom(cur, rec, r.node) {
+			r.takenForLost(ctx, a.id, cur.Node)
 			return nil
 		}
 		r.setRev(a.id, e.rev)
 	}
 	return errors.New("the record kept changing")
+}
+
+// takenFrom reports whether cur, an agent's record as the fabric has it,
+// says the agent is no longer this node's: another node owns it, or it was
+// marked dead while mine, the node's own, is not.
+func takenFrom(cur, mine schemas.AgentRecord, node string) bool {
+	return cur.Node != node || (cur.Status == schemas.StatusDead && mine.Status != schemas.StatusDead)
+}
+
+// check reads the record of each live agent the node runs and reports
+// those the fabric took for lost, by id, with the node that owns each now.
+func (r *records) check(ctx context.Context, agents []*agent) (lost map[string]string, err error) {
+	lost = map[string]string{}
+	for _, a := range agents {
+		rec := a.record()
+		e, err := r.kv.get(ctx, a.id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			continue // its next write makes it again
+		case err != nil:
+			return nil, err
+		}
+		if cur, err := decodeRecord(e.value); err == nil && takenFrom(cur, rec, r.node) {
+			lost[a.id] = cur.Node
+		}
+	}
+	return lost, nil
+}
+
+// takenForLost stops the node's work on an agent the fabric took for lost
+// while this node still ran it (the node was cut off, or stopped, past its
+// heartbeat's TTL): its record is no longer written, and the host
+// abandons it.
+func (r *records) takenForLost(ctx context.Context, id, owner string) {
+	r.mu.Lock()
+	if r.lost[id] {
+		r.mu.Unlock()
+		return
+	}
+	r.lost[id] = true
+	r.mu.Unlock()
+	r.log.Error("the fabric took this agent for lost; the node stops it and no longer writes its record", "agent", id, "owner", owner)
+	if r.abandon != nil {
+		r.work.Go(func() { r.abandon(context.WithoutCancel(ctx), id) })
+	}
 }
 
 func encodeRecord(rec schemas.AgentRecord) []byte {

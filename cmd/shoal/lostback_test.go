@@ -18,23 +18,40 @@ import (
 // A node taken for lost (its heartbeat expired: stopped past
 // --node-ttl, as a partition or a paused VM does) whose agent's turn went
 // on comes back: the coordinator has closed the turn with a cancelled
-// result carrying the record's running use, and marked the agent dead;
-// the node's own events of the turn, published straight to the stream (no
-// --auth), land after the dead status, its real result among them, and
-// shoal usage (and the coordinator's count) counted the one turn twice,
-// partly and then whole. It counts once, whole. (That the node's events
-// land after the dead status at all is not mended.)
-func TestLostNodeComingBackCountsItsTurnOnce(t *testing.T) {
+// result carrying the record's running use, and marked the agent dead.
+// The node, back, published the rest of the turn straight to the stream
+// (no --auth) after the dead status, its own result among them, and only
+// learnt it was taken for lost at its next record write. A node whose
+// heartbeat went unwritten for its TTL now asks its agents' records before
+// it sends another event: it stores nothing after the death, stops the
+// agent, and shoal usage counts the one turn once, as the coordinator
+// closed it.
+func TestLostNodeComingBackStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
 	p := startPool(t)
 	p.fake.Script(fakemodel.Reply{Thinking: "Slowly, then.", Text: strings.Repeat("slowly ", 60), ChunkSize: 7, Delay: 60 * time.Millisecond})
 	n := p.node("sleeper")
 	id, _ := p.openOn()
 	p.must("send", id, "Take your time.")
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stored record, which the coordinator closes the turn from (shoal
+	// status asks the node, which may not have written it yet).
 	poll.Until(t, 60*time.Second, "the record says what the running turn used", func() bool {
 		var rec schemas.AgentRecord
-		code, out, _ := p.shoal("status", id)
-		return code == 0 && json.Unmarshal([]byte(out), &rec) == nil && rec.Running != nil
+		e, err := records.Get(t.Context(), id)
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Running != nil
 	})
 	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -53,53 +70,64 @@ func TestLostNodeComingBackCountsItsTurnOnce(t *testing.T) {
 	time.Sleep(6 * time.Second) // the CLI goes on; its turn ends into the stopped node's pipe
 	n.cmd.Process.Signal(syscall.SIGCONT)
 	stopped = false
+	poll.Until(t, 60*time.Second, "the node, back, says the fabric took its agent for lost", func() bool {
+		return strings.Contains(n.stderrText(), "the fabric took this agent for lost")
+	})
+	poll.Until(t, 60*time.Second, "the node back, its agent stopped", func() bool {
+		code, out, _ := p.shoal("nodes", "--json")
+		var rep struct{ Nodes []schemas.NodeRecord }
+		return code == 0 && json.Unmarshal([]byte(out), &rep) == nil && len(rep.Nodes) == 1 && rep.Nodes[0].Agents == 0
+	})
 
-	nc, err := nats.Connect(p.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	stream, err := js.Stream(t.Context(), schemas.StreamName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The turn's results as the stream has them: the coordinator's
-	// cancelled one, and the node's own once it is back.
-	results := func() (closed, own *schemas.Usage) {
-		cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	// What the stream holds of the agent: nothing of the node's after
+	// the coordinator's dead status.
+	cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var closed *schemas.Usage
+	dead, after := false, 0
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		ev, err := schemas.Decode(m.Data())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
-			m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-			if err != nil {
-				return closed, own
+		byCloser := m.Headers().Get(schemas.HeaderNode) == schemas.CloserName
+		switch pl := ev.Payload.(type) {
+		case schemas.Result:
+			if byCloser {
+				closed = pl.Usage
 			}
-			ev, err := schemas.Decode(m.Data())
-			if r, ok := ev.Payload.(schemas.Result); err == nil && ok && r.Usage != nil {
-				if m.Headers().Get(schemas.HeaderNode) == schemas.CloserName {
-					closed = r.Usage
-				} else {
-					own = r.Usage
-				}
+		case schemas.Status:
+			if byCloser && pl.Status == schemas.StatusDead {
+				dead = true
+				continue
 			}
 		}
+		if dead && !byCloser {
+			after++
+		}
 	}
-	var closed, own *schemas.Usage
-	poll.Until(t, 60*time.Second, "the node back, the turn's own result stored after the coordinator's", func() bool {
-		closed, own = results()
-		return closed != nil && own != nil
-	})
+	if !dead || closed == nil {
+		t.Fatalf("the coordinator's close: dead status %v, cancelled result's use %v", dead, closed)
+	}
+	if after > 0 {
+		t.Errorf("the node, back, stored %d events of its agent after the coordinator's dead status", after)
+	}
 	var rep usageReport
 	if err := json.Unmarshal([]byte(p.must("usage", "--json")), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Total.Turns != 1 || schemas.TokensOf(rep.Total.Usage) != schemas.TokensOf(*own) {
-		t.Errorf("one turn ran, closed at %d tokens by the coordinator and %d in its own result; shoal usage counts %d turns, %d tokens",
-			schemas.TokensOf(*closed), schemas.TokensOf(*own), rep.Total.Turns, schemas.TokensOf(rep.Total.Usage))
+	if rep.Total.Turns != 1 || schemas.TokensOf(rep.Total.Usage) != schemas.TokensOf(*closed) {
+		t.Errorf("one turn ran, closed at %d tokens by the coordinator; shoal usage counts %d turns, %d tokens",
+			schemas.TokensOf(*closed), rep.Total.Turns, schemas.TokensOf(rep.Total.Usage))
 	}
 }
