@@ -34,12 +34,36 @@ func main() {
 	}
 	proc.PassNothingOn() // nothing a caller left open reaches the agents
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stopAtOnceOnASecondSignal)
 	endProfile := cpuProfile(os.Getenv(envCPUProfile))
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)
 	endProfile()
 	stop()
 	os.Exit(code)
 }
+
+// stopAtOnceOnASecondSignal makes a second Ctrl-C (or SIGTERM) end a
+// process that is stopping, without its clean stop: a node waiting for a
+// fabric that is away need not be waited for. It leaves what a kill
+// leaves: a node's journal keeps the events not yet stored, and its next
+// start settles the rest.
+func stopAtOnceOnASecondSignal() {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-again
+		name := "interrupt"
+		if s == syscall.SIGTERM {
+			name = "terminate"
+		}
+		fmt.Fprintf(os.Stderr, "shoal: %s again: stopping at once\n", name)
+		os.Exit(exitSignalledTwice)
+	}()
+}
+
+// exitSignalledTwice is the exit status of a process stopped at once by a
+// second signal, as a shell reports one ended by SIGINT.
+const exitSignalledTwice = 130
 
 // envCPUProfile names a file that gets a Go CPU profile of the command,
 // from its start to its end (for `go tool pprof`); shoal bench --profile

@@ -34,3 +34,27 @@ func TestNodeStoppedWhileTheFabricIsAwaySaysSo(t *testing.T) {
 		t.Errorf("the node stopped while its fabric was away without saying so:\n%s", node.stderrText())
 	}
 }
+
+// A second Ctrl-C (or SIGTERM) stops a process that is stopping at once,
+// as a user expects: a node waiting for a fabric that is away is not
+// kept 30 s, and it says what it leaves to its next start.
+func TestASecondSignalStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	node := p.node("n1")
+	p.openOn() // its closing events wait for the fabric
+	p.up.stop(syscall.SIGKILL)
+	poll.Until(t, 30*time.Second, "the node to find its fabric away", func() bool {
+		return strings.Contains(node.stderrText(), "heartbeat failed")
+	})
+	node.cmd.Process.Signal(syscall.SIGINT)
+	poll.Until(t, 30*time.Second, "the node to say it waits for its fabric", func() bool {
+		return strings.Contains(node.stderrText(), "stopping while the fabric is away")
+	})
+	if code := node.stop(syscall.SIGINT); code != 130 {
+		t.Errorf("a node stopping, signalled again: exit %d, want 130\n%s", code, node.stderrText())
+	}
+	if !strings.Contains(node.stderrText(), "shoal: interrupt again: stopping at once") {
+		t.Errorf("the node stopped at once without saying so:\n%s", node.stderrText())
+	}
+}
