@@ -542,5 +542,22 @@ func (b *Backend) Describe(ctx context.Context) schemas.BackendInfo {
 		return info
 	}
 	info.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	if b.loggedOut(ctx) {
+		info.Ready, info.Problem = false, "the claude CLI is not logged in (`"+b.cfg.Path+" auth status`): log in as the node's user, or give the node ANTHROPIC_API_KEY"
+	}
 	return info
+}
+
+// loggedOut reports whether the CLI says it is not logged in: every turn
+// would end with "Not logged in". A CLI that cannot say (a version
+// without `auth status`, an answer that is not its JSON) is taken at its
+// word that it runs.
+func (b *Backend) loggedOut(ctx context.Context) bool {
+	cmd := exec.CommandContext(ctx, b.cfg.Path, "auth", "status")
+	cmd.Env = b.cfg.Env
+	out, _ := cmd.Output() // not logged in may exit non-zero; the JSON says
+	var status struct {
+		LoggedIn *bool `json:"loggedIn"`
+	}
+	return json.Unmarshal(out, &status) == nil && status.LoggedIn != nil && !*status.LoggedIn
 }
