@@ -124,6 +124,15 @@ func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.C
 // commas), or nil: nats.go dials a host whatever scheme names it, so a
 // mistyped one would reach the server, or be retried for ever, unsaid.
 func natsURLs(list string) error {
+	if raw, why := badNatsURL(list); why != "" {
+		return usagef("--nats %q: %s", raw, why)
+	}
+	return nil
+}
+
+// badNatsURL finds the first server of a nats setting that is wrong, and
+// why; "" when none is.
+func badNatsURL(list string) (raw, why string) {
 	for _, raw := range strings.Split(list, ",") {
 		raw = strings.TrimSpace(raw)
 		if !strings.Contains(raw, "://") {
@@ -132,14 +141,14 @@ func natsURLs(list string) error {
 		u, err := neturl.Parse(raw)
 		switch {
 		case err != nil:
-			return usagef("--nats %q is not a URL: %v", raw, err)
+			return raw, fmt.Sprintf("not a URL: %v", err)
 		case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme):
-			return usagef("--nats %q: the scheme %q is not nats, tls, ws or wss", raw, u.Scheme)
+			return raw, fmt.Sprintf("the scheme %q is not nats, tls, ws or wss", u.Scheme)
 		case u.Host == "":
-			return usagef("--nats %q names no host", raw)
+			return raw, "names no host"
 		}
 	}
-	return nil
+	return "", ""
 }
 
 // refusedError is a dial the server refused for a reason retrying does

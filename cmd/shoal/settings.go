@@ -167,6 +167,13 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		}
 		l.from["nats"] = src + " (port)"
 	}
+	// A nats a client took from the config file or the environment is
+	// named as such when it is wrong: --nats was never given.
+	if src := l.from["nats"]; src != "" && !strings.HasPrefix(src, "flag ") && c.name != "up" {
+		if raw, why := badNatsURL(fs.Lookup("nats").Value.String()); why != "" {
+			return usagef("%s: nats = %q: %s", src, raw, why)
+		}
+	}
 	return nil
 }
 

@@ -120,6 +120,9 @@ func TestUpBadConfiguration(t *testing.T) {
 		// dialling the default port (another fabric, perhaps).
 		{"bad port for a client", []string{"SHOAL_PORT=abc"}, []string{"ls"}, []string{"env SHOAL_PORT", `port = "abc" is not a port number`}},
 		{"a NATS URL of another scheme", nil, []string{"ls", "--nats", "bogus://127.0.0.1:1"}, []string{`--nats "bogus://127.0.0.1:1": the scheme "bogus" is not nats, tls, ws or wss`}},
+		// From the environment, the environment is named: --nats was
+		// never given.
+		{"a NATS URL of another scheme from the environment", []string{"SHOAL_NATS=bogus://127.0.0.1:1"}, []string{"ls"}, []string{`env SHOAL_NATS: nats = "bogus://127.0.0.1:1": the scheme "bogus" is not nats, tls, ws or wss`}},
 		{"a node given a NATS URL of another scheme", nil, []string{"node", "--nats", "nats://127.0.0.1:1,bogus://127.0.0.1:2"}, []string{`--nats "bogus://127.0.0.1:2": the scheme "bogus"`}},
 		{"port out of range for a client", []string{"SHOAL_PORT=70000"}, []string{"status", "x"}, []string{"env SHOAL_PORT", `port = "70000" is not a port number`}},
 		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
