@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -502,5 +503,17 @@ func copyOwnIndex(dir, to string) error {
 	if n > maxIndex {
 		return fmt.Errorf("the checkout's .git/index grew past the %d bytes the node reads", maxIndex)
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return keepIndexTime(to, fi)
+}
+
+// keepIndexTime gives a copy of an index its original's modification
+// time. Git takes an entry changed in the same second as the index was
+// written as possibly changed since ("racy") and looks at its content; a
+// copy made later would hide an edit made within that second, and the
+// edit would be left out of what is taken.
+func keepIndexTime(copy string, original os.FileInfo) error {
+	return os.Chtimes(copy, time.Time{}, original.ModTime())
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,8 +99,12 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if err := os.MkdirAll(objects, 0o700); err != nil {
 		return err
 	}
+	var extra []string
+	if excludes := personsExcludes(ctx, s.Root); excludes != "" {
+		extra = []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.excludesFile", "GIT_CONFIG_VALUE_0=" + excludes}
+	}
 	commit, err := snapshotTree(ctx, gitter{}, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
-		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost")
+		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost", extra...)
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
@@ -117,10 +124,8 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		if err != nil {
 			return "", err
 		}
-		if b, err := os.ReadFile(filepath.Join(gitDir, "index")); err == nil {
-			if err := os.WriteFile(index, b, 0o600); err != nil {
-				return "", err
-			}
+		if err := seedIndex(filepath.Join(gitDir, "index"), index); err != nil {
+			return "", err
 		}
 	}
 	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
@@ -138,6 +143,62 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		return parent, nil
 	}
 	return g.line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+}
+
+// personsExcludes is the file of patterns the person's own git ignores
+// in every repository (core.excludesFile, by default
+// $XDG_CONFIG_HOME/git/ignore): Shoal's gits read none of the person's
+// configuration, but what the person's git status never shows (a .env
+// of secrets) must not be taken with their uncommitted work. "" when
+// there is none.
+func personsExcludes(ctx context.Context, root string) string {
+	// The person's git, as they run it, reads its configuration only.
+	cmd := exec.CommandContext(ctx, "git", "config", "--path", "--get", "core.excludesFile")
+	cmd.Dir = root
+	if out, err := cmd.Output(); err == nil {
+		if p := strings.TrimSpace(string(out)); p != "" {
+			return p
+		}
+	}
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home := os.Getenv("HOME")
+		if home == "" {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	p := filepath.Join(dir, "git", "ignore")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// seedIndex copies the repository's index, own, to index, with its
+// modification time (keepIndexTime); a repository without one leaves
+// index unmade.
+func seedIndex(own, index string) error {
+	f, err := os.Open(own)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat() // the time of what is read: a rewrite is a file of its own
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(index, b, 0o600); err != nil {
+		return err
+	}
+	return keepIndexTime(index, fi)
 }
 
 // objectDir is the object directory of the repository whose work tree is

@@ -1,0 +1,116 @@
+package client_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/gittest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// oneNodeFabric is a fabric with one node, a, and a caller on it.
+func oneNodeFabric(t *testing.T) *client.Direct {
+	t.Helper()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// openOnRepo opens agent id on repo and returns its checkout on the node.
+func openOnRepo(t *testing.T, f *client.Direct, id, repo string, withChanges bool) string {
+	t.Helper()
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: id}, client.RepoSource{Dir: repo, WithChanges: withChanges}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.Record(t.Context(), id)
+	if err != nil || rec.Workspace == nil {
+		t.Fatalf("the agent's record: %+v %v", rec, err)
+	}
+	return rec.Workspace.Dir
+}
+
+// git as the checkout configures it.
+func agentShell(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+}
+
+// and shoal/<id> holds the committed content: the last edit is lost.
+func TestFetchBringsBackAnEditMadeJustAfterACommit(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "racy", repo, false)
+	// Begin at the start of a second, so the commit and the edit share one.
+	// (On a loaded machine a try may straddle two seconds: tried again.)
+	agentShell(t, co, `for try in 1 2 3 4 5 6 7 8; do
+  s=$(date +%s); while [ "$(date +%s)" = "$s" ]; do :; done
+  began=$(date +%s)
+  echo version=1 > conf.txt && git add conf.txt && git commit -q --allow-empty -m conf && echo version=2 > conf.txt
+  [ "$(stat -c %Y conf.txt)" = "$began" ] && exit 0
+done
+echo never within one second; exit 1`)
+	if b, _ := os.ReadFile(filepath.Join(co, "conf.txt")); string(b) != "version=2\n" {
+		t.Fatalf("conf.txt in the checkout: %q", b)
+	}
+	time.Sleep(1200 * time.Millisecond) // the fetch comes later: a second later is enough
+	got, err := f.Fetch(t.Context(), "racy", "")
+	if err != nil {
+		t.Fatalf("fetch: %v", err)
+	}
+	// git itself, in the agent's checkout, sees the edit (read only: a
+	// status that rewrote the index would mark the entry for good).
+	if st := gittest.Git(t, co, "--no-optional-locks", "status", "--porcelain"); !strings.Contains(st, "M conf.txt") {
+		t.Fatalf("git status in the checkout: %q", st)
+	}
+	if c := gittest.Git(t, repo, "show", got.Branch+":conf.txt"); c != "version=2" {
+		t.Fatalf("the agent's conf.txt holds version=2, but %s (tip %.12s, %d commits) holds %q: its last edit was dropped", got.Branch, got.Tip, got.Commits, c)
+	}
+}
+
+// shoal/<id>.
+func TestWithChangesLeavesOutWhatThePersonsGitIgnores(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".config", "git"), 0o700)
+	os.WriteFile(filepath.Join(home, ".config", "git", "ignore"), []byte(".env\n"), 0o600)
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", "")
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	os.WriteFile(filepath.Join(repo, ".env"), []byte("API_KEY=sk-secret\n"), 0o600)
+	os.WriteFile(filepath.Join(repo, "todo.txt"), []byte("mine\n"), 0o644)
+	// The person's own git, with their configuration, ignores it.
+	cmd := exec.Command("git", "status", "--porcelain")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1")
+	if st, _ := cmd.Output(); strings.Contains(string(st), ".env") || !strings.Contains(string(st), "todo.txt") {
+		t.Fatalf("the person's git status: %q", st)
+	}
+
+	co := openOnRepo(t, f, "genv", repo, true)
+	if _, err := os.Stat(filepath.Join(co, "todo.txt")); err != nil {
+		t.Fatalf("the untracked todo.txt did not reach the agent: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(co, ".env")); err == nil {
+		t.Fatalf("a file the person's git ignores was sent to node a, into the agent's checkout: .env = %q", b)
+	}
+}
