@@ -137,7 +137,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
 			settled = true
-			m.sweep(ctx, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost")
+			m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost")
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -170,9 +170,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			switch {
 			case e.Operation() == jetstream.KeyValueDelete:
-				m.sweep(ctx, agents, stream, func(n string) bool { return n == node }, "stopped")
+				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "stopped")
 			case settled || (known && heard):
-				m.sweep(ctx, agents, stream, func(n string) bool { return n == node }, "was lost")
+				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "was lost")
 			}
 		}
 	}
@@ -209,7 +209,7 @@ func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, n
 
 // sweep closes the live agents of the nodes lost reports.
 // how says what became of the node ("was lost", "stopped").
-func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string) {
+func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string) {
 	keys, err := agents.ListKeys(ctx)
 	if err != nil {
 		return
@@ -232,16 +232,28 @@ func (m *Monitor) sweep(ctx context.Context, agents jetstream.KeyValue, stream j
 			}
 			continue
 		}
-		if err := m.closeLost(ctx, agents, stream, rec, e.Revision(), how); err != nil {
+		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
 	}
 }
 
-// closeLost marks one agent dead and closes its stream.
-func (m *Monitor) closeLost(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
+// closeLost marks one agent dead and closes its stream, unless its node
+// is back. The order is what makes a node that comes back and the
+// monitor agree: the record (its revision, rev) was read before the
+// node's entry is looked for, and a node back beats before it writes its
+// agents' records; so either the entry is seen here, or the node's
+// write, after it, finds the record dead, or this update finds the
+// record changed and leaves it.
+func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
 	tail, err := tailOf(ctx, m.cfg.Conn, stream, rec.ID)
 	if err != nil {
+		return err
+	}
+	if _, err := nodes.Get(ctx, rec.Node); err == nil {
+		m.log.Info("a node taken for lost is back; its agent is left to it", "agent", rec.ID, "node", rec.Node)
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
 	tail, n := tail.ClosingFrom(rec)

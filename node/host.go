@@ -752,21 +752,17 @@ func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
 		}
 		h.log.Warn("the node's heartbeat went unwritten for its TTL; it asks whether its agents are still its own before it sends more events")
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+			// The beat first: a coordinator that has not yet written an
+			// agent dead then finds the node back (coordinator.closeLost).
 			began := time.Now()
 			err := h.ads.write(ctx)
-			var lost map[string]string
+			var lost []*agent
 			if err == nil {
-				lost, err = h.recs.check(ctx, h.living())
+				lost, err = h.recs.reassert(ctx)
 			}
 			if err == nil {
-				for id, owner := range lost {
-					h.mu.Lock()
-					a := h.agents[id]
-					h.mu.Unlock()
-					if a != nil {
-						h.pub.drop(id, a.mute())
-					}
-					h.recs.takenForLost(ctx, id, owner)
+				for _, a := range lost {
+					h.pub.drop(a.id, a.mute())
 				}
 				h.pub.resume(h.ads.leaseFrom(began))
 				h.log.Info("the node's agents checked; sending events again", "taken_for_lost", len(lost))
@@ -782,19 +778,6 @@ func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// living lists the agents that are not dead.
-func (h *Host) living() []*agent {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []*agent
-	for _, a := range h.agents {
-		if !a.isDead() {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // abandon stops an agent the fabric has declared dead while this node was

@@ -31,6 +31,10 @@ func init() {
 		fmt.Println("0.0.0 (hostile fake claude)")
 		os.Exit(0)
 	}
+	if len(os.Args) > 2 && os.Args[1] == "auth" && os.Args[2] == "status" {
+		fmt.Println(`{"loggedIn": true, "authMethod": "api_key"}`)
+		os.Exit(0)
+	}
 	os.Exit(hostileFake(mode))
 }
 

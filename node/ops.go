@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -117,7 +118,9 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 		// reply could not leave anyway; it waits a little, not forever.
 		wctx, cancel := context.WithTimeout(ctx, storedWait)
 		defer cancel()
-		if err := h.pub.waitStored(wctx, a.id, out.seq); err != nil {
+		if err := h.pub.waitStored(wctx, a.id, out.seq); errors.Is(err, errTakenForLost) {
+			return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' was taken for lost while its node was away: the fabric closed its turn as cancelled", a.id)
+		} else if err != nil {
 			h.log.Warn("answering a run before its turn is stored", "agent", a.id, "err", err)
 		}
 		return fitRunReply(schemas.RunReply{Text: out.text, Turn: turn, StopReason: out.stop, NotBegun: out.notBegun}, h.maxEvent), nil

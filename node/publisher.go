@@ -480,7 +480,10 @@ func (p *publisher) ack(ctx context.Context) {
 					p.free = append(p.free, msg)
 				}
 			}
-			p.stored[m.agent] = m.seq
+			dropped := errors.Is(err, errTakenForLost)
+			if !dropped {
+				p.stored[m.agent] = m.seq
+			}
 			if p.acked != nil {
 				p.acked[m.agent] = max(p.acked[m.agent], m.seq)
 			}
@@ -492,7 +495,11 @@ func (p *publisher) ack(ctx context.Context) {
 				p.journal.retire(m.jseq)
 			}
 			if ws := p.waiters[m.agent]; len(ws) > 0 {
-				p.wake(m.agent, m.seq)
+				if dropped {
+					p.wake(m.agent, m.seq, errTakenForLost) // not stored: whoever waits is told
+				} else {
+					p.wake(m.agent, m.seq, nil)
+				}
 			}
 			p.memBytes -= msgSize(m)
 			p.queue[0] = nil
@@ -567,6 +574,7 @@ const retryWarnEvery = 30 * time.Second
 type storedWaiter struct {
 	seq  uint64
 	done chan struct{}
+	err  *error // set before done is closed: the events were not stored
 }
 
 // waitStored waits until the stream holds the agent's events up to seq,
@@ -578,12 +586,13 @@ func (p *publisher) waitStored(ctx context.Context, agent string, seq uint64) er
 		p.mu.Unlock()
 		return nil
 	}
-	w := storedWaiter{seq: seq, done: make(chan struct{})}
+	var failed error
+	w := storedWaiter{seq: seq, done: make(chan struct{}), err: &failed}
 	p.waiters[agent] = append(p.waiters[agent], w)
 	p.mu.Unlock()
 	select {
 	case <-w.done:
-		return nil
+		return failed
 	case <-ctx.Done():
 		p.mu.Lock()
 		ws := p.waiters[agent]
@@ -601,12 +610,13 @@ func (p *publisher) waitStored(ctx context.Context, agent string, seq uint64) er
 	}
 }
 
-// wake releases the waiters of agent whose events are all stored; p.mu
-// is held.
-func (p *publisher) wake(agent string, seq uint64) {
+// wake releases the waiters of agent whose events up to seq are done
+// with: stored, or, with err, not; p.mu is held.
+func (p *publisher) wake(agent string, seq uint64, err error) {
 	ws := p.waiters[agent][:0]
 	for _, w := range p.waiters[agent] {
 		if w.seq <= seq {
+			*w.err = err
 			close(w.done)
 		} else {
 			ws = append(ws, w)

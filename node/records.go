@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,7 +275,7 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			return err
 		}
 		cur, err := decodeRecord(e.value)
-		if err == nil && takenFrom(cur, rec, r.node) {
+		if err == nil && (takenFrom(cur, rec, r.node) || closedByAnother(cur, rec, e.value, val)) {
 			r.takenForLost(ctx, a.id, cur.Node)
 			return nil
 		}
@@ -290,21 +291,36 @@ func takenFrom(cur, mine schemas.AgentRecord, node string) bool {
 	return cur.Node != node || (cur.Status == schemas.StatusDead && mine.Status != schemas.StatusDead)
 }
 
-// check reads the record of each live agent the node runs and reports
-// those the fabric took for lost, by id, with the node that owns each now.
-func (r *records) check(ctx context.Context, agents []*agent) (lost map[string]string, err error) {
-	lost = map[string]string{}
-	for _, a := range agents {
-		rec := a.record()
-		e, err := r.kv.get(ctx, a.id)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			continue // its next write makes it again
-		case err != nil:
+// closedByAnother reports whether cur, a dead record the node did not
+// write (its value is not what the node writes, b, and its revision moved
+// past the node's), closed an agent mine also says is dead: the
+// coordinator closed it while the node was cut off, and the node's own
+// closing, written to its outbox meanwhile, must not follow.
+func closedByAnother(cur, mine schemas.AgentRecord, value, b []byte) bool {
+	return cur.Status == schemas.StatusDead && mine.Status == schemas.StatusDead && !bytes.Equal(value, b)
+}
+
+// reassert writes the record of each of the node's agents again, dead
+// ones included, after the node's heartbeat was written: a coordinator
+// that took the node for lost and has read a record but not yet written
+// it dead then finds it changed and leaves it; one that wrote first is
+// found here. It reports the agents the fabric took for lost.
+func (r *records) reassert(ctx context.Context) (lost []*agent, err error) {
+	r.mu.Lock()
+	lives := make([]*agent, 0, len(r.life))
+	for _, a := range r.life {
+		lives = append(lives, a)
+	}
+	r.mu.Unlock()
+	for _, a := range lives {
+		if err := r.write(ctx, a); err != nil {
 			return nil, err
 		}
-		if cur, err := decodeRecord(e.value); err == nil && takenFrom(cur, rec, r.node) {
-			lost[a.id] = cur.Node
+		r.mu.Lock()
+		gone := r.lost[a.id] && r.life[a.id] == a
+		r.mu.Unlock()
+		if gone {
+			lost = append(lost, a)
 		}
 	}
 	return lost, nil

@@ -2,8 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -62,13 +65,21 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 	if err != nil {
 		return fmt.Errorf("read the stream to resume the journal: %w", err)
 	}
-	again := 0
+	closed := h.closedWithout(ctx, stored)
+	again, dropped := 0, map[string]int{}
 	for _, m := range prev.events {
-		if m.seq > stored[m.agent].Last {
+		switch {
+		case m.seq <= stored[m.agent].Last:
+		case closed[m.agent]:
+			dropped[m.agent]++
+		default:
 			m.jseq = 0
 			h.pub.enqueue(m)
 			again++
 		}
+	}
+	for id, n := range dropped {
+		h.log.Warn("the fabric took this agent for lost and closed its stream while the node was away; what the journal kept of it is dropped", "agent", id, "events", n)
 	}
 	if again > 0 {
 		h.log.Info("publishing again what the journal kept from before the node stopped", "events", again)
@@ -79,7 +90,7 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 		if t, ok := h.pub.pendingTail(a); ok {
 			last = max(last, t.Last)
 		}
-		if mark := nums.Marks[a]; lost && mark > last {
+		if mark := nums.Marks[a]; lost && mark > last && !closed[a] {
 			why := "the node's journal is gone"
 			switch {
 			case gone:
@@ -106,4 +117,26 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 	}
 	j.removeOld(prev.segments)
 	return nil
+}
+
+// closedWithout reports the agents whose stream was closed without this
+// node while it was away: it ends with a death that is not the end of a
+// life the node began since (a life numbered after the death is a later
+// one, whose events go as usual). Nothing of a life may be stored after
+// its death, so the journal's events of these are not sent again.
+func (h *Host) closedWithout(ctx context.Context, tails map[string]schemas.Tail) map[string]bool {
+	closed := map[string]bool{}
+	for id, t := range tails {
+		if !t.Dead {
+			continue
+		}
+		e, err := h.store.get(ctx, id)
+		if err != nil {
+			closed[id] = errors.Is(err, jetstream.ErrKeyNotFound)
+			continue
+		}
+		rec, err := decodeRecord(e.value)
+		closed[id] = err == nil && rec.EventsBefore < t.Last
+	}
+	return closed
 }

@@ -320,7 +320,7 @@ func TestClosedCLIHalfLineIsNoError(t *testing.T) {
 func TestRunOfACLIThatNeverStartsSaysItDied(t *testing.T) {
 	t.Parallel()
 	cli := filepath.Join(t.TempDir(), "claude")
-	if err := os.WriteFile(cli, []byte("#!/bin/sh\n[ \"$1\" = --version ] && echo '2.1.197 (Claude Code)' && exit 0\necho 'shoal sandbox: claude is not found; the agent does not run' >&2\nexit 126\n"), 0o755); err != nil {
+	if err := os.WriteFile(cli, []byte("#!/bin/sh\n[ \"$1\" = --version ] && echo '2.1.197 (Claude Code)' && exit 0\n[ \"$1\" = auth ] && echo '{\"loggedIn\": true}' && exit 0\necho 'shoal sandbox: claude is not found; the agent does not run' >&2\nexit 126\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f := startNode(t, fixtureOptions{claude: claude.Config{Path: cli, StopWait: 500 * time.Millisecond}})

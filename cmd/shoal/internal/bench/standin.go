@@ -51,12 +51,18 @@ func RunStandin(args []string) int {
 			}
 			i++
 		case "--":
-			// claude's own arguments follow; only --version matters.
-			for _, a := range args[i+1:] {
+			// claude's own arguments follow; only --version and auth
+			// status (asked when the node looks for the CLI) matter.
+			rest := args[i+1:]
+			for _, a := range rest {
 				if a == "--version" {
 					fmt.Println("0.0.0 (shoal bench stand-in claude CLI)")
 					return 0
 				}
+			}
+			if len(rest) >= 2 && rest[0] == "auth" && rest[1] == "status" {
+				fmt.Println(`{"loggedIn": true, "authMethod": "none"}`)
+				return 0
 			}
 			i = len(args)
 		}

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// netProxy forwards TCP connections to target, as the network between a
+// node and the fabric. freeze stops it moving bytes either way without
+// closing anything (a link that blackholes, as a dropped Wi-Fi, a NAT or
+// a VM migration does: TCP keeps what was sent and delivers it when the
+// path comes back); thaw lets them go on. cut closes every connection and
+// refuses new ones (a partition that resets); restore ends it.
+type netProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	cond   *sync.Cond
+	frozen bool
+	cutOff bool
+	conns  []net.Conn
+}
+
+func startNetProxy(t *testing.T, target string) *netProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &netProxy{l: l, target: strings.TrimPrefix(target, "nats://")}
+	p.cond = sync.NewCond(&p.mu)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refuse := p.cutOff
+			p.mu.Unlock()
+			if refuse {
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go p.pipe(c, s)
+			go p.pipe(s, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.thaw()
+		p.cut()
+	})
+	return p
+}
+
+func (p *netProxy) pipe(from, to net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.frozen {
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				from.Close()
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				from.Close()
+			}
+			to.Close()
+			return
+		}
+	}
+}
+
+func (p *netProxy) url() string { return "nats://" + p.l.Addr().String() }
+
+func (p *netProxy) freeze() { p.mu.Lock(); p.frozen = true; p.mu.Unlock() }
+
+func (p *netProxy) thaw() {
+	p.mu.Lock()
+	p.frozen = false
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+func (p *netProxy) cut() {
+	p.mu.Lock()
+	p.cutOff = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+	p.mu.Unlock()
+}
+
+func (p *netProxy) restore() { p.mu.Lock(); p.cutOff = false; p.mu.Unlock() }
+
+// leaseFabric is a test's own view of the fabric: the agents' records and
+// the stream.
+type leaseFabric struct {
+	t       *testing.T
+	records jetstream.KeyValue
+	stream  jetstream.Stream
+}
+
+func openLeaseFabric(t *testing.T, url string) *leaseFabric {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &leaseFabric{t: t, records: records, stream: stream}
+}
+
+// streaming waits until the agent's last stored event is a streamed chunk.
+func (f *leaseFabric) streaming(id string) {
+	f.t.Helper()
+	poll.Until(f.t, 60*time.Second, "the agent streams its turn", func() bool {
+		m, err := f.stream.GetLastMsgForSubject(f.t.Context(), schemas.EventSubject(id))
+		if err != nil {
+			return false
+		}
+		ev, err := schemas.Decode(m.Data)
+		return err == nil && ev.IsDelta()
+	})
+}
+
+// dead waits until the stored record says dead.
+func (f *leaseFabric) dead(id string) {
+	f.t.Helper()
+	poll.Until(f.t, 60*time.Second, "the coordinator takes the agent for lost", func() bool {
+		var rec schemas.AgentRecord
+		e, err := f.records.Get(f.t.Context(), id)
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
+	})
+}
+
+// afterDeath counts the events of the agent not by the coordinator stored
+// after the coordinator's dead status, and says the first.
+func (f *leaseFabric) afterDeath(id string) (after int, first string) {
+	f.t.Helper()
+	cons, err := f.stream.OrderedConsumer(f.t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	dead := false
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		ev, err := schemas.Decode(m.Data())
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		byCloser := m.Headers().Get(schemas.HeaderNode) == schemas.CloserName
+		if byCloser || (dead && after < 3) {
+			md, _ := m.Metadata()
+			f.t.Logf("stored: %s by %s, %s, at %s", m.Headers().Get(schemas.HeaderMsgID), m.Headers().Get(schemas.HeaderNode), ev.Kind(), md.Timestamp.Format("15:04:05.000"))
+		}
+		if st, ok := ev.Payload.(schemas.Status); ok && byCloser && st.Status == schemas.StatusDead {
+			dead = true
+			continue
+		}
+		if dead && !byCloser {
+			if after == 0 {
+				first = m.Headers().Get(schemas.HeaderMsgID) + " " + string(ev.Kind())
+			}
+			after++
+		}
+	}
+	if !dead {
+		f.t.Fatal("no dead status by the coordinator in the stream")
+	}
+	return after, first
+}
+
+// A node cut off past its TTL (the connection reset, nothing in flight):
+// the coordinator took its agent for lost. The operator stops the node
+// (Ctrl-C) while it cannot reach the fabric; the network comes back while
+// it shuts down. Stopping closed the agent on the node, and its check of
+// the records asked only the living agents: what the agent printed during
+// the cut, and its close, were stored after the coordinator's dead status.
+// Every agent whose record the node holds is checked, dead ones included.
+func TestLeaseNodeStoppedWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f := openLeaseFabric(t, p.url)
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	f.dead(id)
+	time.Sleep(time.Second)
+	n.cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(3 * time.Second) // the node closes its agents, and waits for the fabric to store their events
+	px.restore()
+	select {
+	case <-n.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node did not stop")
+	}
+	if after, first := f.afterDeath(id); after > 0 {
+		t.Errorf("the node, stopped while cut off past its TTL, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+	}
+}
+
+// A node cut off past its TTL while its agent streams is taken for lost;
+// it dies there (killed, or stopped while the fabric was still away, as
+// the node's own warning says: "the journal keeps what is not stored, and
+// the next start settles the rest"). Started again once the network is
+// back, it published what its journal kept of the agent the coordinator
+// closed, after the coordinator's dead status. A journal's events of a
+// life whose stream ended with a death are not sent again.
+func TestLeaseRestartedNodeStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f := openLeaseFabric(t, p.url)
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	f.dead(id)
+	time.Sleep(time.Second) // the agent goes on printing into the journal
+	n.cmd.Process.Kill()
+	<-n.done
+	px.restore()
+	again := p.node("cut")
+	time.Sleep(3 * time.Second)
+	if after, first := f.afterDeath(id); after > 0 {
+		t.Errorf("the node, restarted after it was taken for lost, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+		t.Log(again.stderrText())
+	}
+}
+
+// descendants lists the processes under pid whose command line holds
+// word.
+func descendants(pid int, word string) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(b)) {
+			child, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child)); strings.Contains(string(cmd), word) {
+				out = append(out, child)
+			}
+			out = append(out, descendants(child, word)...)
+		}
+	}
+	return out
+}
+
+// The same without an operator: the agent's CLI exits (crashes) while
+// the node is cut off past its TTL, and the node closes the agent itself.
+// A dead record the node did not write is the coordinator's close: what
+// the agent printed during the cut and the node's own close of it are
+// not stored after it.
+func TestLeaseAgentDyingWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f := openLeaseFabric(t, p.url)
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	f.dead(id)
+	clis := descendants(n.cmd.Process.Pid, "claude")
+	if len(clis) == 0 {
+		t.Fatal("no claude process under the node")
+	}
+	for _, pid := range clis {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	poll.Until(t, 30*time.Second, "the node sees its agent's CLI gone", func() bool {
+		return len(descendants(n.cmd.Process.Pid, "claude")) == 0
+	})
+	time.Sleep(time.Second)
+	px.restore()
+	poll.Until(t, 60*time.Second, "the node checks its agents", func() bool {
+		return strings.Contains(n.stderrText(), "the node's agents checked")
+	})
+	time.Sleep(2 * time.Second)
+	if after, first := f.afterDeath(id); after > 0 {
+		t.Errorf("the node, whose agent's CLI exited while it was cut off past its TTL, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+	}
+}
+
+// A node stopped (SIGSTOP) past its TTL and let go the moment its entry
+// expires: the coordinator's monitor and the node's check race. The
+// monitor's sweep reads every agent record of the fabric before it closes
+// one; a fabric with a few hundred records (other nodes' agents, dead
+// ones kept) widens the window. A check that only read the records lost
+// it every time: the node sent on, and the monitor's close came a moment
+// later. The node now beats and then writes each record (compare-and-set),
+// and the monitor looks for the node's entry between its read of a record
+// and its write: one of the two finds the other.
+func TestLeaseNodeBackAtTheExpiryStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	p := startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 800), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	n := p.node("sleeper")
+	f := openLeaseFabric(t, p.url)
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other agents' records, as a busy fabric holds.
+	for i := range 400 {
+		other := schemas.AgentRecord{ID: fmt.Sprintf("0ther%03d", i), Node: "elsewhere", Status: schemas.StatusDead}
+		b, _ := json.Marshal(other)
+		if _, err := f.records.Put(t.Context(), other.ID, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := nodes.Watch(t.Context(), "sleeper", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	n.cmd.Process.Signal(syscall.SIGSTOP)
+	defer n.cmd.Process.Signal(syscall.SIGCONT)
+	for e := range w.Updates() {
+		if e != nil && e.Operation() != jetstream.KeyValuePut {
+			break
+		}
+	}
+	n.cmd.Process.Signal(syscall.SIGCONT)
+	// The node back, and the coordinator that saw it lost, agree: either
+	// the coordinator closed the agent and the node stores nothing of it
+	// after, or the node came back first and its agent goes on, closed by
+	// nobody.
+	var rec schemas.AgentRecord
+	poll.Until(t, 60*time.Second, "the agent closed, or its turn ended on its node", func() bool {
+		e, err := f.records.Get(t.Context(), id)
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil &&
+			(rec.Status == schemas.StatusDead || (rec.Status == schemas.StatusIdle && rec.Turn >= 1))
+	})
+	if rec.Status == schemas.StatusIdle {
+		if m, err := f.stream.GetLastMsgForSubject(t.Context(), schemas.EventSubject(id)); err != nil || m.Header.Get(schemas.HeaderNode) == schemas.CloserName {
+			t.Errorf("the node came back first and its turn ended, but the stream ends with the coordinator's close: %v", err)
+		}
+		return
+	}
+	time.Sleep(3 * time.Second) // what the node would send after the death
+	if after, first := f.afterDeath(id); after > 0 {
+		t.Errorf("the node, back as its entry expired, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+		t.Log(n.stderrText())
+	}
+}
