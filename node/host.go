@@ -671,7 +671,12 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 	}
 	h.mu.Unlock()
 	for _, x := range drop {
-		h.recs.forget(ctx, x)
+		// The record of an id with a budget of its own is kept: its
+		// usage_before is what holds the id's next life to the budget,
+		// which covers every life. (A budget that cannot be read keeps
+		// it too.)
+		allow, err := h.store.allowance(ctx, x.id, h.instance(), h.labels)
+		h.recs.forget(ctx, x, err != nil || !allow.Agent.IsZero())
 		h.pub.forget(x.id)
 		// Its mark is needed only while its events may be lost with the
 		// journal: once none waits, the numbers file forgets it, so the

@@ -84,7 +84,7 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 			return nil, false, claimErr(rec, err)
 		}
 		r.setRev(rec.ID, rev)
-		return func(ctx context.Context) { r.forget(ctx, a) }, false, nil
+		return func(ctx context.Context) { r.forget(ctx, a, false) }, false, nil
 	case err != nil:
 		return nil, false, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
@@ -168,8 +168,9 @@ func (r *records) mark(a *agent, urgent bool) {
 }
 
 // forget deletes the record of an agent the node no longer keeps, unless
-// the id has a newer life.
-func (r *records) forget(ctx context.Context, a *agent) {
+// the id has a newer life, or keep says the record is to stay (the node
+// only stops writing it).
+func (r *records) forget(ctx context.Context, a *agent, keep bool) {
 	id := a.id
 	r.mu.Lock()
 	if r.life[id] != a {
@@ -182,7 +183,7 @@ func (r *records) forget(ctx context.Context, a *agent) {
 	delete(r.rev, id)
 	delete(r.lost, id)
 	r.mu.Unlock()
-	if lost {
+	if lost || keep {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -34,7 +34,7 @@ func TestRecordOfAReopenedAgent(t *testing.T) {
 	}
 	r.mark(first, true) // and once more, after the claim
 	r.flush(ctx)
-	r.forget(ctx, first)
+	r.forget(ctx, first, false)
 
 	e, err := st.get(ctx, "pal")
 	if err != nil {
