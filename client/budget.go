@@ -265,6 +265,11 @@ func (f *Direct) drawOnParent(ctx context.Context, req *schemas.OpenRequest) (un
 			return nil, err
 		}
 		used := parent.AllLives()
+		if parent.Running != nil && parent.Status == schemas.StatusWorking {
+			// The turn it opens its child from has used this much so far
+			// (written within a second): it is not the child's to spend.
+			used.Add(*parent.Running)
+		}
 		if !have.Grants(want, used) {
 			restore(context.WithoutCancel(ctx))
 			spent := fmt.Sprintf("%d tokens", schemas.TokensOf(used))
