@@ -724,6 +724,13 @@ func (a *agent) fire(ctx context.Context, turn int, why string) {
 		}
 		return
 	}
+	a.stopIfStill(ctx, turn, why)
+}
+
+// stopIfStill stops the agent if turn, interrupted for why, is still
+// running after the interrupt grace: a CLI that takes an interrupt and
+// goes on is not let go on.
+func (a *agent) stopIfStill(ctx context.Context, turn int, why string) {
 	t := time.NewTimer(a.h.cfg.InterruptGrace)
 	defer t.Stop()
 	select {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -172,7 +173,11 @@ func (a *agent) checkSpend(ctx context.Context) {
 	a.log.Info("interrupting a turn past its budget", "turn", n, "why", over)
 	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("turn %d was interrupted: %v", n, over)}, true)
 	if delivered {
-		a.work.Go(func() { a.interruptRunning(ctx) })
+		a.work.Go(func() {
+			if a.interruptRunning(ctx) {
+				a.stopIfStill(ctx, n, fmt.Sprintf("turn %d passed its budget", n))
+			}
+		})
 	}
 }
 
