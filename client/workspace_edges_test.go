@@ -114,3 +114,30 @@ func TestWithChangesLeavesOutWhatThePersonsGitIgnores(t *testing.T) {
 		t.Fatalf("a file the person's git ignores was sent to node a, into the agent's checkout: .env = %q", b)
 	}
 }
+
+// A node killed while it made an agent's checkout leaves the checkout's
+// directory without the record of what it was opened on (written last).
+// Once the node was back, the retry of the same open (the same id) was
+// refused for good, "checkout ... already exists". The half-made
+// checkout is taken for what it is and made again.
+func TestOpenRetriedOverAHalfMadeCheckout(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	first := openOnRepo(t, f, "first", repo, false)
+	// What a crash in the middle of making agent mid's checkout leaves.
+	half := filepath.Join(filepath.Dir(first), "mid")
+	if err := os.MkdirAll(filepath.Join(half, ".git", "objects"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(half, "partial.bin"), []byte("half written"), 0o600)
+	if co := openOnRepo(t, f, "mid", repo, true); co != half {
+		t.Fatalf("agent mid's checkout is %s, want %s", co, half)
+	}
+	if _, err := os.Stat(filepath.Join(half, "partial.bin")); err == nil {
+		t.Error("what the crash left is still in agent mid's checkout")
+	}
+	if b, err := os.ReadFile(filepath.Join(half, "a.txt")); err != nil || string(b) != "a\n" {
+		t.Errorf("agent mid's checkout holds a.txt %q (%v)", b, err)
+	}
+}

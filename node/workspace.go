@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,6 +159,14 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 		// The agent comes from another node, with its work there: a
 		// checkout this node kept of an earlier life is older than that.
 		r.undo(id)
+	}
+	if _, err := r.meta(id); errors.Is(err, fs.ErrNotExist) {
+		// A checkout without the record of what it was opened on is
+		// what a node killed while making it left (the record is
+		// written last): no agent ever worked in it.
+		if err := os.RemoveAll(dir); err != nil {
+			return "", false, schemas.Errf(schemas.CodeInternal, "remove the half-made checkout %s: %v", dir, err)
+		}
 	}
 	if old, err := r.meta(id); err == nil {
 		if _, err := os.Stat(dir); err == nil {
