@@ -141,3 +141,52 @@ func TestOpenRetriedOverAHalfMadeCheckout(t *testing.T) {
 		t.Errorf("agent mid's checkout holds a.txt %q (%v)", b, err)
 	}
 }
+
+// A branch being rebased (or bisected) is checked out as git counts it:
+// git branch -f refuses to move it ("used by worktree"). While the person
+// rebased shoal/<id> (stopped to edit a commit), shoal fetch moved it all
+// the same; the rebase, when it ended, could not set the branch ("cannot
+// lock ref … but expected …") and left the person's rebased commits on a
+// detached HEAD. The fetch is refused, saying why.
+func TestFetchDoesNotMoveABranchBeingRebased(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "rebased", repo, false)
+	agentShell(t, co, "echo agent > b.txt && git add b.txt && git commit -qm 'agent work'")
+	if _, err := f.Fetch(t.Context(), "rebased", ""); err != nil {
+		t.Fatal(err)
+	}
+	// The person rebases the agent's branch onto main, which moved on,
+	// stopping at its commit to edit it.
+	os.WriteFile(filepath.Join(repo, "c.txt"), []byte("mine\n"), 0o644)
+	gittest.Git(t, repo, "add", "c.txt")
+	gittest.Git(t, repo, "commit", "-qm", "main moves on")
+	gittest.Git(t, repo, "switch", "-q", "shoal/rebased")
+	env := append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_SEQUENCE_EDITOR=sed -i s/^pick/edit/",
+		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
+	cmd := exec.Command("git", "rebase", "-q", "-i", "main")
+	cmd.Dir, cmd.Env = repo, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git rebase -i: %v\n%s", err, out)
+	}
+	before := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/rebased")
+	// git itself will not move it now.
+	cmd = exec.Command("git", "branch", "-f", "shoal/rebased", "main")
+	cmd.Dir, cmd.Env = repo, env
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("git branch -f moved a branch being rebased: %s", out)
+	}
+
+	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
+	_, err := f.Fetch(t.Context(), "rebased", "")
+	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/rebased"); after != before {
+		cont := exec.Command("git", "rebase", "--continue")
+		cont.Dir, cont.Env = repo, env
+		out, cerr := cont.CombinedOutput()
+		t.Fatalf("shoal fetch (%v) moved shoal/rebased from %.12s to %.12s while the person rebased it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "branch shoal/rebased is being rebased") {
+		t.Errorf("the fetch onto a branch being rebased: %v, want it refused saying so", err)
+	}
+}

@@ -276,6 +276,37 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	return moveBranch(ctx, root, branch, tip)
 }
 
+// underWay says what a work tree of the repository at root is doing to
+// branch ("rebased", "bisected"), as git's own check of a branch in use
+// reads it; "" when nothing is. A branch under a rebase is not listed as
+// checked out, but the rebase moves it when it ends.
+func underWay(ctx context.Context, root, branch string) string {
+	common, err := pathOf(ctx, root, nil, "rev-parse", "--git-common-dir")
+	if err != nil {
+		return ""
+	}
+	if !filepath.IsAbs(common) {
+		common = filepath.Join(root, common)
+	}
+	dirs := []string{common}
+	linked, _ := filepath.Glob(filepath.Join(common, "worktrees", "*"))
+	dirs = append(dirs, linked...)
+	ref := "refs/heads/" + branch
+	for _, d := range dirs {
+		for _, f := range []string{"rebase-merge/head-name", "rebase-apply/head-name"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil && strings.TrimSpace(string(b)) == ref {
+				return "rebased"
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "BISECT_START")); err == nil {
+			if name := strings.TrimSpace(string(b)); name == branch || name == ref {
+				return "bisected"
+			}
+		}
+	}
+	return ""
+}
+
 // moveBranch puts branch at tip in the repository at root, unless it
 // holds commits tip does not that Shoal did not make (authored and
 // committed <agent>@shoal.invalid: an agent's, or a commit of its
@@ -293,6 +324,9 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 		if strings.TrimSpace(l) == "branch "+ref {
 			return fmt.Errorf("branch %s is checked out in a work tree of %s: switch it to another branch first, or fetch --into another repository", branch, root)
 		}
+	}
+	if what := underWay(ctx, root, branch); what != "" {
+		return fmt.Errorf("branch %s is being %s in %s: finish or abort that first, or fetch --into another repository", branch, what, root)
 	}
 	old, _ := line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
 	if old != "" {
