@@ -23,17 +23,12 @@ import (
 )
 
 // netProxy forwards TCP connections to target, as the network between a
-// node and the fabric. freeze stops it moving bytes either way without
-// closing anything (a link that blackholes, as a dropped Wi-Fi, a NAT or
-// a VM migration does: TCP keeps what was sent and delivers it when the
-// path comes back); thaw lets them go on. cut closes every connection and
-// refuses new ones (a partition that resets); restore ends it.
+// node and the fabric. cut closes every connection and refuses new ones
+// (a partition that resets); restore ends it.
 type netProxy struct {
 	l      net.Listener
 	target string
 	mu     sync.Mutex
-	cond   *sync.Cond
-	frozen bool
 	cutOff bool
 	conns  []net.Conn
 }
@@ -45,7 +40,6 @@ func startNetProxy(t *testing.T, target string) *netProxy {
 		t.Fatal(err)
 	}
 	p := &netProxy{l: l, target: strings.TrimPrefix(target, "nats://")}
-	p.cond = sync.NewCond(&p.mu)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -73,7 +67,6 @@ func startNetProxy(t *testing.T, target string) *netProxy {
 	}()
 	t.Cleanup(func() {
 		l.Close()
-		p.thaw()
 		p.cut()
 	})
 	return p
@@ -84,11 +77,6 @@ func (p *netProxy) pipe(from, to net.Conn) {
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
-			p.mu.Lock()
-			for p.frozen {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
 			if _, werr := to.Write(buf[:n]); werr != nil {
 				from.Close()
 				return
@@ -105,15 +93,6 @@ func (p *netProxy) pipe(from, to net.Conn) {
 }
 
 func (p *netProxy) url() string { return "nats://" + p.l.Addr().String() }
-
-func (p *netProxy) freeze() { p.mu.Lock(); p.frozen = true; p.mu.Unlock() }
-
-func (p *netProxy) thaw() {
-	p.mu.Lock()
-	p.frozen = false
-	p.mu.Unlock()
-	p.cond.Broadcast()
-}
 
 func (p *netProxy) cut() {
 	p.mu.Lock()
