@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // Broker is an embedded NATS server with JetStream and the fabric's assets.
@@ -171,6 +173,30 @@ func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
 
 // ClientURL is the URL clients dial, e.g. nats://127.0.0.1:4222.
 func (b *Broker) ClientURL() string { return b.srv.ClientURL() }
+
+// DisconnectNode closes the connections node has to this server, its own
+// and its events' (schemas.NodeConnName), and reports how many. What the
+// server has not read of them is dropped with them: a node taken for lost
+// whose link comes back cannot deliver, after its agents were closed,
+// events it sent before.
+func (b *Broker) DisconnectNode(node string) int {
+	name := schemas.NodeConnName(node)
+	n := 0
+	for offset := 0; ; {
+		c, err := b.srv.Connz(&server.ConnzOptions{Offset: offset, Limit: 1024})
+		if err != nil || len(c.Conns) == 0 {
+			return n
+		}
+		for _, ci := range c.Conns {
+			if ci.Name == name || ci.Name == name+" (events)" {
+				if b.srv.DisconnectClientByID(ci.Cid) == nil {
+					n++
+				}
+			}
+		}
+		offset += len(c.Conns)
+	}
+}
 
 // LeafURL is the URL leaf nodes dial, or "" when leaf connections are off.
 func (b *Broker) LeafURL() string {

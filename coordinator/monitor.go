@@ -26,8 +26,14 @@ type MonitorConfig struct {
 	// entries written before, or gone while no monitor ran); 3× the bucket
 	// TTL when zero. A node heard from since the start is lost as soon as
 	// its entry goes.
-	Grace  time.Duration
-	Logger *slog.Logger
+	Grace time.Duration
+	// Disconnect, when set, closes the connections a node has to the
+	// coordinator's own server (the embedded one), before the node's
+	// agents are closed: what the server has not read of them, events the
+	// node sent before it was lost that a link coming back would deliver,
+	// is dropped with them, not stored after the close.
+	Disconnect func(node string) int
+	Logger     *slog.Logger
 }
 
 // Monitor watches the nodes' heartbeats. When a node's entry expires (or
@@ -214,6 +220,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 	if err != nil {
 		return
 	}
+	cut := map[string]bool{} // the nodes whose connections were closed in this sweep
 	for id := range keys.Keys() {
 		e, err := agents.Get(ctx, id)
 		if err != nil {
@@ -232,7 +239,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			}
 			continue
 		}
-		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how); err != nil {
+		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, cut); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
 	}
@@ -245,15 +252,31 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 // agents' records; so either the entry is seen here, or the node's
 // write, after it, finds the record dead, or this update finds the
 // record changed and leaves it.
-func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string) error {
-	tail, err := tailOf(ctx, m.cfg.Conn, stream, rec.ID)
-	if err != nil {
-		return err
-	}
+func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string, cut map[string]bool) error {
 	if _, err := nodes.Get(ctx, rec.Node); err == nil {
 		m.log.Info("a node taken for lost is back; its agent is left to it", "agent", rec.ID, "node", rec.Node)
 		return nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	if m.cfg.Disconnect != nil && !cut[rec.Node] {
+		// Before the tail is read: what the node's connections still
+		// held is either stored by now or dropped with them.
+		cut[rec.Node] = true
+		if n := m.cfg.Disconnect(rec.Node); n > 0 {
+			m.log.Info("closed the connections of a node taken for lost", "node", rec.Node, "connections", n)
+			// A connection closed mid-read finishes the buffer it read,
+			// into the stream's queue: let it be stored before the tail
+			// is read.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(disconnectSettle):
+			}
+		}
+	}
+	tail, err := tailOf(ctx, m.cfg.Conn, stream, rec.ID)
+	if err != nil {
 		return err
 	}
 	tail, n := tail.ClosingFrom(rec)
@@ -282,6 +305,10 @@ func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValu
 	m.log.Info("closed a lost node's agent", "agent", rec.ID, "node", rec.Node)
 	return nil
 }
+
+// disconnectSettle is how long the monitor lets what a closed connection
+// had read reach the stream.
+const disconnectSettle = 250 * time.Millisecond
 
 // untakenClaim reports whether rec is an open's claim its node has not
 // taken up: a node's own record of an agent names its event log.

@@ -115,6 +115,13 @@ func ParseMsgID(s string) (id string, n uint64, err error) {
 // `nats micro ls` lists the pool.
 const ServiceName = "shoal-node"
 
+// NodeConnName is the name a node gives its connection to the fabric (its
+// events' connection adds " (events)"): the coordinator that takes the
+// node for lost closes the connections of that name to its server, so
+// nothing the node sent before it was lost is read after its agents are
+// closed.
+func NodeConnName(node string) string { return "shoal node " + node }
+
 // Verb names a control operation.
 type Verb string
 

@@ -23,12 +23,17 @@ import (
 )
 
 // netProxy forwards TCP connections to target, as the network between a
-// node and the fabric. cut closes every connection and refuses new ones
-// (a partition that resets); restore ends it.
+// node and the fabric. freeze stops it moving bytes either way without
+// closing anything (a link that blackholes, as a dropped Wi-Fi, a NAT or
+// a VM migration does: TCP keeps what was sent and delivers it when the
+// path comes back); thaw lets them go on. cut closes every connection and
+// refuses new ones (a partition that resets); restore ends it.
 type netProxy struct {
 	l      net.Listener
 	target string
 	mu     sync.Mutex
+	cond   *sync.Cond
+	frozen bool
 	cutOff bool
 	conns  []net.Conn
 }
@@ -40,6 +45,7 @@ func startNetProxy(t *testing.T, target string) *netProxy {
 		t.Fatal(err)
 	}
 	p := &netProxy{l: l, target: strings.TrimPrefix(target, "nats://")}
+	p.cond = sync.NewCond(&p.mu)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -67,6 +73,7 @@ func startNetProxy(t *testing.T, target string) *netProxy {
 	}()
 	t.Cleanup(func() {
 		l.Close()
+		p.thaw()
 		p.cut()
 	})
 	return p
@@ -77,6 +84,11 @@ func (p *netProxy) pipe(from, to net.Conn) {
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
+			p.mu.Lock()
+			for p.frozen {
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
 			if _, werr := to.Write(buf[:n]); werr != nil {
 				from.Close()
 				return
@@ -93,6 +105,15 @@ func (p *netProxy) pipe(from, to net.Conn) {
 }
 
 func (p *netProxy) url() string { return "nats://" + p.l.Addr().String() }
+
+func (p *netProxy) freeze() { p.mu.Lock(); p.frozen = true; p.mu.Unlock() }
+
+func (p *netProxy) thaw() {
+	p.mu.Lock()
+	p.frozen = false
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
 
 func (p *netProxy) cut() {
 	p.mu.Lock()
@@ -391,5 +412,44 @@ func TestLeaseNodeBackAtTheExpiryStoresNothingAfterTheDeath(t *testing.T) {
 	if after, first := f.afterDeath(id); after > 0 {
 		t.Errorf("the node, back as its entry expired, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
 		t.Log(n.stderrText())
+	}
+}
+
+// A node cut off by a network that holds what was sent (no reset: the
+// link went, then came back) while its agent streams. The node sent
+// events within its lease after the link went; they reached the server
+// only when the path came back, after the coordinator took the node for
+// lost and wrote the agent's dead status, and were stored after it (the
+// lease is judged when an event is sent, not when it arrives). The
+// coordinator now closes the node's connections to its server before it
+// closes the node's agents: what they held is dropped with them.
+func TestLeaseBlackholedNodeStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		way  string
+		hold time.Duration
+	}{{"async", time.Second}, {"batches", time.Second}} {
+		t.Run(c.way, func(t *testing.T) {
+			t.Parallel()
+			p := startPool(t)
+			p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+			px := startNetProxy(t, p.url)
+			n := p.node("cut", "--nats", px.url(), "--publish", c.way)
+			f := openLeaseFabric(t, p.url)
+			id, _ := p.openOn()
+			p.must("send", id, "Stream on.")
+			f.streaming(id)
+			px.freeze()
+			f.dead(id)
+			time.Sleep(c.hold)
+			px.thaw()
+			poll.Until(t, 60*time.Second, "the node, back, says the fabric took its agent for lost", func() bool {
+				return strings.Contains(n.stderrText(), "the fabric took this agent for lost")
+			})
+			time.Sleep(2 * time.Second)
+			if after, first := f.afterDeath(id); after > 0 {
+				t.Errorf("the node, cut off then back, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+			}
+		})
 	}
 }

@@ -306,7 +306,7 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
 		// No reconnect buffer: while the coordinator is away the node's
 		// outbox keeps events, in order, and publishes them once it is back.
-		nc, err := o.client.connect(env, nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
+		nc, err := o.client.connect(env, nats.Name(schemas.NodeConnName(o.nodeName())), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
 		if err == nil {
 			return nc, nil
 		}
@@ -365,7 +365,7 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 			return err
 		}
 		defer leaf.Shutdown()
-		opts := []nats.Option{nats.Name("shoal-node"), nats.CustomInboxPrefix(schemas.InboxPrefix(string(broker.RoleNode), o.nodeName()))}
+		opts := []nats.Option{nats.Name(schemas.NodeConnName(o.nodeName())), nats.CustomInboxPrefix(schemas.InboxPrefix(string(broker.RoleNode), o.nodeName()))}
 		if nc, err = leaf.Connect(opts...); err != nil {
 			return err
 		}

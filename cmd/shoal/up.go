@@ -29,39 +29,42 @@ import (
 
 // upOptions are the settings of `shoal up`.
 type upOptions struct {
-	host          string
-	port          int
-	store         string
-	maxPayload    int64
-	memoryLimit   int64
-	maxAge        time.Duration
-	maxBytes      int64
-	reposMaxBytes int64
-	duplicates    time.Duration
-	nodeTTL       time.Duration
-	replicas      int
-	log           logOptions
-	noNode        bool
-	node          nodeOptions
-	mcpListen     string
-	mcpToken      string
-	maxDepth      int
-	mcpObserver   string
-	publicURL     string
-	noMCP         bool
-	noWeb         bool
-	bus           string
-	noBus         bool
-	auth          bool
-	authDir       string
-	tlsVerify     bool
-	leafListen    string
-	cluster       string
-	clusterListen string
-	routes        string
-	serverName    string
-	monitor       string
-	metrics       string
+	// disconnectNode closes a node's connections to the embedded server;
+	// nil with an external one.
+	disconnectNode func(node string) int
+	host           string
+	port           int
+	store          string
+	maxPayload     int64
+	memoryLimit    int64
+	maxAge         time.Duration
+	maxBytes       int64
+	reposMaxBytes  int64
+	duplicates     time.Duration
+	nodeTTL        time.Duration
+	replicas       int
+	log            logOptions
+	noNode         bool
+	node           nodeOptions
+	mcpListen      string
+	mcpToken       string
+	maxDepth       int
+	mcpObserver    string
+	publicURL      string
+	noMCP          bool
+	noWeb          bool
+	bus            string
+	noBus          bool
+	auth           bool
+	authDir        string
+	tlsVerify      bool
+	leafListen     string
+	cluster        string
+	clusterListen  string
+	routes         string
+	serverName     string
+	monitor        string
+	metrics        string
 	// external: --nats, --creds and the client side of TLS, to use a NATS
 	// deployment instead of the embedded server.
 	external clientOptions
@@ -318,6 +321,7 @@ func (o *upOptions) embed(ctx context.Context, env *environment, log *daemonLog)
 	if u := b.MonitorURL(); u != "" {
 		log.status("NATS monitoring %s (/varz, /connz, /jsz, /healthz)", u)
 	}
+	o.disconnectNode = b.DisconnectNode
 	return func(name string) (*nats.Conn, error) { return b.Connect(nats.Name(name)) }, b.Shutdown, nil
 }
 
@@ -445,7 +449,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if !o.noNode {
 		o.node.mcpURL = mcpURL
 		o.node.mcpToken = o.mcpToken
-		nc, err := connect("shoal-local-node")
+		nc, err := connect(schemas.NodeConnName(o.node.nodeName()))
 		if err != nil {
 			return err
 		}
@@ -535,7 +539,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 			return r, err
 		}},
 		{"monitor", func(nc *nats.Conn) (service, error) {
-			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log})
+			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log, Disconnect: o.disconnectNode})
 		}},
 		{"ledger", func(nc *nats.Conn) (service, error) {
 			l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: nc, Logger: log})
