@@ -240,6 +240,7 @@ func remoteReplayed(m *nats.Msg) (Replayed, *Gap, error) {
 	r.Seq, _ = strconv.ParseUint(m.Header.Get(schemas.HeaderSeq), 10, 64)
 	r.Time, _ = time.Parse(time.RFC3339Nano, m.Header.Get(schemas.HeaderStored))
 	r.Node = m.Header.Get(schemas.HeaderNode)
+	r.RanOn = schemas.RanOn(r.Node, m.Header.Get(schemas.HeaderClosedFor))
 	r.Raw = m.Data
 	if r.Kind, r.Turn, r.Delta, err = schemas.Peek(m.Data); err != nil {
 		return r, nil, fmt.Errorf("replay: event %d of agent %s: %w", r.N, r.Agent, err)

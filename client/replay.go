@@ -33,7 +33,10 @@ type Replayed struct {
 	N     uint64 // the agent's event number
 	Seq   uint64 // the stream sequence
 	Time  time.Time
-	Node  string
+	Node  string // the event's producer (HeaderNode)
+	// RanOn is the node the event's turn ran on: Node, or, for the
+	// coordinator's closing of a lost node's agent, that node.
+	RanOn string
 	Kind  schemas.Kind
 	Turn  int
 	Delta bool   // a streamed chunk, kept for liveness only
@@ -522,6 +525,7 @@ func replayed(msg jetstream.Msg) (Replayed, bool) {
 	}
 	h := msg.Headers()
 	r.Agent, r.Node = id, h.Get(schemas.HeaderNode)
+	r.RanOn = schemas.RanOn(r.Node, h.Get(schemas.HeaderClosedFor))
 	r.Raw = append([]byte(nil), msg.Data()...)
 	agent, n, err := schemas.ParseMsgID(h.Get(schemas.HeaderMsgID))
 	if err != nil || agent != id {

@@ -348,6 +348,7 @@ func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstre
 		model = l.model(ctx, agents, id)
 	}
 	node := m.Headers().Get(schemas.HeaderNode)
+	ran := schemas.RanOn(node, m.Headers().Get(schemas.HeaderClosedFor))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq <= l.spent.Seq {
@@ -363,9 +364,9 @@ func (l *Ledger) count(ctx context.Context, agents jetstream.KeyValue, m jetstre
 	}
 	if u != nil {
 		if more {
-			l.spent.AddMore(node, l.instances[node], model, l.labels[node], *u)
+			l.spent.AddMore(ran, l.instances[ran], model, l.labels[ran], *u)
 		} else {
-			l.spent.Add(node, l.instances[node], model, l.labels[node], *u)
+			l.spent.Add(ran, l.instances[ran], model, l.labels[ran], *u)
 		}
 		select {
 		case l.counted <- struct{}{}:

@@ -297,6 +297,7 @@ func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValu
 		msg.Data = env
 		msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID(rec.ID, n))
 		msg.Header.Set(schemas.HeaderNode, m.cfg.Name)
+		msg.Header.Set(schemas.HeaderClosedFor, rec.Node)
 		msg.Header.Set(schemas.HeaderTime, time.Now().UTC().Format(time.RFC3339Nano))
 		if _, err := m.js.PublishMsg(ctx, msg); err != nil {
 			return err

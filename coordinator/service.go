@@ -436,6 +436,9 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, to string
 		}
 		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(ev.Agent, ev.N))
 		m.Header.Set(schemas.HeaderNode, ev.Node)
+		if ev.RanOn != ev.Node {
+			m.Header.Set(schemas.HeaderClosedFor, ev.RanOn)
+		}
 		m.Header.Set(schemas.HeaderSeq, strconv.FormatUint(ev.Seq, 10))
 		m.Header.Set(schemas.HeaderStored, ev.Time.UTC().Format(time.RFC3339Nano))
 		if gap != nil {

@@ -438,6 +438,16 @@ func (t *TurnResults) Take(agent, node string, turn int, u *Usage) (count *Usage
 	return &beyond, true
 }
 
+// RanOn is the node a result's turn ran on, from its event's producer
+// (HeaderNode) and, for the coordinator's closing of a lost node's agent,
+// the node it names (HeaderClosedFor).
+func RanOn(producer, closedFor string) string {
+	if producer == CloserName && closedFor != "" {
+		return closedFor
+	}
+	return producer
+}
+
 // MaxSpentRowsPerNode bounds the rows one node's turns make in Spent (its
 // lives, models and label sets): past it, a turn that would make a new
 // row is counted in the node's row of model OtherModel, no life and no

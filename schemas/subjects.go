@@ -36,6 +36,10 @@ const (
 	HeaderNode = "Shoal-Node"
 	// HeaderTime is the event's production time, RFC 3339 with nanoseconds, UTC.
 	HeaderTime = "Shoal-Time"
+	// HeaderClosedFor, on the events the coordinator (CloserName) stores
+	// to close a lost node's agent, names that node: the turn it closes
+	// ran there, and counts there.
+	HeaderClosedFor = "Shoal-Closed-For"
 	// HeaderAcked, on an event a confined node sends its relay (never
 	// stored), is the agent's last event number the node has had
 	// acknowledged as stored: every event of the agent up to it is

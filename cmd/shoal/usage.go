@@ -110,14 +110,14 @@ cost of 0 and show $0.0000.`,
 					keys := []string{r.Agent}
 					switch by {
 					case "node":
-						keys = []string{r.Node}
+						keys = []string{r.RanOn}
 					case "model":
 						keys = []string{models[r.Agent]}
 						if keys[0] == "" {
 							keys[0] = "unknown"
 						}
 					case "label":
-						keys = labels[r.Node]
+						keys = labels[r.RanOn]
 						if len(keys) == 0 {
 							keys = []string{"(none)"}
 						}
