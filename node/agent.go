@@ -294,7 +294,7 @@ func (a *agent) advance(ctx context.Context) {
 			// as its record has it: one its turns took past its budget
 			// while the coordinator is away begins none.
 			a.mu.Lock()
-			over = a.spend.allow.Check(a.id, a.rec.AllLives(), schemas.Usage{})
+			over = a.held(a.spend.allow).Check(a.id, a.rec.AllLives(), schemas.Usage{})
 			a.mu.Unlock()
 			if over == nil {
 				a.log.Warn("cannot read the budgets a held turn is held to; it begins, within those last read", "err", err)

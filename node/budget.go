@@ -72,7 +72,7 @@ func (a *agent) admit(ctx context.Context) (over, err error) {
 	}
 	own := a.rec.AllLives()
 	a.mu.Unlock()
-	return allow.Check(a.id, own, schemas.Usage{}), nil
+	return a.held(allow).Check(a.id, own, schemas.Usage{}), nil
 }
 
 // readAllowance reads what a's turns are held to, as its read number n.
@@ -86,9 +86,16 @@ func (a *agent) readAllowance(ctx context.Context) (allow schemas.Allowance, n i
 	if allow, err = a.h.store.allowance(ctx, a.id, a.h.instance(), a.h.labels); err != nil {
 		return allow, n, err
 	}
-	// This node's turns the count does not hold yet (it is written a
-	// moment after each result is stored) count all the same.
-	return allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted)), n, nil
+	return allow, n, nil
+}
+
+// held is allow with this node's turns that the count it was read with
+// does not hold counted all the same, as they stand now (the count is
+// written a moment after each result is stored; while the coordinator is
+// away, it is not read again, and the node's own agents' turns go on
+// adding to it).
+func (a *agent) held(allow schemas.Allowance) schemas.Allowance {
+	return allow.WithUnseen(schemas.Unseen(a.h.producedUsage(), allow.Counted))
 }
 
 // reread reads the budgets again for the running turn, and has its use so
@@ -154,7 +161,7 @@ func (a *agent) checkSpend(ctx context.Context) {
 	}
 	var over error
 	if a.spend.allow.Limits() {
-		over = a.spend.allow.Check(a.id, a.rec.AllLives(), a.spend.running)
+		over = a.held(a.spend.allow).Check(a.id, a.rec.AllLives(), a.spend.running)
 	}
 	if over == nil {
 		if !a.spend.reading && time.Since(a.spend.readAt) >= budgetsFresh {
