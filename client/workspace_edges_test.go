@@ -190,3 +190,35 @@ func TestFetchDoesNotMoveABranchBeingRebased(t *testing.T) {
 		t.Errorf("the fetch onto a branch being rebased: %v, want it refused saying so", err)
 	}
 }
+
+// An agent that makes a git repository of its own in its checkout (git
+// init for a tool, a sample project, a test fixture) and commits there
+// got back, on shoal/<id>, a link to a commit that exists only on the
+// node, and nothing said its files did not come back; one not yet
+// committed to failed every diff and fetch of the agent's work. Such a
+// repository is left out of what comes back, and the commit says so; the
+// rest of the work comes back.
+func TestFetchLeavesOutANestedRepositoryAndSaysSo(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "nested", repo, false)
+	agentShell(t, co, "echo work > work.txt && git init -q scratch && mkdir tool && cd tool && git init -q && echo 'package tool' > tool.go && git add . && git -c user.name=agent -c user.email=agent@example.invalid commit -qm tool")
+
+	if _, err := f.Diff(t.Context(), "nested", true); err != nil {
+		t.Errorf("diff: %v", err)
+	}
+	got, err := f.Fetch(t.Context(), "nested", "")
+	if err != nil {
+		t.Fatalf("fetch of an agent that wrote work.txt: %v", err)
+	}
+	if w := gittest.Git(t, repo, "show", got.Branch+":work.txt"); w != "work" {
+		t.Errorf("work.txt on %s: %q", got.Branch, w)
+	}
+	if tree := gittest.Git(t, repo, "ls-tree", "-r", got.Branch); strings.Contains(tree, "160000") || strings.Contains(tree, "tool") || strings.Contains(tree, "scratch") {
+		t.Errorf("%s holds what it cannot bring back:\n%s", got.Branch, tree)
+	}
+	if msg := gittest.Git(t, repo, "log", "-1", "--format=%B", got.Branch); !strings.Contains(msg, "  scratch/\n") || !strings.Contains(msg, "  tool/") {
+		t.Errorf("the commit of the agent's work does not name what it left out:\n%s", msg)
+	}
+}

@@ -132,8 +132,19 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		"GIT_ALTERNATE_OBJECT_DIRECTORIES=" + alternates(objects, ":"),
 		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
 	env = append(env, extra...)
-	if _, err := g.run(ctx, root, env, nil, "add", "--all", "--", "."); err != nil {
+	args := []string{"add", "--all", "--", "."}
+	apart := nestedRepositories(root)
+	for _, p := range apart {
+		args = append(args, ":(exclude,literal)"+p)
+	}
+	if _, err := g.run(ctx, root, env, nil, args...); err != nil {
 		return "", err
+	}
+	if len(apart) > 0 {
+		message += "\n\nLeft out, each a git repository of its own, which git keeps apart from this one:\n"
+		for _, p := range apart {
+			message += "  " + p + "/\n"
+		}
 	}
 	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
@@ -173,6 +184,41 @@ func personsExcludes(ctx context.Context, root string) string {
 		return ""
 	}
 	return p
+}
+
+// maxNested bounds the repositories within a work tree that are left out
+// of a commit of it by name; past it the rest are found by git, which
+// fails on one without a commit and records one with commits as a link
+// to a commit it does not have.
+const maxNested = 1000
+
+// nestedRepositories lists, relative to root, the directories within the
+// work tree at root that are git repositories of their own (an agent's
+// git init for a tool, a fixture, a clone): git will not take their files
+// into this repository's commit, and fails on one that has no commit yet.
+// Symbolic links are not followed.
+func nestedRepositories(root string) []string {
+	var out []string
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if path == root {
+			return nil
+		}
+		if d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if _, err := os.Lstat(filepath.Join(path, ".git")); err == nil {
+			rel, err := filepath.Rel(root, path)
+			if err == nil && len(out) < maxNested {
+				out = append(out, filepath.ToSlash(rel))
+			}
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
 }
 
 // seedIndex copies the repository's index, own, to index, with its
