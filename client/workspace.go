@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,6 +75,12 @@ func prepareRepo(ctx context.Context, src RepoSource) (*workspace.Start, error) 
 			code = schemas.CodeUnavailable
 		}
 		return nil, schemas.Errf(code, "%v", err)
+	}
+	if !utf8.ValidString(start.Root) {
+		// The agent's record, JSON, keeps it as text: such a path comes
+		// back as another, and a fetch would land elsewhere or nowhere.
+		start.Close()
+		return nil, schemas.Errf(schemas.CodeInvalid, "the repository's path %q is not valid UTF-8, which an agent's record cannot keep: rename it, or open on a copy whose path is", start.Root)
 	}
 	return start, nil
 }

@@ -222,3 +222,26 @@ func TestFetchLeavesOutANestedRepositoryAndSaysSo(t *testing.T) {
 		t.Errorf("the commit of the agent's work does not name what it left out:\n%s", msg)
 	}
 }
+
+// A repository whose path is not valid UTF-8 (a Latin-1 name) was opened
+// on, but the agent's record, JSON, kept its path with the byte replaced:
+// the fetch that ends a job, or shoal fetch without --into, then looked
+// for a path that does not exist (or another repository of that name).
+// The open is refused, saying why.
+func TestOpenRefusesARepositoryWhosePathIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	latin1 := filepath.Join(t.TempDir(), "caf\xe9")
+	os.MkdirAll(latin1, 0o755)
+	gittest.Git(t, latin1, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(latin1, "a.txt"), []byte("a\n"), 0o644)
+	gittest.Git(t, latin1, "add", ".")
+	gittest.Git(t, latin1, "commit", "-q", "-m", "first")
+	_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "latin"}, client.RepoSource{Dir: latin1})
+	if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "is not valid UTF-8") {
+		t.Fatalf("an open on %q: %v, want it refused as not UTF-8", latin1, err)
+	}
+	if _, err := f.Record(t.Context(), "latin"); schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Errorf("the refused open left a record: %v", err)
+	}
+}
