@@ -245,3 +245,29 @@ func TestOpenRefusesARepositoryWhosePathIsNotUTF8(t *testing.T) {
 		t.Errorf("the refused open left a record: %v", err)
 	}
 }
+
+// On the node, a submodule of the caller's repository is an empty
+// directory (never checked out there), which the agent sees and may
+// write into: what it wrote there was neither in its diff nor in its
+// fetched work, and nothing said so (git add --all passes over a
+// directory its index names as a link). It cannot come back with this
+// repository's commit; the commit says what was left out.
+func TestWorkWrittenIntoASubmoduleDirectoryIsNamed(t *testing.T) {
+	t.Parallel()
+	f, repo, _, checkout := submoduleRepo(t, "subwrite")
+	if ents, err := os.ReadDir(filepath.Join(checkout, "sub")); err != nil || len(ents) != 0 {
+		t.Fatalf("the submodule's directory in the agent's checkout: %v %v", ents, err)
+	}
+	os.WriteFile(filepath.Join(checkout, "sub", "fix.txt"), []byte("the agent's fix\n"), 0o644)
+	os.WriteFile(filepath.Join(checkout, "app.txt"), []byte("app 2\n"), 0o644)
+	got, err := f.Fetch(t.Context(), "subwrite", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if app := gittest.Git(t, repo, "show", got.Branch+":app.txt"); app != "app 2" {
+		t.Errorf("app.txt on %s: %q", got.Branch, app)
+	}
+	if msg := gittest.Git(t, repo, "log", "-1", "--format=%B", got.Branch); !strings.Contains(msg, "submodule's directory") || !strings.Contains(msg, "  sub/") {
+		t.Errorf("the agent wrote sub/fix.txt, which cannot come back; the commit of its work does not say so:\n%s", msg)
+	}
+}

@@ -146,6 +146,12 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 			message += "  " + p + "/\n"
 		}
 	}
+	if written := writtenUnderLinks(ctx, g, root, env); len(written) > 0 {
+		message += "\n\nLeft out, files written into a submodule's directory, which this repository keeps only as a link:\n"
+		for _, p := range written {
+			message += "  " + p + "/\n"
+		}
+	}
 	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
 		return "", err
@@ -219,6 +225,36 @@ func nestedRepositories(root string) []string {
 		return nil
 	})
 	return out
+}
+
+// writtenUnderLinks lists the submodules of the index env names (links
+// to a commit of another repository, which a checkout made on a node
+// leaves empty) whose directory under root holds files but is no
+// repository: what was written there cannot come with this repository's
+// commit.
+func writtenUnderLinks(ctx context.Context, g gitter, root string, env []string) []string {
+	out, err := g.run(ctx, root, env, nil, "ls-files", "--stage", "-z")
+	if err != nil {
+		return nil
+	}
+	var written []string
+	for _, e := range strings.Split(out, "\x00") {
+		meta, path, ok := strings.Cut(e, "\t")
+		if !ok || !strings.HasPrefix(meta, "160000 ") {
+			continue
+		}
+		dir := filepath.Join(root, filepath.FromSlash(path))
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+			continue // checked out: a repository of its own
+		}
+		if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 && len(written) < maxNested {
+			written = append(written, path)
+		}
+	}
+	return written
 }
 
 // seedIndex copies the repository's index, own, to index, with its
