@@ -271,3 +271,35 @@ func TestWorkWrittenIntoASubmoduleDirectoryIsNamed(t *testing.T) {
 		t.Errorf("the agent wrote sub/fix.txt, which cannot come back; the commit of its work does not say so:\n%s", msg)
 	}
 }
+// A second --with-changes open of the same work on the same base (a job
+// retried, a second agent on it) sent the repository's whole history
+// again: the commit of the uncommitted work was made anew each time,
+// dated now, so its bundle was another. It is dated as its base, the
+// same commit each time, and its bundle is not sent again. (Other work on
+// the same base still sends the history: the node keeps what comes with
+// a caller's uncommitted work in the agent's checkout, not its cache.)
+func TestWithChangesSendsOnlyWhatTheNodeLacks(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	var said []string
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	for i := range 30 {
+		os.WriteFile(filepath.Join(repo, "a.txt"), []byte(strings.Repeat("history\n", i+1)), 0o644)
+		gittest.Git(t, repo, "commit", "-qam", "more history")
+	}
+	os.WriteFile(filepath.Join(repo, "wip.txt"), []byte("work in progress\n"), 0o644)
+	openOnRepo(t, f, "first", repo, true)
+	time.Sleep(1100 * time.Millisecond) // the second open comes a moment later
+	said = nil
+	openOnRepo(t, f, "second", repo, true)
+	for _, l := range said {
+		if strings.HasPrefix(l, "sent ") && !strings.HasPrefix(l, "sent 1 commits") {
+			t.Fatalf("node a was sent the whole history (31 commits and the work) for the first agent; for the second, with no new commit, it was sent: %q", said)
+		}
+	}
+}

@@ -103,6 +103,11 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if excludes := personsExcludes(ctx, s.Root); excludes != "" {
 		extra = []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.excludesFile", "GIT_CONFIG_VALUE_0=" + excludes}
 	}
+	// Dated as its base: the same work on the same base is the same
+	// commit, whose bundle a node that was sent it once is not sent again.
+	if when, err := line(ctx, s.Root, nil, "show", "-s", "--format=%ct", s.Base); err == nil && when != "" {
+		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
+	}
 	commit, err := snapshotTree(ctx, gitter{}, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
 		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost", extra...)
 	if err != nil {
