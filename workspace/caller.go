@@ -138,7 +138,10 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
 	env = append(env, extra...)
 	args := []string{"add", "--all", "--", "."}
-	apart := nestedRepositories(root)
+	apart, err := nestedRepositories(ctx, g, root, env)
+	if err != nil {
+		return "", err
+	}
 	for _, p := range apart {
 		args = append(args, ":(exclude,literal)"+p)
 	}
@@ -203,33 +206,29 @@ func personsExcludes(ctx context.Context, root string) string {
 // to a commit it does not have.
 const maxNested = 1000
 
-// nestedRepositories lists, relative to root, the directories within the
-// work tree at root that are git repositories of their own (an agent's
-// git init for a tool, a fixture, a clone): git will not take their files
-// into this repository's commit, and fails on one that has no commit yet.
-// Symbolic links are not followed.
-func nestedRepositories(root string) []string {
-	var out []string
-	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
+// nestedRepositories lists, relative to root, the untracked directories
+// of the work tree at root that are git repositories of their own (an
+// agent's git init for a tool, a fixture, a clone), as git finds them
+// through the index and environment env: git will not take their files
+// into this repository's commit, and fails on one that has no commit
+// yet. Git lists such a directory, alone of untracked directories, with a
+// trailing slash; it passes over what is ignored, and a directory whose
+// files the index tracks is no other repository's to it.
+func nestedRepositories(ctx context.Context, g gitter, root string, env []string) ([]string, error) {
+	out, err := g.run(ctx, root, env, nil, "ls-files", "-z", "--others", "--exclude-standard")
+	if errors.Is(err, ErrTooMuch) {
+		return nil, nil // more untracked files than are listed: git's add decides, as before
+	}
+	if err != nil {
+		return nil, err
+	}
+	var nested []string
+	for _, p := range strings.Split(out, "\x00") {
+		if strings.HasSuffix(p, "/") && len(nested) < maxNested {
+			nested = append(nested, strings.TrimSuffix(p, "/"))
 		}
-		if path == root {
-			return nil
-		}
-		if d.Name() == ".git" {
-			return filepath.SkipDir
-		}
-		if _, err := os.Lstat(filepath.Join(path, ".git")); err == nil {
-			rel, err := filepath.Rel(root, path)
-			if err == nil && len(out) < maxNested {
-				out = append(out, filepath.ToSlash(rel))
-			}
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return out
+	}
+	return nested, nil
 }
 
 // writtenUnderLinks lists the submodules of the index env names (links
