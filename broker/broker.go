@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -175,11 +176,13 @@ func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
 func (b *Broker) ClientURL() string { return b.srv.ClientURL() }
 
 // DisconnectNode closes the connections node has to this server, its own
-// and its events' (schemas.NodeConnName), and reports how many. What the
-// server has not read of them is dropped with them: a node taken for lost
-// whose link comes back cannot deliver, after its agents were closed,
-// events it sent before.
-func (b *Broker) DisconnectNode(node string) int {
+// and its events' (schemas.NodeConnName), made before before, and
+// reports how many. What the server has not read of them is dropped with
+// them: a node taken for lost whose link comes back cannot deliver, after
+// its agents were closed, events it sent before. A connection made since
+// (a new life of the node starting, the old one reconnecting, whose
+// events wait for its check) is left.
+func (b *Broker) DisconnectNode(node string, before time.Time) int {
 	name := schemas.NodeConnName(node)
 	n := 0
 	for offset := 0; ; {
@@ -188,7 +191,7 @@ func (b *Broker) DisconnectNode(node string) int {
 			return n
 		}
 		for _, ci := range c.Conns {
-			if ci.Name == name || ci.Name == name+" (events)" {
+			if (ci.Name == name || ci.Name == name+" (events)") && ci.Start.Before(before) {
 				if b.srv.DisconnectClientByID(ci.Cid) == nil {
 					n++
 				}

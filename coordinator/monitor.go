@@ -28,11 +28,12 @@ type MonitorConfig struct {
 	// its entry goes.
 	Grace time.Duration
 	// Disconnect, when set, closes the connections a node has to the
-	// coordinator's own server (the embedded one), before the node's
-	// agents are closed: what the server has not read of them, events the
-	// node sent before it was lost that a link coming back would deliver,
-	// is dropped with them, not stored after the close.
-	Disconnect func(node string) int
+	// coordinator's own server (the embedded one) made before a time,
+	// before the node's agents are closed: what the server has not read
+	// of them, events the node sent before it was lost that a link coming
+	// back would deliver, is dropped with them, not stored after the
+	// close.
+	Disconnect func(node string, before time.Time) int
 	Logger     *slog.Logger
 }
 
@@ -114,6 +115,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	started := time.Now()
 	heardSince := started        // an entry made after it is a node heard from
 	present := map[string]bool{} // node -> heard from since the start
+	// When each node's entry was last written: its connections made
+	// before are the ones a loss closes (a new life's come after).
+	lastPut := map[string]time.Time{}
 	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
@@ -143,7 +147,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
 			settled = true
-			m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost")
+			// No connection closed: the server these nodes wrote their
+			// entries to before the start is not this one's.
+			m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost", time.Time{})
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -162,6 +168,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			node := e.Key()
 			if e.Operation() == jetstream.KeyValuePut {
 				present[node] = present[node] || e.Created().After(heardSince)
+				lastPut[node] = e.Created()
 				continue
 			}
 			heard, known := present[node]
@@ -176,9 +183,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			switch {
 			case e.Operation() == jetstream.KeyValueDelete:
-				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "stopped")
+				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "stopped", time.Time{})
 			case settled || (known && heard):
-				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "was lost")
+				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "was lost", lastPut[node])
 			}
 		}
 	}
@@ -214,8 +221,9 @@ func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, n
 }
 
 // sweep closes the live agents of the nodes lost reports.
-// how says what became of the node ("was lost", "stopped").
-func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string) {
+// how says what became of the node ("was lost", "stopped"); a node's
+// connections made before cutBefore are closed first (none when zero).
+func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string, cutBefore time.Time) {
 	keys, err := agents.ListKeys(ctx)
 	if err != nil {
 		return
@@ -239,7 +247,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			}
 			continue
 		}
-		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, cut); err != nil {
+		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, cutBefore, cut); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
 	}
@@ -252,18 +260,18 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 // agents' records; so either the entry is seen here, or the node's
 // write, after it, finds the record dead, or this update finds the
 // record changed and leaves it.
-func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string, cut map[string]bool) error {
+func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string, cutBefore time.Time, cut map[string]bool) error {
 	if _, err := nodes.Get(ctx, rec.Node); err == nil {
 		m.log.Info("a node taken for lost is back; its agent is left to it", "agent", rec.ID, "node", rec.Node)
 		return nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	if m.cfg.Disconnect != nil && !cut[rec.Node] {
+	if m.cfg.Disconnect != nil && !cutBefore.IsZero() && !cut[rec.Node] {
 		// Before the tail is read: what the node's connections still
 		// held is either stored by now or dropped with them.
 		cut[rec.Node] = true
-		if n := m.cfg.Disconnect(rec.Node); n > 0 {
+		if n := m.cfg.Disconnect(rec.Node, cutBefore); n > 0 {
 			m.log.Info("closed the connections of a node taken for lost", "node", rec.Node, "connections", n)
 			// A connection closed mid-read finishes the buffer it read,
 			// into the stream's queue: let it be stored before the tail

@@ -31,7 +31,7 @@ import (
 type upOptions struct {
 	// disconnectNode closes a node's connections to the embedded server;
 	// nil with an external one.
-	disconnectNode func(node string) int
+	disconnectNode func(node string, before time.Time) int
 	host           string
 	port           int
 	store          string
