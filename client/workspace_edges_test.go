@@ -271,6 +271,7 @@ func TestWorkWrittenIntoASubmoduleDirectoryIsNamed(t *testing.T) {
 		t.Errorf("the agent wrote sub/fix.txt, which cannot come back; the commit of its work does not say so:\n%s", msg)
 	}
 }
+
 // A second --with-changes open of the same work on the same base (a job
 // retried, a second agent on it) sent the repository's whole history
 // again: the commit of the uncommitted work was made anew each time,
