@@ -263,6 +263,11 @@ func (a *Authority) Issue(role Role, name string, ttl time.Duration) ([]byte, er
 	if err := schemas.ValidID(name); err != nil {
 		return nil, fmt.Errorf("credential name: %w", err)
 	}
+	if role == RoleNode {
+		if err := schemas.ValidNodeName(name); err != nil {
+			return nil, fmt.Errorf("credential name: %w", err)
+		}
+	}
 	if ttl < 0 {
 		return nil, fmt.Errorf("expiry %s is negative", ttl)
 	}

@@ -232,7 +232,7 @@ type Host struct {
 // New checks cfg and prepares a node; Run runs it.
 func New(cfg Config) (*Host, error) {
 	cfg = cfg.withDefaults()
-	if err := schemas.ValidID(cfg.Name); err != nil {
+	if err := schemas.ValidNodeName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("node name: %w", err)
 	}
 	if cfg.Conn == nil {

@@ -51,6 +51,20 @@ const (
 
 const idRule = "[a-z0-9][a-z0-9_-]{0,63}"
 
+// ValidNodeName reports why name cannot be a node's, or nil when it can:
+// a valid id (ValidID) that is not CloserName, the name the coordinator
+// stores its closing of a lost node's agents under (a node of that name
+// would have its turns read as such closings).
+func ValidNodeName(name string) error {
+	if err := ValidID(name); err != nil {
+		return err
+	}
+	if name == CloserName {
+		return fmt.Errorf("%q is the coordinator's name on the events it stores; give the node another", name)
+	}
+	return nil
+}
+
 // ValidID reports why id is not a valid agent id or node name, or nil when
 // it is. Both must be single NATS subject tokens: 1 to 64 characters of
 // lower-case letters, digits, '_' and '-', starting with a letter or digit.

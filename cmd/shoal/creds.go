@@ -84,7 +84,11 @@ over a channel you trust.`,
 				}
 				// Checked before the keys are opened, which makes them
 				// when there are none: a mistyped name makes nothing.
-				if err := schemas.ValidID(args[1]); err != nil {
+				valid := schemas.ValidID
+				if role == broker.RoleNode {
+					valid = schemas.ValidNodeName
+				}
+				if err := valid(args[1]); err != nil {
 					return usagef("credential name: %v", err)
 				}
 				auth, err := broker.OpenAuthority(authDir)

@@ -127,6 +127,18 @@ func (o *nodeOptions) nodeName() string {
 	return hostName()
 }
 
+// checkName says, before anything connects, why the node's name cannot
+// be a node's.
+func (o *nodeOptions) checkName() error {
+	if err := schemas.ValidNodeName(o.nodeName()); err != nil {
+		if o.name == "" {
+			return usagef("this machine's host name cannot name its node: %v; give --node-name", err)
+		}
+		return usagef("--node-name: %v", err)
+	}
+	return nil
+}
+
 // host builds the node on nc. A confined node reaches the fabric's state
 // only through the coordinator's relay, as node credentials require.
 func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *slog.Logger) (*node.Host, error) {
@@ -323,6 +335,9 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 }
 
 func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []string) error {
+	if err := o.checkName(); err != nil {
+		return err
+	}
 	dlog, err := o.log.open(env)
 	if err != nil {
 		return err

@@ -363,6 +363,11 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if err := schemas.CheckBudget(o.fleet.Tokens, o.fleet.USD); err != nil {
 		return usagef("--budget-tokens %d, --budget-usd %g: a budget is 0 (no limit) or more tokens and a finite number of dollars", o.fleet.Tokens, o.fleet.USD)
 	}
+	if !o.noNode {
+		if err := o.node.checkName(); err != nil {
+			return err
+		}
+	}
 	if o.replicas > 1 && o.cluster == "" && o.external.url == "" {
 		return usagef("--replicas %d needs servers to keep the copies: a cluster (--cluster NAME --routes …) or a NATS deployment (--nats URL); the embedded server alone keeps 1", o.replicas)
 	}

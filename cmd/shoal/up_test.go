@@ -123,6 +123,11 @@ func TestUpBadConfiguration(t *testing.T) {
 		// From the environment, the environment is named: --nats was
 		// never given.
 		{"a NATS URL of another scheme from the environment", []string{"SHOAL_NATS=bogus://127.0.0.1:1"}, []string{"ls"}, []string{`env SHOAL_NATS: nats = "bogus://127.0.0.1:1": the scheme "bogus" is not nats, tls, ws or wss`}},
+		// The coordinator's closing events carry its name as their
+		// producer: a node of that name would have its turns read as
+		// such closings.
+		{"a node named as the coordinator", nil, []string{"node", "--node-name", "coordinator", "--nats", "nats://127.0.0.1:1"}, []string{`--node-name: "coordinator" is the coordinator's name on the events it stores`}},
+		{"a node's credentials named as the coordinator", nil, []string{"creds", "node", "coordinator"}, []string{`credential name: "coordinator" is the coordinator's name`}},
 		{"a node given a NATS URL of another scheme", nil, []string{"node", "--nats", "nats://127.0.0.1:1,bogus://127.0.0.1:2"}, []string{`--nats "bogus://127.0.0.1:2": the scheme "bogus"`}},
 		{"port out of range for a client", []string{"SHOAL_PORT=70000"}, []string{"status", "x"}, []string{"env SHOAL_PORT", `port = "70000" is not a port number`}},
 		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
