@@ -220,6 +220,21 @@ func (f *leaseFabric) afterDeath(id string) (after int, first string) {
 	return after, first
 }
 
+// streamingBehindProxy starts a pool whose node, cut, reaches it through
+// a proxy (given nodeArgs too), and an agent there streaming a long turn.
+func streamingBehindProxy(t *testing.T, nodeArgs ...string) (p *pool, px *netProxy, n *shoalProc, f *leaseFabric, id string) {
+	t.Helper()
+	p = startPool(t)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px = startNetProxy(t, p.url)
+	n = p.node("cut", append([]string{"--nats", px.url()}, nodeArgs...)...)
+	f = openLeaseFabric(t, p.url)
+	id, _ = p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	return p, px, n, f, id
+}
+
 // A node cut off past its TTL (the connection reset, nothing in flight):
 // the coordinator took its agent for lost. The operator stops the node
 // (Ctrl-C) while it cannot reach the fabric; the network comes back while
@@ -229,14 +244,7 @@ func (f *leaseFabric) afterDeath(id string) (after int, first string) {
 // Every agent whose record the node holds is checked, dead ones included.
 func TestLeaseNodeStoppedWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
-	p := startPool(t)
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
-	f := openLeaseFabric(t, p.url)
-	id, _ := p.openOn()
-	p.must("send", id, "Stream on.")
-	f.streaming(id)
+	_, px, n, f, id := streamingBehindProxy(t)
 	px.cut()
 	f.dead(id)
 	time.Sleep(time.Second)
@@ -262,14 +270,7 @@ func TestLeaseNodeStoppedWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 // life whose stream ended with a death are not sent again.
 func TestLeaseRestartedNodeStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
-	p := startPool(t)
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
-	f := openLeaseFabric(t, p.url)
-	id, _ := p.openOn()
-	p.must("send", id, "Stream on.")
-	f.streaming(id)
+	p, px, n, f, id := streamingBehindProxy(t)
 	px.cut()
 	f.dead(id)
 	time.Sleep(time.Second) // the agent goes on printing into the journal
@@ -312,14 +313,7 @@ func descendants(pid int, word string) []int {
 // not stored after it.
 func TestLeaseAgentDyingWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
-	p := startPool(t)
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
-	f := openLeaseFabric(t, p.url)
-	id, _ := p.openOn()
-	p.must("send", id, "Stream on.")
-	f.streaming(id)
+	_, px, n, f, id := streamingBehindProxy(t)
 	px.cut()
 	f.dead(id)
 	clis := descendants(n.cmd.Process.Pid, "claude")
@@ -431,14 +425,7 @@ func TestLeaseBlackholedNodeStoresNothingAfterTheDeath(t *testing.T) {
 	}{{"async", time.Second}, {"batches", time.Second}} {
 		t.Run(c.way, func(t *testing.T) {
 			t.Parallel()
-			p := startPool(t)
-			p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-			px := startNetProxy(t, p.url)
-			n := p.node("cut", "--nats", px.url(), "--publish", c.way)
-			f := openLeaseFabric(t, p.url)
-			id, _ := p.openOn()
-			p.must("send", id, "Stream on.")
-			f.streaming(id)
+			_, px, n, f, id := streamingBehindProxy(t, "--publish", c.way)
 			px.freeze()
 			f.dead(id)
 			time.Sleep(c.hold)
