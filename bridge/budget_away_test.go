@@ -1,11 +1,8 @@
 package bridge_test
 
 import (
-	"context"
 	"log/slog"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,47 +13,6 @@ import (
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// endBackend's agents spend as told and report it only with the result
-// (as ACP agents do), the first turn once goOn is closed; it counts the
-// prompts that reach the "CLI".
-type endBackend struct {
-	goOn    chan struct{}
-	prompts atomic.Int32
-}
-
-func (b *endBackend) Kind() string { return backend.BackendClaude }
-
-func (b *endBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &endSession{b: b, sink: sink}, nil
-}
-
-type endSession struct {
-	b    *endBackend
-	sink backend.Sink
-}
-
-func (s *endSession) Prompt(_ context.Context, _ int, text string) error {
-	n, _ := strconv.Atoi(strings.TrimPrefix(text, "spend "))
-	first := s.b.prompts.Add(1) == 1
-	go func() {
-		if first {
-			<-s.b.goOn
-		}
-		time.Sleep(50 * time.Millisecond)
-		s.sink.Emit(schemas.Event{Payload: schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{OutputTokens: int64(n)}}})
-	}()
-	return nil
-}
-
-func (s *endSession) Interrupt(context.Context) (bool, error) { return false, nil }
-
-func (s *endSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
-func (s *endSession) Info() backend.Info { return backend.Info{} }
 
 // The fleet runs under a budget of 1,000 tokens. An agent with no budget
 // of its own has a turn running and three held behind it, 800 tokens
@@ -70,7 +26,7 @@ func (s *endSession) Info() backend.Info { return backend.Info{} }
 func TestHeldTurnsPastTheFleetsBudgetWaitWhileTheCoordinatorIsAway(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &endBackend{goOn: make(chan struct{})}
+	be := &countingBackend{goOn: make(chan struct{})}
 	logs := &lockedBuffer{}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{Fleet: true, Tokens: 1000}); err != nil {
