@@ -675,7 +675,9 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 		// usage_before is what holds the id's next life to the budget,
 		// which covers every life. (A budget that cannot be read keeps
 		// it too.)
-		allow, err := h.store.allowance(ctx, x.id, h.instance(), h.labels)
+		actx, cancel := context.WithTimeout(ctx, budgetRead)
+		allow, err := h.store.allowance(actx, x.id, h.instance(), h.labels)
+		cancel()
 		h.recs.forget(ctx, x, err != nil || !allow.Agent.IsZero())
 		h.pub.forget(x.id)
 		// Its mark is needed only while its events may be lost with the
@@ -746,8 +748,9 @@ func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 // for its TTL: the node was cut off, or stopped, or its machine slept):
 // the coordinator may have taken it for lost meanwhile and closed its
 // agents' streams. Before the publisher sends another event, the node
-// beats again and reads each live agent's record; the agents the fabric
-// took for lost are stopped, and their events not yet stored dropped.
+// beats again and writes each of its agents' records again
+// (records.reassert); the agents the fabric took for lost are stopped,
+// and their events not yet stored dropped.
 func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
 	for {
 		select {

@@ -140,8 +140,8 @@ type publisher struct {
 	lapsed  bool
 	onLapse func()
 	// gone holds the agents the fabric took for lost while this node ran
-	// them: their events up to the number given, the last queued when it
-	// was found, are dropped unsent.
+	// them: their events up to the number given, the last their life
+	// handed out, are dropped unsent.
 	gone map[string]uint64
 }
 
@@ -482,10 +482,12 @@ func (p *publisher) ack(ctx context.Context) {
 			}
 			dropped := errors.Is(err, errTakenForLost)
 			if !dropped {
+				// A dropped event is not stored, nor acknowledged: the
+				// node's word names only what is.
 				p.stored[m.agent] = m.seq
-			}
-			if p.acked != nil {
-				p.acked[m.agent] = max(p.acked[m.agent], m.seq)
+				if p.acked != nil {
+					p.acked[m.agent] = max(p.acked[m.agent], m.seq)
+				}
 			}
 			if p.queued[m.agent] == m {
 				delete(p.queued, m.agent)
