@@ -180,9 +180,30 @@ func (f *leaseFabric) dead(id string) {
 	})
 }
 
+// runningRecorded waits until the stored record of agent id says what
+// its running turn has used (the coordinator closes the turn from the
+// stored record; shoal status asks the node, which may not have written
+// it yet).
+func (f *leaseFabric) runningRecorded(id string) {
+	f.t.Helper()
+	poll.Until(f.t, 60*time.Second, "the record says what the running turn used", func() bool {
+		var rec schemas.AgentRecord
+		e, err := f.records.Get(f.t.Context(), id)
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Running != nil && schemas.TokensOf(*rec.Running) > 0
+	})
+}
+
 // afterDeath counts the events of the agent not by the coordinator stored
 // after the coordinator's dead status, and says the first.
 func (f *leaseFabric) afterDeath(id string) (after int, first string) {
+	f.t.Helper()
+	after, first, _ = f.closing(id)
+	return after, first
+}
+
+// closing is afterDeath, and the use the coordinator's cancelled result
+// carries.
+func (f *leaseFabric) closing(id string) (after int, first string, closedUse *schemas.Usage) {
 	f.t.Helper()
 	cons, err := f.stream.OrderedConsumer(f.t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
 	if err != nil {
@@ -203,6 +224,9 @@ func (f *leaseFabric) afterDeath(id string) (after int, first string) {
 			md, _ := m.Metadata()
 			f.t.Logf("stored: %s by %s, %s, at %s", m.Headers().Get(schemas.HeaderMsgID), m.Headers().Get(schemas.HeaderNode), ev.Kind(), md.Timestamp.Format("15:04:05.000"))
 		}
+		if r, ok := ev.Payload.(schemas.Result); ok && byCloser {
+			closedUse = r.Usage
+		}
 		if st, ok := ev.Payload.(schemas.Status); ok && byCloser && st.Status == schemas.StatusDead {
 			dead = true
 			continue
@@ -217,7 +241,7 @@ func (f *leaseFabric) afterDeath(id string) (after int, first string) {
 	if !dead {
 		f.t.Fatal("no dead status by the coordinator in the stream")
 	}
-	return after, first
+	return after, first, closedUse
 }
 
 // streamingBehindProxy starts a pool whose node, cut, reaches it through

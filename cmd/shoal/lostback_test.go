@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
@@ -33,26 +30,8 @@ func TestLostNodeComingBackStoresNothingAfterTheDeath(t *testing.T) {
 	n := p.node("sleeper")
 	id, _ := p.openOn()
 	p.must("send", id, "Take your time.")
-	nc, err := nats.Connect(p.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The stored record, which the coordinator closes the turn from (shoal
-	// status asks the node, which may not have written it yet).
-	poll.Until(t, 60*time.Second, "the record says what the running turn used", func() bool {
-		var rec schemas.AgentRecord
-		e, err := records.Get(t.Context(), id)
-		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Running != nil
-	})
+	f := openLeaseFabric(t, p.url)
+	f.runningRecorded(id)
 	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -79,48 +58,14 @@ func TestLostNodeComingBackStoresNothingAfterTheDeath(t *testing.T) {
 		return code == 0 && json.Unmarshal([]byte(out), &rep) == nil && len(rep.Nodes) == 1 && rep.Nodes[0].Agents == 0
 	})
 
-	stream, err := js.Stream(t.Context(), schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// What the stream holds of the agent: nothing of the node's after
 	// the coordinator's dead status.
-	cons, err := stream.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var closed *schemas.Usage
-	dead, after := false, 0
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			break
-		}
-		ev, err := schemas.Decode(m.Data())
-		if err != nil {
-			t.Fatal(err)
-		}
-		byCloser := m.Headers().Get(schemas.HeaderNode) == schemas.CloserName
-		switch pl := ev.Payload.(type) {
-		case schemas.Result:
-			if byCloser {
-				closed = pl.Usage
-			}
-		case schemas.Status:
-			if byCloser && pl.Status == schemas.StatusDead {
-				dead = true
-				continue
-			}
-		}
-		if dead && !byCloser {
-			after++
-		}
-	}
-	if !dead || closed == nil {
-		t.Fatalf("the coordinator's close: dead status %v, cancelled result's use %v", dead, closed)
+	after, first, closed := f.closing(id)
+	if closed == nil {
+		t.Fatal("the coordinator's cancelled result carries no use")
 	}
 	if after > 0 {
-		t.Errorf("the node, back, stored %d events of its agent after the coordinator's dead status", after)
+		t.Errorf("the node, back, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
 	}
 	var rep usageReport
 	if err := json.Unmarshal([]byte(p.must("usage", "--json")), &rep); err != nil {

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
@@ -32,24 +29,7 @@ func TestTurnOfALostNodeCountsInItsLabels(t *testing.T) {
 	p.must("budget", "set", "--label", "team=ml", "--tokens", "1000000")
 	id, _ := p.openOn("--node", "ml", "--permission", "bypass")
 	p.must("send", id, "Take your time.")
-	nc, err := nats.Connect(p.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	records, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 60*time.Second, "the record says what the running turn used", func() bool {
-		var rec schemas.AgentRecord
-		e, err := records.Get(t.Context(), id)
-		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Running != nil && schemas.TokensOf(*rec.Running) > 0
-	})
+	openLeaseFabric(t, p.url).runningRecorded(id)
 	n.stop(syscall.SIGKILL)
 	poll.Until(t, 60*time.Second, "the coordinator closes the lost node's agent", func() bool {
 		var rec schemas.AgentRecord
