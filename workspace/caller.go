@@ -148,18 +148,8 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 	if _, err := g.run(ctx, root, env, nil, args...); err != nil {
 		return "", err
 	}
-	if len(apart) > 0 {
-		message += "\n\nLeft out, each a git repository of its own, which git keeps apart from this one:\n"
-		for _, p := range apart {
-			message += "  " + p + "/\n"
-		}
-	}
-	if written := writtenUnderLinks(ctx, g, root, env); len(written) > 0 {
-		message += "\n\nLeft out, files written into a submodule's directory, which this repository keeps only as a link:\n"
-		for _, p := range written {
-			message += "  " + p + "/\n"
-		}
-	}
+	message += leftOut("each a git repository of its own, which git keeps apart from this one", apart)
+	message += leftOut("files written into a submodule's directory, which this repository keeps only as a link", writtenUnderLinks(ctx, g, root, env))
 	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
 		return "", err
@@ -168,6 +158,20 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		return parent, nil
 	}
 	return g.line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+}
+
+// leftOut is a paragraph for a snapshot's commit message naming the
+// directories dirs left out of it and why; "" when there are none.
+func leftOut(why string, dirs []string) string {
+	if len(dirs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n\nLeft out, " + why + ":\n")
+	for _, d := range dirs {
+		b.WriteString("  " + d + "/\n")
+	}
+	return b.String()
 }
 
 // personsExcludes is the file of patterns the person's own git ignores
