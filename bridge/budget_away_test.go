@@ -26,7 +26,7 @@ import (
 func TestHeldTurnsPastTheFleetsBudgetWaitWhileTheCoordinatorIsAway(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &countingBackend{goOn: make(chan struct{})}
+	be := &spender{atEnd: true, gate: make(chan struct{}), firstOnly: true, interrupt: refuses}
 	logs := &lockedBuffer{}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{Fleet: true, Tokens: 1000}); err != nil {
@@ -42,7 +42,7 @@ func TestHeldTurnsPastTheFleetsBudgetWaitWhileTheCoordinatorIsAway(t *testing.T)
 	}
 	poll.Until(t, 30*time.Second, "the first turn to reach the CLI", func() bool { return be.prompts.Load() == 1 })
 	fb.b.Shutdown() // the coordinator goes away
-	close(be.goOn)
+	close(be.gate)
 	// The last held turn's time has come once the node has tried to
 	// record it (it cannot: the coordinator is away).
 	defer func() {

@@ -1,10 +1,7 @@
 package bridge_test
 
 import (
-	"context"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +23,7 @@ import (
 func TestBudgetSetMidTurnOnAnUnlimitedAgentHoldsTheTurn(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &spendBackend{goOn: make(chan struct{})}
+	be := &spender{step: 500, every: 200 * time.Millisecond, gate: make(chan struct{})}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	work := t.TempDir()
 	person := fb.client(nil)
@@ -43,7 +40,7 @@ func TestBudgetSetMidTurnOnAnUnlimitedAgentHoldsTheTurn(t *testing.T) {
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{AgentID: "runaway", Tokens: 2000}); err != nil {
 		t.Fatal(err)
 	}
-	close(be.goOn) // 500 tokens each 200 ms: 20,000 takes 8 s
+	close(be.gate) // 500 tokens each 200 ms: 20,000 takes 8 s
 	var rec schemas.AgentRecord
 	poll.Until(t, 60*time.Second, "the turn to end", func() bool {
 		rec, _ = fb.f.Record(t.Context(), "runaway")
@@ -60,7 +57,7 @@ func TestBudgetSetMidTurnOnAnUnlimitedAgentHoldsTheTurn(t *testing.T) {
 func TestFleetBudgetSetMidTurnHoldsTheTurn(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &spendBackend{goOn: make(chan struct{})}
+	be := &spender{step: 500, every: 200 * time.Millisecond, gate: make(chan struct{})}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	work := t.TempDir()
 	person := fb.client(nil)
@@ -76,7 +73,7 @@ func TestFleetBudgetSetMidTurnHoldsTheTurn(t *testing.T) {
 	if err := fb.f.SetBudget(t.Context(), schemas.BudgetRequest{Fleet: true, Tokens: 2000}); err != nil {
 		t.Fatal(err)
 	}
-	close(be.goOn)
+	close(be.gate)
 	var rec schemas.AgentRecord
 	poll.Until(t, 60*time.Second, "the turn to end", func() bool {
 		rec, _ = fb.f.Record(t.Context(), "runaway")
@@ -86,46 +83,6 @@ func TestFleetBudgetSetMidTurnHoldsTheTurn(t *testing.T) {
 		t.Errorf("a fleet budget of 2,000 tokens set while the turn ran did not hold it: the turn spent %d tokens", used)
 	}
 }
-
-// countingBackend's agents spend as told, reporting their use only with
-// the result (as ACP agents do), the first turn once goOn is closed; it
-// counts the prompts that reach the "CLI".
-type countingBackend struct {
-	goOn    chan struct{}
-	prompts atomic.Int32
-}
-
-func (b *countingBackend) Kind() string { return backend.BackendClaude }
-
-func (b *countingBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &countingSession{b: b, sink: sink}, nil
-}
-
-type countingSession struct {
-	b    *countingBackend
-	sink backend.Sink
-}
-
-func (s *countingSession) Prompt(_ context.Context, _ int, text string) error {
-	n, _ := strconv.Atoi(strings.TrimPrefix(text, "spend "))
-	first := s.b.prompts.Add(1) == 1
-	go func() {
-		if first {
-			<-s.b.goOn
-		}
-		s.sink.Emit(schemas.Event{Payload: schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{OutputTokens: int64(n)}}})
-	}()
-	return nil
-}
-
-func (s *countingSession) Interrupt(context.Context) (bool, error) { return false, nil }
-
-func (s *countingSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
-func (s *countingSession) Info() backend.Info { return backend.Info{} }
 
 // An agent under a budget of 1,000 tokens runs a turn that spends 5,000
 // with a second turn held behind it. The coordinator goes away while the
@@ -139,7 +96,7 @@ func (s *countingSession) Info() backend.Info { return backend.Info{} }
 func TestHeldTurnPastItsAgentsBudgetBeginsWhileTheCoordinatorIsAway(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &countingBackend{goOn: make(chan struct{})}
+	be := &spender{atEnd: true, gate: make(chan struct{}), firstOnly: true, interrupt: refuses}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	work := t.TempDir()
 	person := fb.client(nil)
@@ -152,7 +109,7 @@ func TestHeldTurnPastItsAgentsBudgetBeginsWhileTheCoordinatorIsAway(t *testing.T
 	}
 	poll.Until(t, 30*time.Second, "the first turn to reach the CLI", func() bool { return be.prompts.Load() == 1 })
 	fb.b.Shutdown() // the coordinator goes away
-	close(be.goOn)  // the first turn ends, 5,000 of 1,000 used
+	close(be.gate)  // the first turn ends, 5,000 of 1,000 used
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && be.prompts.Load() < 2 {
 		time.Sleep(100 * time.Millisecond)
@@ -162,55 +119,6 @@ func TestHeldTurnPastItsAgentsBudgetBeginsWhileTheCoordinatorIsAway(t *testing.T
 	}
 	natstest.Restart(t, fb.b) // so that the node stops cleanly
 }
-
-// dyingBackend's agents report their use as they go (as the claude CLI
-// does), 1,000 tokens each 50 ms; the first agent's CLI then dies before
-// its turn's result, as a CLI that crashes, is OOM-killed, or is killed
-// after ignoring an interrupt does; later ones end their turns.
-type dyingBackend struct {
-	started atomic.Int32
-	spent   atomic.Int64 // every token the "CLIs" reported spending
-}
-
-func (b *dyingBackend) Kind() string { return backend.BackendClaude }
-
-func (b *dyingBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &dyingSession{b: b, sink: sink, dies: b.started.Add(1) == 1}, nil
-}
-
-type dyingSession struct {
-	b    *dyingBackend
-	sink backend.Sink
-	dies bool
-}
-
-func (s *dyingSession) Prompt(_ context.Context, _ int, text string) error {
-	n, _ := strconv.Atoi(strings.TrimPrefix(text, "spend "))
-	go func() {
-		used := 0
-		for used < n {
-			time.Sleep(50 * time.Millisecond)
-			used += 1000
-			s.b.spent.Add(1000)
-			backend.Spending(s.sink, schemas.Usage{OutputTokens: int64(used)})
-		}
-		if s.dies {
-			s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-			return
-		}
-		s.sink.Emit(schemas.Event{Payload: schemas.Result{StopReason: schemas.StopEndTurn, Usage: &schemas.Usage{OutputTokens: int64(used)}}})
-	}()
-	return nil
-}
-
-func (s *dyingSession) Interrupt(context.Context) (bool, error) { return false, nil }
-
-func (s *dyingSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
-func (s *dyingSession) Info() backend.Info { return backend.Info{} }
 
 // An agent under a budget of 5,000 tokens spends 5,000 in a turn (its CLI
 // says so as it goes), then its CLI dies before the turn's result. The
@@ -222,7 +130,7 @@ func (s *dyingSession) Info() backend.Info { return backend.Info{} }
 func TestSpendOfATurnWhoseCLIDiesIsCounted(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &dyingBackend{}
+	be := &spender{step: 1000, every: 50 * time.Millisecond, diesFirst: true, interrupt: refuses}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	work := t.TempDir()
 	person := fb.client(nil)

@@ -1,10 +1,6 @@
 package bridge_test
 
 import (
-	"context"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,68 +10,6 @@ import (
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// spendBackend's agents spend as told: a turn "spend N" reports its use
-// so far in steps of 500 tokens, one each 200 ms, once goOn is closed,
-// then ends with N (or less, interrupted).
-type spendBackend struct{ goOn chan struct{} }
-
-func (b *spendBackend) Kind() string { return backend.BackendClaude }
-
-func (b *spendBackend) Start(_ context.Context, _ backend.Spec, sink backend.Sink) (backend.Session, error) {
-	return &spendSession{b: b, sink: sink}, nil
-}
-
-type spendSession struct {
-	b         *spendBackend
-	sink      backend.Sink
-	mu        sync.Mutex
-	interrupt chan struct{}
-}
-
-func (s *spendSession) Prompt(_ context.Context, _ int, text string) error {
-	n, _ := strconv.Atoi(strings.TrimPrefix(text, "spend "))
-	s.mu.Lock()
-	stop := make(chan struct{})
-	s.interrupt = stop
-	s.mu.Unlock()
-	go func() {
-		<-s.b.goOn
-		used := 0
-		stopped := schemas.StopEndTurn
-	loop:
-		for used < n {
-			select {
-			case <-stop:
-				stopped = schemas.StopCancelled
-				break loop
-			case <-time.After(200 * time.Millisecond):
-			}
-			used += 500
-			backend.Spending(s.sink, schemas.Usage{OutputTokens: int64(used)})
-		}
-		s.sink.Emit(schemas.Event{Payload: schemas.Result{StopReason: stopped, Usage: &schemas.Usage{OutputTokens: int64(used)}}})
-	}()
-	return nil
-}
-
-func (s *spendSession) Interrupt(context.Context) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.interrupt != nil {
-		close(s.interrupt)
-		s.interrupt = nil
-		return true, nil
-	}
-	return false, nil
-}
-
-func (s *spendSession) Close(context.Context) error {
-	s.sink.Emit(schemas.Event{Payload: schemas.Status{Status: schemas.StatusDead}})
-	return nil
-}
-
-func (s *spendSession) Info() backend.Info { return backend.Info{} }
 
 // An agent under a budget of 10,000 tokens gives a child 9,000 while its
 // own turn runs: the turn was held to the 10,000 its node read when it
@@ -87,7 +21,7 @@ func (s *spendSession) Info() backend.Info { return backend.Info{} }
 func TestRunningTurnIsHeldToTheBudgetItsGiftsLeave(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &spendBackend{goOn: make(chan struct{})}
+	be := &spender{step: 500, every: 200 * time.Millisecond, gate: make(chan struct{})}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}})
 	work := t.TempDir()
 	person := fb.client(nil)
@@ -104,7 +38,7 @@ func TestRunningTurnIsHeldToTheBudgetItsGiftsLeave(t *testing.T) {
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "id": "heir", "budget_tokens": 9000}); isErr {
 		t.Fatalf("the child's open: %s", text)
 	}
-	close(be.goOn) // the parent's turn spends now
+	close(be.gate) // the parent's turn spends now
 	var rec schemas.AgentRecord
 	poll.Until(t, 60*time.Second, "the parent's turn to end", func() bool {
 		rec, _ = fb.f.Record(t.Context(), "spender")
