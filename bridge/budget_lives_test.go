@@ -20,8 +20,7 @@ import (
 func TestAgentBudgetCoversEveryLifeAfterItsNodeForgetsIt(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{})
-	be := &spender{step: 500, every: 200 * time.Millisecond, gate: make(chan struct{})}
-	close(be.gate)
+	be := &spender{step: 500, every: 200 * time.Millisecond}
 	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{be}, MaxDead: 1})
 	work := t.TempDir()
 	person := fb.client(nil)
