@@ -32,7 +32,7 @@ type benchOptions struct {
 func benchCommand() *command {
 	return &command{
 		name:    "bench",
-		summary: "measure the fabric: a stand-in claude CLI through a real node against raw JetStream",
+		summary: "measure the fabric: a stand-in claude CLI through a real node against JetStream publishers in the same run",
 		help: `
 Measures a fabric from outside, in the manner of nats bench. It starts an
 embedded NATS server with JetStream (or uses --nats URL), --nodes shoal
@@ -40,22 +40,26 @@ node processes whose claude CLI is a stand-in built into this binary (on
 each turn it prints --events text deltas of claude's stream-json, as fast
 as it can or --rate per second, then a result), a Kaimon bus with a
 ZeroMQ subscriber, and opens --agents agents spread over the nodes. It
-runs --turns rounds of turns on every agent at once and, after each
-round, publishes as many of the same envelopes with raw JetStream async
-publishes; it prints, measured in the same run:
+runs --turns rounds of turns on every agent at once, first watched (a
+core subscriber, a following replay and the bus read everything) and
+then bare (nobody reading, as nats bench runs), and after each round
+publishes as many of the same envelopes straight to JetStream as four
+anchors: an async publish per event with and without a Nats-Msg-Id, and
+fast batches with and without (as nats bench js pub async [--dedup] and
+fast publish). It prints, measured in the same run:
 
   the node pipeline's events/s (each round's first delta printed to its
-  last result seen) and the raw publishes' events/s, with their ratio;
-  both are watched the same way, by a core subscriber, a following replay
-  and the bus;
+  last result seen), each anchor's events/s and the node's ratio to it,
+  watched and bare;
   latency p50/p99/max from a stand-in's stdout line to the event stored
   in the stream, to a core subscriber of agent.<id>, to the Kaimon bus's
   ZeroMQ subscriber, and to a following replay (up to 8 agents);
   the floor beside them: after each bare round (and, with --rate, each
   watched one) as many stand-ins, read by a process that does nothing but
-  publish each line straight to JetStream (an async publish with the
-  node's headers): its events/s with the node's ratio, its latency to
-  stored (and to the bus), and the node's p99 over it;
+  publish each line straight to JetStream the node's way (fast batches,
+  or an async publish per event with --publish async, under the node's
+  headers): its events/s with the node's ratio and, with --rate, its
+  latency to stored and to the bus, and the node's p99 over it;
   a fresh bus's events/s for the agents' stored events against plain
   zmq4 PUB/SUB of as many of the same messages, with their ratio;
   the open's latency and the nodes' resident memory per open agent.
