@@ -304,3 +304,125 @@ func TestWithChangesSendsOnlyWhatTheNodeLacks(t *testing.T) {
 		}
 	}
 }
+
+// A branch a rebase --update-refs will set when it ends is in use as git
+// counts it (git branch -f refuses it: "checked out at"). The person's
+// branch feature stacks on the agent's shoal/<id>; they rebase feature
+// onto main with --update-refs (or rebase.updateRefs = true), stopping
+// to edit. A fetch of more of the agent's work moves shoal/<id> meanwhile;
+// the rebase then cannot end: each git rebase --continue fails, "cannot
+// lock ref 'refs/heads/shoal/…': is at … but expected …".
+func TestFetchDoesNotMoveABranchARebaseWillUpdate(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "stacked", repo, false)
+	agentShell(t, co, "echo agent > b.txt && git add b.txt && git commit -qm 'agent work'")
+	if _, err := f.Fetch(t.Context(), "stacked", ""); err != nil {
+		t.Fatal(err)
+	}
+	gittest.Git(t, repo, "switch", "-q", "-c", "feature", "shoal/stacked")
+	os.WriteFile(filepath.Join(repo, "mine.txt"), []byte("mine\n"), 0o644)
+	gittest.Git(t, repo, "add", "mine.txt")
+	gittest.Git(t, repo, "commit", "-qm", "mine, on the agent's")
+	gittest.Git(t, repo, "switch", "-q", "main")
+	os.WriteFile(filepath.Join(repo, "c.txt"), []byte("main\n"), 0o644)
+	gittest.Git(t, repo, "add", "c.txt")
+	gittest.Git(t, repo, "commit", "-qm", "main moves on")
+	gittest.Git(t, repo, "switch", "-q", "feature")
+	env := append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_SEQUENCE_EDITOR=sed -i 1s/^pick/edit/",
+		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
+	cmd := exec.Command("git", "rebase", "-q", "-i", "--update-refs", "main")
+	cmd.Dir, cmd.Env = repo, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git rebase -i --update-refs: %v\n%s", err, out)
+	}
+	before := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/stacked")
+	cmd = exec.Command("git", "branch", "-f", "shoal/stacked", "main")
+	cmd.Dir, cmd.Env = repo, env
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Fatalf("git branch -f moved a branch the rebase will update: %s", out)
+	}
+
+	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
+	_, err := f.Fetch(t.Context(), "stacked", "")
+	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/stacked"); after != before {
+		cont := exec.Command("git", "rebase", "--continue")
+		cont.Dir, cont.Env = repo, env
+		out, cerr := cont.CombinedOutput()
+		t.Fatalf("shoal fetch (%v) moved shoal/stacked from %.12s to %.12s while a rebase --update-refs was to set it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
+	}
+	if err == nil {
+		t.Errorf("the fetch onto a branch a rebase will update: no error")
+	}
+}
+
+// The commit of the caller's uncommitted work is Shoal's, but authored
+// shoal@localhost, not @shoal.invalid: once shoal/<id> held it (a fetch
+// before the agent committed), an agent that amended it into a commit of
+// its own ("Finish the work in progress") cannot be fetched: the fetch is
+// refused as moving past a commit "not made by Shoal", naming Shoal's.
+func TestFetchAfterTheAgentAmendedTheCommitOfTheCallersWork(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	os.WriteFile(filepath.Join(repo, "wip.txt"), []byte("wip\n"), 0o644)
+	co := openOnRepo(t, f, "amend", repo, true)
+	if _, err := f.Fetch(t.Context(), "amend", ""); err != nil {
+		t.Fatal(err)
+	}
+	agentShell(t, co, "echo done >> wip.txt && git commit -qa --amend -m 'Finish the work in progress'")
+	if _, err := f.Fetch(t.Context(), "amend", ""); err != nil {
+		t.Errorf("the fetch after the agent amended the commit of the caller's work: %v", err)
+	}
+}
+
+// Two agents opened --with-changes on the same work start on the same
+// commit (1e0a5f9 dates it as its base); neither changed anything, so
+// their work is that commit. Fetched at once (two jobs ending together),
+// both land through refs/shoal-incoming/<tip>, the same ref: one's
+// deferred delete takes it from under the other, which fails with "the
+// bundle's commit is , not the agent's …".
+func TestTwoAgentsOnTheSameWorkFetchedAtOnce(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	os.WriteFile(filepath.Join(repo, "wip.txt"), []byte("wip\n"), 0o644)
+	ids := []string{"same1", "same2", "same3"}
+	for _, id := range ids {
+		openOnRepo(t, f, id, repo, true)
+	}
+	for round := range 5 {
+		errs := make(chan error, len(ids))
+		for _, id := range ids {
+			go func() { _, err := f.Fetch(t.Context(), id, ""); errs <- err }()
+		}
+		for range ids {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d, fetches at once: %v", round, err)
+			}
+		}
+	}
+}
+
+// A shallow clone (git clone --depth, as CI and big repositories make
+// them) is taken as a repository whose first commit is its shallow
+// boundary, and the open fails as an internal error with git's words:
+// "git rev-list: error: Could not read …  fatal: Failed to traverse
+// parents of commit …". It should be refused as a wrong request, saying
+// it is shallow and what to do (git fetch --unshallow).
+func TestOpenOnAShallowCloneSaysWhy(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	origin := gittest.Repo(t, "a.txt", "a\n")
+	for i := range 3 {
+		os.WriteFile(filepath.Join(origin, "a.txt"), []byte(strings.Repeat("a\n", i+2)), 0o644)
+		gittest.Git(t, origin, "commit", "-qam", "more")
+	}
+	clone := filepath.Join(t.TempDir(), "clone")
+	gittest.Git(t, origin, "clone", "-q", "--depth=1", "file://"+origin, clone)
+	_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "shallow"}, client.RepoSource{Dir: clone})
+	if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "shallow") {
+		t.Errorf("an open on a shallow clone: %v (code %v), want it refused as one", err, schemas.CodeOf(err))
+	}
+}

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,11 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		}
 		return nil, fmt.Errorf("%s names no commit in %s", ref, root)
 	}
+	if shallow, _ := line(ctx, root, nil, "rev-parse", "--is-shallow-repository"); shallow == "true" {
+		// Its history stops short: git cannot bundle what a node lacks,
+		// and its first commit, the repository's identity, is not there.
+		return nil, fmt.Errorf("repository %s is a shallow clone, whose history git cannot send whole: run git fetch --unshallow there first, or open the agent on a directory of the node", root)
+	}
 	if s.Repo, err = identity(ctx, root, s.Base); err != nil {
 		return nil, err
 	}
@@ -109,7 +115,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
 	commit, err := snapshotTree(ctx, gitter{}, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
-		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@localhost", extra...)
+		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
@@ -354,7 +360,10 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	}
 	// Taken under a ref of its own first, so the branch moves only once
 	// nothing of the caller's on it would be lost.
-	incoming := "refs/shoal-incoming/" + tip
+	// Named for this landing alone: two agents' work may be the same
+	// commit (both started on the same uncommitted work and changed
+	// nothing), landed at once, and each removes its ref when done.
+	incoming := "refs/shoal-incoming/" + tip + "-" + rand.Text()
 	if _, err := run(ctx, root, nil, nil, fetchArgs(bundle, "+"+bundleRef+":"+incoming)...); err != nil {
 		return err
 	}
@@ -368,8 +377,9 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 
 // underWay says what a work tree of the repository at root is doing to
 // branch ("rebased", "bisected"), as git's own check of a branch in use
-// reads it; "" when nothing is. A branch under a rebase is not listed as
-// checked out, but the rebase moves it when it ends.
+// reads it; "" when nothing is. A branch under a rebase (the one rebased,
+// or one a rebase --update-refs will set) is not listed as checked out,
+// but the rebase moves it when it ends.
 func underWay(ctx context.Context, root, branch string) string {
 	common, err := pathOf(ctx, root, nil, "rev-parse", "--git-common-dir")
 	if err != nil {
@@ -388,6 +398,16 @@ func underWay(ctx context.Context, root, branch string) string {
 				return "rebased"
 			}
 		}
+		// A rebase --update-refs sets each branch it lists when it ends
+		// (lines in threes: the ref, its commit before, after).
+		if b, err := os.ReadFile(filepath.Join(d, "rebase-merge", "update-refs")); err == nil {
+			lines := strings.Split(string(b), "\n")
+			for i := 0; i < len(lines); i += 3 {
+				if strings.TrimSpace(lines[i]) == ref {
+					return "rebased"
+				}
+			}
+		}
 		if b, err := os.ReadFile(filepath.Join(d, "BISECT_START")); err == nil {
 			if name := strings.TrimSpace(string(b)); name == branch || name == ref {
 				return "bisected"
@@ -399,8 +419,9 @@ func underWay(ctx context.Context, root, branch string) string {
 
 // moveBranch puts branch at tip in the repository at root, unless it
 // holds commits tip does not that Shoal did not make (authored and
-// committed <agent>@shoal.invalid: an agent's, or a commit of its
-// uncommitted work, which each fetch makes anew): a person's commits on
+// committed …@shoal.invalid: an agent's, a commit of its uncommitted
+// work, which each fetch makes anew, or the commit of the caller's
+// uncommitted work it started on, which it may amend): a person's commits on
 // an agent's branch are not dropped, nor an agent's commit a person
 // amended (git keeps its author). The branch moves only from the commit
 // checked.
