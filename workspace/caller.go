@@ -22,6 +22,7 @@ type Start struct {
 	Base   string // the commit Ref names
 	Commit string // the commit the agent starts on: Base, or a commit of the uncommitted work on top of it
 
+	git     gitter   // git as the person runs it on their repository (persons)
 	objects []string // where that commit's objects are (the caller's, and a temporary directory's)
 	format  string   // the hash objects are named by: sha1 or sha256
 	scratch string   // the temporary directory to remove, "" when none
@@ -45,34 +46,35 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("repository %s is not a directory", dir)
 	}
-	root, err := pathOf(ctx, abs, nil, "rev-parse", "--show-toplevel")
+	g := gitter{env: persons(ctx, abs)}
+	root, err := g.path(ctx, abs, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		if errors.Is(err, ErrNoGit) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
-	s := &Start{Root: root, Ref: ref}
-	objects, err := objectDir(ctx, gitter{}, root)
+	s := &Start{Root: root, Ref: ref, git: g}
+	objects, err := objectDir(ctx, g, root)
 	if err != nil {
 		return nil, err
 	}
 	s.objects = []string{objects}
-	if s.format, err = objectFormat(ctx, gitter{}, root); err != nil {
+	if s.format, err = objectFormat(ctx, g, root); err != nil {
 		return nil, fmt.Errorf("repository %s: %v", root, err)
 	}
-	if s.Base, err = line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err != nil || s.Base == "" {
+	if s.Base, err = g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref+"^{commit}"); err != nil || s.Base == "" {
 		if ref == "HEAD" {
 			return nil, fmt.Errorf("repository %s has no commit yet: commit something first", root)
 		}
 		return nil, fmt.Errorf("%s names no commit in %s", ref, root)
 	}
-	if shallow, _ := line(ctx, root, nil, "rev-parse", "--is-shallow-repository"); shallow == "true" {
+	if shallow, _ := g.line(ctx, root, nil, "rev-parse", "--is-shallow-repository"); shallow == "true" {
 		// Its history stops short: git cannot bundle what a node lacks,
 		// and its first commit, the repository's identity, is not there.
 		return nil, fmt.Errorf("repository %s is a shallow clone, whose history git cannot send whole: run git fetch --unshallow there first, or open the agent on a directory of the node", root)
 	}
-	if s.Repo, err = identity(ctx, root, s.Base); err != nil {
+	if s.Repo, err = identity(ctx, g, root, s.Base); err != nil {
 		return nil, err
 	}
 	s.Commit = s.Base
@@ -106,15 +108,12 @@ func (s *Start) snapshot(ctx context.Context) error {
 		return err
 	}
 	var extra []string
-	if excludes := personsExcludes(ctx, s.Root); excludes != "" {
-		extra = []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=core.excludesFile", "GIT_CONFIG_VALUE_0=" + excludes}
-	}
 	// Dated as its base: the same work on the same base is the same
 	// commit, whose bundle a node that was sent it once is not sent again.
-	if when, err := line(ctx, s.Root, nil, "show", "-s", "--format=%ct", s.Base); err == nil && when != "" {
+	if when, err := s.git.line(ctx, s.Root, nil, "show", "-s", "--format=%ct", s.Base); err == nil && when != "" {
 		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
-	commit, err := snapshotTree(ctx, gitter{}, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
+	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
 		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
@@ -180,21 +179,76 @@ func leftOut(why string, dirs []string) string {
 	return b.String()
 }
 
-// personsExcludes is the file of patterns the person's own git ignores
-// in every repository (core.excludesFile, by default
-// $XDG_CONFIG_HOME/git/ignore): Shoal's gits read none of the person's
-// configuration, but what the person's git status never shows (a .env
-// of secrets) must not be taken with their uncommitted work. "" when
-// there is none.
-func personsExcludes(ctx context.Context, root string) string {
+// persons is what of the person's own git configuration Shoal's gits on
+// their repository take, as GIT_CONFIG_* environment: the gits Shoal runs
+// read no global or system configuration (a pager, an alias, a hook
+// path, a credential helper of the person's have no business there), but
+// these settings change what the person's git does with their own files,
+// and a snapshot of their work, or a fetch into their repository, must do
+// the same:
+//
+//   - core.excludesFile (by default $XDG_CONFIG_HOME/git/ignore): what
+//     their git status never shows (a .env of secrets) is not taken;
+//   - core.attributesFile (by default $XDG_CONFIG_HOME/git/attributes),
+//     core.autocrlf, core.eol, core.safecrlf: line ends stored as their
+//     git add stores them;
+//   - filter.<driver>.clean, .process and .required: their clean filters
+//     (git lfs install's), run on their files as their git add runs them,
+//     so a file their attributes send to LFS is stored as its pointer;
+//   - safe.directory: a repository they trust that another user owns.
+//
+// Settings of the repository's own configuration are read by Shoal's gits
+// anyway, and given here again after the global ones, so theirs still win.
+func persons(ctx context.Context, dir string) []string {
 	// The person's git, as they run it, reads its configuration only.
-	cmd := exec.CommandContext(ctx, "git", "config", "--path", "--get", "core.excludesFile")
-	cmd.Dir = root
-	if out, err := cmd.Output(); err == nil {
-		if p := strings.TrimSpace(string(out)); p != "" {
-			return p
+	cmd := exec.CommandContext(ctx, "git", "config", "--null", "--get-regexp",
+		`^(core\.(excludesfile|attributesfile|autocrlf|eol|safecrlf)|filter\..+\.(clean|process|required)|safe\.directory)$`)
+	cmd.Dir = dir
+	out, _ := cmd.Output() // none set, or no git: nothing to take
+	var keys, values []string
+	for _, kv := range strings.Split(string(out), "\x00") {
+		k, v, ok := strings.Cut(kv, "\n")
+		if !ok {
+			continue
+		}
+		if k == "core.excludesfile" || k == "core.attributesfile" {
+			v = homePath(v)
+		}
+		keys, values = append(keys, k), append(values, v)
+	}
+	for _, d := range []struct{ key, file string }{{"core.excludesfile", "ignore"}, {"core.attributesfile", "attributes"}} {
+		if !slices.Contains(keys, d.key) {
+			if p := configHome(d.file); p != "" {
+				keys, values = append([]string{d.key}, keys...), append([]string{p}, values...)
+			}
 		}
 	}
+	if len(keys) == 0 {
+		return nil
+	}
+	env := []string{fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(keys))}
+	for i := range keys {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, keys[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, values[i]))
+	}
+	return env
+}
+
+// homePath is path with a leading ~/ taken as the person's home, as git
+// reads a path setting.
+func homePath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "~/"); ok {
+		if home := os.Getenv("HOME"); home != "" {
+			return filepath.Join(home, rest)
+		}
+	}
+	return path
+}
+
+// configHome is file in the person's git configuration directory
+// ($XDG_CONFIG_HOME/git, by default ~/.config/git), where git looks for
+// their global ignore and attributes files when none is set; "" when it
+// is not there.
+func configHome(file string) string {
 	dir := os.Getenv("XDG_CONFIG_HOME")
 	if dir == "" {
 		home := os.Getenv("HOME")
@@ -203,7 +257,7 @@ func personsExcludes(ctx context.Context, root string) string {
 		}
 		dir = filepath.Join(home, ".config")
 	}
-	p := filepath.Join(dir, "git", "ignore")
+	p := filepath.Join(dir, "git", file)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}
@@ -312,8 +366,8 @@ func objectDir(ctx context.Context, g gitter, root string) (string, error) {
 
 // identity is a repository's identity: the first (by name) root commit of
 // what commit descends from. Clones share it, whatever their remotes.
-func identity(ctx context.Context, dir, commit string) (string, error) {
-	out, err := run(ctx, dir, nil, nil, "rev-list", "--max-parents=0", commit)
+func identity(ctx context.Context, g gitter, dir, commit string) (string, error) {
+	out, err := g.run(ctx, dir, nil, nil, "rev-list", "--max-parents=0", commit)
 	if err != nil {
 		return "", err
 	}
@@ -334,7 +388,7 @@ func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, e
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
-	return writeBundle(ctx, gitter{}, tmp, s.objects, s.format, s.Commit, haves, path)
+	return writeBundle(ctx, s.git, tmp, s.objects, s.format, s.Commit, haves, path)
 }
 
 // Land puts the agent's work, a bundle of the commit tip made by the node,
@@ -345,11 +399,12 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if !IsCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
 	}
-	root, err := pathOf(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	g := gitter{env: persons(ctx, dir)}
+	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
-	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
+	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first, or fetch --into another repository", branch, root)
 	}
 	// What the node sent is fetched only as a bundle: git takes any other
@@ -364,15 +419,15 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	// commit (both started on the same uncommitted work and changed
 	// nothing), landed at once, and each removes its ref when done.
 	incoming := "refs/shoal-incoming/" + tip + "-" + rand.Text()
-	if _, err := run(ctx, root, nil, nil, fetchArgs(bundle, "+"+bundleRef+":"+incoming)...); err != nil {
+	if _, err := g.run(ctx, root, nil, nil, fetchArgs(bundle, "+"+bundleRef+":"+incoming)...); err != nil {
 		return err
 	}
-	defer run(context.WithoutCancel(ctx), root, nil, nil, "update-ref", "-d", incoming)
-	got, err := line(ctx, root, nil, "rev-parse", "--verify", incoming)
+	defer g.run(context.WithoutCancel(ctx), root, nil, nil, "update-ref", "-d", incoming)
+	got, err := g.line(ctx, root, nil, "rev-parse", "--verify", incoming)
 	if err != nil || got != tip {
 		return fmt.Errorf("the bundle's commit is %s, not the agent's %s", got, tip)
 	}
-	return moveBranch(ctx, root, branch, tip)
+	return moveBranch(ctx, g, root, branch, tip)
 }
 
 // underWay says what a work tree of the repository at root is doing to
@@ -380,8 +435,8 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 // reads it; "" when nothing is. A branch under a rebase (the one rebased,
 // or one a rebase --update-refs will set) is not listed as checked out,
 // but the rebase moves it when it ends.
-func underWay(ctx context.Context, root, branch string) string {
-	common, err := pathOf(ctx, root, nil, "rev-parse", "--git-common-dir")
+func underWay(ctx context.Context, g gitter, root, branch string) string {
+	common, err := g.path(ctx, root, nil, "rev-parse", "--git-common-dir")
 	if err != nil {
 		return ""
 	}
@@ -425,9 +480,9 @@ func underWay(ctx context.Context, root, branch string) string {
 // an agent's branch are not dropped, nor an agent's commit a person
 // amended (git keeps its author). The branch moves only from the commit
 // checked.
-func moveBranch(ctx context.Context, root, branch, tip string) error {
+func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
 	ref := "refs/heads/" + branch
-	trees, err := run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
+	trees, err := g.run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
 	if err != nil {
 		return err
 	}
@@ -436,12 +491,12 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 			return fmt.Errorf("branch %s is checked out in a work tree of %s: switch it to another branch first, or fetch --into another repository", branch, root)
 		}
 	}
-	if what := underWay(ctx, root, branch); what != "" {
+	if what := underWay(ctx, g, root, branch); what != "" {
 		return fmt.Errorf("branch %s is being %s in %s: finish or abort that first, or fetch --into another repository", branch, what, root)
 	}
-	old, _ := line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
+	old, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
 	if old != "" {
-		out, err := run(ctx, root, nil, nil, "log", "--format=%H %ae %ce %s", tip+".."+old)
+		out, err := g.run(ctx, root, nil, nil, "log", "--format=%H %ae %ce %s", tip+".."+old)
 		if err != nil {
 			return err
 		}
@@ -457,10 +512,10 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 				branch, len(yours), strings.Join(yours[:min(3, len(yours))], "; "), branch)
 		}
 	}
-	if _, err := run(ctx, root, nil, nil, "update-ref", ref, tip, old); err != nil {
+	if _, err := g.run(ctx, root, nil, nil, "update-ref", ref, tip, old); err != nil {
 		return err
 	}
-	got, err := line(ctx, root, nil, "rev-parse", "--verify", ref)
+	got, err := g.line(ctx, root, nil, "rev-parse", "--verify", ref)
 	if err != nil || got != tip {
 		return fmt.Errorf("branch %s is at %s after the fetch, not the agent's %s", branch, got, tip)
 	}
@@ -470,12 +525,13 @@ func moveBranch(ctx context.Context, root, branch, tip string) error {
 // SetBranch puts branch at commit in the caller's repository at dir, for
 // an agent whose work is the commit it started on; dir must have it.
 func SetBranch(ctx context.Context, dir, branch, commit string) error {
-	root, err := pathOf(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	g := gitter{env: persons(ctx, dir)}
+	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
-	if cur, _ := line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
+	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
 	}
-	return moveBranch(ctx, root, branch, commit)
+	return moveBranch(ctx, g, root, branch, commit)
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -63,7 +64,8 @@ func cleanEnv(extra []string) []string {
 type gitter struct {
 	jail     Jail
 	writable []string
-	max      int // bytes of output taken, when not 0: past it git is stopped
+	max      int      // bytes of output taken, when not 0: past it git is stopped
+	env      []string // on the caller's side, the person's settings (persons)
 }
 
 // ErrTooMuch is the error of a git whose output passed its gitter's bound.
@@ -98,11 +100,6 @@ func run(ctx context.Context, dir string, extra []string, stdin []byte, args ...
 	return gitter{}.run(ctx, dir, extra, stdin, args...)
 }
 
-// line runs git and returns the first line of its output, trimmed.
-func line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
-	return gitter{}.line(ctx, dir, extra, args...)
-}
-
 func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byte, args ...string) (string, error) {
 	argv := append([]string{"git"}, args...)
 	if g.jail != nil {
@@ -114,7 +111,7 @@ func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byt
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second // what it left holding its pipes does not hold us
 	cmd.Dir = dir
-	cmd.Env = cleanEnv(extra)
+	cmd.Env = cleanEnv(append(slices.Clip(g.env), extra...))
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -137,13 +134,9 @@ func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byt
 	return out.String(), nil
 }
 
-// pathOf runs git for a path (rev-parse --show-toplevel, say) and returns
+// path runs git for a path (rev-parse --show-toplevel, say) and returns
 // its output without the newline that ends it: a path may hold newlines,
 // and its first line alone names another directory.
-func pathOf(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
-	return gitter{}.path(ctx, dir, extra, args...)
-}
-
 func (g gitter) path(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
 	out, err := g.run(ctx, dir, extra, nil, args...)
 	return strings.TrimSuffix(out, "\n"), err
@@ -189,6 +182,7 @@ func objectFormat(ctx context.Context, g gitter, dir string) (string, error) {
 	return f, nil
 }
 
+// line runs git and returns the first line of its output, trimmed.
 func (g gitter) line(ctx context.Context, dir string, extra []string, args ...string) (string, error) {
 	out, err := g.run(ctx, dir, extra, nil, args...)
 	first, _, _ := strings.Cut(out, "\n")
