@@ -136,8 +136,18 @@ func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.
 		haves = append(haves, ws.Commit)
 	}
 	var work schemas.WorkReply
-	req := schemas.WorkRequest{AgentID: prev.ID, Haves: haves, Whole: len(haves) == 0}
-	if err := f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute); err != nil {
+	excludes, err := workspace.CallerExcludes(ctx, start.Root, schemas.MaxExcludesBytes)
+	if err != nil {
+		f.say("%v", err)
+	}
+	req := schemas.WorkRequest{AgentID: prev.ID, Haves: haves, Whole: len(haves) == 0, Excludes: excludes}
+	err = f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute)
+	if knowsNoExcludes(err) {
+		f.say("node %s is of an earlier version, which cannot leave out what your git ignores: agent %s's work is carried with it", prev.Node, prev.ID)
+		req.Excludes = ""
+		err = f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute)
+	}
+	if err != nil {
 		return nil, schemas.Errf(schemas.CodeOf(err), "agent %s's work is on node %s, which could not send it (%v): reopen it when %s answers, or open a new agent", prev.ID, prev.Node, err, prev.Node)
 	}
 	if err := workBundle(prev.ID, prev.Node, ws.Repo, work.Bundle); err != nil {
@@ -346,6 +356,12 @@ func bytesText(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
+// knowsNoExcludes reports whether err is a node's refusal of a work
+// request's excludes, which its version does not know.
+func knowsNoExcludes(err error) bool {
+	return schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s): excludes")
+}
+
 // Diff is agent id's work against the commit it started on.
 func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error) {
 	if err := validAgent(id); err != nil {
@@ -375,8 +391,19 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 	if into == "" {
 		into = rec.Workspace.Source
 	}
+	excludes, err := workspace.CallerExcludes(ctx, into, schemas.MaxExcludesBytes)
+	if err != nil {
+		f.say("%v", err)
+	}
 	var rep schemas.WorkReply
-	if err := f.toOwner(ctx, id, schemas.VerbWork, schemas.WorkRequest{AgentID: id}, &rep, 10*time.Minute); err != nil {
+	req := schemas.WorkRequest{AgentID: id, Excludes: excludes}
+	err = f.toOwner(ctx, id, schemas.VerbWork, req, &rep, 10*time.Minute)
+	if knowsNoExcludes(err) {
+		f.say("node %s is of an earlier version, which cannot leave out what your git ignores: its work comes back with it", rec.Node)
+		req.Excludes = ""
+		err = f.toOwner(ctx, id, schemas.VerbWork, req, &rep, 10*time.Minute)
+	}
+	if err != nil {
 		return Fetched{}, err
 	}
 	// The node says what it bundled; where it lands is the caller's to

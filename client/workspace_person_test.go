@@ -135,3 +135,28 @@ func TestOpenOnARepositoryThePersonsGitTrusts(t *testing.T) {
 		t.Errorf("an open on a repository the person's git trusts: %v", err)
 	}
 }
+
+// The person's git ignores .env, *.log (their global excludes file) and
+// build/ (the repository's .git/info/exclude); fcc56ad keeps them from
+// being sent. What the agent writes by those names on the node (a .env
+// it made to run the app, its test log, its build) came back committed on
+// shoal/<id>: the node's git knows none of those patterns.
+func TestFetchLeavesOutWhatThePersonsGitIgnores(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".config", "git"), 0o700)
+	os.WriteFile(filepath.Join(home, ".config", "git", "ignore"), []byte(".env\n*.log\n"), 0o600)
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", "")
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	os.WriteFile(filepath.Join(repo, ".git", "info", "exclude"), []byte("build/\n"), 0o644)
+	co := openOnRepo(t, f, "ignores", repo, false)
+	agentShell(t, co, "mkdir build && echo bin > build/app && echo test > test.log && echo API_KEY=sk-live > .env && echo a2 > a.txt")
+	got, err := f.Fetch(t.Context(), "ignores", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files := gittest.Git(t, repo, "diff", "--name-only", "main", got.Branch); files != "a.txt" {
+		t.Errorf("%s changes, against main:\n%s\nthe person's git ignores all but a.txt", got.Branch, files)
+	}
+}

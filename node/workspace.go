@@ -326,6 +326,9 @@ func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffR
 // and, on top, a commit of what it has not committed, whose message says
 // which agent and turn made it.
 func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkReply, error) {
+	if len(req.Excludes) > schemas.MaxExcludesBytes {
+		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInvalid, "the work of agent %s: %d bytes of patterns to leave out, more than %d", req.AgentID, len(req.Excludes), schemas.MaxExcludesBytes)
+	}
 	ws, _, err := h.repos.of(req.AgentID)
 	if err != nil {
 		return schemas.WorkReply{}, err
@@ -349,6 +352,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	}
 	defer release()
 	co := h.repos.reader(req.AgentID, ws)
+	co.Excludes = req.Excludes
 	tip, err := co.Snapshot(ctx, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
 	if err != nil {
 		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)

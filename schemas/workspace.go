@@ -144,7 +144,16 @@ type WorkRequest struct {
 	// Whole asks for all the history up to the work, for a reader that
 	// holds nothing of the repository.
 	Whole bool `json:"whole,omitempty"`
+	// Excludes are the patterns, in .gitignore's form, that the caller's
+	// git ignores beyond the repository's .gitignore files (their global
+	// excludes file and the repository's info/exclude), at most
+	// MaxExcludesBytes: the commit of the agent's uncommitted work leaves
+	// out what they match, as the caller's git status would.
+	Excludes string `json:"excludes,omitempty"`
 }
+
+// MaxExcludesBytes bounds WorkRequest.Excludes.
+const MaxExcludesBytes = 64 << 10
 
 // WorkReply names the bundle in ReposBucket (empty when the agent's work
 // is its start, which the caller has), its tip and the agent's branch.

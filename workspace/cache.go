@@ -298,6 +298,9 @@ type Checkout struct {
 	Dir string
 	// Jail, when set, confines each git that reads the checkout.
 	Jail Jail
+	// Excludes are patterns, in .gitignore's form, that a snapshot of
+	// the checkout's files leaves out too: the caller's own (CallerExcludes).
+	Excludes string
 }
 
 // A Jail returns argv run confined to reading the system, the checkout
@@ -377,6 +380,15 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	env, err := apart(ctx, g, c.Dir, objects, tmp)
 	if err != nil {
 		return "", nil, err
+	}
+	if c.Excludes != "" {
+		info := filepath.Join(tmp, "git", "info")
+		if err := os.MkdirAll(info, 0o700); err != nil {
+			return "", nil, err
+		}
+		if err := os.WriteFile(filepath.Join(info, "exclude"), []byte(c.Excludes), 0o600); err != nil {
+			return "", nil, err
+		}
 	}
 	index := filepath.Join(tmp, "index")
 	if err := copyOwnIndex(c.Dir, index); err != nil {

@@ -200,12 +200,30 @@ func leftOut(why string, dirs []string) string {
 // Settings of the repository's own configuration are read by Shoal's gits
 // anyway, and given here again after the global ones, so theirs still win.
 func persons(ctx context.Context, dir string) []string {
+	return configEnv(personsConfig(ctx, dir))
+}
+
+// configEnv is the environment giving git the settings keys, with values,
+// in their order.
+func configEnv(keys, values []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	env := []string{fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(keys))}
+	for i := range keys {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, keys[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, values[i]))
+	}
+	return env
+}
+
+// personsConfig is the settings persons takes, keys and their values in
+// the order git reads them.
+func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 	// The person's git, as they run it, reads its configuration only.
 	cmd := exec.CommandContext(ctx, "git", "config", "--null", "--get-regexp",
 		`^(core\.(excludesfile|attributesfile|autocrlf|eol|safecrlf)|filter\..+\.(clean|process|required)|safe\.directory)$`)
 	cmd.Dir = dir
 	out, _ := cmd.Output() // none set, or no git: nothing to take
-	var keys, values []string
 	for _, kv := range strings.Split(string(out), "\x00") {
 		k, v, ok := strings.Cut(kv, "\n")
 		if !ok {
@@ -223,14 +241,48 @@ func persons(ctx context.Context, dir string) []string {
 			}
 		}
 	}
-	if len(keys) == 0 {
-		return nil
+	return keys, values
+}
+
+// CallerExcludes are the patterns the person's git ignores in the
+// repository at dir beyond its .gitignore files, which travel with it:
+// their global excludes file and the repository's info/exclude, without
+// comments or blank lines, for a node's snapshot of an agent's work
+// (Checkout.Excludes). Past max bytes the rest is not taken, and the
+// error says so.
+func CallerExcludes(ctx context.Context, dir string, max int) (string, error) {
+	var files []string
+	keys, values := personsConfig(ctx, dir)
+	for i, k := range keys {
+		if k == "core.excludesfile" {
+			files = []string{values[i]} // the last one set is git's
+		}
 	}
-	env := []string{fmt.Sprintf("GIT_CONFIG_COUNT=%d", len(keys))}
-	for i := range keys {
-		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, keys[i]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, values[i]))
+	if common, err := (gitter{env: configEnv(keys, values)}).path(ctx, dir, nil, "rev-parse", "--git-common-dir"); err == nil {
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(dir, common)
+		}
+		files = append(files, filepath.Join(common, "info", "exclude"))
 	}
-	return env
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // none: nothing to leave out
+		}
+		for l := range strings.Lines(string(data)) {
+			t := strings.TrimSpace(l)
+			if t == "" || strings.HasPrefix(t, "#") {
+				continue
+			}
+			l = strings.TrimSuffix(l, "\n") + "\n"
+			if b.Len()+len(l) > max {
+				return b.String(), fmt.Errorf("the patterns your git ignores in %s (%s) pass %d bytes: those past it are not applied to the agent's work", dir, strings.Join(files, " and "), max)
+			}
+			b.WriteString(l)
+		}
+	}
+	return b.String(), nil
 }
 
 // homePath is path with a leading ~/ taken as the person's home, as git
