@@ -55,6 +55,9 @@ type repos struct {
 	// request's deadline (a FIFO in its .git), and its second diff
 	// waits on its first instead of taking another of the readers.
 	reading map[string]*agentRead
+	// sweeping are the agents whose checkouts sweep is removing: no read
+	// begins on one.
+	sweeping map[string]bool
 }
 
 type agentRead struct {
@@ -68,7 +71,12 @@ const maxReaders = 4
 // hold waits for a turn to read agent id's work, until ctx ends: after
 // any other read of the same agent's work, then for one of the readers.
 func (r *repos) hold(ctx context.Context, id string) (func(), error) {
+	gone := schemas.Errf(schemas.CodeNotFound, "agent %s's checkout is gone from node %s", id, r.node)
 	r.mu.Lock()
+	if r.sweeping[id] {
+		r.mu.Unlock()
+		return nil, gone
+	}
 	a := r.reading[id]
 	if a == nil {
 		a = &agentRead{turn: make(chan struct{}, 1)}
@@ -91,7 +99,12 @@ func (r *repos) hold(ctx context.Context, id string) (func(), error) {
 	}
 	select {
 	case r.readers <- struct{}{}:
-		return func() { <-r.readers; <-a.turn; done() }, nil
+		release := func() { <-r.readers; <-a.turn; done() }
+		if _, err := os.Stat(r.checkout(id)); err != nil {
+			release() // swept while this read waited its turn
+			return nil, gone
+		}
+		return release, nil
 	case <-ctx.Done():
 		<-a.turn
 		done()
@@ -101,7 +114,7 @@ func (r *repos) hold(ctx context.Context, id string) (func(), error) {
 
 func newRepos(ctx context.Context, h *Host) *repos {
 	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name,
-		readers: make(chan struct{}, maxReaders), reading: make(map[string]*agentRead)}
+		readers: make(chan struct{}, maxReaders), reading: make(map[string]*agentRead), sweeping: make(map[string]bool)}
 	r.store = h.store
 	if h.sandbox.kernel != "" {
 		r.confined = h.cfg.Reaper
@@ -437,7 +450,7 @@ func short(c string) string {
 }
 
 // sweep removes the checkouts of agents that ended more than keep ago (a
-// negative keep keeps them all). An agent is seen to have ended at the
+// negative keep keeps them all), but for one whose work is being read. An agent is seen to have ended at the
 // first sweep that finds it not live, which marks its checkout so; a
 // reopen before the end of keep takes the mark away.
 func (r *repos) sweep(keep time.Duration, live func(id string) bool) {
@@ -454,8 +467,20 @@ func (r *repos) sweep(keep time.Duration, live func(id string) bool) {
 		case os.IsNotExist(err):
 			os.WriteFile(mark, nil, 0o600)
 		case err == nil && keep >= 0 && time.Since(fi.ModTime()) > keep:
+			// Not while its work is read (a diff, a fetch): the next
+			// sweep takes it. A read asked for meanwhile finds it gone.
+			r.mu.Lock()
+			if r.reading[id] != nil {
+				r.mu.Unlock()
+				continue
+			}
+			r.sweeping[id] = true
+			r.mu.Unlock()
 			r.undo(id)
 			os.Remove(mark)
+			r.mu.Lock()
+			delete(r.sweeping, id)
+			r.mu.Unlock()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,12 +19,14 @@ import (
 )
 
 // An ended agent's checkout stays for the node's KeepFor and then goes; a
-// live agent's stays however long it runs.
+// live agent's stays however long it runs. (KeepFor was 300 ms: on a
+// loaded machine the diff after the close came later, and found the
+// checkout going.)
 func TestEndedCheckoutsGoAfterKeepFor(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	dir := t.TempDir()
-	fabrictest.Node(t, srv, node.Config{Name: "a", Dir: dir, KeepFor: 300 * time.Millisecond, RefreshInterval: 50 * time.Millisecond,
+	fabrictest.Node(t, srv, node.Config{Name: "a", Dir: dir, KeepFor: 5 * time.Second, RefreshInterval: 50 * time.Millisecond,
 		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
 	repo := t.TempDir()
 	gittest.Git(t, repo, "init", "-q", "-b", "main")
@@ -58,4 +61,68 @@ func TestEndedCheckoutsGoAfterKeepFor(t *testing.T) {
 	if _, err := os.Stat(checkout("stays")); err != nil {
 		t.Fatalf("a live agent's checkout went: %v", err)
 	}
+}
+
+// An ended agent's checkout went at the sweep after KeepFor whether or not
+// its work was being read: a diff or a fetch under way then failed with
+// git's words for a repository that vanished under it. A checkout whose
+// work is being read stays until the read ends; the next sweep takes it.
+func TestEndedCheckoutStaysWhileItsWorkIsRead(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	keep := 300 * time.Millisecond
+	fabrictest.Node(t, srv, node.Config{Name: "a", Dir: dir, KeepFor: keep, RefreshInterval: 50 * time.Millisecond,
+		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	repo := gittest.Repo(t, "README", "hi\n")
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := f.OpenRepo(ctx, schemas.OpenRequest{ID: "read"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	checkout := filepath.Join(dir, "work", "read")
+	// The diff's git waits on HEAD, a FIFO, until the test writes it.
+	head := filepath.Join(checkout, ".git", "HEAD")
+	was, err := os.ReadFile(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(head); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(head, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Close(ctx, schemas.AgentRequest{AgentID: "read"}); err != nil {
+		t.Fatal(err)
+	}
+	diffed := make(chan error, 1)
+	go func() { _, err := f.Diff(ctx, "read", false); diffed <- err }()
+	poll.Until(t, 30*time.Second, "the sweep to see the agent ended", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "work", "read.ended"))
+		return err == nil
+	})
+	time.Sleep(4 * keep) // sweeps past KeepFor, while the diff waits
+	if _, err := os.Stat(checkout); err != nil {
+		t.Fatalf("an ended agent's checkout went while its diff was under way: %v", err)
+	}
+	// HEAD is written whole, then a regular file again for later reads.
+	w, err := os.OpenFile(head, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(head)
+	os.WriteFile(head, was, 0o644)
+	w.Write(was)
+	w.Close()
+	if err := <-diffed; err != nil {
+		t.Errorf("the diff under way when KeepFor passed: %v", err)
+	}
+	poll.Until(t, 30*time.Second, "the checkout to go once its diff ended", func() bool {
+		_, err := os.Stat(checkout)
+		return os.IsNotExist(err)
+	})
 }
