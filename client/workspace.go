@@ -246,6 +246,16 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	if fi.Size() > f.maxBundle {
+		if names, sizes, _ := start.Largest(ctx, 3); len(names) > 0 {
+			// Most often a file left untracked and unignored (a core
+			// dump, a data set), taken with the uncommitted work.
+			largest := make([]string, len(names))
+			for i := range names {
+				largest[i] = fmt.Sprintf("%s (%s)", names[i], bytesText(sizes[i]))
+			}
+			return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it with your uncommitted work, %s as a bundle, past the limit of %s; the largest files of your uncommitted work are %s: ignore or remove what should not go, or open the agent on a directory of the node instead",
+				start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle), strings.Join(largest, ", "))
+		}
 		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
 			start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle))
 	}

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -424,5 +425,27 @@ func TestOpenOnAShallowCloneSaysWhy(t *testing.T) {
 	_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "shallow"}, client.RepoSource{Dir: clone})
 	if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "shallow") {
 		t.Errorf("an open on a shallow clone: %v (code %v), want it refused as one", err, schemas.CodeOf(err))
+	}
+}
+
+// An untracked file the person forgot (a core dump, a data set) makes a
+// --with-changes open too large; the refusal speaks of commits the node
+// lacks and says to open on a directory of the node, not that the bulk is
+// the uncommitted work, nor which file. It names the largest files.
+func TestWithChangesPastTheLimitSaysItIsTheUncommittedWork(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	small, err := client.NewDirect(natstest.Connect(t, srv), client.Config{MaxBundle: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	noise := make([]byte, 4<<20)
+	rand.Read(noise)
+	os.WriteFile(filepath.Join(repo, "core.dump"), noise, 0o644)
+	_, err = small.OpenRepo(t.Context(), schemas.OpenRequest{ID: "big"}, client.RepoSource{Dir: repo, WithChanges: true})
+	if err == nil || !strings.Contains(err.Error(), "uncommitted") || !strings.Contains(err.Error(), "core.dump (4.0 MiB)") {
+		t.Errorf("a --with-changes open past the limit because of an untracked 4 MiB file: %v", err)
 	}
 }

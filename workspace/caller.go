@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -429,6 +431,53 @@ func identity(ctx context.Context, g gitter, dir, commit string) (string, error)
 	}
 	slices.Sort(roots)
 	return roots[0], nil
+}
+
+// Largest names the n largest files the start's commit of the caller's
+// uncommitted work adds or changes, each with its size in bytes, largest
+// first; none when the start is a commit of theirs.
+func (s *Start) Largest(ctx context.Context, n int) ([]string, []int64, error) {
+	if s.Commit == s.Base {
+		return nil, nil, nil
+	}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + s.objects[0], "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + alternates(s.objects[1:], ":")}
+	out, err := s.git.run(ctx, s.Root, env, nil, "diff-tree", "-r", "-z", "--no-renames", "--diff-filter=AMT", s.Base, s.Commit)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Each change is ":<modes> <old> <new> <status>", then its path.
+	fields := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00")
+	var paths, blobs []string
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(fields[i])
+		if len(meta) == 5 && strings.HasPrefix(meta[1], "100") { // files, not links or submodules
+			paths, blobs = append(paths, fields[i+1]), append(blobs, meta[3])
+		}
+	}
+	if len(blobs) == 0 {
+		return nil, nil, nil
+	}
+	sizes, err := s.git.run(ctx, s.Root, env, []byte(strings.Join(blobs, "\n")+"\n"), "cat-file", "--batch-check=%(objectsize)")
+	if err != nil {
+		return nil, nil, err
+	}
+	size := make([]int64, len(paths))
+	for i, l := range strings.Fields(sizes) {
+		if i < len(size) {
+			size[i], _ = strconv.ParseInt(l, 10, 64)
+		}
+	}
+	order := make([]int, len(paths))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(size[b], size[a]) })
+	order = order[:min(n, len(order))]
+	names, bytes := make([]string, len(order)), make([]int64, len(order))
+	for i, k := range order {
+		names[i], bytes[i] = paths[k], size[k]
+	}
+	return names, bytes, nil
 }
 
 // Bundle writes to path a bundle of what the node lacks of the start's
