@@ -449,3 +449,21 @@ func TestWithChangesPastTheLimitSaysItIsTheUncommittedWork(t *testing.T) {
 		t.Errorf("a --with-changes open past the limit because of an untracked 4 MiB file: %v", err)
 	}
 }
+
+// A submodule's directory is empty on the node, and e82e32a names what
+// an agent writes into it. An agent that populates it first, as agents do
+// (git submodule update --init: its URL answers from the node), and then
+// edits a file in it: the edit is in neither shoal/<id> nor its commit's
+// message, with no word of it.
+func TestWorkInASubmoduleTheAgentCheckedOutIsNamed(t *testing.T) {
+	t.Parallel()
+	f, repo, _, checkout := submoduleRepo(t, "subinit")
+	agentShell(t, checkout, "git -c protocol.file.allow=always submodule --quiet update --init && echo 'the agent fixed it' > sub/lib.txt && echo 'app 2' > app.txt")
+	got, err := f.Fetch(t.Context(), "subinit", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := gittest.Git(t, repo, "log", "-1", "--format=%B", got.Branch); !strings.Contains(msg, "  sub/") {
+		t.Errorf("the agent edited sub/lib.txt, which does not come back; the commit of its work does not say so:\n%s", msg)
+	}
+}

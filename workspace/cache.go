@@ -394,7 +394,7 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	if err := copyOwnIndex(c.Dir, index); err != nil {
 		return "", nil, err
 	}
-	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, head, message, name, email, env...)
+	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, env...)
 	return commit, env, err
 }
 

@@ -115,7 +115,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if when, err := s.git.line(ctx, s.Root, nil, "show", "-s", "--format=%ct", s.Base); err == nil && when != "" {
 		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
-	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, s.Base,
+	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, false, s.Base,
 		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
@@ -128,9 +128,9 @@ func (s *Start) snapshot(ctx context.Context) error {
 // not ignored ones) on top of parent, through g, writing objects to
 // newObjects and reading existing ones from objects; index is a
 // temporary index file, seeded from the repository's own when seed is
-// set (else the caller has seeded it). It returns parent when nothing
-// differs from it.
-func snapshotTree(ctx context.Context, g gitter, root string, objects []string, newObjects, index string, seed bool, parent, message, name, email string, extra ...string) (string, error) {
+// set (else the caller has seeded it); agents says root is an agent's
+// checkout on a node. It returns parent when nothing differs from it.
+func snapshotTree(ctx context.Context, g gitter, root string, objects []string, newObjects, index string, seed, agents bool, parent, message, name, email string, extra ...string) (string, error) {
 	if seed {
 		gitDir, err := g.path(ctx, root, nil, "rev-parse", "--absolute-git-dir")
 		if err != nil {
@@ -156,7 +156,7 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 		return "", err
 	}
 	message += leftOut("each a git repository of its own, which git keeps apart from this one", apart)
-	message += leftOut("files written into a submodule's directory, which this repository keeps only as a link", writtenUnderLinks(ctx, g, root, env))
+	message += leftOut("files written into a submodule's directory, which this repository keeps only as a link", writtenUnderLinks(ctx, g, root, env, agents))
 	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
 		return "", err
@@ -351,10 +351,12 @@ func nestedRepositories(ctx context.Context, g gitter, root string, env []string
 
 // writtenUnderLinks lists the submodules of the index env names (links
 // to a commit of another repository, which a checkout made on a node
-// leaves empty) whose directory under root holds files but is no
-// repository: what was written there cannot come with this repository's
-// commit.
-func writtenUnderLinks(ctx context.Context, g gitter, root string, env []string) []string {
+// leaves empty) whose directory under root holds files: what was written
+// there cannot come with this repository's commit. In a caller's tree a
+// submodule checked out (a repository of its own there) is theirs, as
+// usual, and not listed; in an agent's checkout (agents) only the agent
+// filled it (git submodule update), and its work there is listed too.
+func writtenUnderLinks(ctx context.Context, g gitter, root string, env []string, agents bool) []string {
 	out, err := g.run(ctx, root, env, nil, "ls-files", "--stage", "-z")
 	if err != nil {
 		return nil
@@ -369,7 +371,7 @@ func writtenUnderLinks(ctx context.Context, g gitter, root string, env []string)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil && !agents {
 			continue // checked out: a repository of its own
 		}
 		if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 && len(written) < maxNested {
