@@ -222,13 +222,21 @@ func configEnv(keys, values []string) []string {
 // the order git reads them.
 func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 	// The person's git, as they run it, reads its configuration only.
-	cmd := exec.CommandContext(ctx, "git", "config", "--null", "--get-regexp",
+	cmd := exec.CommandContext(ctx, "git", "config", "--null", "--show-scope", "--get-regexp",
 		`^(core\.(excludesfile|attributesfile|autocrlf|eol|safecrlf)|filter\..+\.(clean|process|required)|safe\.directory)$`)
 	cmd.Dir = dir
 	out, _ := cmd.Output() // none set, or no git: nothing to take
-	for _, kv := range strings.Split(string(out), "\x00") {
-		k, v, ok := strings.Cut(kv, "\n")
+	// Each setting is its scope, then its key and value.
+	parts := strings.Split(string(out), "\x00")
+	for i := 0; i+1 < len(parts); i += 2 {
+		scope := parts[i]
+		k, v, ok := strings.Cut(parts[i+1], "\n")
 		if !ok {
+			continue
+		}
+		if k == "safe.directory" && (scope == "local" || scope == "worktree") {
+			// Git heeds it only where the repository cannot write it;
+			// given as ours, it would be heeded.
 			continue
 		}
 		if k == "core.excludesfile" || k == "core.attributesfile" {
