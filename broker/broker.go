@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,30 +176,41 @@ func (b *Broker) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // ClientURL is the URL clients dial, e.g. nats://127.0.0.1:4222.
 func (b *Broker) ClientURL() string { return b.srv.ClientURL() }
 
-// DisconnectNode closes the connections node has to this server, its own
-// and its events' (schemas.NodeConnName), made before before, and
-// reports how many. What the server has not read of them is dropped with
-// them: a node taken for lost whose link comes back cannot deliver, after
-// its agents were closed, events it sent before. A connection made since
-// (a new life of the node starting, the old one reconnecting, whose
-// events wait for its check) is left.
-func (b *Broker) DisconnectNode(node string, before time.Time) int {
-	name := schemas.NodeConnName(node)
-	n := 0
+// DisconnectNode closes the connections the life instance of node has
+// to this server, its own and its events' (schemas.NodeConnName),
+// whenever they were made, and reports how many. What the server has not
+// read of them is dropped with them: a node taken for lost whose link
+// comes back cannot deliver, after its agents were closed, events it sent
+// before, nor through a connection it made again within its lease. A new
+// life's, under another instance, are left. Connections of a node of an
+// earlier version, named without an instance, are closed if they were
+// made before before (its last heartbeat).
+func (b *Broker) DisconnectNode(node, instance string, before time.Time) int {
+	life := schemas.NodeConnName(node, instance)
+	older := "shoal node " + node
+	// Found first, then closed: closing while paging would move the
+	// pages under the offset.
+	var cids []uint64
 	for offset := 0; ; {
 		c, err := b.srv.Connz(&server.ConnzOptions{Offset: offset, Limit: 1024})
 		if err != nil || len(c.Conns) == 0 {
-			return n
+			break
 		}
 		for _, ci := range c.Conns {
-			if (ci.Name == name || ci.Name == name+" (events)") && ci.Start.Before(before) {
-				if b.srv.DisconnectClientByID(ci.Cid) == nil {
-					n++
-				}
+			name := strings.TrimSuffix(ci.Name, " (events)")
+			if (instance != "" && name == life) || (name == older && ci.Start.Before(before)) {
+				cids = append(cids, ci.Cid)
 			}
 		}
 		offset += len(c.Conns)
 	}
+	n := 0
+	for _, cid := range cids {
+		if b.srv.DisconnectClientByID(cid) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // LeafURL is the URL leaf nodes dial, or "" when leaf connections are off.

@@ -39,7 +39,7 @@ func TestMonitorDoesNotKickANewLifeOfALostNode(t *testing.T) {
 
 	// n1's new life, starting: connected as cmd/shoal connects a node.
 	var kicked atomic.Int32
-	nc := natstest.Connect(t, b, nats.Name(schemas.NodeConnName("n1")), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1),
+	nc := natstest.Connect(t, b, nats.Name(schemas.NodeConnName("n1", "life2")), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { kicked.Add(1) }))
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -55,10 +55,13 @@ func TestMonitorDoesNotKickANewLifeOfALostNode(t *testing.T) {
 	}
 }
 
-// A node heard from, then lost (its entry expires): the connections it
-// made before its last heartbeat are closed before its agents are, and
-// what they held is dropped with them; one made since (the node's new
-// life starting under its name) is left.
+// A node heard from, then lost (its entry expires): the connections of
+// its life (the instance its heartbeat names) are closed before its
+// agents are, and what they held is dropped with them, however lately
+// made: one made again within its lease (a reconnect after its last
+// heartbeat) was left, and what it held was stored after the
+// coordinator's close. One of a new life starting under its name, another
+// instance, is left.
 func TestMonitorKicksOnlyTheLostLifesConnections(t *testing.T) {
 	t.Parallel()
 	b := natstest.Start(t)
@@ -69,20 +72,22 @@ func TestMonitorKicksOnlyTheLostLifesConnections(t *testing.T) {
 	}
 	nodes, agents := buckets(t, b)
 	fabrictest.Run(t, m)
-	connect := func() (*nats.Conn, *atomic.Int32) {
+	connect := func(name string) *atomic.Int32 {
 		var kicked atomic.Int32
-		nc := natstest.Connect(t, b, nats.Name(schemas.NodeConnName("n1")), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1),
+		nc := natstest.Connect(t, b, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1),
 			nats.DisconnectErrHandler(func(*nats.Conn, error) { kicked.Add(1) }))
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return nc, &kicked
+		return &kicked
 	}
-	_, oldKicked := connect()
+	oldKicked := connect(schemas.NodeConnName("n1", "life1"))
 	putJSON(t, agents, "a1", schemas.AgentRecord{ID: "a1", Node: "n1", Status: schemas.StatusIdle, EventLog: "a1.jsonl", CreatedAt: float64(time.Now().Unix())})
-	putJSON(t, nodes, "n1", schemas.NodeRecord{Name: "n1"})
+	putJSON(t, nodes, "n1", schemas.NodeRecord{Name: "n1", Instance: "life1"})
 	time.Sleep(10 * time.Millisecond) // the server's clock moves past the heartbeat
-	_, newKicked := connect()
+	againKicked := connect(schemas.NodeConnName("n1", "life1") + " (events)")
+	newKicked := connect(schemas.NodeConnName("n1", "life2"))
+	olderKicked := connect("shoal node n1") // a node of an earlier version, connected after the beat
 	if err := nodes.Purge(t.Context(), "n1"); err != nil { // its entry gone: n1 is lost
 		t.Fatal(err)
 	}
@@ -92,9 +97,15 @@ func TestMonitorKicksOnlyTheLostLifesConnections(t *testing.T) {
 		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
 	})
 	if oldKicked.Load() == 0 {
-		t.Error("the lost node's connection, made before its last heartbeat, was left open")
+		t.Error("the lost life's connection, made before its last heartbeat, was left open")
+	}
+	if againKicked.Load() == 0 {
+		t.Error("the lost life's events connection, made again after its last heartbeat, was left open")
 	}
 	if n := newKicked.Load(); n > 0 {
-		t.Errorf("a connection of n1 made after its last heartbeat was closed (%d times)", n)
+		t.Errorf("a connection of n1's new life was closed (%d times)", n)
+	}
+	if n := olderKicked.Load(); n > 0 {
+		t.Errorf("a connection named as an earlier version names n1's, made after its last heartbeat, was closed (%d times)", n)
 	}
 }

@@ -27,13 +27,14 @@ type MonitorConfig struct {
 	// TTL when zero. A node heard from since the start is lost as soon as
 	// its entry goes.
 	Grace time.Duration
-	// Disconnect, when set, closes the connections a node has to the
-	// coordinator's own server (the embedded one) made before a time,
-	// before the node's agents are closed: what the server has not read
-	// of them, events the node sent before it was lost that a link coming
-	// back would deliver, is dropped with them, not stored after the
-	// close.
-	Disconnect func(node string, before time.Time) int
+	// Disconnect, when set, closes the connections a node's life (its
+	// record's instance; those of an earlier version's node made before
+	// its last heartbeat) has to the coordinator's own server (the
+	// embedded one), before the node's agents are closed: what the server
+	// has not read of them, events the node sent before it was lost that
+	// a link coming back would deliver, is dropped with them, not stored
+	// after the close (broker.DisconnectNode).
+	Disconnect func(node, instance string, before time.Time) int
 	Logger     *slog.Logger
 }
 
@@ -115,9 +116,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	started := time.Now()
 	heardSince := started        // an entry made after it is a node heard from
 	present := map[string]bool{} // node -> heard from since the start
-	// When each node's entry was last written: its connections made
-	// before are the ones a loss closes (a new life's come after).
-	lastPut := map[string]time.Time{}
+	// Each node's last heartbeat: the connections of its life are the
+	// ones a loss closes.
+	lastPut := map[string]beat{}
 	settled := false
 	sweep := time.NewTimer(grace)
 	defer sweep.Stop()
@@ -149,7 +150,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			settled = true
 			// No connection closed: the server these nodes wrote their
 			// entries to before the start is not this one's.
-			m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost", time.Time{})
+			m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok }, "was lost", beat{})
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -168,7 +169,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 			node := e.Key()
 			if e.Operation() == jetstream.KeyValuePut {
 				present[node] = present[node] || e.Created().After(heardSince)
-				lastPut[node] = e.Created()
+				var rec struct {
+					Instance string `json:"instance"`
+				}
+				json.Unmarshal(e.Value(), &rec)
+				lastPut[node] = beat{at: e.Created(), instance: rec.Instance}
 				continue
 			}
 			heard, known := present[node]
@@ -183,7 +188,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			switch {
 			case e.Operation() == jetstream.KeyValueDelete:
-				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "stopped", time.Time{})
+				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "stopped", beat{})
 			case settled || (known && heard):
 				m.sweep(ctx, nodes, agents, stream, func(n string) bool { return n == node }, "was lost", lastPut[node])
 			}
@@ -221,9 +226,10 @@ func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, n
 }
 
 // sweep closes the live agents of the nodes lost reports.
-// how says what became of the node ("was lost", "stopped"); a node's
-// connections made before cutBefore are closed first (none when zero).
-func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string, cutBefore time.Time) {
+// how says what became of the node ("was lost", "stopped"); the
+// connections of the life of its last beat are closed first (none when
+// last is the zero beat).
+func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string, last beat) {
 	keys, err := agents.ListKeys(ctx)
 	if err != nil {
 		return
@@ -247,10 +253,17 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			}
 			continue
 		}
-		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, cutBefore, cut); err != nil {
+		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, last, cut); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 		}
 	}
+}
+
+// beat is what the monitor knows of a node's last heartbeat: when it was
+// stored, and the node's life instance it named.
+type beat struct {
+	at       time.Time
+	instance string
 }
 
 // closeLost marks one agent dead and closes its stream, unless its node
@@ -260,18 +273,18 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 // agents' records; so either the entry is seen here, or the node's
 // write, after it, finds the record dead, or this update finds the
 // record changed and leaves it.
-func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string, cutBefore time.Time, cut map[string]bool) error {
+func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, rec schemas.AgentRecord, rev uint64, how string, last beat, cut map[string]bool) error {
 	if _, err := nodes.Get(ctx, rec.Node); err == nil {
 		m.log.Info("a node taken for lost is back; its agent is left to it", "agent", rec.ID, "node", rec.Node)
 		return nil
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	if m.cfg.Disconnect != nil && !cutBefore.IsZero() && !cut[rec.Node] {
+	if m.cfg.Disconnect != nil && !last.at.IsZero() && !cut[rec.Node] {
 		// Before the tail is read: what the node's connections still
 		// held is either stored by now or dropped with them.
 		cut[rec.Node] = true
-		if n := m.cfg.Disconnect(rec.Node, cutBefore); n > 0 {
+		if n := m.cfg.Disconnect(rec.Node, last.instance, last.at); n > 0 {
 			m.log.Info("closed the connections of a node taken for lost", "node", rec.Node, "connections", n)
 			// A connection closed mid-read finishes the buffer it read,
 			// into the stream's queue: let it be stored before the tail

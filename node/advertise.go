@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"sync"
 	"time"
@@ -31,15 +29,17 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 	if interval <= 0 || interval > 5*time.Second {
 		interval = 5 * time.Second
 	}
-	var id [8]byte
-	rand.Read(id[:])
+	instance := h.cfg.Instance
+	if instance == "" {
+		instance = schemas.NewInstance()
+	}
 	// The entry lives ttl from when the server stores it, which is after
 	// the beat began; a tenth is left for an event in flight.
 	a := &advertiser{h: h, interval: interval, lease: ttl - ttl/10, changed: make(chan struct{}, 1)}
 	a.rec = schemas.NodeRecord{
 		Name:      h.cfg.Name,
 		Version:   h.cfg.Version,
-		Instance:  hex.EncodeToString(id[:]),
+		Instance:  instance,
 		Labels:    h.cfg.Labels,
 		Host:      hostInfo(),
 		MaxAgents: h.cfg.MaxAgents,
@@ -121,7 +121,7 @@ func (a *advertiser) write(ctx context.Context) error {
 		return err
 	}
 	if l := a.leaseFrom(began); !l.IsZero() {
-		a.h.pub.extend(began, l)
+		a.h.pub.extend(l)
 	}
 	return nil
 }

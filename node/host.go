@@ -32,6 +32,10 @@ import (
 type Config struct {
 	// Name identifies the node in the fabric: a subject token.
 	Name string
+	// Instance names this life of the node (NodeRecord.Instance), as its
+	// connections' names say it (schemas.NodeConnName); a fresh one when
+	// empty.
+	Instance string
 	// Conn is the node's connection to the fabric.
 	Conn *nats.Conn
 	// Dir holds the node's files: <id>.events.jsonl, <id>.log, pids.json

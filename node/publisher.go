@@ -639,16 +639,18 @@ func leaseOver(now, lease time.Time) bool {
 }
 
 // extend moves the lease to until after a write of the node's heartbeat
-// that began at began. A beat that began after the lease ended renews
-// nothing: the coordinator may have taken the node for lost before it, so
-// the lapse is the host's to check (onLapse), and resume ends it.
-func (p *publisher) extend(began, until time.Time) {
+// was acknowledged. A beat acknowledged after the lease ended renews
+// nothing, wherever it began: it may have been stored (held by the
+// network) after the node's entry expired and the coordinator took the
+// node for lost, so the lapse is the host's to check (onLapse), and
+// resume ends it.
+func (p *publisher) extend(until time.Time) {
 	p.mu.Lock()
 	if p.lapsed {
 		p.mu.Unlock()
 		return
 	}
-	if !p.lease.IsZero() && leaseOver(began, p.lease) {
+	if !p.lease.IsZero() && leaseOver(time.Now(), p.lease) {
 		p.lapsed = true
 		onLapse := p.onLapse
 		p.mu.Unlock()

@@ -21,7 +21,7 @@ func TestPublisherTellsWhoWaitsThatADroppedEventWasNotStored(t *testing.T) {
 	p.onLapse = func() {}
 	p.mu.Unlock()
 	now := time.Now()
-	p.extend(now, now.Add(time.Hour))
+	p.extend(now.Add(time.Hour))
 	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 1, []byte(`{}`), time.Now()))
 	select {
 	case <-out.sent:
@@ -59,5 +59,40 @@ func TestPublisherTellsWhoWaitsThatADroppedEventWasNotStored(t *testing.T) {
 		if !errors.Is(err, errTakenForLost) {
 			t.Errorf("waiting for a:3, dropped unsent (the stream has the coordinator's close instead): %v, want it said", err)
 		}
+	}
+}
+
+// A beat that began within the lease but was acknowledged only after the
+// lease ran out (the network held it: it was stored after the node's
+// entry may have expired and the coordinator closed its agents) is no
+// proof the entry lived throughout: it renews nothing, and the host is
+// told of the lapse. The publisher took the lease from when such a beat
+// began, so a node whose held beats were delivered after its entry
+// expired never lapsed, and sent on after the coordinator's close.
+func TestPublisherBeatAcknowledgedPastItsLeaseRenewsNothing(t *testing.T) {
+	p, answers, out, stop := recordedPublisher(t, false)
+	defer stop()
+	lapses := make(chan struct{}, 4)
+	p.mu.Lock()
+	p.onLapse = func() { lapses <- struct{}{} }
+	p.mu.Unlock()
+	now := time.Now()
+	p.extend(now.Add(time.Hour))
+	// The lease (from a beat long ago) ran out a second ago, nothing was
+	// sent since (the publisher waited on acknowledgements the network
+	// held); a beat that began two seconds ago, within it, is acknowledged now.
+	p.mu.Lock()
+	p.lease = now.Add(-time.Second)
+	p.mu.Unlock()
+	began := now.Add(-2 * time.Second)
+	p.extend(began.Add(time.Hour))
+	p.enqueue(newOutMsg(schemas.EventSubject("a"), "n", "a", 1, []byte(`{}`), time.Now()))
+	select {
+	case m := <-out.sent:
+		answers <- nil
+		t.Errorf("sent %s on a lease renewed by a beat acknowledged after the lease ran out", m.Header.Get(schemas.HeaderMsgID))
+	case <-lapses:
+	case <-time.After(5 * time.Second):
+		t.Fatal("neither sent nor lapsed")
 	}
 }

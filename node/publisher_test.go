@@ -824,7 +824,7 @@ func TestPublisherSendsNothingPastItsLeaseUntilTheHostChecks(t *testing.T) {
 		}
 	}
 	now := time.Now()
-	p.extend(now, now.Add(time.Hour))
+	p.extend(now.Add(time.Hour))
 	enqueue("a", 1)
 	sent(schemas.MsgID("a", 1))
 
@@ -840,7 +840,7 @@ func TestPublisherSendsNothingPastItsLeaseUntilTheHostChecks(t *testing.T) {
 		t.Fatal("the host was not told of the lapse")
 	}
 	nothingSent("lapsed")
-	p.extend(time.Now(), time.Now().Add(time.Hour)) // a beat after the lapse
+	p.extend(time.Now().Add(time.Hour)) // a beat after the lapse
 	enqueue("b", 1)
 	nothingSent("after a beat that began past the lease")
 

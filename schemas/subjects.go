@@ -133,12 +133,21 @@ func ParseMsgID(s string) (id string, n uint64, err error) {
 // `nats micro ls` lists the pool.
 const ServiceName = "shoal-node"
 
-// NodeConnName is the name a node gives its connection to the fabric (its
-// events' connection adds " (events)"): the coordinator that takes the
-// node for lost closes the connections of that name to its server, so
-// nothing the node sent before it was lost is read after its agents are
-// closed.
-func NodeConnName(node string) string { return "shoal node " + node }
+// NodeConnName is the name a node gives its connections to the fabric in
+// its life instance (NodeRecord.Instance; its events' connection adds
+// " (events)"): the coordinator that takes the node for lost closes every
+// connection of that life to its server, however lately made (a reconnect
+// within its lease), so nothing the node sent before it was lost is read
+// after its agents are closed; a new life's, under another instance, are
+// left.
+func NodeConnName(node, instance string) string { return "shoal node " + node + " " + instance }
+
+// NewInstance is a fresh life instance of a node (NodeRecord.Instance).
+func NewInstance() string {
+	var id [8]byte
+	rand.Read(id[:])
+	return hex.EncodeToString(id[:])
+}
 
 // Verb names a control operation.
 type Verb string

@@ -131,6 +131,7 @@ func (p *netProxy) restore() { p.mu.Lock(); p.cutOff = false; p.mu.Unlock() }
 // the stream.
 type leaseFabric struct {
 	t       *testing.T
+	js      jetstream.JetStream
 	records jetstream.KeyValue
 	stream  jetstream.Stream
 }
@@ -154,7 +155,7 @@ func openLeaseFabric(t *testing.T, url string) *leaseFabric {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &leaseFabric{t: t, records: records, stream: stream}
+	return &leaseFabric{t: t, js: js, records: records, stream: stream}
 }
 
 // streaming waits until the agent's last stored event is a streamed chunk.
@@ -463,4 +464,96 @@ func TestLeaseBlackholedNodeStoresNothingAfterTheDeath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node's link resets just after a heartbeat and the node reconnects at
+// once (its lease still runs: a reconnect is no lapse) and streams on;
+// then the link blackholes before the next beat, holding what the node
+// sent within its lease on the new connection. The entry expires. The
+// monitor closed only the connections made before the node's last
+// heartbeat, so this one was left, and once the link came back what it
+// held (thousands of events, the turn's result among them, which the
+// coordinator had already cancelled) was stored after the dead status;
+// and the held beats, acknowledged late, renewed the node's lease, so it
+// never lapsed. The monitor now closes every connection of the node's
+// life (its heartbeat names its instance, as its connections' names do),
+// and a beat acknowledged after the lease ran out renews nothing.
+func TestLeaseNodeReconnectedAfterItsLastBeatStoresNothingAfterTheDeath(t *testing.T) {
+	t.Parallel()
+	for _, way := range []string{"async", "batches"} {
+		t.Run(way, func(t *testing.T) {
+			t.Parallel()
+			p := startPoolTTL(t, 9*time.Second)
+			p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 1500), ChunkSize: 5, Delay: 15 * time.Millisecond})
+			px := startNetProxy(t, p.url)
+			p.node("cut", "--nats", px.url(), "--publish", way)
+			f := openLeaseFabric(t, p.url)
+			id, _ := p.openOn()
+			p.must("send", id, "Stream on.")
+			f.streaming(id)
+			beats := f.beats("cut")
+			// The reset, the reconnect and the blackhole must fall between
+			// two beats (3 s apart): tried again after a beat that came
+			// between them.
+			for try := 0; ; try++ {
+				if try == 5 {
+					t.Fatal("a heartbeat came between the reconnect and the blackhole five times: the scenario needs none")
+				}
+				<-beats
+				stored := f.lastSeq(id)
+				px.cut()
+				px.restore()
+				poll.Until(t, 5*time.Second, "the node streams again on a new connection", func() bool { return f.lastSeq(id) > stored+5 })
+				px.freeze()
+				select {
+				case <-beats:
+					px.thaw()
+					continue
+				default:
+				}
+				break
+			}
+			f.dead(id)
+			px.thaw()
+			time.Sleep(3 * time.Second)
+			if after, first := f.afterDeath(id); after > 0 {
+				t.Errorf("the node, reconnected after its last beat and then blackholed, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
+			}
+		})
+	}
+}
+
+// beats are the puts of node's heartbeat entry from now on.
+func (f *leaseFabric) beats(node string) <-chan struct{} {
+	f.t.Helper()
+	nodes, err := f.js.KeyValue(f.t.Context(), schemas.NodesBucket)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	w, err := nodes.Watch(f.t.Context(), node, jetstream.UpdatesOnly())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { w.Stop() })
+	out := make(chan struct{}, 16)
+	go func() {
+		for e := range w.Updates() {
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// lastSeq is the stream sequence of the agent's last stored event.
+func (f *leaseFabric) lastSeq(id string) uint64 {
+	m, err := f.stream.GetLastMsgForSubject(f.t.Context(), schemas.EventSubject(id))
+	if err != nil {
+		return 0
+	}
+	return m.Sequence
 }

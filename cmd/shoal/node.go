@@ -31,6 +31,7 @@ import (
 // and the local node of `shoal up`.
 type nodeOptions struct {
 	name        string
+	instance    string // this life's (life); made at its first use
 	dir         string
 	claude      string
 	acpCommands map[string]*string
@@ -127,6 +128,18 @@ func (o *nodeOptions) nodeName() string {
 	return hostName()
 }
 
+// life is this process's life instance of the node, which its
+// connections' names and its record carry (schemas.NodeConnName).
+func (o *nodeOptions) life() string {
+	if o.instance == "" {
+		o.instance = schemas.NewInstance()
+	}
+	return o.instance
+}
+
+// connName is the name of the node's connections in this life.
+func (o *nodeOptions) connName() string { return schemas.NodeConnName(o.nodeName(), o.life()) }
+
 // checkName says, before anything connects, why the node's name cannot
 // be a node's.
 func (o *nodeOptions) checkName() error {
@@ -212,6 +225,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		counts = nm
 	}
 	h, err := node.New(node.Config{
+		Instance:         o.life(),
 		Labels:           labels,
 		MaxAgents:        o.maxAgents,
 		OutboxMemory:     int(o.outboxMemory),
@@ -318,7 +332,7 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
 		// No reconnect buffer: while the coordinator is away the node's
 		// outbox keeps events, in order, and publishes them once it is back.
-		nc, err := o.client.connect(env, nats.Name(schemas.NodeConnName(o.nodeName())), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
+		nc, err := o.client.connect(env, nats.Name(o.connName()), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
 		if err == nil {
 			return nc, nil
 		}
@@ -380,7 +394,7 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 			return err
 		}
 		defer leaf.Shutdown()
-		opts := []nats.Option{nats.Name(schemas.NodeConnName(o.nodeName())), nats.CustomInboxPrefix(schemas.InboxPrefix(string(broker.RoleNode), o.nodeName()))}
+		opts := []nats.Option{nats.Name(o.connName()), nats.CustomInboxPrefix(schemas.InboxPrefix(string(broker.RoleNode), o.nodeName()))}
 		if nc, err = leaf.Connect(opts...); err != nil {
 			return err
 		}

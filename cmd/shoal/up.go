@@ -31,7 +31,7 @@ import (
 type upOptions struct {
 	// disconnectNode closes a node's connections to the embedded server;
 	// nil with an external one.
-	disconnectNode func(node string, before time.Time) int
+	disconnectNode func(node, instance string, before time.Time) int
 	host           string
 	port           int
 	store          string
@@ -454,7 +454,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if !o.noNode {
 		o.node.mcpURL = mcpURL
 		o.node.mcpToken = o.mcpToken
-		nc, err := connect(schemas.NodeConnName(o.node.nodeName()))
+		nc, err := connect(o.node.connName())
 		if err != nil {
 			return err
 		}
