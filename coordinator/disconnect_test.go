@@ -87,7 +87,7 @@ func TestMonitorKicksOnlyTheLostLifesConnections(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // the server's clock moves past the heartbeat
 	againKicked := connect(schemas.NodeConnName("n1", "life1") + " (events)")
 	newKicked := connect(schemas.NodeConnName("n1", "life2"))
-	olderKicked := connect("shoal node n1") // a node of an earlier version, connected after the beat
+	olderKicked := connect("shoal node n1")                // a node of an earlier version, connected after the beat
 	if err := nodes.Purge(t.Context(), "n1"); err != nil { // its entry gone: n1 is lost
 		t.Fatal(err)
 	}
