@@ -304,6 +304,7 @@ func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValu
 	events := tail.Closing(rec, "node "+rec.Node+" "+how)
 	dead := rec.Dead()
 	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)
+	dead.ClosedBy = m.cfg.Name
 	b, _ := json.Marshal(dead)
 	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
 		return nil // its owner or another coordinator wrote first

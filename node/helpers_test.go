@@ -163,7 +163,9 @@ func (f *fixture) open(req schemas.OpenRequest) string {
 	if req.Node == "" {
 		req.Node = "n1"
 	}
-	rep, err := f.fabric.Open(f.ctx(30*time.Second), req)
+	// As long as a client waits: a CLI of node.js (opencode) starting on
+	// a machine busy with the race detector took longer than 30 s.
+	rep, err := f.fabric.Open(f.ctx(schemas.OpenTimeout), req)
 	if err != nil {
 		f.t.Fatalf("open: %v", err)
 	}

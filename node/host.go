@@ -346,6 +346,10 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.takesAcked {
 		pub.acked = map[string]uint64{}
 	}
+	// Nothing goes until the restart has found which lives its journal
+	// holds are still its own (reconcileRecords): a coordinator that
+	// took the node for lost may be closing them as it starts.
+	pub.lapsed = true
 	h.mu.Lock()
 	h.pub = pub
 	h.mu.Unlock()
@@ -530,6 +534,16 @@ func (h *Host) kinds() []string {
 // events to be stored, so an id reopened right away numbers its events
 // after them.
 func (h *Host) reconcileRecords(ctx context.Context) {
+	// The publisher, held since the start, goes once the lives another
+	// closed are dropped, before the closings written here are waited on.
+	release := sync.OnceFunc(func() { h.pub.resume(time.Time{}) })
+	defer release()
+	drop := func(id, why string) {
+		if t, ok := h.pub.pendingTail(id); ok {
+			h.log.Warn(why+"; what the journal kept of it is dropped", "agent", id, "to", t.Last)
+			h.pub.drop(id, t.Last)
+		}
+	}
 	// Permission requests a previous run left open end denied, in the
 	// fabric's list and on their agents' streams.
 	left := map[string][]schemas.PermitRecord{}
@@ -552,6 +566,9 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 	var ids []string
 	for _, e := range owned {
 		rec, err := decodeRecord(e.value)
+		if err == nil && rec.Node == h.cfg.Name && rec.Status == schemas.StatusDead && rec.ClosedBy != "" {
+			drop(e.id, "the fabric took this agent for lost and closed it while the node was away")
+		}
 		if err != nil || rec.Node != h.cfg.Name || rec.Status == schemas.StatusDead {
 			continue
 		}
@@ -588,6 +605,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		}
 		if _, err := h.store.update(ctx, o.e.id, encodeRecord(dead), o.e.rev); err != nil {
 			h.log.Warn("cannot mark a lost agent dead; leaving its stream to whoever did", "agent", o.e.id, "err", err)
+			drop(o.e.id, "another wrote this agent's record first")
 			continue
 		}
 		if ok {
@@ -606,6 +624,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		}
 		h.log.Info("closed an agent a previous run of this node left open", "agent", o.e.id)
 	}
+	release()
 	stored, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for id, seq := range wait {

@@ -321,6 +321,11 @@ type AgentRecord struct {
 	// LastEvent is the number of the last event its node had numbered
 	// when it wrote the record (a Shoal addition).
 	LastEvent uint64 `json:"last_event,omitempty"`
+	// ClosedBy names who wrote the record dead when its node did not: the
+	// coordinator (CloserName), which took the node for lost (a Shoal
+	// addition). A node restarting sends nothing more of a life another
+	// closed.
+	ClosedBy string `json:"closed_by,omitempty"`
 	// EventsBefore and TurnsBefore are the last event and turn numbers
 	// of the id's earlier lives, carried by the claim that reopens it as
 	// UsageBefore is (a Shoal addition): a new life numbers after them,

@@ -557,3 +557,64 @@ func (f *leaseFabric) lastSeq(id string) uint64 {
 	}
 	return m.Sequence
 }
+
+// A node cut off while its agent streams is killed, the agent's events
+// since in its journal; meanwhile the coordinator, taking it for lost,
+// has written the agent's record dead but not yet stored its closing
+// events (they follow the record's write). The node, restarted, read the
+// stream, found no death there, and sent the journal's events at once,
+// before any record write of its own decided whose the life was: stored
+// under the numbers the coordinator had given its closing events, which
+// the stream then dropped as copies, so the agent's stream never said
+// dead. A restart sends nothing before it has read the records, and
+// nothing of a life the coordinator closed.
+func TestLeaseRestartSendsNothingOfALifeTheCoordinatorClosed(t *testing.T) {
+	t.Parallel()
+	p := startPoolTTL(t, time.Minute) // the coordinator's own monitor stays out of it
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f := openLeaseFabric(t, p.url)
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	time.Sleep(time.Second) // the agent goes on printing into the journal
+	n.cmd.Process.Kill()
+	<-n.done
+	stored := f.lastSeq(id)
+	// The coordinator's close, as far as its record write.
+	e, err := f.records.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	dead := rec.Dead()
+	dead.ClosedBy = schemas.CloserName
+	b, _ := json.Marshal(dead)
+	if _, err := f.records.Update(t.Context(), id, b, e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	again := p.node("cut")
+	time.Sleep(3 * time.Second)
+	if now := f.lastSeq(id); now != stored {
+		t.Errorf("the node, restarted, stored events of a life the coordinator had closed (the stream's last event of it went from sequence %d to %d: %s)", stored, now, f.lastID(id))
+		t.Log(again.stderrText())
+	}
+	if !strings.Contains(again.stderrText(), "what the journal kept of it is dropped") {
+		t.Errorf("the restarted node does not say it dropped what its journal kept of the agent:\n%s", again.stderrText())
+	}
+}
+
+// lastID is the message id and kind of the agent's last stored event.
+func (f *leaseFabric) lastID(id string) string {
+	m, err := f.stream.GetLastMsgForSubject(f.t.Context(), schemas.EventSubject(id))
+	if err != nil {
+		return err.Error()
+	}
+	ev, _ := schemas.Decode(m.Data)
+	return m.Header.Get(schemas.HeaderMsgID) + " " + string(ev.Kind())
+}
