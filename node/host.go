@@ -407,7 +407,9 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { h.pub.run(bg) })
-	h.reconcileRecords(ctx)
+	if err := h.reconcileRecords(ctx); err != nil {
+		return err
+	}
 	wg.Go(func() { h.recs.run(bg) })
 	wg.Go(func() { h.watch(bg) })
 
@@ -532,8 +534,8 @@ func (h *Host) kinds() []string {
 // heartbeat's lifetime as lost. As with the coordinator, whoever marks
 // the record dead closes the stream. It waits, within limits, for those
 // events to be stored, so an id reopened right away numbers its events
-// after them.
-func (h *Host) reconcileRecords(ctx context.Context) {
+// after them. It fails when the node's records cannot be listed whole.
+func (h *Host) reconcileRecords(ctx context.Context) error {
 	// The publisher, held since the start, goes once the lives another
 	// closed are dropped, before the closings written here are waited on.
 	release := sync.OnceFunc(func() { h.pub.resume(time.Time{}) })
@@ -553,10 +555,23 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		h.putPermit(ctx, rec)
 		left[rec.AgentID] = append(left[rec.AgentID], rec)
 	}
-	owned, err := h.store.owned(ctx)
-	if err != nil {
-		h.log.Warn("cannot list this node's agent records", "err", err)
-		return
+	// Listed whole, or the node does not start: what its journal holds
+	// of an agent whose record it could not read may be another's.
+	var owned []entry
+	var err error
+	for wait := 500 * time.Millisecond; ; wait *= 2 {
+		if owned, err = h.store.owned(ctx); err == nil {
+			break
+		}
+		if wait > 8*time.Second {
+			return fmt.Errorf("list this node's agent records: %w", err)
+		}
+		h.log.Warn("cannot list this node's agent records; trying again", "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
 	}
 	type orphan struct {
 		e   entry
@@ -576,7 +591,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 		ids = append(ids, e.id)
 	}
 	if len(orphans) == 0 {
-		return
+		return nil
 	}
 	tails, err := h.tails(ctx, ids)
 	if err != nil {
@@ -638,6 +653,7 @@ func (h *Host) reconcileRecords(ctx context.Context) {
 			h.log.Warn("cannot write the numbers file", "err", err)
 		}
 	}
+	return nil
 }
 
 // closeAll closes every live agent.

@@ -65,7 +65,10 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 	if err != nil {
 		return fmt.Errorf("read the stream to resume the journal: %w", err)
 	}
-	closed := h.closedWithout(ctx, stored)
+	closed, err := h.closedWithout(ctx, ids, stored)
+	if err != nil {
+		return fmt.Errorf("read the records to resume the journal: %w", err)
+	}
 	again, dropped := 0, map[string]int{}
 	for _, m := range prev.events {
 		switch {
@@ -79,7 +82,7 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 		}
 	}
 	for id, n := range dropped {
-		h.log.Warn("the fabric took this agent for lost and closed its stream while the node was away; what the journal kept of it is dropped", "agent", id, "events", n)
+		h.log.Warn("the fabric took this agent for lost and closed it while the node was away (or opened it again elsewhere); what the journal kept of it is dropped", "agent", id, "events", n)
 	}
 	if again > 0 {
 		h.log.Info("publishing again what the journal kept from before the node stopped", "events", again)
@@ -119,24 +122,36 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 	return nil
 }
 
-// closedWithout reports the agents whose stream was closed without this
-// node while it was away: it ends with a death that is not the end of a
-// life the node began since (a life numbered after the death is a later
-// one, whose events go as usual). Nothing of a life may be stored after
-// its death, so the journal's events of these are not sent again.
-func (h *Host) closedWithout(ctx context.Context, tails map[string]schemas.Tail) map[string]bool {
+// closedWithout reports the agents whose journal's events are no longer
+// this node's to send: their life was closed without this node while it
+// was away. So is one whose record now names another node (the id was
+// reopened there, numbering after the close), or says the coordinator
+// closed it (closed_by: its closing events may not be stored yet); and
+// one whose stream ends with a death that is not the end of a life the
+// node began since (a life numbered after the death is a later one, whose
+// events go as usual). Nothing of a life may be stored after its death,
+// nor under another life's numbers.
+func (h *Host) closedWithout(ctx context.Context, ids []string, tails map[string]schemas.Tail) (map[string]bool, error) {
 	closed := map[string]bool{}
-	for id, t := range tails {
-		if !t.Dead {
+	for _, id := range ids {
+		t := tails[id]
+		e, err := h.store.get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			closed[id] = t.Dead
 			continue
 		}
-		e, err := h.store.get(ctx, id)
 		if err != nil {
-			closed[id] = errors.Is(err, jetstream.ErrKeyNotFound)
-			continue
+			return nil, fmt.Errorf("read agent %s's record: %w", id, err)
 		}
 		rec, err := decodeRecord(e.value)
-		closed[id] = err == nil && rec.EventsBefore < t.Last
+		switch {
+		case err != nil:
+			closed[id] = t.Dead
+		case rec.Node != h.cfg.Name, rec.Status == schemas.StatusDead && rec.ClosedBy != "":
+			closed[id] = true
+		default:
+			closed[id] = t.Dead && rec.EventsBefore < t.Last
+		}
 	}
-	return closed
+	return closed, nil
 }

@@ -172,8 +172,11 @@ func (s *directStore) owned(ctx context.Context) ([]entry, error) {
 	var out []entry
 	for key := range lister.Keys() {
 		e, err := s.get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // gone since it was listed
+		}
 		if err != nil {
-			continue
+			return nil, err // not a list of all: a record unread may be this node's
 		}
 		if rec, err := decodeRecord(e.value); err == nil && rec.Node == s.node {
 			out = append(out, e)

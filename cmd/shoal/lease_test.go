@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
@@ -617,4 +618,95 @@ func (f *leaseFabric) lastID(id string) string {
 	}
 	ev, _ := schemas.Decode(m.Data)
 	return m.Header.Get(schemas.HeaderMsgID) + " " + string(ev.Kind())
+}
+
+// A node cut off mid-turn is killed with the turn's
+// events in its journal; the coordinator closes the agent (record dead,
+// closed_by, its closing events stored, as closeLost does); the id is
+// then reopened on another node (its claim, numbering after the
+// coordinator's close). The first node, restarted, must send nothing of
+// the life the coordinator closed: the record no longer names it, so
+// reconcileRecords does not look, and resume's closedWithout takes the
+// claim's events_before == the dead tail for "a later life of this node's"
+// and sent the journal's events under the new life's numbers. A journal's
+// events of an agent whose record names another node are dropped.
+func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
+	t.Parallel()
+	p := startPoolTTL(t, time.Minute) // the coordinator's own monitor stays out of it
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f := openLeaseFabric(t, p.url)
+	id, _ := p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	time.Sleep(time.Second) // the agent goes on printing into the journal
+	n.cmd.Process.Kill()
+	<-n.done
+
+	// The coordinator's close, as coordinator.closeLost makes it.
+	nc, err := nats.Connect(p.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	e, err := f.records.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	tail, _, err := client.StreamTail(t.Context(), nc, f.stream, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, seq := tail.ClosingFrom(rec)
+	events := tail.Closing(rec, "node cut was lost")
+	dead := rec.Dead()
+	dead.LastEvent, dead.Turn = seq+uint64(len(events)), max(dead.Turn, tail.Turn)
+	dead.ClosedBy = schemas.CloserName
+	b, _ := json.Marshal(dead)
+	rev, err := f.records.Update(t.Context(), id, b, e.Revision())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		seq++
+		env, err := schemas.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := nats.NewMsg(schemas.EventSubject(id))
+		msg.Data = env
+		msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, seq))
+		msg.Header.Set(schemas.HeaderNode, schemas.CloserName)
+		msg.Header.Set(schemas.HeaderClosedFor, "cut")
+		msg.Header.Set(schemas.HeaderTime, time.Now().UTC().Format(time.RFC3339Nano))
+		if _, err := f.js.PublishMsg(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closedAt := f.lastSeq(id)
+
+	// The id reopened on another node: its claim, as client.claim writes it.
+	now := float64(time.Now().Unix())
+	claim := schemas.AgentRecord{ID: id, Status: schemas.StatusStarting, Model: rec.Model, CWD: rec.CWD, CreatedAt: now, LastActivity: now,
+		Node: "elsewhere", RequestID: "req-reopened-elsewhere", UsageBefore: dead.NextLife()}
+	claim.EventsBefore, claim.TurnsBefore = dead.NextNumbers()
+	b, _ = json.Marshal(claim)
+	if _, err := f.records.Update(t.Context(), id, b, rev); err != nil {
+		t.Fatal(err)
+	}
+
+	again := p.node("cut")
+	time.Sleep(3 * time.Second)
+	if now := f.lastSeq(id); now != closedAt {
+		after, first := f.afterDeath(id)
+		t.Errorf("the node, restarted, stored %d events of a life the coordinator had closed, under the numbers of the id's new life on another node (first %s; stream sequence %d -> %d)",
+			after, first, closedAt, now)
+		t.Log(again.stderrText())
+	}
 }
