@@ -571,32 +571,13 @@ func (f *leaseFabric) lastSeq(id string) uint64 {
 // nothing of a life the coordinator closed.
 func TestLeaseRestartSendsNothingOfALifeTheCoordinatorClosed(t *testing.T) {
 	t.Parallel()
-	p := startPoolTTL(t, time.Minute) // the coordinator's own monitor stays out of it
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
-	f := openLeaseFabric(t, p.url)
-	id, _ := p.openOn()
-	p.must("send", id, "Stream on.")
-	f.streaming(id)
-	px.cut()
-	time.Sleep(time.Second) // the agent goes on printing into the journal
-	n.cmd.Process.Kill()
-	<-n.done
+	p, f, id, rec, rev := killedWhileCut(t)
 	stored := f.lastSeq(id)
 	// The coordinator's close, as far as its record write.
-	e, err := f.records.Get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec schemas.AgentRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		t.Fatal(err)
-	}
 	dead := rec.Dead()
 	dead.ClosedBy = schemas.CloserName
 	b, _ := json.Marshal(dead)
-	if _, err := f.records.Update(t.Context(), id, b, e.Revision()); err != nil {
+	if _, err := f.records.Update(t.Context(), id, b, rev); err != nil {
 		t.Fatal(err)
 	}
 	again := p.node("cut")
@@ -632,33 +613,13 @@ func (f *leaseFabric) lastID(id string) string {
 // events of an agent whose record names another node are dropped.
 func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
 	t.Parallel()
-	p := startPoolTTL(t, time.Minute) // the coordinator's own monitor stays out of it
-	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
-	f := openLeaseFabric(t, p.url)
-	id, _ := p.openOn()
-	p.must("send", id, "Stream on.")
-	f.streaming(id)
-	px.cut()
-	time.Sleep(time.Second) // the agent goes on printing into the journal
-	n.cmd.Process.Kill()
-	<-n.done
-
+	p, f, id, rec, rev := killedWhileCut(t)
 	// The coordinator's close, as coordinator.closeLost makes it.
 	nc, err := nats.Connect(p.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	e, err := f.records.Get(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec schemas.AgentRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		t.Fatal(err)
-	}
 	tail, _, err := client.StreamTail(t.Context(), nc, f.stream, id)
 	if err != nil {
 		t.Fatal(err)
@@ -669,7 +630,7 @@ func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
 	dead.LastEvent, dead.Turn = seq+uint64(len(events)), max(dead.Turn, tail.Turn)
 	dead.ClosedBy = schemas.CloserName
 	b, _ := json.Marshal(dead)
-	rev, err := f.records.Update(t.Context(), id, b, e.Revision())
+	rev, err = f.records.Update(t.Context(), id, b, rev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -709,4 +670,33 @@ func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
 			after, first, closedAt, now)
 		t.Log(again.stderrText())
 	}
+}
+
+// killedWhileCut starts a pool whose coordinator takes no node for lost
+// within a test, and a node behind a proxy whose agent streams a turn;
+// cuts the node off, lets the agent print into its journal for a second
+// and SIGKILLs the node. It returns the agent's stored record and its
+// revision.
+func killedWhileCut(t *testing.T) (p *pool, f *leaseFabric, id string, rec schemas.AgentRecord, rev uint64) {
+	t.Helper()
+	p = startPoolTTL(t, time.Minute)
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
+	px := startNetProxy(t, p.url)
+	n := p.node("cut", "--nats", px.url())
+	f = openLeaseFabric(t, p.url)
+	id, _ = p.openOn()
+	p.must("send", id, "Stream on.")
+	f.streaming(id)
+	px.cut()
+	time.Sleep(time.Second) // the agent goes on printing into the journal
+	n.cmd.Process.Kill()
+	<-n.done
+	e, err := f.records.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return p, f, id, rec, e.Revision()
 }
