@@ -72,10 +72,7 @@ func TestPublisherTellsWhoWaitsThatADroppedEventWasNotStored(t *testing.T) {
 func TestPublisherBeatAcknowledgedPastItsLeaseRenewsNothing(t *testing.T) {
 	p, answers, out, stop := recordedPublisher(t, false)
 	defer stop()
-	lapses := make(chan struct{}, 4)
-	p.mu.Lock()
-	p.onLapse = func() { lapses <- struct{}{} }
-	p.mu.Unlock()
+	lapses := lapsesOf(p)
 	now := time.Now()
 	p.extend(now.Add(time.Hour))
 	// The lease (from a beat long ago) ran out a second ago, nothing was
@@ -95,4 +92,13 @@ func TestPublisherBeatAcknowledgedPastItsLeaseRenewsNothing(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("neither sent nor lapsed")
 	}
+}
+
+// lapsesOf tells of each lapse the publisher reports to its host.
+func lapsesOf(p *publisher) <-chan struct{} {
+	lapses := make(chan struct{}, 4)
+	p.mu.Lock()
+	p.onLapse = func() { lapses <- struct{}{} }
+	p.mu.Unlock()
+	return lapses
 }

@@ -796,10 +796,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func TestPublisherSendsNothingPastItsLeaseUntilTheHostChecks(t *testing.T) {
 	p, answers, out, stop := recordedPublisher(t, false)
 	defer stop()
-	lapses := make(chan struct{}, 4)
-	p.mu.Lock()
-	p.onLapse = func() { lapses <- struct{}{} }
-	p.mu.Unlock()
+	lapses := lapsesOf(p)
 	enqueue := func(agent string, n uint64) {
 		p.enqueue(newOutMsg(schemas.EventSubject(agent), "n", agent, n, []byte(`{}`), time.Now()))
 	}
