@@ -164,27 +164,20 @@ func TestFetchDoesNotMoveABranchBeingRebased(t *testing.T) {
 	gittest.Git(t, repo, "add", "c.txt")
 	gittest.Git(t, repo, "commit", "-qm", "main moves on")
 	gittest.Git(t, repo, "switch", "-q", "shoal/rebased")
-	env := append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_SEQUENCE_EDITOR=sed -i s/^pick/edit/",
-		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
-	cmd := exec.Command("git", "rebase", "-q", "-i", "main")
-	cmd.Dir, cmd.Env = repo, env
-	if out, err := cmd.CombinedOutput(); err != nil {
+	git := personsRebase(repo, "sed -i s/^pick/edit/")
+	if out, err := git("rebase", "-q", "-i", "main"); err != nil {
 		t.Fatalf("git rebase -i: %v\n%s", err, out)
 	}
 	before := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/rebased")
 	// git itself will not move it now.
-	cmd = exec.Command("git", "branch", "-f", "shoal/rebased", "main")
-	cmd.Dir, cmd.Env = repo, env
-	if out, err := cmd.CombinedOutput(); err == nil {
+	if out, err := git("branch", "-f", "shoal/rebased", "main"); err == nil {
 		t.Fatalf("git branch -f moved a branch being rebased: %s", out)
 	}
 
 	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
 	_, err := f.Fetch(t.Context(), "rebased", "")
 	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/rebased"); after != before {
-		cont := exec.Command("git", "rebase", "--continue")
-		cont.Dir, cont.Env = repo, env
-		out, cerr := cont.CombinedOutput()
+		out, cerr := git("rebase", "--continue")
 		t.Fatalf("shoal fetch (%v) moved shoal/rebased from %.12s to %.12s while the person rebased it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
 	}
 	if err == nil || !strings.Contains(err.Error(), "branch shoal/rebased is being rebased") {
@@ -331,26 +324,19 @@ func TestFetchDoesNotMoveABranchARebaseWillUpdate(t *testing.T) {
 	gittest.Git(t, repo, "add", "c.txt")
 	gittest.Git(t, repo, "commit", "-qm", "main moves on")
 	gittest.Git(t, repo, "switch", "-q", "feature")
-	env := append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_SEQUENCE_EDITOR=sed -i 1s/^pick/edit/",
-		"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
-	cmd := exec.Command("git", "rebase", "-q", "-i", "--update-refs", "main")
-	cmd.Dir, cmd.Env = repo, env
-	if out, err := cmd.CombinedOutput(); err != nil {
+	git := personsRebase(repo, "sed -i 1s/^pick/edit/")
+	if out, err := git("rebase", "-q", "-i", "--update-refs", "main"); err != nil {
 		t.Fatalf("git rebase -i --update-refs: %v\n%s", err, out)
 	}
 	before := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/stacked")
-	cmd = exec.Command("git", "branch", "-f", "shoal/stacked", "main")
-	cmd.Dir, cmd.Env = repo, env
-	if out, err := cmd.CombinedOutput(); err == nil {
+	if out, err := git("branch", "-f", "shoal/stacked", "main"); err == nil {
 		t.Fatalf("git branch -f moved a branch the rebase will update: %s", out)
 	}
 
 	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
 	_, err := f.Fetch(t.Context(), "stacked", "")
 	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/stacked"); after != before {
-		cont := exec.Command("git", "rebase", "--continue")
-		cont.Dir, cont.Env = repo, env
-		out, cerr := cont.CombinedOutput()
+		out, cerr := git("rebase", "--continue")
 		t.Fatalf("shoal fetch (%v) moved shoal/stacked from %.12s to %.12s while a rebase --update-refs was to set it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
 	}
 	if err == nil {
@@ -465,5 +451,18 @@ func TestWorkInASubmoduleTheAgentCheckedOutIsNamed(t *testing.T) {
 	}
 	if msg := gittest.Git(t, repo, "log", "-1", "--format=%B", got.Branch); !strings.Contains(msg, "  sub/") {
 		t.Errorf("the agent edited sub/lib.txt, which does not come back; the commit of its work does not say so:\n%s", msg)
+	}
+}
+
+// personsRebase runs the person's git in repo, as a rebase they run
+// needs it: their name, no configuration of the machine's, and editor as
+// the editor of the rebase's steps.
+func personsRebase(repo, editor string) func(args ...string) ([]byte, error) {
+	return func(args ...string) ([]byte, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_SEQUENCE_EDITOR="+editor,
+			"GIT_AUTHOR_NAME=me", "GIT_AUTHOR_EMAIL=me@example.invalid", "GIT_COMMITTER_NAME=me", "GIT_COMMITTER_EMAIL=me@example.invalid")
+		return cmd.CombinedOutput()
 	}
 }
