@@ -35,6 +35,14 @@ const bundleIdle = 2 * time.Minute
 // coordinator's side until its last chunk (or bundleIdle).
 const bundleWritesPerNode = 8
 
+// bundleStoreWait bounds the store's reads a bundle chunk is answered
+// after (the agent's record, the object store, and at a write's start
+// what the node's bundles already hold). The node waits a minute for
+// each chunk's answer; the store's client would give up after its own
+// five seconds, which a loaded server passes, and the node was refused
+// a write it was owed.
+const bundleStoreWait = 30 * time.Second
+
 // bundles are the reads and writes in progress, by node, agent and name.
 type bundles struct {
 	max    int64 // the largest bundle a node may write
@@ -272,7 +280,9 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		if busy >= bundleWritesPerNode {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s already has %d bundle writes in progress, the most it may; send it once one of them ends", name, node, busy)
 		}
-		held, err := nodeBundleBytes(bg, obs, node, name)
+		lctx, cancel := context.WithTimeout(bg, bundleStoreWait)
+		held, err := nodeBundleBytes(lctx, obs, node, name)
+		cancel()
 		if err != nil {
 			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: %v", name, err)
 		}
@@ -378,6 +388,8 @@ func nodeBundleBytes(ctx context.Context, obs jetstream.ObjectStore, node, excep
 // is of the bundle its record names, a write of a bundle of its
 // repository.
 func (r *Relay) bundleRight(ctx context.Context, node, id, name string, write bool) error {
+	ctx, cancel := context.WithTimeout(ctx, bundleStoreWait)
+	defer cancel()
 	e, err := r.agents.Get(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -407,6 +419,18 @@ func (r *Relay) bundleRight(ctx context.Context, node, id, name string, write bo
 	return nil
 }
 
+// reposStore is the repositories' object store, looked up within
+// bundleStoreWait.
+func (r *Relay) reposStore(ctx context.Context) (jetstream.ObjectStore, error) {
+	ctx, cancel := context.WithTimeout(ctx, bundleStoreWait)
+	defer cancel()
+	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
+	}
+	return obs, nil
+}
+
 // bundleGet answers a node's read of a bundle chunk.
 func (r *Relay) bundleGet(ctx context.Context, m *nats.Msg) {
 	node, id, ok := r.from(m)
@@ -422,9 +446,9 @@ func (r *Relay) bundleGet(ctx context.Context, m *nats.Msg) {
 		r.bundleFail(m, err)
 		return
 	}
-	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	obs, err := r.reposStore(ctx)
 	if err != nil {
-		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err))
+		r.bundleFail(m, err)
 		return
 	}
 	chunk, last, err := r.bun.read(ctx, obs, node, id, req.Name, req.Offset)
@@ -456,9 +480,9 @@ func (r *Relay) bundlePut(ctx context.Context, m *nats.Msg) {
 		r.bundleFail(m, err)
 		return
 	}
-	obs, err := r.js.ObjectStore(ctx, schemas.ReposBucket)
+	obs, err := r.reposStore(ctx)
 	if err != nil {
-		r.bundleFail(m, schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err))
+		r.bundleFail(m, err)
 		return
 	}
 	desc := m.Header.Get(schemas.HeaderBundleDescription)

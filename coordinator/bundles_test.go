@@ -62,7 +62,7 @@ func (w *bundleWriter) put(name string, offset int64, data []byte, last bool) er
 		m.Header.Set(schemas.HeaderBundleLast, "1")
 	}
 	m.Data = data
-	rep, err := w.nc.RequestMsg(m, 10*time.Second)
+	rep, err := w.nc.RequestMsg(m, time.Minute) // as long as a node waits
 	if err != nil {
 		w.t.Fatal(err)
 	}
