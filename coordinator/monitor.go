@@ -241,7 +241,18 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			continue
 		}
 		var rec schemas.AgentRecord
-		if json.Unmarshal(e.Value(), &rec) != nil || rec.Status == schemas.StatusDead || !lost(rec.Node) {
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			continue
+		}
+		if rec.Status == schemas.StatusDead && rec.Closing != nil {
+			// Whatever its node: the record says dead, and the stream
+			// must too.
+			if err := m.finishClose(ctx, agents, stream, rec, e.Revision()); err != nil {
+				m.log.Warn("cannot finish a lost agent's close", "agent", id, "node", rec.Node, "err", err)
+			}
+			continue
+		}
+		if rec.Status == schemas.StatusDead || !lost(rec.Node) {
 			continue
 		}
 		if untakenClaim(rec) {
@@ -300,41 +311,67 @@ func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValu
 	if err != nil {
 		return err
 	}
-	tail, n := tail.ClosingFrom(rec)
-	events := tail.Closing(rec, "node "+rec.Node+" "+how)
-	dead := rec.Dead()
-	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)
-	dead.ClosedBy = m.cfg.Name
+	dead := schemas.CloseLost(rec, tail, "node "+rec.Node+" "+how, m.cfg.Name)
 	b, _ := json.Marshal(dead)
-	if _, err := agents.Update(ctx, rec.ID, b, rev); err != nil {
+	rev, err = agents.Update(ctx, rec.ID, b, rev)
+	if err != nil {
 		return nil // its owner or another coordinator wrote first
 	}
+	return m.storeClosing(ctx, agents, dead, rev, tail.Last, false)
+}
+
+// storeClosing stores the closing events of the close dead keeps (its
+// record at revision rev) numbered past stored, the last stored of the
+// agent's events, and then writes the record without the close. A
+// finishing close may find another coordinator storing the same events.
+func (m *Monitor) storeClosing(ctx context.Context, agents jetstream.KeyValue, dead schemas.AgentRecord, rev, stored uint64, finishing bool) error {
+	n, events := dead.ClosingEvents()
 	for _, ev := range events {
 		n++
+		if n <= stored {
+			continue // stored by the close that began it
+		}
 		env, err := schemas.Encode(ev)
 		if err != nil {
 			return err
 		}
-		msg := nats.NewMsg(schemas.EventSubject(rec.ID))
+		msg := nats.NewMsg(schemas.EventSubject(dead.ID))
 		msg.Data = env
-		msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID(rec.ID, n))
+		msg.Header.Set(schemas.HeaderMsgID, schemas.MsgID(dead.ID, n))
 		msg.Header.Set(schemas.HeaderNode, m.cfg.Name)
-		msg.Header.Set(schemas.HeaderClosedFor, rec.Node)
+		msg.Header.Set(schemas.HeaderClosedFor, dead.Node)
 		msg.Header.Set(schemas.HeaderTime, time.Now().UTC().Format(time.RFC3339Nano))
 		ack, err := m.js.PublishMsg(ctx, msg)
 		if err != nil {
 			return err
 		}
-		if ack.Duplicate {
+		if ack.Duplicate && !finishing {
 			// Said, not mended: an event of the node's took the number
 			// after the tail was read, which the node's lease and its
 			// restart's check are there to rule out.
 			m.log.Error("a closing event of a lost node's agent was taken for a copy: an event of the node's holds its number, and the agent's stream may not end with its death",
-				"agent", rec.ID, "node", rec.Node, "event", n)
+				"agent", dead.ID, "node", dead.Node, "event", n)
 		}
 	}
-	m.log.Info("closed a lost node's agent", "agent", rec.ID, "node", rec.Node)
+	done := dead
+	done.Closing = nil
+	b, _ := json.Marshal(done)
+	// A later write (the id opened again) is the record's now.
+	agents.Update(ctx, dead.ID, b, rev)
+	m.log.Info("closed a lost node's agent", "agent", dead.ID, "node", dead.Node)
 	return nil
+}
+
+// finishClose stores what is missing of a close another sweep began
+// and did not finish (its coordinator stopped between the record and
+// the events): the record, at revision rev, keeps the close.
+func (m *Monitor) finishClose(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, dead schemas.AgentRecord, rev uint64) error {
+	tail, err := tailOf(ctx, m.cfg.Conn, stream, dead.ID)
+	if err != nil {
+		return err
+	}
+	m.log.Warn("finishing a lost node's agent's close that was cut off", "agent", dead.ID, "node", dead.Node, "stored", tail.Last, "closes_at", dead.LastEvent)
+	return m.storeClosing(ctx, agents, dead, rev, tail.Last, true)
 }
 
 // disconnectSettle is how long the monitor lets what a closed connection

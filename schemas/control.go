@@ -326,6 +326,11 @@ type AgentRecord struct {
 	// addition). A node restarting sends nothing more of a life another
 	// closed.
 	ClosedBy string `json:"closed_by,omitempty"`
+	// Closing is what the coordinator keeps of a close it began until its
+	// closing events are stored (a Shoal addition): should it stop between
+	// writing the record dead and storing them, whoever sweeps next makes
+	// the same events again and stores those missing (ClosingEvents).
+	Closing *Closing `json:"closing,omitempty"`
 	// EventsBefore and TurnsBefore are the last event and turn numbers
 	// of the id's earlier lives, carried by the claim that reopens it as
 	// UsageBefore is (a Shoal addition): a new life numbers after them,
@@ -373,10 +378,59 @@ func (r AgentRecord) Dead() AgentRecord {
 }
 
 // NextNumbers is where a new life of the id numbers on from, as far as
-// this record of its last life says: its last event and turn.
+// this record of its last life says: its last event and turn. A close
+// not finished numbers from where its events begin: they will not be
+// stored once the id lives again, and the new life numbers after the
+// stream's end, which holds those that were.
 func (r AgentRecord) NextNumbers() (events uint64, turns int) {
+	last := r.LastEvent
+	if r.Closing != nil {
+		last = min(last, r.Closing.From)
+	}
 	// Held where numbering cannot wrap, whatever a record says.
-	return min(max(r.EventsBefore, r.LastEvent), maxNumbering), min(max(r.TurnsBefore, r.Turn), maxNumbering)
+	return min(max(r.EventsBefore, last), maxNumbering), min(max(r.TurnsBefore, r.Turn), maxNumbering)
+}
+
+// Closing is a close of an agent whose node is gone, as its record keeps
+// it until the closing events are stored: enough to make them again.
+type Closing struct {
+	// From is the event number the closing events follow.
+	From uint64 `json:"from"`
+	// Tail is the stream's tail they were made from.
+	Tail Tail `json:"tail"`
+	// Why says what happened ("node mac was lost").
+	Why string `json:"why"`
+	// Status, Turn and Running are the record's before the close.
+	Status  AgentStatus `json:"status"`
+	Turn    int         `json:"turn,omitempty"`
+	Running *Usage      `json:"running,omitempty"`
+}
+
+// CloseLost is the record that closes rec, an agent whose node is gone,
+// as closer writes it, from its stream's tail: dead, numbered to the end
+// of the closing events, and keeping the close (Closing) until they are
+// stored.
+func CloseLost(rec AgentRecord, tail Tail, why, closer string) AgentRecord {
+	tail, n := tail.ClosingFrom(rec)
+	events := tail.Closing(rec, why)
+	dead := rec.Dead()
+	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)
+	dead.ClosedBy = closer
+	dead.Closing = &Closing{From: n, Tail: tail, Why: why, Status: rec.Status, Turn: rec.Turn, Running: rec.Running}
+	return dead
+}
+
+// ClosingEvents are the events that close the stream of the agent r
+// closes (its Closing), and the number they follow: event i is numbered
+// from+1+i. None when r keeps no close.
+func (r AgentRecord) ClosingEvents() (from uint64, events []Event) {
+	c := r.Closing
+	if c == nil {
+		return 0, nil
+	}
+	live := r
+	live.Status, live.Turn, live.Running = c.Status, c.Turn, c.Running
+	return c.From, c.Tail.Closing(live, c.Why)
 }
 
 // maxNumbering bounds the event and turn numbers a record may carry to a

@@ -81,3 +81,33 @@ func TestTailClosing(t *testing.T) {
 		t.Errorf("an empty stream closes with %d events, want an error and status dead", len(evs))
 	}
 }
+
+// A close the coordinator began and did not finish keeps what it needs
+// to make its events again, the same; an id opened again before they are
+// stored numbers from where they begin (and after the stream's end), not
+// past numbers the stream will never hold.
+func TestCloseLostKeepsItsEventsUntilStored(t *testing.T) {
+	live := AgentRecord{ID: "a1", Node: "n1", Status: StatusWorking, Turn: 2, Held: 1, LastEvent: 9, Running: &Usage{OutputTokens: 3}}
+	tail := Tail{Last: 9, Turn: 1}
+	dead := CloseLost(live, tail, "node n1 was lost", CloserName)
+	from, events := dead.ClosingEvents()
+	_, want := tail.ClosingFrom(live)
+	wantEvents := tail.Closing(live, "node n1 was lost")
+	if from != want || fmt.Sprint(events) != fmt.Sprint(wantEvents) {
+		t.Errorf("the kept close makes %d events after %d:\n%v\nthe close made %d after %d:\n%v", len(events), from, events, len(wantEvents), want, wantEvents)
+	}
+	if dead.Status != StatusDead || dead.LastEvent != from+uint64(len(events)) || dead.ClosedBy != CloserName {
+		t.Errorf("the closing record: %+v", dead)
+	}
+	if n, _ := dead.NextNumbers(); n != from {
+		t.Errorf("a new life over an unfinished close numbers after %d, not after %d", n, from)
+	}
+	done := dead
+	done.Closing = nil
+	if n, _ := done.NextNumbers(); n != dead.LastEvent {
+		t.Errorf("a new life over a finished close numbers after %d, not after %d", n, dead.LastEvent)
+	}
+	if _, evs := done.ClosingEvents(); evs != nil {
+		t.Errorf("a record keeping no close makes events: %v", evs)
+	}
+}

@@ -624,11 +624,9 @@ func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail, seq := tail.ClosingFrom(rec)
-	events := tail.Closing(rec, "node cut was lost")
-	dead := rec.Dead()
-	dead.LastEvent, dead.Turn = seq+uint64(len(events)), max(dead.Turn, tail.Turn)
-	dead.ClosedBy = schemas.CloserName
+	dead := schemas.CloseLost(rec, tail, "node cut was lost", schemas.CloserName)
+	seq, events := dead.ClosingEvents()
+	dead.Closing = nil // stored below
 	b, _ := json.Marshal(dead)
 	rev, err = f.records.Update(t.Context(), id, b, rev)
 	if err != nil {
