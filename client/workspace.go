@@ -372,13 +372,31 @@ func knowsNoExcludes(err error) bool {
 	return schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s): excludes")
 }
 
-// Diff is agent id's work against the commit it started on.
+// Diff is agent id's work against the commit it started on, leaving out
+// what a fetch into the repository it was opened on would: what the
+// person's git ignores there, when that repository is on this machine.
 func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error) {
 	if err := validAgent(id); err != nil {
 		return schemas.DiffReply{}, err
 	}
+	req := schemas.DiffRequest{AgentID: id, Stat: stat}
+	rec, err := f.Record(ctx, id)
+	if err != nil {
+		return schemas.DiffReply{}, err
+	}
+	if ws := rec.Workspace; ws != nil && ws.Source != "" {
+		if fi, err := os.Stat(ws.Source); err == nil && fi.IsDir() {
+			// Past the bound, the patterns within it: a diff is a look,
+			// the fetch says what it leaves out.
+			req.Excludes, _ = workspace.CallerExcludes(ctx, ws.Source, schemas.MaxExcludesBytes)
+		}
+	}
 	var rep schemas.DiffReply
-	err := f.toOwner(ctx, id, schemas.VerbDiff, schemas.DiffRequest{AgentID: id, Stat: stat}, &rep, time.Minute)
+	err = f.toOwner(ctx, id, schemas.VerbDiff, req, &rep, time.Minute)
+	if knowsNoExcludes(err) {
+		req.Excludes = "" // a node of an earlier version: its diff shows them
+		err = f.toOwner(ctx, id, schemas.VerbDiff, req, &rep, time.Minute)
+	}
 	return rep, err
 }
 

@@ -159,4 +159,13 @@ func TestFetchLeavesOutWhatThePersonsGitIgnores(t *testing.T) {
 	if files := gittest.Git(t, repo, "diff", "--name-only", "main", got.Branch); files != "a.txt" {
 		t.Errorf("%s changes, against main:\n%s\nthe person's git ignores all but a.txt", got.Branch, files)
 	}
+	// The diff shows what the fetch brings: it showed the .env, the log
+	// and the build the fetch left out.
+	diff, err := f.Diff(t.Context(), "ignores", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff.Files != 1 || strings.Contains(diff.Diff, "sk-live") || strings.Contains(diff.Diff, "build/app") || !strings.Contains(diff.Diff, "+a2") {
+		t.Errorf("the agent's diff, %d files, shows what the person's git ignores, or not a.txt:\n%s", diff.Files, diff.Diff)
+	}
 }

@@ -306,6 +306,9 @@ func (h *Host) RepoHas(ctx context.Context, req schemas.RepoHasRequest) (schemas
 
 // Diff is an agent's work against the commit it started on.
 func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffReply, error) {
+	if len(req.Excludes) > schemas.MaxExcludesBytes {
+		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInvalid, "the diff of agent %s: %d bytes of patterns to leave out, more than %d", req.AgentID, len(req.Excludes), schemas.MaxExcludesBytes)
+	}
 	ws, _, err := h.repos.of(req.AgentID)
 	if err != nil {
 		return schemas.DiffReply{}, err
@@ -321,6 +324,7 @@ func (h *Host) Diff(ctx context.Context, req schemas.DiffRequest) (schemas.DiffR
 	}
 	defer release()
 	co := h.repos.reader(req.AgentID, ws)
+	co.Excludes = req.Excludes
 	diff, err := co.Diff(ctx, ws.Commit, req.Stat)
 	if errors.Is(err, workspace.ErrTooMuch) {
 		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInvalid, "the diff of agent %s is past %d MiB: ask for its stat (--stat), or fetch its work", req.AgentID, workspace.MaxOutput>>20)

@@ -104,6 +104,10 @@ type RepoHasReply struct {
 type DiffRequest struct {
 	AgentID string `json:"agent_id"`
 	Stat    bool   `json:"stat,omitempty"`
+	// Excludes are what the caller's git ignores beyond the repository's
+	// .gitignore files, as WorkRequest.Excludes: the diff leaves out what
+	// a fetch would.
+	Excludes string `json:"excludes,omitempty"`
 }
 
 // FetchRequest brings an agent's work into the caller's repository as
