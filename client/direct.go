@@ -781,6 +781,9 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 		return schemas.Errf(schemas.CodeUnavailable, "node %s is not reachable", node)
 	case errors.Is(err, context.DeadlineExceeded):
 		return schemas.Errf(schemas.CodeTimeout, "node %s did not answer %s in time", node, verb)
+	case errors.Is(err, context.Canceled):
+		// The caller stopped waiting: the node was not found wanting.
+		return fmt.Errorf("%s request to node %s: %w", verb, node, err)
 	case err != nil:
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: %v", verb, node, err)
 	}

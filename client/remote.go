@@ -162,6 +162,9 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 		return schemas.Errf(schemas.CodeUnavailable, "no coordinator answers %s (is `shoal up` running?)", schemas.FabricSubject(verb))
 	case errors.Is(err, context.DeadlineExceeded):
 		return schemas.Errf(schemas.CodeTimeout, "the coordinator did not answer %s in time", verb)
+	case errors.Is(err, context.Canceled):
+		// The caller stopped waiting: the fabric was not found wanting.
+		return fmt.Errorf("%s request to the coordinator: %w", verb, err)
 	case err != nil:
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to the coordinator: %v", verb, err)
 	}

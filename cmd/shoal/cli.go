@@ -24,6 +24,10 @@ const (
 	exitTimeout     = 5 // the operation did not finish in time
 	exitConflict    = 6 // the id is taken, a run is already in flight, or a node's name or dir is a running node's
 	exitCancelled   = 7 // the turn a run waited for was interrupted
+	// exitInterrupted is the status of a command stopped by Ctrl-C or
+	// SIGTERM while it waited (or at once by a second one), as a shell
+	// reports one ended by SIGINT.
+	exitInterrupted = 130
 )
 
 // exitFor is the exit code of a command that failed with err.
@@ -36,6 +40,9 @@ func exitFor(err error) int {
 	}
 	if _, ok := errors.AsType[*cancelledError](err); ok {
 		return exitCancelled
+	}
+	if _, ok := errors.AsType[*stoppedError](err); ok {
+		return exitInterrupted
 	}
 	switch schemas.CodeOf(err) {
 	case schemas.CodeInvalid, schemas.CodeForbidden:
@@ -144,6 +151,29 @@ func (e *cancelledError) Error() string {
 	return fmt.Sprintf("turn %d was interrupted before it ended (stop reason cancelled)", e.turn)
 }
 
+// stoppedError is a command the person stopped (Ctrl-C, SIGTERM) while
+// it waited on the fabric: what it asked for may go on there, which what
+// says.
+type stoppedError struct{ what string }
+
+func (e *stoppedError) Error() string { return e.what }
+
+// stopped is err as the person's stop says it, when ctx ended (a signal)
+// and err is that ending; what is what the stop leaves ("" for nothing
+// to say).
+func stopped(ctx context.Context, err error, what string) error {
+	if err == nil || ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if _, ok := errors.AsType[*stoppedError](err); ok {
+		return err
+	}
+	if what == "" {
+		what = "stopped by a signal before it finished"
+	}
+	return &stoppedError{what}
+}
+
 func usagef(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
 }
@@ -180,7 +210,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", name, didYouMean(name, commandNames(), ""))
 		return exitUsage
 	}
-	err := c.execute(ctx, env, args[1:])
+	err := stopped(ctx, c.execute(ctx, env, args[1:]), "")
 	switch {
 	case err == nil:
 		return exitOK

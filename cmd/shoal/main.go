@@ -57,13 +57,9 @@ func stopAtOnceOnASecondSignal() {
 			name = "terminate"
 		}
 		fmt.Fprintf(os.Stderr, "shoal: %s again: stopping at once\n", name)
-		os.Exit(exitSignalledTwice)
+		os.Exit(exitInterrupted)
 	}()
 }
-
-// exitSignalledTwice is the exit status of a process stopped at once by a
-// second signal, as a shell reports one ended by SIGINT.
-const exitSignalledTwice = 130
 
 // envCPUProfile names a file that gets a Go CPU profile of the command,
 // from its start to its end (for `go tool pprof`); shoal bench --profile

@@ -293,7 +293,7 @@ func runCommand() *command {
 				}
 				rep, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: text, Timeout: wait.Seconds()})
 				if err != nil {
-					return err
+					return stopped(ctx, err, fmt.Sprintf("stopped waiting: agent %s's turn goes on (shoal interrupt %s stops it; shoal output %s reads it)", id, id, id))
 				}
 				if err := v.reply(rep, rep.Text); err != nil {
 					return err
