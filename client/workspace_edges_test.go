@@ -466,3 +466,23 @@ func personsRebase(repo, editor string) func(args ...string) ([]byte, error) {
 		return cmd.CombinedOutput()
 	}
 }
+
+// A fetch --into a repository that lacks the commit the agent started
+// on (another repository, a clone behind) printed git's "Repository
+// lacks these prerequisite commits"; it names the commit and what to do.
+func TestFetchIntoARepositoryWithoutTheBaseNamesIt(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	base := gittest.Git(t, repo, "rev-parse", "HEAD")
+	co := openOnRepo(t, f, "behind", repo, false)
+	agentShell(t, co, "echo work > work.txt && git add work.txt && git -c user.name=a -c user.email=a@a commit -qm work")
+	other := gittest.Repo(t, "b.txt", "unrelated\n")
+	_, err := f.Fetch(t.Context(), "behind", other)
+	if err == nil || strings.Contains(err.Error(), "prerequisite") || !strings.Contains(err.Error(), base[:12]) || !strings.Contains(err.Error(), "git fetch") {
+		t.Errorf("a fetch into a repository without the agent's base %s: %v", base[:12], err)
+	}
+	if out := gittest.Git(t, other, "branch", "--list", "shoal/*"); out != "" {
+		t.Errorf("the fetch that failed left a branch: %s", out)
+	}
+}

@@ -113,6 +113,35 @@ func bundleFormat(path string) (string, error) {
 	}
 }
 
+// bundlePrerequisites are the commits the git bundle at path builds on,
+// which a repository must hold to fetch from it: its header's lines
+// "-<id> …", read up to the blank line that ends it.
+func bundlePrerequisites(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := bufio.NewReader(io.LimitReader(f, maxBundleHeader))
+	var ids []string
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			return nil, fmt.Errorf("a git bundle whose header does not end within %d bytes", maxBundleHeader)
+		}
+		if l == "\n" {
+			return ids, nil
+		}
+		if id, ok := strings.CutPrefix(l, "-"); ok {
+			id, _, _ = strings.Cut(strings.TrimSuffix(id, "\n"), " ")
+			ids = append(ids, id)
+		}
+	}
+}
+
+// maxBundleHeader bounds what is read of a bundle's header.
+const maxBundleHeader = 1 << 20
+
 // fetchArgs are the arguments of a git fetch of ref from bundle into the
 // repository it runs in: no tags, no FETCH_HEAD, and nothing of the
 // repository's submodules (git would fetch in each one whose commit the

@@ -524,6 +524,9 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if _, err := bundleFormat(bundle); err != nil {
 		return fmt.Errorf("what the node sent as the agent's work: %v", err)
 	}
+	if err := holdsPrerequisites(ctx, g, root, bundle); err != nil {
+		return err
+	}
 	// Taken under a ref of its own first, so the branch moves only once
 	// nothing of the caller's on it would be lost.
 	// Named for this landing alone: two agents' work may be the same
@@ -539,6 +542,37 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 		return fmt.Errorf("the bundle's commit is %s, not the agent's %s", got, tip)
 	}
 	return moveBranch(ctx, g, root, branch, tip)
+}
+
+// holdsPrerequisites says which commits the agent's work builds on the
+// repository at root lacks (git's fetch says only "Repository lacks
+// these prerequisite commits"): a clone behind, or another repository.
+func holdsPrerequisites(ctx context.Context, g gitter, root, bundle string) error {
+	ids, err := bundlePrerequisites(bundle)
+	if err != nil {
+		return fmt.Errorf("what the node sent as the agent's work: %v", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	out, err := g.run(ctx, root, nil, []byte(strings.Join(ids, "\n")+"\n"), "cat-file", "--batch-check")
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for l := range strings.Lines(out) {
+		if id, ok := strings.CutSuffix(strings.TrimSpace(l), " missing"); ok {
+			missing = append(missing, id[:min(len(id), 12)])
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	what := "commit"
+	if len(missing) > 1 {
+		what = "commits"
+	}
+	return fmt.Errorf("%s lacks %s %s, which the agent's work builds on (what it started on): fetch it into that repository first (git fetch), or fetch the agent's work --into the repository it was opened on", root, what, strings.Join(missing, ", "))
 }
 
 // underWay says what a work tree of the repository at root is doing to
