@@ -154,7 +154,7 @@ func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.
 		return nil, err
 	}
 	ws.Resume, ws.Bundle = work.Tip, work.Bundle
-	f.say("carried agent %s's work (%d commits, %d files changed) from node %s to node %s", prev.ID, work.Commits, work.Files, prev.Node, node)
+	f.say("carried agent %s's work (%s, %s changed) from node %s to node %s", prev.ID, counted(work.Commits, "commit"), counted(work.Files, "file"), prev.Node, node)
 	return &ws, nil
 }
 
@@ -259,7 +259,7 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
 			start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle))
 	}
-	what := fmt.Sprintf("%d commits of %s to node %s", commits, start.Root, node)
+	what := fmt.Sprintf("%s of %s to node %s", counted(commits, "commit"), start.Root, node)
 	began := time.Now()
 	r := &countingReader{r: in}
 	done := f.report(r, fi.Size(), "sending "+what)
@@ -364,6 +364,14 @@ func bytesText(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// counted is n and word, with an s but for one.
+func counted(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // knowsNoExcludes reports whether err is a node's refusal of a work

@@ -35,7 +35,7 @@ func TestDetachedJobIsFollowedByWaitAndLs(t *testing.T) {
 		t.Fatalf("shoal job ls while it runs: %+v", listed)
 	}
 	code, out, errOut := c.shoal("job", "wait", id)
-	if code != 0 || !regexp.MustCompile(`^shoal/`+id+` [0-9a-f]{40} \(1 commits, 1 files changed\)\n d.txt \| 1 \+\n`).MatchString(out) ||
+	if code != 0 || !regexp.MustCompile(`^shoal/`+id+` [0-9a-f]{40} \(1 commit, 1 file changed\)\n d.txt \| 1 \+\n`).MatchString(out) ||
 		!strings.Contains(errOut, "shoal: job "+id+" succeeded after ") {
 		t.Fatalf("shoal job wait: exit %d: %q\n%s", code, out, errOut)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -125,5 +126,5 @@ func oneAgent(args []string) (string, error) {
 
 // fetchedLine is what fetch and job print of the branch they made.
 func fetchedLine(got client.Fetched) string {
-	return fmt.Sprintf("%s %s (%d commits, %d files changed)", got.Branch, got.Tip, got.Commits, got.Files)
+	return fmt.Sprintf("%s %s (%s, %s changed)", got.Branch, got.Tip, render.Plural(got.Commits, "commit"), render.Plural(got.Files, "file"))
 }

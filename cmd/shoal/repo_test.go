@@ -347,7 +347,7 @@ func TestJobBringsItsWorkBackAsABranch(t *testing.T) {
 	c.fake.Script(bash("echo from-job > job.txt"), fakemodel.Reply{Text: "Written."},
 		bash("echo then > then.txt"), fakemodel.Reply{Text: "And that."})
 	code, out, errOut := c.shoal("job", "--repo", repo, "--permission", "bypass", "--then", "Write then.txt.", "Write job.txt.")
-	m := regexp.MustCompile(`^shoal/(\S+) [0-9a-f]{40} \(1 commits, 2 files changed\)\n job.txt  \| 1 \+\n then.txt \| 1 \+\n 2 files changed, 2 insertions\(\+\)\n$`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`^shoal/(\S+) [0-9a-f]{40} \(1 commit, 2 files changed\)\n job.txt  \| 1 \+\n then.txt \| 1 \+\n 2 files changed, 2 insertions\(\+\)\n$`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
 		t.Fatalf("shoal job: exit %d: %q\n%s", code, out, errOut)
 	}

@@ -37,7 +37,7 @@ func (p *Printer) plan(a *agent, pl schemas.Plan) {
 		p.line(a, seg{text: "plan: no steps", style: styleBold})
 		return
 	}
-	p.line(a, seg{text: "plan: " + plural(len(pl.Entries), "step"), style: styleBold})
+	p.line(a, seg{text: "plan: " + Plural(len(pl.Entries), "step"), style: styleBold})
 	for _, e := range pl.Entries {
 		mark, style := "○ ", ""
 		switch schemas.ParsePlanStatus(string(e.Status)) {

@@ -65,7 +65,7 @@ func inputSummary(raw json.RawMessage) string {
 			return s
 		}
 		if todos, ok := x["todos"].([]any); ok {
-			return plural(len(todos), "todo")
+			return Plural(len(todos), "todo")
 		}
 	}
 	return oneLine(compactJSON(raw))
@@ -252,7 +252,8 @@ func formatCost(c float64) string {
 	return fmt.Sprintf("$%.2f", c)
 }
 
-func plural(n int, word string) string {
+// Plural is n and word, with an s but for one: "1 commit", "2 files".
+func Plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
