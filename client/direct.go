@@ -403,6 +403,7 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 	grant, _ := json.Marshal(claimed)
 	var prev []byte
 	var rev uint64
+	var waited time.Duration
 	// A record that changes between the read and the write (a node giving
 	// back a claim it could not use) is read again.
 	for try := 0; ; try++ {
@@ -429,6 +430,22 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 				prev = nil // left by a node this open went on from: nothing to give back
 			case old.Status != schemas.StatusDead && !staleClaim(old):
 				return nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s", req.ID) // Kaimon's words
+			case old.Closing != nil:
+				// The coordinator is storing its last life's close (its
+				// node was lost): stored after a new life began, its
+				// events would end the stream inside that life. It is
+				// waited for, a moment as a rule.
+				if waited >= closingWait {
+					return nil, schemas.Errf(schemas.CodeUnavailable, "agent %s: the coordinator has not finished closing its last life (its node was lost) in %s; open it again once it has", req.ID, closingWait)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(closingPoll):
+				}
+				waited += closingPoll
+				try = -1 // not a try lost to a node's write
+				continue
 			}
 			// A new life of the id carries what its lives so far used
 			// (a claim never taken up carries what it was given).
@@ -458,6 +475,13 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 		}
 	}, nil
 }
+
+// closingWait is how long an open waits for the close of the id's last
+// life to be stored; closingPoll how often it looks.
+const (
+	closingWait = 10 * time.Second
+	closingPoll = 100 * time.Millisecond
+)
 
 // staleClaim reports whether a record is a claim its node never took up:
 // still starting well after any open would have ended.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -49,6 +50,9 @@ type Monitor struct {
 	log   *slog.Logger
 	js    jetstream.JetStream
 	ready chan struct{}
+	// unfinished are the agents whose close the monitor began and could
+	// not finish (a publish failed): tried again each second. Run's alone.
+	unfinished map[string]bool
 }
 
 // NewMonitor checks cfg.
@@ -66,7 +70,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Monitor{cfg: cfg, log: cfg.Logger.With("component", "monitor"), js: js, ready: make(chan struct{})}, nil
+	return &Monitor{cfg: cfg, log: cfg.Logger.With("component", "monitor"), js: js, ready: make(chan struct{}), unfinished: map[string]bool{}}, nil
 }
 
 // Ready is closed once the monitor watches the heartbeats.
@@ -145,6 +149,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case lost := <-w.Reconnected():
 			regrace(lost)
 		case now := <-overdue.C:
+			m.finishUnfinished(ctx, agents, stream)
 			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-sweep.C:
 			settled = true
@@ -247,9 +252,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 		if rec.Status == schemas.StatusDead && rec.Closing != nil {
 			// Whatever its node: the record says dead, and the stream
 			// must too.
-			if err := m.finishClose(ctx, agents, stream, rec, e.Revision()); err != nil {
-				m.log.Warn("cannot finish a lost agent's close", "agent", id, "node", rec.Node, "err", err)
-			}
+			m.finish(ctx, agents, stream, rec, e.Revision())
 			continue
 		}
 		if rec.Status == schemas.StatusDead || !lost(rec.Node) {
@@ -266,6 +269,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 		}
 		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, last, cut); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
+			m.unfinished[id] = true // its record may keep the close begun
 		}
 	}
 }
@@ -325,7 +329,10 @@ func (m *Monitor) closeLost(ctx context.Context, nodes, agents jetstream.KeyValu
 // agent's events, and then writes the record without the close. A
 // finishing close may find another coordinator storing the same events.
 func (m *Monitor) storeClosing(ctx context.Context, agents jetstream.KeyValue, dead schemas.AgentRecord, rev, stored uint64, finishing bool) error {
-	n, events := dead.ClosingEvents()
+	n, events, err := dead.ClosingEvents()
+	if err != nil {
+		return err
+	}
 	for _, ev := range events {
 		n++
 		if n <= stored {
@@ -362,16 +369,50 @@ func (m *Monitor) storeClosing(ctx context.Context, agents jetstream.KeyValue, d
 	return nil
 }
 
-// finishClose stores what is missing of a close another sweep began
-// and did not finish (its coordinator stopped between the record and
-// the events): the record, at revision rev, keeps the close.
-func (m *Monitor) finishClose(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, dead schemas.AgentRecord, rev uint64) error {
-	tail, err := tailOf(ctx, m.cfg.Conn, stream, dead.ID)
-	if err != nil {
-		return err
+// finish stores what is missing of a close a sweep began and did not
+// finish (its coordinator stopped between the record and the events, or
+// a publish failed): the record, at revision rev, keeps the close. One
+// that fails is tried again each second.
+func (m *Monitor) finish(ctx context.Context, agents jetstream.KeyValue, stream jetstream.Stream, dead schemas.AgentRecord, rev uint64) {
+	delete(m.unfinished, dead.ID)
+	_, _, err := dead.ClosingEvents()
+	if err == nil && (dead.ClosedBy == "" || !strings.HasPrefix(dead.Closing.Why, "node "+dead.Node+" ")) {
+		err = errors.New("it names no coordinator, or another node")
 	}
-	m.log.Warn("finishing a lost node's agent's close that was cut off", "agent", dead.ID, "node", dead.Node, "stored", tail.Last, "closes_at", dead.LastEvent)
-	return m.storeClosing(ctx, agents, dead, rev, tail.Last, true)
+	if err != nil {
+		// Not a close a monitor wrote: a confined node's records go
+		// through the relay, which lets none write one, but a node with
+		// the fabric's rights could.
+		m.log.Error("an agent's record keeps a close no coordinator wrote; nothing is made of it", "agent", dead.ID, "node", dead.Node, "closed_by", dead.ClosedBy, "err", err)
+		return
+	}
+	tail, err := tailOf(ctx, m.cfg.Conn, stream, dead.ID)
+	if err == nil {
+		m.log.Warn("finishing a lost node's agent's close that was cut off", "agent", dead.ID, "node", dead.Node, "stored", tail.Last, "closes_at", dead.LastEvent)
+		err = m.storeClosing(ctx, agents, dead, rev, tail.Last, true)
+	}
+	if err != nil {
+		m.log.Warn("cannot finish a lost agent's close; trying again", "agent", dead.ID, "node", dead.Node, "err", err)
+		m.unfinished[dead.ID] = true
+	}
+}
+
+// finishUnfinished tries again the closes the monitor could not finish.
+func (m *Monitor) finishUnfinished(ctx context.Context, agents jetstream.KeyValue, s jetstream.Stream) {
+	for id := range m.unfinished {
+		e, err := agents.Get(ctx, id)
+		var rec schemas.AgentRecord
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			delete(m.unfinished, id)
+		case err != nil:
+			// Tried again at the next tick.
+		case json.Unmarshal(e.Value(), &rec) != nil || rec.Status != schemas.StatusDead || rec.Closing == nil:
+			delete(m.unfinished, id) // done, or not a close to finish
+		default:
+			m.finish(ctx, agents, s, rec, e.Revision())
+		}
+	}
 }
 
 // disconnectSettle is how long the monitor lets what a closed connection

@@ -67,7 +67,10 @@ func TestMonitorFinishesACloseItsCoordinatorStoppedIn(t *testing.T) {
 			// The close, as far as the coordinator got: the record, and
 			// stored of the events.
 			dead := schemas.CloseLost(live, tail, "node n1 was lost", schemas.CloserName)
-			from, events := dead.ClosingEvents()
+			from, events, err := dead.ClosingEvents()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(events) < 3 {
 				t.Fatalf("the close of a running turn is %d events: %+v", len(events), events)
 			}

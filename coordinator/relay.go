@@ -844,6 +844,16 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 	case expected != cur.Sequence:
 		replyJSON(r.nc, m.Reply, pubAckError(400, jetstream.JSErrCodeStreamWrongLastSequence, fmt.Sprintf("wrong last sequence: %d", cur.Sequence)))
 		return
+	case del && live.Closing != nil:
+		// Checked once the write would land: a node that wrote last
+		// learns of the coordinator's write as a compare-and-set lost.
+		r.refuse(m, node, id, fmt.Errorf("agent %s's close is the coordinator's to finish; its record stays until it has", id))
+		return
+	case !del && (rec.ClosedBy != live.ClosedBy || !sameClosing(rec.Closing, live.Closing)):
+		// What a monitor finishing the close makes into events, under
+		// the coordinator's name.
+		r.refuse(m, node, id, fmt.Errorf("a node may not write who closed agent %s or its close (closed_by, closing): the coordinator's", id))
+		return
 	}
 	h := nats.Header{}
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
@@ -851,6 +861,16 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 		h.Set("KV-Operation", "DEL")
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: data})
+}
+
+// sameClosing reports whether a and b are the same kept close.
+func sameClosing(a, b *schemas.Closing) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
 }
 
 // sameRights says why a node's write of an agent's record would change

@@ -93,6 +93,11 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 	if !granted && err == nil && old.Status != schemas.StatusDead && old.Node != r.node {
 		return nil, false, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (on node %s)", rec.ID, old.Node)
 	}
+	if !granted && err == nil && old.Closing != nil {
+		// Its events, stored after this life began, would end the
+		// stream inside it (the client's open waits for them instead).
+		return nil, false, schemas.Errf(schemas.CodeUnavailable, "agent %s: the coordinator has not finished closing its last life (its node was lost); open it again once it has", rec.ID)
+	}
 	// What the id's earlier lives used goes on with it, and where their
 	// numbering ended: as the coordinator's claim carries them, or, over
 	// a dead record the node claims itself, that record's lives.

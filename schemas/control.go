@@ -378,17 +378,12 @@ func (r AgentRecord) Dead() AgentRecord {
 }
 
 // NextNumbers is where a new life of the id numbers on from, as far as
-// this record of its last life says: its last event and turn. A close
-// not finished numbers from where its events begin: they will not be
-// stored once the id lives again, and the new life numbers after the
-// stream's end, which holds those that were.
+// this record of its last life says: its last event and turn. (An id
+// whose record keeps a close not finished is not opened again until it
+// is: Closing.)
 func (r AgentRecord) NextNumbers() (events uint64, turns int) {
-	last := r.LastEvent
-	if r.Closing != nil {
-		last = min(last, r.Closing.From)
-	}
 	// Held where numbering cannot wrap, whatever a record says.
-	return min(max(r.EventsBefore, last), maxNumbering), min(max(r.TurnsBefore, r.Turn), maxNumbering)
+	return min(max(r.EventsBefore, r.LastEvent), maxNumbering), min(max(r.TurnsBefore, r.Turn), maxNumbering)
 }
 
 // Closing is a close of an agent whose node is gone, as its record keeps
@@ -416,22 +411,49 @@ func CloseLost(rec AgentRecord, tail Tail, why, closer string) AgentRecord {
 	dead := rec.Dead()
 	dead.LastEvent, dead.Turn = n+uint64(len(events)), max(dead.Turn, tail.Turn)
 	dead.ClosedBy = closer
-	dead.Closing = &Closing{From: n, Tail: tail, Why: why, Status: rec.Status, Turn: rec.Turn, Running: rec.Running}
+	if len(events) > 0 {
+		dead.Closing = &Closing{From: n, Tail: tail, Why: why, Status: rec.Status, Turn: rec.Turn, Running: rec.Running}
+	}
 	return dead
 }
 
 // ClosingEvents are the events that close the stream of the agent r
 // closes (its Closing), and the number they follow: event i is numbered
-// from+1+i. None when r keeps no close.
-func (r AgentRecord) ClosingEvents() (from uint64, events []Event) {
+// from+1+i. None when r keeps no close. A close that does not make the
+// events its record numbers to (LastEvent), or more than MaxClosingEvents,
+// is not one CloseLost wrote: an error says so, and nothing is made of it.
+func (r AgentRecord) ClosingEvents() (from uint64, events []Event, err error) {
 	c := r.Closing
 	if c == nil {
-		return 0, nil
+		return 0, nil, nil
 	}
+	if len(c.Why) > maxClosingWhy {
+		return 0, nil, fmt.Errorf("agent %s's record keeps a close whose reason is %d bytes, past %d", r.ID, len(c.Why), maxClosingWhy)
+	}
+	if c.From >= r.LastEvent || r.LastEvent-c.From > MaxClosingEvents {
+		return 0, nil, fmt.Errorf("agent %s's record keeps a close of events %d to %d, not one of 1 to %d events", r.ID, c.From+1, r.LastEvent, MaxClosingEvents)
+	}
+	span := int(r.LastEvent - c.From)
 	live := r
 	live.Status, live.Turn, live.Running = c.Status, c.Turn, c.Running
-	return c.From, c.Tail.Closing(live, c.Why)
+	// A turn goes into at most three events, and one or two of them into
+	// none: counted before any is made.
+	if first, _, numbered := c.Tail.closingTurns(live); numbered-first > span {
+		return 0, nil, fmt.Errorf("agent %s's record keeps a close of turns %d to %d in %d events", r.ID, first, numbered, span)
+	}
+	events = c.Tail.Closing(live, c.Why)
+	if len(events) != span {
+		return 0, nil, fmt.Errorf("agent %s's record keeps a close of %d events that makes %d", r.ID, span, len(events))
+	}
+	return c.From, events, nil
 }
+
+// MaxClosingEvents bounds the events a close kept in a record may make.
+const MaxClosingEvents = 1 << 16
+
+// maxClosingWhy bounds a kept close's reason, which each of its errors
+// carries (the schema's bound).
+const maxClosingWhy = 1024
 
 // maxNumbering bounds the event and turn numbers a record may carry to a
 // new life: far past any life's, and far from wrapping.

@@ -99,14 +99,7 @@ func (t Tail) Closing(rec AgentRecord, what string) []Event {
 	if t.Ended {
 		return nil
 	}
-	numbered := max(rec.Turn, t.Turn)
-	if t.Echo {
-		numbered = max(numbered, t.Turn+1)
-	}
-	begun := max(min(rec.Turn-rec.Held, numbered), 0)
-	if !t.Echo {
-		begun = max(begun, t.Turn) // what is stored of a turn says it began
-	}
+	first, begun, numbered := t.closingTurns(rec)
 	working := rec.Status == StatusWorking
 	var evs []Event
 	closeTurn := func(k int, start bool, msg string) {
@@ -120,7 +113,7 @@ func (t Tail) Closing(rec AgentRecord, what string) []Event {
 		}
 		evs = append(evs, Event{Turn: k, Payload: Errorf("%s", msg)}, Event{Turn: k, Payload: r})
 	}
-	for k := max(min(t.Turn, begun), 1); k <= numbered; k++ {
+	for k := first; k <= numbered; k++ {
 		during := fmt.Sprintf("%s during turn %d; the turn cannot finish", what, k)
 		switch {
 		case k > begun:
@@ -143,6 +136,20 @@ func (t Tail) Closing(rec AgentRecord, what string) []Event {
 		evs = append(evs, Event{Turn: numbered, Payload: Errorf("%s; the agent is gone with it", what)})
 	}
 	return append(evs, Event{Turn: numbered, Payload: Status{Status: StatusDead}})
+}
+
+// closingTurns are the turns Closing goes over, first to numbered, and
+// the last that began.
+func (t Tail) closingTurns(rec AgentRecord) (first, begun, numbered int) {
+	numbered = max(rec.Turn, t.Turn)
+	if t.Echo {
+		numbered = max(numbered, t.Turn+1)
+	}
+	begun = max(min(rec.Turn-rec.Held, numbered), 0)
+	if !t.Echo {
+		begun = max(begun, t.Turn) // what is stored of a turn says it began
+	}
+	return max(min(t.Turn, begun), 1), begun, numbered
 }
 
 // LostRangeError is the event a node publishes, numbered to, after a range

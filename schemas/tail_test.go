@@ -70,6 +70,14 @@ func TestTailClosing(t *testing.T) {
 		if g := strings.Join(got, " "); g != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, g, c.want)
 		}
+		// The close a record keeps makes the same events again.
+		rec := c.rec
+		rec.ID, rec.LastEvent = "a", 40
+		dead := CloseLost(rec, tail, "node x was lost", CloserName)
+		_, again, err := dead.ClosingEvents()
+		if err != nil || fmt.Sprint(again) != fmt.Sprint(tail.Closing(c.rec, "node x was lost")) {
+			t.Errorf("%s: the kept close makes %v, %v", c.name, again, err)
+		}
 	}
 	if _, err := TailOf("no-number", nil); err == nil {
 		t.Error("a message id without a number gave a tail")
@@ -83,14 +91,15 @@ func TestTailClosing(t *testing.T) {
 }
 
 // A close the coordinator began and did not finish keeps what it needs
-// to make its events again, the same; an id opened again before they are
-// stored numbers from where they begin (and after the stream's end), not
-// past numbers the stream will never hold.
+// to make its events again, the same.
 func TestCloseLostKeepsItsEventsUntilStored(t *testing.T) {
 	live := AgentRecord{ID: "a1", Node: "n1", Status: StatusWorking, Turn: 2, Held: 1, LastEvent: 9, Running: &Usage{OutputTokens: 3}}
 	tail := Tail{Last: 9, Turn: 1}
 	dead := CloseLost(live, tail, "node n1 was lost", CloserName)
-	from, events := dead.ClosingEvents()
+	from, events, err := dead.ClosingEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, want := tail.ClosingFrom(live)
 	wantEvents := tail.Closing(live, "node n1 was lost")
 	if from != want || fmt.Sprint(events) != fmt.Sprint(wantEvents) {
@@ -99,15 +108,30 @@ func TestCloseLostKeepsItsEventsUntilStored(t *testing.T) {
 	if dead.Status != StatusDead || dead.LastEvent != from+uint64(len(events)) || dead.ClosedBy != CloserName {
 		t.Errorf("the closing record: %+v", dead)
 	}
-	if n, _ := dead.NextNumbers(); n != from {
-		t.Errorf("a new life over an unfinished close numbers after %d, not after %d", n, from)
-	}
 	done := dead
 	done.Closing = nil
-	if n, _ := done.NextNumbers(); n != dead.LastEvent {
-		t.Errorf("a new life over a finished close numbers after %d, not after %d", n, dead.LastEvent)
+	if _, evs, err := done.ClosingEvents(); evs != nil || err != nil {
+		t.Errorf("a record keeping no close makes events: %v %v", evs, err)
 	}
-	if _, evs := done.ClosingEvents(); evs != nil {
-		t.Errorf("a record keeping no close makes events: %v", evs)
+	// A close its record does not number to, or of turns far past what
+	// its events could close, is not one CloseLost made: nothing is made
+	// of it (a turn of 2^40 would be made into events until memory ran
+	// out).
+	for name, forged := range map[string]func(*AgentRecord){
+		"from past the end":       func(r *AgentRecord) { r.Closing.From = 1 << 40 },
+		"a turn far on":           func(r *AgentRecord) { r.Closing.Turn = 1 << 40 },
+		"a tail's turn far on":    func(r *AgentRecord) { r.Closing.Tail.Turn = 1 << 40 },
+		"more events than kept":   func(r *AgentRecord) { r.LastEvent-- },
+		"fewer events than kept":  func(r *AgentRecord) { r.LastEvent++ },
+		"past the most":           func(r *AgentRecord) { r.Closing.From = 0; r.LastEvent = MaxClosingEvents + 1 },
+		"a reason past its bound": func(r *AgentRecord) { r.Closing.Why = strings.Repeat("x", 2000) },
+	} {
+		r := dead
+		c := *dead.Closing
+		r.Closing = &c
+		forged(&r)
+		if _, evs, err := r.ClosingEvents(); err == nil || evs != nil {
+			t.Errorf("a close with %s made %d events", name, len(evs))
+		}
 	}
 }

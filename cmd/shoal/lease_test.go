@@ -625,7 +625,10 @@ func TestLeaseRestartSendsNothingOfAClosedLifeReopenedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead := schemas.CloseLost(rec, tail, "node cut was lost", schemas.CloserName)
-	seq, events := dead.ClosingEvents()
+	seq, events, err := dead.ClosingEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dead.Closing = nil // stored below
 	b, _ := json.Marshal(dead)
 	rev, err = f.records.Update(t.Context(), id, b, rev)
