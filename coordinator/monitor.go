@@ -387,6 +387,12 @@ func (m *Monitor) finish(ctx context.Context, agents jetstream.KeyValue, stream 
 		return
 	}
 	tail, err := tailOf(ctx, m.cfg.Conn, stream, dead.ID)
+	if err == nil && tail.Last == 0 && dead.Closing.From > 0 {
+		// What the close followed is no longer stored: the agent's
+		// events aged out of the stream (a close cut off for days), its
+		// end with them, perhaps. Not stored again; the record drops it.
+		tail.Last = dead.LastEvent
+	}
 	if err == nil {
 		m.log.Warn("finishing a lost node's agent's close that was cut off", "agent", dead.ID, "node", dead.Node, "stored", tail.Last, "closes_at", dead.LastEvent)
 		err = m.storeClosing(ctx, agents, dead, rev, tail.Last, true)

@@ -134,3 +134,38 @@ func TestMonitorFinishesACloseItsCoordinatorStoppedIn(t *testing.T) {
 		})
 	}
 }
+
+// A close cut off so long ago that the agent's events aged out of the
+// stream (its end with them, perhaps) is not stored again over nothing:
+// the record drops it.
+func TestMonitorStoresNoCloseOfEventsAgedOut(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	nc, js := natstest.JetStream(t, b)
+	ctx := t.Context()
+	stream, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	live := schemas.AgentRecord{ID: "aged", Node: "n1", Status: schemas.StatusWorking, Turn: 1, LastEvent: 2, EventLog: "aged.jsonl",
+		Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now}
+	putJSON(t, agents, "aged", schemas.CloseLost(live, schemas.Tail{Last: 2, Turn: 1, Open: true}, "node n1 was lost", schemas.CloserName))
+	m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Grace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabrictest.Run(t, m)
+	poll.Until(t, 30*time.Second, "the record to keep the close no longer", func() bool {
+		e, err := agents.Get(ctx, "aged")
+		var rec schemas.AgentRecord
+		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Closing == nil
+	})
+	if info, err := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("aged"))); err != nil || len(info.State.Subjects) != 0 {
+		t.Errorf("the close of events aged out was stored over nothing: %v %v", info.State.Subjects, err)
+	}
+}
