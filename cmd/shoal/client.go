@@ -187,6 +187,10 @@ func (o *clientOptions) refused(err error) error {
 }
 
 func (o *clientOptions) fabric(env *environment) (client.Client, func(), error) {
+	if o.timeout <= 0 {
+		// The client's zero is its default: 0 would not mean what it says.
+		return nil, nil, usagef("--timeout %s: a request waits for more than no time; give a duration such as 30s", o.timeout)
+	}
 	var extra []nats.Option
 	if o.persistent {
 		extra = append(extra, nats.MaxReconnects(-1))

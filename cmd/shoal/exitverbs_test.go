@@ -95,6 +95,7 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 	}
 	fails(exitUsage, "give one", "tail", "--raw", "--json", id)
 	fails(exitUsage, "--wait 0s", "run", "--wait", "0", id, "hi")
+	fails(exitUsage, "--timeout 0s: a request waits for more than no time", "status", "--timeout", "0", id)
 	fails(exitUsage, "--wait 25h0m0s: a run waits at most 24h0m0s", "run", "--wait", "25h", id, "hi")
 
 	// A run whose turn is interrupted prints what it has and exits 7.
