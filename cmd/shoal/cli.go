@@ -218,6 +218,9 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		printCommandHelp(io.out, c)
 		return exitOK
 	}
+	if u, ok := errors.AsType[*usageError](err); ok && strings.HasPrefix(u.Error(), "unexpected argument") && !strings.Contains(u.Error(), "--help") {
+		err = usagef("%s (see shoal %s --help)", u.Error(), c.name)
+	}
 	msg := fmt.Sprintf("shoal %s: %s", c.name, oneLine(err.Error()))
 	if env.logJSON && env.log != nil {
 		env.log.Error(msg)

@@ -96,6 +96,11 @@ func TestVerbsFailLoudlyAndTailResumes(t *testing.T) {
 	fails(exitUsage, "give one", "tail", "--raw", "--json", id)
 	fails(exitUsage, "--wait 0s", "run", "--wait", "0", id, "hi")
 	fails(exitUsage, "--timeout 0s: a request waits for more than no time", "status", "--timeout", "0", id)
+	// Flags are named as the help writes them, and a stray argument
+	// says where to look.
+	fails(exitUsage, `invalid value "-1s" for flag --wait: "-1s" is negative`, "run", "--wait", "-1s", id, "hi")
+	fails(exitUsage, `invalid value "abc" for flag --turn: parse error: want an integer`, "output", "--turn", "abc", id)
+	fails(exitUsage, `unexpected argument "extra" (see shoal status --help)`, "status", id, "extra")
 	fails(exitUsage, "--wait 25h0m0s: a run waits at most 24h0m0s", "run", "--wait", "25h", id, "hi")
 
 	// A run whose turn is interrupted prints what it has and exits 7.

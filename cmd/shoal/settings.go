@@ -376,6 +376,15 @@ func (c *command) flagError(fs *flag.FlagSet, err error) error {
 			msg = "unknown flag --" + rest + didYouMean(rest, c.visibleFlags(fs), "--")
 		}
 	}
+	// The flag package names a flag with one dash; Shoal's are said with
+	// two, as its help writes them.
+	if v, rest, ok := strings.Cut(msg, " for flag -"); ok && strings.HasPrefix(v, "invalid ") {
+		name, why, _ := strings.Cut(strings.TrimLeft(rest, "-"), ": ")
+		if f := fs.Lookup(name); f != nil && (why == "parse error" || why == "value out of range") {
+			why = setError(f, errors.New(why))
+		}
+		msg = v + " for flag --" + name + ": " + why
+	}
 	return usagef("%s (see %s --help)", msg, fs.Name())
 }
 
