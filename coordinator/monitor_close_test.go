@@ -6,13 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/coordinator"
-	"github.com/shoalfabric/shoal/internal/fabrictest"
-	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -28,45 +24,13 @@ func TestMonitorFinishesACloseItsCoordinatorStoppedIn(t *testing.T) {
 	for _, stored := range []int{0, 1} {
 		t.Run(fmt.Sprintf("%d closing events stored", stored), func(t *testing.T) {
 			t.Parallel()
-			b := natstest.Start(t)
-			nc, js := natstest.JetStream(t, b)
-			ctx := t.Context()
-			stream, err := js.Stream(ctx, schemas.StreamName)
-			if err != nil {
-				t.Fatal(err)
-			}
-			agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := newCloseFabric(t)
 			const id = "a1"
-			publish := func(n uint64, ev schemas.Event, node string) {
-				t.Helper()
-				env, err := schemas.Encode(ev)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m := nats.NewMsg(schemas.EventSubject(id))
-				m.Data = env
-				m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, n))
-				m.Header.Set(schemas.HeaderNode, node)
-				if _, err := js.PublishMsg(ctx, m); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Turn 1 runs on node n1, which is lost mid-text.
-			publish(1, schemas.Event{Turn: 1, Payload: schemas.TurnStarted{}}, "n1")
-			publish(2, schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("half a")}}, "n1")
-			now := float64(time.Now().Unix())
-			live := schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusWorking, Turn: 1, LastEvent: 2, EventLog: id + ".jsonl",
-				Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, Running: &schemas.Usage{OutputTokens: 7}}
-			tail, _, err := client.StreamTail(ctx, nc, stream, id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			live := f.lostMidTurn(id)
+			live.Running = &schemas.Usage{OutputTokens: 7}
 			// The close, as far as the coordinator got: the record, and
 			// stored of the events.
-			dead := schemas.CloseLost(live, tail, "node n1 was lost", schemas.CloserName)
+			dead := f.cutOffClose(live)
 			from, events, err := dead.ClosingEvents()
 			if err != nil {
 				t.Fatal(err)
@@ -74,57 +38,30 @@ func TestMonitorFinishesACloseItsCoordinatorStoppedIn(t *testing.T) {
 			if len(events) < 3 {
 				t.Fatalf("the close of a running turn is %d events: %+v", len(events), events)
 			}
-			putJSON(t, agents, id, dead)
 			for i := range stored {
-				publish(from+1+uint64(i), events[i], schemas.CloserName)
+				f.publish(id, from+1+uint64(i), events[i], schemas.CloserName)
 			}
 
-			m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Grace: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			fabrictest.Run(t, m)
+			f.monitor(nil, 100*time.Millisecond)
 			poll.Until(t, 30*time.Second, "the agent's stream to end dead", func() bool {
-				tail, _, err := client.StreamTail(ctx, nc, stream, id)
+				tail, _, err := client.StreamTail(t.Context(), f.nc, f.stream, id)
 				return err == nil && tail.Dead
 			})
 			poll.Until(t, 10*time.Second, "the record to keep the close no longer", func() bool {
-				e, err := agents.Get(ctx, id)
+				e, err := f.agents.Get(t.Context(), id)
 				var rec schemas.AgentRecord
 				return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Closing == nil
 			})
 			// Every number once, in order, to the record's last; the
 			// stream ends dead, the turn's result cancelled with what it
 			// used.
-			c, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []schemas.Event
-			for want := uint64(1); want <= dead.LastEvent; want++ {
-				msg, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
-				if err != nil {
-					t.Fatalf("event %d of %d: %v", want, dead.LastEvent, err)
-				}
-				if _, n, _ := schemas.ParseMsgID(msg.Headers().Get(schemas.HeaderMsgID)); n != want {
-					t.Fatalf("stored event %d where %d was due", n, want)
-				}
-				ev, err := schemas.Decode(msg.Data())
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, ev)
-			}
-			if msg, err := c.Next(jetstream.FetchMaxWait(time.Second)); err == nil {
-				t.Errorf("an event past the record's last (%d): %s", dead.LastEvent, msg.Headers().Get(schemas.HeaderMsgID))
-			}
-			last := got[len(got)-1]
-			if st, ok := last.Payload.(schemas.Status); !ok || st.Status != schemas.StatusDead {
-				t.Errorf("the stream ends with %+v, not dead", last)
+			got := f.events(id, time.Second)
+			if problem := gapless(got, dead.LastEvent); problem != "" {
+				t.Fatal(problem)
 			}
 			var result *schemas.Result
-			for _, ev := range got {
-				if r, ok := ev.Payload.(schemas.Result); ok {
+			for _, s := range got {
+				if r, ok := s.ev.Payload.(schemas.Result); ok {
 					result = &r
 				}
 			}
@@ -140,32 +77,44 @@ func TestMonitorFinishesACloseItsCoordinatorStoppedIn(t *testing.T) {
 // the record drops it.
 func TestMonitorStoresNoCloseOfEventsAgedOut(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	nc, js := natstest.JetStream(t, b)
-	ctx := t.Context()
-	stream, err := js.Stream(ctx, schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newCloseFabric(t)
 	now := float64(time.Now().Unix())
 	live := schemas.AgentRecord{ID: "aged", Node: "n1", Status: schemas.StatusWorking, Turn: 1, LastEvent: 2, EventLog: "aged.jsonl",
 		Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now}
-	putJSON(t, agents, "aged", schemas.CloseLost(live, schemas.Tail{Last: 2, Turn: 1, Open: true}, "node n1 was lost", schemas.CloserName))
-	m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Grace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fabrictest.Run(t, m)
+	putJSON(t, f.agents, "aged", schemas.CloseLost(live, schemas.Tail{Last: 2, Turn: 1, Open: true}, "node n1 was lost", schemas.CloserName))
+	f.monitor(nil, 100*time.Millisecond)
 	poll.Until(t, 30*time.Second, "the record to keep the close no longer", func() bool {
-		e, err := agents.Get(ctx, "aged")
+		e, err := f.agents.Get(t.Context(), "aged")
 		var rec schemas.AgentRecord
 		return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Closing == nil
 	})
-	if info, err := stream.Info(ctx, jetstream.WithSubjectFilter(schemas.EventSubject("aged"))); err != nil || len(info.State.Subjects) != 0 {
+	if info, err := f.stream.Info(t.Context(), jetstream.WithSubjectFilter(schemas.EventSubject("aged"))); err != nil || len(info.State.Subjects) != 0 {
 		t.Errorf("the close of events aged out was stored over nothing: %v %v", info.State.Subjects, err)
+	}
+}
+
+// Two coordinators' monitors, started together, both find twenty cut-off
+// closes at their grace sweep and finish them at once: each stream is
+// numbered 1..last_event once each and ends dead.
+func TestTwoMonitorsFinishingTheSameClosesStoreEachEventOnce(t *testing.T) {
+	t.Parallel()
+	f := newCloseFabric(t)
+	var deads []schemas.AgentRecord
+	for i := range 20 {
+		live := f.lostMidTurn(fmt.Sprintf("a%d", i))
+		live.Turn, live.Held = 3, 2 // and two turns held behind it
+		deads = append(deads, f.cutOffClose(live))
+	}
+	for range 2 {
+		f.monitor(f.conn(), 300*time.Millisecond)
+	}
+	for _, dead := range deads {
+		poll.Until(t, 30*time.Second, "the close of "+dead.ID+" to be stored", func() bool {
+			tail, _, err := client.StreamTail(t.Context(), f.nc, f.stream, dead.ID)
+			return err == nil && tail.Dead
+		})
+		if problem := gapless(f.events(dead.ID, 500*time.Millisecond), dead.LastEvent); problem != "" {
+			t.Errorf("%s: %s", dead.ID, problem)
+		}
 	}
 }

@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
@@ -64,45 +62,17 @@ func (c *gateConn) Write(b []byte) (int, error) {
 // for the close to be stored, and the new life numbers after it.
 func TestMonitorStoresNoClosingEventsIntoANewLife(t *testing.T) {
 	t.Parallel()
-	b := natstest.Start(t)
-	_, js := natstest.JetStream(t, b)
+	f := newCloseFabric(t)
 	ctx := natstest.Context(t, 90*time.Second)
 	const id = "r1"
-	stream, err := js.Stream(ctx, schemas.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents, err := js.KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish := func(n uint64, ev schemas.Event) {
-		t.Helper()
-		env, err := schemas.Encode(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg(schemas.EventSubject(id))
-		m.Data = env
-		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID(id, n))
-		m.Header.Set(schemas.HeaderNode, "ghost")
-		if _, err := js.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Node ghost ran turn 1 and is gone (no entry in the nodes bucket).
-	publish(1, schemas.Event{Turn: 1, Payload: schemas.TurnStarted{}})
-	publish(2, schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("half a")}})
-	now := float64(time.Now().Unix())
-	putJSON(t, agents, id, schemas.AgentRecord{ID: id, Node: "ghost", Status: schemas.StatusWorking, Turn: 1, LastEvent: 2,
-		EventLog: id + ".jsonl", Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now, RequestID: "old-life"})
+	// Node n1 ran turn 1 and is gone (no entry in the nodes bucket).
+	putJSON(t, f.agents, id, f.lostMidTurn(id))
 
-	fabrictest.Node(t, b, node.Config{Name: "n2", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	f, err := client.NewDirect(natstest.Connect(t, b), client.Config{})
+	fabrictest.Node(t, f.b, node.Config{Name: "n2", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	c, err := client.NewDirect(f.conn(), client.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-
 	gate := &gateDialer{subject: schemas.EventSubject(id), held: make(chan struct{}), open: make(chan struct{})}
 	released := false
 	release := func() {
@@ -111,21 +81,16 @@ func TestMonitorStoresNoClosingEventsIntoANewLife(t *testing.T) {
 			close(gate.open)
 		}
 	}
-	mc := natstest.Connect(t, b, nats.SetCustomDialer(gate))
-	m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: mc, Grace: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fabrictest.Run(t, m)
+	f.monitor(natstest.Connect(t, f.b, nats.SetCustomDialer(gate)), 200*time.Millisecond)
 	t.Cleanup(release) // before the monitor is waited for
-	// The grace sweep closes ghost's agent: the record is written dead,
+	// The grace sweep closes n1's agent: the record is written dead,
 	// and its first closing event is on its way.
 	select {
 	case <-gate.held:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the monitor never published a closing event")
 	}
-	e, err := agents.Get(ctx, id)
+	e, err := f.agents.Get(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +103,7 @@ func TestMonitorStoresNoClosingEventsIntoANewLife(t *testing.T) {
 	// close's events, which land a moment later.
 	opened := make(chan error, 1)
 	go func() {
-		_, err := f.Open(ctx, schemas.OpenRequest{ID: id, CWD: t.TempDir(), Node: "n2"})
+		_, err := c.Open(ctx, schemas.OpenRequest{ID: id, CWD: t.TempDir(), Node: "n2"})
 		opened <- err
 	}()
 	select {
@@ -150,45 +115,21 @@ func TestMonitorStoresNoClosingEventsIntoANewLife(t *testing.T) {
 	if err := <-opened; err != nil {
 		t.Fatalf("reopen once the close is stored: %v", err)
 	}
-	run, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: "hi"})
-	t.Logf("new life's turn: %q %v", run.Text, err)
-	if _, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: "again"}); err != nil {
-		t.Logf("the new life's second turn: %v", err)
+	if _, err := c.Run(ctx, schemas.RunRequest{AgentID: id, Text: "hi"}); err != nil {
+		t.Fatalf("the new life's turn: %v", err)
 	}
-	time.Sleep(time.Second)
 
-	// Every event past the old life's close is the new life's, n2's;
-	// none of the close's is stored into it.
-	c, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{schemas.EventSubject(id)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// In order, gapless: the old life's close to its last event, the
+	// new life's, n2's, after it.
 	var got []string
 	bad := false
-	for {
-		msg, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
-		if err != nil {
-			break
-		}
-		_, n, _ := schemas.ParseMsgID(msg.Headers().Get(schemas.HeaderMsgID))
-		from := msg.Headers().Get(schemas.HeaderNode)
-		kind := "?"
-		if ev, err := schemas.Decode(msg.Data()); err == nil {
-			kind = string(ev.Payload.Kind())
-			if st, ok := ev.Payload.(schemas.Status); ok {
-				kind += ":" + string(st.Status)
-			}
-		}
-		got = append(got, fmt.Sprintf("%d %s %s", n, from, kind))
-		// In order, gapless; the old life's close to its last event,
-		// the new life's after it.
-		if n != uint64(len(got)) || (n > dead.LastEvent) != (from == "n2") {
+	for i, s := range f.events(id, 2*time.Second) {
+		got = append(got, fmt.Sprintf("%d %s %s", s.n, s.node, s.ev.Kind()))
+		if s.n != uint64(i+1) || (s.n > dead.LastEvent) != (s.node == "n2") {
 			bad = true
 		}
 	}
-	rec, _ := f.Status(ctx, id)
-	if bad {
-		t.Fatalf("the close's events were stored into the id's new life (record now %s on %s):\n%s", rec.Status, rec.Node, strings.Join(got, "\n"))
+	if bad || len(got) <= int(dead.LastEvent) {
+		t.Fatalf("the close's events and the id's new life, in the stream:\n%s", strings.Join(got, "\n"))
 	}
-	t.Logf("stream:\n%s", strings.Join(got, "\n"))
 }
