@@ -399,11 +399,13 @@ func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffRe
 			req.Excludes, _ = workspace.CallerExcludes(ctx, ws.Source, schemas.MaxExcludesBytes)
 		}
 	}
+	// Its node, as the record just read names it (a dead agent's too:
+	// its work stays a while).
 	var rep schemas.DiffReply
-	err = f.toOwner(ctx, id, schemas.VerbDiff, req, &rep, time.Minute)
+	err = f.request(ctx, rec.Node, schemas.VerbDiff, req, &rep, time.Minute)
 	if knowsNoExcludes(err) {
 		req.Excludes = "" // a node of an earlier version: its diff shows them
-		err = f.toOwner(ctx, id, schemas.VerbDiff, req, &rep, time.Minute)
+		err = f.request(ctx, rec.Node, schemas.VerbDiff, req, &rep, time.Minute)
 	}
 	return rep, err
 }
