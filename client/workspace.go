@@ -392,7 +392,11 @@ func (f *Direct) Diff(ctx context.Context, id string, stat bool) (schemas.DiffRe
 	if err != nil {
 		return schemas.DiffReply{}, err
 	}
-	if ws := rec.Workspace; ws != nil && ws.Source != "" {
+	if rec.Workspace == nil {
+		// As a fetch says it: the request is wrong, the agent is there.
+		return schemas.DiffReply{}, schemas.Errf(schemas.CodeInvalid, "agent %s was not opened on a repository: it has no work to diff", id)
+	}
+	if ws := rec.Workspace; ws.Source != "" {
 		if fi, err := os.Stat(ws.Source); err == nil && fi.IsDir() {
 			// Past the bound, the patterns within it: a diff is a look,
 			// the fetch says what it leaves out.

@@ -392,7 +392,7 @@ func TestRepositoryCommandsRefuseBadInput(t *testing.T) {
 		{[]string{"open", "--repo", filepath.Join(notRepo, "nope")}, 2, "is not a directory"},
 		{[]string{"open", "--repo", notRepo}, 2, "is not in a git work tree"},
 		{[]string{"job", "do it"}, 2, "job needs --repo DIR"},
-		{[]string{"diff", plain}, 3, "agent " + plain + " was not opened on a repository"},
+		{[]string{"diff", plain}, 2, "agent " + plain + " was not opened on a repository"},
 		{[]string{"fetch", plain}, 2, "agent " + plain + " was not opened on a repository"},
 		{[]string{"diff", "Not/An/Id"}, 2, "agent id"},
 	} {
