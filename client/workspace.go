@@ -253,11 +253,11 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 			for i := range names {
 				largest[i] = fmt.Sprintf("%s (%s)", names[i], bytesText(sizes[i]))
 			}
-			return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it with your uncommitted work, %s as a bundle, past the limit of %s; the largest files of your uncommitted work are %s: ignore or remove what should not go, or open the agent on a directory of the node instead",
-				start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle), strings.Join(largest, ", "))
+			return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %s of it with your uncommitted work, %s as a bundle, past the limit of %s; the largest files of your uncommitted work are %s: ignore or remove what should not go, or open the agent on a directory of the node instead",
+				start.Root, node, counted(commits, "commit"), bytesText(fi.Size()), bytesText(f.maxBundle), strings.Join(largest, ", "))
 		}
-		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %d commits of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
-			start.Root, node, commits, bytesText(fi.Size()), bytesText(f.maxBundle))
+		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %s of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
+			start.Root, node, counted(commits, "commit"), bytesText(fi.Size()), bytesText(f.maxBundle))
 	}
 	what := fmt.Sprintf("%s of %s to node %s", counted(commits, "commit"), start.Root, node)
 	began := time.Now()

@@ -293,7 +293,7 @@ func TestWithChangesSendsOnlyWhatTheNodeLacks(t *testing.T) {
 	said = nil
 	openOnRepo(t, f, "second", repo, true)
 	for _, l := range said {
-		if strings.HasPrefix(l, "sent ") && !strings.HasPrefix(l, "sent 1 commits") {
+		if strings.HasPrefix(l, "sent ") && !strings.HasPrefix(l, "sent 1 commit of") {
 			t.Fatalf("node a was sent the whole history (31 commits and the work) for the first agent; for the second, with no new commit, it was sent: %q", said)
 		}
 	}

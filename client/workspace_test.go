@@ -42,7 +42,7 @@ func TestOpenRepoRefusesABundlePastTheLimit(t *testing.T) {
 	}
 	ctx := t.Context()
 	_, err = small.OpenRepo(ctx, schemas.OpenRequest{ID: "big", CWD: "/"}, client.RepoSource{Dir: repo})
-	if err == nil || !strings.Contains(err.Error(), "past the limit of 32.0 KiB") || !strings.Contains(err.Error(), "node a lacks 1 commits") {
+	if err == nil || !strings.Contains(err.Error(), "past the limit of 32.0 KiB") || !strings.Contains(err.Error(), "node a lacks 1 commit of") {
 		t.Fatalf("an open past the limit: %v", err)
 	}
 	if _, err := small.Record(ctx, "big"); schemas.CodeOf(err) != schemas.CodeNotFound {

@@ -103,7 +103,7 @@ func TestAgentWorksOnARepositoryItsNodeCannotSee(t *testing.T) {
 		}
 		return strings.TrimSpace(out), errOut
 	}
-	sentBytes := regexp.MustCompile(`sent (\d+) commits of \S+ to node (\S+): (\d+) bytes`)
+	sentBytes := regexp.MustCompile(`sent (\d+) commits? of \S+ to node (\S+): (\d+) bytes`)
 
 	// On each node, a checkout of its own; the first open sends all four
 	// commits.
