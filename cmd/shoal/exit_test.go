@@ -36,7 +36,7 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		{[]string{"status"}, exitUsage, ""},
 		{[]string{"permit", "--input", "nojson", "a1", "r1", "allow"}, exitUsage, "--input \"nojson\" is not JSON"},
 		{[]string{"permit", "a1", "r1", "maybe"}, exitUsage, "want allow or deny"},
-		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, `flag -ask-timeout: "-1s" is negative`},
+		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, `flag --ask-timeout: "-1s" is negative`},
 		{[]string{"send", "gone", " "}, exitUsage, "the text to send is empty"},
 		{[]string{"output", "--turn", "-7", "gone"}, exitUsage, "--turn -7: a turn is 0 or more"},
 		{[]string{"up", "--replicas", "3", "--port", "-1", "--no-node", "--no-mcp", "--no-bus"}, exitUsage, "--replicas 3 needs servers to keep the copies"},

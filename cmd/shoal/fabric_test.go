@@ -214,11 +214,18 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	}
 	agentPID := pids[id].PID
 	// What the turn used so far (the CLI reports it as the model's
-	// messages come) is in the record before the kill.
+	// messages come) is in the record before the kill: the bucket's,
+	// which the node writes within a second (shoal status asks the node,
+	// which knows it first).
+	records, err := js.KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var running schemas.AgentRecord
 	poll.Until(t, 30*time.Second, "the record says what the running turn used", func() bool {
-		code, out, _ := p.shoal("status", id)
-		return code == 0 && json.Unmarshal([]byte(out), &running) == nil && running.Running != nil
+		e, err := records.Get(t.Context(), id)
+		running = schemas.AgentRecord{}
+		return err == nil && json.Unmarshal(e.Value(), &running) == nil && running.Running != nil
 	})
 	killed := time.Now()
 	if code := n.stop(syscall.SIGKILL); code != -1 {
