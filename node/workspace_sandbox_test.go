@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -224,16 +225,27 @@ func TestAnAgentsCheckoutHoldsUpNoOtherDiff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fake.Script(
-		bash("mkfifo .git/fifo && mv .git/index .git/index.real && ln -s fifo .git/index && echo planted"), fakemodel.Reply{Text: "Planted."},
-		bash("mkfifo .git/HEAD.fifo && mv .git/HEAD.fifo .git/HEAD && echo planted"), fakemodel.Reply{Text: "Planted."},
-		bash("echo mine > mine.txt"), fakemodel.Reply{Text: "Wrote."},
-	)
-	for _, id := range []string{"jam", "head", "other"} {
-		if _, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: id, Text: "Go."}); err != nil {
-			t.Fatalf("%s's turn: %v", id, err)
+	fake.Script(bash("echo mine > mine.txt"), fakemodel.Reply{Text: "Wrote."})
+	if _, err := f.fabric.Run(ctx, schemas.RunRequest{AgentID: "other", Text: "Go."}); err != nil {
+		t.Fatalf("other's turn: %v", err)
+	}
+	// What jam's and head's agents would do in their checkouts, done for
+	// them: an agent's CLI reading its own git after its HEAD became a
+	// FIFO hangs its turn (the claude CLI sometimes does, under load).
+	plantIn := func(id, script string) {
+		t.Helper()
+		rec, err := f.fabric.Record(ctx, id)
+		if err != nil || rec.Workspace == nil {
+			t.Fatalf("%s's record: %+v %v", id, rec, err)
+		}
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Dir = rec.Workspace.Dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
 	}
+	plantIn("jam", "mkfifo .git/fifo && mv .git/index .git/index.real && ln -s fifo .git/index")
+	plantIn("head", "mkfifo .git/HEAD.fifo && mv .git/HEAD.fifo .git/HEAD")
 	if _, err := f.fabric.Diff(ctx, "jam", false); err == nil || !strings.Contains(err.Error(), "index") {
 		t.Errorf("the diff of an agent whose index is a link to a FIFO: %v; want a refusal naming the index", err)
 	}
