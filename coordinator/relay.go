@@ -693,10 +693,16 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 // the relay reads to count those waiting.
 const permitsCounted = 512
 
+// permitsCountWait bounds the count of an agent's waiting permission
+// requests: it reads each, up to a MiB, and the node waits 10 s for the
+// answer to the request it is counted for. Past it the request is stored
+// uncounted; a loaded machine passed five seconds.
+const permitsCountWait = 8 * time.Second
+
 // waiting counts agent id's permission requests that wait for an answer
 // in the bucket, but for request.
 func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, permitsCountWait)
 	defer cancel()
 	keys, err := r.permits.ListKeysFiltered(ctx, schemas.PermitKey(id, "*"))
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
