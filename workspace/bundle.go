@@ -78,63 +78,52 @@ func present(ctx context.Context, g gitter, dir string, commits []string) ([]str
 	return known, nil
 }
 
-// bundleFormat is the hash format (sha1 or sha256) of the objects in the
-// git bundle at path, read from its header; a file that is not a bundle
-// is an error.
-func bundleFormat(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	r := bufio.NewReaderSize(io.LimitReader(f, 4<<10), 4<<10)
-	first, err := r.ReadString('\n')
-	switch {
-	case err != nil && first == "":
-		return "", errors.New("an empty file, not a git bundle")
-	case first == "# v2 git bundle\n":
-		return "sha1", nil
-	case first != "# v3 git bundle\n":
-		return "", fmt.Errorf("not a git bundle (it begins %q)", first[:min(len(first), 40)])
-	}
-	// A v3 bundle's capabilities follow its first line, each "@name=value".
-	format := "sha1"
-	for {
-		l, err := r.ReadString('\n')
-		if err != nil || !strings.HasPrefix(l, "@") {
-			return format, nil
-		}
-		if v, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "@object-format="); ok {
-			if v != "sha1" && v != "sha256" {
-				return "", fmt.Errorf("a git bundle of objects named by %q, which Shoal does not know", v)
-			}
-			format = v
-		}
-	}
+// bundleHeader is what a git bundle's header says: the hash format
+// (sha1 or sha256) of its objects, and the commits it builds on, which
+// a repository must hold to fetch from it.
+type bundleHeader struct {
+	format        string
+	prerequisites []string
 }
 
-// bundlePrerequisites are the commits the git bundle at path builds on,
-// which a repository must hold to fetch from it: its header's lines
-// "-<id> …", read up to the blank line that ends it.
-func bundlePrerequisites(path string) ([]string, error) {
+// readBundleHeader reads the header of the git bundle at path, up to the
+// blank line that ends it: its first line ("# v2 git bundle" or "# v3 git
+// bundle"), a v3 bundle's capabilities ("@name=value"), its prerequisites
+// ("-<id> …") and its refs. A file that is not a bundle is an error.
+func readBundleHeader(path string) (bundleHeader, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return bundleHeader{}, err
 	}
 	defer f.Close()
 	r := bufio.NewReader(io.LimitReader(f, maxBundleHeader))
-	var ids []string
+	first, err := r.ReadString('\n')
+	h := bundleHeader{format: "sha1"}
+	switch {
+	case err != nil && first == "":
+		return h, errors.New("an empty file, not a git bundle")
+	case first != "# v2 git bundle\n" && first != "# v3 git bundle\n":
+		return h, fmt.Errorf("not a git bundle (it begins %q)", first[:min(len(first), 40)])
+	}
+	v3 := first == "# v3 git bundle\n"
 	for {
 		l, err := r.ReadString('\n')
 		if err != nil {
-			return nil, fmt.Errorf("a git bundle whose header does not end within %d bytes", maxBundleHeader)
+			return h, fmt.Errorf("a git bundle whose header does not end within %d bytes", maxBundleHeader)
 		}
-		if l == "\n" {
-			return ids, nil
-		}
-		if id, ok := strings.CutPrefix(l, "-"); ok {
-			id, _, _ = strings.Cut(strings.TrimSuffix(id, "\n"), " ")
-			ids = append(ids, id)
+		switch {
+		case l == "\n":
+			return h, nil
+		case v3 && strings.HasPrefix(l, "@"):
+			if v, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "@object-format="); ok {
+				if v != "sha1" && v != "sha256" {
+					return h, fmt.Errorf("a git bundle of objects named by %q, which Shoal does not know", v)
+				}
+				h.format = v
+			}
+		case strings.HasPrefix(l, "-"):
+			id, _, _ := strings.Cut(strings.TrimSuffix(l[1:], "\n"), " ")
+			h.prerequisites = append(h.prerequisites, id)
 		}
 	}
 }

@@ -96,12 +96,12 @@ func (c *Cache) Receive(ctx context.Context, repo, bundle, tip string) error {
 // are: a repository's identity is one of its commits, so its length
 // says its hash (sha1 or sha256), whatever a bundle's header claims.
 func bundleOf(repo, bundle string) error {
-	format, err := bundleFormat(bundle)
+	h, err := readBundleHeader(bundle)
 	if err != nil {
 		return err
 	}
-	if want := formatOf(repo); format != want {
-		return fmt.Errorf("a bundle of %s objects for repository %.12s, whose objects are %s", format, repo, want)
+	if want := formatOf(repo); h.format != want {
+		return fmt.Errorf("a bundle of %s objects for repository %.12s, whose objects are %s", h.format, repo, want)
 	}
 	return nil
 }

@@ -521,10 +521,11 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	// What the node sent is fetched only as a bundle: git takes any other
 	// file for the path of a repository (a one-line "gitdir: …" file
 	// names any on this machine).
-	if _, err := bundleFormat(bundle); err != nil {
+	h, err := readBundleHeader(bundle)
+	if err != nil {
 		return fmt.Errorf("what the node sent as the agent's work: %v", err)
 	}
-	if err := holdsPrerequisites(ctx, g, root, bundle); err != nil {
+	if err := holdsPrerequisites(ctx, g, root, h.prerequisites); err != nil {
 		return err
 	}
 	// Taken under a ref of its own first, so the branch moves only once
@@ -544,14 +545,10 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	return moveBranch(ctx, g, root, branch, tip)
 }
 
-// holdsPrerequisites says which commits the agent's work builds on the
-// repository at root lacks (git's fetch says only "Repository lacks
+// holdsPrerequisites says which of ids, the commits the agent's work builds
+// on, the repository at root lacks (git's fetch says only "Repository lacks
 // these prerequisite commits"): a clone behind, or another repository.
-func holdsPrerequisites(ctx context.Context, g gitter, root, bundle string) error {
-	ids, err := bundlePrerequisites(bundle)
-	if err != nil {
-		return fmt.Errorf("what the node sent as the agent's work: %v", err)
-	}
+func holdsPrerequisites(ctx context.Context, g gitter, root string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
