@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,15 +18,17 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// A node of an earlier version refuses a request naming what the
-// person's git ignores (it checks every argument against its schema,
-// which has no excludes): the diff is asked for again without them, and
-// shows what that node shows, not the refusal.
-func TestDiffAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
-	t.Parallel()
+// olderNode is a client of a fabric holding agent "aged", opened on a
+// repository whose git ignores .env, on node "old", and a stand-in for
+// that node answering verb as a node of an earlier version does: a
+// request naming excludes is refused the way its schema check refuses an
+// unknown parameter, any other is answered with answer. The client is
+// made with cfg. It returns the
+// requests the stand-in was sent.
+func olderNode(t *testing.T, cfg client.Config, verb schemas.Verb, answer any) (*client.Direct, func() []string) {
+	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	f, err := client.NewDirect(nc, client.Config{})
+	f, err := client.NewDirect(natstest.Connect(t, srv), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,19 +46,18 @@ func TestDiffAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
 	if _, err := agents.Create(t.Context(), "aged", b); err != nil {
 		t.Fatal(err)
 	}
-	// The earlier node, as its schema check answers.
 	var mu sync.Mutex
 	var asked []string
 	old := natstest.Connect(t, srv)
-	if _, err := old.Subscribe(schemas.ControlSubject("old", schemas.VerbDiff), func(m *nats.Msg) {
+	if _, err := old.Subscribe(schemas.ControlSubject("old", verb), func(m *nats.Msg) {
 		mu.Lock()
 		asked = append(asked, string(m.Data))
 		mu.Unlock()
 		var req map[string]any
 		json.Unmarshal(m.Data, &req)
-		var rep any = schemas.DiffReply{Diff: "diff --git a/a.txt b/a.txt\n", Base: rec.Workspace.Commit, Files: 1}
+		rep := answer
 		if _, ok := req["excludes"]; ok {
-			rep = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid diff request: Unknown parameter(s): excludes. Valid parameters are: agent_id, stat")}
+			rep = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid %s request: Unknown parameter(s): excludes. Valid parameters are: agent_id, stat", verb)}
 		}
 		out, _ := json.Marshal(rep)
 		m.Respond(out)
@@ -63,13 +65,49 @@ func TestDiffAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Flush()
+	return f, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
+}
+
+// A node of an earlier version refuses a request naming what the
+// person's git ignores (it checks every argument against its schema,
+// which has no excludes): the diff is asked for again without them, and
+// shows what that node shows, not the refusal.
+func TestDiffAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
+	t.Parallel()
+	f, asked := olderNode(t, client.Config{}, schemas.VerbDiff, schemas.DiffReply{Diff: "diff --git a/a.txt b/a.txt\n", Base: strings.Repeat("a", 40), Files: 1})
 	got, err := f.Diff(t.Context(), "aged", false)
 	if err != nil {
 		t.Fatalf("the diff from a node of an earlier version: %v", err)
 	}
+	if a := asked(); got.Files != 1 || len(a) != 2 || !strings.Contains(a[0], `".env`) || strings.Contains(a[1], "excludes") {
+		t.Errorf("the diff %+v, asked %d times: %q", got, len(a), a)
+	}
+}
+
+// A fetch is asked again the same way, and the person told that what
+// their git ignores comes back: what the caller then hears is the node's
+// answer to the second request (here, that it has no work to send), not
+// the refusal of the first.
+func TestFetchAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var said []string
+	cfg := client.Config{Progress: func(s string) { mu.Lock(); said = append(said, s); mu.Unlock() }}
+	f, asked := olderNode(t, cfg, schemas.VerbWork, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "agent aged's checkout is being cleaned")})
+	_, err := f.Fetch(t.Context(), "aged", "")
+	if err == nil || !strings.Contains(err.Error(), "checkout is being cleaned") || schemas.CodeOf(err) != schemas.CodeUnavailable {
+		t.Errorf("a fetch from a node of an earlier version: %v, want the node's answer to the request without excludes", err)
+	}
+	if a := asked(); len(a) != 2 || !strings.Contains(a[0], `".env`) || strings.Contains(a[1], "excludes") {
+		t.Errorf("the node was asked %d times: %q", len(a), a)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got.Files != 1 || len(asked) != 2 || !strings.Contains(asked[0], `".env`) || strings.Contains(asked[1], "excludes") {
-		t.Errorf("the diff %+v, asked %d times: %q", got, len(asked), asked)
+	if len(said) != 1 || !strings.Contains(said[0], "node old is of an earlier version") || !strings.Contains(said[0], "comes back with it") {
+		t.Errorf("the person was told %q", said)
 	}
 }
