@@ -116,8 +116,8 @@ func watchedAgent(b *testing.B, srv *broker.Broker, be backend.Backend, model st
 }
 
 // BenchmarkPipelineVsRawJetStream replays a recorded claude transcript
-// through a node (decode, envelope, numbering, event log, ordered async
-// JetStream publish) and, in the same run, publishes the very payloads the
+// through a node (decode, envelope, numbering, event log, the node's
+// publisher: fast batches into a stream that allows them) and, in the same run, publishes the very payloads the
 // node published with raw JetStream async publishes. Both are watched by
 // the same kind of core subscriber, which is how each run sees its last
 // event arrive. It reports both rates and their ratio (node/raw).
