@@ -177,6 +177,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 				History:        1,
 				TTL:            a.NodeTTL,
 				LimitMarkerTTL: a.NodeTTL,
+				MaxValueSize:   schemas.MaxNodeRecordBytes + 4<<10, // and the headers
 				Storage:        jetstream.FileStorage,
 				Replicas:       a.Replicas,
 			})

@@ -980,6 +980,10 @@ func (r *Relay) beat(ctx context.Context, m *nats.Msg) {
 		h.Set("KV-Operation", "DEL")
 	}
 	if len(h) == 0 {
+		if len(m.Data) > schemas.MaxNodeRecordBytes {
+			r.refuse(m, node, "", fmt.Errorf("node %s's heartbeat is %d bytes; a node record is at most %d bytes (schemas.MaxNodeRecordBytes)", node, len(m.Data), schemas.MaxNodeRecordBytes))
+			return
+		}
 		var rec schemas.NodeRecord
 		if err := json.Unmarshal(m.Data, &rec); err != nil || rec.Name != node {
 			r.refuse(m, node, "", fmt.Errorf("a heartbeat must be the node record of %s", node))

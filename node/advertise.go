@@ -79,6 +79,14 @@ func (a *advertiser) detect(ctx context.Context) {
 	if infos == nil {
 		infos = []schemas.BackendInfo{}
 	}
+	// Every list of the nodes holds this record whole: what a model
+	// server lists is advertised within a bound (schemas.MaxNodeRecordBytes).
+	for i, b := range infos {
+		var left int
+		if infos[i], left = b.Within(); left > 0 {
+			a.h.log.Warn("the model server lists more models than a node advertises: those past the bound are not", "backend", b.Kind, "host", b.Host, "models", len(b.Models), "not_advertised", left)
+		}
+	}
 	a.mu.Lock()
 	a.rec.Backends = infos
 	a.mu.Unlock()

@@ -73,6 +73,41 @@ type HostInfo struct {
 	AppleSilicon bool     `json:"apple_silicon"`
 }
 
+// MaxNodeRecordBytes is the most a node record holds, encoded. Every list
+// of the nodes (shoal nodes, agent_nodes, the dashboard, placement) holds
+// each record whole, so one node's may not crowd out the rest: the relay
+// refuses a larger heartbeat, NodesBucket a larger value, and a node keeps
+// its own within it (what a backend's model server lists is what grows:
+// MaxModelBytes).
+const MaxNodeRecordBytes = 64 << 10
+
+// MaxModelBytes bounds the model names one backend of a node advertises,
+// together (about 300 of usual length); a server listing more is
+// advertised by its first within the bound.
+const MaxModelBytes = 8 << 10
+
+// Within is b as a node advertises it: its models within MaxModelBytes
+// (the first that fit, in the server's order; names longer than a
+// MaxLabelBytes are left out) and its strings within 1 KiB each. It
+// returns how many models were left out.
+func (b BackendInfo) Within() (BackendInfo, int) {
+	models, size := make([]string, 0, len(b.Models)), 0
+	for _, m := range b.Models {
+		if len(m) > MaxLabelBytes || size+len(m)+3 > MaxModelBytes {
+			continue
+		}
+		size += len(m) + 3 // its quotes and comma
+		models = append(models, m)
+	}
+	left := len(b.Models) - len(models)
+	if b.Models != nil {
+		b.Models = models
+	}
+	b.Agent, b.Path, b.Version = cut(b.Agent, 1<<10), cut(b.Path, 1<<10), cut(b.Version, 1<<10)
+	b.Host, b.Problem = cut(b.Host, 1<<10), cut(b.Problem, 1<<10)
+	return b, left
+}
+
 // MaxNodeLabels and MaxLabelBytes bound a node's labels: each is a row's
 // key in the coordinator's count of spend (Spent), which is one value of
 // BudgetsBucket, so a node's labels are few and short.
