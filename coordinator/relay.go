@@ -660,19 +660,30 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, schemas.Decide(p, schemas.AccessStore, t).Err(p, "store a new permission request of", t))
 		return
 	}
+	out := &nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data}
 	if rec.Answer != nil {
 		// An answer settles a request that is there: written of one that
 		// is not, it would be a record nobody asked, and enough of them
 		// would push the requests waiting out of what the count below
-		// reads.
-		switch _, err := r.permits.Get(ctx, schemas.PermitKey(id, rec.RequestID)); {
+		// reads. What is stored is the request as it was stored, answered
+		// (schemas.Answered): an answer the node made large would
+		// otherwise stay a week, uncounted, in the bucket every node
+		// shares.
+		e, err := r.permits.Get(ctx, schemas.PermitKey(id, rec.RequestID))
+		var stored schemas.PermitRecord
+		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			r.refuse(m, node, id, fmt.Errorf("agent %s has no permission request %s to answer", id, rec.RequestID))
 			return
 		case err != nil:
 			replyJSON(r.nc, m.Reply, pubAckError(503, 0, fmt.Sprintf("read agent %s's permission request %s: %v", id, rec.RequestID, err)))
 			return
+		case json.Unmarshal(e.Value(), &stored) != nil || stored.AgentID != id || stored.RequestID != rec.RequestID:
+			r.refuse(m, node, id, fmt.Errorf("agent %s's permission request %s is not one to answer", id, rec.RequestID))
+			return
 		}
+		out.Data, _ = json.Marshal(schemas.Answered(stored, *rec.Answer))
+		out.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(e.Revision(), 10)}}
 	}
 	if rec.Answer == nil {
 		n, err := r.waiting(ctx, id, rec.RequestID)
@@ -686,7 +697,7 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 			return
 		}
 	}
-	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.PermitsBucket + "." + schemas.PermitKey(id, rec.RequestID), Reply: m.Reply, Data: m.Data})
+	r.nc.PublishMsg(out)
 }
 
 // permitsCounted is how many of an agent's latest permission requests
@@ -718,6 +729,9 @@ func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
 			all = append(all, key)
 		}
 	}
+	if over := len(all) + 1 - (schemas.MaxPendingPerAgent + schemas.MaxAnsweredPermits); over > 0 {
+		all = r.prunePermits(ctx, all, over)
+	}
 	if len(all) < schemas.MaxPendingPerAgent {
 		return len(all), ctx.Err() // not enough to be past the bound, answered or not
 	}
@@ -741,6 +755,36 @@ func (r *Relay) waiting(ctx context.Context, id, request string) (int, error) {
 		}
 	}
 	return n, ctx.Err()
+}
+
+// prunePermits removes up to n of the oldest answered requests among keys (an
+// agent's, oldest first) from the bucket, so that an agent keeps its
+// latest schemas.MaxAnsweredPermits answered ones: the room one agent's
+// node takes in the bucket every node shares is bounded, whatever it
+// asks and answers. What waits is never removed. It returns the keys
+// left.
+func (r *Relay) prunePermits(ctx context.Context, keys []string, n int) []string {
+	left := make([]string, 0, len(keys))
+	reads := n + schemas.MaxPendingPerAgent // at most so many wait among them
+	for i, key := range keys {
+		if n == 0 || i >= reads {
+			left = append(left, keys[i:]...)
+			break
+		}
+		e, err := r.permits.Get(ctx, key)
+		var rec schemas.PermitRecord
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			n--
+			continue // gone since
+		case err != nil || json.Unmarshal(e.Value(), &rec) != nil || rec.Answer == nil:
+		case r.permits.Delete(ctx, key, jetstream.LastRevision(e.Revision())) == nil:
+			n--
+			continue
+		}
+		left = append(left, key)
+	}
+	return left
 }
 
 // living reports whether agent id's record, as the bucket has it now,

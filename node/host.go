@@ -552,7 +552,7 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 	for _, rec := range h.permits.leftOver() {
 		why := fmt.Sprintf("node %s restarted before anyone answered", h.cfg.Name)
 		rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: "node restarted", At: unixTime(time.Now())}
-		h.putPermit(ctx, rec)
+		h.putPermit(ctx, schemas.Answered(rec, *rec.Answer))
 		left[rec.AgentID] = append(left[rec.AgentID], rec)
 	}
 	// Listed whole, or the node does not start: what its journal holds

@@ -208,8 +208,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	answered := perm
 	answered.Answer = &ans
 	a.Emit(schemas.Event{Payload: answered})
-	rec.Answer = &ans
-	h.putPermit(ctx, rec)
+	h.putPermit(ctx, schemas.Answered(rec, ans))
 	return backend.Verdict{Allow: ans.Decision == schemas.DecisionAllow, Option: ans.Option, Message: ans.Message, Input: ans.Input}
 }
 

@@ -110,7 +110,38 @@ const (
 	MaxListedInput = 16 << 10
 	// maxListedDescription is the most of a description a list shows.
 	maxListedDescription = 4 << 10
+	// MaxAnsweredPermits is the most answered requests of one agent
+	// PermitsBucket keeps, as its node's own book does: past it the relay
+	// removes the agent's oldest answered ones as new requests come. With
+	// MaxPendingPerAgent waiting and each answered one small (Answered), an
+	// agent's room in the bucket is bounded, and so a node's by the
+	// agents opens gave it, whatever it writes.
+	MaxAnsweredPermits = 512
+	// maxAnsweredInput is the most of an input an answered record keeps;
+	// the agent's stream holds the request and its answer whole.
+	maxAnsweredInput = 2 << 10
 )
+
+// Answered is the request rec, as PermitsBucket has it, answered by ans:
+// its inputs, description and the answer's words cut short (the record is
+// for the lists and for naming who answered; the agent's stream holds
+// both whole), so that an answer never makes a record larger than a
+// small one, whatever the request was.
+func Answered(rec PermitRecord, ans PermitAnswer) PermitRecord {
+	rec.Tool, rec.ToolCallID = cut(rec.Tool, MaxLabelBytes), cut(rec.ToolCallID, MaxLabelBytes)
+	opts := make([]PermissionOption, 0, min(len(rec.Options), 8))
+	for _, o := range rec.Options[:min(len(rec.Options), 8)] {
+		opts = append(opts, PermissionOption{OptionID: cut(o.OptionID, MaxLabelBytes), Name: cut(o.Name, MaxLabelBytes), Kind: PermissionKind(cut(string(o.Kind), MaxLabelBytes))})
+	}
+	rec.Options = opts
+	rec.Input = ListedInput(rec.Input, maxAnsweredInput)
+	rec.Description = cut(rec.Description, maxAnsweredInput/2)
+	ans.Input = ListedInput(ans.Input, maxAnsweredInput)
+	ans.Message = cut(ans.Message, maxAnsweredInput/2)
+	ans.Option, ans.By = cut(ans.Option, MaxLabelBytes), cut(ans.By, MaxLabelBytes)
+	rec.Answer = &ans
+	return rec
+}
 
 // ListedInput is in as a list of requests shows it: in itself when it is
 // at most max bytes, else a marker, {"shoal_truncated": {"bytes": N,
