@@ -221,9 +221,8 @@ func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, n
 			now.Before(time.Unix(0, int64(rec.Deadline*1e9))) || !gone(rec.Node) {
 			continue
 		}
-		rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "coordinator", At: float64(now.UnixNano()) / 1e9,
-			Message: fmt.Sprintf("nobody answered by the request's deadline, and node %s, which asked, is gone; the request was denied", rec.Node)}
-		b, _ := json.Marshal(rec)
+		b, _ := json.Marshal(schemas.Answered(rec, schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "coordinator", At: float64(now.UnixNano()) / 1e9,
+			Message: fmt.Sprintf("nobody answered by the request's deadline, and node %s, which asked, is gone; the request was denied", rec.Node)}))
 		if _, err := permits.Update(ctx, key, b, e.Revision()); err == nil {
 			m.log.Info("denied an overdue permission request of a node that is gone", "agent", rec.AgentID, "request", rec.RequestID, "node", rec.Node)
 		}
