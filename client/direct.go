@@ -647,6 +647,20 @@ func (f *Direct) SetModel(ctx context.Context, req schemas.SetModelRequest) (sch
 	return rep, err
 }
 
+// SortByCreation puts recs in the order the agents were made, ids breaking
+// ties: the order every list of the agents shows.
+func SortByCreation(recs []schemas.AgentRecord) {
+	slices.SortFunc(recs, func(a, b schemas.AgentRecord) int {
+		if a.CreatedAt != b.CreatedAt {
+			if a.CreatedAt < b.CreatedAt {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
 // List returns every agent record in the fabric, dead ones included,
 // oldest first.
 func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
@@ -670,15 +684,7 @@ func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 			recs = append(recs, rec)
 		}
 	}
-	slices.SortFunc(recs, func(a, b schemas.AgentRecord) int {
-		if a.CreatedAt != b.CreatedAt {
-			if a.CreatedAt < b.CreatedAt {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	SortByCreation(recs)
 	return recs, nil
 }
 

@@ -49,14 +49,22 @@ func (f *Direct) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 	if _, _, err := f.record(ctx, req.AgentID); err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
 		return rep, err
 	}
+	// A page is cut at its count or at half a message of this fabric,
+	// whichever comes first, so it can be answered through the fabric
+	// service; it holds one event at least.
+	room, size := int(f.nc.MaxPayload())/2, 256
 	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
 		if r.Stray != "" {
 			rep.Foreign = append(rep.Foreign, schemas.ForeignMessage{Seq: r.Seq, N: r.N, Reason: r.Stray})
+			size += len(r.Stray) + 64
 			return nil
 		}
-		if len(rep.Events) >= limit {
+		if len(rep.Events) >= limit || (len(rep.Events) > 0 && size+len(r.Raw)+len(r.Node)+128 > room) {
 			rep.More = true
 			return errStop
+		}
+		if !r.Delta || req.IncludeDeltas {
+			size += len(r.Raw) + len(r.Node) + 128
 		}
 		if gap != nil {
 			rep.Gaps = append(rep.Gaps, schemas.EventGap{From: gap.From, To: gap.To})

@@ -102,8 +102,26 @@ func (r *Remote) Record(ctx context.Context, id string) (schemas.AgentRecord, er
 
 // List implements Client.
 func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
-	var rep schemas.ListReply
-	return rep.Agents, r.via(ctx, schemas.VerbList, schemas.ListRequest{}, &rep, 0)
+	// Page by page (a coordinator of an earlier version answers in one),
+	// then in the order they were made, as Direct lists them.
+	var all []schemas.AgentRecord
+	var req schemas.ListRequest
+	for {
+		var rep schemas.ListReply
+		if err := r.via(ctx, schemas.VerbList, req, &rep, 0); err != nil {
+			return nil, err
+		}
+		all = append(all, rep.Agents...)
+		if rep.Next == "" {
+			break
+		}
+		if rep.Next <= req.After {
+			return nil, schemas.Errf(schemas.CodeInternal, "the coordinator's list went back (next %q after %q)", rep.Next, req.After)
+		}
+		req.After = rep.Next
+	}
+	SortByCreation(all)
+	return all, nil
 }
 
 // Nodes implements Client.

@@ -72,7 +72,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("register %s: %w", schemas.FabricService, err)
 	}
 	g := svc.AddGroup(schemas.FabricPrefix)
-	srv := service.NewServer(ctx, s.cfg.Metrics)
+	srv := service.NewServer(ctx, s.cfg.Metrics, nc.MaxPayload())
 	defer srv.Wait()
 	defer svc.Stop()
 	reads := &readers{under: map[string]int{}}
@@ -104,9 +104,13 @@ func (s *Service) Run(ctx context.Context) error {
 		}),
 		schemas.VerbStatus: reads.bound(serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) }))),
 		schemas.VerbRecord: serve(srv, schemas.VerbRecord, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
-		schemas.VerbList: serve(srv, schemas.VerbList, "list_request", func(ctx context.Context, _ schemas.ListRequest) (schemas.ListReply, error) {
+		schemas.VerbList: serve(srv, schemas.VerbList, "list_request", func(ctx context.Context, r schemas.ListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
-			return schemas.ListReply{Agents: recs}, err
+			if err != nil {
+				return schemas.ListReply{}, err
+			}
+			// In pages, each within the payload limit, with room to spare.
+			return schemas.ListPage(recs, r.After, int(nc.MaxPayload())/2), nil
 		}),
 		schemas.VerbNodes: serve(srv, schemas.VerbNodes, "nodes_request", func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
 			nodes, err := f.Nodes(ctx)

@@ -773,7 +773,7 @@ func (h *Host) serve(ctx context.Context) (micro.Service, error) {
 		return nil, fmt.Errorf("register the %s service: %w", schemas.ServiceName, err)
 	}
 	g := svc.AddGroup(schemas.NodeGroup(h.cfg.Name), micro.WithGroupQueueGroupDisabled())
-	h.requests = service.NewServer(ctx, h.cfg.Metrics)
+	h.requests = service.NewServer(ctx, h.cfg.Metrics, h.cfg.Conn.MaxPayload())
 	for _, e := range h.endpoints(h.requests) {
 		if err := g.AddEndpoint(string(e.verb), e.handler, micro.WithEndpointQueueGroupDisabled()); err != nil {
 			svc.Stop()

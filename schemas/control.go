@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -493,11 +494,46 @@ type AgentPolicy struct {
 }
 
 // ListRequest asks for every agent (agent_list). It has no fields.
-type ListRequest struct{}
+type ListRequest struct {
+	// After asks the fabric service for the records whose ids sort after
+	// it: the next page, named by the last reply's Next. A node lists
+	// its agents whole and takes no After.
+	After string `json:"after,omitempty"`
+}
 
 // ListReply lists agent records, dead retained ones included.
 type ListReply struct {
 	Agents []AgentRecord `json:"agents"`
+	// Next, in a reply of the fabric service, says the list goes on:
+	// ask again with After set to it. Each page is within the fabric's
+	// message limit (ListPage).
+	Next string `json:"next,omitempty"`
+}
+
+// ListPage is the page of recs after the id after: the records whose ids
+// sort after it, in the order of their ids, as many as fit within about
+// maxBytes encoded (one at least), and Next when more follow.
+func ListPage(recs []AgentRecord, after string, maxBytes int) ListReply {
+	recs = slices.Clone(recs)
+	slices.SortFunc(recs, func(a, b AgentRecord) int { return strings.Compare(a.ID, b.ID) })
+	first, _ := slices.BinarySearchFunc(recs, after, func(r AgentRecord, id string) int {
+		if r.ID <= id {
+			return -1
+		}
+		return 1
+	})
+	rep := ListReply{Agents: []AgentRecord{}}
+	size := 64
+	for _, r := range recs[first:] {
+		b, _ := json.Marshal(r)
+		if len(rep.Agents) > 0 && size+len(b)+1 > maxBytes {
+			rep.Next = rep.Agents[len(rep.Agents)-1].ID
+			break
+		}
+		size += len(b) + 1
+		rep.Agents = append(rep.Agents, r)
+	}
+	return rep
 }
 
 // InterruptReply says whether a cancel was delivered to the backend.
@@ -533,7 +569,9 @@ type EventsRequest struct {
 	FromTurn  int    `json:"from_turn,omitempty"`
 	// Since is an RFC 3339 time: the first event stored at or after it.
 	Since string `json:"since,omitempty"`
-	// Max bounds the events returned; 200 when zero, at most 5000.
+	// Max bounds the events returned; 200 when zero, at most 5000. A
+	// page is cut short of it, with More, where its events would take
+	// more than half a message of the fabric.
 	Max int `json:"max,omitempty"`
 	// IncludeDeltas keeps the streamed chunks, which only serve liveness.
 	IncludeDeltas bool `json:"include_deltas,omitempty"`

@@ -65,18 +65,21 @@ func (noMetrics) RequestFailed(schemas.Verb, schemas.ErrorCode) {}
 // Server runs the requests of one service. Its zero value is not usable:
 // make one with NewServer.
 type Server struct {
-	ctx     context.Context
-	metrics Metrics
-	work    sync.WaitGroup
+	ctx      context.Context
+	metrics  Metrics
+	maxReply int
+	work     sync.WaitGroup
 }
 
 // NewServer returns a server whose requests live within ctx; metrics may
-// be nil.
-func NewServer(ctx context.Context, metrics Metrics) *Server {
+// be nil. maxReply is the most a reply may hold (the connection's
+// MaxPayload; 0 for no bound): a larger one is answered with an error
+// saying so, where it would otherwise be lost and its caller left to wait.
+func NewServer(ctx context.Context, metrics Metrics, maxReply int64) *Server {
 	if metrics == nil {
 		metrics = noMetrics{}
 	}
-	return &Server{ctx: ctx, metrics: metrics}
+	return &Server{ctx: ctx, metrics: metrics, maxReply: int(maxReply)}
 }
 
 // Wait waits for every request the server has started to be answered.
@@ -161,6 +164,9 @@ func Answerable(reply string) bool {
 // counts it (a reply sent later must not touch micro's count: it would
 // race with the handler's return).
 func (s *Server) answer(verb schemas.Verb, r micro.Request, a Reply, held bool) {
+	if s.maxReply > 0 && len(a.Body) > s.maxReply {
+		a = Encode(nil, schemas.Errf(schemas.CodeInternal, "the %s reply is %d bytes, more than a message of this fabric holds (%d bytes, the NATS server's max_payload): ask for less, or raise the server's limit", verb, len(a.Body), s.maxReply))
+	}
 	if a.Err == nil {
 		r.Respond(a.Body)
 		return

@@ -35,7 +35,7 @@ func TestHandlerHoldsOnlyWhatAnswersAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	failed := &counts{}
-	srv := service.NewServer(ctx, failed)
+	srv := service.NewServer(ctx, failed, 0)
 	release, waiting := make(chan struct{}), make(chan struct{})
 	var deadline time.Duration
 	h := service.Handler(srv, service.Endpoint[schemas.SendRequest]{
@@ -117,7 +117,7 @@ func TestLongReplySubjectsAreNotAnswered(t *testing.T) {
 	nc := natstest.Connect(t, b)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	srv := service.NewServer(ctx, nil)
+	srv := service.NewServer(ctx, nil, 0)
 	h := service.Handler(srv, service.Endpoint[schemas.StatusRequest]{
 		Verb: schemas.VerbStatus, Schema: validate.MustFull("status_request"),
 		Handle: func(ctx context.Context, req schemas.StatusRequest, _ []byte) service.Reply {

@@ -1,0 +1,152 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// smallMessages is a fabric whose messages hold at most 64 KiB (a NATS
+// server of a user's own holds 1 MiB by default), and an observer of it
+// through the fabric service.
+func smallMessages(t *testing.T) (*fabrictest.Secured, client.Client) {
+	t.Helper()
+	s := fabrictest.StartSecured(t, func(c *broker.Config) { c.MaxPayload = 64 << 10 })
+	observer, err := client.New(s.Connect(t, broker.RoleObserver, "watcher"), client.Config{ViaCoordinator: true, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, observer
+}
+
+// The list of the agents through the fabric service comes in pages, each
+// within the fabric's message limit: three hundred records of about 1 KiB
+// are listed whole, in the order they were made, where one reply of them
+// all would not fit a message.
+func TestListThroughTheServiceComesInPages(t *testing.T) {
+	t.Parallel()
+	s, observer := smallMessages(t)
+	ctx := natstest.Context(t, time.Minute)
+	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	base := float64(time.Now().Unix())
+	for i := range n {
+		// Made in an order other than their ids'.
+		id := fmt.Sprintf("a%03d", (i*7)%n)
+		rec := schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/w/" + strings.Repeat("d", 900),
+			CreatedAt: base + float64(i), LastActivity: base + float64(i), EventLog: id + ".jsonl"}
+		b, _ := json.Marshal(rec)
+		if _, err := agents.Create(ctx, id, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := observer.List(ctx)
+	if err != nil {
+		t.Fatalf("an observer's list of %d agents through the fabric service: %v", n, err)
+	}
+	if len(recs) != n {
+		t.Fatalf("listed %d agents, want %d", len(recs), n)
+	}
+	for i, r := range recs {
+		if want := fmt.Sprintf("a%03d", (i*7)%n); r.ID != want {
+			t.Fatalf("agent %d listed is %s, want %s (the order they were made in)", i, r.ID, want)
+		}
+	}
+}
+
+// A reply larger than a message may be is answered with an error saying
+// so, at once: not left for the caller to wait out.
+func TestAReplyTooLargeForAMessageIsAnError(t *testing.T) {
+	t.Parallel()
+	s, observer := smallMessages(t)
+	ctx := natstest.Context(t, time.Minute)
+	nodes, err := s.F.JetStream().KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		rec := schemas.NodeRecord{Name: name, Version: strings.Repeat("v", 30<<10), Instance: "i", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now}
+		b, _ := json.Marshal(rec)
+		if _, err := nodes.Put(ctx, name, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		all, _ := s.F.Nodes(ctx)
+		if len(all) == 3 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	began := time.Now()
+	_, err = observer.Nodes(qctx)
+	if err == nil || !strings.Contains(err.Error(), "more than a message of this fabric holds") || schemas.CodeOf(err) == schemas.CodeTimeout {
+		t.Errorf("the nodes, 90 KiB of them in messages of 64 KiB: %v (after %s)", err, time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// A page of an agent's events through the fabric service is cut at the
+// message limit as well as at its count: forty events of 10 KiB come in
+// pages that fit 64 KiB messages, each saying there is more, and reading
+// on from each page's next event gives them all, once each.
+func TestEventsThroughTheServiceComeInPagesThatFit(t *testing.T) {
+	t.Parallel()
+	s, observer := smallMessages(t)
+	ctx := natstest.Context(t, time.Minute)
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := 1; i <= n; i++ {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(fmt.Sprintf("%d %s", i, strings.Repeat("x", 10<<10)))}})
+		m := nats.NewMsg(schemas.EventSubject("big"))
+		m.Data = env
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("big", uint64(i)))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []uint64
+	from, pages := uint64(0), 0
+	for pages = 1; pages < 100; pages++ {
+		rep, err := observer.Events(ctx, schemas.EventsRequest{AgentID: "big", FromEvent: from, Max: 1000})
+		if err != nil {
+			t.Fatalf("page %d of agent big's events from %d: %v", pages, from, err)
+		}
+		for _, e := range rep.Events {
+			got = append(got, e.N)
+		}
+		if !rep.More {
+			break
+		}
+		from = rep.NextEvent
+	}
+	if len(got) != n || pages < 7 {
+		t.Fatalf("read %d events of %d in %d pages: %v", len(got), n, pages, got)
+	}
+	for i, e := range got {
+		if e != uint64(i+1) {
+			t.Fatalf("event %d read is %d: %v", i, e, got)
+		}
+	}
+}
