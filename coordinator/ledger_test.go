@@ -290,11 +290,11 @@ func TestLedgerHoldsOutWhatNoTurnUses(t *testing.T) {
 	}
 	labels := map[string]string{}
 	for i := range 100 {
-		labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 1000)
+		labels[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 100)
 	}
 	rec, _ := json.Marshal(schemas.NodeRecord{Name: "nb", Instance: "life", Labels: labels})
 	_, err = js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayBeat), rec)
-	refused("a heartbeat with 100 labels of 1 KB", err, "a node carries at most 16 labels, not 100")
+	refused("a heartbeat with 100 labels of 100 bytes", err, "a node carries at most 16 labels, not 100")
 
 	var n uint64
 	for _, c := range []struct{ usage, want string }{
