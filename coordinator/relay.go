@@ -899,6 +899,14 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 		// learns of the coordinator's write as a compare-and-set lost.
 		r.refuse(m, node, id, fmt.Errorf("agent %s's close is the coordinator's to finish; its record stays until it has", id))
 		return
+	case !del && live.ClosedBy != "":
+		// A life the coordinator closed is the coordinator's: its record
+		// says where the closing events end (last_event, turn), which a
+		// node writing it again could move, and a close it keeps could
+		// then never be finished. The node may remove it once finished,
+		// as it does its other dead agents.
+		r.refuse(m, node, id, fmt.Errorf("agent %s's life was closed by the coordinator (%s): its record is the coordinator's, a node may only remove it", id, live.ClosedBy))
+		return
 	case !del && (rec.ClosedBy != live.ClosedBy || !sameClosing(rec.Closing, live.Closing)):
 		// What a monitor finishing the close makes into events, under
 		// the coordinator's name.
