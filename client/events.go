@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -76,6 +77,13 @@ func (f *Direct) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 		rep.Events = append(rep.Events, schemas.StoredEvent{N: r.N, Time: r.Time.UTC().Format(time.RFC3339Nano), Node: r.Node, Event: r.Raw})
 		return nil
 	})
+	if g, ok := errors.AsType[Gap](err); ok {
+		// Retention dropped every event of the agent from the start
+		// point on: said as a gap, and the read goes on after its last.
+		rep.Gaps = append(rep.Gaps, schemas.EventGap{From: g.From, To: g.To})
+		rep.NextEvent = g.To + 1
+		return rep, nil
+	}
 	if err != nil || rep.NextEvent > 0 {
 		return rep, err
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,11 +59,11 @@ func (f *Direct) storedWithEnds(ctx context.Context, id string) (*schemas.Stored
 		}
 		return nil
 	})
-	if err != nil {
+	if _, aged := errors.AsType[Gap](err); err != nil && !aged {
 		return nil, ends, err
 	}
 	if s == nil {
-		s = schemas.NewStored(0)
+		s = schemas.NewStored(0) // nothing stored: none made, or all dropped
 	}
 	return s, ends, nil
 }

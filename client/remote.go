@@ -230,6 +230,10 @@ func (r *Remote) Replay(ctx context.Context, ids []string, from From, follow boo
 			m.Respond(nil)
 			continue
 		case "end":
+			if g := m.Header.Get(schemas.HeaderGap); g != "" {
+				// Nothing stored of the agent from the start point on.
+				return parseGap(m.Header.Get(schemas.HeaderAgent), g)
+			}
 			return nil
 		case "error":
 			var rep struct{}
@@ -268,10 +272,17 @@ func remoteReplayed(m *nats.Msg) (Replayed, *Gap, error) {
 	}
 	var gap *Gap
 	if g := m.Header.Get(schemas.HeaderGap); g != "" {
-		a, b, _ := strings.Cut(g, "-")
-		gap = &Gap{Agent: r.Agent}
-		gap.From, _ = strconv.ParseUint(a, 10, 64)
-		gap.To, _ = strconv.ParseUint(b, 10, 64)
+		gp := parseGap(r.Agent, g)
+		gap = &gp
 	}
 	return r, gap, nil
+}
+
+// parseGap reads a schemas.HeaderGap value, "<from>-<to>", of agent.
+func parseGap(agent, v string) Gap {
+	a, b, _ := strings.Cut(v, "-")
+	g := Gap{Agent: agent}
+	g.From, _ = strconv.ParseUint(a, 10, 64)
+	g.To, _ = strconv.ParseUint(b, 10, 64)
+	return g
 }

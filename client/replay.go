@@ -73,7 +73,10 @@ var errStop = errors.New("stop")
 // With follow it goes on with events as they are published, on the same
 // consumer, so there is no gap and no duplicate at the seam between
 // history and live. It returns when ctx ends, fn returns an error, or,
-// without follow, once it has caught up.
+// without follow, once it has caught up. Without follow, a replay of one
+// agent the stream holds nothing of any more, though its record numbers
+// events from the start point on (retention dropped them all), delivers
+// nothing and returns those events as a Gap.
 func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow bool, fn func(Replayed, *Gap) error) error {
 	if (from.Event > 0 || from.Turn > 0) && len(ids) != 1 {
 		return schemas.Errf(schemas.CodeInvalid, "a replay from an event number or a turn names one agent")
@@ -92,8 +95,18 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 	if err != nil {
 		return err
 	}
-	if err := f.checkFrom(ctx, stream, ids, from); err != nil {
+	aged, err := f.checkFrom(ctx, stream, ids, from)
+	if err != nil {
 		return err
+	}
+	if end := aged[firstOf(ids)]; end > 0 && !follow && !from.New && from.Time.IsZero() {
+		// Nothing of the agent is stored, though its record numbers
+		// events: retention dropped them all. Said, not taken for an
+		// agent without events.
+		if start := max(from.Event, 1); start <= end {
+			return Gap{Agent: ids[0], From: start, To: end}
+		}
+		return nil
 	}
 	service.LongWait(ctx) // however many events there are to read
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects}
@@ -202,26 +215,56 @@ func (f *Direct) Replay(ctx context.Context, ids []string, from From, follow boo
 
 // checkFrom refuses a replay of an agent the fabric does not know (no
 // record and no stored event), and one that starts past an agent's end:
-// an event number beyond the next one, a turn beyond the next one.
-func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) error {
+// an event number beyond the next one, a turn beyond the next one. An
+// agent the stream holds nothing of ends where its record says (retention
+// may have dropped every event of an idle one); those whose record
+// numbers events are returned with their last event number.
+func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []string, from From) (map[string]uint64, error) {
+	var aged map[string]uint64
 	for _, id := range ids {
 		tail, found, err := StreamTail(ctx, f.nc, stream, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !found {
-			if _, _, err := f.record(ctx, id); schemas.CodeOf(err) == schemas.CodeNotFound {
-				return schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+			rec, _, err := f.record(ctx, id)
+			switch {
+			case schemas.CodeOf(err) == schemas.CodeNotFound:
+				return nil, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+			case err == nil && rec.LastEvent > 0:
+				tail.Last, tail.Turn = rec.LastEvent, rec.Turn
+				// A record just written may number events still on
+				// their way to the stream; one quiet since has had them
+				// stored, so what is not there was dropped.
+				if time.Since(time.Unix(0, int64(rec.LastActivity*1e9))) > agedSettle {
+					if aged == nil {
+						aged = map[string]uint64{}
+					}
+					aged[id] = rec.LastEvent
+				}
 			}
 		}
 		switch {
 		case from.Event > tail.Last+1:
-			return schemas.Errf(schemas.CodeNotFound, "agent %s has %d events; event %d is past the end (the next one is %d)", id, tail.Last, from.Event, tail.Last+1)
+			return nil, schemas.Errf(schemas.CodeNotFound, "agent %s has %d events; event %d is past the end (the next one is %d)", id, tail.Last, from.Event, tail.Last+1)
 		case from.Turn > tail.Turn+1:
-			return schemas.Errf(schemas.CodeNotFound, "agent %s has no turn %d yet (its last is turn %d)", id, from.Turn, tail.Turn)
+			return nil, schemas.Errf(schemas.CodeNotFound, "agent %s has no turn %d yet (its last is turn %d)", id, from.Turn, tail.Turn)
 		}
 	}
-	return nil
+	return aged, nil
+}
+
+// agedSettle is how long after an agent's record was last written a
+// replay takes the events it numbers and the stream does not hold for
+// dropped, not on their way.
+const agedSettle = 5 * time.Second
+
+// firstOf is ids' only id, "" unless there is exactly one.
+func firstOf(ids []string) string {
+	if len(ids) != 1 {
+		return ""
+	}
+	return ids[0]
 }
 
 // replayIter is a replay's consumer.

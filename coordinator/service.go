@@ -460,9 +460,17 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, to string
 		}
 		return nil
 	})
+	aged, isAged := errors.AsType[client.Gap](err)
 	switch {
 	case ctx.Err() != nil:
 		// The client went away, or the coordinator is stopping.
+	case isAged:
+		// Every event from the start point on was dropped: the end
+		// says which.
+		m := control("end", nil)
+		m.Header.Set(schemas.HeaderAgent, aged.Agent)
+		m.Header.Set(schemas.HeaderGap, fmt.Sprintf("%d-%d", aged.From, aged.To))
+		send(m)
 	case err != nil:
 		fail(err)
 	default:

@@ -140,6 +140,9 @@ func OutputOf(s *Stored, rec *AgentRecord, req OutputRequest) (OutputReply, erro
 				what = fmt.Sprintf("has turns 1 to %d", current)
 			}
 			return OutputReply{}, Errf(CodeNotFound, "agent %s has no turn %d (it %s)", req.AgentID, target, what)
+		case s.First == 0 && rec != nil && rec.LastEvent > 0:
+			return OutputReply{}, Errf(CodeNotFound,
+				"turn %d of agent %s is past the stream's retention; the stream holds none of its %d events any more", target, req.AgentID, rec.LastEvent)
 		case s.First > 1 && (s.Whole == 0 || target < s.Whole):
 			whole := "holds no whole turn"
 			if s.Whole > 0 {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -129,6 +130,12 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gap, ok := errors.AsType[client.Gap](err); ok {
+		// Nothing of the agent is stored from there on: a gap, as any
+		// other hole is said, and the end of what is stored.
+		s.write("gap", "", []byte(`{"from":`+strconv.FormatUint(gap.From, 10)+`,"to":`+strconv.FormatUint(gap.To, 10)+`}`))
+		err = nil
+	}
 	if err != nil {
 		ce, ok := err.(*schemas.ControlError)
 		if !ok {

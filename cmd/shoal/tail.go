@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -106,6 +107,13 @@ the number of the event it begins with.`,
 					}
 					return nil
 				})
+				if gap, ok := errors.AsType[client.Gap](err); ok {
+					// Nothing left of the agent from there: said as any
+					// other hole is, and the read is done.
+					p.Flush()
+					fmt.Fprintf(v.env.io.err, "shoal tail: %s (retention dropped them; its next event is %d)\n", gap.Error(), gap.To+1)
+					return nil
+				}
 				return err
 			}
 		})

@@ -124,6 +124,10 @@ func (s fabricSource) History(ctx context.Context, agent string, max int) ([]tui
 		}
 		return nil
 	})
+	if gap, ok := errors.AsType[client.Gap](err); ok {
+		// Retention dropped every event of the agent: said, as a hole.
+		evs, err = append(evs, tui.Event{Agent: agent, Event: schemas.Event{Payload: schemas.Errorf("%v", gap)}}), nil
+	}
 	if len(evs) > max {
 		evs = evs[len(evs)-max:]
 	}

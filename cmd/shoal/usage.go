@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -139,6 +140,11 @@ cost of 0 and show $0.0000.`,
 					total.Usage.Add(*used)
 					return nil
 				})
+				if gap, ok := errors.AsType[client.Gap](err); ok {
+					// What retention dropped is not counted: said.
+					fmt.Fprintf(v.env.io.err, "shoal usage: %s (retention dropped them): their turns are not counted\n", gap.Error())
+					err = nil
+				}
 				if err != nil {
 					return err
 				}
