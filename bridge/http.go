@@ -51,10 +51,11 @@ type HTTPConfig struct {
 // HTTPHandler serves MCP over Streamable HTTP until ctx ends. It checks
 // the bearer token and the Origin header, tells the door which agent is
 // calling from the X-Shoal-Agent-Id header its node's MCP config
-// carries, bounds each request's body and each caller's sessions
-// (sessions.go), and ends sessions left idle.
+// carries, bounds each request's body, the bodies each caller has in
+// flight (bodies.go) and each caller's sessions (sessions.go), and ends
+// sessions left idle.
 func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
-	live := newSessions()
+	live, held := newSessions(), newBodies()
 	mcpHTTP := server.NewStreamableHTTPServer(m.srv,
 		server.WithEndpointPath(MCPPath),
 		server.WithSessionIdManagerResolver(live),
@@ -119,10 +120,26 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 		begins := false
 		switch sid := r.Header.Get(server.HeaderKeySessionID); r.Method {
 		case http.MethodPost:
+			// Held to the caller's bound until it is answered: what it
+			// says it sends, or the most a body may be.
+			size := int64(maxMCPBody)
+			if r.ContentLength >= 0 && r.ContentLength < size {
+				size = r.ContentLength
+			}
+			if err := held.take(who, size); err != nil {
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			defer func() { held.give(who, size) }()
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, fmt.Sprintf("the request's body: %v (at most %d bytes)", err, maxMCPBody), http.StatusRequestEntityTooLarge)
 				return
+			}
+			if n := int64(len(body)); n < size {
+				held.give(who, size-n) // a body without its length, shorter than the most
+				size = n
 			}
 			// The MCP library decodes the whole request before any tool
 			// sees it.
