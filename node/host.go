@@ -397,7 +397,7 @@ func (h *Host) Run(ctx context.Context) error {
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	h.pub.onFull = func(full bool) { h.outboxFull(bg, full) }
+	h.pub.onFull = func(full bool, spillErr error) { h.outboxFull(bg, full, spillErr) }
 	lapses := make(chan struct{}, 1)
 	h.pub.onLapse = func() {
 		select {
@@ -863,10 +863,10 @@ func (h *Host) metadata() map[string]string {
 }
 
 // outboxFull acts when the outbox fills (the fabric has been away long
-// enough): running turns are interrupted, so agents stop producing what
-// cannot be kept. Once it drains, each of those agents says on its stream
-// what happened.
-func (h *Host) outboxFull(ctx context.Context, full bool) {
+// enough, or the disk took no more of it: spillErr): running turns are
+// interrupted, so agents stop producing what cannot be kept. Once it
+// drains, each of those agents says on its stream what happened.
+func (h *Host) outboxFull(ctx context.Context, full bool, spillErr error) {
 	h.mu.Lock()
 	agents := make([]*agent, 0, len(h.agents))
 	for _, a := range h.agents {
@@ -874,8 +874,13 @@ func (h *Host) outboxFull(ctx context.Context, full bool) {
 	}
 	h.mu.Unlock()
 	if full {
-		h.log.Error("the outbox is full: the fabric has been unreachable too long; interrupting running turns",
-			"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk)
+		if spillErr != nil {
+			h.log.Error("the outbox is full: the fabric is unreachable and the node's disk takes no more of it; interrupting running turns",
+				"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk, "err", spillErr)
+		} else {
+			h.log.Error("the outbox is full: the fabric has been unreachable too long; interrupting running turns",
+				"memory", h.cfg.OutboxMemory, "disk", h.cfg.OutboxDisk)
+		}
 		for _, a := range agents {
 			if a.outboxFilled() {
 				a.work.Go(func() { a.interrupt(ctx) })
@@ -889,10 +894,14 @@ func (h *Host) outboxFull(ctx context.Context, full bool) {
 			continue
 		}
 		msg := fmt.Sprintf("the fabric was unreachable until the node's outbox filled (%s in memory", bytesText(int64(h.cfg.OutboxMemory)))
-		if h.cfg.OutboxDisk > 0 {
-			msg += fmt.Sprintf(", %s on disk", bytesText(h.cfg.OutboxDisk))
+		switch {
+		case spillErr != nil:
+			msg = fmt.Sprintf("the fabric was unreachable and the node's disk took no more of its outbox (%v), so the outbox filled (%s in memory)", spillErr, bytesText(int64(h.cfg.OutboxMemory)))
+		case h.cfg.OutboxDisk > 0:
+			msg += fmt.Sprintf(", %s on disk)", bytesText(h.cfg.OutboxDisk))
+		default:
+			msg += ")"
 		}
-		msg += ")"
 		if turn > 0 {
 			msg += fmt.Sprintf("; turn %d was interrupted", turn)
 		}

@@ -97,7 +97,12 @@ type publisher struct {
 	tail     []*outMsg // what follows the spill once the disk tier is full
 	tailSize int
 	full     bool // both tiers are full: streamed chunks give way
-	onFull   func(full bool)
+	// spillErr is why the disk tier took no more, when a write to it
+	// failed (a full disk) since the outbox last drained.
+	spillErr error
+	// onFull is told when both tiers fill and when the outbox drains
+	// again, with spillErr: whether the disk, not the limits, ran out.
+	onFull   func(full bool, spillErr error)
 	sent     int         // how many of queue have been sent
 	free     []*nats.Msg // messages of events stored already, to make the next ones in
 	inflight int         // futures the acker has yet to take
@@ -300,6 +305,7 @@ func (p *publisher) enqueue(m *outMsg) {
 		if err := p.spill.push(m); err != nil {
 			p.log.Error("cannot spill events to disk; keeping them in memory", "err", err)
 			p.tail, p.tailSize = append(p.tail, m), p.tailSize+size
+			p.spillErr = err
 		}
 	default:
 		p.queue, p.memBytes = append(p.queue, m), p.memBytes+size
@@ -307,6 +313,7 @@ func (p *publisher) enqueue(m *outMsg) {
 	full := p.memBytes+p.tailSize > p.lim.Memory // memory, and the disk tier if any, are full
 	changed := full && !p.full
 	p.full = p.full || full
+	spillErr := p.spillErr
 	p.mu.Unlock()
 	if p.journal == nil {
 		// With a journal the sender waits for the record to be written,
@@ -314,7 +321,7 @@ func (p *publisher) enqueue(m *outMsg) {
 		p.cond.Signal()
 	}
 	if changed && p.onFull != nil {
-		p.onFull(true)
+		p.onFull(true, spillErr)
 	}
 }
 
@@ -531,15 +538,16 @@ func (p *publisher) ack(ctx context.Context) {
 		// every acknowledgement: it then sends the batch together.
 		wake := p.inflight <= p.window-max(1, p.window/8) || p.inflight == 0 || moved
 		drained := p.full && p.memBytes+p.tailSize <= p.lim.Memory/2 && (p.spill == nil || p.spill.count == 0)
+		spillErr := p.spillErr
 		if drained {
-			p.full = false
+			p.full, p.spillErr = false, nil
 		}
 		p.mu.Unlock()
 		if !storedAt.IsZero() && p.onStored != nil {
 			p.onStored(time.Since(storedAt))
 		}
 		if drained && p.onFull != nil {
-			p.onFull(false)
+			p.onFull(false, spillErr)
 		}
 		if wake {
 			p.cond.Broadcast()

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,7 +196,7 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 	p := newPublisher(asyncSender{d}, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 8 << 10, Disk: 64 << 10}, sp, slog.New(slog.DiscardHandler))
 	var mu sync.Mutex
 	var signals []bool
-	p.onFull = func(full bool) { mu.Lock(); signals = append(signals, full); mu.Unlock() }
+	p.onFull = func(full bool, _ error) { mu.Lock(); signals = append(signals, full); mu.Unlock() }
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.run(ctx); close(done) }()
@@ -249,6 +251,68 @@ func TestOutboxSpillsToDiskAndDrains(t *testing.T) {
 		t.Errorf("spill file not emptied: %d records, %d bytes", sp.count, sp.size)
 	}
 	p.mu.Unlock()
+}
+
+// An outbox that fills because the node's disk takes no more of it (here
+// its spill file is /dev/full, whose every write fails as a full disk's
+// does) says so: the full and drained signals carry the disk's error, so
+// the agents' streams blame the disk, not the outbox's limits. Every
+// event is still stored, in order.
+func TestOutboxFilledByAFullDiskSaysSo(t *testing.T) {
+	b := natstest.Start(t)
+	nc, js := natstest.JetStream(t, b)
+	d := &downJS{JetStream: js}
+	d.down.Store(true)
+	// Opened here, not by openSpill: its close removes its file.
+	full, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+	if fi, serr := os.Stat("/dev/full"); err != nil || serr != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Fatalf("the test writes its spill to /dev/full, a device every write to fails as a full disk's; this machine's is not one: %v %v", err, serr)
+	}
+	defer full.Close()
+	sp := &spill{f: full}
+	p := newPublisher(asyncSender{d}, testStore(t, nc, js).lastEvents, 16, outboxLimits{Memory: 64 << 10, Disk: 64 << 20}, sp, slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	var causes []error
+	var signals []bool
+	p.onFull = func(full bool, cause error) {
+		mu.Lock()
+		signals, causes = append(signals, full), append(causes, cause)
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	payload := strings.Repeat("x", 400)
+	n := uint64(0)
+	for !p.saturated() && n < 10000 {
+		n++
+		p.enqueue(newOutMsg(schemas.EventSubject("o"), "n", "o", n, []byte(fmt.Sprintf(`{"n":%d,"p":%q}`, n, payload)), time.Now()))
+	}
+	if !p.saturated() {
+		t.Fatalf("%d events of 400 bytes into 64 KiB of memory and a disk that takes nothing: not full", n)
+	}
+	d.down.Store(false)
+	fctx, fcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer fcancel()
+	if err := p.flush(fctx); err != nil {
+		t.Fatalf("flush: %v (pending %d)", err, p.pending())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(signals) != 2 || !signals[0] || signals[1] || !errors.Is(causes[0], syscall.ENOSPC) || !errors.Is(causes[1], syscall.ENOSPC) {
+		t.Errorf("full signals %v with causes %v, want [true false], each with the disk's ENOSPC", signals, causes)
+	}
+	st, err := js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("agent.o"))
+	last, lerr := st.GetLastMsgForSubject(ctx, "agent.o")
+	if err != nil || lerr != nil || info.State.Subjects["agent.o"] != n || last.Header.Get(schemas.HeaderMsgID) != schemas.MsgID("o", n) {
+		t.Errorf("agent o's events stored: %v (%v, %v); want %d, the last %s", info.State.Subjects, err, lerr, n, schemas.MsgID("o", n))
+	}
 }
 
 // testStore reaches the test's JetStream directly.
