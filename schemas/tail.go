@@ -158,7 +158,7 @@ func (t Tail) closingTurns(rec AgentRecord) (first, begun, numbered int) {
 // so every reader can tell the gap for what it is.
 func LostRangeError(agent string, turn int, from, to uint64) Event {
 	return Event{Turn: turn, Payload: ErrorWith(
-		fmt.Sprintf("events %d to %d of agent %s may have been lost: the node's journal was lost before they were stored; their numbers are not used again", from, to, agent),
+		fmt.Sprintf("events %d to %d of agent %s may have been lost: the node's journal did not keep them (it was lost, or its disk was full) and they were not stored; their numbers are not used again", from, to, agent),
 		lostRange{From: from, To: to})}
 }
 
