@@ -56,6 +56,13 @@ func (f *Direct) Events(ctx context.Context, req schemas.EventsRequest) (schemas
 	room, size := int(f.nc.MaxPayload())/2, 256
 	err := f.Replay(ctx, []string{req.AgentID}, from, false, func(r Replayed, gap *Gap) error {
 		if r.Stray != "" {
+			// Named while they take at most a quarter of a message,
+			// counted beyond: a subject full of them leaves the page
+			// its room for events.
+			if size+len(r.Stray)+64 > room/2 {
+				rep.ForeignOmitted++
+				return nil
+			}
 			rep.Foreign = append(rep.Foreign, schemas.ForeignMessage{Seq: r.Seq, N: r.N, Reason: r.Stray})
 			size += len(r.Stray) + 64
 			return nil

@@ -102,13 +102,24 @@ func (r *Remote) Record(ctx context.Context, id string) (schemas.AgentRecord, er
 
 // List implements Client.
 func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
-	// Page by page (a coordinator of an earlier version answers in one),
-	// then in the order they were made, as Direct lists them.
+	// Page by page, then in the order they were made, as Direct lists
+	// them. A coordinator of an earlier version (any of them, in a
+	// cluster being upgraded) refuses pages: the list is asked again
+	// whole, as it answers it.
 	var all []schemas.AgentRecord
-	var req schemas.ListRequest
+	req := schemas.ListRequest{Paged: true}
 	for {
 		var rep schemas.ListReply
-		if err := r.via(ctx, schemas.VerbList, req, &rep, 0); err != nil {
+		err := r.via(ctx, schemas.VerbList, req, &rep, 0)
+		if schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s)") {
+			rep = schemas.ListReply{}
+			if err := r.via(ctx, schemas.VerbList, schemas.ListRequest{}, &rep, 0); err != nil {
+				return nil, err
+			}
+			SortByCreation(rep.Agents)
+			return rep.Agents, nil
+		}
+		if err != nil {
 			return nil, err
 		}
 		all = append(all, rep.Agents...)

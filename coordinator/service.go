@@ -109,6 +109,10 @@ func (s *Service) Run(ctx context.Context) error {
 			if err != nil {
 				return schemas.ListReply{}, err
 			}
+			if !r.Paged {
+				// Whole, as a client of an earlier version asks for it.
+				return schemas.ListReply{Agents: recs}, nil
+			}
 			// In pages, each within the payload limit, with room to spare.
 			return schemas.ListPage(recs, r.After, int(nc.MaxPayload())/2), nil
 		}),

@@ -150,3 +150,80 @@ func TestEventsThroughTheServiceComeInPagesThatFit(t *testing.T) {
 		}
 	}
 }
+
+// A client of an earlier version asks for the list with {} and reads
+// "agents" only (it knows no "next"): it is answered whole, as before
+// paging, so forty records of about 1 KiB, within one 64 KiB message, are
+// all listed (cut at half a message, it listed 26 of them with no error).
+func TestAnOlderClientIsAnsweredTheWholeList(t *testing.T) {
+	t.Parallel()
+	s, _ := smallMessages(t)
+	ctx := natstest.Context(t, time.Minute)
+	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	base := float64(time.Now().Unix())
+	for i := range n {
+		id := fmt.Sprintf("a%03d", i)
+		rec := schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/w/" + strings.Repeat("d", 900),
+			CreatedAt: base + float64(i), LastActivity: base + float64(i), EventLog: id + ".jsonl"}
+		b, _ := json.Marshal(rec)
+		if _, err := agents.Create(ctx, id, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc := s.Connect(t, broker.RoleObserver, "older")
+	m, err := nc.RequestWithContext(ctx, schemas.FabricSubject(schemas.VerbList), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > 64<<10 {
+		t.Fatalf("reply of %d bytes", len(m.Data))
+	}
+	var old struct {
+		Agents []schemas.AgentRecord `json:"agents"`
+	}
+	if err := json.Unmarshal(m.Data, &old); err != nil {
+		t.Fatal(err)
+	}
+	if len(old.Agents) != n {
+		t.Errorf("an older client's list of %d agents (about %d KiB, within a 64 KiB message) shows %d, with no error", n, n, len(old.Agents))
+	}
+}
+
+// Strays on an agent's subject do not make a page of its events too large
+// for a message: they are named while they take a quarter of one and
+// counted beyond (1,500 of them were listed whole, and the agent could not
+// be read through the fabric service at all, whatever max was).
+func TestStraysDoNotMakeAnEventsPageTooLarge(t *testing.T) {
+	t.Parallel()
+	s, observer := smallMessages(t)
+	ctx := natstest.Context(t, time.Minute)
+	js, err := jetstream.New(s.F.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1500 { // anything published on agent.<id> is stored
+		if _, err := js.Publish(ctx, schemas.EventSubject("strayed"), []byte("not an event")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := uint64(1); i <= 2; i++ {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("hello")}})
+		m := nats.NewMsg(schemas.EventSubject("strayed"))
+		m.Data = env
+		m.Header.Set(schemas.HeaderMsgID, schemas.MsgID("strayed", i))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := observer.Events(ctx, schemas.EventsRequest{AgentID: "strayed", Max: 1})
+	if err != nil {
+		t.Fatalf("a page of one event of an agent with 1500 strays: %v", err)
+	}
+	if len(rep.Events) != 1 || len(rep.Foreign) == 0 || len(rep.Foreign)+rep.ForeignOmitted != 1500 {
+		t.Errorf("read %d events, %d strays named and %d counted, want 1 and 1,500 in all", len(rep.Events), len(rep.Foreign), rep.ForeignOmitted)
+	}
+}

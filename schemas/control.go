@@ -495,9 +495,14 @@ type AgentPolicy struct {
 
 // ListRequest asks for every agent (agent_list). It has no fields.
 type ListRequest struct {
-	// After asks the fabric service for the records whose ids sort after
-	// it: the next page, named by the last reply's Next. A node lists
-	// its agents whole and takes no After.
+	// Paged asks the fabric service for the list in pages, each within
+	// the fabric's message limit (ListPage); without it the list is
+	// answered whole, as a client of an earlier version asks for it (an
+	// error if it does not fit a message). A node lists its agents whole
+	// and takes neither field.
+	Paged bool `json:"paged,omitempty"`
+	// After asks for the page of the records whose ids sort after it,
+	// named by the last reply's Next.
 	After string `json:"after,omitempty"`
 }
 
@@ -586,8 +591,10 @@ type EventsReply struct {
 	NextEvent uint64        `json:"next_event"`
 	More      bool          `json:"more"`
 	// Foreign names the messages on the agent's subject that are not its
-	// events, which the page skipped.
-	Foreign []ForeignMessage `json:"foreign,omitempty"`
+	// events, which the page skipped: as many as a quarter of a message
+	// holds, the rest counted in ForeignOmitted.
+	Foreign        []ForeignMessage `json:"foreign,omitempty"`
+	ForeignOmitted int              `json:"foreign_omitted,omitempty"`
 }
 
 // ForeignMessage is a message on an agent's subject that is not one of
