@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
 	"sync"
 )
@@ -52,5 +53,18 @@ func (b *bodies) give(who string, n int64) {
 	b.total -= n
 	if b.by[who] -= n; b.by[who] <= 0 {
 		delete(b.by, who)
+	}
+}
+
+// bodyReadKey is the context key of the function that gives a request's
+// body's bytes back to the caller's bound.
+type bodyReadKey struct{}
+
+// bodyRead gives the bytes of the body of the request ctx belongs to back
+// to its caller's bound: its call's arguments are decoded and checked,
+// so what remains of the body is the call's own work, bounded elsewhere.
+func bodyRead(ctx context.Context) {
+	if done, ok := ctx.Value(bodyReadKey{}).(func()); ok {
+		done()
 	}
 }

@@ -2,15 +2,21 @@ package bridge_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/shoalfabric/shoal/bridge"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
 )
 
 // Each body the endpoint reads costs it many times its bytes while it is
@@ -77,5 +83,50 @@ func TestMCPHoldsOneCallersBodiesInFlightToABound(t *testing.T) {
 	observer := fb.client(map[string]string{"Authorization": "Bearer observer-token"})
 	if _, err := observer.CallTool(ctx, &mcp.CallToolParams{Name: "agent_list", Arguments: map[string]any{}}); err != nil {
 		t.Errorf("the observer's call once its large one was answered: %v", err)
+	}
+}
+
+// A body is held to its caller's bound while it is read and its call's
+// arguments checked, not for the call's whole run: a caller with three
+// turns of 7 MiB prompts running (agent_run waits for each) sends a
+// fourth, which with the three still counted would pass its 24 MiB.
+func TestMCPGivesABodyBackOnceItsCallRuns(t *testing.T) {
+	fb := startFabric(t, bridge.HTTPConfig{Token: "full-token"})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	s := fb.client(map[string]string{"Authorization": "Bearer full-token"})
+	prompt := "stall " + strings.Repeat("p", 7<<20)
+	ids := make([]string, 4)
+	for i := range ids {
+		text, isErr := call(t, s, "agent_open", map[string]any{"cwd": t.TempDir()})
+		if isErr {
+			t.Fatalf("open: %s", text)
+		}
+		var rep struct {
+			AgentID string `json:"agent_id"`
+		}
+		json.Unmarshal([]byte(text), &rep)
+		ids[i] = rep.AgentID
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var running sync.WaitGroup
+	defer running.Wait()
+	defer func() {
+		for _, id := range ids {
+			call(t, s, "agent_interrupt", map[string]any{"agent_id": id})
+		}
+	}()
+	for _, id := range ids[:3] {
+		running.Go(func() { s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_run", Arguments: map[string]any{"agent_id": id, "text": prompt}}) })
+	}
+	for _, id := range ids[:3] {
+		poll.Until(t, time.Minute, "agent "+id+"'s turn runs", func() bool {
+			text, _ := call(t, s, "agent_status", map[string]any{"agent_id": id})
+			return strings.Contains(text, `"status":"working"`)
+		})
+	}
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_send", Arguments: map[string]any{"agent_id": ids[3], "text": prompt}})
+	if err != nil || res.IsError {
+		t.Errorf("a fourth prompt of 7 MiB while three calls with theirs run: %v %+v", err, res)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -131,7 +132,12 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
-			defer func() { held.give(who, size) }()
+			// Given back when the call's arguments are decoded and
+			// checked (a turn's agent_run holds its body no longer than
+			// that), or when it is answered, whichever is first.
+			done := sync.OnceFunc(func() { held.give(who, size) })
+			defer done()
+			r = r.WithContext(context.WithValue(r.Context(), bodyReadKey{}, done))
 			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, fmt.Sprintf("the request's body: %v (at most %d bytes)", err, maxMCPBody), http.StatusRequestEntityTooLarge)

@@ -118,6 +118,7 @@ func (m *MCP) handler(t tool, in *validate.Request) server.ToolHandlerFunc {
 		if err == nil {
 			raw, err = in.Check(raw)
 		}
+		bodyRead(ctx)
 		if err != nil {
 			m.metrics.ToolCalled(t.name, OutcomeInvalid)
 			return mcp.NewToolResultError(err.Error()), nil
