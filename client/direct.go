@@ -705,25 +705,37 @@ func validAgent(id string) error {
 
 // record is Record with the record's revision.
 func (f *Direct) record(ctx context.Context, id string) (schemas.AgentRecord, uint64, error) {
+	rec, rev, _, err := f.recordEntry(ctx, id)
+	return rec, rev, err
+}
+
+// recordWritten is agent id's record and when the bucket stored it.
+func (f *Direct) recordWritten(ctx context.Context, id string) (schemas.AgentRecord, time.Time, error) {
+	rec, _, written, err := f.recordEntry(ctx, id)
+	return rec, written, err
+}
+
+// recordEntry is agent id's record, its revision and when it was stored.
+func (f *Direct) recordEntry(ctx context.Context, id string) (schemas.AgentRecord, uint64, time.Time, error) {
 	if err := validAgent(id); err != nil {
-		return schemas.AgentRecord{}, 0, err
+		return schemas.AgentRecord{}, 0, time.Time{}, err
 	}
 	kv, err := f.agentsKV(ctx)
 	if err != nil {
-		return schemas.AgentRecord{}, 0, err
+		return schemas.AgentRecord{}, 0, time.Time{}, err
 	}
 	e, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
+		return schemas.AgentRecord{}, 0, time.Time{}, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 	}
 	if err != nil {
-		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)
+		return schemas.AgentRecord{}, 0, time.Time{}, schemas.Errf(schemas.CodeUnavailable, "read agent %s: %v", id, err)
 	}
 	var rec schemas.AgentRecord
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return schemas.AgentRecord{}, 0, schemas.Errf(schemas.CodeInternal, "agent %s has a malformed record: %v", id, err)
+		return schemas.AgentRecord{}, 0, time.Time{}, schemas.Errf(schemas.CodeInternal, "agent %s has a malformed record: %v", id, err)
 	}
-	return rec, e.Revision(), nil
+	return rec, e.Revision(), e.Created(), nil
 }
 
 // toOwner sends a request about an agent to the node that owns it. An

@@ -227,16 +227,18 @@ func (f *Direct) checkFrom(ctx context.Context, stream jetstream.Stream, ids []s
 			return nil, err
 		}
 		if !found {
-			rec, _, err := f.record(ctx, id)
+			rec, written, err := f.recordWritten(ctx, id)
 			switch {
 			case schemas.CodeOf(err) == schemas.CodeNotFound:
 				return nil, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 			case err == nil && rec.LastEvent > 0:
 				tail.Last, tail.Turn = rec.LastEvent, rec.Turn
 				// A record just written may number events still on
-				// their way to the stream; one quiet since has had them
+				// their way to the stream (a close's above all, which
+				// the record says before they are stored); one written
+				// a while ago, with no close kept in it, has had them
 				// stored, so what is not there was dropped.
-				if time.Since(time.Unix(0, int64(rec.LastActivity*1e9))) > agedSettle {
+				if rec.Closing == nil && time.Since(written) > agedSettle {
 					if aged == nil {
 						aged = map[string]uint64{}
 					}
