@@ -121,6 +121,19 @@ func (a *advertiser) write(ctx context.Context) error {
 	a.rec.Unhealthy = a.h.health()
 	a.rec.Heartbeat = unixSeconds(time.Now())
 	b, _ := json.Marshal(a.rec)
+	if len(b) > schemas.MaxNodeRecordBytes {
+		// Past what the fabric takes (many backends, each at its bound):
+		// advertised without their models rather than not at all, which
+		// would have the node taken for lost.
+		rec := a.rec
+		rec.Backends = make([]schemas.BackendInfo, len(a.rec.Backends))
+		for i, info := range a.rec.Backends {
+			info.Models = nil
+			rec.Backends[i] = info
+		}
+		b, _ = json.Marshal(rec)
+		a.h.log.Error("the node's record is too large for the fabric with its backends' models; advertised without them", "bytes", len(b), "max", schemas.MaxNodeRecordBytes)
+	}
 	a.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -539,7 +539,9 @@ func (p *publisher) ack(ctx context.Context) {
 		wake := p.inflight <= p.window-max(1, p.window/8) || p.inflight == 0 || moved
 		drained := p.full && p.memBytes+p.tailSize <= p.lim.Memory/2 && (p.spill == nil || p.spill.count == 0)
 		spillErr := p.spillErr
-		if drained {
+		if drained || (p.memBytes+p.tailSize == 0 && (p.spill == nil || p.spill.count == 0)) {
+			// Drained after filling, or nothing waits at all: a disk
+			// error before is no longer the outbox's.
 			p.full, p.spillErr = false, nil
 		}
 		p.mu.Unlock()

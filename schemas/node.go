@@ -1,5 +1,7 @@
 package schemas
 
+import "encoding/json"
+
 // NodeRecord is a node as it advertises itself: the value of its key in
 // NodesBucket, rewritten on every heartbeat, gone when the node is.
 type NodeRecord struct {
@@ -87,16 +89,17 @@ const MaxNodeRecordBytes = 64 << 10
 const MaxModelBytes = 8 << 10
 
 // Within is b as a node advertises it: its models within MaxModelBytes
-// (the first that fit, in the server's order; names longer than a
+// encoded (the first that fit, in the server's order; names longer than
 // MaxLabelBytes are left out) and its strings within 1 KiB each. It
 // returns how many models were left out.
 func (b BackendInfo) Within() (BackendInfo, int) {
 	models, size := make([]string, 0, len(b.Models)), 0
 	for _, m := range b.Models {
-		if len(m) > MaxLabelBytes || size+len(m)+3 > MaxModelBytes {
+		q, _ := json.Marshal(m) // as the record holds it: escapes take more
+		if len(m) > MaxLabelBytes || size+len(q)+1 > MaxModelBytes {
 			continue
 		}
-		size += len(m) + 3 // its quotes and comma
+		size += len(q) + 1 // and its comma
 		models = append(models, m)
 	}
 	left := len(b.Models) - len(models)
