@@ -117,7 +117,9 @@ func TestMCPGivesABodyBackOnceItsCallRuns(t *testing.T) {
 		}
 	}()
 	for _, id := range ids[:3] {
-		running.Go(func() { s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_run", Arguments: map[string]any{"agent_id": id, "text": prompt}}) })
+		running.Go(func() {
+			s.CallTool(ctx, &mcp.CallToolParams{Name: "agent_run", Arguments: map[string]any{"agent_id": id, "text": prompt}})
+		})
 	}
 	for _, id := range ids[:3] {
 		poll.Until(t, time.Minute, "agent "+id+"'s turn runs", func() bool {
