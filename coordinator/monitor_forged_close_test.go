@@ -3,12 +3,10 @@ package coordinator_test
 import (
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/client"
@@ -37,18 +35,7 @@ func TestMonitorStoresNoCloseANodeForged(t *testing.T) {
 	s := fabrictest.StartSecured(t)
 	ctx := natstest.Context(t, 90*time.Second)
 	kv, js, claim := givenMine(t, s, ctx)
-	put := func(rec schemas.AgentRecord) error {
-		t.Helper()
-		e, err := kv.Get(ctx, "mine")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "mine"))
-		m.Data, _ = json.Marshal(rec)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
-		_, err = js.PublishMsg(ctx, m)
-		return err
-	}
+	put := func(rec schemas.AgentRecord) error { t.Helper(); return relayRecord(t, ctx, kv, js, rec) }
 	write := func(rec schemas.AgentRecord) {
 		t.Helper()
 		if err := put(rec); err != nil {
@@ -59,19 +46,10 @@ func TestMonitorStoresNoCloseANodeForged(t *testing.T) {
 	rec.Status, rec.EventLog = schemas.StatusIdle, "mine.jsonl"
 	write(rec)
 	// One turn, and the agent's death: its stream is closed.
-	for n, ev := range []schemas.Event{
-		{Turn: 1, Payload: schemas.TurnStarted{}},
-		{Turn: 1, Payload: schemas.Result{StopReason: schemas.StopEndTurn}},
-		{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}},
-	} {
-		env, err := schemas.Encode(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.PublishMsg(ctx, relayEvent(uint64(n+1), env)); err != nil {
-			t.Fatalf("event %d: %v", n+1, err)
-		}
-	}
+	relayEvents(t, ctx, js,
+		schemas.Event{Turn: 1, Payload: schemas.TurnStarted{}},
+		schemas.Event{Turn: 1, Payload: schemas.Result{StopReason: schemas.StopEndTurn}},
+		schemas.Event{Turn: 1, Payload: schemas.Status{Status: schemas.StatusDead}})
 	rec.Status, rec.Turn, rec.LastEvent = schemas.StatusDead, 1, 3
 	write(rec)
 	// Through the relay, the relay's answer says, no event after the

@@ -2,12 +2,8 @@ package coordinator_test
 
 import (
 	"encoding/json"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/coordinator"
@@ -29,36 +25,16 @@ func TestConfinedNodeCannotWedgeACloseByLoweringItsRecord(t *testing.T) {
 	s := fabrictest.StartSecured(t)
 	ctx := natstest.Context(t, 90*time.Second)
 	kv, js, claim := givenMine(t, s, ctx)
-	put := func(rec schemas.AgentRecord) error {
-		t.Helper()
-		e, err := kv.Get(ctx, "mine")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "mine"))
-		m.Data, _ = json.Marshal(rec)
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
-		_, err = js.PublishMsg(ctx, m)
-		return err
-	}
+	put := func(rec schemas.AgentRecord) error { t.Helper(); return relayRecord(t, ctx, kv, js, rec) }
 	rec := claim
 	rec.Status, rec.EventLog = schemas.StatusIdle, "mine.jsonl"
 	if err := put(rec); err != nil {
 		t.Fatal(err)
 	}
 	// Mid-turn: the turn's start and some text.
-	for n, ev := range []schemas.Event{
-		{Turn: 1, Payload: schemas.TurnStarted{}},
-		{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("half a")}},
-	} {
-		env, err := schemas.Encode(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.PublishMsg(ctx, relayEvent(uint64(n+1), env)); err != nil {
-			t.Fatalf("event %d: %v", n+1, err)
-		}
-	}
+	relayEvents(t, ctx, js,
+		schemas.Event{Turn: 1, Payload: schemas.TurnStarted{}},
+		schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("half a")}})
 	rec.Status, rec.Turn, rec.LastEvent = schemas.StatusWorking, 1, 2
 	if err := put(rec); err != nil {
 		t.Fatal(err)

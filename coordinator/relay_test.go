@@ -577,6 +577,36 @@ func givenMine(t *testing.T, s *fabrictest.Secured, ctx context.Context) (jetstr
 	return kv, js, claim
 }
 
+// relayRecord writes rec as nb's record of agent "mine" through the
+// relay, with compare-and-set on the record as the bucket has it now.
+func relayRecord(t *testing.T, ctx context.Context, kv jetstream.KeyValue, js jetstream.JetStream, rec schemas.AgentRecord) error {
+	t.Helper()
+	e, err := kv.Get(ctx, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(schemas.RelaySubject("nb", schemas.RelayRecord, "mine"))
+	m.Data, _ = json.Marshal(rec)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(e.Revision(), 10))
+	_, err = js.PublishMsg(ctx, m)
+	return err
+}
+
+// relayEvents stores evs as nb's events of agent "mine" through the
+// relay, numbered from 1.
+func relayEvents(t *testing.T, ctx context.Context, js jetstream.JetStream, evs ...schemas.Event) {
+	t.Helper()
+	for n, ev := range evs {
+		env, err := schemas.Encode(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, relayEvent(uint64(n+1), env)); err != nil {
+			t.Fatalf("event %d: %v", n+1, err)
+		}
+	}
+}
+
 // relayEvent is nb's event n of agent "mine", data its envelope, as nb
 // hands it to the relay.
 func relayEvent(n uint64, data []byte) *nats.Msg {

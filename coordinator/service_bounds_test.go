@@ -31,6 +31,26 @@ func smallMessages(t *testing.T) (*fabrictest.Secured, client.Client) {
 	return s, observer
 }
 
+// madeAgents writes the records of n agents of about 1 KiB each, the
+// i-th made i seconds after the first, named id(i).
+func madeAgents(t *testing.T, s *fabrictest.Secured, n int, id func(i int) string) {
+	t.Helper()
+	ctx := natstest.Context(t, time.Minute)
+	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := float64(time.Now().Unix())
+	for i := range n {
+		rec := schemas.AgentRecord{ID: id(i), Node: "n1", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/w/" + strings.Repeat("d", 900),
+			CreatedAt: base + float64(i), LastActivity: base + float64(i), EventLog: id(i) + ".jsonl"}
+		b, _ := json.Marshal(rec)
+		if _, err := agents.Create(ctx, id(i), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The list of the agents through the fabric service comes in pages, each
 // within the fabric's message limit: three hundred records of about 1 KiB
 // are listed whole, in the order they were made, where one reply of them
@@ -39,22 +59,9 @@ func TestListThroughTheServiceComesInPages(t *testing.T) {
 	t.Parallel()
 	s, observer := smallMessages(t)
 	ctx := natstest.Context(t, time.Minute)
-	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 300
-	base := float64(time.Now().Unix())
-	for i := range n {
-		// Made in an order other than their ids'.
-		id := fmt.Sprintf("a%03d", (i*7)%n)
-		rec := schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/w/" + strings.Repeat("d", 900),
-			CreatedAt: base + float64(i), LastActivity: base + float64(i), EventLog: id + ".jsonl"}
-		b, _ := json.Marshal(rec)
-		if _, err := agents.Create(ctx, id, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Made in an order other than their ids'.
+	madeAgents(t, s, n, func(i int) string { return fmt.Sprintf("a%03d", (i*7)%n) })
 	recs, err := observer.List(ctx)
 	if err != nil {
 		t.Fatalf("an observer's list of %d agents through the fabric service: %v", n, err)
@@ -159,21 +166,8 @@ func TestAnOlderClientIsAnsweredTheWholeList(t *testing.T) {
 	t.Parallel()
 	s, _ := smallMessages(t)
 	ctx := natstest.Context(t, time.Minute)
-	agents, err := s.F.JetStream().KeyValue(ctx, schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	base := float64(time.Now().Unix())
-	for i := range n {
-		id := fmt.Sprintf("a%03d", i)
-		rec := schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/w/" + strings.Repeat("d", 900),
-			CreatedAt: base + float64(i), LastActivity: base + float64(i), EventLog: id + ".jsonl"}
-		b, _ := json.Marshal(rec)
-		if _, err := agents.Create(ctx, id, b); err != nil {
-			t.Fatal(err)
-		}
-	}
+	madeAgents(t, s, n, func(i int) string { return fmt.Sprintf("a%03d", i) })
 	nc := s.Connect(t, broker.RoleObserver, "older")
 	m, err := nc.RequestWithContext(ctx, schemas.FabricSubject(schemas.VerbList), []byte(`{}`))
 	if err != nil {
