@@ -189,6 +189,11 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	if err := h.pub.waitStored(wctx, a.id, a.lastSeq()); err != nil {
 		h.log.Warn("answering a close before its events are stored", "agent", a.id, "err", err)
 	}
+	// And its record says dead: an open of the id right after the answer
+	// is a new life, not "already in use".
+	if err := h.recs.writeNow(wctx, a); err != nil {
+		h.log.Warn("answering a close before its record says dead", "agent", a.id, "err", err)
+	}
 	return schemas.CloseReply{Closed: true}, nil
 }
 
