@@ -881,6 +881,11 @@ func TestMCPToolsAreTheEmbeddedSchemas(t *testing.T) {
 		if !reflect.DeepEqual(resolve(want), got) {
 			t.Errorf("%s's input schema\n got %s\nwant %s", tool.Name, gotRaw, mustJSON(resolve(want)))
 		}
+		// Kaimon's agent_list takes no arguments; the fabric service's
+		// paged list is not MCP's.
+		if props, _ := got.(map[string]any)["properties"].(map[string]any); tool.Name == "agent_list" && len(props) > 0 {
+			t.Errorf("agent_list advertises arguments %s; Kaimon's takes none", mustJSON(props))
+		}
 		a := tool.Annotations
 		ro := slices.Contains(readOnly, tool.Name)
 		// Open, send and run act anew on each call without a request_id (and

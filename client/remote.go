@@ -107,13 +107,13 @@ func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	// cluster being upgraded) refuses pages: the list is asked again
 	// whole, as it answers it.
 	var all []schemas.AgentRecord
-	req := schemas.ListRequest{Paged: true}
+	req := schemas.FabricListRequest{Paged: true}
 	for {
 		var rep schemas.ListReply
 		err := r.via(ctx, schemas.VerbList, req, &rep, 0)
 		if schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s)") {
 			rep = schemas.ListReply{}
-			if err := r.via(ctx, schemas.VerbList, schemas.ListRequest{}, &rep, 0); err != nil {
+			if err := r.via(ctx, schemas.VerbList, schemas.FabricListRequest{}, &rep, 0); err != nil {
 				return nil, err
 			}
 			SortByCreation(rep.Agents)

@@ -104,7 +104,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}),
 		schemas.VerbStatus: reads.bound(serve(srv, schemas.VerbStatus, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Status(ctx, id) }))),
 		schemas.VerbRecord: serve(srv, schemas.VerbRecord, "status_request", agent(func(ctx context.Context, id string) (any, error) { return f.Record(ctx, id) })),
-		schemas.VerbList: serve(srv, schemas.VerbList, "list_request", func(ctx context.Context, r schemas.ListRequest) (schemas.ListReply, error) {
+		schemas.VerbList: serve(srv, schemas.VerbList, "fabric_list_request", func(ctx context.Context, r schemas.FabricListRequest) (schemas.ListReply, error) {
 			recs, err := f.List(ctx)
 			if err != nil {
 				return schemas.ListReply{}, err

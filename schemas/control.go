@@ -494,12 +494,14 @@ type AgentPolicy struct {
 }
 
 // ListRequest asks for every agent (agent_list). It has no fields.
-type ListRequest struct {
-	// Paged asks the fabric service for the list in pages, each within
-	// the fabric's message limit (ListPage); without it the list is
-	// answered whole, as a client of an earlier version asks for it (an
-	// error if it does not fit a message). A node lists its agents whole
-	// and takes neither field.
+type ListRequest struct{}
+
+// FabricListRequest lists agents through the fabric service
+// (shoal.fabric.list): with Paged, in pages, each within the fabric's
+// message limit (ListPage); without it, whole, as a client of an earlier
+// version asks for it (an error if it does not fit a message). MCP's
+// agent_list and a node's list take no arguments (ListRequest).
+type FabricListRequest struct {
 	Paged bool `json:"paged,omitempty"`
 	// After asks for the page of the records whose ids sort after it,
 	// named by the last reply's Next.
@@ -509,9 +511,8 @@ type ListRequest struct {
 // ListReply lists agent records, dead retained ones included.
 type ListReply struct {
 	Agents []AgentRecord `json:"agents"`
-	// Next, in a reply of the fabric service, says the list goes on:
-	// ask again with After set to it. Each page is within the fabric's
-	// message limit (ListPage).
+	// Next, in a paged reply of the fabric service, says the list goes
+	// on: ask again with FabricListRequest.After set to it.
 	Next string `json:"next,omitempty"`
 }
 
