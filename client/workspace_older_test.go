@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
@@ -46,26 +47,36 @@ func olderNode(t *testing.T, cfg client.Config, verb schemas.Verb, answer any) (
 	if _, err := agents.Create(t.Context(), "aged", b); err != nil {
 		t.Fatal(err)
 	}
+	asked := earlierVersion(t, srv, schemas.ControlSubject("old", verb), func(req map[string]any) any {
+		if _, ok := req["excludes"]; ok {
+			return schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid %s request: Unknown parameter(s): excludes. Valid parameters are: agent_id, stat", verb)}
+		}
+		return answer
+	})
+	return f, asked
+}
+
+// earlierVersion is a stand-in for a peer of an earlier version serving
+// subject on srv: each request is answered with what answer makes of its
+// arguments. It returns the requests it was sent.
+func earlierVersion(t *testing.T, srv *broker.Broker, subject string, answer func(req map[string]any) any) func() []string {
+	t.Helper()
 	var mu sync.Mutex
 	var asked []string
 	old := natstest.Connect(t, srv)
-	if _, err := old.Subscribe(schemas.ControlSubject("old", verb), func(m *nats.Msg) {
+	if _, err := old.Subscribe(subject, func(m *nats.Msg) {
 		mu.Lock()
 		asked = append(asked, string(m.Data))
 		mu.Unlock()
 		var req map[string]any
 		json.Unmarshal(m.Data, &req)
-		rep := answer
-		if _, ok := req["excludes"]; ok {
-			rep = schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid %s request: Unknown parameter(s): excludes. Valid parameters are: agent_id, stat", verb)}
-		}
-		out, _ := json.Marshal(rep)
+		out, _ := json.Marshal(answer(req))
 		m.Respond(out)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	old.Flush()
-	return f, func() []string {
+	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(asked)
