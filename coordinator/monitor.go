@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
@@ -115,6 +116,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open KV bucket %s: %w", schemas.PermitsBucket, err)
 	}
+	// What waits for an answer, from a watch of the bucket: what it holds
+	// is read once, not at every round (an agent keeps its latest
+	// answered requests for days).
+	pw, err := client.WatchAllKeys(ctx, m.cfg.Conn, permits)
+	if err != nil {
+		return err
+	}
+	defer pw.Stop()
+	waiting := map[string]waitingPermit{}
 	overdue := time.NewTicker(time.Second)
 	defer overdue.Stop()
 	started := time.Now()
@@ -150,7 +160,22 @@ func (m *Monitor) Run(ctx context.Context) error {
 			regrace(lost)
 		case now := <-overdue.C:
 			m.finishUnfinished(ctx, agents, stream)
-			m.denyOverdue(ctx, permits, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
+			m.denyOverdue(ctx, permits, waiting, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
+		case <-pw.Reconnected():
+			// Perhaps to a server that lost what the watch had passed
+			// on, where revisions start again below it: what waits is
+			// read afresh.
+			m.readWaiting(ctx, permits, waiting)
+		case e, ok := <-pw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the permission requests' watch ended")
+			}
+			if e != nil {
+				noteWaiting(waiting, e.Key(), e.Operation(), e.Value())
+			}
 		case <-sweep.C:
 			settled = true
 			// No connection closed: the server these nodes wrote their
@@ -201,29 +226,74 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
+// waitingPermit is a permission request waiting for its answer: the node
+// that asked, and its deadline.
+type waitingPermit struct {
+	node     string
+	deadline time.Time
+}
+
+// noteWaiting updates waiting with an entry of the permits bucket: a
+// request without an answer and with a deadline is kept, anything else
+// under its key dropped.
+func noteWaiting(waiting map[string]waitingPermit, key string, op jetstream.KeyValueOp, value []byte) {
+	var rec schemas.PermitRecord
+	if op != jetstream.KeyValuePut || json.Unmarshal(value, &rec) != nil || rec.Answer != nil || rec.Deadline == 0 {
+		delete(waiting, key)
+		return
+	}
+	waiting[key] = waitingPermit{node: rec.Node, deadline: time.Unix(0, int64(rec.Deadline*1e9))}
+}
+
+// readWaiting makes waiting what the bucket holds now; it is left as it
+// was when the bucket cannot be read.
+func (m *Monitor) readWaiting(ctx context.Context, permits jetstream.KeyValue, waiting map[string]waitingPermit) {
+	keys, err := permits.ListKeys(ctx)
+	if err != nil {
+		m.log.Warn("could not read the permission requests waiting", "err", err)
+		return
+	}
+	defer keys.Stop()
+	now := map[string]waitingPermit{}
+	for key := range keys.Keys() {
+		if e, err := permits.Get(ctx, key); err == nil {
+			noteWaiting(now, key, e.Operation(), e.Value())
+		}
+	}
+	clear(waiting)
+	maps.Copy(waiting, now)
+}
+
 // denyOverdue answers the permission requests whose deadline has passed
 // and whose node is gone: a node answers its own at their deadline, and a
 // node lost (or stopped for good) never will, so the request would wait
 // in every list forever. The answer is a denial by the coordinator; the
 // record stays, answered, so a late answer is told it came too late.
-func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, now time.Time, gone func(node string) bool) {
-	keys, err := permits.ListKeys(ctx)
-	if err != nil {
-		return
-	}
-	for key := range keys.Keys() {
-		e, err := permits.Get(ctx, key)
-		if err != nil {
+// waiting is what the monitor knows waits; each is read again before it
+// is answered.
+func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, waiting map[string]waitingPermit, now time.Time, gone func(node string) bool) {
+	for key, w := range waiting {
+		if now.Before(w.deadline) || !gone(w.node) {
 			continue
+		}
+		e, err := permits.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			delete(waiting, key)
+			continue
+		}
+		if err != nil {
+			continue // tried again at the next round
 		}
 		var rec schemas.PermitRecord
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Answer != nil || rec.Deadline == 0 ||
 			now.Before(time.Unix(0, int64(rec.Deadline*1e9))) || !gone(rec.Node) {
+			noteWaiting(waiting, key, e.Operation(), e.Value())
 			continue
 		}
 		b, _ := json.Marshal(schemas.Answered(rec, schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "coordinator", At: float64(now.UnixNano()) / 1e9,
 			Message: fmt.Sprintf("nobody answered by the request's deadline, and node %s, which asked, is gone; the request was denied", rec.Node)}))
 		if _, err := permits.Update(ctx, key, b, e.Revision()); err == nil {
+			delete(waiting, key)
 			m.log.Info("denied an overdue permission request of a node that is gone", "agent", rec.AgentID, "request", rec.RequestID, "node", rec.Node)
 		}
 	}
