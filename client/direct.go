@@ -668,21 +668,15 @@ func (f *Direct) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	service.LongWait(ctx) // a read per agent
-	lister, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
+	service.LongWait(ctx) // every record
 	recs := []schemas.AgentRecord{}
-	for key := range lister.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue
-		}
+	if err := eachValue(ctx, kv, func(_ string, v []byte) {
 		var rec schemas.AgentRecord
-		if json.Unmarshal(e.Value(), &rec) == nil {
+		if json.Unmarshal(v, &rec) == nil {
 			recs = append(recs, rec)
 		}
+	}); err != nil {
+		return nil, err
 	}
 	SortByCreation(recs)
 	return recs, nil

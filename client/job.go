@@ -260,20 +260,14 @@ func (f *Direct) Jobs(ctx context.Context) ([]schemas.JobRecord, error) {
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.JobsBucket, err)
 	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "list jobs: %v", err)
-	}
 	out := []schemas.JobRecord{}
 	now := time.Now()
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue // gone since it was listed
-		}
-		if j, err := decodeJob(e.Value(), now); err == nil {
+	if err := eachValue(ctx, kv, func(_ string, v []byte) {
+		if j, err := decodeJob(v, now); err == nil {
 			out = append(out, j)
 		}
+	}); err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "list jobs: %v", err)
 	}
 	slices.SortFunc(out, func(a, b schemas.JobRecord) int {
 		if c := compareFloat(a.StartedAt, b.StartedAt); c != 0 {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -213,5 +214,33 @@ func endKeyWatch(w jetstream.KeyWatcher) {
 	}
 	w.Stop()
 	for range w.Updates() {
+	}
+}
+
+// eachValue calls fn with the value of each key of kv, as it is now, read
+// in one pass (a watch that ends once it has passed on what is stored),
+// not with a request per key: a list of a thousand records is one
+// consumer's deliveries, not a thousand round trips.
+func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte)) error {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok && ctx.Err() != nil:
+				return ctx.Err()
+			case !ok:
+				return fmt.Errorf("the read of %s ended before it had read every key", kv.Bucket())
+			case e == nil:
+				return nil
+			}
+			fn(e.Key(), e.Value())
+		}
 	}
 }

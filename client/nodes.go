@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -124,22 +123,13 @@ func (f *Direct) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
 		if err != nil {
 			return nil, err
 		}
-		w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-		if err != nil {
-			return nil, err
-		}
-		defer w.Stop()
 		nodes = []schemas.NodeRecord{}
-		for e := range w.Updates() {
-			if e == nil {
-				break
-			}
+		if err := eachValue(ctx, kv, func(_ string, v []byte) {
 			var rec schemas.NodeRecord
-			if json.Unmarshal(e.Value(), &rec) == nil {
+			if json.Unmarshal(v, &rec) == nil {
 				nodes = append(nodes, rec)
 			}
-		}
-		if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		}); err != nil {
 			return nil, err
 		}
 	}

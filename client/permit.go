@@ -3,10 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/service"
@@ -57,24 +54,15 @@ func (f *Direct) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	if err != nil {
 		return schemas.PendingReply{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
 	}
-	service.LongWait(ctx) // a read per request
-	lister, err := kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return schemas.PendingReply{Requests: []schemas.PermitRecord{}}, nil
-	}
-	if err != nil {
-		return schemas.PendingReply{}, err
-	}
+	service.LongWait(ctx) // every request, answered or not
 	out := []schemas.PermitRecord{}
-	for key := range lister.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue
-		}
+	if err := eachValue(ctx, kv, func(_ string, v []byte) {
 		var rec schemas.PermitRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil {
+		if json.Unmarshal(v, &rec) == nil && rec.Answer == nil {
 			out = append(out, rec)
 		}
+	}); err != nil {
+		return schemas.PendingReply{}, schemas.Errf(schemas.CodeUnavailable, "read %s: %v", schemas.PermitsBucket, err)
 	}
 	slices.SortFunc(out, func(a, b schemas.PermitRecord) int {
 		switch {
