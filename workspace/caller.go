@@ -638,20 +638,32 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
 	}
 	old, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
 	if old != "" {
-		out, err := g.run(ctx, root, nil, nil, "log", "--format=%H %ae %ce %s", tip+".."+old)
+		// Read as git prints it, a line a commit, each field cut short
+		// (an email from its left, keeping its domain): the node made
+		// these commits, and a message compresses a thousandfold.
+		var yours []string
+		n := 0
+		err := g.scan(ctx, root, func(l string) {
+			f := strings.Split(l, "\x00")
+			if len(f) != 4 {
+				return
+			}
+			for i := range f {
+				f[i] = strings.TrimSpace(f[i])
+			}
+			if strings.HasSuffix(f[1], "@shoal.invalid") && strings.HasSuffix(f[2], "@shoal.invalid") {
+				return
+			}
+			if n++; len(yours) < 3 {
+				yours = append(yours, strings.TrimSpace(f[0][:min(12, len(f[0]))]+" "+f[3]))
+			}
+		}, "log", "--format=%H%x00%<(100,ltrunc)%ae%x00%<(100,ltrunc)%ce%x00%<(72,trunc)%s", tip+".."+old)
 		if err != nil {
 			return err
 		}
-		var yours []string
-		for l := range strings.Lines(out) {
-			f := strings.SplitN(strings.TrimSpace(l), " ", 4)
-			if len(f) >= 3 && (!strings.HasSuffix(f[1], "@shoal.invalid") || !strings.HasSuffix(f[2], "@shoal.invalid")) {
-				yours = append(yours, strings.Join(append([]string{f[0][:min(12, len(f[0]))]}, f[3:]...), " "))
-			}
-		}
-		if len(yours) > 0 {
+		if n > 0 {
 			return fmt.Errorf("branch %s has %d commits the agent's work does not hold, not made by Shoal (%s): move them to a branch of your own, or delete %s, and fetch again",
-				branch, len(yours), strings.Join(yours[:min(3, len(yours))], "; "), branch)
+				branch, n, strings.Join(yours, "; "), branch)
 		}
 	}
 	if _, err := g.run(ctx, root, nil, nil, "update-ref", ref, tip, old); err != nil {

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -101,11 +102,35 @@ func run(ctx context.Context, dir string, extra []string, stdin []byte, args ...
 }
 
 func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byte, args ...string) (string, error) {
+	out := &capped{max: g.max}
+	err := g.exec(ctx, dir, extra, stdin, out, args...)
+	if err != nil && out.over {
+		return "", fmt.Errorf("git %s: its output passed %d bytes: %w", args[0], g.max, ErrTooMuch)
+	}
+	return out.String(), err
+}
+
+// scan runs git as run does and hands fn each line of its standard output
+// as it comes, without its newline and cut at maxLine bytes: what git
+// prints is never held whole, however much it is.
+func (g gitter) scan(ctx context.Context, dir string, fn func(line string), args ...string) error {
+	l := &lineWriter{fn: fn, max: maxLine}
+	err := g.exec(ctx, dir, nil, nil, l, args...)
+	l.flush()
+	return err
+}
+
+// maxLine is what scan takes of a line.
+const maxLine = 4 << 10
+
+// exec runs git in dir with the clean environment plus extra, its
+// standard output to stdout. The error carries git's standard error.
+func (g gitter) exec(ctx context.Context, dir string, extra []string, stdin []byte, stdout io.Writer, args ...string) error {
 	argv := append([]string{"git"}, args...)
 	if g.jail != nil {
 		var err error
 		if argv, err = g.jail(argv, g.writable...); err != nil {
-			return "", err
+			return err
 		}
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -115,23 +140,56 @@ func (g gitter) run(ctx context.Context, dir string, extra []string, stdin []byt
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	out := &capped{max: g.max}
 	errb := &capped{max: 64 << 10, drop: true}
-	cmd.Stdout, cmd.Stderr = out, errb
+	cmd.Stdout, cmd.Stderr = stdout, errb
 	if err := cmd.Run(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return "", ErrNoGit
-		}
-		if out.over {
-			return "", fmt.Errorf("git %s: its output passed %d bytes: %w", args[0], g.max, ErrTooMuch)
+			return ErrNoGit
 		}
 		msg := strings.TrimSpace(errb.String())
 		if msg == "" {
 			msg = err.Error()
 		}
-		return out.String(), fmt.Errorf("git %s: %s", args[0], msg)
+		return fmt.Errorf("git %s: %s", args[0], msg)
 	}
-	return out.String(), nil
+	return nil
+}
+
+// lineWriter hands fn each line written to it, without its newline, cut
+// at max bytes.
+type lineWriter struct {
+	fn   func(string)
+	max  int
+	line []byte
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		part := p
+		if i >= 0 {
+			part = p[:i]
+		}
+		if room := l.max - len(l.line); room > 0 {
+			l.line = append(l.line, part[:min(room, len(part))]...)
+		}
+		if i < 0 {
+			break
+		}
+		l.fn(string(l.line))
+		l.line = l.line[:0]
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// flush hands fn what was written after the last newline.
+func (l *lineWriter) flush() {
+	if len(l.line) > 0 {
+		l.fn(string(l.line))
+		l.line = l.line[:0]
+	}
 }
 
 // path runs git for a path (rev-parse --show-toplevel, say) and returns
