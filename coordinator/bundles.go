@@ -289,8 +289,8 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		b.mu.Lock()
 		writing := b.inProgressLocked(node, key)
 		b.mu.Unlock()
-		if held+writing >= b.nodeMax() {
-			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored and being written hold %d bytes, the most a node's may (%d); they expire with the store's age", name, node, held+writing, b.nodeMax())
+		if held+writing+storedCost(0) > b.nodeMax() {
+			return schemas.Errf(schemas.CodeUnavailable, "bundle %s: node %s's bundles stored and being written hold %d bytes, the most a node's may (%d; each counts at least %d); they expire with the store's age", name, node, held+writing, b.nodeMax(), minBundleCost)
 		}
 		pr, pw := io.Pipe()
 		w = &bundleWrite{pw: pw, done: make(chan error, 1), node: node, held: held}
@@ -317,7 +317,7 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 	// The chunk's bytes are counted as the room is checked, so that
 	// chunks of the node's other writes written at once see them.
 	b.mu.Lock()
-	holds := w.held + w.pos + b.inProgressLocked(node, key) + int64(len(data))
+	holds := w.held + storedCost(w.pos+int64(len(data))) + b.inProgressLocked(node, key)
 	if holds <= b.nodeMax() {
 		w.pos += int64(len(data))
 	}
@@ -338,7 +338,7 @@ func (b *bundles) write(bg context.Context, obs jetstream.ObjectStore, node, key
 		b.mu.Lock()
 		delete(b.chunking, key) // stored: no longer in progress
 		for _, other := range b.inProgressOf(node, key) {
-			other.held += w.pos
+			other.held += storedCost(w.pos)
 		}
 		b.mu.Unlock()
 		return nil
@@ -377,11 +377,31 @@ func nodeBundleBytes(ctx context.Context, obs jetstream.ObjectStore, node, excep
 		// <repo>/work/<node>/…: the node is the third segment, whatever
 		// follows (a repository id holds no slash).
 		if seg := strings.SplitN(info.Name, "/", 4); len(seg) == 4 && seg[1] == "work" && seg[2] == node && info.Name != except && !info.Deleted {
-			n += int64(info.Size)
+			n += storedCost(int64(info.Size))
 		}
 	}
 	return n, nil
 }
+
+// Bounds of what a node's bundle takes beyond its bytes.
+const (
+	// minBundleCost is the least a stored bundle counts toward its
+	// node's room, however small: each is an object the store keeps and
+	// every write's count lists, so a node's room holds at most so many
+	// of them (65,536 in the default 4 GiB).
+	minBundleCost = 64 << 10
+	// maxBundleDescription is what the relay keeps of the description a
+	// node gives its bundle (it is for people listing the store).
+	maxBundleDescription = 256
+	// maxWorkNameTail is how long a work bundle's name may be past its
+	// agent's prefix (schemas.WorkBundleName makes 64 to 88 bytes).
+	maxWorkNameTail = 128
+)
+
+// storedCost is what a bundle of size bytes counts toward its node's
+// room. Its name and description are not counted: the relay holds them
+// to a few hundred bytes, well within the least a bundle counts.
+func storedCost(size int64) int64 { return max(size, minBundleCost) }
 
 // bundleRight says whether node may read (or, write, write) bundle name
 // for agent id: the agent is the node's, opened on a repository; a read
@@ -415,6 +435,8 @@ func (r *Relay) bundleRight(ctx context.Context, node, id, name string, write bo
 		return schemas.Errf(schemas.CodeForbidden, "node %s may read only the bundle agent %s is opened from, not %s", node, id, name)
 	case write && (!strings.HasPrefix(name, schemas.WorkBundlePrefix(ws.Repo, node, id)) || !strings.HasSuffix(name, ".bundle") || strings.Contains(name, "..")):
 		return schemas.Errf(schemas.CodeForbidden, "node %s may write only bundles of agent %s's work, named %s…, not %s", node, id, schemas.WorkBundlePrefix(ws.Repo, node, id), name)
+	case write && len(name)-len(schemas.WorkBundlePrefix(ws.Repo, node, id)) > maxWorkNameTail:
+		return schemas.Errf(schemas.CodeInvalid, "bundle name %.80s… is %d bytes past agent %s's prefix; a work bundle's name is at most %d past it", name, len(name)-len(schemas.WorkBundlePrefix(ws.Repo, node, id)), id, maxWorkNameTail)
 	}
 	return nil
 }
@@ -486,6 +508,9 @@ func (r *Relay) bundlePut(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	desc := m.Header.Get(schemas.HeaderBundleDescription)
+	if len(desc) > maxBundleDescription {
+		desc = strings.ToValidUTF8(desc[:maxBundleDescription], "")
+	}
 	if err := r.bun.write(ctx, obs, node, bundleKey(node, id, name), name, desc, offset, m.Data, m.Header.Get(schemas.HeaderBundleLast) == "1"); err != nil {
 		r.bundleFail(m, err)
 		return
