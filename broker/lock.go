@@ -45,19 +45,23 @@ func lockStore(dir string) (unlock func(), err error) {
 	}, nil
 }
 
-// describe names a process by its command line, where the system says.
+// describe names a process by its program and the words before its first
+// flag ("shoal up"), where the system says: never its flags, which may
+// hold a token.
 func describe(pid string) string {
 	b, err := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 	if err != nil || len(b) == 0 {
 		return ""
 	}
 	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	args[0] = filepath.Base(args[0])
-	line := strings.Join(args, " ")
-	if len(line) > 200 {
-		line = line[:200] + "…" // enough to know it by
+	words := []string{filepath.Base(args[0])}
+	for _, a := range args[1:min(len(args), 3)] {
+		if strings.HasPrefix(a, "-") || len(a) > 32 {
+			break
+		}
+		words = append(words, a)
 	}
-	return " (" + line + ")"
+	return " (" + strings.Join(words, " ") + ")"
 }
 
 // checkListeners makes sure the ports the server will listen on are free,

@@ -232,15 +232,17 @@ func TestBenchIgnoresTheClientsFabric(t *testing.T) {
 }
 
 // One store, one server: a second `shoal up` on a store in use exits 2
-// naming the process that holds it, before its server opens anything; the
+// naming the process that holds it (by its program and command, not its
+// flags, which may hold a token), before its server opens anything; the
 // first keeps serving, its stream untouched.
 func TestSecondUpOnALiveStore(t *testing.T) {
 	t.Parallel()
+	const secretToken = "sekrit-token-0123456789"
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	dir := t.TempDir()
 	store := filepath.Join(dir, "store")
 	env := append(peers.ClaudeEnv(filepath.Join(dir, "claude"), fake.URL()), "XDG_CACHE_HOME="+dir+"/cache")
-	first := startShoal(t, dir, env, "up", "--port", "-1", "--store", store, "--no-bus", "--mcp-listen", "127.0.0.1:0", "--claude", peers.Claude.Command(t)[0])
+	first := startShoal(t, dir, env, "up", "--port", "-1", "--store", store, "--no-bus", "--mcp-listen", "127.0.0.1:0", "--claude", peers.Claude.Command(t)[0], "--mcp-token", secretToken)
 	url := strings.TrimPrefix(first.waitLine("shoal: NATS listening on "), "shoal: NATS listening on ")
 	first.waitLine("shoal: ready")
 	client := []string{"SHOAL_NATS=" + url}
@@ -271,9 +273,12 @@ func TestSecondUpOnALiveStore(t *testing.T) {
 	}
 	before := state()
 	code, _, errOut = runShoal(t, dir, env, "up", "--port", "-1", "--store", store, "--no-bus", "--no-mcp", "--no-node")
-	want := "store " + store + " is in use by process " + strconv.Itoa(first.cmd.Process.Pid)
+	want := "store " + store + " is in use by process " + strconv.Itoa(first.cmd.Process.Pid) + " (" + filepath.Base(first.cmd.Path) + " up)"
 	if code != 2 || !strings.Contains(errOut, want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 		t.Errorf("the second shoal up: exit %d, said %q; want 2 and one line with %q", code, errOut, want)
+	}
+	if strings.Contains(errOut, secretToken) {
+		t.Errorf("the second shoal up printed the first one's --mcp-token: %q", errOut)
 	}
 	if after := state(); after.Msgs != before.Msgs || after.LastSeq != before.LastSeq {
 		t.Errorf("the stream went from %d messages (last %d) to %d (last %d)", before.Msgs, before.LastSeq, after.Msgs, after.LastSeq)
