@@ -95,7 +95,11 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				return
 			case id == "" && !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken):
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
-				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+				msg := "a bearer token is required"
+				if got != "" {
+					msg = "the bearer token is not one this endpoint accepts (its full or observer token)"
+				}
+				http.Error(w, msg, http.StatusUnauthorized)
 				return
 			}
 		}

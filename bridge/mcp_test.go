@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -680,6 +681,7 @@ func TestMCPHTTPSecurity(t *testing.T) {
 	}
 	fb := startFabric(t, bridge.HTTPConfig{Token: "s3cret"})
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	var body string
 	post := func(h map[string]string) int {
 		req, _ := http.NewRequest("POST", fb.url, strings.NewReader(init))
 		req.Header.Set("Content-Type", "application/json")
@@ -691,14 +693,18 @@ func TestMCPHTTPSecurity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		said, _ := io.ReadAll(res.Body)
 		res.Body.Close()
+		body = strings.TrimSpace(string(said))
 		return res.StatusCode
 	}
-	if code := post(nil); code != http.StatusUnauthorized {
-		t.Errorf("no token: %d", code)
+	// A wrong token is told apart from none: a person checking their
+	// client's configuration looks for a wrong value, not a missing header.
+	if code := post(nil); code != http.StatusUnauthorized || body != "a bearer token is required" {
+		t.Errorf("no token: %d %q", code, body)
 	}
-	if code := post(map[string]string{"Authorization": "Bearer wrong"}); code != http.StatusUnauthorized {
-		t.Errorf("a wrong token: %d", code)
+	if code := post(map[string]string{"Authorization": "Bearer wrong"}); code != http.StatusUnauthorized || !strings.Contains(body, "is not one this endpoint accepts") {
+		t.Errorf("a wrong token: %d %q", code, body)
 	}
 	if code := post(map[string]string{"Authorization": "Bearer s3cret"}); code != http.StatusOK {
 		t.Errorf("the right token: %d", code)

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -84,6 +85,18 @@ func TestObserverSeesEverythingAndActsOnNothing(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusUnauthorized {
 			t.Errorf("GET %s without a token: %d, want 401", path, res.StatusCode)
+		}
+	}
+	// A wrong token is told apart from none.
+	wrong, _ := http.NewRequest("GET", d.url+"/api/fleet", nil)
+	wrong.Header.Set("Authorization", "Bearer wrong")
+	if res, err := http.DefaultClient.Do(wrong); err != nil {
+		t.Fatal(err)
+	} else {
+		said, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized || !strings.Contains(string(said), "is not one this dashboard accepts") {
+			t.Errorf("GET /api/fleet with a wrong token: %d %q", res.StatusCode, said)
 		}
 	}
 	// The full token answers, so the agent's turn ends.

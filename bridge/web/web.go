@@ -114,7 +114,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
-		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		msg := "a bearer token is required"
+		if c, err := r.Cookie(CookieName); r.Header.Get("Authorization") != "" || (err == nil && c.Value != "") {
+			msg = "the token is not one this dashboard accepts (its full or observer token)"
+		}
+		http.Error(w, msg, http.StatusUnauthorized)
 		return
 	}
 	h.mux.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
