@@ -120,6 +120,14 @@ func (b *Broker) Start(ctx context.Context) error {
 		unlock()
 		return err
 	}
+	said, err := adoptStore(b.cfg)
+	if err != nil {
+		unlock()
+		return err
+	}
+	if said != "" {
+		b.cfg.Logger.Warn(said)
+	}
 	b.unlock = unlock
 	go b.srv.Start()
 	ready := make(chan bool, 1)
