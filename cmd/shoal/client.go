@@ -155,6 +155,8 @@ func badNatsURL(list string) (raw, why string) {
 // not mend: credentials or certificates.
 type refusedError struct{ error }
 
+func (e refusedError) Unwrap() error { return e.error }
+
 // explain turns a failed dial into what to do about it.
 func (o *clientOptions) explain(err error) error {
 	if e := o.refused(err); e != nil {
@@ -166,7 +168,16 @@ func (o *clientOptions) explain(err error) error {
 	return schemas.Errf(schemas.CodeUnavailable, "cannot reach NATS at %s: %v (is `shoal up` running?)", o.url, err)
 }
 
+// refused says what setting a dial the server refused lacks; a refusal is
+// a wrong command line (exit 2), not a failure to retry.
 func (o *clientOptions) refused(err error) error {
+	if e := o.refusal(err); e != nil {
+		return schemas.Errf(schemas.CodeInvalid, "%s", e)
+	}
+	return nil
+}
+
+func (o *clientOptions) refusal(err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "Authorization Violation") && o.creds == "":

@@ -114,8 +114,8 @@ func TestSecuredPool(t *testing.T) {
 		err  string
 		run  func() (int, string, string)
 	}{
-		{"no credentials", 1, "requires credentials: give --creds", func() (int, string, string) { return as("", "ls") }},
-		{"no CA", 1, "does not trust: give --tls-ca", func() (int, string, string) {
+		{"no credentials", 2, "requires credentials: give --creds", func() (int, string, string) { return as("", "ls") }},
+		{"no CA", 2, "does not trust: give --tls-ca", func() (int, string, string) {
 			return runShoal(t, t.TempDir(), []string{"SHOAL_NATS=" + url, "SHOAL_CREDS=" + creds["cli"]}, "ls")
 		}},
 		{"a node's credentials for a client", 2, "are a node's", func() (int, string, string) { return as("box", "ls") }},
