@@ -280,9 +280,14 @@ func (f *Direct) Jobs(ctx context.Context) ([]schemas.JobRecord, error) {
 
 // WaitJob waits until job id has ended, or is lost, and returns its
 // record.
+//
+// A job whose record looks lost is watched a little before it is said to
+// be: its runner may be coming back from an outage of the fabric, in
+// which it could write nothing, and writes its record within a beat of
+// being back.
 func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, error) {
 	j, err := f.Job(ctx, id)
-	if err != nil || j.Ended() || j.Status == schemas.JobLost {
+	if err != nil || j.Ended() {
 		return j, err
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.JobsBucket)
@@ -296,10 +301,19 @@ func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, err
 	defer watch.Stop()
 	check := time.NewTicker(schemas.JobBeatSeconds * time.Second)
 	defer check.Stop()
+	var silent time.Time // since when the job has looked lost
 	for {
 		// Read again: the job may have ended before the watch began.
-		if j, err = f.Job(ctx, id); err != nil || j.Ended() || j.Status == schemas.JobLost {
+		if j, err = f.Job(ctx, id); err != nil || j.Ended() {
 			return j, err
+		}
+		switch {
+		case j.Status != schemas.JobLost:
+			silent = time.Time{}
+		case silent.IsZero():
+			silent = time.Now()
+		case time.Since(silent) >= jobComeBack:
+			return j, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -309,6 +323,10 @@ func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, err
 		}
 	}
 }
+
+// jobComeBack is how long a job that looks lost is watched for its runner
+// to write its record again: two of its beats.
+const jobComeBack = 2 * schemas.JobBeatSeconds * time.Second
 
 // decodeJob reads a job's record as of now.
 func decodeJob(b []byte, now time.Time) (schemas.JobRecord, error) {

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/service"
@@ -79,6 +81,29 @@ func (h *Host) Send(ctx context.Context, req schemas.SendRequest) (schemas.SendR
 	return schemas.SendReply{Turn: turn}, err
 }
 
+// awaitConnected reports, once nc is connected, true, or false if ctx
+// ends or nc is closed first.
+func awaitConnected(ctx context.Context, nc *nats.Conn) bool {
+	back := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(back)
+	for !nc.IsConnected() {
+		if nc.IsClosed() {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-back:
+		case <-time.After(time.Second): // a change the listener missed
+		}
+	}
+	return true
+}
+
+// replySettle is how long a reply held for the connection waits once it
+// is back.
+const replySettle = 3 * time.Second
+
 // storedWait bounds how long a run's reply waits for its turn to be stored.
 const storedWait = 10 * time.Second
 
@@ -122,6 +147,21 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 			return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' was taken for lost while its node was away: the fabric closed its turn as cancelled", a.id)
 		} else if err != nil {
 			h.log.Warn("answering a run before its turn is stored", "agent", a.id, "err", err)
+		}
+		// A reply sent while the connection is away is lost (nothing
+		// buffers it) and the caller would wait out its deadline for a
+		// turn that ended: it waits for the connection, as long as the
+		// caller waits.
+		if !h.cfg.Conn.IsConnected() {
+			h.log.Info("holding a run's reply until the fabric is back", "agent", a.id, "turn", turn)
+			if awaitConnected(ctx, h.cfg.Conn) {
+				// The caller reconnecting at the same moment subscribes
+				// its reply subject again first.
+				select {
+				case <-ctx.Done():
+				case <-time.After(replySettle):
+				}
+			}
 		}
 		return fitRunReply(schemas.RunReply{Text: out.text, Turn: turn, StopReason: out.stop, NotBegun: out.notBegun}, h.maxEvent), nil
 	case <-t.C:

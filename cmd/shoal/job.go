@@ -95,6 +95,9 @@ running one has not been heard from for 45 seconds.`,
 				if spec.Source.Dir, err = filepath.Abs(spec.Source.Dir); err != nil {
 					return err
 				}
+				// Once begun, a job outlives an outage of the fabric of
+				// any length; Ctrl-C stops it.
+				v.client.persistent = true
 				d, err := v.direct(noObjectStore)
 				if err != nil {
 					return err
@@ -194,6 +197,9 @@ func (v *verb) runDetached(ctx context.Context) error {
 	if err := json.Unmarshal(b, &j); err != nil || j.ID == "" {
 		return usagef("shoal job %s runs a job shoal job --detach hands it on stdin, not %.40q", jobRunArg, b)
 	}
+	// The job outlives an outage of the fabric of any length, as its
+	// node does: it has nobody to tell it failed.
+	v.client.persistent = true
 	d, err := v.direct(noObjectStore)
 	if err != nil {
 		return err
