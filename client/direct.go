@@ -781,6 +781,36 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 	// A node may take a while: to start an agent, end a turn, stop one;
 	// or it may hang, and any request waits out its timeout.
 	service.LongWait(ctx)
+	if verb == schemas.VerbWork || verb == schemas.VerbDiff {
+		// A node bundling an agent's work may take minutes, and one
+		// lost meanwhile would leave the caller waiting out all of them.
+		return f.whileNodeLives(ctx, node, verb, func(ctx context.Context) error { return f.ask(ctx, node, verb, body, rep) })
+	}
+	return f.ask(ctx, node, verb, body, rep)
+}
+
+// whileNodeLives runs ask, a request to node, and fails it as soon as the
+// node is lost, stops or restarts (its heartbeat's entry goes, or another
+// life of it beats).
+func (f *Direct) whileNodeLives(ctx context.Context, node string, verb schemas.Verb, ask func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lost := f.watchNode(ctx, node)
+	answered := make(chan error, 1)
+	go func() { answered <- ask(ctx) }()
+	select {
+	case err := <-answered:
+		return err
+	case how := <-lost:
+		cancel()
+		<-answered
+		return schemas.Errf(schemas.CodeUnavailable, "node %s %s while it answered %s: ask again once it is back", node, how, verb)
+	}
+}
+
+// ask sends body to node as a request of verb and decodes its reply.
+func (f *Direct) ask(ctx context.Context, node string, verb schemas.Verb, body []byte, rep any) error {
+	var err error
 	attempts, attempt := 1, ctx
 	if retryable(verb) {
 		attempts = 3
@@ -793,7 +823,11 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 			attempt, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attempts-i))
 			defer cancel()
 		}
-		msg, err = RequestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
+		if verb == schemas.VerbRun {
+			msg, err = requestNodeAcross(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
+		} else {
+			msg, err = RequestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
+		}
 		if err == nil || ctx.Err() != nil || i == attempts-1 {
 			break
 		}
@@ -849,6 +883,74 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 	}
 	return m, nil
 }
+
+// requestNodeAcross is RequestNode for a request that may wait long (a
+// run) and carries a request id its node dedupes: a reply the node sent
+// while the connection was away is lost (nothing buffers it), so when the
+// connection comes back the request is sent again, and the node answers
+// the copy with the reply it made, or, still running, once it has made
+// it. Only within sentAgainFor of the connection's loss: the node keeps a
+// reply for two minutes from the turn's end, which came after the loss
+// (or its reply would have arrived), and past them a copy would be a new
+// turn. Once sent again, a node not there yet (no responders) is asked
+// again every second: it may be reconnecting too.
+func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED)
+	defer nc.RemoveStatusListener(status)
+	inbox := nc.NewInbox()
+	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
+	replies := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(reply, replies)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	send := func() error { return nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}) }
+	if err := send(); err != nil {
+		return nil, err
+	}
+	var (
+		lost   time.Time // when the connection went, since it was last back
+		sentAt time.Time // the loss the request was last sent again after
+		retry  <-chan time.Time
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case s := <-status:
+			if s != nats.CONNECTED {
+				if lost.IsZero() {
+					lost = time.Now()
+				}
+				continue
+			}
+			if !lost.IsZero() && time.Since(lost) < sentAgainFor {
+				sentAt, retry = lost, nil
+				send() // a failure: the connection went again, and says so when back
+			}
+			lost = time.Time{}
+		case <-retry:
+			retry = nil
+			if time.Since(sentAt) < sentAgainFor {
+				send()
+			}
+		case m := <-replies:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				if sentAt.IsZero() {
+					return nil, nats.ErrNoResponders
+				}
+				retry = time.After(time.Second)
+				continue
+			}
+			return m, nil
+		}
+	}
+}
+
+// sentAgainFor is how long after the connection's loss a run is sent
+// again: within the two minutes its node keeps the reply, with room.
+const sentAgainFor = 90 * time.Second
 
 // retryable verbs carry a request id the node dedupes, or only read.
 func retryable(verb schemas.Verb) bool {
