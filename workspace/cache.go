@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -394,7 +395,13 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	if err := copyOwnIndex(c.Dir, index); err != nil {
 		return "", nil, err
 	}
-	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, env...)
+	// Dated as the commit it is made on: the same work fetched again is
+	// the same commit, whose bundle is stored once, not once a fetch.
+	dated := env
+	if when, err := g.line(ctx, c.Dir, nil, "show", "-s", "--format=%ct", head); err == nil && when != "" {
+		dated = append(slices.Clip(env), "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
+	}
+	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, dated...)
 	return commit, env, err
 }
 
