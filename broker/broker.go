@@ -167,7 +167,7 @@ func (b *Broker) Start(ctx context.Context) error {
 	}
 	if err := Provision(ctx, js, b.cfg.Assets); err != nil {
 		b.Shutdown()
-		return err
+		return b.explainStorage(err)
 	}
 	return nil
 }
@@ -296,3 +296,48 @@ func randomSecret() string {
 	}
 	return hex.EncodeToString(b[:])
 }
+
+// errNoStorage is JetStream's "insufficient storage resources available":
+// an asset's bound passes what the server may store.
+const errNoStorage jetstream.ErrorCode = 10047
+
+// explainStorage says, of a provisioning refused for want of storage, how
+// much the store's file system has, what the server takes of it and what
+// the fabric's bounds ask, and which to lower; other errors it returns as
+// they are.
+func (b *Broker) explainStorage(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoStorage {
+		return err
+	}
+	a := b.cfg.Assets.withDefaults()
+	var asked int64 = PermitsMaxBytes
+	for _, n := range []int64{a.MaxBytes, a.ReposMaxBytes} {
+		if n > 0 {
+			asked += n
+		}
+	}
+	free := "an unknown amount"
+	if n, ok := freeBytes(b.cfg.StoreDir); ok {
+		free = sizeText(n)
+	}
+	return schemas.Errf(schemas.CodeInvalid, "%v: the store %s's file system has %s free, of which JetStream takes 3/4 when it starts, and the fabric's bounds ask %s (the events, --stream-max-bytes %s; the repositories, --repos-max-bytes %s; permission requests %s): give the store more room, or lower --repos-max-bytes and --stream-max-bytes",
+		err, b.cfg.StoreDir, free, sizeText(asked), boundText(a.MaxBytes), boundText(a.ReposMaxBytes), sizeText(PermitsMaxBytes))
+}
+
+// boundText is a size bound as a flag takes it: a size, or "none".
+func boundText(n int64) string {
+	if n <= 0 {
+		return "none"
+	}
+	return sizeText(n)
+}
+
+// sizeText is n bytes in GiB or MiB.
+func sizeText(n int64) string {
+	if n >= 1<<30 {
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+}
+

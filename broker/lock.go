@@ -108,3 +108,12 @@ func or(a, b string) string {
 	}
 	return b
 }
+
+// freeBytes is what the file system of dir has free for this process.
+func freeBytes(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true
+}

@@ -132,6 +132,11 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"port out of range for a client", []string{"SHOAL_PORT=70000"}, []string{"status", "x"}, []string{"env SHOAL_PORT", `port = "70000" is not a port number`}},
 		{"bad duration", nil, []string{"up", "--stream-max-age", "soon"}, []string{"soon", "not a duration"}},
 		{"bad size", nil, []string{"up", "--stream-max-bytes", "huge"}, []string{"huge", "not a size"}},
+		// Bounds past what the store's disk can hold: JetStream's own
+		// "insufficient storage resources" said nothing of the disk or
+		// of the flags that lower them.
+		{"bounds past the disk", nil, []string{"up", "--port", "-1", "--no-node", "--no-bus", "--no-mcp", "--store", filepath.Join(dir, "s2"), "--repos-max-bytes", "1048576GiB"},
+			[]string{"insufficient storage", "file system has", "free", "--repos-max-bytes 1048576.0 GiB", "lower --repos-max-bytes and --stream-max-bytes"}},
 		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication: turn authentication on (shoal up --auth)"}},
 		{"bad log level", nil, []string{"up", "--log-level", "loud"}, []string{"loud"}},
 		{"stray argument", nil, []string{"up", "now"}, []string{`unexpected argument "now"`}},
