@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,12 @@ type MonitorConfig struct {
 	// a link coming back would deliver, is dropped with them, not stored
 	// after the close (broker.DisconnectNode).
 	Disconnect func(node, instance string, before time.Time) int
+	// ChunksIdle is how long the chunks of a bundle no object names (its
+	// sender was killed mid-send) may go without another before they are
+	// removed from the repositories' store; ChunksEvery how often the
+	// store is looked at. defaultChunksIdle and defaultChunksEvery when
+	// zero.
+	ChunksIdle, ChunksEvery time.Duration
 	Logger     *slog.Logger
 }
 
@@ -79,6 +86,11 @@ func (m *Monitor) Ready() <-chan struct{} { return m.ready }
 
 // Run watches until ctx ends.
 func (m *Monitor) Run(ctx context.Context) error {
+	var sweeping sync.WaitGroup
+	defer sweeping.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sweeping.Go(func() { m.sweepChunks(ctx) })
 	nodes, err := m.js.KeyValue(ctx, schemas.NodesBucket)
 	if err != nil {
 		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
@@ -505,3 +517,85 @@ func untakenClaim(rec schemas.AgentRecord) bool {
 func staleClaim(rec schemas.AgentRecord) bool {
 	return time.Since(time.Unix(int64(rec.CreatedAt), 0)) > schemas.OpenTimeout+time.Minute
 }
+
+// Defaults of MonitorConfig.ChunksIdle and ChunksEvery.
+const (
+	defaultChunksIdle  = 15 * time.Minute
+	defaultChunksEvery = 5 * time.Minute
+)
+
+// sweepChunks removes, every ChunksEvery until ctx ends, the chunks in
+// the repositories' store that no object names and that have had no new
+// one for ChunksIdle: what a sender killed mid-send left (the object
+// store removes a failed put's chunks only when the putter lives to see
+// it fail). They would count against the store's bound for its 24 hours
+// and refuse the retry of the very send they are part of. A put going on
+// adds a chunk at least every few seconds; one that is whole is named by
+// its object's metadata, written after its last chunk.
+func (m *Monitor) sweepChunks(ctx context.Context) {
+	idle, every := m.cfg.ChunksIdle, m.cfg.ChunksEvery
+	if idle == 0 {
+		idle = defaultChunksIdle
+	}
+	if every == 0 {
+		every = defaultChunksEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := m.removeOrphanChunks(ctx, idle); err != nil {
+				m.log.Debug("could not look for orphaned chunks in the repositories' store", "err", err)
+			} else if n > 0 {
+				m.log.Info("removed the chunks of bundles whose sender stopped mid-send", "bundles", n)
+			}
+		}
+	}
+}
+
+// removeOrphanChunks removes the chunks no object of the repositories'
+// store names that have had no new one for idle, and returns of how many
+// puts.
+func (m *Monitor) removeOrphanChunks(ctx context.Context, idle time.Duration) (int, error) {
+	stream, err := m.js.Stream(ctx, "OBJ_"+schemas.ReposBucket)
+	if err != nil {
+		return 0, err
+	}
+	prefix := "$O." + schemas.ReposBucket + ".C."
+	// The chunks' subjects first, then the objects: an object made whole
+	// between the two is named, and one made whole after is recent.
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil || len(info.State.Subjects) == 0 {
+		return 0, err
+	}
+	obs, err := m.js.ObjectStore(ctx, schemas.ReposBucket)
+	if err != nil {
+		return 0, err
+	}
+	named := map[string]bool{}
+	objects, err := obs.List(ctx, jetstream.ListObjectsShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return 0, err
+	}
+	for _, o := range objects {
+		named[o.NUID] = true
+	}
+	removed := 0
+	for subject := range info.State.Subjects {
+		if named[strings.TrimPrefix(subject, prefix)] {
+			continue
+		}
+		last, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err != nil || time.Since(last.Time) < idle {
+			continue
+		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err == nil {
+			removed++
+		}
+	}
+	return removed, nil
+}
+
