@@ -436,7 +436,10 @@ func (r *repos) of(id string) (schemas.Workspace, string, error) {
 	}
 	ws, err := r.meta(id)
 	if err != nil {
-		return ws, "", schemas.Errf(schemas.CodeNotFound, "agent %s was not opened on a repository on node %s", id, r.node)
+		// The node knows only its own directory: a record may say the
+		// agent was, by this node under another --dir, or one it has
+		// since removed.
+		return ws, "", schemas.Errf(schemas.CodeNotFound, "node %s keeps no checkout of agent %s in %s (not opened on a repository here, removed since, or kept under another --dir)", r.node, id, r.checkout(id))
 	}
 	dir := r.checkout(id)
 	if _, err := os.Stat(dir); err != nil {

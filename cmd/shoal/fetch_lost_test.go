@@ -63,3 +63,31 @@ func TestFetchFromANodeKilledMidBringBack(t *testing.T) {
 		t.Errorf("shoal/w holds %s commits past main after a second fetch", n)
 	}
 }
+
+// A node restarted with another --dir keeps no checkout of its agents in
+// the old one: diff and fetch say so, naming the directory, where they
+// said the agent "was not opened on a repository", which its record says
+// it was.
+func TestNodeRestartedWithAnotherDirSaysTheCheckoutIsGone(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil, "--no-node", "--node-ttl", "3s")
+	repo := oneCommitRepo(t, "repo", "hello\n")
+	home := filepath.Join(t.TempDir(), "n1")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), c.fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	env = append(env, c.client...)
+	startNode := func(dir string) *shoalProc {
+		p := startShoal(t, home, env, "node", "--name", "n1", "--dir", dir, "--claude", peers.Claude.Command(t)[0])
+		p.waitLine("shoal: node n1 joined")
+		return p
+	}
+	n1 := startNode(filepath.Join(home, "A"))
+	c.must("open", "--repo", repo, "--node", "n1", "--id", "w", "--permission", "bypass")
+	n1.stop(syscall.SIGKILL)
+	startNode(filepath.Join(home, "B"))
+	for _, verb := range []string{"diff", "fetch"} {
+		code, _, errOut := c.shoal(verb, "w")
+		if code != exitNotFound || !strings.Contains(errOut, "node n1 keeps no checkout of agent w in "+filepath.Join(home, "B")) {
+			t.Errorf("shoal %s of an agent whose node lost its checkout: exit %d: %s", verb, code, errOut)
+		}
+	}
+}
