@@ -44,7 +44,8 @@ type MonitorConfig struct {
 	// store is looked at. defaultChunksIdle and defaultChunksEvery when
 	// zero.
 	ChunksIdle, ChunksEvery time.Duration
-	Logger     *slog.Logger
+
+	Logger *slog.Logger
 }
 
 // Monitor watches the nodes' heartbeats. When a node's entry expires (or
@@ -598,4 +599,3 @@ func (m *Monitor) removeOrphanChunks(ctx context.Context, idle time.Duration) (i
 	}
 	return removed, nil
 }
-
