@@ -340,4 +340,3 @@ func sizeText(n int64) string {
 	}
 	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 }
-
