@@ -273,7 +273,9 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 			return nil, reposFull{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s has no room for %s more (its bound: shoal up --repos-max-bytes; bundles are kept %s)",
 				what, schemas.ReposBucket, bytesText(fi.Size()), reposKept)}
 		}
-		return nil, schemas.Errf(schemas.CodeUnavailable, "send %s: %v", what, err)
+		// The store is the coordinator's, whichever node was to read
+		// it: another node would meet the same.
+		return nil, reposFull{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s did not take it: %v (the coordinator's store may be failing writes, its disk full: its log says; once mended, shoal up may need a restart)", what, schemas.ReposBucket, err)}
 	}
 	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
 	return ws, nil
@@ -304,7 +306,8 @@ func StoreBundleError(name string, err error) error {
 }
 
 // reposFull is an open's failure for want of room in the repositories'
-// store, which no other node would make.
+// store, or for a write it refused otherwise, which no other node would
+// make.
 type reposFull struct{ *schemas.ControlError }
 
 func (e reposFull) Unwrap() error { return e.ControlError }

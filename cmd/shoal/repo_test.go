@@ -505,3 +505,31 @@ func TestChildInItsParentsDirectoryOnANodeOfItsOwnFiles(t *testing.T) {
 		t.Errorf("a child was opened in /etc:\n%s", ls)
 	}
 }
+
+// A write the repositories' store refuses for another reason than its
+// bound (its disk full, say) is the coordinator's trouble, not the
+// node's: the open says the store did not take the bundle, and is not
+// tried on other nodes as "no node can take this agent".
+func TestRepositoryStoreRefusingWritesIsNotANodesFault(t *testing.T) {
+	t.Parallel()
+	c := startCoordinator(t, nil)
+	nc, err := nats.Connect(c.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(t.Context(), "OBJ_"+schemas.ReposBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxMsgSize = 64 // every chunk of a bundle is refused
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := c.shoal("open", "--repo", oneCommitRepo(t, "repo", "hello\n"), "--id", "refused")
+	if code != exitUnavailable || !strings.Contains(errOut, "the repositories' store shoal_repos did not take it") || strings.Contains(errOut, "no node can take") {
+		t.Errorf("an open whose bundle the store refuses: exit %d: %s", code, errOut)
+	}
+}
