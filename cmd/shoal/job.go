@@ -259,7 +259,9 @@ func jobError(j schemas.JobRecord) error {
 	case schemas.JobSucceeded:
 		return nil
 	case schemas.JobLost:
-		return fmt.Errorf("job %s was lost: the process running it on %s has not been heard from for %ds", j.ID, j.Runner, schemas.JobLostAfterSeconds)
+		// Its agent, whose id is the job's, may be alive still, its
+		// work not fetched.
+		return fmt.Errorf("job %s was lost: the process running it on %s has not been heard from for %ds; its agent %s may still be open: `shoal fetch %s` brings its work back, `shoal close %s` ends it", j.ID, j.Runner, schemas.JobLostAfterSeconds, j.ID, j.ID, j.ID)
 	}
 	return fmt.Errorf("job %s failed: %s", j.ID, j.Error)
 }

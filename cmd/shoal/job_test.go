@@ -63,7 +63,7 @@ func TestDetachedJobIsFollowedByWaitAndLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut = c.shoal("job", "wait", "gone1")
-	if code == 0 || !strings.Contains(errOut, "job gone1 was lost: the process running it on elsewhere has not been heard from") {
+	if code == 0 || !strings.Contains(errOut, "job gone1 was lost: the process running it on elsewhere has not been heard from") || !strings.Contains(errOut, "`shoal fetch gone1` brings its work back") {
 		t.Errorf("waiting for a lost job: exit %d: %q", code, errOut)
 	}
 	if ls := c.must("job", "ls"); !regexp.MustCompile(`gone1\s+lost\s+0/1`).MatchString(ls) {
