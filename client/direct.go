@@ -895,8 +895,11 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // turn. Once sent again, a node not there yet (no responders) is asked
 // again every second: it may be reconnecting too.
 func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
-	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED)
+	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
+	if nc.IsClosed() {
+		return nil, nats.ErrConnectionClosed
+	}
 	inbox := nc.NewInbox()
 	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
 	replies := make(chan *nats.Msg, 4)
@@ -919,6 +922,9 @@ func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string,
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case s := <-status:
+			if s == nats.CLOSED {
+				return nil, nats.ErrConnectionClosed // for good: nothing more can come
+			}
 			if s != nats.CONNECTED {
 				if lost.IsZero() {
 					lost = time.Now()

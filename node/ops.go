@@ -130,6 +130,20 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 	if err != nil {
 		return schemas.RunReply{}, err
 	}
+	// From here the turn is the agent's: whatever the reply, a copy of
+	// the request is answered with it (sent turn), never run again, and
+	// it waits for the connection (heldForConnection).
+	rep, err := h.awaitRun(ctx, a, turn, timeout, ch)
+	h.heldForConnection(ctx, a.id, turn)
+	if err != nil {
+		return rep, sentTurn{err}
+	}
+	return rep, nil
+}
+
+// awaitRun waits for the turn a run sent to end, for timeout, or for
+// ctx.
+func (h *Host) awaitRun(ctx context.Context, a *agent, turn int, timeout time.Duration, ch chan runOutcome) (schemas.RunReply, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	service.LongWait(ctx)
@@ -148,21 +162,6 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 		} else if err != nil {
 			h.log.Warn("answering a run before its turn is stored", "agent", a.id, "err", err)
 		}
-		// A reply sent while the connection is away is lost (nothing
-		// buffers it) and the caller would wait out its deadline for a
-		// turn that ended: it waits for the connection, as long as the
-		// caller waits.
-		if !h.cfg.Conn.IsConnected() {
-			h.log.Info("holding a run's reply until the fabric is back", "agent", a.id, "turn", turn)
-			if awaitConnected(ctx, h.cfg.Conn) {
-				// The caller reconnecting at the same moment subscribes
-				// its reply subject again first.
-				select {
-				case <-ctx.Done():
-				case <-time.After(replySettle):
-				}
-			}
-		}
 		return fitRunReply(schemas.RunReply{Text: out.text, Turn: turn, StopReason: out.stop, NotBegun: out.notBegun}, h.maxEvent), nil
 	case <-t.C:
 		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run timed out after %ss", a.id, juliaFloat(timeout.Seconds()))
@@ -170,6 +169,31 @@ func (h *Host) RunTurn(ctx context.Context, req schemas.RunRequest) (schemas.Run
 		return schemas.RunReply{}, schemas.Errf(schemas.CodeTimeout, "agent '%s' run abandoned: %v", a.id, ctx.Err())
 	}
 }
+
+// heldForConnection returns once the node's connection is up: a reply
+// sent while it is away is lost (nothing buffers it), and the caller
+// would wait out its deadline for a turn that ended. It waits as long as
+// the caller waits, then a moment more, so that a caller reconnecting at
+// the same moment has its reply subject again.
+func (h *Host) heldForConnection(ctx context.Context, id string, turn int) {
+	if h.cfg.Conn.IsConnected() {
+		return
+	}
+	h.log.Info("holding a run's reply until the fabric is back", "agent", id, "turn", turn)
+	if awaitConnected(ctx, h.cfg.Conn) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(replySettle):
+		}
+	}
+}
+
+// sentTurn is the failure of a request that had already sent its turn
+// (the run timed out, the agent died): kept as the request's reply, so a
+// copy of it is answered so and does not send the turn again.
+type sentTurn struct{ error }
+
+func (e sentTurn) Unwrap() error { return e.error }
 
 // fitRunReply cuts a run's text so that its reply fits in a message, with
 // the marker the stream uses where it cuts an event.

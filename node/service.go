@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -79,8 +80,11 @@ func handle[Req, Rep any](srv *service.Server, d *dedupe, verb schemas.Verb, sch
 				rep, err := op(ctx, req)
 				code := schemas.CodeOf(err)
 				// A failure that may pass (a node busy or away, a
-				// timeout) is not kept: a retry tries again.
-				return service.Encode(rep, err), code != schemas.CodeUnavailable && code != schemas.CodeTimeout
+				// timeout) is not kept: a retry tries again. Unless
+				// the request acted already (a run's turn was sent):
+				// a retry is answered as it was.
+				_, acted := errors.AsType[sentTurn](err)
+				return service.Encode(rep, err), acted || (code != schemas.CodeUnavailable && code != schemas.CodeTimeout)
 			}
 			if d != nil && requestID != nil && requestID(req) != "" {
 				return d.do(string(verb)+"/"+requestID(req), body, func() { service.LongWait(ctx) }, do)

@@ -1,0 +1,156 @@
+package client_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/fakebackend"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/node"
+	"github.com/shoalfabric/shoal/node/backend"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// cutProxy forwards a TCP port to target until cut; it can be started
+// again on the same port.
+type cutProxy struct {
+	addr, target string
+	mu           sync.Mutex
+	l            net.Listener
+	conns        []net.Conn
+}
+
+func (p *cutProxy) start(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.l, p.addr = l, l.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.l.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A run whose node answers "timed out" while the caller's connection is
+// away is sent again when the caller's connection comes back; the node
+// answers the copy with the reply it made, whatever it was, once the
+// turn was sent: one agent_run prompts the agent once. (It kept no reply
+// of a timeout, "a failure that may pass", and the copy was a new turn.)
+func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fb := fakebackend.New(fakebackend.Config{})
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
+	p := &cutProxy{addr: "127.0.0.1:0", target: strings.TrimPrefix(srv.ClientURL(), "nats://")}
+	p.start(t)
+	t.Cleanup(p.cut)
+	nc, err := nats.Connect("nats://"+p.addr, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	op, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A turn of about 4 s, a run that gives it 1 s.
+	text := "slow" + strings.Repeat(" word", 100)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Run(ctx, schemas.RunRequest{AgentID: op.AgentID, Text: text, Timeout: 1})
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	p.cut() // the caller's connection goes; the node's answer at 1 s is lost
+	time.Sleep(2 * time.Second)
+	p.start(t) // back within the caller's 30 s of margin and 90 s of loss
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-time.After(45 * time.Second):
+		t.Fatal("the run never returned")
+	}
+	t.Logf("the run returned: %v", runErr)
+	time.Sleep(8 * time.Second) // the first turn ends; a second one, if any, begins
+	if n := fb.Prompts.Load(); n != 1 {
+		t.Errorf("one agent_run prompted the agent %d times: the copy sent when the caller's connection came back ran the turn again", n)
+	}
+}
+
+// A run whose connection is closed for good (a command's connection gives
+// up reconnecting; or the caller closes it) fails at once, not after its
+// whole deadline (the run's timeout + 30 s).
+func TestRunFailsOnceItsConnectionIsClosed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	op, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.Run(ctx, schemas.RunRequest{AgentID: op.AgentID, Text: "stall here", Timeout: 120})
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	nc.Close()
+	select {
+	case err := <-done:
+		t.Logf("the run returned: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("a run whose connection was closed for good still waits 20 s later (it waits out its 150 s deadline)")
+	}
+}
