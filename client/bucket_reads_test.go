@@ -45,11 +45,13 @@ func TestListsReadTheirBucketInOnePass(t *testing.T) {
 		}
 	}
 	const n = 300
-	agents, permits, jobs := bucket(schemas.AgentsBucket), bucket(schemas.PermitsBucket), bucket(schemas.JobsBucket)
+	agents, permits, jobs, budgets := bucket(schemas.AgentsBucket), bucket(schemas.PermitsBucket), bucket(schemas.JobsBucket), bucket(schemas.BudgetsBucket)
 	now := float64(time.Now().Unix())
 	for i := range n {
 		id := fmt.Sprintf("a%03d", i)
-		put(agents, id, schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, CWD: "/tmp", CreatedAt: now + float64(i), EventLog: id + ".jsonl"})
+		put(agents, id, schemas.AgentRecord{ID: id, Node: "n1", Status: schemas.StatusIdle, CWD: "/tmp", CreatedAt: now + float64(i), EventLog: id + ".jsonl",
+			Usage: schemas.Usage{OutputTokens: int64(i + 1)}})
+		put(budgets, id, schemas.Budget{Tokens: 1000})
 		rec := schemas.PermitRecord{AgentID: id, RequestID: "r1", Node: "n1", Tool: "Bash", AskedAt: now + float64(i)}
 		if i%100 != 7 {
 			rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionAllow, By: "test", At: now}
@@ -61,7 +63,7 @@ func TestListsReadTheirBucketInOnePass(t *testing.T) {
 	// The requests of the JetStream API that name the buckets.
 	var reads atomic.Int64
 	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		for _, b := range []string{schemas.AgentsBucket, schemas.PermitsBucket, schemas.JobsBucket} {
+		for _, b := range []string{schemas.AgentsBucket, schemas.PermitsBucket, schemas.JobsBucket, schemas.BudgetsBucket} {
 			if strings.Contains(m.Subject, "KV_"+b) {
 				reads.Add(1)
 			}
@@ -106,6 +108,20 @@ func TestListsReadTheirBucketInOnePass(t *testing.T) {
 		}
 		return len(rep.Requests)
 	}, n/100)
+	counted("the budgets", func() int {
+		rep, err := f.Budgets(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range rep.Budgets {
+			var i int
+			if _, err := fmt.Sscanf(l.AgentID, "a%03d", &i); err != nil || l.Used.OutputTokens != int64(i+1) || l.Budget.Tokens != 1000 {
+				t.Errorf("budget line %+v: want agent a%03d's own use and budget", l, i)
+				break
+			}
+		}
+		return len(rep.Budgets)
+	}, n)
 	counted("the jobs", func() int {
 		js, err := f.Jobs(t.Context())
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -108,28 +109,25 @@ func (f *Direct) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 	if err != nil {
 		return rep, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
 	}
-	get := func(key string, v any) (bool, error) {
-		b, found, err := BudgetValue(ctx, kv, key)
-		if err != nil || !found {
-			return false, err
+	// The bucket in one pass: a budget a line, not a read each.
+	values := map[string][]byte{}
+	if err := eachValue(ctx, kv, func(k string, v []byte) { values[k] = v }); err != nil {
+		return rep, schemas.Errf(schemas.CodeUnavailable, "read %s: %v", schemas.BudgetsBucket, err)
+	}
+	decode := func(key string, v any) bool {
+		return values[key] != nil && json.Unmarshal(values[key], v) == nil
+	}
+	if b := values[schemas.SpentKey]; b != nil && json.Unmarshal(b, &rep.Spent) != nil {
+		return rep, schemas.Errf(schemas.CodeInternal, "%s of %s does not decode", schemas.SpentKey, schemas.BudgetsBucket)
+	}
+	names := slices.Sorted(maps.Keys(values))
+	var agentIDs []string
+	for _, k := range names {
+		if _, isLabel := schemas.LabelOfBudgetKey(k); !isLabel && !strings.HasPrefix(k, "_") {
+			agentIDs = append(agentIDs, k)
 		}
-		if err := json.Unmarshal(b, v); err != nil {
-			return false, schemas.Errf(schemas.CodeInternal, "%s of %s does not decode: %v", key, schemas.BudgetsBucket, err)
-		}
-		return true, nil
 	}
-	if _, err := get(schemas.SpentKey, &rep.Spent); err != nil {
-		return rep, err
-	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return rep, schemas.Errf(schemas.CodeUnavailable, "list %s: %v", schemas.BudgetsBucket, err)
-	}
-	var names []string
-	for k := range keys.Keys() {
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	used := f.agentsUse(ctx, agentIDs)
 	for _, k := range names {
 		var line schemas.BudgetLine
 		switch label, isLabel := schemas.LabelOfBudgetKey(k); {
@@ -142,17 +140,43 @@ func (f *Direct) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
 		case strings.HasPrefix(k, "_"):
 			continue
 		default:
-			line.AgentID = k
-			if rec, err := f.Record(ctx, k); err == nil {
-				line.Used = rec.AllLives()
-			}
+			line.AgentID, line.Used = k, used[k]
 		}
-		if ok, err := get(k, &line.Budget); err != nil || !ok {
-			continue // lifted meanwhile
+		if !decode(k, &line.Budget) {
+			continue
 		}
 		rep.Budgets = append(rep.Budgets, line)
 	}
 	return rep, nil
+}
+
+// agentsUse is what each of ids used in all its lives, from its record:
+// a read of each for a few, one pass over the records for more.
+func (f *Direct) agentsUse(ctx context.Context, ids []string) map[string]schemas.Usage {
+	used := map[string]schemas.Usage{}
+	if len(ids) <= 16 {
+		for _, id := range ids {
+			if rec, err := f.Record(ctx, id); err == nil {
+				used[id] = rec.AllLives()
+			}
+		}
+		return used
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	kv, err := f.agentsKV(ctx)
+	if err != nil {
+		return used
+	}
+	eachValue(ctx, kv, func(k string, v []byte) {
+		var rec schemas.AgentRecord
+		if want[k] && json.Unmarshal(v, &rec) == nil {
+			used[k] = rec.AllLives()
+		}
+	})
+	return used
 }
 
 // SetBudget implements Client.

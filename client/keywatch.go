@@ -218,15 +218,21 @@ func endKeyWatch(w jetstream.KeyWatcher) {
 }
 
 // eachValue calls fn with the value of each key of kv, as it is now, read
-// in one pass (a watch that ends once it has passed on what is stored),
-// not with a request per key: a list of a thousand records is one
-// consumer's deliveries, not a thousand round trips.
+// in one pass (ReadBucket).
 func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, value []byte)) error {
+	return ReadBucket(ctx, kv, func(e jetstream.KeyValueEntry) { fn(e.Key(), e.Value()) })
+}
+
+// ReadBucket calls fn with each key's entry of kv, as it is now, read in
+// one pass (a watch that ends once it has passed on what is stored), not
+// with a request per key: a list of a thousand records is one consumer's
+// deliveries, not a thousand round trips.
+func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
 	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer endKeyWatch(w) // drained: a read left mid-way blocks no goroutine of nats.go's
 	for {
 		select {
 		case <-ctx.Done():
@@ -240,7 +246,7 @@ func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, v
 			case e == nil:
 				return nil
 			}
-			fn(e.Key(), e.Value())
+			fn(e)
 		}
 	}
 }

@@ -261,17 +261,10 @@ func noteWaiting(waiting map[string]waitingPermit, key string, op jetstream.KeyV
 // readWaiting makes waiting what the bucket holds now; it is left as it
 // was when the bucket cannot be read.
 func (m *Monitor) readWaiting(ctx context.Context, permits jetstream.KeyValue, waiting map[string]waitingPermit) {
-	keys, err := permits.ListKeys(ctx)
-	if err != nil {
+	now := map[string]waitingPermit{}
+	if err := client.ReadBucket(ctx, permits, func(e jetstream.KeyValueEntry) { noteWaiting(now, e.Key(), e.Operation(), e.Value()) }); err != nil {
 		m.log.Warn("could not read the permission requests waiting", "err", err)
 		return
-	}
-	defer keys.Stop()
-	now := map[string]waitingPermit{}
-	for key := range keys.Keys() {
-		if e, err := permits.Get(ctx, key); err == nil {
-			noteWaiting(now, key, e.Operation(), e.Value())
-		}
 	}
 	clear(waiting)
 	maps.Copy(waiting, now)
@@ -317,24 +310,33 @@ func (m *Monitor) denyOverdue(ctx context.Context, permits jetstream.KeyValue, w
 // connections of the life of its last beat are closed first (none when
 // last is the zero beat).
 func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, stream jetstream.Stream, lost func(node string) bool, how string, last beat) {
-	keys, err := agents.ListKeys(ctx)
+	// Read in one pass, and acted on after: most records are dead and
+	// not the lost node's.
+	type found struct {
+		id  string
+		rec schemas.AgentRecord
+		rev uint64
+	}
+	var todo []found
+	err := client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
+		var rec schemas.AgentRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || (rec.Status == schemas.StatusDead && rec.Closing == nil) {
+			return
+		}
+		if rec.Status == schemas.StatusDead || lost(rec.Node) {
+			todo = append(todo, found{e.Key(), rec, e.Revision()})
+		}
+	})
 	if err != nil {
 		return
 	}
 	cut := map[string]bool{} // the nodes whose connections were closed in this sweep
-	for id := range keys.Keys() {
-		e, err := agents.Get(ctx, id)
-		if err != nil {
-			continue
-		}
-		var rec schemas.AgentRecord
-		if json.Unmarshal(e.Value(), &rec) != nil {
-			continue
-		}
+	for _, f := range todo {
+		id, rec, rev := f.id, f.rec, f.rev
 		if rec.Status == schemas.StatusDead && rec.Closing != nil {
 			// Whatever its node: the record says dead, and the stream
 			// must too.
-			m.finish(ctx, agents, stream, rec, e.Revision())
+			m.finish(ctx, agents, stream, rec, rev)
 			continue
 		}
 		if rec.Status == schemas.StatusDead || !lost(rec.Node) {
@@ -345,11 +347,11 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			// close. The client that claimed it gives it back when its
 			// open fails; one that went too leaves it stale, and it goes.
 			if staleClaim(rec) {
-				agents.Delete(ctx, id, jetstream.LastRevision(e.Revision()))
+				agents.Delete(ctx, id, jetstream.LastRevision(rev))
 			}
 			continue
 		}
-		if err := m.closeLost(ctx, nodes, agents, stream, rec, e.Revision(), how, last, cut); err != nil {
+		if err := m.closeLost(ctx, nodes, agents, stream, rec, rev, how, last, cut); err != nil {
 			m.log.Warn("cannot close a lost agent", "agent", id, "node", rec.Node, "err", err)
 			m.unfinished[id] = true // its record may keep the close begun
 		}
