@@ -1072,30 +1072,49 @@ func (r *Relay) get(ctx context.Context, m *nats.Msg) {
 	}
 }
 
-// owned answers the records the node owns.
+// owned answers the records the node owns, by id: a page that fits half
+// a message when the node asks for pages (a node's records grow with
+// every agent it ran that kept one), or all of them to a node of an
+// earlier version, which asks with nothing.
 func (r *Relay) owned(ctx context.Context, m *nats.Msg) {
 	node, _, ok := r.from(m)
 	if !ok {
 		return
 	}
+	var req schemas.RelayOwnedRequest
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid request: %v", err)})
+			return
+		}
+	}
 	r.mu.Lock()
 	var ids []string
 	for id, owner := range r.owners {
-		if owner == node {
+		if owner == node && id > req.After {
 			ids = append(ids, id)
 		}
 	}
 	r.mu.Unlock()
+	slices.Sort(ids)
 	rep := schemas.RelayOwnedReply{Records: []schemas.RelayEntry{}}
+	room, size, last := int(r.nc.MaxPayload())/2, 64, ""
 	for _, id := range ids {
 		e, err := r.agents.Get(ctx, id)
 		if err != nil {
 			continue
 		}
 		var rec schemas.AgentRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && rec.Node == node {
-			rep.Records = append(rep.Records, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Node != node {
+			continue
 		}
+		n := len(e.Value()) + 64
+		if req.Paged && len(rep.Records) > 0 && size+n > room {
+			rep.Next = last
+			break
+		}
+		size, last = size+n, id
+		rep.Records = append(rep.Records, schemas.RelayEntry{Found: true, Revision: e.Revision(), Value: e.Value()})
 	}
 	replyJSON(r.nc, m.Reply, rep)
 }
@@ -1204,6 +1223,11 @@ func pubAckError(code int, errCode jetstream.ErrorCode, description string) any 
 
 func replyJSON(nc *nats.Conn, reply string, v any) {
 	b, _ := json.Marshal(v)
+	if max := nc.MaxPayload(); max > 0 && int64(len(b)) > max-1024 {
+		// Dropped by the publish, the node would wait out its request
+		// for an answer that never comes.
+		b, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInternal, "the relay's answer is %d bytes, more than a message of this fabric holds (%d)", len(b), max)})
+	}
 	nc.Publish(reply, b)
 }
 

@@ -314,19 +314,34 @@ func (s *relayStore) get(ctx context.Context, id string) (entry, error) {
 	return entry{id: id, rev: rep.Revision, value: rep.Value}, nil
 }
 
+// owned asks for the node's records a page at a time (a relay of an
+// earlier version answers them all, with no next), each page within
+// relayOwnedWait.
 func (s *relayStore) owned(ctx context.Context) ([]entry, error) {
-	var rep schemas.RelayOwnedReply
-	if err := s.ask(ctx, schemas.RelayOwned, nil, &rep); err != nil {
-		return nil, err
-	}
 	var out []entry
-	for _, e := range rep.Records {
-		if rec, err := decodeRecord(e.Value); err == nil {
-			out = append(out, entry{id: rec.ID, rev: e.Revision, value: e.Value})
+	req := schemas.RelayOwnedRequest{Paged: true}
+	for {
+		var rep schemas.RelayOwnedReply
+		pctx, cancel := context.WithTimeout(ctx, relayOwnedWait)
+		err := s.ask(pctx, schemas.RelayOwned, req, &rep)
+		cancel()
+		if err != nil {
+			return nil, err
 		}
+		for _, e := range rep.Records {
+			if rec, err := decodeRecord(e.Value); err == nil {
+				out = append(out, entry{id: rec.ID, rev: e.Revision, value: e.Value})
+			}
+		}
+		if rep.Next == "" || rep.Next <= req.After {
+			return out, nil
+		}
+		req.After = rep.Next
 	}
-	return out, nil
 }
+
+// relayOwnedWait bounds each page of a relayStore.owned.
+const relayOwnedWait = 30 * time.Second
 
 // hello is the node's first word. A node whose connection is new (a leaf
 // server that has just joined the hub above all) may ask before the

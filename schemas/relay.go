@@ -32,9 +32,19 @@ type RelayEntry struct {
 	Value    json.RawMessage `json:"value,omitempty"`
 }
 
-// RelayOwnedReply lists the records a node owns.
+// RelayOwnedRequest asks for a page of the records a node owns, by id,
+// starting after After. A node of an earlier version asks without Paged,
+// and is answered every record at once.
+type RelayOwnedRequest struct {
+	Paged bool   `json:"paged,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// RelayOwnedReply lists the records a node owns: all of them, or a page
+// that fits half a message, Next naming the id the next starts after.
 type RelayOwnedReply struct {
 	Records []RelayEntry `json:"records"`
+	Next    string       `json:"next,omitempty"`
 }
 
 // RelayLastRequest asks for the last stored event numbers of agents, at
