@@ -46,7 +46,9 @@ func fabricAccounts(store string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if !e.IsDir() || e.Name() == "$SYS" {
+		// Followed, not read as the entry: an account's directory may be
+		// a link to another disk, and JetStream serves through it.
+		if fi, err := os.Stat(filepath.Join(store, "jetstream", e.Name())); err != nil || !fi.IsDir() || e.Name() == "$SYS" {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(store, "jetstream", e.Name(), "streams", schemas.StreamName)); err == nil {
@@ -91,10 +93,15 @@ func adoptStore(c Config) (said string, err error) {
 			c.StoreDir, held[0], served)
 	}
 	from, to := filepath.Join(js, held[0]), filepath.Join(js, served)
-	if _, err := os.Lstat(to); err == nil {
+	aside := ""
+	if fi, err := os.Lstat(to); err == nil {
+		if fi.Mode()&os.ModeSymlink != 0 || !fi.IsDir() {
+			return "", schemas.Errf(schemas.CodeInvalid, "store %s holds the fabric's history under account %s, and %s, where this server keeps its own, is not a directory of the store: move the history there yourself while no server runs",
+				c.StoreDir, held[0], to)
+		}
 		// The served account's directory, without the fabric's stream:
-		// set aside, not removed.
-		aside := to + ".empty-" + randomSecret()[:8]
+		// set aside, not removed, and said.
+		aside = to + ".set-aside-" + randomSecret()[:8]
 		if err := os.Rename(to, aside); err != nil {
 			return "", fmt.Errorf("set aside %s: %w", to, unwrapPath(err))
 		}
@@ -102,6 +109,10 @@ func adoptStore(c Config) (said string, err error) {
 	if err := os.Rename(from, to); err != nil {
 		return "", fmt.Errorf("take up the fabric's history from %s: %w", from, unwrapPath(err))
 	}
-	return fmt.Sprintf("store %s held the fabric's history under account %s (written without --auth, or with other keys): it is now served from account %s, every event, record and bundle kept",
-		c.StoreDir, held[0], served), nil
+	said = fmt.Sprintf("store %s held the fabric's history under account %s (written without --auth, or with other keys): it is now served from account %s, every event, record and bundle of it kept",
+		c.StoreDir, held[0], served)
+	if aside != "" {
+		said += fmt.Sprintf("; what account %s held before, without the fabric's events, is set aside in %s", served, aside)
+	}
+	return said, nil
 }

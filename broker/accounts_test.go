@@ -105,7 +105,7 @@ func TestStoreKeepsItsHistoryAcrossAuthAndKeys(t *testing.T) {
 		if err := run(step.auth, held(step.what)); err != nil {
 			t.Fatalf("%s: %v", step.what, err)
 		}
-		if !strings.Contains(logged.String(), "every event, record and bundle kept") {
+		if !strings.Contains(logged.String(), "every event, record and bundle of it kept") {
 			t.Errorf("%s: the server did not say it took up the history: %s", step.what, logged.String())
 		}
 	}

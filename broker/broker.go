@@ -297,9 +297,13 @@ func randomSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// errNoStorage is JetStream's "insufficient storage resources available":
-// an asset's bound passes what the server may store.
-const errNoStorage jetstream.ErrorCode = 10047
+// JetStream's refusals of an asset whose bound passes what the server may
+// store: "insufficient storage resources available" on one server,
+// "insufficient resources" in a cluster.
+const (
+	errNoStorage   jetstream.ErrorCode = 10047
+	errNoResources jetstream.ErrorCode = 10023
+)
 
 // explainStorage says, of a provisioning refused for want of storage, how
 // much the store's file system has, what the server takes of it and what
@@ -307,7 +311,7 @@ const errNoStorage jetstream.ErrorCode = 10047
 // they are.
 func (b *Broker) explainStorage(err error) error {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errNoStorage {
+	if !errors.As(err, &apiErr) || (apiErr.ErrorCode != errNoStorage && apiErr.ErrorCode != errNoResources) {
 		return err
 	}
 	a := b.cfg.Assets.withDefaults()

@@ -310,6 +310,8 @@ func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, err
 		switch {
 		case j.Status != schemas.JobLost:
 			silent = time.Time{}
+		case unixSeconds(time.Now())-j.Beat > schemas.JobLostAfterSeconds+jobComeBack.Seconds():
+			return j, nil // silent long before this wait began
 		case silent.IsZero():
 			silent = time.Now()
 		case time.Since(silent) >= jobComeBack:
