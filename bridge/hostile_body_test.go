@@ -107,7 +107,7 @@ func TestMCPGivesABodyBackOnceItsCallRuns(t *testing.T) {
 		json.Unmarshal([]byte(text), &rep)
 		ids[i] = rep.AgentID
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var running sync.WaitGroup
 	defer running.Wait()
@@ -122,7 +122,9 @@ func TestMCPGivesABodyBackOnceItsCallRuns(t *testing.T) {
 		})
 	}
 	for _, id := range ids[:3] {
-		poll.Until(t, time.Minute, "agent "+id+"'s turn runs", func() bool {
+		// Three prompts of 7 MiB each decoded under -race on a loaded
+		// machine took more than a minute.
+		poll.Until(t, 3*time.Minute, "agent "+id+"'s turn runs", func() bool {
 			text, _ := call(t, s, "agent_status", map[string]any{"agent_id": id})
 			return strings.Contains(text, `"status":"working"`)
 		})
