@@ -135,10 +135,30 @@ func (r *Remote) List(ctx context.Context) ([]schemas.AgentRecord, error) {
 	return all, nil
 }
 
-// Nodes implements Client.
+// Nodes implements Client: page by page, by name. A coordinator of an
+// earlier version refuses pages, and is asked for the list whole.
 func (r *Remote) Nodes(ctx context.Context) ([]schemas.NodeRecord, error) {
-	var rep schemas.NodesReply
-	return rep.Nodes, r.via(ctx, schemas.VerbNodes, struct{}{}, &rep, 0)
+	all := []schemas.NodeRecord{}
+	req := schemas.FabricNodesRequest{Paged: true}
+	for {
+		var rep schemas.NodesReply
+		err := r.via(ctx, schemas.VerbNodes, req, &rep, 0)
+		if schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s)") {
+			rep = schemas.NodesReply{}
+			return rep.Nodes, r.via(ctx, schemas.VerbNodes, struct{}{}, &rep, 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rep.Nodes...)
+		if rep.Next == "" {
+			return all, nil
+		}
+		if rep.Next <= req.After {
+			return nil, schemas.Errf(schemas.CodeInternal, "the coordinator's list of nodes went back (next %q after %q)", rep.Next, req.After)
+		}
+		req.After = rep.Next
+	}
 }
 
 // Events implements Client.

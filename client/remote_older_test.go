@@ -30,3 +30,24 @@ func TestListFromACoordinatorOfAnEarlierVersion(t *testing.T) {
 		t.Errorf("the list from an older coordinator: %+v %v, asked %q", recs, err, a)
 	}
 }
+
+// The nodes likewise: a coordinator of an earlier version refuses pages,
+// and is asked for the nodes whole.
+func TestNodesFromACoordinatorOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	asked := earlierVersion(t, srv, schemas.FabricSubject(schemas.VerbNodes), func(req map[string]any) any {
+		if len(req) > 0 {
+			return schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid nodes request: Unknown parameter(s): paged. Valid parameters are: ")}
+		}
+		return schemas.NodesReply{Nodes: []schemas.NodeRecord{{Name: "a"}, {Name: "b"}}}
+	})
+	c, err := client.New(natstest.Connect(t, srv), client.Config{ViaCoordinator: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := c.Nodes(t.Context())
+	if a := asked(); err != nil || len(nodes) != 2 || len(a) != 2 || a[1] != "{}" {
+		t.Errorf("the nodes from an older coordinator: %+v %v, asked %q", nodes, err, a)
+	}
+}

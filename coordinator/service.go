@@ -116,9 +116,14 @@ func (s *Service) Run(ctx context.Context) error {
 			// In pages, each within the payload limit, with room to spare.
 			return schemas.ListPage(recs, r.After, int(nc.MaxPayload())/2), nil
 		}),
-		schemas.VerbNodes: serve(srv, schemas.VerbNodes, "nodes_request", func(ctx context.Context, _ struct{}) (schemas.NodesReply, error) {
+		schemas.VerbNodes: serve(srv, schemas.VerbNodes, "fabric_nodes_request", func(ctx context.Context, r schemas.FabricNodesRequest) (schemas.NodesReply, error) {
 			nodes, err := f.Nodes(ctx)
-			return schemas.NodesReply{Nodes: nodes}, err
+			if err != nil || !r.Paged {
+				// Whole, as a client of an earlier version asks for it.
+				return schemas.NodesReply{Nodes: nodes}, err
+			}
+			// In pages: a node's record may be 64 KiB.
+			return schemas.NodesPage(nodes, r.After, int(nc.MaxPayload())/2), nil
 		}),
 		schemas.VerbBudget: serve(srv, schemas.VerbBudget, "budget_request", func(ctx context.Context, r schemas.BudgetRequest) (struct{}, error) {
 			return struct{}{}, f.SetBudget(ctx, r)

@@ -76,8 +76,13 @@ func TestListThroughTheServiceComesInPages(t *testing.T) {
 	}
 }
 
-// A reply larger than a message may be is answered with an error saying
-// so, at once: not left for the caller to wait out.
+// The nodes come in pages that fit a message: three nodes of 30 KiB each
+// (a node's record may be 64 KiB, its model servers' lists in it) in
+// messages of 64 KiB. They were one reply, and a few dozen real nodes on a
+// NATS server of 1 MiB messages took `shoal nodes` from every scoped
+// client. A reply larger than a message may be (the budgets', one reply
+// still) is answered with an error saying so, at once: not left for the
+// caller to wait out.
 func TestAReplyTooLargeForAMessageIsAnError(t *testing.T) {
 	t.Parallel()
 	s, observer := smallMessages(t)
@@ -102,12 +107,27 @@ func TestAReplyTooLargeForAMessageIsAnError(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	got, err := observer.Nodes(ctx)
+	if err != nil || len(got) != 3 || got[0].Name != "n0" || got[2].Name != "n2" {
+		t.Errorf("the nodes, 90 KiB of them in messages of 64 KiB: %d of them, %v", len(got), err)
+	}
+
+	budgets, err := s.F.JetStream().KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		b, _ := json.Marshal(schemas.Budget{Tokens: 200000, USD: 2.5, GrantedBy: fmt.Sprintf("p%05d", i/4)})
+		if _, err := budgets.Put(ctx, fmt.Sprintf("c%05d", i), b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	began := time.Now()
-	_, err = observer.Nodes(qctx)
+	_, err = observer.Budgets(qctx)
 	if err == nil || !strings.Contains(err.Error(), "more than a message of this fabric holds") || schemas.CodeOf(err) == schemas.CodeTimeout {
-		t.Errorf("the nodes, 90 KiB of them in messages of 64 KiB: %v (after %s)", err, time.Since(began).Round(time.Millisecond))
+		t.Errorf("500 budgets in messages of 64 KiB: %v (after %s)", err, time.Since(began).Round(time.Millisecond))
 	}
 }
 

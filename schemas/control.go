@@ -624,6 +624,38 @@ type EventGap struct {
 // NodesReply lists the nodes whose heartbeat is current (shoal.fabric.nodes).
 type NodesReply struct {
 	Nodes []NodeRecord `json:"nodes"`
+	// Next, in a page, names the node the next page starts after.
+	Next string `json:"next,omitempty"`
+}
+
+// FabricNodesRequest lists the nodes through the fabric service: whole
+// (a client of an earlier version asks with nothing), or Paged, the page
+// of the nodes whose names sort after After.
+type FabricNodesRequest struct {
+	Paged bool   `json:"paged,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// NodesPage is the page of nodes whose names sort after after, within
+// maxBytes encoded (one node at least), by name.
+func NodesPage(nodes []NodeRecord, after string, maxBytes int) NodesReply {
+	nodes = slices.Clone(nodes)
+	slices.SortFunc(nodes, func(a, b NodeRecord) int { return strings.Compare(a.Name, b.Name) })
+	rep := NodesReply{Nodes: []NodeRecord{}}
+	size := 64
+	for _, n := range nodes {
+		if n.Name <= after {
+			continue
+		}
+		b, _ := json.Marshal(n)
+		if len(rep.Nodes) > 0 && size+len(b)+1 > maxBytes {
+			rep.Next = rep.Nodes[len(rep.Nodes)-1].Name
+			break
+		}
+		size += len(b) + 1
+		rep.Nodes = append(rep.Nodes, n)
+	}
+	return rep
 }
 
 // ReplayRequest starts a replay the coordinator streams to the request's
