@@ -188,10 +188,33 @@ func (r *Remote) SetBudget(ctx context.Context, req schemas.BudgetRequest) error
 	return r.via(ctx, schemas.VerbBudget, req, &none, 0)
 }
 
-// Budgets implements Client.
+// Budgets implements Client: page by page, in key order. A coordinator
+// of an earlier version refuses pages, and is asked for them whole.
 func (r *Remote) Budgets(ctx context.Context) (schemas.BudgetsReply, error) {
-	rep := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
-	return rep, r.via(ctx, schemas.VerbBudgets, struct{}{}, &rep, 0)
+	all := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
+	req := schemas.BudgetsRequest{Paged: true}
+	for {
+		rep := schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
+		err := r.via(ctx, schemas.VerbBudgets, req, &rep, 0)
+		if schemas.CodeOf(err) == schemas.CodeInvalid && strings.Contains(err.Error(), "Unknown parameter(s)") {
+			rep = schemas.BudgetsReply{Budgets: []schemas.BudgetLine{}}
+			return rep, r.via(ctx, schemas.VerbBudgets, struct{}{}, &rep, 0)
+		}
+		if err != nil {
+			return all, err
+		}
+		if req.After == "" {
+			all.Spent = rep.Spent
+		}
+		all.Budgets = append(all.Budgets, rep.Budgets...)
+		if rep.Next == "" {
+			return all, nil
+		}
+		if rep.Next <= req.After {
+			return all, schemas.Errf(schemas.CodeInternal, "the coordinator's budgets went back (next %q after %q)", rep.Next, req.After)
+		}
+		req.After = rep.Next
+	}
 }
 
 // drawOnParent holds the budget of an agent's child (req names its

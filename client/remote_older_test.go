@@ -51,3 +51,24 @@ func TestNodesFromACoordinatorOfAnEarlierVersion(t *testing.T) {
 		t.Errorf("the nodes from an older coordinator: %+v %v, asked %q", nodes, err, a)
 	}
 }
+
+// The budgets likewise: a coordinator of an earlier version refuses
+// pages, and is asked for them whole.
+func TestBudgetsFromACoordinatorOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	asked := earlierVersion(t, srv, schemas.FabricSubject(schemas.VerbBudgets), func(req map[string]any) any {
+		if len(req) > 0 {
+			return schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid, "invalid budgets request: Unknown parameter(s): paged. Valid parameters are: ")}
+		}
+		return schemas.BudgetsReply{Budgets: []schemas.BudgetLine{{Fleet: true, Budget: schemas.Budget{Tokens: 9}}}, Spent: schemas.Spent{Seq: 7}}
+	})
+	c, err := client.New(natstest.Connect(t, srv), client.Config{ViaCoordinator: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.Budgets(t.Context())
+	if a := asked(); err != nil || len(rep.Budgets) != 1 || rep.Spent.Seq != 7 || len(a) != 2 || a[1] != "{}" {
+		t.Errorf("the budgets from an older coordinator: %+v %v, asked %q", rep, err, a)
+	}
+}

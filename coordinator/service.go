@@ -128,8 +128,13 @@ func (s *Service) Run(ctx context.Context) error {
 		schemas.VerbBudget: serve(srv, schemas.VerbBudget, "budget_request", func(ctx context.Context, r schemas.BudgetRequest) (struct{}, error) {
 			return struct{}{}, f.SetBudget(ctx, r)
 		}),
-		schemas.VerbBudgets: serve(srv, schemas.VerbBudgets, "budgets_request", func(ctx context.Context, _ struct{}) (schemas.BudgetsReply, error) {
-			return f.Budgets(ctx)
+		schemas.VerbBudgets: serve(srv, schemas.VerbBudgets, "budgets_request", func(ctx context.Context, r schemas.BudgetsRequest) (schemas.BudgetsReply, error) {
+			all, err := f.Budgets(ctx)
+			if err != nil || !r.Paged {
+				// Whole, as a client of an earlier version asks for it.
+				return all, err
+			}
+			return schemas.BudgetsPage(all, r.After, int(nc.MaxPayload())/2), nil
 		}),
 		schemas.VerbDiff: serve(srv, schemas.VerbDiff, "diff_request", func(ctx context.Context, r schemas.DiffRequest) (schemas.DiffReply, error) {
 			return f.Diff(ctx, r.AgentID, r.Stat)

@@ -78,10 +78,11 @@ func TestListThroughTheServiceComesInPages(t *testing.T) {
 
 // The nodes come in pages that fit a message: three nodes of 30 KiB each
 // (a node's record may be 64 KiB, its model servers' lists in it) in
-// messages of 64 KiB. They were one reply, and a few dozen real nodes on a
-// NATS server of 1 MiB messages took `shoal nodes` from every scoped
-// client. A reply larger than a message may be (the budgets', one reply
-// still) is answered with an error saying so, at once: not left for the
+// messages of 64 KiB, and so do the budgets. They were one reply each,
+// and a few dozen real nodes on a NATS server of 1 MiB messages took
+// `shoal nodes` from every scoped client. A reply larger than a message
+// may be (the budgets asked whole, as a client of an earlier version
+// asks) is answered with an error saying so, at once: not left for the
 // caller to wait out.
 func TestAReplyTooLargeForAMessageIsAnError(t *testing.T) {
 	t.Parallel()
@@ -122,12 +123,21 @@ func TestAReplyTooLargeForAMessageIsAnError(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	all, err := observer.Budgets(ctx)
+	if err != nil || len(all.Budgets) != 500 || all.Budgets[0].AgentID != "c00000" || all.Budgets[499].AgentID != "c00499" {
+		t.Errorf("500 budgets in messages of 64 KiB, in pages: %d of them, %v", len(all.Budgets), err)
+	}
+	// Asked whole, as a client of an earlier version asks.
+	nc := s.Connect(t, broker.RoleObserver, "older")
 	qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	began := time.Now()
-	_, err = observer.Budgets(qctx)
+	m, err := nc.RequestWithContext(qctx, schemas.FabricSubject(schemas.VerbBudgets), []byte(`{}`))
+	if err == nil {
+		err = schemas.DecodeReply(m.Data, &schemas.BudgetsReply{})
+	}
 	if err == nil || !strings.Contains(err.Error(), "more than a message of this fabric holds") || schemas.CodeOf(err) == schemas.CodeTimeout {
-		t.Errorf("500 budgets in messages of 64 KiB: %v (after %s)", err, time.Since(began).Round(time.Millisecond))
+		t.Errorf("500 budgets asked whole in messages of 64 KiB: %v (after %s)", err, time.Since(began).Round(time.Millisecond))
 	}
 }
 

@@ -618,6 +618,46 @@ func (s Scope) Key() string {
 type BudgetsReply struct {
 	Budgets []BudgetLine `json:"budgets"`
 	Spent   Spent        `json:"spent"`
+	// Next, in a page, is the key of the budget the next page starts
+	// after.
+	Next string `json:"next,omitempty"`
+}
+
+// BudgetsRequest reads the budgets through the fabric service: whole (a
+// client of an earlier version asks with nothing), or Paged, the page of
+// budgets whose keys sort after After; the first page carries Spent.
+type BudgetsRequest struct {
+	Paged bool   `json:"paged,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
+// BudgetsPage is the page of all's budgets whose keys sort after after,
+// within maxBytes encoded (one budget at least), in key order; the first
+// page (after empty) carries all's Spent.
+func BudgetsPage(all BudgetsReply, after string, maxBytes int) BudgetsReply {
+	lines := slices.Clone(all.Budgets)
+	slices.SortFunc(lines, func(a, b BudgetLine) int { return strings.Compare(a.Scope().Key(), b.Scope().Key()) })
+	rep := BudgetsReply{Budgets: []BudgetLine{}}
+	size := 64
+	if after == "" {
+		rep.Spent = all.Spent
+		b, _ := json.Marshal(all.Spent)
+		size += len(b)
+	}
+	for _, l := range lines {
+		key := l.Scope().Key()
+		if after != "" && key <= after {
+			continue
+		}
+		b, _ := json.Marshal(l)
+		if len(rep.Budgets) > 0 && size+len(b)+1 > maxBytes {
+			rep.Next = rep.Budgets[len(rep.Budgets)-1].Scope().Key()
+			break
+		}
+		size += len(b) + 1
+		rep.Budgets = append(rep.Budgets, l)
+	}
+	return rep
 }
 
 // BudgetLine is one budget and what its agents used: an agent's as its

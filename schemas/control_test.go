@@ -77,7 +77,7 @@ func controlSamples() map[string]any {
 		"relay_owned_request":  schemas.RelayOwnedRequest{Paged: true, After: "9f3a1c20"},
 		"relay_last_request":   schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},
 		"budget_request":       schemas.BudgetRequest{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Tokens: 1000, USD: 2.5},
-		"budgets_request":      struct{}{},
+		"budgets_request":      schemas.BudgetsRequest{Paged: true, After: "9f3a1c20"},
 		"budgets_reply": schemas.BudgetsReply{
 			Budgets: []schemas.BudgetLine{{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Budget: schemas.Budget{Tokens: 1000, USD: 2.5}, Used: schemas.Usage{InputTokens: 10, CostUSD: schemas.Cost(0.5)}}},
 			Spent:   schemas.Spent{Seq: 42, Rows: []schemas.SpentRow{{Node: "n1", Instance: "0123abcd", Model: "sonnet", Labels: []string{"gpu=yes"}, Turns: 3, Usage: schemas.Usage{InputTokens: 10}}}}},
