@@ -1099,6 +1099,9 @@ func (r *Relay) owned(ctx context.Context, m *nats.Msg) {
 	slices.Sort(ids)
 	rep := schemas.RelayOwnedReply{Records: []schemas.RelayEntry{}}
 	room, size, last := int(r.nc.MaxPayload())/2, 64, ""
+	if req.Max > 0 {
+		room = int(min(req.Max, r.nc.MaxPayload())) / 2
+	}
 	for _, id := range ids {
 		e, err := r.agents.Get(ctx, id)
 		if err != nil {
@@ -1223,12 +1226,12 @@ func pubAckError(code int, errCode jetstream.ErrorCode, description string) any 
 
 func replyJSON(nc *nats.Conn, reply string, v any) {
 	b, _ := json.Marshal(v)
-	if max := nc.MaxPayload(); max > 0 && int64(len(b)) > max-1024 {
-		// Dropped by the publish, the node would wait out its request
-		// for an answer that never comes.
-		b, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInternal, "the relay's answer is %d bytes, more than a message of this fabric holds (%d)", len(b), max)})
+	if err := nc.Publish(reply, b); errors.Is(err, nats.ErrMaxPayload) {
+		// Dropped, the node would wait out its request for an answer
+		// that never comes.
+		b, _ = json.Marshal(schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInternal, "the relay's answer is %d bytes, more than a message of this fabric holds (%d)", len(b), nc.MaxPayload())})
+		nc.Publish(reply, b)
 	}
-	nc.Publish(reply, b)
 }
 
 // tailOf reads how an agent's stream ends.

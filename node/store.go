@@ -319,7 +319,7 @@ func (s *relayStore) get(ctx context.Context, id string) (entry, error) {
 // relayOwnedWait.
 func (s *relayStore) owned(ctx context.Context) ([]entry, error) {
 	var out []entry
-	req := schemas.RelayOwnedRequest{Paged: true}
+	req := schemas.RelayOwnedRequest{Paged: true, Max: s.nc.MaxPayload()}
 	for {
 		var rep schemas.RelayOwnedReply
 		pctx, cancel := context.WithTimeout(ctx, relayOwnedWait)

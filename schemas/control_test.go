@@ -74,7 +74,7 @@ func controlSamples() map[string]any {
 		"relay_hello_reply":    schemas.RelayHelloReply{NameTaken: true, NodeTTLMS: 15000, TakesAcked: true, MCP: &schemas.MCPGrant{URL: "http://10.0.0.1:7270/mcp", Key: schemas.NodeKey("t", "n1")}},
 		"relay_entry":          schemas.RelayEntry{Found: true, Revision: 3, Value: recordJSON},
 		"relay_owned_reply":    schemas.RelayOwnedReply{Records: []schemas.RelayEntry{{Found: true, Revision: 3, Value: recordJSON}}, Next: "9f3a1c20"},
-		"relay_owned_request":  schemas.RelayOwnedRequest{Paged: true, After: "9f3a1c20"},
+		"relay_owned_request":  schemas.RelayOwnedRequest{Paged: true, After: "9f3a1c20", Max: 1 << 20},
 		"relay_last_request":   schemas.RelayLastRequest{Agents: []string{"9f3a1c20"}},
 		"budget_request":       schemas.BudgetRequest{AgentID: "9f3a1c20", Fleet: true, Label: "gpu=yes", Tokens: 1000, USD: 2.5},
 		"budgets_request":      schemas.BudgetsRequest{Paged: true, After: "9f3a1c20"},

@@ -38,6 +38,9 @@ type RelayEntry struct {
 type RelayOwnedRequest struct {
 	Paged bool   `json:"paged,omitempty"`
 	After string `json:"after,omitempty"`
+	// Max is the largest message the node's own connection takes (a
+	// leaf server's may be smaller than the relay's); the relay's when 0.
+	Max int64 `json:"max,omitempty"`
 }
 
 // RelayOwnedReply lists the records a node owns: all of them, or a page
