@@ -6,7 +6,9 @@ import (
 	"github.com/shoalfabric/shoal/internal/peers"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -177,12 +179,45 @@ func TestNodeRestartClosesAnAgedOutAgentAfterItsLastEvent(t *testing.T) {
 		t.Errorf("agent living numbered events 1..%d; after the node's restart its record says dead, last_event %d, and the stream holds events %v: the closing events (and the dead status) were numbered from 1 again and the relay answered them as copies of the aged-out ones", seen, rec.LastEvent, closing)
 	}
 
-	// The id's next life numbers on from the record's last_event.
+	// The id's next life numbers on from the record's last_event. Its
+	// events are read as they are stored: on a loaded machine the open
+	// and the turn take longer than the stream keeps them (3 s).
+	stream, err := js.Stream(t.Context(), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.CreateConsumer(t.Context(), jetstream.ConsumerConfig{FilterSubject: schemas.EventSubject("living"), AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: info.State.LastSeq + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var next []uint64
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if _, n, err := schemas.ParseMsgID(m.Headers().Get(schemas.HeaderMsgID)); err == nil {
+			mu.Lock()
+			next = append(next, n)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.must(t, "open", "--id", "living", t.TempDir())
 	if out := p.must(t, "run", "--timeout", "60s", "living", "Again."); out != "The next life's answer." {
 		t.Fatalf("the next life's turn answered %q", out)
 	}
-	next := events()
+	// The turn's reply comes once its events are stored; a moment more
+	// for the consumer to be handed them.
+	time.Sleep(time.Second)
+	cc.Stop()
+	mu.Lock()
+	next = slices.Clone(next)
+	mu.Unlock()
 	before := record().EventsBefore
 	t.Logf("the next life: events_before %d, the stream holds %v", before, next)
 	for len(next) > 0 && next[0] <= before { // the life before's closing events
