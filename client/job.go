@@ -284,7 +284,8 @@ func (f *Direct) Jobs(ctx context.Context) ([]schemas.JobRecord, error) {
 // A job whose record looks lost is watched a little before it is said to
 // be: its runner may be coming back from an outage of the fabric, in
 // which it could write nothing, and writes its record within a beat of
-// being back.
+// being back. However old its last beat (an outage's length), only the
+// watch tells a runner that is back from one that is gone.
 func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, error) {
 	j, err := f.Job(ctx, id)
 	if err != nil || j.Ended() {
@@ -310,8 +311,6 @@ func (f *Direct) WaitJob(ctx context.Context, id string) (schemas.JobRecord, err
 		switch {
 		case j.Status != schemas.JobLost:
 			silent = time.Time{}
-		case unixSeconds(time.Now())-j.Beat > schemas.JobLostAfterSeconds+jobComeBack.Seconds():
-			return j, nil // silent long before this wait began
 		case silent.IsZero():
 			silent = time.Now()
 		case time.Since(silent) >= jobComeBack:
