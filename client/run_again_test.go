@@ -2,10 +2,7 @@ package client_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,58 +12,11 @@ import (
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/netproxy"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// cutProxy forwards a TCP port to target until cut; it can be started
-// again on the same port.
-type cutProxy struct {
-	addr, target string
-	mu           sync.Mutex
-	l            net.Listener
-	conns        []net.Conn
-}
-
-func (p *cutProxy) start(t *testing.T) {
-	t.Helper()
-	l, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.l, p.addr = l, l.Addr().String()
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-func (p *cutProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.l.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
 
 // A run whose node answers "timed out" while the caller's connection is
 // away is sent again when the caller's connection comes back; the node
@@ -78,10 +28,8 @@ func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
 	srv := natstest.Start(t)
 	fb := fakebackend.New(fakebackend.Config{})
 	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
-	p := &cutProxy{addr: "127.0.0.1:0", target: strings.TrimPrefix(srv.ClientURL(), "nats://")}
-	p.start(t)
-	t.Cleanup(p.cut)
-	nc, err := nats.Connect("nats://"+p.addr, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	p := netproxy.Start(t, srv.ClientURL())
+	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,9 +52,9 @@ func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
-	p.cut() // the caller's connection goes; the node's answer at 1 s is lost
+	p.Cut() // the caller's connection goes; the node's answer at 1 s is lost
 	time.Sleep(2 * time.Second)
-	p.start(t) // back within the caller's 30 s of margin and 90 s of loss
+	p.Restore() // back within the caller's 30 s of margin and 90 s of loss
 	var runErr error
 	select {
 	case runErr = <-done:

@@ -3,13 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,114 +16,10 @@ import (
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/netproxy"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
-
-// netProxy forwards TCP connections to target, as the network between a
-// node and the fabric. freeze stops it moving bytes either way without
-// closing anything (a link that blackholes, as a dropped Wi-Fi, a NAT or
-// a VM migration does: TCP keeps what was sent and delivers it when the
-// path comes back); thaw lets them go on. cut closes every connection and
-// refuses new ones (a partition that resets); restore ends it.
-type netProxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	cond   *sync.Cond
-	frozen bool
-	cutOff bool
-	conns  []net.Conn
-}
-
-func startNetProxy(t *testing.T, target string) *netProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &netProxy{l: l, target: strings.TrimPrefix(target, "nats://")}
-	p.cond = sync.NewCond(&p.mu)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			refuse := p.cutOff
-			p.mu.Unlock()
-			if refuse {
-				c.Close()
-				continue
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go p.pipe(c, s)
-			go p.pipe(s, c)
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		p.thaw()
-		p.cut()
-	})
-	return p
-}
-
-func (p *netProxy) pipe(from, to net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := from.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.frozen {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := to.Write(buf[:n]); werr != nil {
-				from.Close()
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				from.Close()
-			}
-			to.Close()
-			return
-		}
-	}
-}
-
-func (p *netProxy) url() string { return "nats://" + p.l.Addr().String() }
-
-func (p *netProxy) freeze() { p.mu.Lock(); p.frozen = true; p.mu.Unlock() }
-
-func (p *netProxy) thaw() {
-	p.mu.Lock()
-	p.frozen = false
-	p.mu.Unlock()
-	p.cond.Broadcast()
-}
-
-func (p *netProxy) cut() {
-	p.mu.Lock()
-	p.cutOff = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	p.mu.Unlock()
-}
-
-func (p *netProxy) restore() { p.mu.Lock(); p.cutOff = false; p.mu.Unlock() }
 
 // leaseFabric is a test's own view of the fabric: the agents' records and
 // the stream.
@@ -248,12 +141,12 @@ func (f *leaseFabric) closing(id string) (after int, first string, closedUse *sc
 
 // streamingBehindProxy starts a pool whose node, cut, reaches it through
 // a proxy (given nodeArgs too), and an agent there streaming a long turn.
-func streamingBehindProxy(t *testing.T, nodeArgs ...string) (p *pool, px *netProxy, n *shoalProc, f *leaseFabric, id string) {
+func streamingBehindProxy(t *testing.T, nodeArgs ...string) (p *pool, px *netproxy.Proxy, n *shoalProc, f *leaseFabric, id string) {
 	t.Helper()
 	p = startPool(t)
 	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px = startNetProxy(t, p.url)
-	n = p.node("cut", append([]string{"--nats", px.url()}, nodeArgs...)...)
+	px = netproxy.Start(t, p.url)
+	n = p.node("cut", append([]string{"--nats", px.URL()}, nodeArgs...)...)
 	f = openLeaseFabric(t, p.url)
 	id, _ = p.openOn()
 	p.must("send", id, "Stream on.")
@@ -271,12 +164,12 @@ func streamingBehindProxy(t *testing.T, nodeArgs ...string) (p *pool, px *netPro
 func TestLeaseNodeStoppedWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
 	_, px, n, f, id := streamingBehindProxy(t)
-	px.cut()
+	px.Cut()
 	f.dead(id)
 	time.Sleep(time.Second)
 	n.cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(3 * time.Second) // the node closes its agents, and waits for the fabric to store their events
-	px.restore()
+	px.Restore()
 	select {
 	case <-n.done:
 	case <-time.After(60 * time.Second):
@@ -297,12 +190,12 @@ func TestLeaseNodeStoppedWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 func TestLeaseRestartedNodeStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
 	p, px, n, f, id := streamingBehindProxy(t)
-	px.cut()
+	px.Cut()
 	f.dead(id)
 	time.Sleep(time.Second) // the agent goes on printing into the journal
 	n.cmd.Process.Kill()
 	<-n.done
-	px.restore()
+	px.Restore()
 	again := p.node("cut")
 	time.Sleep(3 * time.Second)
 	if after, first := f.afterDeath(id); after > 0 {
@@ -340,7 +233,7 @@ func descendants(pid int, word string) []int {
 func TestLeaseAgentDyingWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 	t.Parallel()
 	_, px, n, f, id := streamingBehindProxy(t)
-	px.cut()
+	px.Cut()
 	f.dead(id)
 	clis := descendants(n.cmd.Process.Pid, "claude")
 	if len(clis) == 0 {
@@ -353,7 +246,7 @@ func TestLeaseAgentDyingWhileLapsedStoresNothingAfterTheDeath(t *testing.T) {
 		return len(descendants(n.cmd.Process.Pid, "claude")) == 0
 	})
 	time.Sleep(time.Second)
-	px.restore()
+	px.Restore()
 	poll.Until(t, 60*time.Second, "the node checks its agents", func() bool {
 		return strings.Contains(n.stderrText(), "the node's agents checked")
 	})
@@ -452,10 +345,10 @@ func TestLeaseBlackholedNodeStoresNothingAfterTheDeath(t *testing.T) {
 		t.Run(c.way, func(t *testing.T) {
 			t.Parallel()
 			_, px, n, f, id := streamingBehindProxy(t, "--publish", c.way)
-			px.freeze()
+			px.Freeze()
 			f.dead(id)
 			time.Sleep(c.hold)
-			px.thaw()
+			px.Thaw()
 			poll.Until(t, 60*time.Second, "the node, back, says the fabric took its agent for lost", func() bool {
 				return strings.Contains(n.stderrText(), "the fabric took this agent for lost")
 			})
@@ -486,8 +379,8 @@ func TestLeaseNodeReconnectedAfterItsLastBeatStoresNothingAfterTheDeath(t *testi
 			t.Parallel()
 			p := startPoolTTL(t, 9*time.Second)
 			p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 1500), ChunkSize: 5, Delay: 15 * time.Millisecond})
-			px := startNetProxy(t, p.url)
-			p.node("cut", "--nats", px.url(), "--publish", way)
+			px := netproxy.Start(t, p.url)
+			p.node("cut", "--nats", px.URL(), "--publish", way)
 			f := openLeaseFabric(t, p.url)
 			id, _ := p.openOn()
 			p.must("send", id, "Stream on.")
@@ -502,20 +395,20 @@ func TestLeaseNodeReconnectedAfterItsLastBeatStoresNothingAfterTheDeath(t *testi
 				}
 				<-beats
 				stored := f.lastSeq(id)
-				px.cut()
-				px.restore()
+				px.Cut()
+				px.Restore()
 				poll.Until(t, 5*time.Second, "the node streams again on a new connection", func() bool { return f.lastSeq(id) > stored+5 })
-				px.freeze()
+				px.Freeze()
 				select {
 				case <-beats:
-					px.thaw()
+					px.Thaw()
 					continue
 				default:
 				}
 				break
 			}
 			f.dead(id)
-			px.thaw()
+			px.Thaw()
 			time.Sleep(3 * time.Second)
 			if after, first := f.afterDeath(id); after > 0 {
 				t.Errorf("the node, reconnected after its last beat and then blackholed, stored %d events of its agent after the coordinator's dead status (the first %s)", after, first)
@@ -682,13 +575,13 @@ func killedWhileCut(t *testing.T) (p *pool, f *leaseFabric, id string, rec schem
 	t.Helper()
 	p = startPoolTTL(t, time.Minute)
 	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("steadily ", 400), ChunkSize: 5, Delay: 15 * time.Millisecond})
-	px := startNetProxy(t, p.url)
-	n := p.node("cut", "--nats", px.url())
+	px := netproxy.Start(t, p.url)
+	n := p.node("cut", "--nats", px.URL())
 	f = openLeaseFabric(t, p.url)
 	id, _ = p.openOn()
 	p.must("send", id, "Stream on.")
 	f.streaming(id)
-	px.cut()
+	px.Cut()
 	time.Sleep(time.Second) // the agent goes on printing into the journal
 	n.cmd.Process.Kill()
 	<-n.done
