@@ -30,11 +30,13 @@ type Direct struct {
 	progress  func(string)
 	maxBundle int64
 
-	mu     sync.Mutex
-	cache  *nodeCache
-	agents jetstream.KeyValue // opened once
-	nodes  jetstream.KeyValue
-	stream jetstream.Stream
+	mu    sync.Mutex
+	cache *nodeCache
+	// permits is the view of the requests waiting (WatchPermits).
+	permits *permitView
+	agents  jetstream.KeyValue // opened once
+	nodes   jetstream.KeyValue
+	stream  jetstream.Stream
 }
 
 // NewDirect returns a direct client on nc.

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"slices"
 
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/service"
@@ -23,6 +22,9 @@ func (f *Direct) Permit(ctx context.Context, req schemas.PermitRequest) (schemas
 	}
 	var rep schemas.PermitReply
 	err := f.toOwner(ctx, req.AgentID, schemas.VerbPermit, req, &rep, 0)
+	if v := f.permitView(); v != nil && err == nil {
+		v.answer(schemas.PermitKey(req.AgentID, req.RequestID))
+	}
 	if c := schemas.CodeOf(err); c == schemas.CodeNotFound || c == schemas.CodeUnavailable {
 		// An answered request is told apart from one that never was.
 		if rec, ok := f.permit(ctx, req.AgentID, req.RequestID); ok && rec.Answer != nil {
@@ -48,8 +50,12 @@ func (f *Direct) permit(ctx context.Context, agent, request string) (schemas.Per
 }
 
 // Pending lists the permission requests agents wait on, oldest first.
-// Direct lists them all: it has no reply to fit them in.
+// Direct lists them all: it has no reply to fit them in. A client that
+// watches them (WatchPermits) lists them from memory.
 func (f *Direct) Pending(ctx context.Context) (schemas.PendingReply, error) {
+	if v := f.permitView(); v != nil {
+		return schemas.PendingReply{Requests: v.list()}, nil
+	}
 	kv, err := f.js.KeyValue(ctx, schemas.PermitsBucket)
 	if err != nil {
 		return schemas.PendingReply{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
@@ -64,16 +70,16 @@ func (f *Direct) Pending(ctx context.Context) (schemas.PendingReply, error) {
 	}); err != nil {
 		return schemas.PendingReply{}, schemas.Errf(schemas.CodeUnavailable, "read %s: %v", schemas.PermitsBucket, err)
 	}
-	slices.SortFunc(out, func(a, b schemas.PermitRecord) int {
-		switch {
-		case a.AskedAt < b.AskedAt:
-			return -1
-		case a.AskedAt > b.AskedAt:
-			return 1
-		}
-		return 0
-	})
+	sortPermits(out)
 	return schemas.PendingReply{Requests: out}, nil
+}
+
+// permitView is the client's watched view of the requests waiting, if it
+// keeps one.
+func (f *Direct) permitView() *permitView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.permits
 }
 
 // Permit implements Client.

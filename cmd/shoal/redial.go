@@ -53,6 +53,10 @@ func (r *redialing) dial() (*client.Direct, error) {
 	if err == nil {
 		err = f.WatchNodes(r.ctx)
 	}
+	if err == nil {
+		// The dashboard's pages and MCP's agent_status ask what waits.
+		err = f.WatchPermits(r.ctx)
+	}
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -60,6 +60,12 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 				if err != nil {
 					return err
 				}
+				if d, ok := f.(*client.Direct); ok {
+					// It asks what waits each second: from a watch, not a
+					// read of every request kept each time. Without one
+					// (the bucket not made yet), each read says why.
+					d.WatchPermits(ctx)
+				}
 				dir, _ := os.Getwd()
 				// Observer credentials may only watch: the monitor offers no
 				// action rather than have each refused once tried.

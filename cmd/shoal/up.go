@@ -558,6 +558,10 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 			if err == nil {
 				err = f.WatchNodes(ctx)
 			}
+			if err == nil {
+				// Every scoped client's monitor asks what waits each second.
+				err = f.WatchPermits(ctx)
+			}
 			if err != nil {
 				return nil, err
 			}

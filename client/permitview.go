@@ -1,0 +1,157 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// permitView follows PermitsBucket and keeps the requests that wait for
+// an answer, so a long-lived client lists them from memory: the bucket
+// keeps each agent's latest answered requests too (up to
+// schemas.MaxAnsweredPermits), which a read per call would take whole
+// every time a monitor asks.
+type permitView struct {
+	mu      sync.RWMutex
+	waiting map[string]schemas.PermitRecord
+	// answered holds the requests this client answered that the watch has
+	// not yet shown answered, and since when: they are left out, so the
+	// list read right after an answer does not offer it again. An entry
+	// is dropped once the watch shows the answer, or after answeredFor.
+	answered map[string]time.Time
+}
+
+// answeredFor bounds how long a request this client answered is left
+// out of the list while the watch has not shown its answer: past it, the
+// bucket's word is taken again (a node that took the answer but could not
+// write it still waits).
+const answeredFor = 10 * time.Second
+
+// apply updates the view with an entry of the watch.
+func (v *permitView) apply(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.note(v.waiting, e.Key(), e.Operation(), e.Value())
+}
+
+// note keeps key in waiting if its entry is a request without an answer;
+// anything else drops it, and ends its leaving out.
+func (v *permitView) note(waiting map[string]schemas.PermitRecord, key string, op jetstream.KeyValueOp, value []byte) {
+	var rec schemas.PermitRecord
+	if op != jetstream.KeyValuePut || json.Unmarshal(value, &rec) != nil || rec.Answer != nil {
+		delete(waiting, key)
+		delete(v.answered, key)
+		return
+	}
+	waiting[key] = rec
+}
+
+// replace makes the view what the bucket holds now, read afresh.
+func (v *permitView) replace(ctx context.Context, kv jetstream.KeyValue) error {
+	now := map[string]schemas.PermitRecord{}
+	err := ReadBucket(ctx, kv, func(e jetstream.KeyValueEntry) {
+		var rec schemas.PermitRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil {
+			now[e.Key()] = rec
+		}
+	})
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.waiting = now
+	return nil
+}
+
+// answer leaves key out of the list until the watch shows it answered.
+func (v *permitView) answer(key string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.answered[key] = time.Now()
+}
+
+// list is what waits, oldest first.
+func (v *permitView) list() []schemas.PermitRecord {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]schemas.PermitRecord, 0, len(v.waiting))
+	for key, rec := range v.waiting {
+		if at, ok := v.answered[key]; ok {
+			if time.Since(at) < answeredFor {
+				continue
+			}
+			delete(v.answered, key)
+		}
+		out = append(out, rec)
+	}
+	sortPermits(out)
+	return out
+}
+
+// WatchPermits keeps the requests waiting for an answer in memory until
+// ctx ends, from a watch of the permits bucket; without it, each Pending
+// call reads the bucket whole. It returns once what the bucket holds is
+// in.
+func (f *Direct) WatchPermits(ctx context.Context) error {
+	kv, err := f.js.KeyValue(ctx, schemas.PermitsBucket)
+	if err != nil {
+		return schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.PermitsBucket, err)
+	}
+	w, err := WatchAllKeys(ctx, f.nc, kv)
+	if err != nil {
+		return err
+	}
+	v := &permitView{waiting: map[string]schemas.PermitRecord{}, answered: map[string]time.Time{}}
+	synced := make(chan struct{})
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-w.Reconnected():
+				// Perhaps to a server that lost what the watch had passed
+				// on, where revisions start again below it: the watch
+				// goes on from where it was, so what waits is read
+				// afresh (kept as it was if it cannot be).
+				v.replace(ctx, kv)
+			case e, ok := <-w.Updates():
+				switch {
+				case !ok:
+					return
+				case e == nil:
+					close(synced)
+				default:
+					v.apply(e)
+				}
+			}
+		}
+	}()
+	select {
+	case <-synced:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.mu.Lock()
+	f.permits = v
+	f.mu.Unlock()
+	return nil
+}
+
+// sortPermits orders requests by when they were asked, oldest first.
+func sortPermits(reqs []schemas.PermitRecord) {
+	slices.SortFunc(reqs, func(a, b schemas.PermitRecord) int {
+		switch {
+		case a.AskedAt < b.AskedAt:
+			return -1
+		case a.AskedAt > b.AskedAt:
+			return 1
+		}
+		return 0
+	})
+}
