@@ -71,10 +71,14 @@ func (v *permitView) replace(ctx context.Context, kv jetstream.KeyValue) error {
 }
 
 // answer leaves key out of the list until the watch shows it answered.
+// A key the view does not hold waiting is left alone: its answer came
+// through the watch first, and a mark nothing would clear would stay.
 func (v *permitView) answer(key string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.answered[key] = time.Now()
+	if _, ok := v.waiting[key]; ok {
+		v.answered[key] = time.Now()
+	}
 }
 
 // list is what waits, oldest first.
