@@ -462,6 +462,13 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		r.refuseOrRetry(m, node, id, cmpErr(err, notOwner(node, id)))
 		return
 	}
+	if bytes.ContainsAny(m.Data, "\r\n") {
+		// JSON allows them between values, and a node of Shoal's never
+		// writes them: a reader of lines (shoal tail --json, a Kaimon
+		// subscriber's log) would take what follows one for another event.
+		r.refuse(m, node, id, errors.New("the event holds a line break between its values; an event envelope is one line of JSON"))
+		return
+	}
 	ev, err := schemas.Decode(m.Data)
 	if err != nil {
 		r.refuse(m, node, id, fmt.Errorf("the event is not an event envelope: %v", err))

@@ -240,6 +240,8 @@ func TestRelayHoldsANodeToWhatItWasGiven(t *testing.T) {
 	refusedWith("an event far ahead", err, "event 99999 of agent mine does not follow its last stored event (2)")
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), "\x00 not an envelope"))
 	refusedWith("bytes that are no envelope", err, "not an event envelope")
+	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), strings.Replace(forged, ",", ",\r\n", 1)))
+	refusedWith("an envelope over several lines", err, "one line of JSON")
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("live", 3), forged))
 	refusedWith("an event numbered as another agent's", err, "not an event of agent mine")
 	_, err = js.PublishMsg(ctx, event("mine", schemas.MsgID("mine", 3), forged, "Nats-Expected-Stream", "KV_shoal_agents"))

@@ -289,5 +289,5 @@ Run 'shoal help <command>' or 'shoal <command> --help' for details.
 func oneLine(s string) string {
 	// An error may quote what a node or a model said: no escape sequence
 	// of it reaches the terminal.
-	return strings.Join(strings.Fields(render.Clean(s)), " ")
+	return render.OneLine(s)
 }

@@ -96,7 +96,7 @@ the number of the event it begins with.`,
 						// The stored envelope, with what JSON leaves as it is but
 						// a terminal acts on (C1 controls, bidi overrides) as
 						// \u escapes, which mean the same.
-						fmt.Fprintf(v.out(), "%s\n", schemas.EscapeUnreadable(string(r.Raw)))
+						fmt.Fprintf(v.out(), "%s\n", schemas.EscapeUnreadable(string(onLine(r.Raw))))
 					case v.json:
 						_, err := io.WriteString(v.out(), schemas.EscapeUnreadable(string(jsonLine(r))))
 						return err
@@ -128,7 +128,7 @@ func jsonLine(r client.Replayed) []byte {
 		Node  string `json:"node,omitempty"`
 		Time  string `json:"time"`
 	}{r.Agent, r.N, r.Node, r.Time.UTC().Format(time.RFC3339Nano)})
-	env := bytes.TrimSpace(r.Raw)
+	env := onLine(bytes.TrimSpace(r.Raw))
 	if len(env) < 2 || env[0] != '{' {
 		// Not an object (a replay only hands over envelopes): carried whole.
 		out, _ := json.Marshal(struct {
@@ -144,6 +144,24 @@ func jsonLine(r client.Replayed) []byte {
 	}
 	out = append(out, env[1:]...)
 	return append(out, '\n')
+}
+
+// onLine is a stored envelope on one line. JSON may hold line breaks
+// between its values, and a node of Shoal's never writes them; one that
+// did (a node's credentials in other hands) would make one event print
+// as several lines of --json or --raw, one of which could be a whole
+// event line of another agent. It is compacted, which means the same; a
+// stored message that is not JSON has its line breaks written as \n and
+// \r.
+func onLine(raw []byte) []byte {
+	if bytes.IndexAny(raw, "\r\n") < 0 {
+		return raw
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) == nil {
+		return b.Bytes()
+	}
+	return []byte(strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(string(raw)))
 }
 
 // strayText says what a reader skipped: a message on an agent's subject

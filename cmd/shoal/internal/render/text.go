@@ -286,6 +286,11 @@ func stripControls(s string) string { return strip(s, false) }
 // clipboard.
 func Clean(s string) string { return strip(s, true) }
 
+// OneLine is s cleaned (Clean) and its whitespace, line breaks included,
+// made single spaces: for a status or an error line that quotes what a
+// node, an agent or a model said.
+func OneLine(s string) string { return strings.Join(strings.Fields(Clean(s)), " ") }
+
 func strip(s string, keepTabs bool) string {
 	clean := true
 	for i := 0; i < len(s); i++ {

@@ -356,7 +356,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case pendingMsg:
 		return m, m.setPending(msg)
 	case pollErrMsg:
-		m.pollErr = msg.err.Error()
+		m.pollErr = render.OneLine(msg.err.Error())
 		return m, m.readAgents(m.opts.Poll)
 	case eventsMsg:
 		var cmd tea.Cmd
@@ -373,7 +373,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Batch(m.nextEvents(), cmd)
 	case feedMsg:
 		if msg.lost != nil {
-			m.feedLost = fmt.Sprintf("live feed lost (%v); reconnecting…", msg.lost)
+			m.feedLost = render.OneLine(fmt.Sprintf("live feed lost (%v); reconnecting…", msg.lost))
 		} else if msg.back {
 			m.feedLost = ""
 			m.say("the live feed is back", nil)
@@ -398,12 +398,15 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-// say puts an action's outcome, or its error, on the status line.
+// say puts an action's outcome, or its error, on the status line: one
+// line, with no escape sequence or control character of what a node, an
+// agent or a model said in it.
 func (m *Model) say(text string, err error) {
 	m.status, m.statusErr = text, err != nil
 	if err != nil {
 		m.status = err.Error()
 	}
+	m.status = render.OneLine(m.status)
 }
 
 // takeHistory takes an agent's stored events: for the transcript, or as
