@@ -127,6 +127,13 @@ type Config struct {
 	// agent and with the node, even one killed with SIGKILL; without it,
 	// an agent's own process group does.
 	Reaper string
+	// Unreadable are paths no sandboxed agent may be let read: the
+	// node's credentials and TLS key, the user's home directory, Shoal's
+	// data and configuration directories (the coordinator's signing keys
+	// live there). A sandbox whose readable paths (the system's
+	// directories, the CLI's install) would hold one is refused, naming
+	// it. Dir is always among them.
+	Unreadable []string
 	// Logger receives the node's log; discarded when nil.
 	Logger *slog.Logger
 	// Metrics receives what the node counts; nil counts nothing.

@@ -187,6 +187,11 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	}
 	ports := append([]uint16{px.port()}, needs.Ports...)
 	readable = proc.Compact(append(append(slices.Clone(proc.SystemReadable), needs.Readable...), readable...))
+	if err := h.readsNothingSecret(readable); err != nil {
+		px.close()
+		os.RemoveAll(tmp)
+		return nil, err
+	}
 	proxyURL := "http://" + px.addr()
 	return &confinement{
 		conf: &proc.Confinement{Exe: h.cfg.Reaper, Writable: writable, Readable: readable, Ports: ports, Bind: needs.Bind,
@@ -201,6 +206,35 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 			os.RemoveAll(tmp)
 		},
 	}, nil
+}
+
+// readsNothingSecret refuses a sandbox that would let its agent read
+// what the node keeps from agents: its files (every agent's MCP token),
+// its credentials, the home directory, Shoal's data and configuration.
+// A readable path is a directory the kernel lets the agent read whole:
+// a CLI installed next to the node's credentials, or a script in the
+// home directory, would give it them. Each is checked as named and as
+// resolved.
+func (h *Host) readsNothingSecret(readable []string) error {
+	secrets := append([]string{h.cfg.Dir}, h.cfg.Unreadable...)
+	for _, s := range secrets {
+		if s == "" || !filepath.IsAbs(s) {
+			continue
+		}
+		named := filepath.Clean(s)
+		real, err := filepath.EvalSymlinks(s)
+		if err != nil {
+			real = named
+		}
+		for _, r := range readable {
+			for _, p := range []string{named, real} {
+				if schemas.Within(r, p) {
+					return schemas.Errf(schemas.CodeForbidden, "node %s cannot sandbox this agent: its sandbox would let it read %s, which holds %s, kept from agents (its credentials, its files, the home directory or Shoal's data); install the CLI, or put its script, in a directory of its own, and keep credentials out of the system's directories every sandboxed agent reads, such as /etc and /opt", h.cfg.Name, r, p)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // dirBeneath is the working directory a confinement held beneath enters

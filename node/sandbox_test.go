@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
@@ -393,3 +394,72 @@ func TestSandboxedAgentMayNotWriteWhatItsNodeRuns(t *testing.T) {
 		t.Errorf("the node keeps %d agents; want the one opened", len(l))
 	}
 }
+
+// A sandbox lets its agent read the CLI's install whole, and every
+// system directory: a CLI installed next to what the node keeps from
+// agents (its files, with every agent's MCP token; its credentials; the
+// coordinator's signing keys) would give the agent them. An outside
+// review read a node's credentials and the coordinator's keys from inside
+// a sandboxed agent whose CLI was a script in the directory holding them.
+// Such a sandbox is refused, naming what it would read.
+func TestSandboxedAgentMayNotReadWhatItsNodeKeepsFromAgents(t *testing.T) {
+	t.Parallel()
+	yes := true
+	exe, _ := filepath.EvalSymlinks(os.Args[0])
+	script := func(dir string) claude.Config {
+		t.Helper()
+		p := filepath.Join(dir, "claude.sh")
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexec '"+exe+"' \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c := fakeCLI("echo")
+		c.Path = p
+		return c
+	}
+	b := natstest.Start(t)
+	for i, c := range []struct {
+		name       string
+		cli        func(root string) claude.Config
+		dir        func(root string) string
+		unreadable func(root string) []string
+		want       string // "" for an open that is not refused for it
+	}{
+		{"the node's files beside the CLI", script, func(root string) string { return filepath.Join(root, "node") }, nil, "/node"},
+		{"the node's credentials beside the CLI", script, nil, func(root string) []string {
+			os.WriteFile(filepath.Join(root, "n.creds"), []byte("secret"), 0o600)
+			return []string{filepath.Join(root, "n.creds")}
+		}, "n.creds"},
+		{"the home directory holding the CLI", script, nil, func(root string) []string { return []string{root} }, root0},
+		{"credentials in a system directory", func(string) claude.Config { return fakeCLI("echo") }, nil, func(string) []string { return []string{"/etc/passwd"} }, "/etc/passwd"},
+		{"a CLI installed apart", func(string) claude.Config { return fakeCLI("echo") }, nil, func(root string) []string {
+			os.WriteFile(filepath.Join(root, "n.creds"), []byte("secret"), 0o600)
+			return []string{filepath.Join(root, "n.creds"), root}
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			want := strings.ReplaceAll(c.want, root0, root)
+			var dir string
+			if c.dir != nil {
+				dir = c.dir(root)
+			}
+			var unreadable []string
+			if c.unreadable != nil {
+				unreadable = c.unreadable(root)
+			}
+			f := startNode(t, fixtureOptions{claude: c.cli(root), dir: dir, broker: b, node: func(cfg *node.Config) {
+				cfg.Name, cfg.Unreadable = fmt.Sprintf("s%d", i), unreadable
+			}})
+			_, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Node: fmt.Sprintf("s%d", i), Sandbox: &yes})
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("a sandboxed open of a CLI installed apart from what is kept: %v", err)
+			case want != "" && (schemas.CodeOf(err) != schemas.CodeForbidden || !strings.Contains(err.Error(), "cannot sandbox this agent") || !strings.Contains(err.Error(), want)):
+				t.Errorf("a sandboxed open: %v; want a refusal naming %s", err, want)
+			}
+		})
+	}
+}
+
+// root0 stands for each case's own directory in a wanted message.
+const root0 = "\x00root"

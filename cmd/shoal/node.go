@@ -30,6 +30,11 @@ import (
 // nodeOptions are the settings of an agent host, shared by `shoal node`
 // and the local node of `shoal up`.
 type nodeOptions struct {
+	// unreadable are paths of the process that runs the node (shoal up's
+	// store, its signing keys, its TLS key) kept from sandboxed agents, as
+	// the node's own credentials are.
+	unreadable []string
+
 	name        string
 	instance    string // this life's (life); made at its first use
 	dir         string
@@ -152,6 +157,23 @@ func (o *nodeOptions) checkName() error {
 	return nil
 }
 
+// secrets are the paths no sandboxed agent of the node may read: its
+// credentials and TLS key, the home directory, Shoal's data and
+// configuration directories, and what else the process keeps
+// (unreadable).
+func (o *nodeOptions) secrets(env *environment) []string {
+	out := []string{home(env.getenv), filepath.Join(dataHome(env.getenv), "shoal"), filepath.Join(configHome(env.getenv), "shoal")}
+	out = append(out, o.unreadable...)
+	for i, p := range out {
+		if p != "" {
+			if abs, err := filepath.Abs(p); err == nil {
+				out[i] = abs
+			}
+		}
+	}
+	return out
+}
+
 // host builds the node on nc. A confined node reaches the fabric's state
 // only through the coordinator's relay, as node credentials require.
 func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *slog.Logger) (*node.Host, error) {
@@ -245,6 +267,7 @@ func (o *nodeOptions) host(env *environment, nc *nats.Conn, confined bool, log *
 		Version:          semver(),
 		Confined:         confined,
 		Reaper:           reaper,
+		Unreadable:       o.secrets(env),
 		Sandbox:          o.sandbox,
 		SandboxKind:      o.sandboxKind,
 		Logger:           log,
@@ -406,6 +429,7 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		joined = nc.ConnectedUrlRedacted()
 	}
 	defer nc.Close()
+	o.unreadable = append(o.unreadable, o.client.creds, o.client.tls.key)
 	h, err := o.host(env, nc, who != nil, log)
 	if err != nil {
 		return err

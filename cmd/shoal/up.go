@@ -266,6 +266,20 @@ func (o *upOptions) brokerConfig(env *environment, log *slog.Logger) (broker.Con
 }
 
 // assets are the stream and bucket limits from the flags.
+// keptFromAgents are the coordinator's own paths its node's sandboxed
+// agents may not read: its store, its signing keys, its TLS key and the
+// credentials it uses an external NATS with.
+func (o *upOptions) keptFromAgents(env *environment) []string {
+	store, auth := o.store, o.authDir
+	if store == "" {
+		store = filepath.Join(dataHome(env.getenv), "shoal", "jetstream")
+	}
+	if auth == "" {
+		auth = filepath.Join(dataHome(env.getenv), "shoal", "auth")
+	}
+	return []string{store, auth, o.external.tls.key, o.external.creds}
+}
+
 func (o *upOptions) assets() broker.Assets {
 	replicas := o.replicas
 	if replicas == 0 && o.cluster != "" {
@@ -459,6 +473,7 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			return err
 		}
 		defer nc.Close()
+		o.node.unreadable = append(o.node.unreadable, o.keptFromAgents(env)...)
 		h, err := o.node.host(env, nc, false, log)
 		if err != nil {
 			return err
