@@ -693,6 +693,17 @@ func (r *Relay) permit(ctx context.Context, m *nats.Msg) {
 		out.Header = nats.Header{jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(e.Revision(), 10)}}
 	}
 	if rec.Answer == nil {
+		if rec.Deadline <= 0 {
+			// One without would wait in every list until the bucket
+			// expires it: the monitor denies a lost node's requests at
+			// their deadline.
+			r.refuse(m, node, id, fmt.Errorf("permission request %s of agent %s has no deadline; a node says when it stops waiting", rec.RequestID, id))
+			return
+		}
+		// When it was asked is the relay's to say (lists put the oldest
+		// first), and its labels are held to what a list shows.
+		rec.AskedAt = float64(time.Now().UnixNano()) / 1e9
+		out.Data, _ = json.Marshal(schemas.FitPermit(rec))
 		n, err := r.waiting(ctx, id, rec.RequestID)
 		switch {
 		case err != nil:

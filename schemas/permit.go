@@ -110,6 +110,12 @@ const (
 	MaxListedInput = 16 << 10
 	// maxListedDescription is the most of a description a list shows.
 	maxListedDescription = 4 << 10
+	// maxListedTool is the most of a tool's name a request keeps (an ACP
+	// agent's title may carry its command).
+	maxListedTool = 1 << 10
+	// maxListedOptions is the most options a request keeps; an agent
+	// offers a handful.
+	maxListedOptions = 16
 	// MaxAnsweredPermits is the most answered requests of one agent
 	// PermitsBucket keeps, as its node's own book does: past it the relay
 	// removes the agent's oldest answered ones as new requests come. With
@@ -143,6 +149,23 @@ func Answered(rec PermitRecord, ans PermitAnswer) PermitRecord {
 	return rec
 }
 
+// boundLabels is rec with its tool's name and call id, and its options,
+// held to what a list shows: a node could otherwise make one request as
+// large as a whole list and crowd out every other agent's.
+func boundLabels(rec PermitRecord) PermitRecord {
+	rec.Tool, rec.ToolCallID = cut(rec.Tool, maxListedTool), cut(rec.ToolCallID, MaxLabelBytes)
+	if len(rec.Options) > maxListedOptions || slices.ContainsFunc(rec.Options, func(o PermissionOption) bool {
+		return len(o.OptionID) > MaxLabelBytes || len(o.Name) > MaxLabelBytes || len(o.Kind) > MaxLabelBytes
+	}) {
+		opts := make([]PermissionOption, 0, min(len(rec.Options), maxListedOptions))
+		for _, o := range rec.Options[:min(len(rec.Options), maxListedOptions)] {
+			opts = append(opts, PermissionOption{OptionID: cut(o.OptionID, MaxLabelBytes), Name: cut(o.Name, MaxLabelBytes), Kind: PermissionKind(cut(string(o.Kind), MaxLabelBytes))})
+		}
+		rec.Options = opts
+	}
+	return rec
+}
+
 // ListedInput is in as a list of requests shows it: in itself when it is
 // at most max bytes, else a marker, {"shoal_truncated": {"bytes": N,
 // "head": "…"}}, holding the first part of it as text.
@@ -171,10 +194,12 @@ func cut(s string, max int) string {
 	return s + "… (cut short)"
 }
 
-// FitPermit is rec held to MaxPermitBytes: its input and description
-// (and an answer's input) cut short with a marker when the whole would
-// be larger.
+// FitPermit is rec held to MaxPermitBytes: its tool's name and its
+// options held to what a list shows, its input and description (and an
+// answer's input) cut short with a marker when the whole would be
+// larger.
 func FitPermit(rec PermitRecord) PermitRecord {
+	rec = boundLabels(rec)
 	fits := func(r PermitRecord) bool {
 		b, err := json.Marshal(r)
 		return err == nil && len(b) <= MaxPermitBytes
@@ -215,6 +240,7 @@ func PendingWithin(reqs []PermitRecord, maxBytes int) PendingReply {
 	seen := map[string]int{}
 	all := make([]ranked, 0, len(reqs))
 	for _, r := range reqs {
+		r = boundLabels(r)
 		r.Input = ListedInput(r.Input, MaxListedInput)
 		r.Description = cut(r.Description, maxListedDescription)
 		all = append(all, ranked{r, seen[r.AgentID]})

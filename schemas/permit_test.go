@@ -33,3 +33,28 @@ func TestPermitsFitTheirBounds(t *testing.T) {
 		t.Fatalf("listed %d (last %s), omitted %d", len(rep.Requests), rep.Requests[len(rep.Requests)-1].AgentID, rep.Omitted)
 	}
 }
+
+// A request's tool name and options are held to what a list shows, as its
+// input is: requests of several agents with huge names (stored by a node
+// of Shoal's own before the relay held them) filled a list, and another
+// agent's was left out.
+func TestPendingHoldsEachRequestsLabels(t *testing.T) {
+	var reqs []schemas.PermitRecord
+	opts := make([]schemas.PermissionOption, 50)
+	for i := range opts {
+		opts[i] = schemas.PermissionOption{OptionID: fmt.Sprintf("o%d", i), Name: strings.Repeat("n", 4096), Kind: "allow_once"}
+	}
+	for i := range 5 {
+		reqs = append(reqs, schemas.PermitRecord{AgentID: fmt.Sprintf("loud%d", i), RequestID: "r", Tool: strings.Repeat("T", 200<<10), Options: opts})
+	}
+	reqs = append(reqs, schemas.PermitRecord{AgentID: "quiet", RequestID: "q", Tool: "Bash", AskedAt: 100, Input: json.RawMessage(`{"command":"ls"}`)})
+	rep := schemas.PendingWithin(reqs, 512<<10)
+	if len(rep.Requests) != len(reqs) || rep.Omitted != 0 {
+		t.Fatalf("listed %d of %d, omitted %d", len(rep.Requests), len(reqs), rep.Omitted)
+	}
+	for _, r := range rep.Requests[:5] {
+		if len(r.Tool) > 2<<10 || len(r.Options) > 16 || len(r.Options[0].Name) > 256 {
+			t.Errorf("listed: a tool's name of %d bytes, %d options, an option's name of %d", len(r.Tool), len(r.Options), len(r.Options[0].Name))
+		}
+	}
+}
