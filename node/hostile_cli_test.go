@@ -318,3 +318,35 @@ func TestNodeHoldsAnAgentsPermissionRequestsToSixteen(t *testing.T) {
 		t.Errorf("no error says why the others were denied: %s", strings.Join(w.summary(0), " "))
 	}
 }
+
+// An agent closed while its permission requests wait: the node forgets
+// them as it retires the agent, and each request's wait, ended with the
+// agent, settled a request it no longer held. An outside review's node
+// died of it (a nil answer) after some opens and closes, and every agent
+// on it with it. Now each wait ends denied and the node goes on.
+func TestClosingAnAgentWhoseRequestsWaitLeavesItsNodeRunning(t *testing.T) {
+	t.Parallel()
+	f := startNode(t, fixtureOptions{claude: hostileCLI("asks", "SHOAL_HOSTILE_OUT="+filepath.Join(t.TempDir(), "denied"))})
+	for round := range 4 {
+		id := f.open(schemas.OpenRequest{Permission: "ask"})
+		f.send(id, "go")
+		poll.Until(t, time.Minute, "the agent's requests to wait", func() bool {
+			all, err := f.fabric.Pending(f.ctx(10 * time.Second))
+			n := 0
+			for _, r := range all.Requests {
+				if r.AgentID == id {
+					n++
+				}
+			}
+			return err == nil && n == 16
+		})
+		if _, err := f.fabric.Close(f.ctx(time.Minute), schemas.AgentRequest{AgentID: id}); err != nil {
+			t.Fatalf("round %d: close: %v", round, err)
+		}
+	}
+	// The node still answers.
+	id := f.open(schemas.OpenRequest{})
+	if _, err := f.fabric.Status(f.ctx(10*time.Second), id); err != nil {
+		t.Errorf("the node after the closes: %v", err)
+	}
+}

@@ -102,6 +102,18 @@ func (b *permitBook) answer(agent, request string, ans schemas.PermitAnswer) (sc
 	return rec, nil
 }
 
+// settleOne answers one request with the node's own answer, mine, and
+// says what its answer is: a person's that came first, or mine, also
+// when the book no longer holds the request (its agent was retired,
+// which forgets its requests, while the request's wait was ending).
+func (b *permitBook) settleOne(agent, request string, mine schemas.PermitAnswer) schemas.PermitAnswer {
+	got, err := b.answer(agent, request, mine)
+	if err != nil && got.Answer != nil {
+		return *got.Answer
+	}
+	return mine
+}
+
 // settle denies every open request of an agent, by the node, saying why:
 // it is being closed, or its turn interrupted.
 func (b *permitBook) settle(agent, by, why string) {
@@ -192,8 +204,7 @@ func (a *agent) Ask(ctx context.Context, q backend.Question) backend.Verdict {
 	var ans schemas.PermitAnswer
 	// The node's own answer, unless a person's came first.
 	settle := func(by, why string) schemas.PermitAnswer {
-		got, _ := h.permits.answer(a.id, rec.RequestID, schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: by, At: unixTime(time.Now())})
-		return *got.Answer
+		return h.permits.settleOne(a.id, rec.RequestID, schemas.PermitAnswer{Decision: schemas.DecisionDeny, Message: why, By: by, At: unixTime(time.Now())})
 	}
 	select {
 	case ans = <-req.answer:
