@@ -67,6 +67,11 @@ func (v *permitView) replace(ctx context.Context, kv jetstream.KeyValue) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.waiting = now
+	for key := range v.answered {
+		if _, ok := now[key]; !ok {
+			delete(v.answered, key) // nothing in the list would clear it
+		}
+	}
 	return nil
 }
 

@@ -399,11 +399,22 @@ func (s *storedReplay) next(ctx context.Context) (jetstream.Msg, error) {
 	}
 }
 
+// followIdle is how long the server keeps a following replay's consumer
+// with no reader pulling from it.
+const followIdle = 30 * time.Second
+
 // openReplay starts the consumer of a replay. One that follows is an
 // ordered consumer, which survives reconnects; one that only reads what is
 // stored is a storedReplay.
 func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, follow bool) (replayIter, error) {
 	if follow {
+		if cfg.InactiveThreshold == 0 {
+			// A reader killed where it stood leaves its consumer on the
+			// server, which counts it among the stream's thousand until it
+			// has been idle this long: nats.go's default is five minutes.
+			// A live reader's pulls keep it from idling.
+			cfg.InactiveThreshold = followIdle
+		}
 		cons, err := stream.OrderedConsumer(ctx, cfg)
 		if err != nil {
 			return replayIter{}, schemas.Errf(schemas.CodeUnavailable, "replay: %v", err)
@@ -413,7 +424,19 @@ func openReplay(ctx context.Context, stream jetstream.Stream, cfg jetstream.Orde
 			return replayIter{}, err
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
-		return replayIter{it: it, close: func() { stop(); it.Stop() }}, nil
+		return replayIter{it: it, close: func() {
+			stop()
+			it.Stop()
+			// Stopping it leaves the consumer on the server; a reader
+			// that goes removes it, so readers that come and go (a
+			// dashboard's tabs, scripts that stop a follow) do not fill
+			// the stream's room for consumers.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if name := cons.CachedInfo().Name; name != "" {
+				stream.DeleteConsumer(ctx, name)
+			}
+		}}, nil
 	}
 	s := &storedReplay{stream: stream, cfg: jetstream.ConsumerConfig{
 		FilterSubjects:    cfg.FilterSubjects,

@@ -252,6 +252,13 @@ func New(cfg Config) (*Host, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("node needs a directory for its files")
 	}
+	// Absolute, so what a sandbox must keep its agents from (the node's
+	// files among it) is compared with the paths it gives them.
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("node directory %s: %w", cfg.Dir, err)
+	}
+	cfg.Dir = abs
 	if want := schemas.InboxPrefix("node", cfg.Name); cfg.Confined && cfg.Conn.Opts.InboxPrefix != want {
 		return nil, fmt.Errorf("a confined node's connection must use the inbox prefix %s (nats.CustomInboxPrefix)", want)
 	}

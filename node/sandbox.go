@@ -187,7 +187,8 @@ func (h *Host) confine(ctx context.Context, be backend.Backend, spec backend.Spe
 	}
 	ports := append([]uint16{px.port()}, needs.Ports...)
 	readable = proc.Compact(append(append(slices.Clone(proc.SystemReadable), needs.Readable...), readable...))
-	if err := h.readsNothingSecret(readable); err != nil {
+	// What it writes it reads too.
+	if err := h.readsNothingSecret(append(slices.Clone(readable), writable...)); err != nil {
 		px.close()
 		os.RemoveAll(tmp)
 		return nil, err

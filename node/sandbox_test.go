@@ -423,18 +423,24 @@ func TestSandboxedAgentMayNotReadWhatItsNodeKeepsFromAgents(t *testing.T) {
 		dir        func(root string) string
 		unreadable func(root string) []string
 		want       string // "" for an open that is not refused for it
+		cwd        string // under root, for a case that names it
 	}{
-		{"the node's files beside the CLI", script, func(root string) string { return filepath.Join(root, "node") }, nil, "/node"},
+		{"the node's credentials in the agent's directory", func(string) claude.Config { return fakeCLI("echo") }, nil, func(root string) []string {
+			os.MkdirAll(filepath.Join(root, "work"), 0o755)
+			os.WriteFile(filepath.Join(root, "work", "n.creds"), []byte("secret"), 0o600)
+			return []string{filepath.Join(root, "work", "n.creds")}
+		}, "n.creds", "work"},
+		{"the node's files beside the CLI", script, func(root string) string { return filepath.Join(root, "node") }, nil, "/node", ""},
 		{"the node's credentials beside the CLI", script, nil, func(root string) []string {
 			os.WriteFile(filepath.Join(root, "n.creds"), []byte("secret"), 0o600)
 			return []string{filepath.Join(root, "n.creds")}
-		}, "n.creds"},
-		{"the home directory holding the CLI", script, nil, func(root string) []string { return []string{root} }, root0},
-		{"credentials in a system directory", func(string) claude.Config { return fakeCLI("echo") }, nil, func(string) []string { return []string{"/etc/passwd"} }, "/etc/passwd"},
+		}, "n.creds", ""},
+		{"the home directory holding the CLI", script, nil, func(root string) []string { return []string{root} }, root0, ""},
+		{"credentials in a system directory", func(string) claude.Config { return fakeCLI("echo") }, nil, func(string) []string { return []string{"/etc/passwd"} }, "/etc/passwd", ""},
 		{"a CLI installed apart", func(string) claude.Config { return fakeCLI("echo") }, nil, func(root string) []string {
 			os.WriteFile(filepath.Join(root, "n.creds"), []byte("secret"), 0o600)
 			return []string{filepath.Join(root, "n.creds"), root}
-		}, ""},
+		}, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -450,7 +456,11 @@ func TestSandboxedAgentMayNotReadWhatItsNodeKeepsFromAgents(t *testing.T) {
 			f := startNode(t, fixtureOptions{claude: c.cli(root), dir: dir, broker: b, node: func(cfg *node.Config) {
 				cfg.Name, cfg.Unreadable = fmt.Sprintf("s%d", i), unreadable
 			}})
-			_, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: t.TempDir(), Node: fmt.Sprintf("s%d", i), Sandbox: &yes})
+			cwd := t.TempDir()
+			if c.cwd != "" {
+				cwd = filepath.Join(root, c.cwd)
+			}
+			_, err := f.fabric.Open(f.ctx(time.Minute), schemas.OpenRequest{CWD: cwd, Node: fmt.Sprintf("s%d", i), Sandbox: &yes})
 			switch {
 			case want == "" && err != nil:
 				t.Errorf("a sandboxed open of a CLI installed apart from what is kept: %v", err)

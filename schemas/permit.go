@@ -149,17 +149,27 @@ func Answered(rec PermitRecord, ans PermitAnswer) PermitRecord {
 	return rec
 }
 
-// boundLabels is rec with its tool's name and call id, and its options,
-// held to what a list shows: a node could otherwise make one request as
-// large as a whole list and crowd out every other agent's.
+// boundLabels is rec with its tool's name, and its options, held to what
+// a list shows: a node could otherwise make one request as large as a
+// whole list and crowd out every other agent's. An option's id is kept
+// whole or the option left out (a cut id would name no option its node
+// takes); the node still takes any of its agent's options by id.
 func boundLabels(rec PermitRecord) PermitRecord {
-	rec.Tool, rec.ToolCallID = cut(rec.Tool, maxListedTool), cut(rec.ToolCallID, MaxLabelBytes)
+	rec.Tool = cut(rec.Tool, maxListedTool)
+	if len(rec.ToolCallID) > MaxLabelBytes {
+		rec.ToolCallID = "" // an id cut short would match nothing
+	}
 	if len(rec.Options) > maxListedOptions || slices.ContainsFunc(rec.Options, func(o PermissionOption) bool {
 		return len(o.OptionID) > MaxLabelBytes || len(o.Name) > MaxLabelBytes || len(o.Kind) > MaxLabelBytes
 	}) {
 		opts := make([]PermissionOption, 0, min(len(rec.Options), maxListedOptions))
-		for _, o := range rec.Options[:min(len(rec.Options), maxListedOptions)] {
-			opts = append(opts, PermissionOption{OptionID: cut(o.OptionID, MaxLabelBytes), Name: cut(o.Name, MaxLabelBytes), Kind: PermissionKind(cut(string(o.Kind), MaxLabelBytes))})
+		for _, o := range rec.Options {
+			if len(opts) == maxListedOptions {
+				break
+			}
+			if len(o.OptionID) <= MaxLabelBytes {
+				opts = append(opts, PermissionOption{OptionID: o.OptionID, Name: cut(o.Name, MaxLabelBytes), Kind: PermissionKind(cut(string(o.Kind), MaxLabelBytes))})
+			}
 		}
 		rec.Options = opts
 	}

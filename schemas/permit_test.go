@@ -57,4 +57,11 @@ func TestPendingHoldsEachRequestsLabels(t *testing.T) {
 			t.Errorf("listed: a tool's name of %d bytes, %d options, an option's name of %d", len(r.Tool), len(r.Options), len(r.Options[0].Name))
 		}
 	}
+	// An option is listed under its own id, which its node takes, or not
+	// at all: a cut id would name nothing.
+	long := strings.Repeat("x", 200)
+	fit := schemas.FitPermit(schemas.PermitRecord{AgentID: "a", RequestID: "r", Tool: "bash", Options: append([]schemas.PermissionOption{{OptionID: long, Name: "Allow", Kind: "allow_once"}}, opts...)})
+	if len(fit.Options) != 16 || fit.Options[0].OptionID != "o0" || fit.Options[15].OptionID != "o15" {
+		t.Errorf("an option with a %d-byte id among 51: kept %d, first %.20q", len(long), len(fit.Options), fit.Options[0].OptionID)
+	}
 }
