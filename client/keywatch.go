@@ -1,8 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -226,17 +229,37 @@ func eachValue(ctx context.Context, kv jetstream.KeyValue, fn func(key string, v
 // ReadBucket calls fn with each key's entry of kv, as it is now, read in
 // one pass (a watch that ends once it has passed on what is stored), not
 // with a request per key: a list of a thousand records is one consumer's
-// deliveries, not a thousand round trips.
+// deliveries, not a thousand round trips. Entries come in the order they
+// were written.
+//
+// The watch's own word that it has passed on what is stored comes early
+// when a key is rewritten as it reads (nats.go v1.55.0 takes the
+// consumer's count of what is left, which in its first, last-per-key
+// phase does not count the rewrite): the key's old entry, gone, is not
+// delivered, and its new one comes after the word. So the read goes on
+// past it until it has seen the bucket's last entry as it stood then:
+// everything written before that, the rewrites among it, is passed on.
 func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.KeyValueEntry)) error {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := kv.WatchAll(ctx) // deletes too: their revisions count toward the last
 	if err != nil {
 		return err
 	}
 	defer endKeyWatch(w) // drained: a read left mid-way blocks no goroutine of nats.go's
-	for {
+	latest := map[string]jetstream.KeyValueEntry{}
+	var (
+		seen   uint64           // the highest revision passed on
+		last   uint64           // the bucket's last revision when the watch said it was done
+		synced bool             // the watch said so
+		idle   <-chan time.Time // past its word, a bound on the wait for last
+	)
+	for !synced || seen < last {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-idle:
+			// The last entry went (it expired) before it was delivered:
+			// what was read is all there is.
+			synced, last = true, 0
 		case e, ok := <-w.Updates():
 			switch {
 			case !ok && ctx.Err() != nil:
@@ -244,9 +267,46 @@ func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Ke
 			case !ok:
 				return fmt.Errorf("the read of %s ended before it had read every key", kv.Bucket())
 			case e == nil:
-				return nil
+				synced = true
+				if last, err = lastRevision(ctx, kv); err != nil {
+					return fmt.Errorf("read %s: %w", kv.Bucket(), err)
+				}
+				idle = time.After(readBucketIdle)
+				continue
 			}
-			fn(e)
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				latest[e.Key()] = e
+			} else {
+				delete(latest, e.Key())
+			}
 		}
 	}
+	entries := slices.Collect(maps.Values(latest))
+	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fn(e)
+	}
+	return nil
+}
+
+// readBucketIdle bounds ReadBucket's wait, past the watch's word, for
+// the bucket's last entry.
+const readBucketIdle = 5 * time.Second
+
+// lastRevision is the revision of the last entry kv holds, 0 when it
+// holds none.
+func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || b.StreamInfo() == nil || b.StreamInfo().State.Msgs == 0 {
+		return 0, nil
+	}
+	return b.StreamInfo().State.LastSeq, nil
 }

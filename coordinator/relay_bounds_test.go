@@ -111,7 +111,7 @@ func TestOneNodesAnsweredRequestsLeaveTheBucketToOthers(t *testing.T) {
 	put := func(js jetstream.JetStream, node, agent, id string, input int, answered bool) error {
 		rec := schemas.PermitRecord{AgentID: agent, RequestID: id, Node: node, Tool: "Bash",
 			Input:   json.RawMessage(`{"command":"` + strings.Repeat("A", input) + `"}`),
-			Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9}
+			Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9, Deadline: float64(time.Now().Add(time.Hour).Unix())}
 		if answered {
 			rec.Tool = "Other"
 			rec.Answer = &schemas.PermitAnswer{Decision: schemas.DecisionDeny, By: "deadline", Message: strings.Repeat("M", 8<<10)}
@@ -178,7 +178,7 @@ func TestRelayKeepsAnAgentsLatestAnsweredRequests(t *testing.T) {
 	for i := range answered {
 		write(fmt.Sprintf("a%d", i), true)
 	}
-	rec, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: "new", Node: "nb", Tool: "Bash", Input: json.RawMessage(`{}`), Options: []schemas.PermissionOption{}, AskedAt: now})
+	rec, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: "new", Node: "nb", Tool: "Bash", Input: json.RawMessage(`{}`), Options: []schemas.PermissionOption{}, AskedAt: now, Deadline: now + 3600})
 	if _, err := nb.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "mine"), rec); err != nil {
 		t.Fatalf("a new request past the answered ones kept: %v", err)
 	}

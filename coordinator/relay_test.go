@@ -492,7 +492,7 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 		t.Fatalf("the node's write without sandbox_net: %v", err)
 	}
 	// Its permission requests reach the bucket.
-	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "pinned", RequestID: "perm-1", Node: "nb", Tool: "Bash"})
+	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "pinned", RequestID: "perm-1", Node: "nb", Tool: "Bash", Deadline: float64(time.Now().Add(time.Hour).Unix())})
 	if _, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "pinned"), req); err != nil {
 		t.Fatalf("the node's permission request: %v", err)
 	}
@@ -801,7 +801,7 @@ func TestRelayHoldsPermissionRequestsToTheirBounds(t *testing.T) {
 	}
 	request := func(agent, id string, input int) error {
 		req, _ := json.Marshal(schemas.PermitRecord{AgentID: agent, RequestID: id, Node: "nb", Tool: "Bash",
-			Input: json.RawMessage(`{"command":"` + strings.Repeat("A", input) + `"}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9})
+			Input: json.RawMessage(`{"command":"` + strings.Repeat("A", input) + `"}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9, Deadline: float64(time.Now().Add(time.Hour).Unix())})
 		_, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, agent), req)
 		return err
 	}
@@ -937,7 +937,7 @@ func TestRelayStoresARequestBesideManyAnswered(t *testing.T) {
 		t.Fatal(ctx.Err())
 	}
 	req, _ := json.Marshal(schemas.PermitRecord{AgentID: "mine", RequestID: "new", Node: "nb", Tool: "Bash",
-		Input: json.RawMessage(`{}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9})
+		Input: json.RawMessage(`{}`), Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9, Deadline: float64(time.Now().Add(time.Hour).Unix())})
 	if _, err := js.Publish(ctx, schemas.RelaySubject("nb", schemas.RelayPermit, "mine"), req); err != nil {
 		t.Fatalf("a request beside 60,000 answered: %v", err)
 	}
@@ -961,7 +961,7 @@ func TestRelayTakesAnAnswerOnlyOfARequestThatIsThere(t *testing.T) {
 	_, js, _ := givenMine(t, s, ctx)
 	put := func(id string, answered bool) error {
 		rec := schemas.PermitRecord{AgentID: "mine", RequestID: id, Node: "nb", Tool: "Bash", Input: json.RawMessage(`{}`),
-			Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9}
+			Options: []schemas.PermissionOption{}, AskedAt: float64(time.Now().UnixNano()) / 1e9, Deadline: float64(time.Now().Add(time.Hour).Unix())}
 		if answered {
 			rec.Answer = &schemas.PermitAnswer{Decision: schemas.Decision("deny"), By: "deadline"}
 		}
