@@ -70,6 +70,7 @@ type fixture struct {
 	dir    string
 	stop   context.CancelFunc
 	done   chan error
+	once   sync.Once // shutdown's
 }
 
 type fixtureOptions struct {
@@ -141,12 +142,14 @@ func startNode(t *testing.T, o fixtureOptions) *fixture {
 
 // shutdown stops the node and waits for it.
 func (f *fixture) shutdown() {
-	f.stop()
-	select {
-	case <-f.done:
-	case <-time.After(60 * time.Second):
-		f.t.Error("node did not stop")
-	}
+	f.once.Do(func() {
+		f.stop()
+		select {
+		case <-f.done:
+		case <-time.After(60 * time.Second):
+			f.t.Error("node did not stop")
+		}
+	})
 }
 
 func (f *fixture) ctx(d time.Duration) context.Context {

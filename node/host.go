@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -604,6 +605,7 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 		orphans = append(orphans, orphan{e, rec})
 		ids = append(ids, e.id)
 	}
+	defer h.trimDead(ctx, owned)
 	if len(orphans) == 0 {
 		return nil
 	}
@@ -670,6 +672,71 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 	return nil
 }
 
+// trimDead forgets the oldest of the dead agents earlier runs of the node
+// left in owned beyond MaxDead, as retire does for this run's: without
+// it, each restart left up to MaxDead more (and every agent alive at a
+// crash) in every list for good. A record whose id has a budget of its
+// own stays, as in retire.
+func (h *Host) trimDead(ctx context.Context, owned []entry) {
+	type dead struct {
+		e    entry
+		last float64
+	}
+	var all []dead
+	for _, e := range owned {
+		rec, err := decodeRecord(e.value)
+		if err == nil && rec.Node == h.cfg.Name && rec.Status == schemas.StatusDead {
+			all = append(all, dead{e, rec.LastActivity})
+		}
+	}
+	over := len(all) - h.cfg.MaxDead
+	if over <= 0 {
+		return
+	}
+	slices.SortFunc(all, func(x, y dead) int { return cmp.Compare(x.last, y.last) })
+	forgotten := 0
+	for _, d := range all[:over] {
+		actx, cancel := context.WithTimeout(ctx, budgetRead)
+		allow, err := h.store.allowance(actx, d.e.id, h.instance(), h.labels)
+		if err == nil && allow.Agent.IsZero() {
+			err = h.store.remove(actx, d.e.id, d.e.rev)
+		}
+		cancel()
+		if err != nil || !allow.Agent.IsZero() {
+			continue
+		}
+		forgotten++
+		h.removeFiles(d.e.id)
+		if _, waiting := h.pub.pendingTail(d.e.id); !waiting {
+			if err := h.nums.forget(d.e.id); err != nil {
+				h.log.Warn("cannot write the numbers file", "err", err)
+			}
+		}
+	}
+	if forgotten > 0 {
+		h.log.Info("forgot dead agents earlier runs left beyond the ones kept", "forgotten", forgotten, "kept", h.cfg.MaxDead)
+	}
+}
+
+// removeFiles removes what the node keeps in its directory for an agent
+// it forgets that holds a secret: the MCP configurations it wrote (which
+// hold the agent's token) and a sandboxed agent's own homes (a copy of
+// the CLI's login among them). A dead id opened again makes them afresh.
+// Its event log stays, as Kaimon keeps a reaped agent's (agent_output
+// reads it there), and its stderr beside it.
+func (h *Host) removeFiles(id string) {
+	for _, name := range []string{id + "-mcp.json", id + "-caller-mcp.json"} {
+		if err := os.Remove(filepath.Join(h.cfg.Dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			h.log.Warn("cannot remove a forgotten agent's file", "agent", id, "err", err)
+		}
+	}
+	for _, home := range []string{"claude-" + id, "gemini-" + id, "acp-" + id} {
+		if err := os.RemoveAll(filepath.Join(h.cfg.Dir, home)); err != nil {
+			h.log.Warn("cannot remove a forgotten agent's directory", "agent", id, "err", err)
+		}
+	}
+}
+
 // closeAll closes every live agent.
 func (h *Host) closeAll(ctx context.Context) {
 	h.mu.Lock()
@@ -733,6 +800,7 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 		cancel()
 		h.recs.forget(ctx, x, err != nil || !allow.Agent.IsZero())
 		h.pub.forget(x.id)
+		h.removeFiles(x.id)
 		// Its mark is needed only while its events may be lost with the
 		// journal: once none waits, the numbers file forgets it, so the
 		// file holds the agents the node keeps, not every agent it ran.
