@@ -73,6 +73,80 @@ type peers struct {
 	log      *slog.Logger // names each peer it drops
 	hwm      int          // messages that may wait for one subscriber
 	hwmBytes int          // bytes that may wait for one subscriber
+	live     *liveConns   // the connections open, when the socket drains them
+}
+
+// liveConns are a socket's open connections, for a bus that stops to let
+// its subscribers take what waits for them first.
+type liveConns struct {
+	mu    sync.Mutex
+	conns map[*batchConn]struct{}
+}
+
+func (l *liveConns) add(b *batchConn) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns == nil {
+		l.conns = map[*batchConn]struct{}{}
+	}
+	l.conns[b] = struct{}{}
+}
+
+func (l *liveConns) remove(b *batchConn) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.conns, b)
+}
+
+// waiting is how many messages wait for the open connections, all told.
+func (l *liveConns) waiting() int {
+	l.mu.Lock()
+	conns := make([]*batchConn, 0, len(l.conns))
+	for b := range l.conns {
+		conns = append(conns, b)
+	}
+	l.mu.Unlock()
+	n := 0
+	for _, b := range conns {
+		b.mu.Lock()
+		if !b.closed && b.err == nil {
+			n += len(b.ends)
+		}
+		b.mu.Unlock()
+	}
+	return n
+}
+
+// drain waits, up to within, until nothing waits for any open
+// connection (twice in a row, for what the socket's own queue was still
+// copying), and returns how many messages still wait.
+func (l *liveConns) drain(ctx context.Context, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	empty := 0
+	for {
+		n := l.waiting()
+		if n == 0 {
+			if empty++; empty == 2 {
+				return 0
+			}
+		} else {
+			empty = 0
+		}
+		if !time.Now().Before(deadline) {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			return n
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 type peersKey struct{}
@@ -168,6 +242,7 @@ type batchConn struct {
 func newBatchConn(c net.Conn, cfg peers) *batchConn {
 	b := &batchConn{Conn: c, cfg: cfg, log: cfg.log.With(peerArgs(c)...)}
 	b.cond = sync.NewCond(&b.mu)
+	cfg.live.add(b)
 	b.idle = time.AfterFunc(handshakeTimeout, b.abandoned)
 	go b.send()
 	return b
@@ -367,6 +442,7 @@ func (b *batchConn) Read(p []byte) (int, error) {
 
 // Close drops what is not sent yet, as a closing PUB socket does.
 func (b *batchConn) Close() error {
+	b.cfg.live.remove(b)
 	b.mu.Lock()
 	b.closed = true
 	b.idle.Stop()

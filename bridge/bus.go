@@ -47,6 +47,9 @@ type BusConfig struct {
 	// (re)connect before it sends what it missed, and for a previous
 	// bus's pull requests on Durable to go; 2s when zero.
 	Grace time.Duration
+	// DrainWait is how long a stopping bus lets its subscribers take
+	// what waits for them; 5s when zero.
+	DrainWait time.Duration
 	// JuliaVersion is the Serialization header's version byte;
 	// DefaultJuliaVersion when zero.
 	JuliaVersion byte
@@ -103,6 +106,9 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	if cfg.Grace == 0 {
 		cfg.Grace = 2 * time.Second
 	}
+	if cfg.DrainWait == 0 {
+		cfg.DrainWait = 5 * time.Second
+	}
 	if cfg.JuliaVersion == 0 {
 		cfg.JuliaVersion = DefaultJuliaVersion
 	}
@@ -126,7 +132,12 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := claim(b.cfg.Address); err != nil {
 		return err
 	}
-	pub := zmq4.NewPub(withPeers(ctx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes}))
+	// The socket's context outlives ctx: a bus that stops lets its
+	// subscribers take what waits for them before it closes them.
+	live := &liveConns{}
+	sockCtx, closeSock := context.WithCancel(context.WithoutCancel(ctx))
+	defer closeSock()
+	pub := zmq4.NewPub(withPeers(sockCtx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes, live: live}))
 	defer pub.Close()
 	// zmq4's one queue for the socket, ahead of each subscriber's own:
 	// a message waits in it only until it is copied for each subscriber,
@@ -230,6 +241,16 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	}
 	select {
 	case <-ctx.Done():
+		// What was recorded as sent waits for some subscriber still:
+		// nothing more is sent, and each may take what waits for it
+		// (a restart resumes after it, and does not send it again).
+		cc.Stop()
+		<-cc.Closed()
+		drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.DrainWait)
+		defer cancel()
+		if left := live.drain(drainCtx, b.cfg.DrainWait); left > 0 {
+			b.log.Warn("the bus stopped with messages its subscribers had not taken; they are not sent again", "messages", left, "waited", b.cfg.DrainWait)
+		}
 		return nil
 	case err := <-failed:
 		return err

@@ -23,6 +23,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/kaimonsub"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -340,5 +341,60 @@ func TestBusResendsWhatADeadBusHeld(t *testing.T) {
 	case r := <-sub:
 		t.Fatalf("an extra event on the bus: %.80q", r.Data)
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// A bus that stops lets its subscribers take what waits for them before
+// it closes: what it records as sent, a restart does not send again, and
+// an outside review's subscriber, connected throughout, lost a third of a
+// turn across a clean restart of the coordinator.
+func TestBusStoppingLetsItsSubscribersTakeWhatWaits(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
+	sub, proc := kaimonsub.StartProcess(t, address)
+	stop := runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos"), DrainWait: 30 * time.Second})
+	first, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("first")}})
+	publish(t, js, "d1", 1, first)
+	kaimonsub.Next(t, sub, "the first event")
+
+	// The subscriber stops reading; what the bus sends it waits.
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	body := strings.Repeat("x", 2000)
+	for i := 2; i <= n; i++ {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Delta: true, Content: schemas.Text(fmt.Sprintf("%d %s", i, body))}})
+		publish(t, js, "d1", uint64(i), env)
+	}
+	// The bus has them (its consumer has passed them on) before it stops.
+	poll.Until(t, 30*time.Second, "the bus to take every event", func() bool {
+		c, err := js.Consumer(t.Context(), schemas.StreamName, "shoal-bus")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.Delivered.Stream >= n
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	time.Sleep(500 * time.Millisecond) // stopping, with what waits
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= n; i++ {
+		m := kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i))
+		ev, err := schemas.Decode([]byte(m.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ev.Payload.(schemas.AssistantText).Content.Text; !strings.HasPrefix(got, fmt.Sprintf("%d ", i)) {
+			t.Fatalf("event %d: %.20q", i, got)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("the bus: %v", err)
 	}
 }

@@ -748,6 +748,18 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 	}
 }
 
+// consumerToken is name as a JetStream consumer name may hold it: what
+// such a name may not hold (whitespace, '.', '*', '>', path separators)
+// made '_'.
+func consumerToken(name string) string {
+	return strings.Map(func(r rune) rune {
+		if r <= ' ' || strings.ContainsRune(".*>/\\", r) {
+			return '_'
+		}
+		return r
+	}, name)
+}
+
 // runBus starts the Kaimon bus and returns its address once it is bound.
 func (o *upOptions) runBus(ctx context.Context, env *environment, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error) (string, error) {
 	address := o.bus
@@ -758,8 +770,19 @@ func (o *upOptions) runBus(ctx context.Context, env *environment, connect connec
 	if err != nil {
 		return "", err
 	}
+	// Every member of a cluster runs a bus of its own, each for its own
+	// subscribers: on one consumer they would share the events, a third
+	// each, every bus's order broken.
+	durable := ""
+	if o.cluster != "" {
+		server := o.serverName
+		if server == "" {
+			server = o.node.nodeName()
+		}
+		durable = "shoal-bus-" + consumerToken(server)
+	}
 	bus, err := bridge.NewBus(bridge.BusConfig{
-		Conn: nc, Address: address, Logger: log,
+		Conn: nc, Address: address, Logger: log, Durable: durable,
 		StateFile: filepath.Join(dataHome(env.getenv), "shoal", "bus.pos"),
 		Grace:     500 * time.Millisecond,
 		// The bus has no credentials: it stays off the network, as no

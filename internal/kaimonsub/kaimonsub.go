@@ -32,6 +32,14 @@ type Message struct {
 // The channel closes when the subscriber exits.
 func Start(t testing.TB, address string) <-chan Message {
 	t.Helper()
+	ch, _ := StartProcess(t, address)
+	return ch
+}
+
+// StartProcess is Start, and the subscriber's process (for a test that
+// stops it reading, with SIGSTOP).
+func StartProcess(t testing.TB, address string) (<-chan Message, *os.Process) {
+	t.Helper()
 	if out, err := exec.Command("/usr/bin/python3", "-c", "import zmq").CombinedOutput(); err != nil {
 		t.Fatalf("python3-zmq is missing (the test command installs it: apt-get install python3-zmq): %v %s", err, out)
 	}
@@ -70,7 +78,7 @@ func Start(t testing.TB, address string) <-chan Message {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the subscriber did not start")
 	}
-	return ch
+	return ch, cmd.Process
 }
 
 // Next returns the next message, failing the test after a wait.
