@@ -522,6 +522,13 @@ func (rs *replayState) add(r *Replayed, gap *Gap) error {
 				}
 			}
 			rs.pending = nil
+		case r.Turn >= rs.turn && !rs.whole:
+			// Part of the turn asked for, or of a later one, before its
+			// start: retention dropped the turn's beginning.
+			if rs.passed == nil {
+				rs.passed = r
+			}
+			return nil
 		default:
 			return nil
 		}
@@ -536,6 +543,10 @@ func (rs *replayState) passedOver() bool { return !rs.started && rs.passed != ni
 // missed is the error of a replay from a turn that has caught up with
 // the stream without finding the turn, which retention dropped.
 func (rs *replayState) missed() error {
+	if p := rs.passed; p.Kind != schemas.KindTurnStarted && !isWorking(*p) {
+		return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, part way through turn %d (read from event %d for what is left of it)",
+			rs.turn, p.Agent, rs.first, p.Turn, rs.first)
+	}
 	return schemas.Errf(schemas.CodeNotFound, "turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and turn %d is the first it holds whole",
 		rs.turn, rs.passed.Agent, rs.first, rs.passed.Turn)
 }
