@@ -56,14 +56,26 @@ func from(r *http.Request) (client.From, error) {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			secs, ferr := strconv.ParseFloat(s, 64)
-			if ferr != nil {
-				return f, schemas.Errf(schemas.CodeInvalid, "time %q is neither RFC 3339 nor Unix seconds", s)
+			// Nanoseconds since 1970 in an int64 reach 2262; past that (or
+			// NaN, or infinite) the conversion wraps to any time at all.
+			if ferr != nil || math.IsNaN(secs) || secs < 0 || secs >= math.MaxInt64/1e9 {
+				return f, schemas.Errf(schemas.CodeInvalid, "time %q is neither RFC 3339 nor Unix seconds between 1970 and 2262", s)
 			}
 			t = time.Unix(0, int64(secs*1e9))
 		}
 		f.Time = t
 	}
+	if n := btoi(f.Event > 0) + btoi(f.Turn > 0) + btoi(!f.Time.IsZero()); n > 1 {
+		return f, schemas.Errf(schemas.CodeInvalid, "give one of event, turn and time: a replay starts at one place")
+	}
 	return f, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // events streams an agent's events as Server-Sent Events: GET

@@ -118,6 +118,19 @@ func TestEventStreamResumes(t *testing.T) {
 	if got := readSSE(t, base+"&event=10", ""); !slices.Equal(got, span(10, 50)) {
 		t.Errorf("from event 10: %v", got)
 	}
+	// A time past what a time holds (it wrapped, and the stream started
+	// over), and two places to start at, are refused.
+	for _, bad := range []string{"&time=9300000000", "&time=1e300", "&time=NaN", "&time=Inf", "&time=-5", "&event=5&turn=1"} {
+		res, err := http.Get(base + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: %d %s, want 400", bad, res.StatusCode, body)
+		}
+	}
 	if got := readSSE(t, base+"&time="+time.Now().Add(time.Hour).UTC().Format(time.RFC3339), ""); len(got) != 0 {
 		t.Errorf("from an hour ahead: %v", got)
 	}
