@@ -522,9 +522,10 @@ func (rs *replayState) add(r *Replayed, gap *Gap) error {
 				}
 			}
 			rs.pending = nil
-		case r.Turn >= rs.turn && !rs.whole:
-			// Part of the turn asked for, or of a later one, before its
-			// start: retention dropped the turn's beginning.
+		case r.Turn >= rs.turn && !rs.whole && withinTurn(r.Kind):
+			// What only a begun turn makes, of the turn asked for or a
+			// later one, before its start: retention dropped the turn's
+			// beginning. (An error or a status may come between turns.)
 			if rs.passed == nil {
 				rs.passed = r
 			}
@@ -534,6 +535,17 @@ func (rs *replayState) add(r *Replayed, gap *Gap) error {
 		}
 	}
 	return rs.fn(*r, gap)
+}
+
+// withinTurn reports whether an event of kind is made only inside a
+// begun turn: the model's output and the tools it runs.
+func withinTurn(kind schemas.Kind) bool {
+	switch kind {
+	case schemas.KindAssistantText, schemas.KindThought, schemas.KindToolUse, schemas.KindToolResult,
+		schemas.KindToolInputDelta, schemas.KindPlan, schemas.KindPermission, schemas.KindResult:
+		return true
+	}
+	return false
 }
 
 // passedOver reports whether a replay from a turn has passed where the

@@ -624,7 +624,9 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 		var closing []schemas.Event
 		if ok {
 			for _, p := range left[o.e.id] {
-				closing = append(closing, schemas.Event{Turn: o.rec.Turn, Payload: schemas.ErrorWith(
+				// The request was the running turn's: a held turn after it is
+				// numbered in the record, not begun.
+				closing = append(closing, schemas.Event{Turn: max(o.rec.Turn-o.rec.Held, 0), Payload: schemas.ErrorWith(
 					fmt.Sprintf("permission request %s (%s) was denied: %s", p.RequestID, p.Tool, p.Answer.Message),
 					map[string]string{"requestId": p.RequestID, "toolCallId": p.ToolCallID})})
 			}
@@ -800,7 +802,12 @@ func (h *Host) retire(ctx context.Context, a *agent) {
 		cancel()
 		h.recs.forget(ctx, x, err != nil || !allow.Agent.IsZero())
 		h.pub.forget(x.id)
-		h.removeFiles(x.id)
+		h.mu.Lock()
+		_, again := h.agents[x.id] // opened again meanwhile: the files are its new life's
+		h.mu.Unlock()
+		if !again {
+			h.removeFiles(x.id)
+		}
 		// Its mark is needed only while its events may be lost with the
 		// journal: once none waits, the numbers file forgets it, so the
 		// file holds the agents the node keeps, not every agent it ran.
