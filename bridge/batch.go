@@ -70,10 +70,20 @@ func (t batchTransport) Listen(ctx context.Context, addr string) (net.Listener, 
 
 // peers is what a socket's listener does with its peers.
 type peers struct {
-	log      *slog.Logger // names each peer it drops
-	hwm      int          // messages that may wait for one subscriber
-	hwmBytes int          // bytes that may wait for one subscriber
-	live     *liveConns   // the connections open, when the socket drains them
+	log      *slog.Logger  // names each peer it drops
+	hwm      int           // messages that may wait for one subscriber
+	hwmBytes int           // bytes that may wait for one subscriber
+	stall    time.Duration // how long a subscriber may take nothing; stallTimeout when zero
+	live     *liveConns    // the connections open, when the socket drains them
+}
+
+// stallAfter is how long a subscriber may take nothing of what waits for
+// it before it is dropped.
+func (p peers) stallAfter() time.Duration {
+	if p.stall > 0 {
+		return p.stall
+	}
+	return stallTimeout
 }
 
 // liveConns are a socket's open connections, for a bus that stops to let
@@ -367,7 +377,7 @@ func (b *batchConn) send() {
 			b.err = err
 			b.cond.Broadcast()
 			if errors.Is(err, os.ErrDeadlineExceeded) && !b.closed {
-				b.log.Warn(fmt.Sprintf("dropped a bus subscriber that took nothing for %s", stallTimeout),
+				b.log.Warn(fmt.Sprintf("dropped a bus subscriber that took nothing for %s", b.cfg.stallAfter()),
 					"waiting-messages", len(b.ends), "waiting-bytes", b.added-b.taken)
 				b.mu.Unlock()
 				b.Close()
@@ -386,7 +396,7 @@ func (b *batchConn) send() {
 // some is progress.
 func (b *batchConn) write(out []byte) error {
 	for len(out) > 0 {
-		b.Conn.SetWriteDeadline(time.Now().Add(stallTimeout))
+		b.Conn.SetWriteDeadline(time.Now().Add(b.cfg.stallAfter()))
 		n, err := b.Conn.Write(out)
 		out = out[n:]
 		if n > 0 {

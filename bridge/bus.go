@@ -47,6 +47,9 @@ type BusConfig struct {
 	// (re)connect before it sends what it missed, and for a previous
 	// bus's pull requests on Durable to go; 2s when zero.
 	Grace time.Duration
+	// Stall is how long a subscriber may take nothing of what waits for
+	// it before it is dropped; 2s when zero.
+	Stall time.Duration
 	// DrainWait is how long a stopping bus lets its subscribers take
 	// what waits for them; 5s when zero.
 	DrainWait time.Duration
@@ -137,7 +140,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	live := &liveConns{}
 	sockCtx, closeSock := context.WithCancel(context.WithoutCancel(ctx))
 	defer closeSock()
-	pub := zmq4.NewPub(withPeers(sockCtx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes, live: live}))
+	pub := zmq4.NewPub(withPeers(sockCtx, peers{log: b.log, hwm: b.cfg.HWM, hwmBytes: b.cfg.HWMBytes, stall: b.cfg.Stall, live: live}))
 	defer pub.Close()
 	// zmq4's one queue for the socket, ahead of each subscriber's own:
 	// a message waits in it only until it is copied for each subscriber,
@@ -169,7 +172,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	defer pos.close()
-	cons, err := b.consumer(ctx, stream)
+	cons, err := b.consumer(ctx, stream, pos.last)
 	if err != nil {
 		return err
 	}
@@ -260,8 +263,10 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 // consumer opens the bus's durable consumer, creating it to start with
 // the events published from now on: the bus is live, not a replay of the
 // whole history. An existing one is rewound to resume where the last bus
-// stopped.
-func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.Consumer, error) {
+// stopped. A bus that has sent events of this stream before (last, from
+// its position file) and finds no durable (its name changed, as a
+// cluster member's did, or it was removed) starts after the last it sent.
+func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream, last uint64) (jetstream.Consumer, error) {
 	cons, err := stream.Consumer(ctx, b.cfg.Durable)
 	if err == nil {
 		return cons, b.rewind(ctx, stream, cons)
@@ -269,9 +274,12 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, fmt.Errorf("open consumer %s: %w", b.cfg.Durable, err)
 	}
-	deliver := jetstream.DeliverNewPolicy
-	if b.cfg.Replay {
+	deliver, start := jetstream.DeliverNewPolicy, uint64(0)
+	switch {
+	case b.cfg.Replay:
 		deliver = jetstream.DeliverAllPolicy
+	case last > 0:
+		deliver, start = jetstream.DeliverByStartSequencePolicy, last+1
 	}
 	filter := []string{schemas.EventSubjects}
 	if len(b.cfg.Agents) > 0 {
@@ -285,6 +293,7 @@ func (b *Bus) consumer(ctx context.Context, stream jetstream.Stream) (jetstream.
 		Description:    "Shoal's Kaimon ZeroMQ bus",
 		FilterSubjects: filter,
 		DeliverPolicy:  deliver,
+		OptStartSeq:    start,
 		AckPolicy:      jetstream.AckAllPolicy,
 		AckWait:        30 * time.Second,
 		MaxAckPending:  8192,

@@ -354,7 +354,9 @@ func TestBusStoppingLetsItsSubscribersTakeWhatWaits(t *testing.T) {
 	_, js := natstest.JetStream(t, b)
 	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
 	sub, proc := kaimonsub.StartProcess(t, address)
-	stop := runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos"), DrainWait: 30 * time.Second})
+	// The subscriber stops reading for a while: it is not dropped for it.
+	stop := runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: filepath.Join(t.TempDir(), "bus.pos"),
+		DrainWait: 30 * time.Second, Stall: 2 * time.Minute})
 	first, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text("first")}})
 	publish(t, js, "d1", 1, first)
 	kaimonsub.Next(t, sub, "the first event")
@@ -396,5 +398,47 @@ func TestBusStoppingLetsItsSubscribersTakeWhatWaits(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("the bus: %v", err)
+	}
+}
+
+// A bus that has sent events of the stream before and finds no durable
+// of its name (a cluster member's bus, whose consumer is named for it
+// since; a durable removed by hand) starts after the last event it sent,
+// not with what is published from then on: the events published while
+// it was away reach its subscribers.
+func TestBusWithoutItsDurableResumesAfterItsLastEvent(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
+	state := filepath.Join(t.TempDir(), "bus.pos")
+	sub := kaimonsub.Start(t, address)
+	text := func(s string) []byte {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(s)}})
+		return env
+	}
+	stop := runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: state, Durable: "shoal-bus"})
+	for i := uint64(1); i <= 3; i++ {
+		publish(t, js, "r1", i, text(fmt.Sprint(i)))
+	}
+	for i := 1; i <= 3; i++ {
+		kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(4); i <= 6; i++ {
+		publish(t, js, "r1", i, text(fmt.Sprint(i)))
+	}
+	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: state, Durable: "shoal-bus-s1"})
+	for i := 4; i <= 6; i++ {
+		m := kaimonsub.Next(t, sub, fmt.Sprintf("event %d, published while the bus was away", i))
+		ev, err := schemas.Decode([]byte(m.Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ev.Payload.(schemas.AssistantText).Content.Text; got != fmt.Sprint(i) {
+			t.Fatalf("event %d: %q", i, got)
+		}
 	}
 }
