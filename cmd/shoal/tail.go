@@ -154,7 +154,7 @@ func jsonLine(r client.Replayed) []byte {
 // stored message that is not JSON has its line breaks written as \n and
 // \r.
 func onLine(raw []byte) []byte {
-	if bytes.IndexAny(raw, "\r\n") < 0 {
+	if !bytes.ContainsAny(raw, "\r\n") {
 		return raw
 	}
 	var b bytes.Buffer
