@@ -153,14 +153,4 @@ func (f *Direct) WatchPermits(ctx context.Context) error {
 }
 
 // sortPermits orders requests by when they were asked, oldest first.
-func sortPermits(reqs []schemas.PermitRecord) {
-	slices.SortFunc(reqs, func(a, b schemas.PermitRecord) int {
-		switch {
-		case a.AskedAt < b.AskedAt:
-			return -1
-		case a.AskedAt > b.AskedAt:
-			return 1
-		}
-		return 0
-	})
-}
+func sortPermits(reqs []schemas.PermitRecord) { slices.SortStableFunc(reqs, schemas.ByAsked) }

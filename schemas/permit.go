@@ -1,6 +1,7 @@
 package schemas
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -268,17 +269,13 @@ func PendingWithin(reqs []PermitRecord, maxBytes int) PendingReply {
 		size += len(b) + 1
 		rep.Requests = append(rep.Requests, r.rec)
 	}
-	slices.SortStableFunc(rep.Requests, func(a, b PermitRecord) int {
-		switch {
-		case a.AskedAt < b.AskedAt:
-			return -1
-		case a.AskedAt > b.AskedAt:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(rep.Requests, ByAsked)
 	return rep
 }
+
+// ByAsked orders permission requests by when they were asked, oldest
+// first (a sort's comparison).
+func ByAsked(a, b PermitRecord) int { return cmp.Compare(a.AskedAt, b.AskedAt) }
 
 // Agent names the agent a request is about, for the rights rules.
 func (r PermitRequest) Agent() string { return r.AgentID }
