@@ -18,7 +18,7 @@ import (
 // schemas.MaxAnsweredPermits), which a read per call would take whole
 // every time a monitor asks.
 type permitView struct {
-	mu      sync.RWMutex
+	mu      sync.Mutex
 	waiting map[string]schemas.PermitRecord
 	// answered holds the requests this client answered that the watch has
 	// not yet shown answered, and since when: they are left out, so the
@@ -33,31 +33,33 @@ type permitView struct {
 // write it still waits).
 const answeredFor = 10 * time.Second
 
-// apply updates the view with an entry of the watch.
+// waitingRecord is the request an entry of the permits bucket holds, if
+// it waits for an answer.
+func waitingRecord(e jetstream.KeyValueEntry) (schemas.PermitRecord, bool) {
+	var rec schemas.PermitRecord
+	ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil
+	return rec, ok
+}
+
+// apply updates the view with an entry of the watch: a request that
+// waits is kept, anything else under its key dropped, and its leaving
+// out ended.
 func (v *permitView) apply(e jetstream.KeyValueEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.note(v.waiting, e.Key(), e.Operation(), e.Value())
-}
-
-// note keeps key in waiting if its entry is a request without an answer;
-// anything else drops it, and ends its leaving out.
-func (v *permitView) note(waiting map[string]schemas.PermitRecord, key string, op jetstream.KeyValueOp, value []byte) {
-	var rec schemas.PermitRecord
-	if op != jetstream.KeyValuePut || json.Unmarshal(value, &rec) != nil || rec.Answer != nil {
-		delete(waiting, key)
-		delete(v.answered, key)
+	if rec, ok := waitingRecord(e); ok {
+		v.waiting[e.Key()] = rec
 		return
 	}
-	waiting[key] = rec
+	delete(v.waiting, e.Key())
+	delete(v.answered, e.Key())
 }
 
 // replace makes the view what the bucket holds now, read afresh.
 func (v *permitView) replace(ctx context.Context, kv jetstream.KeyValue) error {
 	now := map[string]schemas.PermitRecord{}
 	err := ReadBucket(ctx, kv, func(e jetstream.KeyValueEntry) {
-		var rec schemas.PermitRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && rec.Answer == nil {
+		if rec, ok := waitingRecord(e); ok {
 			now[e.Key()] = rec
 		}
 	})
