@@ -167,23 +167,51 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				http.Error(w, "a stream is opened on a session: initialize first, then send its "+server.HeaderKeySessionID+" header", http.StatusBadRequest)
 				return
 			}
-			if !live.owns(who, sid) {
+			done, ok := live.use(who, sid)
+			if !ok {
 				http.Error(w, "no such session under these credentials: "+sid, http.StatusNotFound)
 				return
 			}
+			defer done() // a stream is a use under way while it is open
 		}
 		if begins {
-			if err := live.full(who); err != nil {
+			ended, err := live.room(who)
+			for _, id := range ended {
+				forget(mcpHTTP, r, id)
+			}
+			if err != nil {
 				w.Header().Set("Retry-After", "60")
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
+		} else if sid := r.Header.Get(server.HeaderKeySessionID); sid != "" && r.Method != http.MethodGet {
+			done, _ := live.use(who, sid) // another's, or none: mcp-go says so
+			defer done()
 		}
 		sw := &progressWriter{ResponseWriter: w, wrote: make(chan struct{}, 1)}
 		r = r.WithContext(context.WithValue(r.Context(), progressWriterKey{}, sw))
 		mcpHTTP.ServeHTTP(sw, withPrincipal(r, who))
 	})
 }
+
+// forget has the MCP library forget session id, which the endpoint has
+// ended (sessions.room): the DELETE a client would have sent, made of
+// r (the request beginning a session in its place, whose host and
+// connection pass the library's checks), answered to nobody.
+func forget(mcpHTTP http.Handler, r *http.Request, id string) {
+	d := r.Clone(context.WithoutCancel(r.Context()))
+	d.Method = http.MethodDelete
+	d.Header = http.Header{server.HeaderKeySessionID: {id}}
+	d.Body, d.ContentLength = http.NoBody, 0
+	mcpHTTP.ServeHTTP(discard{}, d)
+}
+
+// discard is a response nobody reads.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // A progressWriter counts the progress notifications written to a call's
 // response. mcp-go (v1.2.1) drops a notification its forwarder has taken

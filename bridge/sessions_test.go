@@ -63,33 +63,58 @@ const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"pro
 // Every MCP session costs the endpoint memory until its client ends it,
 // and a client need not: a holder of the observer's token alone made
 // 220,000 in 75 s and the coordinator held 2.5 GB. Each principal's
-// sessions are bounded, one's bound takes nothing from another's, an
-// ended session frees its place, and a session is its credentials' own.
+// sessions are bounded, and a client killed without ending its sessions
+// does not lock its credentials out: past the bound an initialize ends
+// the least recently used session of the same credentials, never
+// another's. A session is its credentials' own.
 func TestMCPBoundsEachCallersSessions(t *testing.T) {
 	t.Parallel()
 	fb := startFabric(t, bridge.HTTPConfig{Token: "driver", ObserverToken: "watcher"})
-	var first string
-	n := 0
-	for ; n < 5000; n++ {
+	list := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	code, driver, body := post(t, fb.url, "driver", "", []byte(initialize))
+	if code != http.StatusOK {
+		t.Fatalf("the full token's initialize: %d %s", code, body)
+	}
+	const made = 1000 // the bound of a token's sessions
+	var sessions []string
+	for n := range made {
 		code, session, body := post(t, fb.url, "watcher", "", []byte(initialize))
 		if code != http.StatusOK {
-			if code != http.StatusServiceUnavailable || !strings.Contains(body, "sessions are open under these credentials") {
-				t.Fatalf("initialize %d: %d %s", n+1, code, body)
-			}
-			t.Logf("initialize %d: %d %s", n+1, code, strings.TrimSpace(body))
-			break
+			t.Fatalf("initialize %d: %d %s", n+1, code, body)
 		}
-		if first == "" {
-			first = session
+		sessions = append(sessions, session)
+	}
+	// The first is used again: the second is now the least recently used.
+	first := sessions[0]
+	if code, _, body := post(t, fb.url, "watcher", first, list); code != http.StatusOK {
+		t.Fatalf("the observer using its first session: %d %s", code, body)
+	}
+	for n := range 3 {
+		code, session, body := post(t, fb.url, "watcher", "", []byte(initialize))
+		if code != http.StatusOK {
+			t.Fatalf("initialize %d past the bound: %d %s", n+1, code, body)
+		}
+		sessions = append(sessions, session)
+	}
+	for i, s := range sessions[1:4] {
+		if code, _, body := post(t, fb.url, "watcher", s, list); code != http.StatusNotFound {
+			t.Errorf("session %d, ended for a later one: %d %s, want 404", i+2, code, body)
 		}
 	}
-	if n == 5000 || n < 100 {
-		t.Fatalf("the observer's token began %d sessions before a refusal; want a bound of some hundreds", n)
+	for _, s := range []string{first, sessions[4], sessions[len(sessions)-1]} {
+		if code, _, body := post(t, fb.url, "watcher", s, list); code != http.StatusOK {
+			t.Errorf("a session not the least recently used: %d %s", code, body)
+		}
 	}
-	// Past the bound, nothing else begins one: an initialize carrying a
-	// session header. A stream is opened on a session only.
-	if code, session, body := post(t, fb.url, "watcher", "bogus", []byte(initialize)); code != http.StatusServiceUnavailable {
-		t.Errorf("an initialize with a session header past the bound: %d %s %s", code, session, body)
+	if code, _, body := post(t, fb.url, "driver", driver, list); code != http.StatusOK {
+		t.Errorf("the full token's session after the observer's went past its bound: %d %s", code, body)
+	}
+	// An initialize carrying a session header begins a session too, and
+	// is held to the same bound. A stream is opened on a session only.
+	if code, session, body := post(t, fb.url, "watcher", "bogus", []byte(initialize)); code != http.StatusOK {
+		t.Errorf("an initialize with a session header: %d %s %s", code, session, body)
+	} else if code, _, _ := post(t, fb.url, "watcher", sessions[5], list); code != http.StatusNotFound {
+		t.Errorf("the least recently used session after an initialize with a session header: %d, want 404 (ended)", code)
 	}
 	get := func(token, session string) int {
 		t.Helper()
@@ -102,13 +127,9 @@ func TestMCPBoundsEachCallersSessions(t *testing.T) {
 	if code := get("watcher", "shoal-mcp-made-up"); code != http.StatusNotFound {
 		t.Errorf("a stream opened on a session nobody began: %d", code)
 	}
-	if code, _, body := post(t, fb.url, "driver", "", []byte(initialize)); code != http.StatusOK {
-		t.Fatalf("the full token's initialize while the observer's are all taken: %d %s", code, body)
-	}
 	if code := get("driver", first); code != http.StatusNotFound {
 		t.Errorf("the full token opening a stream on the observer's session: %d, want 404", code)
 	}
-	list := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
 	if code, _, body := post(t, fb.url, "driver", first, list); code != http.StatusNotFound {
 		t.Errorf("the full token using the observer's session: %d %s, want 404 (not its session)", code, body)
 	}
@@ -175,11 +196,12 @@ func TestMCPTokenlessEndpointKeepsOneCallerFromLockingOutEveryone(t *testing.T) 
 			t.Fatalf("GET %d without a session: %d, want 400", i+1, rep.StatusCode)
 		}
 	}
-	if code, _, body := post(t, fb.url, "", "", []byte(initialize)); code != http.StatusOK {
+	code, person, body := post(t, fb.url, "", "", []byte(initialize))
+	if code != http.StatusOK {
 		t.Fatalf("the person's initialize after a page's GETs: %d %s", code, body)
 	}
-	n := 0
-	for ; n < 1100; n++ {
+	var greedy []string
+	for n := range 1100 {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, fb.url, strings.NewReader(initialize))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
@@ -191,17 +213,34 @@ func TestMCPTokenlessEndpointKeepsOneCallerFromLockingOutEveryone(t *testing.T) 
 		b, _ := io.ReadAll(rep.Body)
 		rep.Body.Close()
 		if rep.StatusCode != http.StatusOK {
-			if rep.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "sessions are open under these credentials") {
-				t.Fatalf("the agent's initialize %d: %d %s", n+1, rep.StatusCode, b)
-			}
-			break
+			t.Fatalf("the agent's initialize %d: %d %s", n+1, rep.StatusCode, b)
 		}
+		greedy = append(greedy, rep.Header.Get("Mcp-Session-Id"))
 	}
-	if n > 16 {
-		t.Errorf("one agent began %d sessions on an endpoint without tokens; want its own bound (16)", n)
+	// The agent holds its own bound (16) of them, the latest.
+	list := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	useAs := func(agent, session string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, fb.url, bytes.NewReader(list))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set(schemas.AgentIDHeader, agent)
+		req.Header.Set("Mcp-Session-Id", session)
+		rep, err := oneShot.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, rep.Body)
+		rep.Body.Close()
+		return rep.StatusCode
 	}
-	if code, _, body := post(t, fb.url, "", "", []byte(initialize)); code != http.StatusOK {
-		t.Fatalf("the person's initialize after an agent's: %d %s", code, body)
+	if code := useAs("greedy", greedy[len(greedy)-16]); code != http.StatusOK {
+		t.Errorf("the agent's 16th latest session: %d", code)
+	}
+	if code := useAs("greedy", greedy[len(greedy)-17]); code != http.StatusNotFound {
+		t.Errorf("the agent's 17th latest session: %d, want 404 (ended)", code)
+	}
+	if code, _, body := post(t, fb.url, "", person, list); code != http.StatusOK {
+		t.Fatalf("the person's session after an agent's initializes: %d %s", code, body)
 	}
 }
 
