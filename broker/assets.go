@@ -148,13 +148,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, a Assets) error {
 			return err
 		}},
 		{"KV bucket " + schemas.AgentsBucket, func(ctx context.Context) error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			cfg := jetstream.KeyValueConfig{
 				Bucket:      schemas.AgentsBucket,
 				Description: "Shoal agent records: agent id -> agent_status, written by the owner node",
 				History:     4,
 				Storage:     jetstream.FileStorage,
 				Replicas:    a.Replicas,
-			})
+				// Takes per-message TTLs: a forgotten agent's marker
+				// goes with its events (client.ForgetRecord). The
+				// setting is the least TTL the server lets a message
+				// have (it raises any below it), and the TTL of the
+				// markers it leaves where a key's last message went.
+				LimitMarkerTTL: time.Second,
+			}
+			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+			if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+				cfg.LimitMarkerTTL = 0 // a server before 2.11: markers kept for good
+				_, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+			}
 			return err
 		}},
 		{"KV bucket " + schemas.PermitsBucket, func(ctx context.Context) error {

@@ -471,7 +471,7 @@ func (f *Direct) claim(ctx context.Context, req schemas.OpenRequest, passed []st
 			return // the node took it up: what became of it is the node's to say
 		}
 		if prev == nil {
-			kv.Delete(ctx, req.ID, jetstream.LastRevision(rev))
+			Forget(ctx, f.js, req.ID, nil, rev)
 		} else {
 			kv.Update(ctx, req.ID, prev, rev)
 		}

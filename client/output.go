@@ -92,8 +92,9 @@ func (f *Direct) recordFromStream(ctx context.Context, id string) (schemas.Agent
 }
 
 // prunedRecord is the last record a node wrote of a dead agent it has
-// since forgotten (pruned beyond the dead it keeps): the bucket keeps a
-// few revisions of a key, the deleted one's included, so its model, cwd,
+// since forgotten (pruned beyond the dead it keeps): the marker that
+// forgot it carries it (ForgetRecord), or, forgotten by a plain delete,
+// the bucket keeps a few revisions of the key, so its model, cwd,
 // session and event log are still said.
 func (f *Direct) prunedRecord(ctx context.Context, id string) (schemas.AgentRecord, bool) {
 	kv, err := f.agentsKV(ctx)
@@ -105,7 +106,13 @@ func (f *Direct) prunedRecord(ctx context.Context, id string) (schemas.AgentReco
 		return schemas.AgentRecord{}, false
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
-		if hist[i].Operation() != jetstream.KeyValuePut {
+		switch hist[i].Operation() {
+		case jetstream.KeyValuePut:
+		case jetstream.KeyValueDelete:
+			if len(hist[i].Value()) == 0 {
+				continue // a plain delete: the revision before it says
+			}
+		default:
 			continue
 		}
 		var rec schemas.AgentRecord

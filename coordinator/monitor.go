@@ -347,7 +347,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			// close. The client that claimed it gives it back when its
 			// open fails; one that went too leaves it stale, and it goes.
 			if staleClaim(rec) {
-				agents.Delete(ctx, id, jetstream.LastRevision(rev))
+				client.Forget(ctx, m.js, id, nil, rev)
 			}
 			continue
 		}

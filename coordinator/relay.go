@@ -931,11 +931,22 @@ func (r *Relay) record(ctx context.Context, m *nats.Msg) {
 		r.refuse(m, node, id, fmt.Errorf("a node may not write who closed agent %s or its close (closed_by, closing): the coordinator's", id))
 		return
 	}
+	if del {
+		// Forgotten as a node reaching the bucket itself forgets it:
+		// the marker carries the record, for as long as the stream
+		// keeps events (client.ForgetRecord).
+		ttl, err := client.ForgottenTTL(ctx, r.js)
+		if err != nil {
+			replyJSON(r.nc, m.Reply, pubAckError(503, 0, "read how long the stream keeps events: "+err.Error()))
+			return
+		}
+		f := client.ForgetRecord(id, cur.Data, expected, ttl)
+		f.Reply = m.Reply
+		r.nc.PublishMsg(f)
+		return
+	}
 	h := nats.Header{}
 	h.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
-	if del {
-		h.Set("KV-Operation", "DEL")
-	}
 	r.nc.PublishMsg(&nats.Msg{Subject: key, Reply: m.Reply, Header: h, Data: data})
 }
 

@@ -501,6 +501,24 @@ func TestRelayHoldsTheRightsOfARecord(t *testing.T) {
 	if err != nil || len(pending) != 1 || pending[0].RequestID != "perm-1" {
 		t.Fatalf("the fabric's pending requests: %+v %v", pending, err)
 	}
+	// Once dead, its record is the node's to forget: one marker
+	// carrying the record is what the bucket keeps of it, until
+	// the stream's events of it go.
+	rec.Status = schemas.StatusDead
+	if err := write(&rec); err != nil {
+		t.Fatalf("the node writing its agent dead: %v", err)
+	}
+	if err := write(nil); err != nil {
+		t.Fatalf("the node forgetting its dead agent: %v", err)
+	}
+	hist, err := kv.History(ctx, "pinned")
+	if err != nil || len(hist) != 1 || hist[0].Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("what the bucket keeps of the forgotten agent: %d entries, %v", len(hist), err)
+	}
+	var kept schemas.AgentRecord
+	if err := json.Unmarshal(hist[0].Value(), &kept); err != nil || kept.Status != schemas.StatusDead || kept.Model != "sonnet" {
+		t.Errorf("the marker's record: %s, %v", hist[0].Value(), err)
+	}
 }
 
 // Once an agent's life has ended with its dead status, its node stores

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/internal/schematest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -57,6 +59,35 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 			t.Errorf("status of kept %s: %+v %v", id, rec, err)
 		}
 	}
+	// What the bucket keeps of a forgotten agent is one marker, carrying
+	// its last record, that goes when the stream's events of it go (the
+	// stream's age limit): nothing of it is kept for good.
+	recs, err := f.js.Stream(f.ctx(10*time.Second), "KV_"+schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := f.js.Stream(f.ctx(10*time.Second), schemas.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[:2] {
+		subject := "$KV." + schemas.AgentsBucket + "." + id
+		info, err := recs.Info(f.ctx(10*time.Second), jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.State.Subjects[subject]; n != 1 {
+			t.Errorf("the bucket keeps %d messages of forgotten %s, want its marker alone", n, id)
+		}
+		m, err := recs.GetLastMsgForSubject(f.ctx(10*time.Second), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprint(int64(events.CachedInfo().Config.MaxAge / time.Second))
+		if op, ttl := m.Header.Get("KV-Operation"), m.Header.Get(jetstream.MsgTTLHeader); op != "DEL" || ttl != want || len(m.Data) == 0 {
+			t.Errorf("forgotten %s's marker: operation %q, TTL %q (want %s s, the stream's age limit), %d bytes of record", id, op, ttl, want, len(m.Data))
+		}
+	}
 	// agent_output and agent_status of a forgotten agent answer from its
 	// events in the stream, as Kaimon's do from its event log.
 	out, err := f.fabric.Output(f.ctx(10*time.Second), schemas.OutputRequest{AgentID: ids[0]})
@@ -68,7 +99,7 @@ func TestTenDeadAgentsKeptByDefault(t *testing.T) {
 		t.Errorf("status of a forgotten agent: %s %v", mustJSON(rec), err)
 	}
 	// Its model, cwd, policy and event log are said, as its node last
-	// wrote them (the bucket keeps the deleted key's revisions), and the
+	// wrote them (the marker that forgot it carries them), and the
 	// event log is still on disk.
 	if rec.Model == "" || rec.CWD == "" || rec.EventLog == "" || rec.Policy == nil {
 		t.Errorf("status of a forgotten agent lacks what its node knew: %s", mustJSON(rec))

@@ -160,8 +160,15 @@ func (s *directStore) get(ctx context.Context, id string) (entry, error) {
 	return entry{id: id, rev: e.Revision(), value: e.Value()}, nil
 }
 
+// remove forgets a dead agent's record at revision rev: the marker
+// carries the record and leaves nothing else of the key, for as long as
+// the stream keeps events (client.ForgetRecord).
 func (s *directStore) remove(ctx context.Context, id string, rev uint64) error {
-	return s.agents.Delete(ctx, id, jetstream.LastRevision(rev))
+	var last []byte
+	if e, err := s.agents.Get(ctx, id); err == nil && e.Revision() == rev {
+		last = e.Value()
+	}
+	return client.Forget(ctx, s.js, id, last, rev)
 }
 
 func (s *directStore) owned(ctx context.Context) ([]entry, error) {
