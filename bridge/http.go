@@ -30,6 +30,18 @@ import (
 // coordinator's.
 var idleTimeout = time.Minute
 
+// bodyTimeout is how long a request's body may take to arrive, from its
+// headers on: without it a caller (one without a token too, whose body
+// the server reads before it answers the refusal) could declare a body
+// and never send it, and hold its connection for good.
+var bodyTimeout = time.Minute
+
+// maxConns bounds the connections the endpoint (and the dashboard
+// beside it) holds at once, each a file descriptor of the process that
+// also keeps the store's files open: past it a new connection waits to
+// be accepted until one closes.
+var maxConns = 1024
+
 // MCPPath is where the MCP endpoint is served.
 const MCPPath = "/mcp"
 
@@ -325,6 +337,7 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: %w", err)
 	}
+	l = limitConns(l, maxConns)
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, m.HTTPHandler(ctx, cfg))
 	if cfg.Web != nil {
@@ -332,7 +345,7 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 	}
 	// Requests live within ctx, so a stream a browser holds open ends
 	// with the listener rather than holding up its shutdown.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: boundBodyTime(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout, BaseContext: func(net.Listener) context.Context { return ctx }}
 	shut := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(shut)
@@ -354,4 +367,114 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 		return err
 	}
 	return nil
+}
+
+// boundBodyTime holds a request's body to bodyTimeout: its reads fail
+// past it, and so does the server's own read of what a handler left
+// unread. Once the body is read whole the connection has no deadline
+// again (a call's answer may stream for as long as it runs).
+//
+// A refusal written before the body is read closes the connection: the
+// server would otherwise read what is left of the body first (for the
+// connection's next request), for as long as the caller takes to send it.
+func boundBodyTime(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) == nil {
+				b := &timedBody{ReadCloser: r.Body, read: func() { rc.SetReadDeadline(time.Time{}) }}
+				r.Body = b
+				if r.ContentLength > 0 && r.ContentLength < 256<<10 {
+					// A larger body the server leaves unread, closing
+					// the connection after the answer, itself.
+					w = &refusalCloses{ResponseWriter: w, body: b}
+				}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refusalCloses is a response whose refusal, written while its request's
+// body is unread, closes the connection.
+type refusalCloses struct {
+	http.ResponseWriter
+	body *timedBody
+}
+
+func (w *refusalCloses) WriteHeader(code int) {
+	if code >= 400 && w.body.read != nil {
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush is the response's: an answer streams only to a Flusher.
+func (w *refusalCloses) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap is for http.ResponseController.
+func (w *refusalCloses) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// timedBody is a request's body that clears its connection's read
+// deadline once read to its end.
+type timedBody struct {
+	io.ReadCloser
+	read func()
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && b.read != nil {
+		b.read()
+		b.read = nil
+	}
+	return n, err
+}
+
+// limitConns bounds the connections l has open at once to n: Accept
+// waits for one to close past it.
+func limitConns(l net.Listener, n int) net.Listener {
+	return &connLimit{Listener: l, slots: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+type connLimit struct {
+	net.Listener
+	slots  chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, free: sync.OnceFunc(func() { <-l.slots })}, nil
+}
+
+func (l *connLimit) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// slotConn gives its place back when it is closed.
+type slotConn struct {
+	net.Conn
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.free()
+	return err
 }

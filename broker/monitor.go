@@ -44,7 +44,9 @@ func (b *Broker) serveMonitoring() error {
 			mux.ServeHTTP(w, r)
 		})
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 1 << 20}
+	// Each request is read whole in 30 s (a body declared and never sent
+	// holds no connection), and an idle connection goes after a minute.
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 1 << 20}
 	b.monitor = srv
 	b.monitorAddr = l.Addr().(*net.TCPAddr)
 	go func() {

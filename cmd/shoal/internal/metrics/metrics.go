@@ -82,7 +82,9 @@ func (r *Registry) Listen(addr string) (url string, serve func(ctx context.Conte
 		h = loopbackHosts(h)
 	}
 	mux.Handle("GET /metrics", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Each request is read whole in 30 s (a body declared and never sent
+	// holds no connection), and an idle connection goes after a minute.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute}
 	serve = func(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
