@@ -55,6 +55,29 @@ func New(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// fdReserve is what the server's clients leave of the process's open
+// files: the store's files, the MCP endpoint and dashboard (1,024
+// connections), the Kaimon bus, the node's agents in a `shoal up` with its
+// own node, the process's own.
+const fdReserve = 4096
+
+// maxConns bounds the clients the server takes at once below what the
+// process may open, limit files: every client is a file descriptor, and
+// the store opens its files from the same table. A store that could not
+// open one failed its writes until it was restarted, when one holder of
+// credentials (an observer's) opened connections until none were left.
+// Past the bound a client is refused ("maximum connections exceeded").
+func maxConns(limit uint64) int {
+	switch {
+	case limit == 0 || limit >= fdReserve+server.DEFAULT_MAX_CONNECTIONS:
+		return server.DEFAULT_MAX_CONNECTIONS
+	case limit > 2*fdReserve:
+		return int(limit - fdReserve)
+	default:
+		return max(int(limit/2), 16)
+	}
+}
+
 func (b *Broker) options() (*server.Options, error) {
 	c := b.cfg
 	opts := &server.Options{
@@ -69,6 +92,7 @@ func (b *Broker) options() (*server.Options, error) {
 		NoSigs:                true,
 		NoSystemAccount:       false,
 		DisableShortFirstPing: true,
+		MaxConn:               maxConns(openFileLimit()),
 	}
 	if c.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
