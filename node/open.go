@@ -98,6 +98,9 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 	if p.model == "" {
 		p.model = schemas.DefaultModel
 	}
+	if err := schemas.ValidModel(p.model); err != nil {
+		return p, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
 	kind, rest := schemas.Route(p.model)
 	var ok bool
 	if p.be, ok = h.backends[kind]; !ok {

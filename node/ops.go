@@ -292,6 +292,9 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	if req.Model == "" {
 		return schemas.SetModelReply{}, schemas.Errf(schemas.CodeInvalid, "model is required")
 	}
+	if err := schemas.ValidModel(req.Model); err != nil {
+		return schemas.SetModelReply{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
+	}
 	a, err := h.lookup(req.AgentID)
 	if err != nil {
 		return schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is not on node %s", req.AgentID, h.cfg.Name)}, nil

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Names of the JetStream assets every part of the fabric agrees on.
@@ -82,6 +83,21 @@ func ValidID(id string) error {
 		case (c == '_' || c == '-') && i > 0:
 		default:
 			return fmt.Errorf("id %q has %q at position %d (want %s)", id, rune(c), i+1, idRule)
+		}
+	}
+	return nil
+}
+
+// ValidModel reports why model is no model name an agent may be opened
+// with, or nil: a name is printable text of at most 256 bytes (it is a
+// command-line argument of the agent's CLI, and a cell of every list).
+func ValidModel(model string) error {
+	if len(model) > 256 {
+		return fmt.Errorf("model %.20q… is %d bytes long (at most 256)", model, len(model))
+	}
+	for i, r := range model {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == utf8.RuneError {
+			return fmt.Errorf("model %q has %q at byte %d: a model name is printable text", model, r, i+1)
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,8 +22,26 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
 	c.fake.Script(fakemodel.Reply{Text: evilText})
-	id := c.must("open", "--model", "sonnet\x1b]0;LSPWN\x1b\\\x1b[2J", t.TempDir())
-	for _, args := range [][]string{{"run", id, "Say it."}, {"output", id}, {"ls"}, {"status", id}} {
+	// A model's name is printable text: one with control characters is
+	// refused, naming them.
+	if code, _, errOut := c.shoal("open", "--model", "sonnet\nfake-row\tx", t.TempDir()); code == 0 || !strings.Contains(errOut, "a model name is printable text") {
+		t.Errorf("an open whose model holds a line break: exit %d: %s", code, errOut)
+	}
+	// A directory's name may hold anything but a slash: ls shows it on
+	// its row, in its cell, without its escapes.
+	cwd := filepath.Join(t.TempDir(), "dir\x1b]0;LSPWN\x1b\\\x1b[2J\nfake-row\tx")
+	if err := os.Mkdir(cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inDir := c.must("open", cwd)
+	if out := c.must("ls"); strings.Count(out, "\n") != 1 || !strings.Contains(out, `\nfake-row\tx`) {
+		t.Errorf("shoal ls of an agent whose directory's name holds a line break and a tab: want a header and one row, the two written \\n and \\t:\n%q", out)
+	}
+	id := c.must("open", t.TempDir())
+	if code, _, errOut := c.shoal("set-model", id, "acp:x:y\nforged"); code == 0 || !strings.Contains(errOut, "a model name is printable text") {
+		t.Errorf("a set-model whose model holds a line break: exit %d: %s", code, errOut)
+	}
+	for _, args := range [][]string{{"run", id, "Say it."}, {"output", id}, {"ls"}, {"status", inDir}} {
 		code, out, errOut := c.shoal(args...)
 		if code != 0 {
 			t.Fatalf("shoal %v: exit %d: %s", args, code, errOut)

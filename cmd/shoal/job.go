@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -248,7 +249,7 @@ func (v *verb) listJobs(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(v.text(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATUS\tTURNS\tNODE\tTOOK\tBRANCH\tREPO")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", j.ID, j.Status, j.Done, len(j.Turns), dash(j.Node), took(j), dash(j.Branch), j.Repo)
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", render.Cell(j.ID), render.Cell(string(j.Status)), j.Done, len(j.Turns), render.Cell(dash(j.Node)), took(j), render.Cell(dash(j.Branch)), render.Cell(j.Repo))
 	}
 	return tw.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -40,7 +41,7 @@ func nodesCommand() *command {
 						agents += fmt.Sprintf("/%d", n.MaxAgents)
 					}
 					seen := time.Since(time.Unix(0, int64(n.Heartbeat*1e9))).Round(time.Second)
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s/%s %d cpu\t%s ago\n", n.Name, runs(n.Backends), labels(n.Labels), agents, n.Host.OS, n.Host.Arch, n.Host.CPUs, seen)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s/%s %d cpu\t%s ago\n", render.Cell(n.Name), render.Cell(runs(n.Backends)), render.Cell(labels(n.Labels)), agents, render.Cell(n.Host.OS), render.Cell(n.Host.Arch), n.Host.CPUs, seen)
 				}
 				return tw.Flush()
 			}

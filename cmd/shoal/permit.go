@@ -98,7 +98,7 @@ it has waited and its input. --json prints the requests in full.`,
 					// Each cell on one line: a tool's name is what the agent
 					// says (gemini names a shell call by its command), and a
 					// newline or a tab in it would make rows of its own.
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.AgentID, r.RequestID, oneLine(r.Tool), time.Since(asked).Round(time.Second), input)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.AgentID, oneLine(r.RequestID), oneLine(r.Tool), time.Since(asked).Round(time.Second), input)
 				}
 				if err := w.Flush(); err != nil {
 					return err

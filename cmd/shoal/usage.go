@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -171,7 +172,7 @@ cost of 0 and show $0.0000.`,
 				fmt.Fprintf(tw, "%s\tTURNS\tIN\tOUT\tCACHE READ\tCACHE WRITE\tCOST\t\n", strings.ToUpper(by))
 				for _, row := range append(rep.Rows, rep.Total) {
 					u := row.Usage
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", row.Key, row.Turns, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheCreationTokens, cost(u.CostUSD))
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", render.Cell(row.Key), row.Turns, u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheCreationTokens, cost(u.CostUSD))
 				}
 				return tw.Flush()
 			}

@@ -411,8 +411,8 @@ func lsCommand() *command {
 						// branch of it from its base.
 						where = fmt.Sprintf("%s (%s from %.12s)", ws.Source, ws.Branch, ws.Base)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d in / %d out\t%s\n", r.ID, r.Node, r.Status, r.Model, r.Turn,
-						r.Usage.InputTokens, r.Usage.OutputTokens, where)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d in / %d out\t%s\n", r.ID, render.Cell(r.Node), render.Cell(string(r.Status)), render.Cell(r.Model), r.Turn,
+						r.Usage.InputTokens, r.Usage.OutputTokens, render.Cell(where))
 				}
 				return tw.Flush()
 			}

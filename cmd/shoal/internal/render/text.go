@@ -291,6 +291,18 @@ func Clean(s string) string { return strip(s, true) }
 // node, an agent or a model said.
 func OneLine(s string) string { return strings.Join(strings.Fields(Clean(s)), " ") }
 
+// Cell is s cleaned (Clean) for a cell of a table, with its tabs and
+// line breaks written as \t and \n: a model's name, a path or a node's
+// label holding them would otherwise end its row or cell early and
+// forge others under it.
+func Cell(s string) string {
+	s = Clean(s)
+	if !strings.ContainsAny(s, "\t\n") {
+		return s
+	}
+	return strings.NewReplacer("\t", `\t`, "\n", `\n`).Replace(s)
+}
+
 func strip(s string, keepTabs bool) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
