@@ -123,13 +123,18 @@ func lastEventBefore(ctx context.Context, nc *nats.Conn, id string, seq uint64) 
 // node, the coordinator and the clients read it alike.
 func StreamTail(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, id string) (schemas.Tail, bool, error) {
 	last, err := lastMsg(ctx, stream, id)
-	if last == nil || err != nil {
+	if err != nil {
 		return schemas.Tail{}, false, err
+	}
+	if last == nil {
+		return noneStored(ctx, stream)
 	}
 	n := last.number(id)
 	if n == 0 {
-		if last, n, err = eventBefore(ctx, nc, id, last.seq); last == nil || err != nil {
+		if last, n, err = eventBefore(ctx, nc, id, last.seq); err != nil {
 			return schemas.Tail{}, false, err
+		} else if last == nil {
+			return noneStored(ctx, stream)
 		}
 	}
 	for range walkLimit {
@@ -147,6 +152,19 @@ func StreamTail(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, id 
 		return schemas.Tail{}, false, schemas.Errf(schemas.CodeInternal, "agent %s's last event: %v", id, err)
 	}
 	return t, true, nil
+}
+
+// noneStored is the tail of an agent the stream holds no event of: it
+// says when the stream's oldest message was stored (Tail.Oldest), where
+// the stream says (unknown, a closer takes retention to have dropped
+// what the agent's record numbered).
+func noneStored(ctx context.Context, stream jetstream.Stream) (schemas.Tail, bool, error) {
+	var t schemas.Tail
+	if info, err := stream.Info(ctx); err == nil && info.State.Msgs > 0 && !info.State.FirstTime.IsZero() {
+		t.Oldest = float64(info.State.FirstTime.UnixNano()) / 1e9
+		t.Whole = info.State.FirstSeq == 1
+	}
+	return t, false, nil
 }
 
 // lostAfter reports whether env, numbered n, is the error of a node that

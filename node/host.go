@@ -620,6 +620,11 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 		// coordinator that judged this node lost meanwhile has written
 		// it, and closed the stream itself.
 		tail, ok := tails[o.e.id]
+		// What the record numbered and the stream does not hold, this
+		// node's journal holds, and sends: the close numbers after it
+		// (a closer without the journal numbers from the stream, where
+		// retention dropped nothing of the life).
+		tail.Oldest, tail.Whole = 0, false
 		tail, seq := tail.ClosingFrom(o.rec)
 		var closing []schemas.Event
 		if ok {

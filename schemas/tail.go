@@ -3,6 +3,7 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Tail is how an agent's stream ends: the number of its last stored
@@ -31,6 +32,14 @@ type Tail struct {
 	// Echo says the last event is a user's echo: turn Turn+1 was numbered
 	// (an echo is stamped with the turn before its own).
 	Echo bool `json:"echo,omitempty"`
+	// Oldest, when the stream holds none of the agent's events, is when
+	// the stream's oldest message was stored (unix seconds): retention
+	// drops the oldest first, so it has dropped nothing stored after
+	// that. 0 when unknown.
+	Oldest float64 `json:"oldest,omitempty"`
+	// Whole, when the stream holds none of the agent's events, says the
+	// stream still holds its first message: retention has dropped none.
+	Whole bool `json:"whole,omitempty"`
 }
 
 // TailOf is the tail of a stream whose last message carries msgID (its
@@ -65,14 +74,21 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // ClosingFrom is where the events closing rec's life are numbered from
 // (they take the numbers after it), and the tail Closing reads, given t,
 // the stream's tail: after the stream's end or the id's earlier lives
-// (EventsBefore); when the stream holds none of this life (retention
-// dropped its events), after the last number its record says was handed
-// out (LastEvent), and the turns it says began and ended (all begun but
-// the running one) are taken as ended, not begun and cancelled again. A
-// number handed out is never handed out again.
+// (EventsBefore); when the stream holds none of this life and retention
+// may have dropped its events, after the last number its record says was
+// handed out (LastEvent), and the turns it says began and ended (all
+// begun but the running one) are taken as ended, not begun and cancelled
+// again: a number stored is never handed out again. When the stream
+// holds its first message still, or its oldest is older than the life (by
+// retentionMargin), retention dropped none of it: what its record numbered was never stored (its
+// node died holding it), and the close numbers on from the stream, so
+// the stream has no gap where those events would have been.
 func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
 	n := max(t.Last, rec.EventsBefore)
 	if t.Last > rec.EventsBefore {
+		return t, n
+	}
+	if t.Whole || (t.Oldest > 0 && rec.CreatedAt > 0 && t.Oldest+retentionMargin.Seconds() <= rec.CreatedAt) {
 		return t, n
 	}
 	n = max(n, rec.LastEvent)
@@ -85,6 +101,12 @@ func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
 	}
 	return t, n
 }
+
+// retentionMargin is how much older than a life the stream's oldest
+// message must be for retention to have dropped none of the life's
+// events: the life's start is its node's clock, the message's the
+// server's.
+const retentionMargin = time.Minute
 
 // Closing returns the events that close the stream of an agent whose
 // process is gone, from the stream's tail and the agent's last record

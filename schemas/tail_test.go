@@ -135,3 +135,28 @@ func TestCloseLostKeepsItsEventsUntilStored(t *testing.T) {
 		}
 	}
 }
+
+// A life none of whose events the stream holds is closed after the last
+// number its record handed out when retention may have dropped them; a
+// life the stream's retention has not reached (the stream holds its
+// first message still, or its oldest is well before the life began) had
+// none stored (its node died holding them), and its close numbers on
+// from the stream: no gap where they would have been.
+func TestClosingFromALifeWithNothingStored(t *testing.T) {
+	born := 1_800_000_000.0
+	rec := AgentRecord{ID: "a1", Status: StatusIdle, LastEvent: 1, EventsBefore: 0, CreatedAt: born}
+	for name, c := range map[string]struct {
+		tail Tail
+		want uint64
+	}{
+		"retention unknown":                  {Tail{}, 1},
+		"the stream whole":                   {Tail{Whole: true, Oldest: born}, 0},
+		"the oldest an hour before the life": {Tail{Oldest: born - 3600}, 0},
+		"the oldest just before the life":    {Tail{Oldest: born - 1}, 1},
+		"the oldest after the life began":    {Tail{Oldest: born + 60}, 1},
+	} {
+		if _, n := c.tail.ClosingFrom(rec); n != c.want {
+			t.Errorf("%s: the close numbers after %d, want %d", name, n, c.want)
+		}
+	}
+}
