@@ -31,6 +31,10 @@ type records struct {
 	lost   map[string]bool   // agents whose record another owner holds
 	life   map[string]*agent // the life of each id that owns its record
 	wake   chan struct{}
+	// failing says the last pass failed to write some record, and warned
+	// when that was last logged.
+	failing bool
+	warned  time.Time
 	// abandon is told about an agent the fabric has declared dead while
 	// this node still ran it (the node was cut off and taken for lost).
 	abandon func(ctx context.Context, id string)
@@ -232,13 +236,31 @@ func (r *records) writeAll(ctx context.Context) {
 	r.dirty = map[string]*agent{}
 	r.urgent = false
 	r.mu.Unlock()
+	failed, example, first := 0, "", error(nil)
 	for id, a := range batch {
 		if err := r.write(ctx, a); err != nil {
-			r.log.Warn("cannot write an agent record; will retry", "agent", id, "err", err)
+			if failed++; first == nil {
+				example, first = id, err
+			}
 			r.mark(a, false)
 		}
 	}
+	// Said once a pass, and while they keep failing (the fabric away:
+	// every agent's record fails each second), once every failWarnEvery.
+	now := time.Now()
+	r.mu.Lock()
+	say := failed > 0 && (!r.failing || now.Sub(r.warned) >= failWarnEvery)
+	if r.failing = failed > 0; say {
+		r.warned = now
+	}
+	r.mu.Unlock()
+	if say {
+		r.log.Warn("cannot write agents' records; will retry", "agents", failed, "agent", example, "err", first)
+	}
 }
+
+// failWarnEvery is how often records that keep failing are logged.
+const failWarnEvery = 30 * time.Second
 
 // write stores one record with compare-and-set, re-reading the revision
 // when it moved; a record another node now owns is left alone.
