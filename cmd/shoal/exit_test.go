@@ -38,7 +38,7 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		{[]string{"permit", "a1", "r1", "maybe"}, exitUsage, "want allow or deny"},
 		{[]string{"open", "--ask-timeout", "-1s", t.TempDir()}, exitUsage, `flag --ask-timeout: "-1s" is negative`},
 		{[]string{"send", "gone", " "}, exitUsage, "the text to send is empty"},
-		{[]string{"output", "--turn", "-7", "gone"}, exitUsage, "--turn -7: a turn is 0 or more"},
+		{[]string{"output", "--turn", "-7", "gone"}, exitUsage, "--turn -7: name a turn by its number"},
 		{[]string{"up", "--replicas", "3", "--port", "-1", "--no-node", "--no-mcp", "--no-bus"}, exitUsage, "--replicas 3 needs servers to keep the copies"},
 	} {
 		code, _, errOut := runShoal(t, t.TempDir(), env, c.args...)

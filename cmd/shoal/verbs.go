@@ -334,7 +334,7 @@ func outputCommand() *command {
 				case turn >= 0:
 					req.Turn = &turn
 				case turn != -1:
-					return usagef("--turn %d: a turn is 0 or more (default: the latest)", turn)
+					return usagef("--turn %d: name a turn by its number (shoal status shows the latest), or leave --turn out for the latest", turn)
 				}
 				req.MaxChars = &maxChars
 				f, err := v.fabric()
