@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func (t batchTransport) Listen(ctx context.Context, addr string) (net.Listener, 
 	if cfg.hwmBytes <= 0 {
 		cfg.hwmBytes = defaultHWMBytes
 	}
-	return batchListener{l, cfg}, nil
+	return newBatchListener(l, cfg), nil
 }
 
 // peers is what a socket's listener does with its peers.
@@ -173,21 +174,84 @@ func withPeerLog(ctx context.Context, log *slog.Logger) context.Context {
 	return withPeers(ctx, peers{log: log})
 }
 
+// batchListener hands zmq4 only peers that have greeted. zmq4 greets
+// each peer in its accept loop, one after another: a peer that never
+// finished its greeting kept every later subscriber out until its time
+// ran out, and K silent connections kept them out K times as long. So
+// the listener greets each peer on a goroutine of its own, at most
+// maxGreeting at once, and zmq4 is given a connection once the peer's
+// greeting and first command (its READY) are in: zmq4's own handshake
+// then reads them at once.
 type batchListener struct {
 	net.Listener
-	cfg peers
+	cfg      peers
+	ready    chan *batchConn
+	greeting chan struct{} // a place per greeting under way
+	done     chan struct{}
+	once     sync.Once
 }
 
-func (l batchListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+// maxGreeting bounds the greetings under way at once; past it a new
+// connection waits to be accepted.
+const maxGreeting = 256
+
+func newBatchListener(l net.Listener, cfg peers) *batchListener {
+	bl := &batchListener{Listener: l, cfg: cfg, ready: make(chan *batchConn), greeting: make(chan struct{}, maxGreeting), done: make(chan struct{})}
+	go bl.admitAll()
+	return bl
+}
+
+// admitAll accepts connections until the listener closes, and greets
+// each.
+func (l *batchListener) admitAll() {
+	for {
+		select {
+		case l.greeting <- struct{}{}:
+		case <-l.done:
+			return
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.greeting
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select { // too many open files, say: a moment, then again
+			case <-time.After(50 * time.Millisecond):
+				continue
+			case <-l.done:
+				return
+			}
+		}
+		c.SetReadDeadline(time.Now().Add(handshakeTimeout))
+		go func() {
+			defer func() { <-l.greeting }()
+			b := newBatchConn(c, l.cfg)
+			if !b.greet() {
+				return
+			}
+			select {
+			case l.ready <- b:
+				b.given()
+			case <-l.done:
+				b.Close()
+			}
+		}()
 	}
-	// zmq4 greets each peer in its accept loop, with no time limit: a
-	// peer that never finishes its greeting would keep every later
-	// subscriber out.
-	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	return newBatchConn(c, l.cfg), nil
+}
+
+func (l *batchListener) Accept() (net.Conn, error) {
+	select {
+	case b := <-l.ready:
+		return b, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *batchListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 // handshakeTimeout is how long a peer has to greet the bus, and how long
@@ -243,7 +307,9 @@ type batchConn struct {
 	err     error
 	closed  bool
 
-	peer    zmtpReader  // what the peer has sent, read as ZMTP; only Read touches it
+	peer    zmtpReader  // what the peer has sent, read as ZMTP; only greet and Read touch it
+	pre     []byte      // what greet read of the peer, for zmq4's reads
+	swallow []byte      // what is left of zmq4's greeting, which greet sent for it
 	reading int         // Reads under way
 	idle    *time.Timer // closes a connection no Read has begun on for handshakeTimeout
 	log     *slog.Logger
@@ -301,6 +367,13 @@ func (b *batchConn) Write(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	n := len(p)
+	if k := min(len(b.swallow), len(p)); k > 0 {
+		// zmq4's greeting, which greet sent already.
+		if !bytes.Equal(p[:k], b.swallow[:k]) {
+			return 0, errors.New("zmq4 greeted otherwise than the bus did for it")
+		}
+		b.swallow, p = b.swallow[k:], p[k:]
+	}
 	for len(p) > 0 {
 		k, dropped, ended := b.out.step(p, b.full)
 		if !dropped {
@@ -423,8 +496,21 @@ func (b *batchConn) write(out []byte) error {
 // and abandons one whose greeting fails).
 func (b *batchConn) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	b.reading++
 	b.idle.Stop()
+	if len(b.pre) > 0 {
+		// What greet read: the peer's greeting and first command.
+		n := copy(p, b.pre)
+		b.pre = b.pre[n:]
+		if len(b.pre) == 0 {
+			b.pre = nil
+		}
+		if b.reading == 0 && !b.closed {
+			b.idle.Reset(handshakeTimeout)
+		}
+		b.mu.Unlock()
+		return n, nil
+	}
+	b.reading++
 	b.mu.Unlock()
 	n, err := b.Conn.Read(p)
 	greeted := b.peer.greeted()
@@ -448,6 +534,73 @@ func (b *batchConn) Read(p []byte) (int, error) {
 	}
 	b.mu.Unlock()
 	return n, err
+}
+
+// zmq4Greeting is the greeting zmq4 (v0.17.0) sends as a PUB socket's
+// listener, ZMTP 3.0 with the NULL mechanism, which greet sends for it.
+var zmq4Greeting = func() []byte {
+	g := make([]byte, zmtpGreeting)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+	copy(g[12:], "NULL")
+	return g
+}()
+
+// greet sends the bus's greeting and reads the peer's greeting and first
+// command, up to handshakeTimeout; false when the peer left or was
+// dropped meanwhile (a peer that leaves before greeting is not logged:
+// the bus's own probe of a live address does that).
+func (b *batchConn) greet() bool {
+	b.idle.Stop()
+	if _, err := b.Write(zmq4Greeting); err != nil {
+		b.Close()
+		return false
+	}
+	b.mu.Lock()
+	b.swallow = zmq4Greeting
+	b.mu.Unlock()
+	buf := make([]byte, 4096)
+	for !b.peer.greeted() {
+		n, err := b.Conn.Read(buf)
+		before := b.peer.greeting
+		if ferr := b.peer.feed(buf[:n]); ferr != nil {
+			b.drop(ferr.Error())
+			return false
+		}
+		if before < 12 && b.peer.greeting >= 12 && !zmtpSignature(append(b.pre, buf[:n]...)) {
+			b.drop("its greeting is not ZMTP 3's with the NULL mechanism")
+			return false
+		}
+		b.mu.Lock()
+		b.pre = append(b.pre, buf[:n]...)
+		b.mu.Unlock()
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			b.drop(fmt.Sprintf("no greeting within %s", handshakeTimeout))
+			return false
+		case !b.peer.greeted():
+			b.Close() // it left
+			return false
+		}
+	}
+	b.Conn.SetReadDeadline(time.Time{})
+	return true
+}
+
+// given is called once zmq4 has the connection: one it abandons (its
+// greeting refused) is closed after handshakeTimeout unread.
+func (b *batchConn) given() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed && b.reading == 0 {
+		b.idle.Reset(handshakeTimeout)
+	}
+}
+
+// zmtpSignature reports whether g, a peer's first 12 bytes or more,
+// begins a ZMTP greeting of version 3 or later.
+func zmtpSignature(g []byte) bool {
+	return len(g) >= 12 && g[0] == 0xff && g[9] == 0x7f && g[10] >= 3
 }
 
 // Close drops what is not sent yet, as a closing PUB socket does.

@@ -137,7 +137,7 @@ func TestBusDropsPeersThatDoNotSpeakZMTP(t *testing.T) {
 	out := logged.String()
 	for what, why := range map[string]string{
 		"silent":           `why="no greeting within 300ms"`,
-		"an HTTP request":  `why="its greeting was refused, or it stopped being read"`,
+		"an HTTP request":  `why="its greeting is not ZMTP 3's with the NULL mechanism"`,
 		"a terabyte frame": `why="a frame of 1099511627776 bytes, more than 65536"`,
 	} {
 		if n := strings.Count(out, why); n != 1 {
