@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/shoalfabric/shoal/internal/fdlimit"
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/schemas/validate"
 )
@@ -38,9 +39,17 @@ var bodyTimeout = time.Minute
 
 // maxConns bounds the connections the endpoint (and the dashboard
 // beside it) holds at once, each a file descriptor of the process that
-// also keeps the store's files open: past it a new connection waits to
-// be accepted until one closes.
-var maxConns = 1024
+// also keeps the store's files open: a quarter of the process's open
+// files (fdlimit), 4,096 where that is unknown. Past it a new connection
+// waits to be accepted until one closes.
+var maxConns = httpConns(fdlimit.Open())
+
+func httpConns(limit uint64) int {
+	if limit == 0 {
+		return 4096
+	}
+	return int(max(min(limit/4, 1<<20), 64))
+}
 
 // MCPPath is where the MCP endpoint is served.
 const MCPPath = "/mcp"
@@ -173,7 +182,9 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 			var msg struct {
 				Method string `json:"method"`
 			}
-			begins = json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize)
+			// (A client of the 2026-07-28 protocol has no session.)
+			begins = json.Unmarshal(body, &msg) == nil && msg.Method == string(mcp.MethodInitialize) &&
+				!mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
 		case http.MethodGet:
 			if sid == "" {
 				http.Error(w, "a stream is opened on a session: initialize first, then send its "+server.HeaderKeySessionID+" header", http.StatusBadRequest)
@@ -374,37 +385,45 @@ func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready
 // unread. Once the body is read whole the connection has no deadline
 // again (a call's answer may stream for as long as it runs).
 //
-// A refusal written before the body is read closes the connection: the
-// server would otherwise read what is left of the body first (for the
-// connection's next request), for as long as the caller takes to send it.
+// A refusal of who is calling (401, 403) closes the connection, and so
+// does any refusal written before a small body is read: a caller without
+// a token would otherwise keep its connection, one of maxConns, for as
+// long as it sent a refused request a minute, and the server would read
+// what is left of an unread body (for the connection's next request)
+// for as long as the caller took to send it. A large body's refusal
+// closes its connection already (the server reads none of it).
 func boundBodyTime(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b *timedBody
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(bodyTimeout)) == nil {
-				b := &timedBody{ReadCloser: r.Body, read: func() { rc.SetReadDeadline(time.Time{}) }}
+				b = &timedBody{ReadCloser: r.Body, read: func() { rc.SetReadDeadline(time.Time{}) }}
 				r.Body = b
-				if r.ContentLength > 0 && r.ContentLength < 256<<10 {
-					// A larger body the server leaves unread, closing
-					// the connection after the answer, itself.
-					w = &refusalCloses{ResponseWriter: w, body: b}
-				}
 			}
+		}
+		if r.ContentLength >= 0 && r.ContentLength < 256<<10 {
+			w = &refusalCloses{ResponseWriter: w, body: b}
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// refusalCloses is a response whose refusal, written while its request's
-// body is unread, closes the connection.
+// refusalCloses is a response whose refusal of the caller, or whose
+// refusal written while its request's body is unread, closes the
+// connection; the body's rest is not read.
 type refusalCloses struct {
 	http.ResponseWriter
-	body *timedBody
+	body *timedBody // nil without a body
 }
 
 func (w *refusalCloses) WriteHeader(code int) {
-	if code >= 400 && w.body.read != nil {
+	unread := w.body != nil && w.body.read != nil
+	if code == http.StatusUnauthorized || code == http.StatusForbidden || (code >= 400 && unread) {
 		w.Header().Set("Connection", "close")
+		if unread {
+			http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now())
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -44,10 +44,12 @@ func listen(t *testing.T, cfg HTTPConfig) string {
 // coordinator, whose store then failed its writes until a restart. A
 // refusal is answered at once and closes the connection; a body has
 // bodyTimeout to arrive; and the endpoint holds maxConns connections at
-// once. Not parallel: it shortens the package's bounds.
+// once, of which a caller without a token keeps none: its refusal closes
+// the connection, with or without a body. Not parallel: it changes the
+// package's bounds.
 func TestEndpointHoldsNoConnectionForABodyThatNeverComes(t *testing.T) {
 	defer func(d time.Duration, n int) { bodyTimeout, maxConns = d, n }(bodyTimeout, maxConns)
-	bodyTimeout, maxConns = 2*time.Second, 3
+	bodyTimeout, maxConns = 20*time.Second, 3
 	host := listen(t, HTTPConfig{Token: "secret"})
 	dial := func() net.Conn {
 		t.Helper()
@@ -74,22 +76,33 @@ func TestEndpointHoldsNoConnectionForABodyThatNeverComes(t *testing.T) {
 		io.Copy(io.Discard, rep.Body)
 		return rep
 	}
-	closed := func(c net.Conn, what string) {
+	closed := func(c net.Conn, within time.Duration, what string) {
 		t.Helper()
+		c.SetReadDeadline(time.Now().Add(within))
 		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
-			t.Errorf("%s: read %d, %v; want the connection closed", what, n, err)
+			t.Errorf("%s: read %d, %v; want the connection closed within %s", what, n, err, within)
 		}
 	}
+	// Refused at once, the connection closed at once: not after the
+	// body's time (the server reads none of what is left of it).
 	c := dial()
 	if rep := stalled(c, ""); rep.StatusCode != http.StatusUnauthorized || !rep.Close {
 		t.Errorf("a refusal before the body: %d, close %v; want 401 and the connection closed", rep.StatusCode, rep.Close)
 	}
-	closed(c, "after the refusal")
+	closed(c, 10*time.Second, "after the refusal")
+	// A caller without a token sending requests without bodies keeps no
+	// connection either.
+	c = dial()
+	io.WriteString(c, "GET "+MCPPath+" HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+	if rep, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || rep.StatusCode != http.StatusUnauthorized || !rep.Close {
+		t.Errorf("a GET without the token: %v %v; want 401 and the connection closed", rep, err)
+	}
+	closed(c, 10*time.Second, "after the GET's refusal")
 	c = dial()
 	if rep := stalled(c, "secret"); rep.StatusCode != http.StatusRequestEntityTooLarge && rep.StatusCode != http.StatusBadRequest {
 		t.Errorf("a body that never came, with the token: %d", rep.StatusCode)
 	}
-	closed(c, "after the body's time")
+	closed(c, time.Minute, "after the body's time")
 
 	// Three connections held: a fourth waits for one of them to close.
 	held := []net.Conn{dial(), dial(), dial()}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/shoalfabric/shoal/internal/fdlimit"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -55,27 +56,20 @@ func New(cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// fdReserve is what the server's clients leave of the process's open
-// files: the store's files, the MCP endpoint and dashboard (1,024
-// connections), the Kaimon bus, the node's agents in a `shoal up` with its
-// own node, the process's own.
-const fdReserve = 4096
-
-// maxConns bounds the clients the server takes at once below what the
-// process may open, limit files: every client is a file descriptor, and
-// the store opens its files from the same table. A store that could not
-// open one failed its writes until it was restarted, when one holder of
-// credentials (an observer's) opened connections until none were left.
-// Past the bound a client is refused ("maximum connections exceeded").
+// maxConns bounds the clients the server takes at once to half of what
+// the process may open, limit files (NATS's own default of 65,536 at
+// most): every client is a file descriptor, and the store opens its
+// files from the same table. A store that could not open one failed its
+// writes until it was restarted, when one holder of credentials (an
+// observer's) opened connections until none were left. Past the bound a
+// client is refused ("maximum connections exceeded"). The MCP endpoint
+// and dashboard take up to a quarter (bridge), and the rest is the
+// store's and the process's own.
 func maxConns(limit uint64) int {
-	switch {
-	case limit == 0 || limit >= fdReserve+server.DEFAULT_MAX_CONNECTIONS:
+	if limit == 0 {
 		return server.DEFAULT_MAX_CONNECTIONS
-	case limit > 2*fdReserve:
-		return int(limit - fdReserve)
-	default:
-		return max(int(limit/2), 16)
 	}
+	return int(max(min(limit/2, server.DEFAULT_MAX_CONNECTIONS), 16))
 }
 
 func (b *Broker) options() (*server.Options, error) {
@@ -92,7 +86,7 @@ func (b *Broker) options() (*server.Options, error) {
 		NoSigs:                true,
 		NoSystemAccount:       false,
 		DisableShortFirstPing: true,
-		MaxConn:               maxConns(openFileLimit()),
+		MaxConn:               maxConns(fdlimit.Open()),
 	}
 	if c.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
