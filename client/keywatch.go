@@ -282,6 +282,16 @@ func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Ke
 			}
 		}
 	}
+	if seen == 0 {
+		// A bucket holding entries whose read gave none failed (its
+		// store could not read them: the coordinator out of file
+		// descriptors once), and an empty list would say there are none.
+		if st, err := kv.Status(ctx); err != nil {
+			return fmt.Errorf("read %s: %w", kv.Bucket(), err)
+		} else if st.Values() > 0 {
+			return fmt.Errorf("the read of %s gave none of the %d entries it holds", kv.Bucket(), st.Values())
+		}
+	}
 	entries := slices.Collect(maps.Values(latest))
 	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
 	for _, e := range entries {
