@@ -20,7 +20,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/shoalfabric/shoal/internal/fdlimit"
 	"github.com/shoalfabric/shoal/schemas"
 	"github.com/shoalfabric/shoal/schemas/validate"
 )
@@ -40,9 +39,9 @@ var bodyTimeout = time.Minute
 // maxConns bounds the connections the endpoint (and the dashboard
 // beside it) holds at once, each a file descriptor of the process that
 // also keeps the store's files open: a quarter of the process's open
-// files (fdlimit), 4,096 where that is unknown. Past it a new connection
+// files, 4,096 where that is unknown. Past it a new connection
 // waits to be accepted until one closes.
-var maxConns = httpConns(fdlimit.Open())
+var maxConns = httpConns(openFileLimit())
 
 func httpConns(limit uint64) int {
 	if limit == 0 {

@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/shoalfabric/shoal/internal/fdlimit"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -86,7 +85,7 @@ func (b *Broker) options() (*server.Options, error) {
 		NoSigs:                true,
 		NoSystemAccount:       false,
 		DisableShortFirstPing: true,
-		MaxConn:               maxConns(fdlimit.Open()),
+		MaxConn:               maxConns(openFileLimit()),
 	}
 	if c.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
