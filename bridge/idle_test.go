@@ -2,16 +2,11 @@ package bridge
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/internal/natstest"
 )
 
 // A connection that waits for its next request is closed after a while:
@@ -21,26 +16,7 @@ import (
 func TestEndpointClosesIdleConnections(t *testing.T) {
 	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
 	idleTimeout = time.Second
-	f, err := client.NewDirect(natstest.Connect(t, natstest.Start(t)), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := NewMCP(MCPConfig{Client: f})
-	ctx, cancel := context.WithCancel(t.Context())
-	urls := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- m.ListenHTTP(ctx, "127.0.0.1:0", HTTPConfig{Token: "secret"}, func(u string) { urls <- u })
-	}()
-	defer func() { cancel(); <-done }()
-	var url string
-	select {
-	case url = <-urls:
-	case err := <-done:
-		done <- err
-		t.Fatal(err)
-	}
-	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), MCPPath)
+	host := listen(t, HTTPConfig{Token: "secret"})
 	c, err := net.Dial("tcp", host)
 	if err != nil {
 		t.Fatal(err)
