@@ -74,19 +74,27 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // ClosingFrom is where the events closing rec's life are numbered from
 // (they take the numbers after it), and the tail Closing reads, given t,
 // the stream's tail: after the stream's end or the id's earlier lives
-// (EventsBefore); when the stream holds none of this life and retention
-// may have dropped its events, after the last number its record says was
-// handed out (LastEvent), and the turns it says began and ended (all
-// begun but the running one) are taken as ended, not begun and cancelled
-// again: a number stored is never handed out again. When the stream
-// holds its first message still, or its oldest is older than the life (by
-// retentionMargin), retention dropped none of it: what its record numbered was never stored (its
-// node died holding it), and the close numbers on from the stream, so
-// the stream has no gap where those events would have been.
+// (EventsBefore). When the stream ends in an earlier life of the id, none
+// of this life is stored and retention dropped none of it (it drops the
+// oldest first, and kept an older event): what the record numbered was
+// never stored (its node died holding it), and the close numbers on from
+// the earlier lives, reading a tail that leaves nothing of this life
+// open or ended (the earlier life's close is not this one's). So too when
+// the stream holds none of the id's events but its first message still,
+// or its oldest is older than the life (by retentionMargin): the stream
+// has no gap where those events would have been. When the stream holds
+// none of this life and retention may have dropped its events, the close
+// numbers after the last number its record says was handed out
+// (LastEvent), and the turns it says began and ended (all begun but the
+// running one) are taken as ended, not begun and cancelled again: a
+// number stored is never handed out again.
 func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
 	n := max(t.Last, rec.EventsBefore)
 	if t.Last > rec.EventsBefore {
 		return t, n
+	}
+	if t.Last > 0 {
+		return Tail{Last: n, Turn: max(t.Turn, rec.TurnsBefore)}, n
 	}
 	if t.Whole || (t.Oldest > 0 && rec.CreatedAt > 0 && t.Oldest+retentionMargin.Seconds() <= rec.CreatedAt) {
 		return t, n

@@ -160,3 +160,27 @@ func TestClosingFromALifeWithNothingStored(t *testing.T) {
 		}
 	}
 }
+
+// A life none of whose events is stored, on a stream that ends in an
+// earlier life of the id (closed): the close numbers on from the earlier
+// life, and that life's close is not taken for this one's.
+func TestClosingFromAReopenedLifeWithNothingStored(t *testing.T) {
+	rec := AgentRecord{ID: "a1", Status: StatusWorking, Turn: 2, TurnsBefore: 1, EventsBefore: 3, LastEvent: 5, CreatedAt: 1_800_000_000}
+	for _, earlier := range []Tail{
+		{Last: 3, Turn: 1, Ended: true},
+		{Last: 3, Turn: 1, Ended: true, Dead: true},
+		{Last: 2, Turn: 1, Open: true}, // the earlier life's end not stored
+	} {
+		tail, n := earlier.ClosingFrom(rec)
+		if n != 3 || tail.Ended || tail.Dead || tail.Open || tail.Turn != 1 {
+			t.Errorf("after %+v: the close numbers after %d (want 3) from %+v", earlier, n, tail)
+		}
+		evs := tail.Closing(rec, "node n1 was lost")
+		if len(evs) == 0 || evs[len(evs)-1].Payload != (Status{Status: StatusDead}) {
+			t.Fatalf("after %+v: the close is %+v", earlier, evs)
+		}
+		if evs[0].Turn != 2 || evs[0].Payload != (TurnStarted{}) {
+			t.Errorf("after %+v: the close begins with %+v, not turn 2's start", earlier, evs[0])
+		}
+	}
+}
