@@ -29,7 +29,13 @@ type closeFabric struct {
 
 func newCloseFabric(t *testing.T) *closeFabric {
 	t.Helper()
-	f := &closeFabric{t: t, b: natstest.Start(t)}
+	return newCloseFabricOn(t, natstest.Start(t))
+}
+
+// newCloseFabricOn is a closeFabric on b.
+func newCloseFabricOn(t *testing.T, b *broker.Broker) *closeFabric {
+	t.Helper()
+	f := &closeFabric{t: t, b: b}
 	f.nc, f.js = natstest.JetStream(t, f.b)
 	var err error
 	if f.stream, err = f.js.Stream(t.Context(), schemas.StreamName); err != nil {

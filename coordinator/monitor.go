@@ -44,6 +44,16 @@ type MonitorConfig struct {
 	// store is looked at. defaultChunksIdle and defaultChunksEvery when
 	// zero.
 	ChunksIdle, ChunksEvery time.Duration
+	// Relay, when set, says when the relay's connection was last lost
+	// (zero if never) and whether it is away now. Nodes confined to the
+	// relay write their heartbeats through it: while it is away their
+	// entries expire though they live (one node's flood can have the
+	// server cut the relay's connection as a slow consumer). So no node
+	// is taken for lost from an expiry while the relay is away or within
+	// a TTL of its loss: as after the monitor's own reconnection, the
+	// nodes not heard from since it was lost get the grace period to
+	// check in again, counted once it is back.
+	Relay func() (lost time.Time, away bool)
 
 	Logger *slog.Logger
 }
@@ -104,13 +114,23 @@ func (m *Monitor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open stream %s: %w", schemas.StreamName, err)
 	}
-	grace := m.cfg.Grace
+	st, err := nodes.Status(ctx)
+	if err != nil {
+		return err
+	}
+	ttl, grace := st.TTL(), m.cfg.Grace
 	if grace == 0 {
-		st, err := nodes.Status(ctx)
-		if err != nil {
-			return err
+		grace = 3 * ttl
+	}
+	// relayAway reports when the relay's connection was last lost, if it
+	// is away now or was within a TTL of now: the nodes' entries may then
+	// have expired for want of it.
+	relayAway := func(now time.Time) (time.Time, bool) {
+		if m.cfg.Relay == nil {
+			return time.Time{}, false
 		}
-		grace = 3 * st.TTL()
+		lost, away := m.cfg.Relay()
+		return lost, away || (!lost.IsZero() && now.Sub(lost) < ttl)
 	}
 	// Made again at once when the server restarts under it.
 	w, err := client.WatchAllKeys(ctx, m.cfg.Conn, nodes)
@@ -158,8 +178,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 	// A node is heard from again by an entry made after the connection
 	// was lost (lost, from the watch): one made on the server that went
 	// came before the outage, and its expiry there may be the outage's.
-	regrace := func(lost time.Time) {
-		m.log.Info("connected again: nodes not heard from within the grace period will be lost", "grace", grace)
+	regrace := func(lost time.Time, what string) {
+		m.log.Info(what+": nodes not heard from within the grace period will be lost", "grace", grace)
 		started, heardSince, settled = time.Now(), lost, false
 		clear(present)
 		sweep.Reset(grace)
@@ -170,7 +190,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case lost := <-w.Reconnected():
-			regrace(lost)
+			regrace(lost, "connected again")
 		case now := <-overdue.C:
 			m.finishUnfinished(ctx, agents, stream)
 			m.denyOverdue(ctx, permits, waiting, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
@@ -190,6 +210,10 @@ func (m *Monitor) Run(ctx context.Context) error {
 				noteWaiting(waiting, e.Key(), e.Operation(), e.Value())
 			}
 		case <-sweep.C:
+			if lost, away := relayAway(time.Now()); away {
+				regrace(lost, "the relay's connection was away within a TTL")
+				continue
+			}
 			settled = true
 			// No connection closed: the server these nodes wrote their
 			// entries to before the start is not this one's.
@@ -206,7 +230,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			select {
 			case lost := <-w.Reconnected(): // said before the entries of the watch made again
-				regrace(lost)
+				regrace(lost, "connected again")
 			default:
 			}
 			node := e.Key()
@@ -221,6 +245,14 @@ func (m *Monitor) Run(ctx context.Context) error {
 			}
 			heard, known := present[node]
 			delete(present, node)
+			if lost, away := relayAway(time.Now()); away && e.Operation() != jetstream.KeyValueDelete && (settled || (known && heard)) {
+				// Perhaps for want of the relay: the node is judged at the
+				// sweep after the grace period, with every other not heard
+				// from since the relay was lost.
+				m.log.Warn("a node's entry expired while the relay's connection was away, or soon after; it has the grace period to check in again", "node", node)
+				regrace(lost, "the relay's connection was away")
+				continue
+			}
 			if e.Operation() == jetstream.KeyValueDelete {
 				// A node that stops removes its entry itself, having
 				// closed its agents: it left, it was not lost. What it

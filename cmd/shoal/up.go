@@ -542,6 +542,7 @@ type service interface {
 // write through, the node-loss monitor, and the fabric service scoped
 // clients go through.
 func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *slog.Logger, workers *sync.WaitGroup, errc chan<- error, mcp func(context.Context) (string, string)) error {
+	var relayConn outage
 	var refusals coordinator.RelayMetrics
 	var failures coordinator.ServiceMetrics
 	if o.counts != nil {
@@ -552,6 +553,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		make func(nc *nats.Conn) (service, error)
 	}{
 		{"relay", func(nc *nats.Conn) (service, error) {
+			relayConn.watch(nc, log)
 			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals, MCP: mcp})
 			if err == nil && o.counts != nil {
 				o.counts.WatchAgents(r.AgentsByStatus)
@@ -559,7 +561,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 			return r, err
 		}},
 		{"monitor", func(nc *nats.Conn) (service, error) {
-			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log, Disconnect: o.disconnectNode})
+			return coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Logger: log, Disconnect: o.disconnectNode, Relay: relayConn.state})
 		}},
 		{"ledger", func(nc *nats.Conn) (service, error) {
 			l, err := coordinator.NewLedger(coordinator.LedgerConfig{Conn: nc, Logger: log})
