@@ -86,7 +86,8 @@ func (s *fakeService) Run(ctx context.Context) error {
 }
 
 // A coordinator service whose connection the server closes is made again
-// on a new one, and the log says so.
+// on a new one, and the log says so; its outage says when the connection
+// was lost and that it is back (the monitor asks the relay's).
 func TestSupervisedServiceConnectsAgain(t *testing.T) {
 	t.Parallel()
 	b := natstest.Start(t)
@@ -96,13 +97,14 @@ func TestSupervisedServiceConnectsAgain(t *testing.T) {
 	conns := make(chan *nats.Conn, 4)
 	ready, errc := make(chan error, 1), make(chan error, 1)
 	done := make(chan struct{})
+	conn := new(outage)
 	go func() {
 		defer close(done)
 		supervise(ctx, "svc", func(name string) (*nats.Conn, error) { return b.Connect(nats.Name(name)) },
 			func(nc *nats.Conn) (service, error) {
 				conns <- nc
 				return &fakeService{nc: nc, ready: make(chan struct{})}, nil
-			}, log, ready, errc)
+			}, log, ready, errc, conn)
 	}()
 	defer func() { cancel(); <-done }()
 	if err := <-ready; err != nil {
@@ -112,7 +114,14 @@ func TestSupervisedServiceConnectsAgain(t *testing.T) {
 	if _, err := caller.Request("svc.ping", nil, 5*time.Second); err != nil {
 		t.Fatalf("the service before: %v", err)
 	}
+	if lost, away := conn.state(); !lost.IsZero() || away {
+		t.Fatalf("before any loss the outage says lost %v, away %v", lost, away)
+	}
+	before := time.Now()
 	breakConn(t, <-conns)
+	if lost, _ := conn.state(); lost.Before(before) {
+		t.Fatalf("the connection was closed; the outage says it was lost at %v", lost)
+	}
 	select {
 	case <-conns: // made again
 	case err := <-errc:
@@ -124,6 +133,9 @@ func TestSupervisedServiceConnectsAgain(t *testing.T) {
 		_, err := caller.Request("svc.ping", nil, time.Second)
 		return err == nil
 	})
+	if _, away := conn.state(); away {
+		t.Error("the service is made again on a new connection; its outage says it is away")
+	}
 	if got := logged.String(); !strings.Contains(got, "the server closed a service's NATS connection; connecting again") || !strings.Contains(got, "service=svc") {
 		t.Errorf("the log says %q", got)
 	}

@@ -553,7 +553,6 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		make func(nc *nats.Conn) (service, error)
 	}{
 		{"relay", func(nc *nats.Conn) (service, error) {
-			relayConn.watch(nc, log)
 			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals, MCP: mcp})
 			if err == nil && o.counts != nil {
 				o.counts.WatchAgents(r.AgentsByStatus)
@@ -587,7 +586,11 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 	}
 	for _, sv := range services {
 		ready := make(chan error, 1)
-		workers.Go(func() { supervise(ctx, sv.name, connect, sv.make, log, ready, errc) })
+		conn := new(outage)
+		if sv.name == "relay" {
+			conn = &relayConn
+		}
+		workers.Go(func() { supervise(ctx, sv.name, connect, sv.make, log, ready, errc, conn) })
 		select {
 		case err := <-ready:
 			if err != nil {
@@ -627,9 +630,10 @@ func (o *upOptions) setFleetBudget(ctx context.Context, connect connector) error
 
 // supervise runs one of the coordinator's services on a connection of its
 // own until ctx ends. When the server closes that connection, the service
-// is made again on a new one, and the log says so. ready receives the
-// first start's outcome; errc a later failure.
-func supervise(ctx context.Context, name string, connect connector, start func(*nats.Conn) (service, error), log *slog.Logger, ready, errc chan<- error) {
+// is made again on a new one, and the log says so; conn follows each
+// connection's losses and returns, which the log says too. ready receives
+// the first start's outcome; errc a later failure.
+func supervise(ctx context.Context, name string, connect connector, start func(*nats.Conn) (service, error), log *slog.Logger, ready, errc chan<- error, conn *outage) {
 	first := true
 	fail := func(err error) {
 		err = fmt.Errorf("%s: %w", name, err)
@@ -647,6 +651,7 @@ func supervise(ctx context.Context, name string, connect connector, start func(*
 		}
 		closed := make(chan struct{})
 		nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		conn.watch(nc, log)
 		s, err := start(nc)
 		if err != nil {
 			nc.Close()
