@@ -409,7 +409,7 @@ func (r *Relay) learn(id string, rec schemas.AgentRecord, rev uint64) {
 	r.owners[id] = rec.Node
 	r.statuses[id] = rec.Status
 	if rec.Status != schemas.StatusDead {
-		r.reborn(id)
+		r.reborn(id, rec)
 	}
 }
 
@@ -501,15 +501,19 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	st, isStatus := ev.Payload.(schemas.Status)
+	_, isResult := ev.Payload.(schemas.Result)
 	token := r.token()
-	f := inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn}
+	f := inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn, result: isResult}
 	if v == resume {
 		f.after = acked
 	}
-	if !r.forwarded(token, node, f) {
-		r.refuse(m, node, id, notOwner(node, id))
+	if err := r.forwarded(token, node, f); err != nil {
+		r.refuse(m, node, id, err)
 		return
 	}
+	// Every event carries the node it came from: the fleet's count
+	// charges a turn's result to it and its labels.
+	m.Header.Set(schemas.HeaderNode, node)
 	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data})
 }
 

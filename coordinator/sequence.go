@@ -36,10 +36,17 @@ type sequence struct {
 	// flying counts the forwards of each number not yet acknowledged.
 	flying map[uint64]int
 	// dead says the stream holds the dead status that ended the agent's
-	// last life.
-	dead bool
+	// last life, numbered death.
+	dead  bool
+	death uint64
 	// turn is the highest turn stamped on an event forwarded or read.
 	turn int
+	// result is the highest turn whose result was forwarded or read, and
+	// resultN the number of the last result forwarded: a turn has one
+	// result, and a result counts in the fleet's spend, so one for a turn
+	// that had its own is refused (its number's retry is not).
+	result  int
+	resultN uint64
 	// unknown says the stream held none of the agent's current life when
 	// the relay read it, and the relay has forwarded none since: its
 	// events aged out (or it has sent none yet), so where its numbering
@@ -56,13 +63,14 @@ type sequence struct {
 // inflight is an event the relay forwarded and whose acknowledgement it
 // waits for, to hand on to the node.
 type inflight struct {
-	agent string
-	n     uint64
-	reply string
-	ends  bool // the event is a dead status
-	at    time.Time
-	turn  int    // the event's turn
-	after uint64 // the node's word taken with it: every event up to after is stored
+	agent  string
+	n      uint64
+	reply  string
+	ends   bool // the event is a dead status
+	at     time.Time
+	turn   int    // the event's turn
+	result bool   // the event is a result
+	after  uint64 // the node's word taken with it: every event up to after is stored
 }
 
 // ackWait is how long the relay keeps an inflight entry: past it, the
@@ -84,7 +92,11 @@ func (r *Relay) seq(ctx context.Context, id string) (*sequence, error) {
 	if s, ok := r.seqs[id]; ok { // another read got here first
 		return s, nil
 	}
-	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, unknown: unknown, recorded: rec.LastEvent}
+	s := &sequence{next: t.Last + 1, stored: t.Last, ahead: map[uint64]bool{}, flying: map[uint64]int{}, dead: t.Dead, turn: t.Turn, result: resulted(t),
+		unknown: unknown, recorded: rec.LastEvent}
+	if t.Dead {
+		s.death = t.Last
+	}
 	r.seqs[id] = s
 	return s, nil
 }
@@ -105,10 +117,24 @@ func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 	}
 	if t.Last > s.stored {
 		s.stored = t.Last
-		s.dead = t.Dead
+		s.dead, s.death = t.Dead, 0
+		if t.Dead {
+			s.death = t.Last
+		}
 	}
 	s.turn = max(s.turn, t.Turn)
+	s.result = max(s.result, resulted(t))
 	return nil
+}
+
+// resulted is the highest turn that has its result, as far as a stream's
+// tail t tells: its turn, unless its last event leaves that turn open (or
+// is an error, which may come inside it).
+func resulted(t schemas.Tail) int {
+	if t.Open {
+		return max(t.Turn-1, 0)
+	}
+	return t.Turn
 }
 
 // recordAhead bounds how far past what the relay has forwarded of an
@@ -261,19 +287,26 @@ func (r *Relay) resumeAged(ctx context.Context, node, id string, s *sequence, n,
 }
 
 // forwarded records that event n of id, of node's, goes to the stream
-// under token; false, recording nothing, when the relay has learnt since
-// it checked that the agent is another node's: a read of the bucket while
-// deciding (at a life's end, the view lagging a reopen on another node)
-// may have found it given to that node.
-func (r *Relay) forwarded(token, node string, f inflight) bool {
+// under token. It refuses, recording nothing, when the relay has learnt
+// since it checked that the agent is another node's (a read of the bucket
+// while deciding, at a life's end, the view lagging a reopen on another
+// node, may have found it given to that node), and a result of a turn
+// that has its result already, or of no turn.
+func (r *Relay) forwarded(token, node string, f inflight) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if owner, known := r.owners[f.agent]; known && owner != node {
-		return false
+		return notOwner(node, f.agent)
+	}
+	if f.result && f.turn < 1 {
+		return fmt.Errorf("event %d of agent %s is a result of turn %d: turns are numbered from 1", f.n, f.agent, f.turn)
 	}
 	s := r.seqs[f.agent]
 	if s == nil {
-		return true
+		return nil
+	}
+	if f.result && f.turn <= s.result && f.n != s.resultN {
+		return fmt.Errorf("event %d of agent %s is a result of turn %d, and turn %d has had its result: a turn ends once", f.n, f.agent, f.turn, s.result)
 	}
 	if f.after > 0 {
 		// The node's word, taken (resumeAged): every event before it is
@@ -285,9 +318,12 @@ func (r *Relay) forwarded(token, node string, f inflight) bool {
 	}
 	s.unknown = false
 	s.turn = max(s.turn, f.turn)
+	if f.result {
+		s.result, s.resultN = max(s.result, f.turn), f.n
+	}
 	s.flying[f.n]++
 	r.inflight[token] = f
-	return true
+	return nil
 }
 
 // acked takes JetStream's acknowledgement of a forwarded event: it hands
@@ -328,16 +364,22 @@ func (s *sequence) store(n uint64, ends bool) {
 		s.ahead[n] = true
 	}
 	if ends {
-		s.dead = true
+		s.dead, s.death = true, n
 	}
 }
 
-// reborn clears what the relay knows of an agent's death once its record
-// names a new life.
-func (r *Relay) reborn(id string) {
-	if s := r.seqs[id]; s != nil {
-		s.dead = false
+// reborn clears what the relay knows of an agent's death once rec, a
+// record that does not say dead, names a new life: one numbered after
+// the death. A record of the life that died, written before its death
+// (the watch may pass it on after the relay stored the death), numbers
+// below it: taken for a new life, it let the node store an event after
+// the death.
+func (r *Relay) reborn(id string, rec schemas.AgentRecord) {
+	s := r.seqs[id]
+	if s == nil || (s.death > 0 && rec.EventsBefore < s.death && rec.LastEvent < s.death) {
+		return
 	}
+	s.dead, s.death = false, 0
 }
 
 // prune drops the acknowledgements the relay waited for too long.
