@@ -203,7 +203,7 @@ func (m *MCP) tools() []tool {
 				if err != nil {
 					return nil, err
 				}
-				return r.Fetch(ctx, req.AgentID, req.Into)
+				return r.Fetch(ctx, req.AgentID, req.Into, req.Force)
 			},
 		},
 		{

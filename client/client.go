@@ -18,7 +18,7 @@ import (
 type Repositories interface {
 	OpenRepo(ctx context.Context, req schemas.OpenRequest, src RepoSource) (schemas.OpenReply, error)
 	Diff(ctx context.Context, id string, stat bool) (schemas.DiffReply, error)
-	Fetch(ctx context.Context, id, into string) (Fetched, error)
+	Fetch(ctx context.Context, id, into string, force bool) (Fetched, error)
 	RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, error)
 	Job(ctx context.Context, id string) (schemas.JobRecord, error)
 	WaitJob(ctx context.Context, id string) (schemas.JobRecord, error)

@@ -140,7 +140,7 @@ func (f *Direct) workJob(ctx context.Context, w *jobWriter, spec JobSpec, start 
 	}
 	// The work is brought back whether the turns went well or not.
 	fctx := context.WithoutCancel(ctx)
-	got, err := f.Fetch(fctx, id, "")
+	got, err := f.Fetch(fctx, id, "", false)
 	if err != nil {
 		if failed != nil {
 			return fmt.Errorf("%w; and its work could not be fetched: %v", failed, err)

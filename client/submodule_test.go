@@ -71,7 +71,7 @@ func TestFetchMovesNoRefOfASubmodule(t *testing.T) {
 	gittest.Git(t, subOrigin, "commit", "-q", "-am", "upstream")
 	bumpSubmodule(t, checkout, gittest.Git(t, subOrigin, "rev-parse", "HEAD"))
 
-	if _, err := f.Fetch(t.Context(), "subref", ""); err != nil {
+	if _, err := f.Fetch(t.Context(), "subref", "", false); err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
 	if after := gittest.Git(t, subGit, "for-each-ref"); after != before {
@@ -119,7 +119,7 @@ func TestFetchReachesNoSubmoduleRemote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	began := time.Now()
-	_, err = f.Fetch(ctx, "subnet", "")
+	_, err = f.Fetch(ctx, "subnet", "", false)
 	if n := conns.Load(); n > 0 || err != nil {
 		t.Fatalf("shoal fetch connected %d times to the caller's submodule remote %s and returned after %s: %v",
 			n, l.Addr(), time.Since(began).Round(time.Second), err)

@@ -424,8 +424,9 @@ type Fetched = schemas.FetchReply
 // into (the one the agent was opened on when empty) to the agent's work:
 // its commits and, on top, a commit of its uncommitted work. The caller's
 // checkout, index and HEAD are not touched, nor is the branch if it is
-// the one checked out.
-func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
+// the one checked out; a branch holding commits of the agent's that its
+// work no longer does moves only with force.
+func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetched, error) {
 	rec, err := f.Record(ctx, id)
 	if err != nil {
 		return Fetched{}, err
@@ -465,7 +466,7 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 	got := Fetched{Branch: rep.Branch, Tip: rep.Tip, Base: rep.Base, Commits: rep.Commits, Files: rep.Files, Into: into}
 	if rep.Bundle == "" {
 		// The agent's work is where it started, which the caller has.
-		if err := workspace.SetBranch(ctx, into, rep.Branch, rep.Tip); err != nil {
+		if err := workspace.SetBranch(ctx, into, rep.Branch, rep.Tip, force); err != nil {
 			return got, schemas.Errf(schemas.CodeInvalid, "%v", err)
 		}
 		return got, nil
@@ -500,7 +501,7 @@ func (f *Direct) Fetch(ctx context.Context, id, into string) (Fetched, error) {
 	if err := tmp.Close(); err != nil {
 		return got, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
-	if err := workspace.Land(ctx, into, tmp.Name(), rep.Tip, rep.Branch); err != nil {
+	if err := workspace.Land(ctx, into, tmp.Name(), rep.Tip, rep.Branch, force); err != nil {
 		return got, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
 	return got, nil

@@ -74,7 +74,7 @@ echo never within one second; exit 1`)
 		t.Fatalf("conf.txt in the checkout: %q", b)
 	}
 	time.Sleep(1200 * time.Millisecond) // the fetch comes later: a second later is enough
-	got, err := f.Fetch(t.Context(), "racy", "")
+	got, err := f.Fetch(t.Context(), "racy", "", false)
 	if err != nil {
 		t.Fatalf("fetch: %v", err)
 	}
@@ -155,7 +155,7 @@ func TestFetchDoesNotMoveABranchBeingRebased(t *testing.T) {
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	co := openOnRepo(t, f, "rebased", repo, false)
 	agentShell(t, co, "echo agent > b.txt && git add b.txt && git commit -qm 'agent work'")
-	if _, err := f.Fetch(t.Context(), "rebased", ""); err != nil {
+	if _, err := f.Fetch(t.Context(), "rebased", "", false); err != nil {
 		t.Fatal(err)
 	}
 	// The person rebases the agent's branch onto main, which moved on,
@@ -175,7 +175,7 @@ func TestFetchDoesNotMoveABranchBeingRebased(t *testing.T) {
 	}
 
 	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
-	_, err := f.Fetch(t.Context(), "rebased", "")
+	_, err := f.Fetch(t.Context(), "rebased", "", false)
 	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/rebased"); after != before {
 		out, cerr := git("rebase", "--continue")
 		t.Fatalf("shoal fetch (%v) moved shoal/rebased from %.12s to %.12s while the person rebased it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
@@ -202,7 +202,7 @@ func TestFetchLeavesOutANestedRepositoryAndSaysSo(t *testing.T) {
 	if _, err := f.Diff(t.Context(), "nested", true); err != nil {
 		t.Errorf("diff: %v", err)
 	}
-	got, err := f.Fetch(t.Context(), "nested", "")
+	got, err := f.Fetch(t.Context(), "nested", "", false)
 	if err != nil {
 		t.Fatalf("fetch of an agent that wrote work.txt: %v", err)
 	}
@@ -254,7 +254,7 @@ func TestWorkWrittenIntoASubmoduleDirectoryIsNamed(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(checkout, "sub", "fix.txt"), []byte("the agent's fix\n"), 0o644)
 	os.WriteFile(filepath.Join(checkout, "app.txt"), []byte("app 2\n"), 0o644)
-	got, err := f.Fetch(t.Context(), "subwrite", "")
+	got, err := f.Fetch(t.Context(), "subwrite", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestFetchDoesNotMoveABranchARebaseWillUpdate(t *testing.T) {
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	co := openOnRepo(t, f, "stacked", repo, false)
 	agentShell(t, co, "echo agent > b.txt && git add b.txt && git commit -qm 'agent work'")
-	if _, err := f.Fetch(t.Context(), "stacked", ""); err != nil {
+	if _, err := f.Fetch(t.Context(), "stacked", "", false); err != nil {
 		t.Fatal(err)
 	}
 	gittest.Git(t, repo, "switch", "-q", "-c", "feature", "shoal/stacked")
@@ -334,7 +334,7 @@ func TestFetchDoesNotMoveABranchARebaseWillUpdate(t *testing.T) {
 	}
 
 	os.WriteFile(filepath.Join(co, "more.txt"), []byte("more\n"), 0o644)
-	_, err := f.Fetch(t.Context(), "stacked", "")
+	_, err := f.Fetch(t.Context(), "stacked", "", false)
 	if after := gittest.Git(t, repo, "rev-parse", "refs/heads/shoal/stacked"); after != before {
 		out, cerr := git("rebase", "--continue")
 		t.Fatalf("shoal fetch (%v) moved shoal/stacked from %.12s to %.12s while a rebase --update-refs was to set it; git rebase --continue then: %v\n%s", err, before, after, cerr, out)
@@ -355,11 +355,11 @@ func TestFetchAfterTheAgentAmendedTheCommitOfTheCallersWork(t *testing.T) {
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	os.WriteFile(filepath.Join(repo, "wip.txt"), []byte("wip\n"), 0o644)
 	co := openOnRepo(t, f, "amend", repo, true)
-	if _, err := f.Fetch(t.Context(), "amend", ""); err != nil {
+	if _, err := f.Fetch(t.Context(), "amend", "", false); err != nil {
 		t.Fatal(err)
 	}
 	agentShell(t, co, "echo done >> wip.txt && git commit -qa --amend -m 'Finish the work in progress'")
-	if _, err := f.Fetch(t.Context(), "amend", ""); err != nil {
+	if _, err := f.Fetch(t.Context(), "amend", "", false); err != nil {
 		t.Errorf("the fetch after the agent amended the commit of the caller's work: %v", err)
 	}
 }
@@ -382,7 +382,7 @@ func TestTwoAgentsOnTheSameWorkFetchedAtOnce(t *testing.T) {
 	for round := range 5 {
 		errs := make(chan error, len(ids))
 		for _, id := range ids {
-			go func() { _, err := f.Fetch(t.Context(), id, ""); errs <- err }()
+			go func() { _, err := f.Fetch(t.Context(), id, "", false); errs <- err }()
 		}
 		for range ids {
 			if err := <-errs; err != nil {
@@ -445,7 +445,7 @@ func TestWorkInASubmoduleTheAgentCheckedOutIsNamed(t *testing.T) {
 	t.Parallel()
 	f, repo, _, checkout := submoduleRepo(t, "subinit")
 	agentShell(t, checkout, "git -c protocol.file.allow=always submodule --quiet update --init && echo 'the agent fixed it' > sub/lib.txt && echo 'app 2' > app.txt")
-	got, err := f.Fetch(t.Context(), "subinit", "")
+	got, err := f.Fetch(t.Context(), "subinit", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,11 +478,42 @@ func TestFetchIntoARepositoryWithoutTheBaseNamesIt(t *testing.T) {
 	co := openOnRepo(t, f, "behind", repo, false)
 	agentShell(t, co, "echo work > work.txt && git add work.txt && git -c user.name=a -c user.email=a@a commit -qm work")
 	other := gittest.Repo(t, "b.txt", "unrelated\n")
-	_, err := f.Fetch(t.Context(), "behind", other)
+	_, err := f.Fetch(t.Context(), "behind", other, false)
 	if err == nil || strings.Contains(err.Error(), "prerequisite") || !strings.Contains(err.Error(), base[:12]) || !strings.Contains(err.Error(), "git fetch") {
 		t.Errorf("a fetch into a repository without the agent's base %s: %v", base[:12], err)
 	}
 	if out := gittest.Git(t, other, "branch", "--list", "shoal/*"); out != "" {
 		t.Errorf("the fetch that failed left a branch: %s", out)
+	}
+}
+
+// A fetch moved shoal/<id> back, dropping the agent's commits fetched
+// before, and said "0 commits": the agent had reset its history (or its
+// checkout was lost and a reopen began anew). It is refused now, naming
+// them, and moves only when forced.
+func TestFetchKeepsTheAgentsCommitsFetchedBeforeUnlessForced(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "rewound", repo, false)
+	agentShell(t, co, "echo work > w.txt && git add w.txt && git commit -qm 'the agent work'")
+	first, err := f.Fetch(t.Context(), "rewound", "", false)
+	if err != nil || first.Commits != 1 {
+		t.Fatalf("the first fetch: %+v %v", first, err)
+	}
+	agentShell(t, co, "git reset -q --hard HEAD~1")
+	_, err = f.Fetch(t.Context(), "rewound", "", false)
+	if err == nil || !strings.Contains(err.Error(), "the agent work") || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("a fetch leaving the agent's commit fetched before: %v; want a refusal naming it", err)
+	}
+	if got := gittest.Git(t, repo, "rev-parse", "shoal/rewound"); got != first.Tip {
+		t.Fatalf("shoal/rewound moved to %s, from the work fetched before (%s)", got, first.Tip)
+	}
+	forced, err := f.Fetch(t.Context(), "rewound", "", true)
+	if err != nil {
+		t.Fatalf("the forced fetch: %v", err)
+	}
+	if got := gittest.Git(t, repo, "rev-parse", "shoal/rewound"); got != forced.Tip || forced.Tip == first.Tip {
+		t.Fatalf("after the forced fetch shoal/rewound is at %s (the fetch said %s, the first %s)", got, forced.Tip, first.Tip)
 	}
 }

@@ -109,7 +109,7 @@ func TestFetchAsksANodeOfAnEarlierVersionAgainWithoutExcludes(t *testing.T) {
 	var said []string
 	cfg := client.Config{Progress: func(s string) { mu.Lock(); said = append(said, s); mu.Unlock() }}
 	f, asked := olderNode(t, cfg, schemas.VerbWork, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeUnavailable, "agent aged's checkout is being cleaned")})
-	_, err := f.Fetch(t.Context(), "aged", "")
+	_, err := f.Fetch(t.Context(), "aged", "", false)
 	if err == nil || !strings.Contains(err.Error(), "checkout is being cleaned") || schemas.CodeOf(err) != schemas.CodeUnavailable {
 		t.Errorf("a fetch from a node of an earlier version: %v, want the node's answer to the request without excludes", err)
 	}

@@ -79,7 +79,7 @@ func TestWithChangesStoresAnLFSFileAsThePersonsGitDoes(t *testing.T) {
 
 	co := openOnRepo(t, f, "lfs", repo, true)
 	os.WriteFile(filepath.Join(co, "notes.txt"), []byte("the agent's\n"), 0o644)
-	got, err := f.Fetch(t.Context(), "lfs", "")
+	got, err := f.Fetch(t.Context(), "lfs", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestWithChangesStoresLineEndsAsThePersonsGitDoes(t *testing.T) {
 		t.Fatalf("the person's git diff: %q", st)
 	}
 	openOnRepo(t, f, "crlf", repo, true)
-	got, err := f.Fetch(t.Context(), "crlf", "")
+	got, err := f.Fetch(t.Context(), "crlf", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestFetchLeavesOutWhatThePersonsGitIgnores(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, ".git", "info", "exclude"), []byte("build/\n"), 0o644)
 	co := openOnRepo(t, f, "ignores", repo, false)
 	agentShell(t, co, "mkdir build && echo bin > build/app && echo test > test.log && echo API_KEY=sk-live > .env && echo a2 > a.txt")
-	got, err := f.Fetch(t.Context(), "ignores", "")
+	got, err := f.Fetch(t.Context(), "ignores", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

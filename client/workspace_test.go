@@ -86,10 +86,10 @@ func TestOpenRepoRefusesABundlePastTheLimit(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(rec.Workspace.Dir, "more"), more, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := small.Fetch(ctx, "fits", repo); err == nil || !strings.Contains(err.Error(), "more than 32.0 KiB: nothing was fetched") {
+	if _, err := small.Fetch(ctx, "fits", repo, false); err == nil || !strings.Contains(err.Error(), "more than 32.0 KiB: nothing was fetched") {
 		t.Fatalf("a fetch of work past the limit: %v", err)
 	}
-	if _, err := f.Fetch(ctx, "fits", repo); err != nil {
+	if _, err := f.Fetch(ctx, "fits", repo, false); err != nil {
 		t.Fatalf("a fetch under the limit: %v", err)
 	}
 }

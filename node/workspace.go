@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -361,7 +360,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 		a.mu.Unlock()
 	}
 	h.mu.Unlock()
-	msg := fmt.Sprintf("shoal: work of agent %s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", req.AgentID, turn, req.AgentID, h.cfg.Name, turn)
+	msg := workspace.SnapshotMessage(req.AgentID, h.cfg.Name, turn)
 	service.LongWait(ctx) // as in Diff
 	release, err := h.repos.hold(ctx, req.AgentID)
 	if err != nil {

@@ -78,7 +78,7 @@ func TestSandboxedAgentCannotRunCodeOnItsNodeThroughItsCheckoutsGitConfig(t *tes
 	}
 	// And when its work is fetched (a commit of what it did not commit,
 	// bundled by its node).
-	if _, err := f.fabric.Fetch(ctx, op.AgentID, repo); err != nil {
+	if _, err := f.fabric.Fetch(ctx, op.AgentID, repo, false); err != nil {
 		t.Fatalf("the fetch: %v", err)
 	}
 	for _, planted := range []string{escaped, escaped + ".textconv", escaped + ".fsmonitor"} {
@@ -195,7 +195,7 @@ func TestSandboxedAgentsGitDirLeadsItsNodeNowhere(t *testing.T) {
 				}
 			}
 		}
-		_, err := f.fabric.Fetch(ctx, id, repo)
+		_, err := f.fabric.Fetch(ctx, id, repo, false)
 		t.Logf("fetch of %s: %v", id, err)
 		all := gittest.Git(t, repo, "cat-file", "--batch-all-objects", "--batch")
 		for _, s := range secrets {

@@ -116,6 +116,9 @@ type DiffRequest struct {
 type FetchRequest struct {
 	AgentID string `json:"agent_id"`
 	Into    string `json:"into,omitempty"`
+	// Force moves the branch even past commits of the agent's that its
+	// work no longer holds.
+	Force bool `json:"force,omitempty"`
 }
 
 // FetchReply is what a fetch brought into the caller's repository.

@@ -116,7 +116,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
 	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, false, s.Base,
-		"Uncommitted work of "+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
+		callerWorkSubject+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
@@ -505,8 +505,9 @@ func (s *Start) Bundle(ctx context.Context, haves []string, path string) (int, e
 // Land puts the agent's work, a bundle of the commit tip made by the node,
 // on branch in the caller's repository at dir (created, or moved to tip),
 // without touching the caller's checkout; a branch checked out is
-// refused.
-func Land(ctx context.Context, dir, bundle, tip, branch string) error {
+// refused, and so is a move that leaves behind commits of the agent's
+// unless force (moveBranch).
+func Land(ctx context.Context, dir, bundle, tip, branch string, force bool) error {
 	if !IsCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
 	}
@@ -542,7 +543,7 @@ func Land(ctx context.Context, dir, bundle, tip, branch string) error {
 	if err != nil || got != tip {
 		return fmt.Errorf("the bundle's commit is %s, not the agent's %s", got, tip)
 	}
-	return moveBranch(ctx, g, root, branch, tip)
+	return moveBranch(ctx, g, root, branch, tip, force)
 }
 
 // holdsPrerequisites says which of ids, the commits the agent's work builds
@@ -614,15 +615,17 @@ func underWay(ctx context.Context, g gitter, root, branch string) string {
 	return ""
 }
 
-// moveBranch puts branch at tip in the repository at root, unless it
-// holds commits tip does not that Shoal did not make (authored and
-// committed …@shoal.invalid: an agent's, a commit of its uncommitted
-// work, which each fetch makes anew, or the commit of the caller's
-// uncommitted work it started on, which it may amend): a person's commits on
-// an agent's branch are not dropped, nor an agent's commit a person
-// amended (git keeps its author). The branch moves only from the commit
-// checked.
-func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
+// moveBranch puts branch at tip in the repository at root. It refuses
+// when the branch holds commits tip does not that Shoal did not make (a
+// person's, or an agent's commit a person amended: git keeps its author),
+// and, unless force, commits of the agent's own that tip no longer holds
+// (the agent rewrote its history, or its checkout was lost and it began
+// anew on a reopen): each names them. What Shoal made of uncommitted work
+// (the node's of the agent's, SnapshotMessage, which each fetch makes
+// anew; the caller's the agent started on, which it may amend) is left
+// behind. The branch moves only from the commit checked, and its
+// reflog says so.
+func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force bool) error {
 	ref := "refs/heads/" + branch
 	trees, err := g.run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
 	if err != nil {
@@ -637,12 +640,13 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
 		return fmt.Errorf("branch %s is being %s in %s: finish or abort that first, or fetch --into another repository", branch, what, root)
 	}
 	old, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
+	dropped := 0
 	if old != "" {
 		// Read as git prints it, a line a commit, each field cut short
 		// (an email from its left, keeping its domain): the node made
 		// these commits, and a message compresses a thousandfold.
-		var yours []string
-		n := 0
+		var yours, agents []string
+		nYours := 0
 		err := g.scan(ctx, root, func(l string) {
 			f := strings.Split(l, "\x00")
 			if len(f) != 4 {
@@ -651,22 +655,36 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
 			for i := range f {
 				f[i] = strings.TrimSpace(f[i])
 			}
-			if strings.HasSuffix(f[1], "@shoal.invalid") && strings.HasSuffix(f[2], "@shoal.invalid") {
-				return
-			}
-			if n++; len(yours) < 3 {
-				yours = append(yours, strings.TrimSpace(f[0][:min(12, len(f[0]))]+" "+f[3]))
+			named := strings.TrimSpace(f[0][:min(12, len(f[0]))] + " " + f[3])
+			switch {
+			case !strings.HasSuffix(f[1], "@shoal.invalid") || !strings.HasSuffix(f[2], "@shoal.invalid"):
+				if nYours++; len(yours) < 3 {
+					yours = append(yours, named)
+				}
+			case isSnapshot(f[3]):
+			default:
+				if dropped++; len(agents) < 3 {
+					agents = append(agents, named)
+				}
 			}
 		}, "log", "--format=%H%x00%<(100,ltrunc)%ae%x00%<(100,ltrunc)%ce%x00%<(72,trunc)%s", tip+".."+old)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
+		if nYours > 0 {
 			return fmt.Errorf("branch %s has %d commits the agent's work does not hold, not made by Shoal (%s): move them to a branch of your own, or delete %s, and fetch again",
-				branch, n, strings.Join(yours, "; "), branch)
+				branch, nYours, strings.Join(yours, "; "), branch)
+		}
+		if dropped > 0 && !force {
+			return fmt.Errorf("branch %s has %d of the agent's commits that its work no longer holds (%s): the agent rewrote its history, or its checkout was lost and it began anew. Nothing was moved; fetch again with --force to move %s to the agent's work anyway (git's reflog keeps where it was), or --into another repository",
+				branch, dropped, strings.Join(agents, "; "), branch)
 		}
 	}
-	if _, err := g.run(ctx, root, nil, nil, "update-ref", ref, tip, old); err != nil {
+	why := "shoal fetch: the agent's work"
+	if dropped > 0 {
+		why = fmt.Sprintf("shoal fetch --force: the agent's work, leaving %d of its commits fetched before", dropped)
+	}
+	if _, err := g.run(ctx, root, nil, nil, "update-ref", "-m", why, ref, tip, old); err != nil {
 		return err
 	}
 	got, err := g.line(ctx, root, nil, "rev-parse", "--verify", ref)
@@ -676,9 +694,30 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string) error {
 	return nil
 }
 
+// SnapshotMessage is the message of the commit a node makes of an agent's
+// uncommitted work for a fetch: a later fetch leaves it behind.
+func SnapshotMessage(agent, node string, turn int) string {
+	return fmt.Sprintf("%s%s not committed by it (as of turn %d)\n\nAgent: %s\nNode: %s\nTurn: %d\n", snapshotSubject, agent, turn, agent, node, turn)
+}
+
+// The subjects of what Shoal commits of uncommitted work: the node's of
+// an agent's (SnapshotMessage), and the caller's it opened an agent on
+// (which the agent may amend into a commit of its own).
+const (
+	snapshotSubject   = "shoal: work of agent "
+	callerWorkSubject = "Uncommitted work of "
+)
+
+// isSnapshot reports whether subject is that of a commit Shoal made of
+// uncommitted work.
+func isSnapshot(subject string) bool {
+	return strings.HasPrefix(subject, snapshotSubject) || strings.HasPrefix(subject, callerWorkSubject)
+}
+
 // SetBranch puts branch at commit in the caller's repository at dir, for
-// an agent whose work is the commit it started on; dir must have it.
-func SetBranch(ctx context.Context, dir, branch, commit string) error {
+// an agent whose work is the commit it started on; dir must have it. It
+// moves as Land moves it.
+func SetBranch(ctx context.Context, dir, branch, commit string, force bool) error {
 	g := gitter{env: persons(ctx, dir)}
 	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
@@ -687,5 +726,5 @@ func SetBranch(ctx context.Context, dir, branch, commit string) error {
 	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
 	}
-	return moveBranch(ctx, g, root, branch, commit)
+	return moveBranch(ctx, g, root, branch, commit, force)
 }

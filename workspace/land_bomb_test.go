@@ -48,7 +48,7 @@ func TestLandHoldsWhatItReadsOfTheBranchItMoves(t *testing.T) {
 	}
 	first := bundle(parent)
 	fi, _ := os.Stat(first)
-	if err := Land(ctx, repo, first, parent, "shoal/a1"); err != nil {
+	if err := Land(ctx, repo, first, parent, "shoal/a1", false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -61,7 +61,7 @@ func TestLandHoldsWhatItReadsOfTheBranchItMoves(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	err = Land(ctx, repo, b2, second, "shoal/a1")
+	err = Land(ctx, repo, b2, second, "shoal/a1", true)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatal(err)

@@ -152,7 +152,7 @@ func roundTrip(t *testing.T, repo string) {
 	if n, err := (Checkout{Dir: co}).BundleWork(ctx, tip, []string{s.Base}, wb); err != nil || n != 3 {
 		t.Fatalf("work bundle: %d %v; want the changes, the agent's commit and its uncommitted work", n, err)
 	}
-	if err := Land(ctx, repo, wb, tip, "shoal/a1"); err != nil {
+	if err := Land(ctx, repo, wb, tip, "shoal/a1", false); err != nil {
 		t.Fatal(err)
 	}
 	if got := git(t, repo, "show", "shoal/a1:loose.txt"); got != "l" {
@@ -248,10 +248,11 @@ func agentCheckout(t *testing.T) (repo string, s *Start, co Checkout) {
 func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	ctx := context.Background()
 	repo, s, co := agentCheckout(t)
+	force := false
 	fetch := func(content string) (string, error) {
 		t.Helper()
 		write(t, filepath.Join(co.Dir, "loose.txt"), content)
-		tip, err := co.Snapshot(ctx, "uncommitted work of a1", "shoal agent a1", "a1@shoal.invalid")
+		tip, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +260,7 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 		if _, err := co.BundleWork(ctx, tip, []string{s.Base}, wb); err != nil {
 			t.Fatal(err)
 		}
-		return tip, Land(ctx, repo, wb, tip, "shoal/a1")
+		return tip, Land(ctx, repo, wb, tip, "shoal/a1", force)
 	}
 	if _, err := fetch("1\n"); err != nil {
 		t.Fatal(err)
@@ -300,12 +301,52 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 
 	// The branch checked out in a linked work tree.
 	git(t, repo, "update-ref", "refs/heads/shoal/a1", tip2)
-	git(t, repo, "worktree", "add", "-q", filepath.Join(t.TempDir(), "linked"), "shoal/a1")
+	linked := filepath.Join(t.TempDir(), "linked")
+	git(t, repo, "worktree", "add", "-q", linked, "shoal/a1")
 	if _, err := fetch("4\n"); err == nil || !strings.Contains(err.Error(), "checked out in a work tree") {
 		t.Errorf("a fetch onto a branch a linked work tree has checked out: %v; want a refusal", err)
 	}
 	if got := git(t, repo, "rev-parse", "shoal/a1"); got != tip2 {
 		t.Errorf("a branch checked out in a linked work tree moved to %s", got)
+	}
+	git(t, repo, "worktree", "remove", "--force", linked)
+
+	// The agent's own commit, fetched; then the agent drops it (a reset,
+	// or a checkout lost and begun anew): the fetch is refused, naming
+	// it, until it is forced, and the branch's reflog says what the
+	// forced move left.
+	write(t, filepath.Join(co.Dir, "work.txt"), "the agent's work\n")
+	git(t, co.Dir, "add", "work.txt")
+	agentCommit := exec.Command("git", "commit", "-q", "-m", "the agent's careful work")
+	agentCommit.Dir = co.Dir
+	agentCommit.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_AUTHOR_NAME=shoal agent a1", "GIT_AUTHOR_EMAIL=a1@shoal.invalid",
+		"GIT_COMMITTER_NAME=shoal agent a1", "GIT_COMMITTER_EMAIL=a1@shoal.invalid")
+	if out, err := agentCommit.CombinedOutput(); err != nil {
+		t.Fatalf("the agent's commit: %v\n%s", err, out)
+	}
+	git(t, repo, "update-ref", "refs/heads/shoal/a1", tip2)
+	withWork, err := fetch("6\n")
+	if err != nil {
+		t.Fatalf("a fetch of the agent's commit: %v", err)
+	}
+	git(t, co.Dir, "reset", "-q", "--hard", "HEAD~1")
+	if _, err := fetch("7\n"); err == nil || !strings.Contains(err.Error(), "1 of the agent's commits that its work no longer holds") ||
+		!strings.Contains(err.Error(), "the agent's careful work") || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("a fetch leaving the agent's commit fetched before: %v; want a refusal naming it and --force", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != withWork {
+		t.Errorf("shoal/a1 moved to %s, leaving the agent's commit fetched before (%s)", got, withWork)
+	}
+	force = true
+	forced, err := fetch("8\n")
+	if err != nil {
+		t.Fatalf("a forced fetch: %v", err)
+	}
+	if got := git(t, repo, "rev-parse", "shoal/a1"); got != forced {
+		t.Errorf("after a forced fetch shoal/a1 is at %s, want %s", got, forced)
+	}
+	if got := git(t, repo, "reflog", "-1", "--format=%gs", "shoal/a1"); !strings.Contains(got, "leaving 1 of its commits fetched before") {
+		t.Errorf("the branch's reflog says %q of the forced move", got)
 	}
 }
 
@@ -402,7 +443,7 @@ func TestLandTakesOnlyABundle(t *testing.T) {
 	if err := os.WriteFile(notABundle, []byte("gitdir: "+filepath.Join(other, ".git")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := Land(ctx, repo, notABundle, tip, "shoal/a1")
+	err := Land(ctx, repo, notABundle, tip, "shoal/a1", false)
 	if err != nil && !strings.Contains(err.Error(), "not a git bundle") {
 		t.Errorf("Land of a file that is not a bundle: %v; want it named so", err)
 	}

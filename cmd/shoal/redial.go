@@ -112,8 +112,8 @@ func (r *redialing) Diff(ctx context.Context, id string, stat bool) (schemas.Dif
 	return r.get().Diff(ctx, id, stat)
 }
 
-func (r *redialing) Fetch(ctx context.Context, id, into string) (client.Fetched, error) {
-	return r.get().Fetch(ctx, id, into)
+func (r *redialing) Fetch(ctx context.Context, id, into string, force bool) (client.Fetched, error) {
+	return r.get().Fetch(ctx, id, into, force)
 }
 
 func (r *redialing) RunJob(ctx context.Context, spec client.JobSpec) (schemas.JobRecord, error) {

@@ -88,10 +88,15 @@ func fetchCommand() *command {
 opened on (or --into DIR) to the agent's work: its commits and, on top, a
 commit of what it has not committed, whose message names the agent and its
 turn. Your checkout, index and HEAD are not touched; a branch checked out
-is not moved. Prints the branch and its commit.`,
+is not moved, nor one holding commits of yours. A branch holding commits of
+the agent's that its work no longer does (it rewrote its history, or its
+checkout was lost and it began anew) moves only with --force. Prints the
+branch and its commit.`,
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var into string
+			var force bool
 			fs.StringVar(&into, "into", "", "the repository to fetch into, a `dir` of its work tree (default: the one the agent was opened on)")
+			fs.BoolVar(&force, "force", false, "move the branch even past commits of the agent's its work no longer holds (git's reflog keeps where it was)")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, err := oneAgent(args)
 				if err != nil {
@@ -106,7 +111,7 @@ is not moved. Prints the branch and its commit.`,
 				if err != nil {
 					return err
 				}
-				got, err := d.Fetch(ctx, id, into)
+				got, err := d.Fetch(ctx, id, into, force)
 				if err != nil {
 					return err
 				}
