@@ -227,7 +227,12 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
+	// git builds the bundle before a byte is sent: minutes, for a large
+	// repository of objects not yet packed, which are said as they pass.
+	bundling := time.Now()
+	stop := f.ticking(fmt.Sprintf("bundling what node %s lacks of %s", node, start.Root))
 	commits, err := start.Bundle(ctx, has.Haves, tmp.Name())
+	stop()
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeInternal, "bundle %s: %v", start.Root, err)
 	}
@@ -258,6 +263,9 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		}
 		return nil, schemas.Errf(schemas.CodeInvalid, "%s is too large to send: node %s lacks %s of it, %s as a bundle, past the limit of %s; open the agent on a directory of the node instead",
 			start.Root, node, counted(commits, "commit"), bytesText(fi.Size()), bytesText(f.maxBundle))
+	}
+	if f.progress != nil {
+		f.say("bundled %s of %s: %s in %s", counted(commits, "commit"), start.Root, bytesText(fi.Size()), time.Since(bundling).Round(time.Millisecond))
 	}
 	what := fmt.Sprintf("%s of %s to node %s", counted(commits, "commit"), start.Root, node)
 	began := time.Now()
@@ -344,6 +352,35 @@ func (f *Direct) report(r *countingReader, size int64, what string) (done func()
 	}()
 	return func() { close(stop); <-ended }
 }
+
+// ticking says what begins, and then every tickEvery how long it has
+// taken, until the returned func is called; nothing without progress.
+func (f *Direct) ticking(what string) (done func()) {
+	if f.progress == nil {
+		return func() {}
+	}
+	f.say("%s…", what)
+	began := time.Now()
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(tickEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				f.say("%s: %s so far", what, time.Since(began).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(stop); <-ended }
+}
+
+// tickEvery is how often ticking says how long what it follows has taken.
+const tickEvery = 5 * time.Second
 
 type countingReader struct {
 	r io.Reader

@@ -517,3 +517,30 @@ func TestFetchKeepsTheAgentsCommitsFetchedBeforeUnlessForced(t *testing.T) {
 		t.Fatalf("after the forced fetch shoal/rewound is at %s (the fetch said %s, the first %s)", got, forced.Tip, first.Tip)
 	}
 }
+
+// An open on a large repository said nothing while git built the bundle
+// (40 s for 115 MiB of loose objects), then "sent … in 903ms": the wait
+// looked like a hang. The bundling is said as it begins and when it
+// ends, with its size and time, before the sending.
+func TestOpenSaysItBundlesBeforeItSends(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	var said []string
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	openOnRepo(t, f, "told", repo, false)
+	want := []string{"bundling what node a lacks of " + repo, "bundled 1 commit of " + repo + ": ", "sending 1 commit of " + repo, "sent 1 commit of " + repo}
+	next := 0
+	for _, l := range said {
+		if next < len(want) && strings.HasPrefix(l, want[next]) {
+			next++
+		}
+	}
+	if next < len(want) {
+		t.Errorf("the open said %q; want lines beginning %q, in order", said, want)
+	}
+}
