@@ -35,6 +35,7 @@ const DefaultKeepFor = 7 * 24 * time.Hour
 // repos is the node's side of agents on repositories.
 type repos struct {
 	dir   string
+	spool string // the node's scratch files: bundles coming and going, emptied at each start
 	cache *workspace.Cache
 	git   string // the git's version; "" when the node has none
 	why   string // why not, when it has none
@@ -112,9 +113,19 @@ func (r *repos) hold(ctx context.Context, id string) (func(), error) {
 }
 
 func newRepos(ctx context.Context, h *Host) *repos {
-	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name,
+	r := &repos{dir: filepath.Join(h.cfg.Dir, "work"), spool: filepath.Join(h.cfg.Dir, "spool"), cache: &workspace.Cache{Dir: filepath.Join(h.cfg.Dir, "repos")}, node: h.cfg.Name,
 		readers: make(chan struct{}, maxReaders), reading: make(map[string]*agentRead), sweeping: make(map[string]bool)}
 	r.store = h.store
+	// What a node killed mid-transfer left (a bundle as large as a
+	// repository) goes with the next start; the system's temporary
+	// directory, often small, was never emptied of it.
+	if err := os.RemoveAll(r.spool); err != nil {
+		h.log.Warn("cannot empty the node's scratch directory", "dir", r.spool, "err", err)
+	}
+	if err := os.MkdirAll(r.spool, 0o700); err != nil {
+		h.log.Warn("cannot make the node's scratch directory; scratch files go to the system's", "dir", r.spool, "err", err)
+		r.spool = ""
+	}
 	if h.sandbox.kernel != "" {
 		r.confined = h.cfg.Reaper
 	}
@@ -272,7 +283,7 @@ func (r *repos) withBundle(ctx context.Context, id string, ws *schemas.Workspace
 	if !strings.HasPrefix(ws.Bundle, ws.Repo+"/") || !strings.HasSuffix(ws.Bundle, ".bundle") {
 		return schemas.Errf(schemas.CodeInvalid, "bundle %q is not one of repository %s", ws.Bundle, short(ws.Repo))
 	}
-	f, err := os.CreateTemp("", "shoal-bundle-")
+	f, err := os.CreateTemp(r.spool, "shoal-bundle-")
 	if err != nil {
 		return schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
@@ -385,7 +396,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 		}
 		haves = []string{ws.Base}
 	}
-	f, err := os.CreateTemp("", "shoal-work-")
+	f, err := os.CreateTemp(h.repos.spool, "shoal-work-")
 	if err != nil {
 		return rep, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
@@ -415,7 +426,7 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 // nothing the agent wrote in its .git makes the node read for it what
 // its sandbox keeps from it.
 func (r *repos) reader(id string, ws schemas.Workspace) workspace.Checkout {
-	c := workspace.Checkout{Dir: r.checkout(id)}
+	c := workspace.Checkout{Dir: r.checkout(id), Tmp: r.spool}
 	if r.confined == "" {
 		return c
 	}

@@ -126,3 +126,40 @@ func TestEndedCheckoutStaysWhileItsWorkIsRead(t *testing.T) {
 		return os.IsNotExist(err)
 	})
 }
+
+// A node SIGKILLed while it received a repository left the whole bundle
+// in the system's temporary directory (300 MB in /tmp, after two
+// restarts). The node's scratch files are in its own directory's spool,
+// which each start empties; an agent on a repository opens and its work
+// comes back through it.
+func TestNodeStartEmptiesWhatAKilledRunLeftInItsSpool(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	left := filepath.Join(dir, "spool", "shoal-bundle-4242")
+	if err := os.MkdirAll(filepath.Dir(left), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(left, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fabrictest.Node(t, srv, node.Config{Name: "a", Dir: dir, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the bundle a killed run left in the node's spool is still there: %v", err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "spooled"}, client.RepoSource{Dir: repo, WithChanges: true}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "work", "spooled", "b.txt"), []byte("b\n"), 0o644)
+	if got, err := f.Fetch(t.Context(), "spooled", "", false); err != nil || got.Files != 1 {
+		t.Fatalf("the agent's work: %+v %v", got, err)
+	}
+	if names, _ := os.ReadDir(filepath.Join(dir, "spool")); len(names) != 0 {
+		t.Errorf("the spool holds %d scratch files after the open and the fetch", len(names))
+	}
+}

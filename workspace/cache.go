@@ -297,6 +297,10 @@ func fits(ctx context.Context, dir, commit string) error {
 // as a regular file of bounded size.
 type Checkout struct {
 	Dir string
+	// Tmp is where its reads make their scratch files (a bundle of the
+	// agent's work is as large as the work); the system's temporary
+	// directory when empty.
+	Tmp string
 	// Jail, when set, confines each git that reads the checkout.
 	Jail Jail
 	// Excludes are patterns, in .gitignore's form, that a snapshot of
@@ -352,7 +356,7 @@ func (c Checkout) Changed(ctx context.Context, base string) (int, error) {
 // returns it, with the gitter and environment that read it apart from the
 // checkout's configuration (apart).
 func (c Checkout) workTree(ctx context.Context) (string, gitter, []string, func(), error) {
-	tmp, err := os.MkdirTemp("", "shoal-diff-")
+	tmp, err := os.MkdirTemp(c.Tmp, "shoal-diff-")
 	if err != nil {
 		return "", gitter{}, nil, nil, err
 	}
@@ -440,7 +444,7 @@ func apart(ctx context.Context, g gitter, dir, objects, tmp string) ([]string, e
 // uncommitted work on top, with message, by name and email. The
 // checkout's branch does not move.
 func (c Checkout) Snapshot(ctx context.Context, message, name, email string) (string, error) {
-	tmp, err := os.MkdirTemp("", "shoal-snap-")
+	tmp, err := os.MkdirTemp(c.Tmp, "shoal-snap-")
 	if err != nil {
 		return "", err
 	}
@@ -454,7 +458,7 @@ func (c Checkout) Snapshot(ctx context.Context, message, name, email string) (st
 // are left out), for Land or Receive; it returns how many commits it
 // holds.
 func (c Checkout) BundleWork(ctx context.Context, tip string, haves []string, path string) (int, error) {
-	tmp, err := os.MkdirTemp("", "shoal-bundle-")
+	tmp, err := os.MkdirTemp(c.Tmp, "shoal-bundle-")
 	if err != nil {
 		return 0, err
 	}
