@@ -226,11 +226,15 @@ func (f *Direct) openBudgeted(ctx context.Context, req schemas.OpenRequest, ship
 		if err == nil {
 			rep, err = f.openOn(ctx, try, passed)
 		}
-		if _, full := errors.AsType[reposFull](err); full || err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
+		if _, everywhere := errors.AsType[anyNode](err); everywhere || err == nil || !placed || attempt >= maxPlacements || schemas.CodeOf(err) != schemas.CodeUnavailable || ctx.Err() != nil {
 			return rep, err
 		}
 		passed = append(passed, node)
-		why = append(why, err.Error())
+		said := err.Error()
+		if !strings.Contains(said, "node "+node) {
+			said = "node " + node + ": " + said // each reason names the node it is of
+		}
+		why = append(why, said)
 	}
 }
 

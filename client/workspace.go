@@ -101,6 +101,11 @@ func (f *Direct) openPrepared(ctx context.Context, req schemas.OpenRequest, star
 			if rec.Workspace.Repo != start.Repo {
 				return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent %s works on another repository (%s, from %s); give this agent another id", req.ID, rec.Workspace.Repo, rec.Workspace.Source)
 			}
+			if rec.Status == schemas.StatusIdle || rec.Status == schemas.StatusWorking {
+				// Said before its work is asked of its node and carried:
+				// the claim would refuse it after.
+				return schemas.OpenReply{}, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (it lives on node %s; close it first, or give this agent another id)", req.ID, rec.Node)
+			}
 			prev = &rec
 			if req.Node == "" {
 				if nodes, err := f.Nodes(ctx); err == nil && slices.ContainsFunc(nodes, func(n schemas.NodeRecord) bool { return n.Name == rec.Node }) {
@@ -148,7 +153,7 @@ func (f *Direct) move(ctx context.Context, start *workspace.Start, prev schemas.
 		err = f.request(ctx, prev.Node, schemas.VerbWork, req, &work, 10*time.Minute)
 	}
 	if err != nil {
-		return nil, schemas.Errf(schemas.CodeOf(err), "agent %s's work is on node %s, which could not send it (%v): reopen it when %s answers, or open a new agent", prev.ID, prev.Node, err, prev.Node)
+		return nil, anyNode{schemas.Errf(schemas.CodeOf(err), "agent %s's work is on node %s, which could not send it (%v): reopen it when %s answers, or open a new agent", prev.ID, prev.Node, err, prev.Node)}
 	}
 	if err := workBundle(prev.ID, prev.Node, ws.Repo, work.Bundle); err != nil {
 		return nil, err
@@ -278,12 +283,12 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		// object, whose digest it checks. A retry sends it again.
 		obs.Delete(context.WithoutCancel(ctx), ws.Bundle)
 		if ReposFull(err) {
-			return nil, reposFull{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s has no room for %s more (its bound: shoal up --repos-max-bytes; bundles are kept %s)",
+			return nil, anyNode{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s has no room for %s more (its bound: shoal up --repos-max-bytes; bundles are kept %s)",
 				what, schemas.ReposBucket, bytesText(fi.Size()), reposKept)}
 		}
 		// The store is the coordinator's, whichever node was to read
 		// it: another node would meet the same.
-		return nil, reposFull{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s did not take it: %v (the coordinator's store may be failing writes, its disk full: its log says; once mended, shoal up may need a restart)", what, schemas.ReposBucket, err)}
+		return nil, anyNode{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s did not take it: %v (the coordinator's store may be failing writes, its disk full: its log says; once mended, shoal up may need a restart)", what, schemas.ReposBucket, err)}
 	}
 	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
 	return ws, nil
@@ -313,12 +318,13 @@ func StoreBundleError(name string, err error) error {
 	return schemas.Errf(schemas.CodeUnavailable, "store bundle %s: %v", name, err)
 }
 
-// reposFull is an open's failure for want of room in the repositories'
-// store, or for a write it refused otherwise, which no other node would
-// make.
-type reposFull struct{ *schemas.ControlError }
+// anyNode is an open's failure that no other node would avoid: the
+// repositories' store with no room, or refusing a write otherwise; a
+// reopened agent's work on a node that cannot send it. Placement does not
+// go on to another node with it.
+type anyNode struct{ *schemas.ControlError }
 
-func (e reposFull) Unwrap() error { return e.ControlError }
+func (e anyNode) Unwrap() error { return e.ControlError }
 
 // say tells the caller's progress line, if it has one.
 func (f *Direct) say(format string, args ...any) {

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"crypto/rand"
 	"os"
 	"os/exec"
@@ -542,5 +543,78 @@ func TestOpenSaysItBundlesBeforeItSends(t *testing.T) {
 	}
 	if next < len(want) {
 		t.Errorf("the open said %q; want lines beginning %q, in order", said, want)
+	}
+}
+
+// Reopening a live agent's id on another node asked its node for its
+// work, stored the bundle and said "carried agent …'s work", and only
+// then was refused as an id in use. It is refused before anything moves.
+func TestReopenOfALiveAgentElsewhereIsRefusedBeforeItsWorkMoves(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	for _, name := range []string{"a", "b"} {
+		fabrictest.Node(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	}
+	var said []string
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "busy", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	said = nil
+	_, err = f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "busy", Node: "b"}, client.RepoSource{Dir: repo})
+	if schemas.CodeOf(err) != schemas.CodeConflict || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("a reopen of a live agent on another node: %v; want it refused as in use", err)
+	}
+	for _, l := range said {
+		if strings.Contains(l, "carried") || strings.Contains(l, "sending") {
+			t.Errorf("before the refusal the open said %q", l)
+		}
+	}
+}
+
+// Reopened while the node holding its work was down, an agent was tried
+// on every other node in turn, each failing with the same words about
+// the node that was down ("no node can take this agent: <it>; <it>;
+// <it>"): no other node could have done better. The open fails at once,
+// saying where the work is.
+func TestReopenWhileItsWorkIsOnANodeDownFailsOnce(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	a, err := node.New(node.Config{Name: "a", Dir: t.TempDir(), Conn: natstest.Connect(t, srv), Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stopA := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	defer func() { stopA(); <-ran }()
+	<-a.Ready()
+	for _, name := range []string{"b", "c"} {
+		fabrictest.Node(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	}
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "away", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Close(t.Context(), schemas.AgentRequest{AgentID: "away"}); err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	if err := <-ran; err != nil {
+		t.Fatalf("node a stopping: %v", err)
+	}
+	ran <- nil // for the deferred stop
+	_, err = f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "away"}, client.RepoSource{Dir: repo})
+	if err == nil || !strings.Contains(err.Error(), "agent away's work is on node a, which could not send it") ||
+		strings.Count(err.Error(), "could not send it") != 1 {
+		t.Fatalf("a reopen while the node with its work is down: %v; want one error saying where the work is", err)
 	}
 }

@@ -45,7 +45,12 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+	switch fi, err := os.Stat(abs); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("repository %s does not exist", dir)
+	case err != nil:
+		return nil, fmt.Errorf("repository %s: %v", dir, err)
+	case !fi.IsDir():
 		return nil, fmt.Errorf("repository %s is not a directory", dir)
 	}
 	g := gitter{env: persons(ctx, abs)}

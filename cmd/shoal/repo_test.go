@@ -382,6 +382,9 @@ func TestRepositoryCommandsRefuseBadInput(t *testing.T) {
 	c := startCoordinator(t, nil)
 	plain := c.must("open", t.TempDir())
 	notRepo := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notRepo, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -389,7 +392,8 @@ func TestRepositoryCommandsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"open", "--ref", "main", t.TempDir()}, 2, "--ref and --with-changes go with --repo DIR"},
 		{[]string{"open", "--repo", notRepo, "somewhere"}, 2, "it takes no directory"},
-		{[]string{"open", "--repo", filepath.Join(notRepo, "nope")}, 2, "is not a directory"},
+		{[]string{"open", "--repo", filepath.Join(notRepo, "nope")}, 2, "repository " + filepath.Join(notRepo, "nope") + " does not exist"},
+		{[]string{"open", "--repo", filepath.Join(notRepo, "file")}, 2, "repository " + filepath.Join(notRepo, "file") + " is not a directory"},
 		{[]string{"open", "--repo", notRepo}, 2, "is not in a git work tree"},
 		{[]string{"job", "do it"}, 2, "job needs --repo DIR"},
 		{[]string{"diff", plain}, 2, "agent " + plain + " was not opened on a repository"},
