@@ -38,7 +38,7 @@ func TestFetchFromANodeKilledMidBringBack(t *testing.T) {
 
 	fetch := startShoal(t, t.TempDir(), c.client, "fetch", "w")
 	poll.Until(t, 2*time.Minute, "the node bundles the work", func() bool {
-		got, _ := filepath.Glob(filepath.Join(tmp, "shoal-work-*"))
+		got, _ := filepath.Glob(filepath.Join(home, "cache", "shoal", "agents", "n1", "spool", "shoal-work-*"))
 		return len(got) > 0
 	})
 	n1.stop(syscall.SIGKILL)

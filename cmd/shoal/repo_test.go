@@ -303,9 +303,11 @@ func TestRepositoryOpenOnANodeKilledMidTransfer(t *testing.T) {
 	n1 := startNode()
 
 	open := startShoal(t, t.TempDir(), c.client, "open", "--repo", repo, "--node", "n1", "--id", "moved")
-	// The node is receiving once its copy of the bundle is on its disk.
+	// The node is receiving once its copy of the bundle is on its disk,
+	// in its spool (not the system's temporary directory).
+	spooled := filepath.Join(home, "cache", "shoal", "agents", "n1", "spool", "shoal-bundle-*")
 	poll.Until(t, 2*time.Minute, "the node receives the bundle", func() bool {
-		got, _ := filepath.Glob(filepath.Join(tmp, "shoal-bundle-*"))
+		got, _ := filepath.Glob(spooled)
 		return len(got) > 0
 	})
 	n1.stop(syscall.SIGKILL)
@@ -322,7 +324,14 @@ func TestRepositoryOpenOnANodeKilledMidTransfer(t *testing.T) {
 	}
 
 	// Back, the node takes the retry; what was sent is not sent again.
+	// What the killed node was receiving went with its start.
 	startNode()
+	if got, _ := filepath.Glob(spooled); len(got) != 0 {
+		t.Errorf("the restarted node kept what the killed one was receiving: %v", got)
+	}
+	if got, _ := filepath.Glob(filepath.Join(tmp, "shoal-*")); len(got) != 0 {
+		t.Errorf("the node wrote scratch files in the system's temporary directory: %v", got)
+	}
 	code, out, errOut := c.shoal("open", "--repo", repo, "--node", "n1", "--id", "moved")
 	if code != 0 || strings.TrimSpace(out) != "moved" || !strings.Contains(errOut, "were sent before") || strings.Contains(errOut, "sending ") {
 		t.Fatalf("the retry: exit %d: %s\n%s", code, out, errOut)
