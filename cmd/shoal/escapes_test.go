@@ -29,13 +29,23 @@ func TestVerbsPrintNoEscapesOfWhatAgentsWrote(t *testing.T) {
 	}
 	// A directory's name may hold anything but a slash: ls shows it on
 	// its row, in its cell, without its escapes.
-	cwd := filepath.Join(t.TempDir(), "dir\x1b]0;LSPWN\x1b\\\x1b[2J\nfake-row\tx")
+	cwd := filepath.Join(t.TempDir(), "dir\x1b]0;LSPWN\x07\x1b[2J\nfake-row\tx")
 	if err := os.Mkdir(cwd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	inDir := c.must("open", cwd)
 	if out := c.must("ls"); strings.Count(out, "\n") != 1 || !strings.Contains(out, `\nfake-row\tx`) {
 		t.Errorf("shoal ls of an agent whose directory's name holds a line break and a tab: want a header and one row, the two written \\n and \\t:\n%q", out)
+	}
+	// The claude CLI takes a backslash in its directory's path for a
+	// separator and exits at its first turn ("died during the turn"): an
+	// open there is refused, saying why.
+	slashed := filepath.Join(t.TempDir(), `back\slash`)
+	if err := os.Mkdir(slashed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := c.shoal("open", slashed); code == 0 || !strings.Contains(errOut, "the claude CLI cannot work in") || !strings.Contains(errOut, "backslash") {
+		t.Errorf("an open in a directory whose path holds a backslash: exit %d: %s", code, errOut)
 	}
 	id := c.must("open", t.TempDir())
 	if code, _, errOut := c.shoal("set-model", id, "acp:x:y\nforged"); code == 0 || !strings.Contains(errOut, "a model name is printable text") {

@@ -58,6 +58,11 @@ type Launch struct {
 // server; a caller's mcp_config is refused, and so is an allowlist naming
 // MCP tools when the coordinator's MCP endpoint is unknown.
 func Plan(spec backend.Spec, partial bool) (Launch, error) {
+	if strings.ContainsRune(spec.CWD, '\\') {
+		// The CLI takes a backslash for a Windows separator, finds no
+		// such directory and exits at its first turn.
+		return Launch{}, fmt.Errorf("the claude CLI cannot work in %q: it takes the backslash in its path for a separator and finds no such directory; open the agent in a directory whose path holds none", spec.CWD)
+	}
 	model, effort := SplitModel(spec.Model)
 	if model == "" {
 		model = schemas.DefaultModel

@@ -175,3 +175,12 @@ func TestTranscriptPath(t *testing.T) {
 		t.Error("a transcript without a session id")
 	}
 }
+
+// The CLI takes a backslash in its directory's path for a separator,
+// finds no such directory and exits at its first turn: Plan refuses it.
+func TestPlanRefusesADirectoryWithABackslash(t *testing.T) {
+	_, err := Plan(backend.Spec{CWD: `/w/a\b`, Policy: policy(t, "default", "", nil, nil, false)}, true)
+	if err == nil || !strings.Contains(err.Error(), `cannot work in "/w/a\\b"`) {
+		t.Errorf("a directory with a backslash: %v", err)
+	}
+}
