@@ -401,12 +401,29 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	}
 	// Dated as the commit it is made on: the same work fetched again is
 	// the same commit, whose bundle is stored once, not once a fetch.
+	// Read apart, as the rest: a git reading the checkout's own
+	// configuration ran what the agent set (log.showSignature and a
+	// gpg.program of its own, on a commit it signed). Only a number is
+	// taken for a date.
 	dated := env
-	if when, err := g.line(ctx, c.Dir, nil, "show", "-s", "--format=%ct", head); err == nil && when != "" {
+	if when, err := g.line(ctx, c.Dir, env, "show", "-s", "--no-show-signature", "--format=%ct", head); err == nil && isDigits(when) {
 		dated = append(slices.Clip(env), "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
 	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, dated...)
 	return commit, env, err
+}
+
+// isDigits reports whether s is a decimal number of 1 to 19 digits.
+func isDigits(s string) bool {
+	if s == "" || len(s) > 19 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // apart is the environment in which git reads the agent's checkout at dir

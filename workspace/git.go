@@ -47,10 +47,21 @@ func Available(ctx context.Context) (string, error) {
 // read a person's configuration (and so their credentials, hooks and
 // signing): no global or system config, no prompts, no pager.
 func cleanEnv(extra []string) []string {
+	return gitEnv(false, extra)
+}
+
+// gitEnv is cleanEnv, or, when jailed (a git the node runs on an agent's
+// checkout), only what a git needs of the node's environment: its PATH
+// and time zone, not the node's tokens and credentials, should anything
+// the agent wrote make it run a program.
+func gitEnv(jailed bool, extra []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "GIT_") || k == "HOME" || k == "XDG_CONFIG_HOME" {
+			continue
+		}
+		if jailed && k != "PATH" && k != "TZ" {
 			continue
 		}
 		env = append(env, kv)
@@ -136,7 +147,7 @@ func (g gitter) exec(ctx context.Context, dir string, extra []string, stdin []by
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = 5 * time.Second // what it left holding its pipes does not hold us
 	cmd.Dir = dir
-	cmd.Env = cleanEnv(append(slices.Clip(g.env), extra...))
+	cmd.Env = gitEnv(g.jail != nil, append(slices.Clip(g.env), extra...))
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

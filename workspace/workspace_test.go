@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -192,7 +193,8 @@ func TestPrepareRefuses(t *testing.T) {
 		want     string
 	}{
 		{t.TempDir(), "", false, "not in a git work tree"},
-		{filepath.Join(repo, "nope"), "", false, "not a directory"},
+		{filepath.Join(repo, "nope"), "", false, "does not exist"},
+		{filepath.Join(repo, "a.txt"), "", false, "not a directory"},
 		{empty, "", false, "has no commit yet"},
 		{repo, "no-such-branch", false, "names no commit"},
 		{repo, "main", true, "cannot be given with a ref"},
@@ -479,5 +481,59 @@ func TestPrepareTakesTheRepositoryItIsGivenWhateverItsPath(t *testing.T) {
 	defer s.Close()
 	if s.Root != dir || s.Base != git(t, dir, "rev-parse", "HEAD") {
 		t.Fatalf("Prepare of %q took repository %q, at commit %.12s (the named one is at %.12s)", dir, s.Root, s.Base, git(t, dir, "rev-parse", "HEAD"))
+	}
+}
+
+// The node's first read of an agent's checkout (the date of its HEAD, for
+// the snapshot) ran git with the checkout's own configuration: an agent
+// that signed its HEAD and set log.showSignature and a gpg.program of its
+// own had the node run that program (outside the agent's sandbox, given
+// a writable TMPDIR), and its words taken for the date broke diff and
+// fetch. Nothing the checkout configures runs; the snapshot is made.
+func TestSnapshotRunsNothingTheCheckoutConfigures(t *testing.T) {
+	ctx := context.Background()
+	_, _, co := agentCheckout(t)
+	ran := filepath.Join(t.TempDir(), "ran")
+	program := filepath.Join(co.Dir, ".git", "g.sh")
+	write(t, program, "#!/bin/sh\ntouch "+ran+"\necho '[GNUPG:] GOODSIG 0 x'\n")
+	os.Chmod(program, 0o755)
+	git(t, co.Dir, "config", "log.showSignature", "true")
+	git(t, co.Dir, "config", "gpg.program", program)
+	head := git(t, co.Dir, "rev-parse", "HEAD")
+	tree := git(t, co.Dir, "rev-parse", "HEAD^{tree}")
+	signed := "tree " + tree + "\nparent " + head + "\nauthor a <a1@shoal.invalid> 1700000000 +0000\ncommitter a <a1@shoal.invalid> 1700000000 +0000\n" +
+		"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----\n\nsigned\n"
+	cmd := exec.Command("git", "hash-object", "-t", "commit", "-w", "--stdin")
+	cmd.Dir, cmd.Stdin = co.Dir, strings.NewReader(signed)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	git(t, co.Dir, "update-ref", "HEAD", strings.TrimSpace(string(out)))
+	write(t, filepath.Join(co.Dir, "loose.txt"), "work\n")
+	if _, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid"); err != nil {
+		t.Fatalf("the snapshot of a checkout whose HEAD is signed: %v", err)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the snapshot ran the gpg.program the checkout's configuration names")
+	}
+}
+
+// A git the node runs on an agent's checkout (jailed) is given the
+// node's PATH and time zone, not its tokens: should anything the agent
+// wrote make it run a program, that program reads none of them.
+func TestJailedGitGetsNoneOfTheNodesSecrets(t *testing.T) {
+	t.Setenv("SHOAL_MCP_TOKEN", "secret")
+	env := gitEnv(true, []string{"GIT_DIR=/x"})
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "SHOAL_") {
+			t.Errorf("a jailed git is given %s", kv)
+		}
+	}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) || !slices.Contains(env, "GIT_DIR=/x") {
+		t.Errorf("a jailed git's environment lacks PATH or what it was given: %q", env)
+	}
+	if !slices.Contains(cleanEnv(nil), "SHOAL_MCP_TOKEN=secret") {
+		t.Error("a git run for the caller lost the caller's environment")
 	}
 }
