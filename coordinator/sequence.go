@@ -41,12 +41,11 @@ type sequence struct {
 	death uint64
 	// turn is the highest turn stamped on an event forwarded or read.
 	turn int
-	// result is the highest turn whose result was forwarded or read, and
-	// resultN the number of the last result forwarded: a turn has one
-	// result, and a result counts in the fleet's spend, so one for a turn
-	// that had its own is refused (its number's retry is not).
-	result  int
-	resultN uint64
+	// result is the highest turn whose result was forwarded or read: a
+	// turn has one result, and a result counts in the fleet's spend, so
+	// one of a turn that had its own, under a new number, is refused (a
+	// number's retry is not: what was sent under it may not be stored).
+	result int
 	// unknown says the stream held none of the agent's current life when
 	// the relay read it, and the relay has forwarded none since: its
 	// events aged out (or it has sent none yet), so where its numbering
@@ -128,13 +127,14 @@ func (r *Relay) refresh(ctx context.Context, id string, s *sequence) error {
 }
 
 // resulted is the highest turn that has its result, as far as a stream's
-// tail t tells: its turn, unless its last event leaves that turn open (or
-// is an error, which may come inside it).
+// tail t tells: its turn when its last event is that result, or the death
+// that ended the life; else the turn before (a held turn's echo, a status
+// idle or closed, an error come before the running turn's result).
 func resulted(t schemas.Tail) int {
-	if t.Open {
-		return max(t.Turn-1, 0)
+	if t.Result || t.Dead {
+		return t.Turn
 	}
-	return t.Turn
+	return max(t.Turn-1, 0)
 }
 
 // recordAhead bounds how far past what the relay has forwarded of an
@@ -305,7 +305,7 @@ func (r *Relay) forwarded(token, node string, f inflight) error {
 	if s == nil {
 		return nil
 	}
-	if f.result && f.turn <= s.result && f.n != s.resultN {
+	if f.result && f.turn <= s.result && f.n >= s.next {
 		return fmt.Errorf("event %d of agent %s is a result of turn %d, and turn %d has had its result: a turn ends once", f.n, f.agent, f.turn, s.result)
 	}
 	if f.after > 0 {
@@ -319,7 +319,7 @@ func (r *Relay) forwarded(token, node string, f inflight) error {
 	s.unknown = false
 	s.turn = max(s.turn, f.turn)
 	if f.result {
-		s.result, s.resultN = max(s.result, f.turn), f.n
+		s.result = max(s.result, f.turn)
 	}
 	s.flying[f.n]++
 	r.inflight[token] = f

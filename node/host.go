@@ -624,7 +624,7 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 		// node's journal holds, and sends: the close numbers after it
 		// (a closer without the journal numbers from the stream, where
 		// retention dropped nothing of the life).
-		tail.Oldest, tail.Whole = 0, false
+		tail.Journaled = true
 		tail, seq := tail.ClosingFrom(o.rec)
 		var closing []schemas.Event
 		if ok {

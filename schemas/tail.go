@@ -32,6 +32,13 @@ type Tail struct {
 	// Echo says the last event is a user's echo: turn Turn+1 was numbered
 	// (an echo is stamped with the turn before its own).
 	Echo bool `json:"echo,omitempty"`
+	// Result says the last event is the result that ended turn Turn.
+	Result bool `json:"result,omitempty"`
+	// Journaled says the closer holds what the life numbered that the
+	// stream lacks and sends it (a restarted node, its journal): the close
+	// numbers after the record's last event whatever the stream holds.
+	// Never stored with a close.
+	Journaled bool `json:"-"`
 	// Oldest, when the stream holds none of the agent's events, is when
 	// the stream's oldest message was stored (unix seconds): retention
 	// drops the oldest first, so it has dropped nothing stored after
@@ -58,7 +65,7 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 	t := Tail{Last: n, Turn: ev.Turn, Open: true}
 	switch p := ev.Payload.(type) {
 	case Result:
-		t.Open = false
+		t.Open, t.Result = false, true
 	case UserText:
 		t.Open, t.Echo = false, true
 	case Status:
@@ -83,7 +90,8 @@ func TailOf(msgID string, env []byte) (Tail, error) {
 // the stream holds none of the id's events but its first message still,
 // or its oldest is older than the life (by retentionMargin): the stream
 // has no gap where those events would have been. When the stream holds
-// none of this life and retention may have dropped its events, the close
+// none of this life and retention may have dropped its events, or the
+// closer holds what the life numbered and sends it (Journaled), the close
 // numbers after the last number its record says was handed out
 // (LastEvent), and the turns it says began and ended (all begun but the
 // running one) are taken as ended, not begun and cancelled again: a
@@ -93,10 +101,16 @@ func (t Tail) ClosingFrom(rec AgentRecord) (Tail, uint64) {
 	if t.Last > rec.EventsBefore {
 		return t, n
 	}
-	if t.Last > 0 {
-		return Tail{Last: n, Turn: max(t.Turn, rec.TurnsBefore)}, n
-	}
-	if t.Whole || (t.Oldest > 0 && rec.CreatedAt > 0 && t.Oldest+retentionMargin.Seconds() <= rec.CreatedAt) {
+	journaled := t.Journaled
+	switch {
+	case t.Last > 0:
+		// The stream ends in an earlier life of the id: that life's end
+		// is not this one's.
+		t = Tail{Last: n, Turn: max(t.Turn, rec.TurnsBefore), Journaled: journaled}
+		if !journaled {
+			return t, n
+		}
+	case !journaled && (t.Whole || (t.Oldest > 0 && rec.CreatedAt > 0 && t.Oldest+retentionMargin.Seconds() <= rec.CreatedAt)):
 		return t, n
 	}
 	n = max(n, rec.LastEvent)

@@ -184,3 +184,21 @@ func TestClosingFromAReopenedLifeWithNothingStored(t *testing.T) {
 		}
 	}
 }
+
+// A restarted node closes a reopened life whose events its journal holds
+// and sends first (none stored yet): the close numbers after the record's
+// last event, not from the earlier life's end, where it took the journal's
+// numbers and was dropped as their duplicate; and it closes this life,
+// not taking the earlier life's death for its own.
+func TestClosingFromAReopenedLifeAJournalHolds(t *testing.T) {
+	rec := AgentRecord{ID: "a1", Status: StatusWorking, Turn: 2, TurnsBefore: 1, EventsBefore: 3, LastEvent: 9, CreatedAt: 1_800_000_000}
+	tail := Tail{Last: 3, Turn: 1, Ended: true, Dead: true, Journaled: true}
+	from, n := tail.ClosingFrom(rec)
+	if n != 9 {
+		t.Fatalf("the close numbers after %d; the journal holds up to 9", n)
+	}
+	evs := from.Closing(rec, "node n1 restarted")
+	if len(evs) == 0 || evs[len(evs)-1].Payload != (Status{Status: StatusDead}) {
+		t.Fatalf("the close of the new life: %+v", evs)
+	}
+}
