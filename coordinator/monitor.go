@@ -46,13 +46,13 @@ type MonitorConfig struct {
 	ChunksIdle, ChunksEvery time.Duration
 	// Relay, when set, says when the relay's connection was last lost
 	// (zero if never) and whether it is away now. Nodes confined to the
-	// relay write their heartbeats through it: while it is away their
-	// entries expire though they live (one node's flood can have the
-	// server cut the relay's connection as a slow consumer). So no node
-	// is taken for lost from an expiry while the relay is away or within
-	// a TTL of its loss: as after the monitor's own reconnection, the
-	// nodes not heard from since it was lost get the grace period to
-	// check in again, counted once it is back.
+	// relay write their heartbeats through it (their records say
+	// relayed): while it is away their entries expire though they live
+	// (one node's flood can have the server cut the relay's connection as
+	// a slow consumer). So no such node is taken for lost from an expiry
+	// while the relay is away or within a TTL of its loss: it is judged at
+	// a sweep once the relay has been back for a TTL, unless it checks in
+	// again. Nodes that write their own heartbeats are judged as ever.
 	Relay func() (lost time.Time, away bool)
 
 	Logger *slog.Logger
@@ -210,8 +210,11 @@ func (m *Monitor) Run(ctx context.Context) error {
 				noteWaiting(waiting, e.Key(), e.Operation(), e.Value())
 			}
 		case <-sweep.C:
-			if lost, away := relayAway(time.Now()); away {
-				regrace(lost, "the relay's connection was away within a TTL")
+			if _, away := relayAway(time.Now()); away {
+				// Nodes that beat through the relay wait until it has been
+				// back a while; the others are judged.
+				m.sweep(ctx, nodes, agents, stream, func(node string) bool { _, ok := present[node]; return !ok && !lastPut[node].relayed }, "was lost", beat{})
+				sweep.Reset(grace)
 				continue
 			}
 			settled = true
@@ -238,19 +241,21 @@ func (m *Monitor) Run(ctx context.Context) error {
 				present[node] = present[node] || e.Created().After(heardSince)
 				var rec struct {
 					Instance string `json:"instance"`
+					Relayed  bool   `json:"relayed"`
 				}
 				json.Unmarshal(e.Value(), &rec)
-				lastPut[node] = beat{at: e.Created(), instance: rec.Instance}
+				lastPut[node] = beat{at: e.Created(), instance: rec.Instance, relayed: rec.Relayed}
 				continue
 			}
 			heard, known := present[node]
 			delete(present, node)
-			if lost, away := relayAway(time.Now()); away && e.Operation() != jetstream.KeyValueDelete && (settled || (known && heard)) {
-				// Perhaps for want of the relay: the node is judged at the
-				// sweep after the grace period, with every other not heard
-				// from since the relay was lost.
+			if _, away := relayAway(time.Now()); away && lastPut[node].relayed && e.Operation() != jetstream.KeyValueDelete && (settled || (known && heard)) {
+				// Perhaps for want of the relay it beats through: the node
+				// is judged at a sweep once the relay has been back a
+				// while, unless it checks in again.
 				m.log.Warn("a node's entry expired while the relay's connection was away, or soon after; it has the grace period to check in again", "node", node)
-				regrace(lost, "the relay's connection was away")
+				settled = false
+				sweep.Reset(grace)
 				continue
 			}
 			if e.Operation() == jetstream.KeyValueDelete {
@@ -395,6 +400,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 type beat struct {
 	at       time.Time
 	instance string
+	relayed  bool // written through the relay (schemas.NodeRecord.Relayed)
 }
 
 // closeLost marks one agent dead and closes its stream, unless its node

@@ -18,21 +18,24 @@ import (
 // node's flood of its own relay subjects had the server cut the relay's
 // connection as a slow consumer, again and again: every confined node's
 // entry expired, and the monitor closed every agent of a node that had
-// done nothing. An entry that expires while the relay's connection is
-// away (or within a TTL of its loss) takes no node for lost; the node has
-// the grace period, once the relay is back, to check in again, and one
-// that never does is lost then.
+// done nothing. An entry written through the relay that expires while
+// the relay's connection is away (or within a TTL of its loss) takes no
+// node for lost; the node has the grace period, once the relay is back,
+// to check in again, and one that never does is lost then. A node that
+// writes its own heartbeats is judged as ever.
 func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name      string
+		relayed   bool // the node beats through the relay
 		relayAway bool
 		beatsMore bool // the node checks in again once the relay is back
 		wantDead  bool
 	}{
-		{"the relay up", false, false, true},
-		{"the relay away, the node back after it", true, true, false},
-		{"the relay away, the node never back", true, false, true},
+		{"the relay up", true, false, false, true},
+		{"the relay away, the node back after it", true, true, true, false},
+		{"the relay away, the node never back", true, true, false, true},
+		{"the relay away, a node beating on its own", false, true, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -45,7 +48,7 @@ func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 			}
 			beat := func() error {
 				now := float64(time.Now().Unix())
-				b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now})
+				b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now, Relayed: c.relayed})
 				_, err := nodes.Put(t.Context(), "n1", b)
 				return err
 			}

@@ -1078,8 +1078,20 @@ func (r *Relay) beat(ctx context.Context, m *nats.Msg) {
 			r.refuse(m, node, "", fmt.Errorf("node %s's heartbeat: %w", node, err))
 			return
 		}
+		m.Data = relayed(m.Data)
 	}
 	r.nc.PublishMsg(&nats.Msg{Subject: "$KV." + schemas.NodesBucket + "." + node, Reply: m.Reply, Header: h, Data: m.Data})
+}
+
+// relayed is a node record, a JSON object, saying it was written through
+// the relay (schemas.NodeRecord.Relayed): the key is added last, so it
+// stands over one the node sent, and nothing else of the node's is
+// changed (a field this version does not know included).
+func relayed(rec []byte) []byte {
+	rec = bytes.TrimRight(rec, " \t\r\n")
+	end := len(rec) - 1
+	out := append(slices.Clip(rec[:end]), `,"relayed":true}`...)
+	return out
 }
 
 // get answers an agent's record to the node it names; to any other node

@@ -200,3 +200,32 @@ func TestRelayKeepsAnAgentsLatestAnsweredRequests(t *testing.T) {
 		t.Errorf("agent mine keeps %d requests (at most %d), the oldest answered among them: %v", len(kept), want, kept[:min(len(kept), 8)])
 	}
 }
+
+// A heartbeat written through the relay says so (the monitor waits for
+// the relay before it takes such a node for lost), whatever the node
+// sent, and keeps everything else the node sent, fields this version
+// does not know included.
+func TestRelayedHeartbeatSaysItWasRelayed(t *testing.T) {
+	t.Parallel()
+	s := fabrictest.StartSecured(t)
+	ctx := natstest.Context(t, time.Minute)
+	nb := s.Connect(t, broker.RoleNode, "nb")
+	now := time.Now().Unix()
+	data := fmt.Appendf(nil, `{"name":"nb","version":"v","instance":"i1","labels":{},"backends":[],"agents":0,"max_agents":0,"started_at":%d,"heartbeat":%d,"relayed":false,"later":{"x":1}}`+"\n", now, now)
+	rep, err := nb.RequestMsgWithContext(ctx, &nats.Msg{Subject: schemas.RelaySubject("nb", schemas.RelayBeat), Data: data})
+	if err != nil || strings.Contains(string(rep.Data), "error") {
+		t.Fatalf("nb's heartbeat: %v %s", err, rep.Data)
+	}
+	nodes, err := s.F.JetStream().KeyValue(ctx, schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := nodes.Get(ctx, "nb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec schemas.NodeRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || !rec.Relayed || rec.Instance != "i1" || !strings.Contains(string(e.Value()), `"later":{"x":1}`) {
+		t.Errorf("the record the relay wrote: %s (%v)", e.Value(), err)
+	}
+}

@@ -19,6 +19,10 @@ type NodeRecord struct {
 	MaxAgents int     `json:"max_agents"`
 	StartedAt float64 `json:"started_at"`
 	Heartbeat float64 `json:"heartbeat"`
+	// Relayed says the coordinator's relay wrote this record for a node
+	// confined to it (the relay sets it, whatever the node sent): the
+	// node's heartbeats depend on the relay.
+	Relayed bool `json:"relayed,omitempty"`
 	// Sandbox is the kernel sandbox the node can put agents in
 	// ("namespaces, landlock ABI 7", or "landlock ABI 7" where the machine
 	// gives no namespaces), empty when it cannot; SandboxProblem says why it
