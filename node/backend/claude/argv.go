@@ -140,8 +140,12 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 	}
 	if len(configs) > 0 {
 		args = append(append(args, "--mcp-config"), configs...)
-		args = append(args, "--strict-mcp-config")
 	}
+	// Always: with no config of Shoal's the CLI would load the MCP servers
+	// of the user the node runs as (and a project's .mcp.json), and an
+	// agent would reach the coordinator's endpoint through the user's
+	// entry for it as no agent at all, past the door's rules.
+	args = append(args, "--strict-mcp-config")
 	if spec.SystemPrompt != "" {
 		args = append(args, "--append-system-prompt", spec.SystemPrompt)
 	}

@@ -184,3 +184,16 @@ func TestPlanRefusesADirectoryWithABackslash(t *testing.T) {
 		t.Errorf("a directory with a backslash: %v", err)
 	}
 }
+
+// Without an MCP config of Shoal's (a node that knows no endpoint) the
+// CLI is still held to the servers it is given, none: it would load its
+// user's own, an entry for the coordinator among them.
+func TestPlanHoldsTheCLIToShoalsMCPServers(t *testing.T) {
+	l, err := Plan(backend.Spec{CWD: "/w", Policy: policy(t, "default", "", nil, nil, false)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(l.Args, "--strict-mcp-config") || slices.Contains(l.Args, "--mcp-config") {
+		t.Errorf("args without an MCP endpoint: %q", l.Args)
+	}
+}
