@@ -19,7 +19,9 @@ func TestBudgetRefusesATurnPastIt(t *testing.T) {
 	c := startCoordinator(t, nil)
 	id := c.must("open", "--budget-tokens", "10", t.TempDir())
 	c.fake.Script(fakemodel.Reply{Text: "one"}, fakemodel.Reply{Text: "two"})
-	if code, _, errOut := c.shoal("run", id, "First."); code != exitCancelled {
+	// The run says why its turn was cancelled, as the stream does.
+	if code, _, errOut := c.shoal("run", id, "First."); code != exitCancelled || !strings.Contains(errOut, "turn 1 was cancelled: turn 1 was interrupted: agent "+id+" has used ") ||
+		!strings.Contains(errOut, "of its budget of 10") {
 		t.Fatalf("the first turn, past its budget as it ran: exit %d, %q", code, errOut)
 	}
 	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 1 was interrupted: agent "+id+" has used ") ||

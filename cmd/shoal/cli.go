@@ -142,11 +142,15 @@ func (e *usageError) Error() string { return e.msg }
 type cancelledError struct {
 	turn     int
 	notBegun string // why a held turn never began
+	why      string // the turn's error event, when it has one (a budget crossed, a timeout)
 }
 
 func (e *cancelledError) Error() string {
-	if e.notBegun != "" {
+	switch {
+	case e.notBegun != "":
 		return fmt.Sprintf("turn %d never began: %s (stop reason cancelled)", e.turn, e.notBegun)
+	case e.why != "":
+		return fmt.Sprintf("turn %d was cancelled: %s", e.turn, e.why)
 	}
 	return fmt.Sprintf("turn %d was interrupted before it ended (stop reason cancelled)", e.turn)
 }

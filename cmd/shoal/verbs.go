@@ -299,7 +299,13 @@ func runCommand() *command {
 					return err
 				}
 				if rep.StopReason == schemas.StopCancelled {
-					return &cancelledError{turn: rep.Turn, notBegun: rep.NotBegun}
+					// Why, when the turn says (a budget it crossed): an
+					// interrupt of a person's says nothing.
+					c := &cancelledError{turn: rep.Turn, notBegun: rep.NotBegun}
+					if err := client.TurnError(ctx, f, id, rep.Turn); errors.Is(err, client.ErrTurnFailed) {
+						c.why = strings.TrimPrefix(err.Error(), client.ErrTurnFailed.Error()+": ")
+					}
+					return c
 				}
 				// A turn that failed (the model refused it, the CLI
 				// failed) printed what it said; the exit says it failed.
