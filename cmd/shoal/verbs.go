@@ -291,7 +291,9 @@ func runCommand() *command {
 				if err != nil {
 					return err
 				}
+				stopTelling := v.tellAsks(ctx, f, id)
 				rep, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: text, Timeout: wait.Seconds()})
+				stopTelling()
 				if err != nil {
 					return stopped(ctx, err, fmt.Sprintf("stopped waiting: agent %s's turn goes on (shoal interrupt %s stops it; shoal output %s reads it)", id, id, id))
 				}
@@ -315,6 +317,28 @@ func runCommand() *command {
 				return nil
 			}
 		})
+}
+
+// tellAsks says on stderr, until the returned func is called, each
+// permission request agent id makes from now on: a run waiting on a
+// person printed nothing for as long as nobody answered (ten minutes by
+// default). Nothing is said when the agent's stream cannot be followed.
+func (v *verb) tellAsks(ctx context.Context, f client.Client, id string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Replay(ctx, []string{id}, client.From{Time: time.Now()}, true, func(r client.Replayed, _ *client.Gap) error {
+			m, ok := momentOf(r)
+			if !ok || m.Kind != momentPermission || r.Stray != "" {
+				return nil
+			}
+			fmt.Fprintf(v.env.io.err, "shoal: turn %d waits for a person to answer %s %s: shoal permit %s %s allow|deny\n",
+				m.Turn, oneLine(m.Tool), oneLine(m.Detail), m.Agent, m.Request)
+			return nil
+		})
+	}()
+	return func() { cancel(); <-done }
 }
 
 func outputCommand() *command {
