@@ -106,8 +106,9 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 					case want.Label != "":
 						line.Used = rep.Spent.Label(want.Label)
 					default:
+						// An agent not opened yet has used nothing.
 						rec, err := f.Status(ctx, want.Agent)
-						if err != nil {
+						if err != nil && schemas.CodeOf(err) != schemas.CodeNotFound {
 							return err
 						}
 						line.Used = rec.AllLives()

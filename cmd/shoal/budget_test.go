@@ -96,6 +96,11 @@ func TestAgentBudgetCoversEveryLife(t *testing.T) {
 		!strings.Contains(errOut, "no agent has the id nosuch yet; the budget holds it once one is opened under it") {
 		t.Errorf("a budget for an id no agent has: exit %d, %q, %q", code, out, errOut)
 	}
+	// Lifted before its agent was opened, it is lifted, and said so.
+	if code, out, errOut := c.shoal("budget", "set", "nosuch", "--tokens", "0"); code != 0 || !strings.Contains(out, "agent nosuch: budget none") ||
+		strings.Contains(errOut, "no such agent") {
+		t.Errorf("lifting the budget of an id no agent has: exit %d, %q, %q", code, out, errOut)
+	}
 	code, _, errOut := c.shoal("send", id, "More.")
 	if code != exitUnavailable || !strings.Contains(errOut, "agent "+id+" has used 120 tokens of its budget of 100") {
 		t.Errorf("a turn of the reopened agent past what its lives used: exit %d, %q", code, errOut)
