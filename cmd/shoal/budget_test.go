@@ -97,7 +97,7 @@ func TestAgentBudgetCoversEveryLife(t *testing.T) {
 		t.Errorf("a budget for an id no agent has: exit %d, %q, %q", code, out, errOut)
 	}
 	// Lifted before its agent was opened, it is lifted, and said so.
-	if code, out, errOut := c.shoal("budget", "set", "nosuch", "--tokens", "0"); code != 0 || !strings.Contains(out, "agent nosuch: budget none") ||
+	if code, out, errOut := c.shoal("budget", "set", "nosuch", "--tokens", "0"); code != 0 || !strings.Contains(out, "agent nosuch: budget no limit") ||
 		strings.Contains(errOut, "no such agent") {
 		t.Errorf("lifting the budget of an id no agent has: exit %d, %q, %q", code, out, errOut)
 	}
