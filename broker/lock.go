@@ -74,16 +74,17 @@ func checkListeners(c Config) error {
 	type listener struct {
 		what, host string
 		port       int
+		flag       string // shoal up's flag that moves it
 	}
-	ls := []listener{{"client", c.Host, c.Port}}
+	ls := []listener{{"client", c.Host, c.Port, "--port"}}
 	if c.Cluster.Name != "" {
-		ls = append(ls, listener{"route", or(c.Cluster.Host, c.Host), c.Cluster.Port})
+		ls = append(ls, listener{"route", or(c.Cluster.Host, c.Host), c.Cluster.Port, "--cluster-listen"})
 	}
 	if c.Leaf.Port != 0 {
-		ls = append(ls, listener{"leaf", or(c.Leaf.Host, c.Host), c.Leaf.Port})
+		ls = append(ls, listener{"leaf", or(c.Leaf.Host, c.Host), c.Leaf.Port, "--leaf-listen"})
 	}
 	if c.Monitor.Port != 0 {
-		ls = append(ls, listener{"monitoring", or(c.Monitor.Host, c.Host), c.Monitor.Port})
+		ls = append(ls, listener{"monitoring", or(c.Monitor.Host, c.Host), c.Monitor.Port, "--monitor"})
 	}
 	for _, l := range ls {
 		if l.port <= 0 {
@@ -93,7 +94,7 @@ func checkListeners(c Config) error {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			if errors.Is(err, syscall.EADDRINUSE) {
-				return schemas.Errf(schemas.CodeInvalid, "the %s port %s is in use by another process (another shoal up?); give this server another port", l.what, addr)
+				return schemas.Errf(schemas.CodeInvalid, "the %s port %s is in use by another process (another shoal up?); give this server another port (shoal up %s)", l.what, addr, l.flag)
 			}
 			return schemas.Errf(schemas.CodeInvalid, "cannot listen on the %s port %s: %v", l.what, addr, err)
 		}

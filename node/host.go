@@ -318,7 +318,7 @@ func (h *Host) Run(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
 	case hello.NameTaken:
-		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; give this node another name", h.cfg.Name)
+		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; give this node another name (shoal node --node-name NAME)", h.cfg.Name)
 	}
 	// The node names with each event the agent's last event stored, for a
 	// relay that reads it (one of an earlier version refuses the header).

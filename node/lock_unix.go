@@ -36,7 +36,7 @@ func lockDir(dir string) (unlock func(), err error) {
 		} else {
 			holder = "pid " + holder
 		}
-		return nil, schemas.Errf(schemas.CodeConflict, "node dir %s is in use by another node (%s); give each node its own --dir", dir, holder)
+		return nil, schemas.Errf(schemas.CodeConflict, "node dir %s is in use by another node (%s); give each node its own name (shoal node --node-name NAME, whose directory is its own) or --dir", dir, holder)
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

@@ -403,12 +403,12 @@ func TestNodeLossClosesTurns(t *testing.T) {
 	}
 	home := filepath.Join(p.dir, "victim-twin")
 	code, _, errOut := runShoal(t, home, []string{"XDG_CACHE_HOME=" + home}, "node", "--nats", p.url, "--name", "victim", "--claude", p.claude)
-	if code != exitConflict || !strings.Contains(errOut, "a node named victim is already running") {
+	if code != exitConflict || !strings.Contains(errOut, "a node named victim is already running") || !strings.Contains(errOut, "--node-name") {
 		t.Errorf("a second node named victim: exit %d %q, want %d (conflict)", code, errOut, exitConflict)
 	}
 	code, _, errOut = runShoal(t, home, nil, "node", "--nats", p.url, "--name", "usurper", "--claude", p.claude,
 		"--dir", filepath.Join(p.dir, "victim", "cache", "shoal", "agents", "victim"))
-	if code != exitConflict || !strings.Contains(errOut, "is in use by another node") {
+	if code != exitConflict || !strings.Contains(errOut, "is in use by another node") || !strings.Contains(errOut, "--node-name") {
 		t.Errorf("a second node in victim's dir: exit %d %q, want %d (conflict)", code, errOut, exitConflict)
 	}
 	n2.stop(syscall.SIGTERM)

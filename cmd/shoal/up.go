@@ -744,7 +744,7 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 		err := m.ListenHTTP(ctx, o.mcpListen, cfg, func(u string) { urls <- u })
 		done <- err
 		if err != nil {
-			errc <- fmt.Errorf("MCP endpoint: %w", err)
+			errc <- fmt.Errorf("MCP endpoint: %w (another address: --mcp-listen; none: --no-mcp)", err)
 		}
 	})
 	select {

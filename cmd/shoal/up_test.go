@@ -110,7 +110,7 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"unwritable store", nil, []string{"up", "--port", "-1", "--store", filepath.Join(file, "store")}, []string{"store dir", "not a directory"}},
 		// sysfs takes no files, even from root, so this holds in CI too.
 		{"store dir not writable", nil, []string{"up", "--port", "-1", "--store", "/sys"}, []string{"store dir /sys is not writable"}},
-		{"port in use", nil, []string{"up", "--port", busy, "--store", filepath.Join(dir, "s1")}, []string{"127.0.0.1:" + busy, "is in use by another process"}},
+		{"port in use", nil, []string{"up", "--port", busy, "--store", filepath.Join(dir, "s1")}, []string{"127.0.0.1:" + busy, "is in use by another process", "(shoal up --port)"}},
 		{"unknown flag", nil, []string{"up", "--prot", "4222"}, []string{"unknown flag --prot"}},
 		{"malformed config", nil, []string{"up", "--config", malformed}, []string{malformed, "line 2"}},
 		{"unknown config key", nil, []string{"up", "--config", unknownKey}, []string{unknownKey, `unknown setting "prot"`}},
@@ -196,7 +196,7 @@ func TestUpRefusesABusAddressInUse(t *testing.T) {
 	}
 	defer l.Close()
 	code, _, stderr := runShoal(t, dir, nil, "up", "--port", "-1", "--store", filepath.Join(dir, "store"), "--no-node", "--no-mcp", "--bus", "ipc://"+sock)
-	if code != exitUsage || !strings.Contains(stderr, "the Kaimon bus address ipc://"+sock+" is in use by a live process") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+	if code != exitUsage || !strings.Contains(stderr, "the Kaimon bus address ipc://"+sock+" is in use by a live process") || !strings.Contains(stderr, "--no-bus") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Errorf("shoal up on a bus address in use: exit %d, %q; want 2 and one line naming it", code, stderr)
 	}
 }
