@@ -355,9 +355,20 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
 		// No reconnect buffer: while the coordinator is away the node's
 		// outbox keeps events, in order, and publishes them once it is back.
-		nc, err := o.client.connect(env, nats.Name(o.connName()), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1))
+		nc, err := o.client.connect(env, nats.Name(o.connName()), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.ReconnectBufSize(-1),
+			// Said once each way: meanwhile what fails says only why it
+			// could not send ("outbound buffer limit exceeded").
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					log.Warn("lost the fabric; connecting again (the agents go on, their events wait in the outbox)", "nats", o.client.url, "err", err)
+				}
+			}),
+			nats.ReconnectHandler(func(*nats.Conn) { log.Info("connected to the fabric again", "nats", o.client.url) }))
 		if err == nil {
 			return nc, nil
+		}
+		if ctx.Err() != nil {
+			return nil, &stoppedError{what: "stopped while it waited for the fabric"} // not the fabric's failure
 		}
 		if errors.As(err, new(refusedError)) || errors.As(err, new(*usageError)) {
 			return nil, err
@@ -365,7 +376,7 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 		log.Warn("waiting for the fabric", "nats", o.client.url, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return nil, &stoppedError{what: "stopped while it waited for the fabric"}
 		case <-time.After(wait):
 		}
 	}

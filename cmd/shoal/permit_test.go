@@ -151,6 +151,11 @@ func TestPermissionsAnsweredByPeople(t *testing.T) {
 	if got := waitFor(id); got.RequestID != req.RequestID {
 		t.Fatalf("after the restart: %+v", got)
 	}
+	// The node said it lost the fabric, and that it is back.
+	poll.Until(t, 30*time.Second, "the node to say it is connected to the fabric again", func() bool {
+		said := node.stderrText()
+		return strings.Contains(said, "lost the fabric; connecting again") && strings.Contains(said, "connected to the fabric again")
+	})
 
 	// Neither an observer nor the agent itself may answer.
 	if text := permitOver(mcpAs(observer, ""), id, req.RequestID); !strings.Contains(text, "an observer may not answer a permission request of agent "+id+": rule observer") {
