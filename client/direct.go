@@ -744,27 +744,47 @@ func (f *Direct) recordEntry(ctx context.Context, id string) (schemas.AgentRecor
 // answers for a dead agent it keeps: a turn is refused, an interrupt
 // interrupts nothing, a close finds it closed.
 func (f *Direct) toOwner(ctx context.Context, id string, verb schemas.Verb, req, rep any, timeout time.Duration) error {
-	rec, _, err := f.record(ctx, id)
-	if err != nil {
-		return err
+	for again := true; ; again = false {
+		rec, _, err := f.record(ctx, id)
+		if err != nil {
+			return err
+		}
+		if dead, err := deadAnswer(id, rec, verb, rep); dead {
+			return err
+		}
+		err = f.request(ctx, rec.Node, verb, req, rep, timeout)
+		if schemas.CodeOf(err) != schemas.CodeNotFound || !strings.Contains(err.Error(), "no such agent: "+id) {
+			return err
+		}
+		// The node runs no such agent: it restarted, and marks dead what
+		// its last run left, perhaps since the record was read. The record
+		// read again says; a node that still does not know it is away.
+		if !again {
+			return schemas.Errf(schemas.CodeUnavailable, "node %s runs no agent %s though its record names it (the node restarted, and is closing what it left?): try again in a moment", rec.Node, id)
+		}
 	}
+}
+
+// deadAnswer answers verb of agent id, whose record is rec, when rec says
+// dead, as the node would have: true when it did.
+func deadAnswer(id string, rec schemas.AgentRecord, verb schemas.Verb, rep any) (bool, error) {
 	if rec.Status == schemas.StatusDead {
 		switch r := rep.(type) {
 		case *schemas.InterruptReply:
 			*r = schemas.InterruptReply{Interrupted: false}
-			return nil
+			return true, nil
 		case *schemas.CloseReply:
 			*r = schemas.CloseReply{Closed: true}
-			return nil
+			return true, nil
 		case *schemas.SetModelReply:
 			*r = schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is dead", id)}
-			return nil
+			return true, nil
 		}
 		if verb == schemas.VerbSend || verb == schemas.VerbRun {
-			return schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
+			return true, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead", id)
 		}
 	}
-	return f.request(ctx, rec.Node, verb, req, rep, timeout)
+	return false, nil
 }
 
 // request sends one control request to a node and decodes its reply. A

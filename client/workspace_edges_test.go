@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -616,5 +617,35 @@ func TestReopenWhileItsWorkIsOnANodeDownFailsOnce(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "agent away's work is on node a, which could not send it") ||
 		strings.Count(err.Error(), "could not send it") != 1 {
 		t.Fatalf("a reopen while the node with its work is down: %v; want one error saying where the work is", err)
+	}
+}
+
+// Right after a node restarted, a send to one of its last run's agents
+// whose record still named it live was answered "no such agent" (exit 3,
+// which a script takes for an id that is gone), and a moment later "is
+// dead". A node that runs no agent its record names is away for it: the
+// record is read again, and while it still names the node live the
+// request is unavailable, not unknown.
+func TestANodeThatRunsNoAgentItsRecordNamesIsAwayForIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nc := natstest.Connect(t, srv)
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.JetStream().KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	rec, _ := json.Marshal(schemas.AgentRecord{ID: "left", Node: "a", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	if _, err := kv.Put(t.Context(), "left", rec); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Send(t.Context(), schemas.SendRequest{AgentID: "left", Text: "hello"})
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "node a runs no agent left though its record names it") {
+		t.Fatalf("a send to an agent its record says node a runs, which node a does not: %v", err)
 	}
 }
