@@ -340,23 +340,10 @@ func (f *Direct) report(r *countingReader, size int64, what string) (done func()
 		return func() {}
 	}
 	f.say("%s: %s", what, bytesText(size))
-	stop := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				n := r.n.Load()
-				f.say("%s: %s of %s (%d%%)", what, bytesText(n), bytesText(size), n*100/max(size, 1))
-			}
-		}
-	}()
-	return func() { close(stop); <-ended }
+	return every(2*time.Second, func() {
+		n := r.n.Load()
+		f.say("%s: %s of %s (%d%%)", what, bytesText(n), bytesText(size), n*100/max(size, 1))
+	})
 }
 
 // ticking says what begins, and then every tickEvery how long it has
@@ -367,26 +354,32 @@ func (f *Direct) ticking(what string) (done func()) {
 	}
 	f.say("%s…", what)
 	began := time.Now()
-	stop := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		t := time.NewTicker(tickEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				f.say("%s: %s so far", what, time.Since(began).Round(time.Second))
-			}
-		}
-	}()
-	return func() { close(stop); <-ended }
+	return every(tickEvery, func() { f.say("%s: %s so far", what, time.Since(began).Round(time.Second)) })
 }
 
 // tickEvery is how often ticking says how long what it follows has taken.
 const tickEvery = 5 * time.Second
+
+// every calls fn every d, on a goroutine of its own, until stop is
+// called; stop returns once fn is no longer running.
+func every(d time.Duration, fn func()) (stop func()) {
+	quit := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+	return func() { close(quit); <-ended }
+}
 
 type countingReader struct {
 	r io.Reader

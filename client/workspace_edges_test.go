@@ -33,6 +33,22 @@ func oneNodeFabric(t *testing.T) *client.Direct {
 	return f
 }
 
+// tellingFabric is a fabric with a fake node of each name, and a client
+// whose progress lines are kept in said.
+func tellingFabric(t *testing.T, names ...string) (f *client.Direct, said *[]string) {
+	t.Helper()
+	srv := natstest.Start(t)
+	for _, name := range names {
+		fabrictest.Node(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	}
+	said = new([]string)
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { *said = append(*said, l) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, said
+}
+
 // openOnRepo opens agent id on repo and returns its checkout on the node.
 func openOnRepo(t *testing.T, f *client.Direct, id, repo string, withChanges bool) string {
 	t.Helper()
@@ -277,13 +293,7 @@ func TestWorkWrittenIntoASubmoduleDirectoryIsNamed(t *testing.T) {
 // a caller's uncommitted work in the agent's checkout, not its cache.)
 func TestWithChangesSendsOnlyWhatTheNodeLacks(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	var said []string
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, said := tellingFabric(t, "a")
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	for i := range 30 {
 		os.WriteFile(filepath.Join(repo, "a.txt"), []byte(strings.Repeat("history\n", i+1)), 0o644)
@@ -292,11 +302,11 @@ func TestWithChangesSendsOnlyWhatTheNodeLacks(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "wip.txt"), []byte("work in progress\n"), 0o644)
 	openOnRepo(t, f, "first", repo, true)
 	time.Sleep(1100 * time.Millisecond) // the second open comes a moment later
-	said = nil
+	*said = nil
 	openOnRepo(t, f, "second", repo, true)
-	for _, l := range said {
+	for _, l := range *said {
 		if strings.HasPrefix(l, "sent ") && !strings.HasPrefix(l, "sent 1 commit of") {
-			t.Fatalf("node a was sent the whole history (31 commits and the work) for the first agent; for the second, with no new commit, it was sent: %q", said)
+			t.Fatalf("node a was sent the whole history (31 commits and the work) for the first agent; for the second, with no new commit, it was sent: %q", *said)
 		}
 	}
 }
@@ -526,24 +536,18 @@ func TestFetchKeepsTheAgentsCommitsFetchedBeforeUnlessForced(t *testing.T) {
 // ends, with its size and time, before the sending.
 func TestOpenSaysItBundlesBeforeItSends(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	var said []string
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, said := tellingFabric(t, "a")
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	openOnRepo(t, f, "told", repo, false)
 	want := []string{"bundling what node a lacks of " + repo, "bundled 1 commit of " + repo + ": ", "sending 1 commit of " + repo, "sent 1 commit of " + repo}
 	next := 0
-	for _, l := range said {
+	for _, l := range *said {
 		if next < len(want) && strings.HasPrefix(l, want[next]) {
 			next++
 		}
 	}
 	if next < len(want) {
-		t.Errorf("the open said %q; want lines beginning %q, in order", said, want)
+		t.Errorf("the open said %q; want lines beginning %q, in order", *said, want)
 	}
 }
 
@@ -552,25 +556,17 @@ func TestOpenSaysItBundlesBeforeItSends(t *testing.T) {
 // then was refused as an id in use. It is refused before anything moves.
 func TestReopenOfALiveAgentElsewhereIsRefusedBeforeItsWorkMoves(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	for _, name := range []string{"a", "b"} {
-		fabrictest.Node(t, srv, node.Config{Name: name, Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	}
-	var said []string
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{Progress: func(l string) { said = append(said, l) }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, said := tellingFabric(t, "a", "b")
 	repo := gittest.Repo(t, "a.txt", "a\n")
 	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "busy", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
 		t.Fatal(err)
 	}
-	said = nil
-	_, err = f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "busy", Node: "b"}, client.RepoSource{Dir: repo})
+	*said = nil
+	_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "busy", Node: "b"}, client.RepoSource{Dir: repo})
 	if schemas.CodeOf(err) != schemas.CodeConflict || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("a reopen of a live agent on another node: %v; want it refused as in use", err)
 	}
-	for _, l := range said {
+	for _, l := range *said {
 		if strings.Contains(l, "carried") || strings.Contains(l, "sending") {
 			t.Errorf("before the refusal the open said %q", l)
 		}
