@@ -84,7 +84,7 @@ var groupsByCommand = map[string][]flagGroup{
 		flagGroup{"Repository", false, []string{"repo", "ref", "with-changes"}},
 	),
 	"diff":  verbGroups(flagGroup{"Diff", false, []string{"stat"}}),
-	"fetch": verbGroups(flagGroup{"Fetch", false, []string{"into"}}),
+	"fetch": verbGroups(flagGroup{"Fetch", false, []string{"into", "force"}}),
 	"job": verbGroups(
 		flagGroup{"Repository", false, []string{"repo", "ref", "with-changes"}},
 		flagGroup{"Agent", false, []string{"model", "permission", "then", "wait", "detach"}},
