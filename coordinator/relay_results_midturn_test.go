@@ -6,7 +6,6 @@ package coordinator_test
 // the stream never gets the turn's end nor the agent's death.
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
-	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/schemas"
@@ -110,22 +108,7 @@ func TestRelayRestartedMidTurnTakesItsResult(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(coord.Close)
-			startRelay := func() (stop func()) {
-				r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: coord})
-				if err != nil {
-					t.Fatal(err)
-				}
-				rctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- r.Run(rctx) }()
-				select {
-				case <-r.Ready():
-				case err := <-done:
-					t.Fatalf("relay: %v", err)
-				}
-				return func() { cancel(); <-done }
-			}
-			stop := startRelay()
+			stop := runRelay(t, coord)
 			f, err := client.NewDirect(coord, client.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -148,7 +131,7 @@ func TestRelayRestartedMidTurnTakesItsResult(t *testing.T) {
 				}
 			}
 			stop()
-			t.Cleanup(startRelay())
+			t.Cleanup(runRelay(t, coord))
 			after := []schemas.Event{
 				{Turn: 1, Payload: schemas.Result{StopReason: schemas.StopEndTurn}},
 				{Turn: 2, Payload: schemas.Status{Status: schemas.StatusWorking}},
