@@ -46,6 +46,8 @@ type Relay struct {
 	metrics RelayMetrics
 	mcp     func(ctx context.Context) (url, token string)
 	bun     bundles
+	dial    func(name string) (*nats.Conn, error)
+	doors   *doors
 
 	// eventsWaiting bounds each node's events waiting in its lane; turns
 	// orders each agent's events across nodes (see lanes.go).
@@ -91,6 +93,12 @@ type RelayConfig struct {
 	// schemas.MaxEventsAhead when zero, the most a node's publisher has
 	// unacknowledged.
 	EventsWaiting int
+	// Dial, when set, connects one more connection with the relay's
+	// rights under the connection name it is given: the relay hears each
+	// confined node on a connection of its own (see doors.go), so one
+	// node's bytes cannot have the server cut the connection every other
+	// node's operations come on. Nil: every node is heard on Conn.
+	Dial func(name string) (*nats.Conn, error)
 }
 
 // RelayMetrics receives what the relay counts. Its methods are called
@@ -131,7 +139,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP,
+	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP, dial: cfg.Dial,
 		acks: schemas.RelayAckPrefix + "." + nuid.Next(), eventsWaiting: cfg.EventsWaiting,
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
 		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{},
@@ -173,7 +181,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("watch %s: %w", schemas.AgentsBucket, err)
 	}
 	defer w.Stop()
-	go r.watchOwners(w)
+	caughtUp := make(chan struct{})
+	go r.watchOwners(w, caughtUp)
 
 	// Operations that wait (on the stream, a bucket, another request) run
 	// beside the subscription, each node's in its own bounded share, so a
@@ -238,32 +247,132 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	acks.SetPendingLimits(-1, 256<<20)
 	subs = append(subs, acks)
+	st, err := r.nodes.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	idle := doorIdle(st.TTL())
+	// Each node is heard on its own door; the lobby hears every node's
+	// first words and opens its door (doors.go).
+	r.doors = &doors{dial: r.dial, shared: r.nc, log: r.log, open: map[string]*door{}, handle: func(m *nats.Msg) {
+		_, op, agent, ok := schemas.ParseRelaySubject(m.Subject)
+		if h := handlers[op]; ok && h != nil && (agent != "") == schemas.RelayOpNamesAgent(op) {
+			h(m)
+		}
+	}}
 	go func() {
 		t := time.NewTicker(ackWait / 4)
 		defer t.Stop()
+		sweep := time.NewTicker(idle / 3)
+		defer sweep.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
 				r.prune(now)
+			case now := <-sweep.C:
+				r.doors.sweep(now, idle)
 			}
 		}
 	}()
-	for op, h := range handlers {
-		s, err := r.nc.QueueSubscribe(schemas.RelayWildcard(op), relayQueue, h)
-		if err != nil {
-			return fmt.Errorf("relay %s: %w", op, err)
+
+	lobby := r.nc
+	if r.dial != nil {
+		if lobby, err = r.dial("shoal-relay-lobby"); err != nil {
+			return fmt.Errorf("the relay's lobby: %w", err)
 		}
-		s.SetPendingLimits(-1, 256<<20)
+		defer lobby.Close()
+		lobby.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				r.log.Warn("the relay's lobby, where nodes without a door say hello, was cut; it connects again", "err", err)
+			}
+		})
+	}
+	r.doors.lobby = lobby
+	defer r.doors.stop() // before the lobby closes
+	for _, first := range []struct {
+		op schemas.RelayOp
+		in *shares
+		h  func(context.Context, *nats.Msg)
+	}{{schemas.RelayHello, work, r.hello}, {schemas.RelayBeat, beats, r.beat}} {
+		// Answered once the node's door is open (or failed to open).
+		opened := async(first.in, func(ctx context.Context, m *nats.Msg) {
+			node, _, _, _ := schemas.ParseRelaySubject(m.Subject)
+			wait, cancel := context.WithTimeout(ctx, doorOpenWait)
+			r.doors.enter(node).wait(wait)
+			cancel()
+			first.h(ctx, m)
+		})
+		s, err := lobby.Subscribe(schemas.RelayWildcard(first.op), func(m *nats.Msg) {
+			node, _, _, ok := schemas.ParseRelaySubject(m.Subject)
+			if !ok || !r.doors.lobbyTakes(node, m) {
+				return // its door has it
+			}
+			r.doors.enter(node)
+			opened(m)
+		})
+		if err != nil {
+			return fmt.Errorf("relay %s: %w", first.op, err)
+		}
+		s.SetPendingLimits(-1, doorPending)
 		subs = append(subs, s)
 	}
-	if err := r.nc.Flush(); err != nil {
+	if err := lobby.Flush(); err != nil {
+		return err
+	}
+	if err := r.enterKnown(ctx, caughtUp); err != nil {
 		return err
 	}
 	close(r.ready)
 	<-ctx.Done()
 	return nil
+}
+
+// enterKnown opens, as the relay starts, the doors of the nodes that may
+// be running: every node whose heartbeat was written through a relay, and
+// every owner of a living agent that has no heartbeat entry (one whose
+// entry expired while the coordinator was away); not a node writing its
+// own heartbeats. So nodes running across the relay's restart find their
+// doors before their next heartbeat. It waits, a while, for them to open.
+func (r *Relay) enterKnown(ctx context.Context, caughtUp <-chan struct{}) error {
+	keys, err := r.nodes.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("list KV bucket %s: %w", schemas.NodesBucket, err)
+	}
+	relayed := map[string]bool{} // node -> whether its entry says relayed
+	for key := range keys.Keys() {
+		e, err := r.nodes.Get(ctx, key)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		var rec schemas.NodeRecord
+		relayed[key] = json.Unmarshal(e.Value(), &rec) == nil && rec.Relayed
+	}
+	select {
+	case <-caughtUp:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	for id, node := range r.owners {
+		if _, known := relayed[node]; !known && r.statuses[id] != schemas.StatusDead {
+			relayed[node] = true
+		}
+	}
+	r.mu.Unlock()
+	var opening []*door
+	for node, ok := range relayed {
+		if ok && schemas.ValidID(node) == nil {
+			opening = append(opening, r.doors.enter(node))
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, doorOpenWait)
+	defer cancel()
+	for _, dr := range opening {
+		dr.wait(wait)
+	}
+	return ctx.Err()
 }
 
 // relayInFlight, relayWaiting and relayWaitingBytes are each node's
@@ -341,9 +450,15 @@ func (r *Relay) stopping(m *nats.Msg) {
 	}
 }
 
-func (r *Relay) watchOwners(w jetstream.KeyWatcher) {
+// watchOwners keeps the relay's view of the agents bucket; caughtUp is
+// closed once it holds every record the bucket held when the watch began.
+func (r *Relay) watchOwners(w jetstream.KeyWatcher, caughtUp chan<- struct{}) {
 	for e := range w.Updates() {
 		if e == nil {
+			if caughtUp != nil {
+				close(caughtUp)
+				caughtUp = nil
+			}
 			continue
 		}
 		r.mu.Lock()

@@ -40,9 +40,13 @@ func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb
 	if err != nil {
 		t.Fatal(err)
 	}
+	var nbConn *nats.Conn
 	restart = func() {
 		stop()
 		stop = runRelay(t, coord)
+		// A node with no heartbeat entry and no living agent gets its
+		// door at the new relay by its next words.
+		fabrictest.Hello(t, nbConn, "nb")
 	}
 	s := &fabrictest.Secured{B: b, Auth: auth}
 	ctx = natstest.Context(t, 90*time.Second)
@@ -57,7 +61,8 @@ func agedRelayPool(t *testing.T) (ctx context.Context, kv jetstream.KeyValue, nb
 	if _, err := kv.Create(ctx, "mine", c); err != nil {
 		t.Fatal(err)
 	}
-	nb, err = jetstream.New(s.Connect(t, broker.RoleNode, "nb"))
+	nbConn = s.Connect(t, broker.RoleNode, "nb")
+	nb, err = jetstream.New(nbConn)
 	if err != nil {
 		t.Fatal(err)
 	}

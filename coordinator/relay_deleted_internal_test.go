@@ -60,7 +60,7 @@ func TestRelayViewKeepsADeletedAgentDeleted(t *testing.T) {
 	r.agents = kv
 	w := chanWatcher{ch: make(chan jetstream.KeyValueEntry)}
 	watched := make(chan struct{})
-	go func() { r.watchOwners(w); close(watched) }()
+	go func() { r.watchOwners(w, nil); close(watched) }()
 	w.ch <- put // the view learns revision 10
 	read := make(chan struct{})
 	go func() { r.bucketRecord(context.Background(), "a1"); close(read) }()
@@ -84,7 +84,7 @@ func TestRelayViewKeepsADeletedAgentDeleted(t *testing.T) {
 	w2 := chanWatcher{ch: make(chan jetstream.KeyValueEntry, 1)}
 	w2.ch <- kvEntry{key: "a1", val: again, rev: 12, op: jetstream.KeyValuePut}
 	close(w2.ch)
-	r.watchOwners(w2)
+	r.watchOwners(w2, nil)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.owners["a1"] != "n2" {

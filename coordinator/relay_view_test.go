@@ -106,6 +106,10 @@ func TestRelayRefusesTheOldOwnerWhileItsViewLags(t *testing.T) {
 	send := func(node string) (*jetstream.PubAck, error) {
 		t.Helper()
 		nc := natstest.Connect(t, b, nats.CustomInboxPrefix(schemas.InboxPrefix("node", node)))
+		// Its hello opens its door at the relay.
+		if _, err := nc.Request(schemas.RelaySubject(node, schemas.RelayHello), nil, 10*time.Second); err != nil {
+			t.Fatalf("node %s's hello: %v", node, err)
+		}
 		m := event(node, 5, text)
 		m.Subject = schemas.RelaySubject(node, schemas.RelayEvent, "roam")
 		rep, err := nc.RequestMsg(m, 10*time.Second)

@@ -308,10 +308,19 @@ func RelayNamespace(node string) string { return relayPrefix + node + ".>" }
 
 // RelayWildcard matches op from every node: shoal.relay.*.<op>[.*].
 func RelayWildcard(op RelayOp) string {
-	if op == RelayEvent || op == RelayRecord || op == RelayGet || op == RelayPermit || op == RelayBundleGet || op == RelayBundlePut || op == RelayBudget {
+	if RelayOpNamesAgent(op) {
 		return relayPrefix + "*." + string(op) + ".*"
 	}
 	return relayPrefix + "*." + string(op)
+}
+
+// RelayOpNamesAgent reports whether op's subject ends in an agent's id.
+func RelayOpNamesAgent(op RelayOp) bool {
+	switch op {
+	case RelayEvent, RelayRecord, RelayGet, RelayPermit, RelayBundleGet, RelayBundlePut, RelayBudget:
+		return true
+	}
+	return false
 }
 
 // ParseRelaySubject splits a relay subject into node, op and agent id.

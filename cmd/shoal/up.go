@@ -553,7 +553,7 @@ func (o *upOptions) runCoordinator(ctx context.Context, connect connector, log *
 		make func(nc *nats.Conn) (service, error)
 	}{
 		{"relay", func(nc *nats.Conn) (service, error) {
-			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals, MCP: mcp})
+			r, err := coordinator.NewRelay(coordinator.RelayConfig{Conn: nc, Logger: log, Metrics: refusals, MCP: mcp, Dial: connect})
 			if err == nil && o.counts != nil {
 				o.counts.WatchAgents(r.AgentsByStatus)
 			}

@@ -95,10 +95,18 @@ func FabricService(tb testing.TB, nc *nats.Conn, f *client.Direct) {
 }
 
 // Relay runs the coordinator's relay on nc until the test ends; each of
-// mutate changes its configuration first.
+// mutate changes its configuration first. It hears each node on a door
+// of its own, dialled as nc was (to nc's server, with nc's credentials),
+// as the coordinator's relay does.
 func Relay(tb testing.TB, nc *nats.Conn, mutate ...func(*coordinator.RelayConfig)) {
 	tb.Helper()
-	cfg := coordinator.RelayConfig{Conn: nc}
+	cfg := coordinator.RelayConfig{Conn: nc, Dial: func(name string) (*nats.Conn, error) {
+		o := nc.Opts
+		o.Name = name
+		// Not nc's handlers: a test watching nc must not hear of doors.
+		o.DisconnectedErrCB, o.DisconnectedCB, o.ReconnectedCB, o.ClosedCB, o.AsyncErrorCB = nil, nil, nil, nil, nil
+		return o.Connect()
+	}}
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -25,6 +25,8 @@ type Secured struct {
 	B    *broker.Broker
 	Auth *broker.Authority
 	F    *client.Direct
+	// Coord is the connection the relay, the fabric service and F share.
+	Coord *nats.Conn
 }
 
 // StartSecured starts a Secured fabric for the test.
@@ -58,7 +60,7 @@ func StartSecuredRelay(t testing.TB, relay func(*coordinator.RelayConfig), mutat
 		t.Fatal(err)
 	}
 	FabricService(t, coord, f)
-	return &Secured{B: b, Auth: auth, F: f}
+	return &Secured{B: b, Auth: auth, F: f, Coord: coord}
 }
 
 // Creds issues credentials and returns the file's path.
@@ -75,11 +77,36 @@ func (s *Secured) Creds(t testing.TB, role broker.Role, name string) string {
 	return path
 }
 
-// Connect issues credentials and connects with them.
+// Connect issues credentials and connects with them. A node's
+// connection says hello to the relay first, as a node does: the relay
+// hears a node on a door of its own, which its first words open.
 func (s *Secured) Connect(t testing.TB, role broker.Role, name string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc := s.Dial(t, role, name, opts...)
+	if role == broker.RoleNode {
+		Hello(t, nc, name)
+	}
+	return nc
+}
+
+// Dial issues credentials and connects with them, saying nothing.
+func (s *Secured) Dial(t testing.TB, role broker.Role, name string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
 	opts = append(opts, nats.UserCredentials(s.Creds(t, role, name)), nats.CustomInboxPrefix(schemas.InboxPrefix(string(role), name)))
 	return natstest.Connect(t, s.B, opts...)
+}
+
+// Hello says node's hello to the relay on nc, which opens the node's
+// door there.
+func Hello(t testing.TB, nc *nats.Conn, node string) {
+	t.Helper()
+	m, err := nc.Request(schemas.RelaySubject(node, schemas.RelayHello), nil, 10*time.Second)
+	if err == nil {
+		err = schemas.DecodeReply(m.Data, &schemas.RelayHelloReply{})
+	}
+	if err != nil {
+		t.Fatalf("node %s's hello to the relay: %v", node, err)
+	}
 }
 
 // StartNode runs a confined node with the echo backend.

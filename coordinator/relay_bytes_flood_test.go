@@ -1,0 +1,131 @@
+package coordinator_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// One node's bytes wait behind its own alone. Node evil, having said
+// hello as any node does, sends messages of the largest size the server
+// takes on its own relay subjects from four connections at once: before,
+// they all came to the relay's one connection, which the server cut as a
+// slow consumer again and again, and every confined node's operations
+// waited or failed meanwhile. Each node now has a door of its own at the
+// relay: node honest's heartbeats and requests are answered well within
+// a third of the nodes' TTL throughout, the relay's own connection is
+// never cut, and honest's agent lives on. Evil floods its events, then
+// the subjects every node's first words come on (hello, beat).
+func TestRelayKeepsAByteFloodToItsNode(t *testing.T) {
+	t.Parallel()
+	for _, op := range []schemas.RelayOp{schemas.RelayEvent, schemas.RelayBeat} {
+		t.Run(string(op), func(t *testing.T) {
+			t.Parallel()
+			const ttl = 3 * time.Second
+			s := fabrictest.StartSecured(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
+			var cuts atomic.Int64
+			s.Coord.SetDisconnectErrHandler(func(_ *nats.Conn, err error) { cuts.Add(1) })
+			coord, err := s.B.Connect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(coord.Close)
+			fabrictest.Monitor(t, coord, ttl)
+			s.StartNode(t, "honest")
+			ctx := natstest.Context(t, 90*time.Second)
+			if _, err := s.F.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "pal", Node: "honest"}); err != nil {
+				t.Fatal(err)
+			}
+
+			first := s.Connect(t, broker.RoleNode, "evil")
+			if _, err := first.Request(schemas.RelaySubject("evil", schemas.RelayHello), nil, 10*time.Second); err != nil {
+				t.Fatalf("node evil's hello: %v", err)
+			}
+			payload := make([]byte, first.MaxPayload()-4096)
+			subject := schemas.RelaySubject("evil", op)
+			if op == schemas.RelayEvent {
+				subject = schemas.RelaySubject("evil", op, "x")
+			}
+			stop := make(chan struct{})
+			var flooders sync.WaitGroup
+			var sent atomic.Int64
+			for range 4 {
+				nc := s.Dial(t, broker.RoleNode, "evil", nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+				inbox := nc.NewInbox()
+				flooders.Go(func() {
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if nc.PublishMsg(&nats.Msg{Subject: subject, Reply: fmt.Sprintf("%s.%d", inbox, i), Data: payload}) == nil {
+							sent.Add(1)
+						} else {
+							time.Sleep(time.Millisecond)
+						}
+					}
+				})
+			}
+			defer func() { close(stop); flooders.Wait() }()
+
+			nodes, err := s.F.JetStream().KeyValue(ctx, schemas.NodesBucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			honest := s.Connect(t, broker.RoleNode, "honest")
+			within := func(what string, subject string, data []byte) []byte {
+				t.Helper()
+				began := time.Now()
+				m, err := honest.Request(subject, data, ttl)
+				if err != nil {
+					t.Fatalf("%s during node evil's flood: %v after %s (the relay's connection cut %d times)", what, err, time.Since(began), cuts.Load())
+				}
+				if took := time.Since(began); took > ttl/3 {
+					t.Fatalf("%s took %s during node evil's flood, past a third of the nodes' TTL (%s)", what, took, ttl/3)
+				}
+				return m.Data
+			}
+			ask, _ := json.Marshal(schemas.RelayLastRequest{Agents: []string{"pal"}})
+			for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+				e, err := nodes.Get(ctx, "honest")
+				if err != nil {
+					t.Fatalf("node honest's entry during node evil's flood: %v", err)
+				}
+				if ack := within("a heartbeat of node honest", schemas.RelaySubject("honest", schemas.RelayBeat), e.Value()); strings.Contains(string(ack), `"error"`) {
+					t.Fatalf("a heartbeat of node honest: %s", ack)
+				}
+				var last schemas.RelayLastReply
+				if err := schemas.DecodeReply(within("node honest's last", schemas.RelaySubject("honest", schemas.RelayLast), ask), &last); err != nil || last.Last["pal"] == 0 {
+					t.Fatalf("node honest's last of its agent: %+v %v", last, err)
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatal(ctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			if n := cuts.Load(); n > 0 {
+				t.Errorf("the relay's own connection was cut %d times by node evil's flood", n)
+			}
+			if n := sent.Load(); n < 64 {
+				t.Errorf("node evil sent only %d messages of %d bytes: no flood", n, len(payload))
+			}
+			rec, err := s.F.Status(ctx, "pal")
+			if err != nil || rec.Status == schemas.StatusDead {
+				t.Fatalf("node honest's agent after node evil's flood: %+v %v", rec, err)
+			}
+		})
+	}
+}
