@@ -259,8 +259,14 @@ func (l *batchListener) Close() error {
 var handshakeTimeout = 10 * time.Second
 
 // stallTimeout is how long a subscriber may take nothing of what waits
-// for it before it is dropped.
-var stallTimeout = 2 * time.Second
+// for it before it is dropped: a dead one's bytes (up to its marks) are
+// freed then. Long, since a living libzmq subscriber takes nothing for a
+// while in its stride: once its receive mark of messages (1000 by
+// default) waits in it, libzmq reads its connection again only after the
+// extension has taken half, which a reader of ten events a second does
+// in 50 s, and an extension pauses (compiling its first handler) for
+// seconds. Kaimon's own bus drops no subscriber for its pace.
+var stallTimeout = time.Minute
 
 // maxPeerFrame bounds a frame a peer sends the bus: its greeting's
 // command and its subscriptions are small, and zmq4 allocates whatever

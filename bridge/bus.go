@@ -48,7 +48,7 @@ type BusConfig struct {
 	// bus's pull requests on Durable to go; 2s when zero.
 	Grace time.Duration
 	// Stall is how long a subscriber may take nothing of what waits for
-	// it before it is dropped; 2s when zero.
+	// it before it is dropped; a minute when zero.
 	Stall time.Duration
 	// DrainWait is how long a stopping bus lets its subscribers take
 	// what waits for them; 5s when zero.

@@ -263,3 +263,74 @@ func TestMCPRunReportsProgress(t *testing.T) {
 	}
 	mu.Unlock()
 }
+
+// agent_run's progress follows the run's own turn: called while another
+// turn of the agent runs, it reported the other turn's events and its
+// result, and then nothing more of its own. It reports each of its own
+// turn's events (its echo among them) through to its own result.
+func TestMCPRunReportsProgressOfItsOwnTurn(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.startNode(fake)
+	type told struct {
+		kind string
+		at   time.Time
+	}
+	var mu sync.Mutex
+	var got []told
+	c := mcp.NewClient(&mcp.Implementation{Name: "progress-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, told{r.Params.Message, time.Now()})
+			mu.Unlock()
+		},
+	})
+	s, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: fb.url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var opened schemas.OpenReply
+	ok(t, s, "agent_open", map[string]any{"cwd": t.TempDir(), "permission": "bypass"}, &opened)
+	// The first turn streams slowly; the run is sent behind it.
+	fake.Script(fakemodel.Reply{Text: strings.Repeat("slow ", 40), ChunkSize: 5, Delay: 50 * time.Millisecond}, fakemodel.Reply{Text: "Mine."})
+	var first schemas.SendReply
+	ok(t, s, "agent_send", map[string]any{"agent_id": opened.AgentID, "text": "The other turn."}, &first)
+	var run schemas.RunReply
+	res, err := s.CallTool(t.Context(), &mcp.CallToolParams{Name: "agent_run", Meta: mcp.Meta{"progressToken": "tok-2"},
+		Arguments: map[string]any{"agent_id": opened.AgentID, "text": "My turn."}})
+	if err != nil || res.IsError {
+		t.Fatalf("agent_run: %+v %v", res, err)
+	}
+	returned := time.Now()
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &run); err != nil || run.Text != "Mine." {
+		t.Fatalf("agent_run: %+v %v", res.Content, err)
+	}
+	poll.Until(t, 10*time.Second, "the progress of the run's result", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(got, func(x told) bool { return x.kind == "result" })
+	})
+	time.Sleep(500 * time.Millisecond) // what more would be told has come
+	mu.Lock()
+	defer mu.Unlock()
+	var kinds []string
+	for _, x := range got {
+		kinds = append(kinds, x.kind)
+	}
+	if n := slices.IndexFunc(got, func(x told) bool { return x.kind == "result" }); n != len(got)-1 {
+		t.Errorf("the progress told of a result before its last (%v): another turn's", kinds)
+	}
+	if got[len(got)-1].at.Sub(returned) > 3*time.Second {
+		t.Errorf("the result was told of %s after the run returned", got[len(got)-1].at.Sub(returned))
+	}
+	for _, want := range []string{"user_text", "turn_started", "assistant_text", "result"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("no progress for the run's %s: %v", want, kinds)
+		}
+	}
+	if c := strings.Count(strings.Join(kinds, " "), "user_text"); c != 1 {
+		t.Errorf("the progress told of %d user_text (the other turn's echo?): %v", c, kinds)
+	}
+}

@@ -37,7 +37,7 @@ func TestBusStalledSubscriberHoldsNoOneUp(t *testing.T) {
 	logged := &lockedBuffer{}
 	sub := kaimonsub.Start(t, address)
 	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address,
-		Logger: slog.New(slog.NewTextHandler(logged, nil))})
+		Logger: slog.New(slog.NewTextHandler(logged, nil)), Stall: 2 * time.Second})
 	stalled := dialZMTPSubscriber(t, path, "agent:")
 
 	env := func(i int) []byte {

@@ -309,8 +309,9 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 }
 
 // run runs a turn. A call that asked for progress hears of each of the
-// turn's events as it is stored (a text, a tool call or result, a
-// thought), as notifications/progress counting them, until the turn ends.
+// turn's events as it is stored (its echo, a text, a tool call or result,
+// a thought; not the streamed chunks), as notifications/progress counting
+// them, until the turn ends.
 func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply, error) {
 	report := progressOf(ctx)
 	if report == nil {
@@ -322,9 +323,18 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 	ended := make(chan struct{}) // the turn's result was reported
 	var reported atomic.Int64
 	watching.Go(func() {
-		n := 0
+		// The run's turn is known by its echo (its text, numbered as the
+		// turn before it): what another turn stores meanwhile, one running
+		// when the call came or sent beside it, is not the run's.
+		n, turn := 0, -1
 		m.f.Replay(watch, []string{req.AgentID}, from, true, func(r client.Replayed, _ *client.Gap) error {
 			if r.Delta || r.Stray != "" {
+				return nil
+			}
+			switch {
+			case turn < 0 && r.Kind == schemas.KindUserText && echoes(r, req.Text):
+				turn = r.Turn + 1
+			case r.Turn != turn:
 				return nil
 			}
 			n++
@@ -350,6 +360,16 @@ func (m *MCP) run(ctx context.Context, req schemas.RunRequest) (schemas.RunReply
 		}
 	}
 	return rep, err
+}
+
+// echoes reports whether r, a user_text event, echoes text.
+func echoes(r client.Replayed, text string) bool {
+	ev, err := r.Event()
+	if err != nil {
+		return false
+	}
+	u, ok := ev.Payload.(schemas.UserText)
+	return ok && u.Content.Text == text
 }
 
 // errStopReplay ends a replay from its callback.

@@ -124,7 +124,10 @@ def main():
     address, prefix = sys.argv[1], sys.argv[2]
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, 0)
+    # libzmq's default receive high-water mark (1000 messages), as a Kaimon
+    # extension's ZMQ.jl socket has: once that many wait, libzmq stops
+    # reading the connection until half are taken.
+    sub.setsockopt(zmq.RCVHWM, 1000)
     sub.setsockopt(zmq.RECONNECT_IVL, 50)
     sub.connect(address)
     sub.setsockopt(zmq.SUBSCRIBE, prefix.encode())
