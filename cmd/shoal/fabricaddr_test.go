@@ -21,10 +21,12 @@ func freePort(t *testing.T) int { return freeport.Take(t) }
 // shoal ls, shoal mcp and the TUI dial there, with no flag and no
 // environment naming it. SHOAL_NATS exported where shoal up starts is
 // where it listens too, not an external server; only --nats on shoal up's
-// command line names one, and its error says so.
+// command line names one, and its error says so. Where the port and the
+// URL come from different places, the one that wins (the command line,
+// then the environment, then the file) serves both sides.
 func TestOneSettingServesUpAndItsClients(t *testing.T) {
 	t.Parallel()
-	for _, how := range []string{"port", "url", "env"} {
+	for _, how := range []string{"port", "url", "env", "file port, env url", "file url, env port"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
@@ -38,6 +40,15 @@ func TestOneSettingServesUpAndItsClients(t *testing.T) {
 				conf += "nats = \"nats://127.0.0.1:" + port + "\"\n"
 			case "env":
 				env = []string{"SHOAL_NATS=nats://127.0.0.1:" + port}
+			case "file port, env url":
+				// The environment beats the file, for shoal up and its
+				// clients alike (before, up took the file's port and the
+				// clients the environment's URL).
+				conf += "port = " + strconv.Itoa(freePort(t)) + "\n"
+				env = []string{"SHOAL_NATS=nats://127.0.0.1:" + port}
+			case "file url, env port":
+				conf += "nats = \"nats://127.0.0.1:" + strconv.Itoa(freePort(t)) + "\"\n"
+				env = []string{"SHOAL_PORT=" + port}
 			}
 			os.MkdirAll(filepath.Join(dir, "config", "shoal"), 0o755)
 			if err := os.WriteFile(filepath.Join(dir, "config", "shoal", "config.toml"), []byte(conf), 0o644); err != nil {

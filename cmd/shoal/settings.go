@@ -82,12 +82,28 @@ func (c *command) parseSettings(fs *flag.FlagSet, args []string, configPath *str
 	return l, nil
 }
 
+// layer ranks where a setting came from: the command line over the
+// environment over the config file over nowhere.
+func layer(src string) int {
+	switch {
+	case strings.HasPrefix(src, "flag "):
+		return 3
+	case strings.HasPrefix(src, "env "):
+		return 2
+	case src != "":
+		return 1
+	}
+	return 0
+}
+
 // fabricAddress makes one setting of where the fabric is serve both
 // shoal up and its clients. A client (or node) given no nats dials the
 // port (and host) the config file or the environment gives shoal up; and
 // shoal up takes a nats from the config file or the environment as where
 // it listens, not as an external server, which only --nats on its own
-// command line names.
+// command line names. Where both are given, the one from the later place
+// wins on both sides (the environment over the file); from one place,
+// shoal up takes the port and its clients the nats.
 func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string) string) error {
 	setting := func(name string) (string, string) {
 		env := "SHOAL_" + envName(name)
@@ -99,6 +115,7 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		}
 		return "", ""
 	}
+	_, portFrom := setting("port")
 	switch {
 	case fs.Lookup("nats") == nil:
 		return nil
@@ -116,9 +133,10 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		return nil
 	case c.name == "up":
 		url, src := setting("nats")
-		if url == "" || l.from["port"] != "" || strings.HasPrefix(l.from["nats"], "flag ") {
-			// Nothing said, or --port says where it listens, or --nats
-			// names an external server: no embedded one listens.
+		if url == "" || layer(l.from["port"]) >= layer(src) || strings.HasPrefix(l.from["nats"], "flag ") {
+			// Nothing said, or a port said where the nats was, or later
+			// (--port, SHOAL_PORT over a file's nats), says where it
+			// listens, or --nats names an external server.
 			return nil
 		}
 		u, err := neturl.Parse(url)
@@ -146,11 +164,10 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 			}
 			l.from["host"] = src + " (nats)"
 		}
-	case l.from["nats"] == "":
+	case layer(l.from["nats"]) < layer(portFrom):
+		// No nats, or one a later place overrides with a port (SHOAL_PORT
+		// over a file's nats): the port shoal up listens on is dialled.
 		port, src := setting("port")
-		if port == "" {
-			return nil
-		}
 		n, err := strconv.Atoi(port)
 		switch {
 		case err != nil || n < -1 || n > 65535:
