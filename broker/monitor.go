@@ -16,7 +16,8 @@ import (
 // expvar, which prints the process's command line, where a token given
 // as a flag is), and on loopback it answers loopback Host names only, so
 // a page whose name it made resolve to 127.0.0.1 (DNS rebinding) cannot
-// read it. Every other endpoint is nats-server's own handler.
+// read it, and it lists no subscription's subject. Every other endpoint
+// is nats-server's own handler.
 func (b *Broker) serveMonitoring() error {
 	host := or(b.cfg.Monitor.Host, b.cfg.Host)
 	port := max(b.cfg.Monitor.Port, 0) // -1: any free port
@@ -34,14 +35,27 @@ func (b *Broker) serveMonitoring() error {
 	} {
 		mux.HandleFunc(path, h)
 	}
-	var handler http.Handler = mux
+	// No subscription's subject is listed (the subs and test parameters
+	// of /connz, /subsz, /routez, /leafz): some of the fabric's are its
+	// secrets, such as a replay's flow control, where an answer keeps the
+	// replay going; counts are still given.
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Has("subs") || q.Has("test") {
+			q.Del("subs")
+			q.Del("test")
+			r.URL.RawQuery = q.Encode()
+		}
+		mux.ServeHTTP(w, r)
+	})
 	if isLoopback(host) {
+		inner := handler
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !isLoopback(hostOf(r.Host)) {
 				http.Error(w, "this monitoring listener answers requests for its loopback address only, not "+r.Host, http.StatusMisdirectedRequest)
 				return
 			}
-			mux.ServeHTTP(w, r)
+			inner.ServeHTTP(w, r)
 		})
 	}
 	// Each request is read whole in 30 s (a body declared and never sent

@@ -246,4 +246,18 @@ func TestMonitorKeepsTheCommandLineAndRefusesOtherHosts(t *testing.T) {
 	if code, _ := get("/varz", "localhost:"+port); code != http.StatusOK {
 		t.Errorf("GET /varz with Host localhost answered %d", code)
 	}
+	// Nor the subjects the coordinator subscribes to: some are its
+	// secrets (a replay's flow control, where an answer keeps the replay
+	// going, was read from /connz?subs=detail and answered by an observer
+	// for replays it had named others' inboxes for).
+	for _, path := range []string{"/connz?subs=detail", "/connz?subs=1", "/connz?subs=true&auth=1", "/subsz?subs=1", "/subscriptionsz?subs=1&test=shoal.relay-acks.x.1",
+		"/routez?subs=1", "/leafz?subs=1", "/accountz?acc=SHOAL"} {
+		code, body := get(path, "")
+		if strings.Contains(body, "shoal.relay-acks.") || strings.Contains(body, `"subscriptions_list`) {
+			t.Errorf("GET %s (%d) lists subscriptions: %.300s", path, code, body)
+		}
+	}
+	if code, body := get("/connz?subs=detail", ""); code != http.StatusOK || !strings.Contains(body, `"connections"`) {
+		t.Errorf("GET /connz?subs=detail: %d %.200s; want the connections, without their subscriptions", code, body)
+	}
 }
