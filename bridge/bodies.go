@@ -22,12 +22,23 @@ const (
 	bodiesInAll = 6 * maxMCPBody
 )
 
+// bodiesOfLesser bounds the bytes of the bodies the principals that are
+// not people (the observer's token, agents) hold together: one caller's
+// share of the whole is kept for the people's (the full token's, or
+// everyone's where no token is set), which the observer's token and three
+// agents' took whole, each trickling two large bodies.
+const bodiesOfLesser = bodiesInAll - bodiesPerCaller
+
 // bodies counts the bytes of the request bodies held, by principal.
 type bodies struct {
-	mu    sync.Mutex
-	by    map[string]int64
-	total int64
+	mu     sync.Mutex
+	by     map[string]int64
+	total  int64
+	lesser int64 // of principals that are not people
 }
+
+// person reports whether principal who is the people's.
+func person(who string) bool { return who == "full" || who == "everyone" }
 
 func newBodies() *bodies { return &bodies{by: map[string]int64{}} }
 
@@ -40,9 +51,14 @@ func (b *bodies) take(who string, n int64) error {
 		return fmt.Errorf("these credentials have %d bytes of requests being read already; a request of %d more would pass the %d one caller may have at once: send it when those are answered", b.by[who], n, int64(bodiesPerCaller))
 	case b.total+n > bodiesInAll:
 		return fmt.Errorf("the endpoint is reading %d bytes of requests already, the most it holds at once: send it again in a moment", b.total)
+	case !person(who) && b.lesser+n > bodiesOfLesser:
+		return fmt.Errorf("the endpoint is reading %d bytes of requests of agents and observers already, the most it holds of theirs (the rest is kept for the full token): send it again in a moment", b.lesser)
 	}
 	b.by[who] += n
 	b.total += n
+	if !person(who) {
+		b.lesser += n
+	}
 	return nil
 }
 
@@ -51,6 +67,9 @@ func (b *bodies) give(who string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.total -= n
+	if !person(who) {
+		b.lesser -= n
+	}
 	if b.by[who] -= n; b.by[who] <= 0 {
 		delete(b.by, who)
 	}
