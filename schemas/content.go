@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Content block types.
@@ -335,6 +336,27 @@ type Usage struct {
 	CacheReadTokens     int64    `json:"cacheReadTokens"`
 	CacheCreationTokens int64    `json:"cacheCreationTokens"`
 	CostUSD             *float64 `json:"costUsd"`
+}
+
+// MarshalJSON writes the usage as Kaimon does: its cost a float as Julia
+// shows one ("costUsd":0.0, not 0), or null.
+func (u Usage) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"inputTokens":`...)
+	b = strconv.AppendInt(b, u.InputTokens, 10)
+	b = append(b, `,"outputTokens":`...)
+	b = strconv.AppendInt(b, u.OutputTokens, 10)
+	b = append(b, `,"cacheReadTokens":`...)
+	b = strconv.AppendInt(b, u.CacheReadTokens, 10)
+	b = append(b, `,"cacheCreationTokens":`...)
+	b = strconv.AppendInt(b, u.CacheCreationTokens, 10)
+	b = append(b, `,"costUsd":`...)
+	if u.CostUSD == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJuliaFloat(b, *u.CostUSD)
+	}
+	return append(b, '}'), nil
 }
 
 // MaxTurnTokens and MaxTurnCostUSD bound each figure of one turn's usage

@@ -82,6 +82,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", e.Payload.Kind(), err)
 	}
+	data = kaimonJSON(data)
 	var b bytes.Buffer
 	b.Grow(len(data) + 40)
 	b.WriteString(`{"kind":"`)

@@ -1,14 +1,18 @@
 package schemas
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // appendEnvelope writes the envelopes of the kinds that make up most of a
 // stream (streamed text and thought chunks, tool input fragments, status)
-// without reflection. The bytes are exactly encoding/json's.
+// without reflection. The bytes are exactly what the other kinds' path
+// writes (encoding/json's, made Kaimon's by kaimonJSON).
 func appendEnvelope(b []byte, e Event) ([]byte, bool) {
 	switch p := e.Payload.(type) {
 	case AssistantText:
@@ -59,15 +63,18 @@ func appendChunk(b []byte, kind string, turn int, delta bool, c ContentBlock) ([
 
 const hexDigits = "0123456789abcdef"
 
-// AppendJSONString appends s as a JSON string the way encoding/json
-// does: HTML-safe, invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029
-// escaped.
+// AppendJSONString appends s as a JSON string the way Kaimon's writer
+// (JSON.jl) writes one: '"' and '\\' escaped, control characters too
+// (\b \f \n \r \t by name, the rest of C0 and DEL as \u00xx), and
+// every other character as it is, '<', '>', '&', U+2028 and U+2029
+// included. Invalid UTF-8 is written as U+FFFD (Kaimon would pass the
+// bytes on, which not every reader of JSON takes).
 func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && c != 0x7f {
 				i++
 				continue
 			}
@@ -100,17 +107,90 @@ func AppendJSONString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
 		i += size
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// kaimonJSON rewrites JSON that encoding/json wrote as Kaimon's writer
+// writes it (see AppendJSONString): the characters encoding/json escapes
+// and Kaimon does not ('<', '>', '&', U+2028, U+2029) as they are, and DEL,
+// which encoding/json leaves, escaped. An escaped backslash is passed
+// over whole, so "\\u003c" stays as it is.
+func kaimonJSON(b []byte) []byte {
+	if bytes.IndexByte(b, '\\') < 0 && bytes.IndexByte(b, 0x7f) < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == 0x7f:
+			out = append(out, "\\u007f"...)
+		case c == '\\' && i+1 < len(b):
+			if b[i+1] == 'u' && i+5 < len(b) {
+				if r, ok := kaimonRaw[string(b[i+2:i+6])]; ok {
+					out = utf8.AppendRune(out, r)
+					i += 5
+					continue
+				}
+			}
+			out = append(out, c, b[i+1])
+			i++
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// kaimonRaw are the \u escapes of encoding/json that Kaimon writes as the
+// characters themselves.
+var kaimonRaw = map[string]rune{"003c": '<', "003e": '>', "0026": '&', "2028": '\u2028', "2029": '\u2029'}
+
+// appendJuliaFloat appends f as Julia shows a Float64, which is how
+// Kaimon's writer writes one: the shortest digits that read back as f,
+// always with a point (0.0, 1.5, 100000.0), and with an exponent below
+// 0.0001 or from 1,000,000 on (1.0e-5, 1.234567e6).
+func appendJuliaFloat(b []byte, f float64) []byte {
+	switch {
+	case math.IsNaN(f) || math.IsInf(f, 0):
+		return append(b, "null"...) // no JSON number; no cost is one
+	case math.Signbit(f):
+		b = append(b, '-')
+		f = -f
+	}
+	if f == 0 {
+		return append(b, "0.0"...)
+	}
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(f, 'e', -1, 64), "e")
+	digits := strings.Replace(mant, ".", "", 1)
+	e, _ := strconv.Atoi(exp)
+	pt := e + 1 // the point's place: f is 0.<digits> × 10^pt
+	if pt <= -4 || pt > 6 {
+		b = append(b, digits[0], '.')
+		if len(digits) == 1 {
+			b = append(b, '0')
+		} else {
+			b = append(b, digits[1:]...)
+		}
+		b = append(b, 'e')
+		return strconv.AppendInt(b, int64(pt-1), 10)
+	}
+	switch {
+	case pt <= 0:
+		b = append(b, "0."...)
+		b = append(b, strings.Repeat("0", -pt)...)
+		return append(b, digits...)
+	case pt >= len(digits):
+		b = append(b, digits...)
+		b = append(b, strings.Repeat("0", pt-len(digits))...)
+		return append(b, ".0"...)
+	}
+	b = append(b, digits[:pt]...)
+	b = append(b, '.')
+	return append(b, digits[pt:]...)
 }
 
 // decodeFast reads the canonical envelopes appendEnvelope writes for
