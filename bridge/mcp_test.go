@@ -417,9 +417,9 @@ func wrongValues(kind string) map[string]any {
 	case "boolean":
 		return map[string]any{"a string": "yes", "the number 1": 1}
 	case "string[]":
-		return map[string]any{"a string": "Read", "an array": []any{"Read", 3}}
+		return map[string]any{"a string": "Read", "an array whose item 1 is the number 3": []any{"Read", 3}}
 	case "map":
-		return map[string]any{"an object": map[string]any{"gpu": 1}, "a string": "gpu=yes"}
+		return map[string]any{`an object whose "gpu" is the number 1`: map[string]any{"gpu": 1}, "a string": "gpu=yes"}
 	case "object":
 		return map[string]any{"a string": "{}", "an array": []any{1}}
 	}

@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -51,5 +52,16 @@ func TestEnvelopesAreKaimonsBytes(t *testing.T) {
 		if got := string(appendJuliaFloat(nil, c.f)); got != c.want {
 			t.Errorf("%v as Julia shows it: %s, want %s", c.f, got, c.want)
 		}
+	}
+}
+
+// An ACP agent Shoal does not know is refused in Kaimon's words.
+func TestUnknownACPAgentInKaimonsWords(t *testing.T) {
+	_, _, err := SplitACPModel("nosuch:some-model")
+	if err == nil || !strings.HasPrefix(err.Error(), "unknown ACP agent 'nosuch' — known: claude, gemini, opencode") {
+		t.Errorf("acp:nosuch:some-model: %v", err)
+	}
+	if agent, model, err := SplitACPModel("gemini:flash"); err != nil || agent != "gemini" || model != "flash" {
+		t.Errorf("acp:gemini:flash: %s %s %v", agent, model, err)
 	}
 }

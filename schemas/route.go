@@ -34,7 +34,9 @@ var ACPAgents = []string{"opencode", "claude", "gemini"}
 func SplitACPModel(s string) (agent, model string, err error) {
 	agent, model, _ = strings.Cut(s, ":")
 	if !slices.Contains(ACPAgents, agent) {
-		return "", "", Errf(CodeInvalid, "unknown ACP agent %q in acp:%s (want acp:opencode, acp:claude or acp:gemini, optionally followed by :<model>)", agent, s)
+		// Kaimon's words (without Julia's "ArgumentError: "), then how a
+		// model names one.
+		return "", "", Errf(CodeInvalid, "unknown ACP agent '%s' — known: claude, gemini, opencode (a model acp:<agent>[:<model>], not acp:%s)", agent, s)
 	}
 	return agent, model, nil
 }

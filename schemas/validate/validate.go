@@ -321,7 +321,7 @@ func (r *Request) say(arg string, v any, l leaf) string {
 	if l.nested {
 		switch l.kind.(type) {
 		case *kind.Type, *kind.AdditionalProperties:
-			return fmt.Sprintf("%s must be %s, not %s", arg, kindWords(r.kinds[arg]), jsonType(v))
+			return fmt.Sprintf("%s must be %s, not %s", arg, kindWords(r.kinds[arg]), entryOf(r.kinds[arg], v))
 		}
 		return fmt.Sprintf("%s has an entry that %s", arg, entryWords(l.kind))
 	}
@@ -409,6 +409,36 @@ func kindWords(k string) string {
 		return "a value"
 	}
 	return "a " + k
+}
+
+// entryOf says what v, an argument of kind k with an entry of the wrong
+// type, is: the first such entry of an array of strings or an object of
+// strings, or else v as a whole.
+func entryOf(k string, v any) string {
+	switch x := v.(type) {
+	case []any:
+		if k == "string[]" {
+			for i, e := range x {
+				if _, ok := e.(string); !ok {
+					return fmt.Sprintf("an array whose item %d is %s", i, jsonType(e))
+				}
+			}
+		}
+	case map[string]any:
+		if k == "map" {
+			keys := make([]string, 0, len(x))
+			for key := range x {
+				keys = append(keys, key)
+			}
+			slices.Sort(keys)
+			for _, key := range keys {
+				if _, ok := x[key].(string); !ok {
+					return fmt.Sprintf("an object whose %q is %s", key, jsonType(x[key]))
+				}
+			}
+		}
+	}
+	return jsonType(v)
 }
 
 // jsonType says what a decoded JSON value is.
