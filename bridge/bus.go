@@ -172,6 +172,15 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	defer pos.close()
+	if last := info.State.LastSeq; pos.last > last {
+		// Its position says it sent events the stream does not have:
+		// the store was put back from an older copy. What the stream
+		// takes next is sent; waiting for it to pass the position would
+		// send nothing until then.
+		b.log.Warn("the bus's position is past the stream's end (a store restored from an older copy?); it sends what the stream takes from now on",
+			"position", pos.last, "stream-last", last)
+		pos.record(last)
+	}
 	cons, err := b.consumer(ctx, stream, pos.last)
 	if err != nil {
 		return err

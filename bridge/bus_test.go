@@ -3,7 +3,9 @@ package bridge_test
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -442,5 +444,55 @@ func TestBusWithoutItsDurableResumesAfterItsLastEvent(t *testing.T) {
 		if got := ev.Payload.(schemas.AssistantText).Content.Text; got != fmt.Sprint(i) {
 			t.Fatalf("event %d: %q", i, got)
 		}
+	}
+}
+
+// A bus whose position is past the stream's end (a store restored from an
+// older copy beside a newer bus.pos) sends what the stream takes next:
+// before, it passed over every event numbered up to the position it had
+// recorded, and its subscribers heard nothing until the stream got there.
+func TestBusPositionPastTheStreamsEndResumesAtTheEnd(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	_, js := natstest.JetStream(t, b)
+	address := "ipc://" + filepath.Join(t.TempDir(), "kaimon-events.sock")
+	state := filepath.Join(t.TempDir(), "bus.pos")
+	logged := &lockedBuffer{}
+	sub := kaimonsub.Start(t, address)
+	text := func(s string) []byte {
+		env, _ := schemas.Encode(schemas.Event{Turn: 1, Payload: schemas.AssistantText{Content: schemas.Text(s)}})
+		return env
+	}
+	stop := runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: state})
+	for i := uint64(1); i <= 3; i++ {
+		publish(t, js, "r1", i, text(fmt.Sprint(i)))
+	}
+	for i := 1; i <= 3; i++ {
+		kaimonsub.Next(t, sub, fmt.Sprintf("event %d", i))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The position says 1000 events of this stream were sent.
+	pos, err := os.ReadFile(state)
+	if err != nil || len(pos) != 16 {
+		t.Fatalf("bus.pos: %x %v", pos, err)
+	}
+	binary.LittleEndian.PutUint64(pos[8:], 1000)
+	if err := os.WriteFile(state, pos, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runBus(t, bridge.BusConfig{Conn: natstest.Connect(t, b), Address: address, StateFile: state, Logger: slog.New(slog.NewTextHandler(logged, nil))})
+	for i := uint64(4); i <= 6; i++ {
+		publish(t, js, "r1", i, text(fmt.Sprint(i)))
+	}
+	for i := 4; i <= 6; i++ {
+		m := kaimonsub.Next(t, sub, fmt.Sprintf("event %d, after the position was found past the stream", i))
+		if ev, err := schemas.Decode([]byte(m.Data)); err != nil || ev.Payload.(schemas.AssistantText).Content.Text != fmt.Sprint(i) {
+			t.Fatalf("event %d: %s %v", i, m.Data, err)
+		}
+	}
+	if !strings.Contains(logged.String(), "past the stream's end") {
+		t.Errorf("the bus did not say its position was past the stream's end; the log:\n%s", logged.String())
 	}
 }
