@@ -398,7 +398,7 @@ func claim(address string) error {
 	conn, err := net.DialTimeout("unix", addr, time.Second)
 	if err == nil {
 		conn.Close()
-		return fmt.Errorf("the Kaimon bus address %s is in use by a live process (is Kaimon running?); give the bus another address (shoal up --bus ADDRESS), or run none (--no-bus)", address)
+		return fmt.Errorf("the Kaimon bus address %s is in use by a live process (Kaimon, or another shoal up); give the bus another address (shoal up --bus ADDRESS), or run none (--no-bus)", address)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		return fmt.Errorf("the Kaimon bus address %s: %w", address, err)

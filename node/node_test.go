@@ -296,7 +296,7 @@ func TestControlRejectsBadInput(t *testing.T) {
 		msg  string
 	}{
 		{schemas.OpenRequest{Node: "n1"}, schemas.CodeInvalid, "invalid open request: Invalid parameter(s): cwd must not be empty"},
-		{schemas.OpenRequest{CWD: "/no/such/dir", Node: "n1"}, schemas.CodeInvalid, "agent cwd does not exist: /no/such/dir"},
+		{schemas.OpenRequest{CWD: "/no/such/dir", Node: "n1"}, schemas.CodeInvalid, "agent cwd does not exist: /no/such/dir (on node n1)"},
 		{schemas.OpenRequest{CWD: file, Node: "n1"}, schemas.CodeInvalid, "agent cwd is not a directory: " + file},
 		{schemas.OpenRequest{CWD: "relative", Node: "n1"}, schemas.CodeInvalid, "must be an absolute path"},
 		{schemas.OpenRequest{CWD: t.TempDir(), ID: "Bad.Id", Node: "n1"}, schemas.CodeInvalid, `agent id "Bad.Id" has 'B' at position 1`},

@@ -88,9 +88,11 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 	}
 	switch fi, err := os.Stat(p.cwd); {
 	case err != nil:
-		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd does not exist: %s", p.cwd)
+		// Kaimon's words, then where: on a pool of machines the
+		// directory must be on the node placement chose.
+		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd does not exist: %s (on node %s)", p.cwd, h.cfg.Name)
 	case !fi.IsDir():
-		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd is not a directory: %s", p.cwd)
+		return p, schemas.Errf(schemas.CodeInvalid, "agent cwd is not a directory: %s (on node %s)", p.cwd, h.cfg.Name)
 	}
 	if req.Node != "" && req.Node != h.cfg.Name {
 		return p, schemas.Errf(schemas.CodeInvalid, "this is node %s, not %s", h.cfg.Name, req.Node)

@@ -742,9 +742,12 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 			cfg.Web = web.New(web.Config{Client: f, Token: o.mcpToken, ObserverToken: o.mcpObserver, Origin: origin, Logger: log})
 		}
 		err := m.ListenHTTP(ctx, o.mcpListen, cfg, func(u string) { urls <- u })
+		if err != nil {
+			err = fmt.Errorf("MCP endpoint: %w (another address: --mcp-listen; none: --no-mcp)", err)
+		}
 		done <- err
 		if err != nil {
-			errc <- fmt.Errorf("MCP endpoint: %w (another address: --mcp-listen; none: --no-mcp)", err)
+			errc <- err
 		}
 	})
 	select {

@@ -271,7 +271,7 @@ func runCommand() *command {
 		"Sends a turn and waits until it ends, then prints the assistant's text.\nOne synchronous run per agent at a time.",
 		func(fs *flag.FlagSet) func(context.Context, *verb, []string) error {
 			var wait time.Duration
-			durationFlag(fs, &wait, "wait", schemas.DefaultRunTimeout, "give up waiting after this `duration`")
+			durationFlag(fs, &wait, "wait", schemas.DefaultRunTimeout, "give up waiting for the turn to end after this `duration` (--timeout bounds each answer of the fabric, not the turn)")
 			return func(ctx context.Context, v *verb, args []string) error {
 				id, rest, err := agentArg(args, "the agent id")
 				if err != nil {

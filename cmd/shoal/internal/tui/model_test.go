@@ -633,8 +633,9 @@ type spenderSource struct {
 
 func (s spenderSource) Budgets(context.Context) (schemas.BudgetsReply, error) { return s.rep, nil }
 
-// The header shows what the fleet spent against its budget, and says so
-// once the budget is reached; each agent's row its own tokens.
+// The header shows what the fleet spent against its budget, in tokens
+// (it said "spent 60" with no unit), and says so once the budget is
+// reached; each agent's row its own tokens.
 func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 	agents := []schemas.AgentRecord{{ID: "a1", Status: schemas.StatusIdle, Node: "n1", CreatedAt: 1, Usage: schemas.Usage{InputTokens: 1500, OutputTokens: 200}}}
 	used := schemas.Usage{InputTokens: 30_000, OutputTokens: 2_000, CostUSD: schemas.Cost(1.25)}
@@ -647,13 +648,13 @@ func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 	m.Update(agentsMsg(agents))
 	m.Update(m.readSpend(0)())
 	view := m.View()
-	if !strings.Contains(view, "spent 32.0k $1.25/50.0k") || strings.Contains(view, "budget reached") || !strings.Contains(view, "1.7k") {
+	if !strings.Contains(view, "spent 32.0k of 50.0k tokens, $1.25") || strings.Contains(view, "budget reached") || !strings.Contains(view, "1.7k") {
 		t.Errorf("the fleet within its budget:\n%s", view)
 	}
 	src.rep.Budgets[0].Budget.Tokens = 30_000
 	m.src = src
 	m.Update(m.readSpend(0)())
-	if view := m.View(); !strings.Contains(view, "spent 32.0k $1.25/30.0k ⚠ fleet budget reached") {
+	if view := m.View(); !strings.Contains(view, "spent 32.0k of 30.0k tokens, $1.25 ⚠ fleet budget reached") {
 		t.Errorf("the fleet past its budget:\n%s", view)
 	}
 }

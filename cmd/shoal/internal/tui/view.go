@@ -225,23 +225,27 @@ func (m *Model) spendNote() string {
 		return ""
 	}
 	used := m.spend.Spent.Fleet()
-	note := " · spent " + tokens(used)
-	if used.CostUSD != nil && *used.CostUSD > 0 {
-		note += fmt.Sprintf(" $%.2f", *used.CostUSD)
+	var fleet *schemas.BudgetLine
+	for i, b := range m.spend.Budgets {
+		if b.Fleet {
+			fleet = &m.spend.Budgets[i]
+		}
 	}
-	for _, b := range m.spend.Budgets {
-		if !b.Fleet {
-			continue
+	note := " · spent " + tokens(used)
+	if fleet != nil && fleet.Budget.Tokens > 0 {
+		note += " of " + tokens(schemas.Usage{InputTokens: fleet.Budget.Tokens})
+	}
+	note += " tokens"
+	if used.CostUSD != nil && *used.CostUSD > 0 {
+		note += fmt.Sprintf(", $%.2f", *used.CostUSD)
+		if fleet != nil && fleet.Budget.USD > 0 {
+			note += fmt.Sprintf(" of $%.2f", fleet.Budget.USD)
 		}
-		if b.Budget.Tokens > 0 {
-			note += "/" + tokens(schemas.Usage{InputTokens: b.Budget.Tokens})
-		}
-		if b.Budget.USD > 0 {
-			note += fmt.Sprintf("/$%.2f", b.Budget.USD)
-		}
-		if b.Budget.Over(schemas.Scope{Fleet: true}, b.Used) != nil {
-			note += " ⚠ fleet budget reached"
-		}
+	} else if fleet != nil && fleet.Budget.USD > 0 {
+		note += fmt.Sprintf(", $0.00 of $%.2f", fleet.Budget.USD)
+	}
+	if fleet != nil && fleet.Budget.Over(schemas.Scope{Fleet: true}, fleet.Used) != nil {
+		note += " ⚠ fleet budget reached"
 	}
 	return note
 }
