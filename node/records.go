@@ -287,25 +287,39 @@ func (r *records) write(ctx context.Context, a *agent) error {
 			r.setRev(a.id, newRev)
 			return nil
 		}
+		// The revision moved, or the relay refused the write for good
+		// (for a confined node, the word that the agent is dead or
+		// another's: the relay judges that before the revision): the
+		// record is read again, and says which.
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		wrongRev := errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+		if !wrongRev && !refused(err) {
 			return err
 		}
-		e, err := r.kv.get(ctx, a.id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		e, gerr := r.kv.get(ctx, a.id)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
+			if !wrongRev {
+				// Removed, or (the relay answers a node only of its own
+				// agents) another node's now.
+				r.takenForLost(ctx, a.id, "")
+				return nil
+			}
 			if newRev, err := r.kv.create(ctx, a.id, val); err == nil {
 				r.setRev(a.id, newRev)
 				return nil
 			}
 			continue
 		}
-		if err != nil {
-			return err
+		if gerr != nil {
+			return gerr
 		}
-		cur, err := decodeRecord(e.value)
-		if err == nil && (takenFrom(cur, rec, r.node) || closedByAnother(cur, rec, e.value, val)) {
+		cur, derr := decodeRecord(e.value)
+		if derr == nil && (takenFrom(cur, rec, r.node) || closedByAnother(cur, rec, e.value, val)) {
 			r.takenForLost(ctx, a.id, cur.Node)
 			return nil
+		}
+		if !wrongRev {
+			return err // refused for another reason, the relay's words say which
 		}
 		r.setRev(a.id, e.rev)
 	}

@@ -76,3 +76,62 @@ func TestLostNodeComingBackStoresNothingAfterTheDeath(t *testing.T) {
 			schemas.TokensOf(*closed), rep.Total.Turns, schemas.TokensOf(rep.Total.Usage))
 	}
 }
+
+// The same through the relay: a confined node stopped past its TTL came
+// back and never stored an event again. The relay refused its record
+// writes for good (the agent was dead; "reopening it is a new claim"), a
+// refusal the node did not take for the word that it was taken for lost,
+// so it retried them for ever, its events waiting behind; the dead
+// agent's CLI ran on, and a new agent's turns ran but were never stored.
+// Refused, the node reads the record again, stops the agent the fabric
+// closed, and sends events again.
+func TestLostConfinedNodeComingBackStopsItsAgentAndStoresAgain(t *testing.T) {
+	t.Parallel()
+	p := startAuthPool(t, "client", "me")
+	p.fake.Script(fakemodel.Reply{Text: strings.Repeat("slowly ", 60), ChunkSize: 7, Delay: 60 * time.Millisecond})
+	open := func() string {
+		var rep schemas.OpenReply
+		if err := json.Unmarshal([]byte(p.must(t, "open", "--json", t.TempDir())), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.AgentID
+	}
+	status := func(id string) schemas.AgentRecord {
+		var rec schemas.AgentRecord
+		json.Unmarshal([]byte(p.must(t, "status", id)), &rec)
+		return rec
+	}
+	id := open()
+	p.must(t, "send", id, "Take your time.")
+	poll.Until(t, 60*time.Second, "the turn runs", func() bool { return status(id).Status == schemas.StatusWorking })
+	if err := p.node.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			p.node.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	poll.Until(t, 60*time.Second, "the coordinator takes the agent for lost", func() bool { return status(id).Status == schemas.StatusDead })
+	time.Sleep(3 * time.Second)
+	p.node.cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	poll.Until(t, 60*time.Second, "the node, back, says the fabric took its agent for lost", func() bool {
+		return strings.Contains(p.node.stderrText(), "the fabric took this agent for lost")
+	})
+	poll.Until(t, 60*time.Second, "the node back, its agent stopped", func() bool {
+		var rep struct{ Nodes []schemas.NodeRecord }
+		code, out, _ := runShoal(t, t.TempDir(), p.as, "nodes", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &rep) == nil && len(rep.Nodes) == 1 && rep.Nodes[0].Agents == 0
+	})
+	// It stores again: a new agent's turn is in the stream.
+	p.fake.Script(fakemodel.Reply{Text: "Back again."})
+	again := open()
+	if out := p.must(t, "run", again, "Are you back?"); !strings.Contains(out, "Back again.") {
+		t.Fatalf("shoal run on the node, back: %q", out)
+	}
+	if out := p.must(t, "output", again); !strings.Contains(out, "Back again.") {
+		t.Errorf("the new agent's turn is not in the stream: %q", out)
+	}
+}
