@@ -151,6 +151,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := pub.Listen(batchAddress(b.cfg.Address)); err != nil {
 		return fmt.Errorf("bind the Kaimon bus at %s: %w", b.cfg.Address, err)
 	}
+	bound := time.Now()
 	if network, path, _ := splitEndpoint(b.cfg.Address); network == "ipc" {
 		defer os.Remove(path)
 	}
@@ -185,7 +186,7 @@ func (b *Bus) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
-	b.awaitSubscriber(ctx, pub)
+	b.awaitSubscriber(ctx, pub, bound)
 	// Acknowledging one event acknowledges all before it, so the bus acks
 	// every ackEvery events and whenever it has caught up; the position
 	// file keeps a restart from repeating the few it had not acked.
@@ -350,16 +351,23 @@ func (b *Bus) rewind(ctx context.Context, stream jetstream.Stream, cons jetstrea
 	return nil
 }
 
+// reconnectWindow is how long after the bus binds the subscribers of the
+// bus it replaces have to be back: libzmq retries every 100 ms, with up to
+// 100 ms of jitter, each subscriber on its own.
+const reconnectWindow = 300 * time.Millisecond
+
 // awaitSubscriber gives subscribers up to the grace period to connect
 // before the bus sends anything, since a PUB socket drops what it sends
-// before a subscription arrives.
-func (b *Bus) awaitSubscriber(ctx context.Context, pub zmq4.Socket) {
+// before a subscription arrives. The first subscription is not enough:
+// what was stored while no bus ran goes out at once, and a subscriber
+// whose reconnection comes a moment later would never be sent it.
+func (b *Bus) awaitSubscriber(ctx context.Context, pub zmq4.Socket, bound time.Time) {
 	topics, ok := pub.(zmq4.Topics)
 	if !ok {
 		return
 	}
 	deadline := time.Now().Add(b.cfg.Grace)
-	for len(topics.Topics()) == 0 && time.Now().Before(deadline) {
+	for (len(topics.Topics()) == 0 || time.Since(bound) < reconnectWindow) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return
