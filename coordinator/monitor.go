@@ -54,6 +54,11 @@ type MonitorConfig struct {
 	// a sweep once the relay has been back for a TTL, unless it checks in
 	// again. Nodes that write their own heartbeats are judged as ever.
 	Relay func() (lost time.Time, away bool)
+	// Now is the monitor's clock; time.Now when nil. A monitor that finds
+	// it was held up a node TTL or longer between two of its rounds (its
+	// process stopped, its machine asleep) gives every node the grace
+	// period, as at a start: the nodes could not beat meanwhile either.
+	Now func() time.Time
 
 	Logger *slog.Logger
 }
@@ -184,6 +189,29 @@ func (m *Monitor) Run(ctx context.Context) error {
 		clear(present)
 		sweep.Reset(grace)
 	}
+	// held reports whether the monitor was held up a TTL or longer since
+	// it last looked (the overdue ticker looks each second), and then
+	// gives every node the grace period: a coordinator stopped or asleep
+	// that long (its embedded server with it, or a link) saw entries
+	// expire that the nodes could not renew, and judged them as it woke.
+	// The wall clock is read too, as the monotonic one stands still while
+	// a machine sleeps.
+	clock := m.cfg.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	awake := clock()
+	held := func() bool {
+		now := clock()
+		gap := max(now.Sub(awake), now.Round(0).Sub(awake.Round(0)))
+		before := awake
+		awake = now
+		if gap < ttl {
+			return false
+		}
+		regrace(before, fmt.Sprintf("the coordinator was held up %s (stopped or asleep), past the nodes' TTL", gap.Round(time.Millisecond)))
+		return true
+	}
 	close(m.ready)
 	for {
 		select {
@@ -192,6 +220,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case lost := <-w.Reconnected():
 			regrace(lost, "connected again")
 		case now := <-overdue.C:
+			held()
 			m.finishUnfinished(ctx, agents, stream)
 			m.denyOverdue(ctx, permits, waiting, now, func(node string) bool { _, ok := present[node]; return !ok && (settled || now.Sub(started) > grace) })
 		case <-pw.Reconnected():
@@ -210,6 +239,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 				noteWaiting(waiting, e.Key(), e.Operation(), e.Value())
 			}
 		case <-sweep.C:
+			if held() {
+				continue // the sweep, due while the monitor was held, is a grace later
+			}
 			if _, away := relayAway(time.Now()); away {
 				// Nodes that beat through the relay wait until it has been
 				// back a while; the others are judged.
@@ -236,6 +268,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 				regrace(lost, "connected again")
 			default:
 			}
+			held()
 			node := e.Key()
 			if e.Operation() == jetstream.KeyValuePut {
 				present[node] = present[node] || e.Created().After(heardSince)

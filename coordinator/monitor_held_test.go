@@ -1,0 +1,110 @@
+package coordinator_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A coordinator held up past the nodes' TTL (its process stopped, its
+// machine asleep: its embedded server with it, so no node could beat)
+// woke to entries expiring and took living nodes for lost, closing every
+// agent of theirs, whenever their expiry came before their next beat. A
+// monitor that finds it was held up a TTL or longer gives every node the
+// grace period, as at a start: the node that beats again within it keeps
+// its agents; one that never does is lost at its end. Held up less than a
+// TTL, an expiry is judged as ever.
+func TestMonitorHeldUpGivesTheNodesTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		held      time.Duration
+		beatsMore bool
+		wantDead  bool
+	}{
+		{"not held", 0, true, true},
+		{"held past the TTL, the node back", 10 * time.Second, true, false},
+		{"held past the TTL, the node never back", 10 * time.Second, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			const ttl, grace = 2 * time.Second, 3 * time.Second
+			b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
+			f := newCloseFabricOn(t, b)
+			nodes, err := f.js.KeyValue(t.Context(), schemas.NodesBucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			beat := func() error {
+				now := float64(time.Now().Unix())
+				b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now})
+				_, err := nodes.Put(t.Context(), "n1", b)
+				return err
+			}
+			putJSON(t, f.agents, "a1", f.lostMidTurn("a1"))
+			var mu sync.Mutex
+			var ahead time.Duration // how far the monitor's clock jumped
+			clock := func() time.Time {
+				mu.Lock()
+				defer mu.Unlock()
+				return time.Now().Add(ahead)
+			}
+			m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: f.nc, Grace: grace, Now: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fabrictest.Run(t, m)
+			if err := beat(); err != nil { // heard from since the monitor started
+				t.Fatal(err)
+			}
+			// The node's beats stop; the monitor finds, at its next look,
+			// that it was held up.
+			mu.Lock()
+			ahead = c.held
+			mu.Unlock()
+			dead := func() bool {
+				e, err := f.agents.Get(t.Context(), "a1")
+				var rec schemas.AgentRecord
+				return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
+			}
+			time.Sleep(ttl + time.Second) // the entry expires
+			if c.beatsMore {
+				if err := beat(); err != nil {
+					t.Fatal(err)
+				}
+				stop := make(chan struct{})
+				var beating sync.WaitGroup
+				beating.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(ttl / 2):
+							beat()
+						}
+					}
+				})
+				defer beating.Wait()
+				defer close(stop)
+			}
+			if c.wantDead {
+				poll.Until(t, 30*time.Second, "the agent of a lost node to be closed", dead)
+				return
+			}
+			for end := time.Now().Add(ttl + 2*grace); time.Now().Before(end); {
+				if dead() {
+					t.Fatal("the agent of a node whose entry expired while the monitor was held up, and that beat again after, was closed")
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
