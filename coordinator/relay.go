@@ -1329,7 +1329,7 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = client.RequestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
-	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true}
+	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true, Instance: entryInstance(ctx, r.nodes, node)}
 	if r.mcp != nil && !rep.NameTaken {
 		// Only node's own credentials publish under its relay subjects,
 		// so the key reaches that node alone.
@@ -1341,6 +1341,18 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 		}
 	}
 	replyJSON(r.nc, m.Reply, rep)
+}
+
+// entryInstance is the life whose heartbeat nodes holds for node, or ""
+// when it holds none (or cannot be read).
+func entryInstance(ctx context.Context, nodes jetstream.KeyValue, node string) string {
+	e, err := nodes.Get(ctx, node)
+	if err != nil {
+		return ""
+	}
+	var rec schemas.NodeRecord
+	json.Unmarshal(e.Value(), &rec)
+	return rec.Instance
 }
 
 // mcpGrantWait bounds how long a hello waits for the coordinator's MCP

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,9 +20,16 @@ type advertiser struct {
 	mu       sync.Mutex
 	rec      schemas.NodeRecord // under mu
 	interval time.Duration
+	ttl      time.Duration
 	lease    time.Duration // how long after a beat begins its entry is sure to live; 0 for unknown
 	changed  chan struct{}
+	last     time.Time // when the last beat that was written began; under mu
+	takenBy  string    // the life that took the node's name while it was away; under mu
 }
+
+// errNameTaken is what a node whose name another life took while it was
+// away stops with.
+var errNameTaken = errors.New("another node took this node's name while it was away")
 
 // newAdvertiser detects what the node can run; it writes nothing yet. ttl
 // is how long the node's entry lives without a beat.
@@ -35,7 +44,7 @@ func newAdvertiser(ctx context.Context, h *Host, ttl time.Duration) *advertiser 
 	}
 	// The entry lives ttl from when the server stores it, which is after
 	// the beat began; a tenth is left for an event in flight.
-	a := &advertiser{h: h, interval: interval, lease: ttl - ttl/10, changed: make(chan struct{}, 1)}
+	a := &advertiser{h: h, interval: interval, ttl: ttl, lease: ttl - ttl/10, changed: make(chan struct{}, 1)}
 	a.rec = schemas.NodeRecord{
 		Name:      h.cfg.Name,
 		Version:   h.cfg.Version,
@@ -115,7 +124,35 @@ func readiness(infos []schemas.BackendInfo) (ready, notReady []string) {
 
 // write publishes the node's entry; it is called by the heartbeat and by
 // opens and closes, concurrently.
+//
+// A beat more than a TTL after the last one written (the node was cut
+// off, or stopped, past its TTL) first asks whose the name's entry is:
+// another node may have started under the name meanwhile (refused only
+// while this one answered). Beating over it would have the two take
+// turns as the name; this node stops instead (takenOver).
 func (a *advertiser) write(ctx context.Context) error {
+	a.mu.Lock()
+	if a.takenBy != "" {
+		a.mu.Unlock()
+		return errNameTaken
+	}
+	lapsed := !a.last.IsZero() && a.ttl > 0 && time.Since(a.last) > a.ttl
+	a.mu.Unlock()
+	if lapsed {
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		hello, err := a.h.store.hello(hctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ask whose the name's entry is after the heartbeat lapsed: %w", err)
+		}
+		if other := hello.Instance; other != "" && other != a.record().Instance {
+			a.mu.Lock()
+			a.takenBy = other
+			a.mu.Unlock()
+			a.h.takenOver(other)
+			return errNameTaken
+		}
+	}
 	a.mu.Lock()
 	a.rec.Agents = a.h.liveAgents()
 	a.rec.Unhealthy = a.h.health()
@@ -141,6 +178,11 @@ func (a *advertiser) write(ctx context.Context) error {
 	if err := a.h.store.beat(wctx, b); err != nil {
 		return err
 	}
+	a.mu.Lock()
+	if began.After(a.last) {
+		a.last = began
+	}
+	a.mu.Unlock()
 	if l := a.leaseFrom(began); !l.IsZero() {
 		a.h.pub.extend(l)
 	}
@@ -180,7 +222,9 @@ func (a *advertiser) run(ctx context.Context) {
 		case <-beat.C:
 		case <-a.changed:
 		}
-		if err := a.write(ctx); err != nil {
+		if err := a.write(ctx); errors.Is(err, errNameTaken) {
+			return // the node stops
+		} else if err != nil {
 			a.h.log.Warn("heartbeat failed", "err", err)
 		}
 	}
@@ -203,8 +247,15 @@ func (a *advertiser) refresh(ctx context.Context) {
 	}
 }
 
-// leave removes the node's record on a clean stop.
+// leave removes the node's record on a clean stop; not when another
+// life holds the name, whose entry it is.
 func (a *advertiser) leave(ctx context.Context) {
+	a.mu.Lock()
+	taken := a.takenBy != ""
+	a.mu.Unlock()
+	if taken {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	a.h.store.leave(ctx)

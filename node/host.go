@@ -208,6 +208,8 @@ type Host struct {
 	pub        *publisher
 	recs       *records
 	ads        *advertiser
+	// stopSelf ends Run with a cause (takenOver).
+	stopSelf context.CancelCauseFunc
 	pids       *pidFile
 	permits    *permitBook
 	nums       *numbers
@@ -299,7 +301,17 @@ func (h *Host) Name() string { return h.cfg.Name }
 // Run runs the node until ctx ends: it takes its directory, reaps agents a
 // previous instance left behind, and serves the control endpoints. On the
 // way out it closes every live agent and stores their last events.
-func (h *Host) Run(ctx context.Context) error {
+func (h *Host) Run(ctx context.Context) (err error) {
+	// The node stops itself, with a cause, when another node took its
+	// name while it was away (takenOver).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	h.stopSelf = stop
+	defer func() {
+		if cause := context.Cause(ctx); err == nil && errors.Is(cause, errNameTaken) {
+			err = cause
+		}
+	}()
 	if err := os.MkdirAll(h.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("node dir: %w", err)
 	}
@@ -919,6 +931,25 @@ func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// takenOver stops the node: another life of its name (other) started
+// while this one was away past its TTL. Its agents, which the fabric
+// closed when it took this node for lost, are stopped without another
+// word to the fabric (records under the name are the other life's to
+// write now), its entry is left to the other, and the node exits.
+func (h *Host) takenOver(other string) {
+	h.log.Error("another node took this node's name while it was away; this node stops its agents, which the fabric closed, and exits", "other_instance", other)
+	h.mu.Lock()
+	ids := make([]string, 0, len(h.agents))
+	for id := range h.agents {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.recs.takenForLost(context.Background(), id, h.cfg.Name)
+	}
+	h.stopSelf(fmt.Errorf("%w (its life %s): this node stopped; start it again under another name (shoal node --node-name NAME), or stop the other", errNameTaken, other))
 }
 
 // abandon stops an agent the fabric has declared dead while this node was

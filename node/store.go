@@ -198,6 +198,11 @@ func (s *directStore) hello(ctx context.Context) (schemas.RelayHelloReply, error
 		return schemas.RelayHelloReply{}, fmt.Errorf("read KV bucket %s: %w", schemas.NodesBucket, err)
 	}
 	rep := schemas.RelayHelloReply{NodeTTLMS: st.TTL().Milliseconds()}
+	if e, err := s.nodes.Get(ctx, s.node); err == nil {
+		var rec schemas.NodeRecord
+		json.Unmarshal(e.Value(), &rec)
+		rep.Instance = rec.Instance
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err = s.nc.RequestWithContext(ctx, schemas.ControlSubject(s.node, schemas.VerbList), []byte(`{}`))

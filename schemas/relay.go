@@ -15,6 +15,10 @@ type RelayHelloReply struct {
 	// TakesAcked says the relay reads HeaderAcked on the node's events
 	// (a relay of an earlier version refuses an event that carries it).
 	TakesAcked bool `json:"takes_acked,omitempty"`
+	// Instance is the life (NodeRecord.Instance) whose heartbeat the
+	// nodes bucket holds under this name now, if any: a node back from
+	// past its TTL whose name another life took since finds it here.
+	Instance string `json:"instance,omitempty"`
 }
 
 // MCPGrant is a node's way to the coordinator's MCP endpoint: where it is
