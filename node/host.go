@@ -210,14 +210,14 @@ type Host struct {
 	ads        *advertiser
 	// stopSelf ends Run with a cause (takenOver).
 	stopSelf context.CancelCauseFunc
-	pids       *pidFile
-	permits    *permitBook
-	nums       *numbers
-	maxEvent   int
-	backends   map[string]backend.Backend
-	labels     []string // cfg.Labels as budgets name them (schemas.LabelsOf)
-	produced   produced // what this life's turns used
-	ready      chan struct{}
+	pids     *pidFile
+	permits  *permitBook
+	nums     *numbers
+	maxEvent int
+	backends map[string]backend.Backend
+	labels   []string // cfg.Labels as budgets name them (schemas.LabelsOf)
+	produced produced // what this life's turns used
+	ready    chan struct{}
 	// agentWork is every goroutine of every agent, requests every
 	// request being answered: Run waits for both.
 	agentWork sync.WaitGroup
