@@ -58,6 +58,16 @@ func (f *Direct) Conn() *nats.Conn { return f.nc }
 // JetStream is the client's JetStream handle.
 func (f *Direct) JetStream() jetstream.JetStream { return f.js }
 
+// bucketErr says that bucket could not be opened, and, where nothing
+// answered (the coordinator gone: killed, restarting), that the fabric is
+// away rather than the bucket.
+func bucketErr(nc *nats.Conn, bucket string, err error) error {
+	if !nc.IsConnected() || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return schemas.Errf(schemas.CodeUnavailable, "the fabric does not answer (open KV bucket %s: %v): is shoal up running? Ask again once it is", bucket, err)
+	}
+	return schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", bucket, err)
+}
+
 // agentsKV is the agents bucket, opened once.
 func (f *Direct) agentsKV(ctx context.Context) (jetstream.KeyValue, error) {
 	f.mu.Lock()
@@ -68,7 +78,7 @@ func (f *Direct) agentsKV(ctx context.Context) (jetstream.KeyValue, error) {
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.AgentsBucket)
 	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.AgentsBucket, err)
+		return nil, bucketErr(f.nc, schemas.AgentsBucket, err)
 	}
 	f.mu.Lock()
 	f.agents = kv
@@ -86,7 +96,7 @@ func (f *Direct) nodesKV(ctx context.Context) (jetstream.KeyValue, error) {
 	}
 	kv, err := f.js.KeyValue(ctx, schemas.NodesBucket)
 	if err != nil {
-		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.NodesBucket, err)
+		return nil, bucketErr(f.nc, schemas.NodesBucket, err)
 	}
 	f.mu.Lock()
 	f.nodes = kv
@@ -821,6 +831,7 @@ func (f *Direct) request(ctx context.Context, node string, verb schemas.Verb, re
 func (f *Direct) whileNodeLives(ctx context.Context, node string, verb schemas.Verb, ask func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	reconnects := f.nc.Stats().Reconnects
 	lost := f.watchNode(ctx, node)
 	answered := make(chan error, 1)
 	go func() { answered <- ask(ctx) }()
@@ -830,6 +841,11 @@ func (f *Direct) whileNodeLives(ctx context.Context, node string, verb schemas.V
 	case how := <-lost:
 		cancel()
 		<-answered
+		if f.nc.Stats().Reconnects != reconnects {
+			// The fabric itself was away meanwhile (a coordinator
+			// restarted): the node's entry may have gone with it.
+			return schemas.Errf(schemas.CodeUnavailable, "the fabric was away while node %s answered %s (the coordinator restarted, or the link to it went): ask again", node, verb)
+		}
 		return schemas.Errf(schemas.CodeUnavailable, "node %s %s while it answered %s: ask again once it is back", node, how, verb)
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -288,6 +290,9 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		}
 		// The store is the coordinator's, whichever node was to read
 		// it: another node would meet the same.
+		if !f.nc.IsConnected() || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, anyNode{schemas.Errf(schemas.CodeUnavailable, "send %s: the connection to the fabric went while it was sent (%v): is shoal up running? Open it again once it is: what was sent whole is not sent again", what, err)}
+		}
 		return nil, anyNode{schemas.Errf(schemas.CodeUnavailable, "send %s: the repositories' store %s did not take it: %v (the coordinator's store may be failing writes, its disk full: its log says; once mended, shoal up may need a restart)", what, schemas.ReposBucket, err)}
 	}
 	f.say("sent %s: %d bytes in %s", what, fi.Size(), time.Since(began).Round(time.Millisecond))
