@@ -284,7 +284,8 @@ or request, 3 no such agent or node, 4 unavailable (the fabric cannot be
 reached, the agent is dead, its node gone, or no node can take it), 5
 timed out, 6 conflict (the id is
 taken, a run is already in flight, a permission request already
-answered, a node's name or directory in use), 7 a run whose turn was interrupted.
+answered, a node's name or directory in use), 7 a run whose turn was interrupted,
+130 stopped by Ctrl-C or SIGTERM while it waited.
 
 Run 'shoal help <command>' or 'shoal <command> --help' for details.
 `)
