@@ -363,14 +363,23 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	if err := h.repos.able(); err != nil {
 		return schemas.WorkReply{}, err
 	}
-	turn := 0
+	turn, live := 0, false
 	h.mu.Lock()
 	if a, ok := h.agents[req.AgentID]; ok {
 		a.mu.Lock()
-		turn = a.rec.Turn
+		turn, live = a.rec.Turn, true
 		a.mu.Unlock()
 	}
 	h.mu.Unlock()
+	if !live {
+		// Not run here now (the node restarted, or the agent ended): its
+		// record says how far it got.
+		if e, err := h.store.get(ctx, req.AgentID); err == nil {
+			if rec, err := decodeRecord(e.value); err == nil {
+				turn = rec.Turn
+			}
+		}
+	}
 	msg := workspace.SnapshotMessage(req.AgentID, h.cfg.Name, turn)
 	service.LongWait(ctx) // as in Diff
 	release, err := h.repos.hold(ctx, req.AgentID)

@@ -1,8 +1,10 @@
 package node_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -161,5 +163,55 @@ func TestNodeStartEmptiesWhatAKilledRunLeftInItsSpool(t *testing.T) {
 	}
 	if names, _ := os.ReadDir(filepath.Join(dir, "spool")); len(names) != 0 {
 		t.Errorf("the spool holds %d scratch files after the open and the fetch", len(names))
+	}
+}
+
+// The commit of what an agent left uncommitted names the turn it got to;
+// once the agent no longer ran on its node (the node restarted since) it
+// said "as of turn 0". The record's turn is read then.
+func TestSnapshotOfAnEndedAgentNamesItsLastTurn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	cfg := node.Config{Name: "a", Dir: dir, Conn: natstest.Connect(t, srv), Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}}
+	first, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- first.Run(stop) }()
+	<-first.Ready()
+	repo := gittest.Repo(t, "README", "hi\n")
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := f.OpenRepo(ctx, schemas.OpenRequest{ID: "ended"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"one", "two"} {
+		if _, err := f.Run(ctx, schemas.RunRequest{AgentID: "ended", Text: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "work", "ended", "left.txt"), []byte("uncommitted\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The node stops (closing its agent) and starts again on its
+	// directory: the checkout is there, the agent runs no more.
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	cfg.Conn = natstest.Connect(t, srv)
+	fabrictest.Node(t, srv, cfg)
+	if _, err := f.Fetch(ctx, "ended", repo, false); err != nil {
+		t.Fatal(err)
+	}
+	if msg := gittest.Git(t, repo, "log", "-1", "--format=%B", "shoal/ended"); !strings.Contains(msg, "(as of turn 2)") {
+		t.Errorf("the snapshot of the ended agent's work says %q; want it as of turn 2", msg)
 	}
 }
