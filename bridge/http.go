@@ -332,16 +332,26 @@ func isLoopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// ListenHTTP serves the MCP endpoint on addr until ctx ends. It refuses a
-// listener off loopback without a token. ready, when given, receives the
-// endpoint's URL once it accepts connections.
-func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready func(url string)) error {
+// CheckListen refuses what ListenHTTP would: an address it cannot read,
+// or one off loopback without a token. A caller may ask before it starts
+// anything else.
+func CheckListen(addr string, cfg HTTPConfig) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("MCP listen address %q: %w", addr, err)
 	}
 	if !isLoopbackHost(host) && cfg.Token == "" && cfg.ObserverToken == "" {
 		return fmt.Errorf("refusing to serve MCP on %s without a bearer token: set one (shoal up --mcp-token), or listen on 127.0.0.1", addr)
+	}
+	return nil
+}
+
+// ListenHTTP serves the MCP endpoint on addr until ctx ends. It refuses a
+// listener off loopback without a token. ready, when given, receives the
+// endpoint's URL once it accepts connections.
+func (m *MCP) ListenHTTP(ctx context.Context, addr string, cfg HTTPConfig, ready func(url string)) error {
+	if err := CheckListen(addr, cfg); err != nil {
+		return err
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -392,6 +392,12 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 	if err != nil {
 		return err
 	}
+	if !o.noMCP {
+		// Refused now, before the server says it listens.
+		if err := bridge.CheckListen(o.mcpListen, bridge.HTTPConfig{Token: o.mcpToken, ObserverToken: o.mcpObserver}); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	if o.memoryLimit > 0 && env.getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(o.memoryLimit)
 	}
@@ -743,7 +749,7 @@ func (o *upOptions) serveMCP(ctx context.Context, connect connector, log *slog.L
 		}
 		err := m.ListenHTTP(ctx, o.mcpListen, cfg, func(u string) { urls <- u })
 		if err != nil {
-			err = fmt.Errorf("MCP endpoint: %w (another address: --mcp-listen; none: --no-mcp)", err)
+			err = fmt.Errorf("%w (another address: --mcp-listen; none: --no-mcp)", err)
 		}
 		done <- err
 		if err != nil {

@@ -138,6 +138,9 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"bounds past the disk", nil, []string{"up", "--port", "-1", "--no-node", "--no-bus", "--no-mcp", "--store", filepath.Join(dir, "s2"), "--repos-max-bytes", "1048576GiB"},
 			[]string{"insufficient storage", "file system has", "free", "--repos-max-bytes 1048576.0 GiB", "lower --repos-max-bytes and --stream-max-bytes"}},
 		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication: turn authentication on (shoal up --auth)"}},
+		// Refused before the server starts (it said "NATS listening"
+		// first, then exited).
+		{"MCP off loopback without a token", nil, []string{"up", "--port", "-1", "--store", filepath.Join(dir, "s3"), "--mcp-listen", "0.0.0.0:0"}, []string{"refusing to serve MCP on 0.0.0.0:0 without a bearer token"}},
 		{"bad log level", nil, []string{"up", "--log-level", "loud"}, []string{"loud"}},
 		{"stray argument", nil, []string{"up", "now"}, []string{`unexpected argument "now"`}},
 		{"unknown command", nil, []string{"upp"}, []string{`unknown command "upp"`}},
@@ -146,9 +149,12 @@ func TestUpBadConfiguration(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			code, _, stderr := runShoal(t, t.TempDir(), c.env, c.args...)
+			code, stdout, stderr := runShoal(t, t.TempDir(), c.env, c.args...)
 			if code == 0 {
 				t.Fatalf("exit 0, want a failure; stderr %q", stderr)
+			}
+			if strings.Contains(stdout, "NATS listening") {
+				t.Errorf("it said it listens, then refused: %q", stdout)
 			}
 			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			if len(lines) != 1 {
