@@ -31,6 +31,11 @@ func (f *Direct) Permit(ctx context.Context, req schemas.PermitRequest) (schemas
 			a := rec.Answer
 			return schemas.PermitReply{}, schemas.Errf(schemas.CodeConflict, "permission request %s of agent %s was already answered: %s by %s", req.RequestID, req.AgentID, a.Decision, a.By)
 		}
+		if rec, rerr := f.Record(ctx, req.AgentID); rerr == nil && rec.Status == schemas.StatusDead {
+			// Its node lost (or stopped) with the request waiting: the
+			// turn that asked is over, and nothing waits for the answer.
+			return schemas.PermitReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead: its permission request %s went with the turn that asked (it stays listed until its deadline)", req.AgentID, req.RequestID)
+		}
 	}
 	return rep, err
 }

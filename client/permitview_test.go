@@ -148,3 +148,34 @@ func TestWatchedPermitsAreListedWithoutReadingTheBucket(t *testing.T) {
 		return slices.Equal(waiting(), []string{"a4.w4"})
 	})
 }
+
+// A request of an agent that died with it waiting (its node lost) stays
+// listed until its deadline; answered, it said "node n1 is not reachable"
+// (exit 4), as if answering later might do. It says the agent is dead.
+func TestPermitOfADeadAgentSaysItIsDead(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	_, js := natstest.JetStream(t, srv)
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(bucket, key string, v any) {
+		t.Helper()
+		b, err := js.KeyValue(t.Context(), bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := json.Marshal(v)
+		if _, err := b.Put(t.Context(), key, raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := float64(time.Now().Unix())
+	put(schemas.AgentsBucket, "a1", schemas.AgentRecord{ID: "a1", Node: "n1", Status: schemas.StatusDead, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
+	put(schemas.PermitsBucket, schemas.PermitKey("a1", "r1"), schemas.PermitRecord{AgentID: "a1", RequestID: "r1", Node: "n1", Tool: "Bash", AskedAt: now, Deadline: now + 600, Input: json.RawMessage(`{}`)})
+	_, err = f.Permit(t.Context(), schemas.PermitRequest{AgentID: "a1", RequestID: "r1", Decision: schemas.DecisionAllow})
+	if err == nil || !strings.Contains(err.Error(), "agent 'a1' is dead") {
+		t.Errorf("answering a dead agent's request: %v", err)
+	}
+}
