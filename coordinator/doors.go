@@ -57,7 +57,8 @@ type doors struct {
 // A door is one node's connection at the relay and its subscription.
 type door struct {
 	node  string
-	nc    *nats.Conn // nil until dialled; the shared one when doors.dial is nil
+	nc    *nats.Conn // nil until dialled; the shared one when doors.dial is nil or failed
+	own   bool       // nc is the door's own, closed with it
 	sub   *nats.Subscription
 	done  chan struct{} // closed once it is open, or failed
 	err   error         // why it failed; read after done
@@ -116,18 +117,23 @@ func (d *doors) connect(dr *door) {
 		}
 		d.mu.Unlock()
 	}
-	nc := d.shared
+	nc, own := d.shared, false
 	if d.dial != nil {
-		var err error
-		if nc, err = d.dial("shoal-relay-door " + dr.node); err != nil {
-			fail(err)
-			return
+		if c, err := d.dial("shoal-relay-door " + dr.node); err != nil {
+			// The server full (it takes so many clients), say: the node
+			// is heard on the relay's own connection, as before doors,
+			// rather than not at all (its hello and heartbeats would be
+			// answered, and it would look alive). The door is dialled
+			// again once it is swept and opened anew.
+			d.log.Warn("a node's door at the relay could not be dialled; the node is heard on the relay's own connection", "node", dr.node, "err", err)
+		} else {
+			nc, own = c, true
+			nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					d.log.Warn("a node's door at the relay was cut; it connects again", "node", dr.node, "err", err)
+				}
+			})
 		}
-		nc.SetDisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				d.log.Warn("a node's door at the relay was cut; it connects again", "node", dr.node, "err", err)
-			}
-		})
 	}
 	sub, err := nc.QueueSubscribe(schemas.RelayNamespace(dr.node), relayQueue, func(m *nats.Msg) {
 		if m.Header.Get(doorMark) != "" {
@@ -141,7 +147,7 @@ func (d *doors) connect(dr *door) {
 		err = nc.Flush()
 	}
 	if err != nil {
-		if d.dial != nil {
+		if own {
 			nc.Close()
 		} else if sub != nil {
 			sub.Unsubscribe()
@@ -150,7 +156,7 @@ func (d *doors) connect(dr *door) {
 		return
 	}
 	d.mu.Lock()
-	dr.nc, dr.sub = nc, sub
+	dr.nc, dr.sub, dr.own = nc, sub, own
 	d.mu.Unlock()
 	mark := nats.NewMsg(schemas.RelaySubject(dr.node, schemas.RelayHello))
 	mark.Header.Set(doorMark, dr.mark)
@@ -185,11 +191,11 @@ func (dr *door) wait(ctx context.Context) {
 }
 
 // shut closes dr's subscription, and its connection when it is dr's own.
-func (dr *door) shut(own bool) {
+func (dr *door) shut() {
 	if dr.sub != nil {
 		dr.sub.Unsubscribe()
 	}
-	if own && dr.nc != nil {
+	if dr.own && dr.nc != nil {
 		dr.nc.Close()
 	}
 }
@@ -212,7 +218,7 @@ func (d *doors) sweep(now time.Time, idle time.Duration) {
 	d.mu.Unlock()
 	for _, dr := range gone {
 		d.log.Info("closed a node's door at the relay, idle", "node", dr.node, "idle", idle)
-		dr.shut(d.dial != nil)
+		dr.shut()
 	}
 }
 
@@ -225,7 +231,7 @@ func (d *doors) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for node, dr := range d.open {
-		dr.shut(d.dial != nil)
+		dr.shut()
 		delete(d.open, node)
 	}
 }

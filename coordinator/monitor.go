@@ -55,7 +55,7 @@ type MonitorConfig struct {
 	// again. Nodes that write their own heartbeats are judged as ever.
 	Relay func() (lost time.Time, away bool)
 	// Now is the monitor's clock; time.Now when nil. A monitor that finds
-	// it was held up a node TTL or longer between two of its rounds (its
+	// it was held up past a node TTL between two of its rounds (its
 	// process stopped, its machine asleep) gives every node the grace
 	// period, as at a start: the nodes could not beat meanwhile either.
 	Now func() time.Time
@@ -189,8 +189,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 		clear(present)
 		sweep.Reset(grace)
 	}
-	// held reports whether the monitor was held up a TTL or longer since
-	// it last looked (the overdue ticker looks each second), and then
+	// held reports whether the monitor was held up past a TTL (and the
+	// second between its looks) since it last looked, and then
 	// gives every node the grace period: a coordinator stopped or asleep
 	// that long (its embedded server with it, or a link) saw entries
 	// expire that the nodes could not renew, and judged them as it woke.
@@ -206,8 +206,8 @@ func (m *Monitor) Run(ctx context.Context) error {
 		gap := max(now.Sub(awake), now.Round(0).Sub(awake.Round(0)))
 		before := awake
 		awake = now
-		if gap < ttl {
-			return false
+		if gap < ttl+time.Second {
+			return false // the looks come a second apart: with a TTL of 1s a gap of one is theirs
 		}
 		regrace(before, fmt.Sprintf("the coordinator was held up %s (stopped or asleep), past the nodes' TTL", gap.Round(time.Millisecond)))
 		return true

@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +108,41 @@ func TestMonitorHeldUpGivesTheNodesTheGracePeriod(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// The monitor looks each second, and with a TTL of one second (the least
+// the broker takes) about every other look came a TTL after the one
+// before: it took itself for held up each time and gave every node the
+// grace period again, so a lost node's agent was closed late or never. A
+// gap counts as held up only past a TTL and a second.
+func TestMonitorWithAOneSecondTTLIsNotHeldUp(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second
+	b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
+	f := newCloseFabricOn(t, b)
+	nodes, err := f.js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putJSON(t, f.agents, "a1", f.lostMidTurn("a1"))
+	now := float64(time.Now().Unix())
+	rec, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now})
+	if _, err := nodes.Put(t.Context(), "n1", rec); err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: f.nc, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabrictest.Run(t, m) // n1, written before, never beats again: lost at the grace period's end (3 s)
+	poll.Until(t, 15*time.Second, "the lost node's agent to be closed about the grace period's end", func() bool {
+		e, err := f.agents.Get(t.Context(), "a1")
+		var r schemas.AgentRecord
+		return err == nil && json.Unmarshal(e.Value(), &r) == nil && r.Status == schemas.StatusDead
+	})
+	if n := strings.Count(logs.String(), "held up"); n > 1 {
+		t.Errorf("a monitor never held up said it was, %d times:\n%s", n, logs.String())
 	}
 }

@@ -136,7 +136,10 @@ func (a *advertiser) write(ctx context.Context) error {
 		a.mu.Unlock()
 		return errNameTaken
 	}
-	lapsed := !a.last.IsZero() && a.ttl > 0 && time.Since(a.last) > a.ttl
+	// The wall clock too: the monotonic one stands still while the
+	// machine sleeps.
+	now := time.Now()
+	lapsed := !a.last.IsZero() && a.ttl > 0 && max(now.Sub(a.last), now.Round(0).Sub(a.last.Round(0))) > a.ttl
 	a.mu.Unlock()
 	if lapsed {
 		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
