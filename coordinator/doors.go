@@ -200,7 +200,9 @@ func (dr *door) shut() {
 	}
 }
 
-// sweep closes the open doors that have heard nothing for idle.
+// sweep closes the open doors that have heard nothing for idle, and
+// those heard on the relay's own connection for want of one of their own
+// (which the node's next hello or heartbeat dials again).
 func (d *doors) sweep(now time.Time, idle time.Duration) {
 	var gone []*door
 	d.mu.Lock()
@@ -210,7 +212,7 @@ func (d *doors) sweep(now time.Time, idle time.Duration) {
 		default:
 			continue // opening
 		}
-		if now.Sub(time.Unix(0, dr.heard.Load())) > idle {
+		if now.Sub(time.Unix(0, dr.heard.Load())) > idle || (d.dial != nil && dr.err == nil && !dr.own) {
 			delete(d.open, node)
 			gone = append(gone, dr)
 		}
