@@ -204,12 +204,13 @@ func (m *Monitor) Run(ctx context.Context) error {
 	held := func() bool {
 		now := clock()
 		gap := max(now.Sub(awake), now.Round(0).Sub(awake.Round(0)))
-		before := awake
 		awake = now
 		if gap < ttl+time.Second {
 			return false // the looks come a second apart: with a TTL of 1s a gap of one is theirs
 		}
-		regrace(before, fmt.Sprintf("the coordinator was held up %s (stopped or asleep), past the nodes' TTL", gap.Round(time.Millisecond)))
+		// Heard from is written from now on: an entry made before, even
+		// since the last look, may expire for the hold alone.
+		regrace(time.Now(), fmt.Sprintf("the coordinator was held up %s (stopped or asleep), past the nodes' TTL", gap.Round(time.Millisecond)))
 		return true
 	}
 	close(m.ready)

@@ -14,8 +14,8 @@ func TestOpenRefusesAModelThatNamesNoBackend(t *testing.T) {
 	t.Parallel()
 	c := startCoordinator(t, nil)
 	for model, want := range map[string]string{
-		"acp:opencod": "want acp:opencode, acp:claude or acp:gemini",
-		"acp:":        "want acp:opencode, acp:claude or acp:gemini",
+		"acp:opencod": "unknown ACP agent 'opencod' — known: claude, gemini, opencode",
+		"acp:":        "unknown ACP agent '' — known: claude, gemini, opencode",
 		"vmlx:":       "names no model: vmlx:<model>",
 		"ollama:":     "names no model: ollama:<model>",
 	} {
