@@ -152,7 +152,7 @@ func (a *advertiser) write(ctx context.Context) error {
 			a.mu.Lock()
 			a.takenBy = other
 			a.mu.Unlock()
-			a.h.takenOver(other)
+			a.h.takenOver(ctx, other)
 			return errNameTaken
 		}
 	}

@@ -938,7 +938,7 @@ func (h *Host) recheck(ctx context.Context, lapses <-chan struct{}) {
 // closed when it took this node for lost, are stopped without another
 // word to the fabric (records under the name are the other life's to
 // write now), its entry is left to the other, and the node exits.
-func (h *Host) takenOver(other string) {
+func (h *Host) takenOver(ctx context.Context, other string) {
 	h.log.Error("another node took this node's name while it was away; this node stops its agents, which the fabric closed, and exits", "other_instance", other)
 	h.mu.Lock()
 	ids := make([]string, 0, len(h.agents))
@@ -947,7 +947,7 @@ func (h *Host) takenOver(other string) {
 	}
 	h.mu.Unlock()
 	for _, id := range ids {
-		h.recs.takenForLost(context.Background(), id, h.cfg.Name)
+		h.recs.takenForLost(context.WithoutCancel(ctx), id, h.cfg.Name)
 	}
 	h.stopSelf(fmt.Errorf("%w (its life %s): this node stopped; start it again under another name (shoal node --node-name NAME), or stop the other", errNameTaken, other))
 }
