@@ -182,6 +182,17 @@ func (d *doors) lobbyTakes(node string, m *nats.Msg) bool {
 	return dr == nil || !dr.past.Load()
 }
 
+// conn is the connection node is heard on: its door's, or the relay's
+// own while it has none open.
+func (d *doors) conn(node string) *nats.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dr := d.open[node]; dr != nil && dr.nc != nil {
+		return dr.nc
+	}
+	return d.shared
+}
+
 // wait returns once dr is open or has failed, or ctx ends.
 func (dr *door) wait(ctx context.Context) {
 	select {

@@ -1328,7 +1328,10 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err = client.RequestNode(pctx, r.nc, node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
+	// On the node's door: the reply comes under the node's own reply
+	// prefix, where its credentials may publish anything, and a flood
+	// there must cut its door, not the relay's connection.
+	_, err = client.RequestNode(pctx, r.doors.conn(node), node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
 	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true, Instance: entryInstance(ctx, r.nodes, node)}
 	if r.mcp != nil && !rep.NameTaken {
 		// Only node's own credentials publish under its relay subjects,
