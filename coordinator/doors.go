@@ -143,7 +143,10 @@ func (d *doors) connect(dr *door) {
 		d.handle(m)
 	})
 	if err == nil {
-		sub.SetPendingLimits(-1, doorPending)
+		// Bytes counted are bodies only; a message's header is bounded
+		// by the count (and, once taken, by the node's shares, which
+		// count it).
+		sub.SetPendingLimits(2*schemas.MaxEventsAhead, doorPending)
 		err = nc.Flush()
 	}
 	if err != nil {

@@ -210,7 +210,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			if !ok {
 				return
 			}
-			if !in.do(node, len(m.Data), func() { h(ctx, m) }) {
+			if !in.do(node, laneBytes(m), func() { h(ctx, m) }) {
 				r.busy(m, node, op, in.inFlight+in.waiting)
 			}
 		}

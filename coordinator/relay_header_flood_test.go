@@ -1,0 +1,65 @@
+package coordinator_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/internal/fabrictest"
+	"github.com/shoalfabric/shoal/schemas"
+)
+
+// A node's share of the relay's work bounds what waits of its
+// operations by their bytes, and counted only bodies: node evil, which
+// answers no question of the relay's (so each of its hellos holds a place
+// for a second), sent hellos whose 2 MB were all header, and held two
+// gigabytes of the coordinator's heap where the same bytes as bodies held
+// two hundred megabytes. Headers count. (Not parallel: it reads the
+// process's heap.)
+func TestRelayBoundsHeaderBytesOfAFlood(t *testing.T) {
+	s := fabrictest.StartSecured(t)
+	stall := s.Connect(t, broker.RoleNode, "evil")
+	if _, err := stall.Subscribe(schemas.NodeGroup("evil")+".>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	stall.Flush()
+	big := strings.Repeat("h", 2_000_000)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 2 {
+		nc := s.Dial(t, broker.RoleNode, "evil", nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+		inbox := nc.NewInbox()
+		wg.Go(func() {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				m := nats.NewMsg(schemas.RelaySubject("evil", schemas.RelayHello))
+				m.Reply = fmt.Sprintf("%s.%d.%d", inbox, c, i)
+				m.Header.Set("X-Pad", big)
+				nc.PublishMsg(m)
+			}
+		})
+	}
+	var peak uint64
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, ms.HeapInuse)
+	}
+	close(stop)
+	wg.Wait()
+	if peak > 512<<20 {
+		t.Errorf("one node's hellos of 2 MB of header held %d MiB of the heap; its share's bound is 64 MiB", peak>>20)
+	}
+}
