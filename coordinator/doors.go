@@ -133,6 +133,15 @@ func (d *doors) connect(dr *door) {
 					d.log.Warn("a node's door at the relay was cut; it connects again", "node", dr.node, "err", err)
 				}
 			})
+			// One that gave up connecting again is forgotten: the node's
+			// next hello or heartbeat opens another.
+			nc.SetClosedHandler(func(*nats.Conn) {
+				d.mu.Lock()
+				if d.open[dr.node] == dr {
+					delete(d.open, dr.node)
+				}
+				d.mu.Unlock()
+			})
 		}
 	}
 	sub, err := nc.QueueSubscribe(schemas.RelayNamespace(dr.node), relayQueue, func(m *nats.Msg) {

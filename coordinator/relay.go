@@ -288,6 +288,17 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Warn("the relay's lobby, where nodes without a door say hello, was cut; it connects again", "err", err)
 			}
 		})
+		// A lobby that gave up connecting again (the server refused it
+		// for want of room, past its tries) would leave every node
+		// without a door unheard for good: the relay's own connection is
+		// closed with it, and the coordinator starts the relay again, as
+		// for any service whose connection closed.
+		lobby.SetClosedHandler(func(*nats.Conn) {
+			if ctx.Err() == nil {
+				r.log.Error("the relay's lobby closed; the relay starts again")
+				r.nc.Close()
+			}
+		})
 	}
 	r.doors.lobby = lobby
 	defer r.doors.stop() // before the lobby closes
