@@ -1,9 +1,7 @@
 package coordinator_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,38 +82,7 @@ func TestRelayKeepsAByteFloodToItsNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			honest := s.Connect(t, broker.RoleNode, "honest")
-			within := func(what string, subject string, data []byte) []byte {
-				t.Helper()
-				began := time.Now()
-				m, err := honest.Request(subject, data, ttl)
-				if err != nil {
-					t.Fatalf("%s during node evil's flood: %v after %s (the relay's connection cut %d times)", what, err, time.Since(began), cuts.Load())
-				}
-				if took := time.Since(began); took > ttl/3 {
-					t.Fatalf("%s took %s during node evil's flood, past a third of the nodes' TTL (%s)", what, took, ttl/3)
-				}
-				return m.Data
-			}
-			ask, _ := json.Marshal(schemas.RelayLastRequest{Agents: []string{"pal"}})
-			for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
-				e, err := nodes.Get(ctx, "honest")
-				if err != nil {
-					t.Fatalf("node honest's entry during node evil's flood: %v", err)
-				}
-				if ack := within("a heartbeat of node honest", schemas.RelaySubject("honest", schemas.RelayBeat), e.Value()); strings.Contains(string(ack), `"error"`) {
-					t.Fatalf("a heartbeat of node honest: %s", ack)
-				}
-				var last schemas.RelayLastReply
-				if err := schemas.DecodeReply(within("node honest's last", schemas.RelaySubject("honest", schemas.RelayLast), ask), &last); err != nil || last.Last["pal"] == 0 {
-					t.Fatalf("node honest's last of its agent: %+v %v", last, err)
-				}
-				select {
-				case <-ctx.Done():
-					t.Fatal(ctx.Err())
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
+			answeredThroughout(t, ctx, s, nodes, ttl, func() string { return fmt.Sprintf(" (the relay's connection cut %d times)", cuts.Load()) })
 			if n := cuts.Load(); n > 0 {
 				t.Errorf("the relay's own connection was cut %d times by node evil's flood", n)
 			}
