@@ -41,16 +41,7 @@ func TestMonitorHeldUpGivesTheNodesTheGracePeriod(t *testing.T) {
 			const ttl, grace = 2 * time.Second, 3 * time.Second
 			b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
 			f := newCloseFabricOn(t, b)
-			nodes, err := f.js.KeyValue(t.Context(), schemas.NodesBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			beat := func() error {
-				now := float64(time.Now().Unix())
-				b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now})
-				_, err := nodes.Put(t.Context(), "n1", b)
-				return err
-			}
+			beat := f.n1Beat(t, false)
 			putJSON(t, f.agents, "a1", f.lostMidTurn("a1"))
 			var mu sync.Mutex
 			var ahead time.Duration // how far the monitor's clock jumped
@@ -72,30 +63,10 @@ func TestMonitorHeldUpGivesTheNodesTheGracePeriod(t *testing.T) {
 			mu.Lock()
 			ahead = c.held
 			mu.Unlock()
-			dead := func() bool {
-				e, err := f.agents.Get(t.Context(), "a1")
-				var rec schemas.AgentRecord
-				return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
-			}
+			dead := func() bool { return f.a1Dead(t) }
 			time.Sleep(ttl + time.Second) // the entry expires
 			if c.beatsMore {
-				if err := beat(); err != nil {
-					t.Fatal(err)
-				}
-				stop := make(chan struct{})
-				var beating sync.WaitGroup
-				beating.Go(func() {
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(ttl / 2):
-							beat()
-						}
-					}
-				})
-				defer beating.Wait()
-				defer close(stop)
+				defer keepBeating(t, beat, ttl)()
 			}
 			if c.wantDead {
 				poll.Until(t, 30*time.Second, "the agent of a lost node to be closed", dead)

@@ -42,16 +42,7 @@ func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 			const ttl, grace = 2 * time.Second, 3 * time.Second
 			b := natstest.Start(t, func(c *broker.Config) { c.Assets.NodeTTL = ttl })
 			f := newCloseFabricOn(t, b)
-			nodes, err := f.js.KeyValue(t.Context(), schemas.NodesBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			beat := func() error {
-				now := float64(time.Now().Unix())
-				b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now, Relayed: c.relayed})
-				_, err := nodes.Put(t.Context(), "n1", b)
-				return err
-			}
+			beat := f.n1Beat(t, c.relayed)
 			live := f.lostMidTurn("a1")
 			putJSON(t, f.agents, "a1", live)
 
@@ -76,11 +67,7 @@ func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 				lost, away = time.Now(), true
 				mu.Unlock()
 			}
-			dead := func() bool {
-				e, err := f.agents.Get(t.Context(), "a1")
-				var rec schemas.AgentRecord
-				return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
-			}
+			dead := func() bool { return f.a1Dead(t) }
 			// The entry expires (no beat for the TTL); the relay comes
 			// back a moment after.
 			time.Sleep(ttl + time.Second)
@@ -88,23 +75,7 @@ func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 			away = false
 			mu.Unlock()
 			if c.beatsMore {
-				if err := beat(); err != nil {
-					t.Fatal(err)
-				}
-				stop := make(chan struct{})
-				var beating sync.WaitGroup
-				beating.Go(func() { // and goes on beating
-					for {
-						select {
-						case <-stop:
-							return
-						case <-time.After(ttl / 2):
-							beat()
-						}
-					}
-				})
-				defer beating.Wait()
-				defer close(stop)
+				defer keepBeating(t, beat, ttl)() // and goes on beating
 			}
 			if c.wantDead {
 				poll.Until(t, 30*time.Second, "the agent of a lost node to be closed", dead)
@@ -119,4 +90,49 @@ func TestMonitorTakesNoNodeForLostWhileTheRelayIsAway(t *testing.T) {
 			}
 		})
 	}
+}
+
+// n1Beat writes node n1's heartbeat entry (said written through the
+// relay when relayed) each time it is called.
+func (f *closeFabric) n1Beat(t *testing.T, relayed bool) func() error {
+	t.Helper()
+	nodes, err := f.js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() error {
+		now := float64(time.Now().Unix())
+		b, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "i1", Labels: map[string]string{}, Backends: []schemas.BackendInfo{}, StartedAt: now, Heartbeat: now, Relayed: relayed})
+		_, err := nodes.Put(t.Context(), "n1", b)
+		return err
+	}
+}
+
+// keepBeating beats now and every half TTL after, until the function it
+// returns is called.
+func keepBeating(t *testing.T, beat func() error, ttl time.Duration) (stop func()) {
+	t.Helper()
+	if err := beat(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var beating sync.WaitGroup
+	beating.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(ttl / 2):
+				beat()
+			}
+		}
+	})
+	return func() { close(done); beating.Wait() }
+}
+
+// a1Dead reports whether agent a1's record says it is dead.
+func (f *closeFabric) a1Dead(t *testing.T) bool {
+	e, err := f.agents.Get(t.Context(), "a1")
+	var rec schemas.AgentRecord
+	return err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Status == schemas.StatusDead
 }
