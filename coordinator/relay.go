@@ -59,6 +59,10 @@ type Relay struct {
 	// JetStream acknowledges what the relay forwards; tokens names each.
 	acks   string
 	tokens atomic.Uint64
+	// fwd is the connection events are forwarded on, one that buffers
+	// nothing while it connects again (see settle); nc itself when nc is
+	// one.
+	fwd *nats.Conn
 
 	mu       sync.Mutex
 	owners   map[string]string              // agent id -> owner node, from the agents bucket
@@ -68,6 +72,11 @@ type Relay struct {
 	forget   int                            // deleted is pruned once it holds this many
 	seqs     map[string]*sequence           // agent id -> what the relay knows of its numbering
 	inflight map[string]inflight            // reply token -> a forwarded event awaiting its acknowledgement
+	// gen is how many times fwd had connected again when the relay last
+	// looked; doubted holds the agents whose forwards in flight were lost
+	// with an earlier connection, until one of theirs is forwarded again.
+	gen     uint64
+	doubted map[string]bool
 	warned   map[string]bool                // refusals already logged
 }
 
@@ -142,7 +151,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP, dial: cfg.Dial,
 		acks: schemas.RelayAckPrefix + "." + nuid.Next(), eventsWaiting: cfg.EventsWaiting,
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
-		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{},
+		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{}, doubted: map[string]bool{},
 		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
 
@@ -241,7 +250,25 @@ func (r *Relay) Run(ctx context.Context) error {
 			s.Drain()
 		}
 	}()
-	acks, err := r.nc.Subscribe(r.acks+".*", r.acked)
+	fwd, closeFwd, err := forwardingConn(r.nc)
+	if err != nil {
+		return err
+	}
+	defer closeFwd()
+	if fwd != r.nc {
+		// Forwards that could not go on would leave every confined
+		// node's events unstored: the relay's own connection is closed
+		// with it, and the coordinator starts the relay again.
+		fwd.SetClosedHandler(func(*nats.Conn) {
+			if ctx.Err() == nil {
+				r.log.Error("the relay's connection for events closed; the relay starts again")
+				r.nc.Close()
+			}
+		})
+	}
+	r.fwd = fwd
+	r.gen = fwd.Stats().Reconnects
+	acks, err := fwd.Subscribe(r.acks+".*", r.acked)
 	if err != nil {
 		return fmt.Errorf("relay acknowledgements: %w", err)
 	}
@@ -613,6 +640,11 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	// of its events at a time.
 	r.turns.lock(id)
 	defer r.turns.unlock(id)
+	gen, err := r.settle()
+	if err != nil {
+		r.refuseOrRetry(m, node, id, err)
+		return
+	}
 	dead, err := r.recordDead(ctx, id)
 	v := forward
 	if err == nil {
@@ -629,18 +661,23 @@ func (r *Relay) event(ctx context.Context, m *nats.Msg) {
 	st, isStatus := ev.Payload.(schemas.Status)
 	_, isResult := ev.Payload.(schemas.Result)
 	token := r.token()
-	f := inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn, result: isResult}
+	f := inflight{agent: id, n: n, reply: m.Reply, ends: isStatus && st.Status == schemas.StatusDead, at: time.Now(), turn: ev.Turn, result: isResult, gen: gen}
 	if v == resume {
 		f.after = acked
 	}
 	if err := r.forwarded(token, node, f); err != nil {
-		r.refuse(m, node, id, err)
+		r.refuseOrRetry(m, node, id, err)
 		return
 	}
 	// Every event carries the node it came from: the fleet's count
 	// charges a turn's result to it and its labels.
 	m.Header.Set(schemas.HeaderNode, node)
-	r.nc.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data})
+	if err := r.fwd.PublishMsg(&nats.Msg{Subject: schemas.EventSubject(id), Reply: r.acks + "." + token, Header: m.Header, Data: m.Data}); err != nil {
+		// The connection went as it was sent (it buffers nothing while
+		// it connects again): what went before it may be lost too.
+		r.unforward(token, id)
+		r.refuseOrRetry(m, node, id, unsure{fmt.Errorf("forward event %d of agent %s: %w", n, id, err)})
+	}
 }
 
 // unsure is what kept the relay from deciding an event: a read of the

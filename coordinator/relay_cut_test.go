@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
+	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/natstest"
 	"github.com/shoalfabric/shoal/internal/netproxy"
@@ -17,13 +18,28 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// The relay's connection cut again and again (every 30 ms, through a TCP
-// proxy, the connection reset) while a confined node streams a turn of
-// 20000 chunks: the stream holds each of them once, in order, gapless.
-// (An outside review saw gaps when the server cut the relay's connection
-// as a slow consumer under a flood; this does not reproduce that case.)
+// The relay's connection lost again and again while a confined node
+// streams a turn of 20000 chunks: the stream holds each of them once, in
+// order, gapless. Two ways: reset every 30 ms through a TCP proxy; and
+// held still for 15 ms (the relay's forwards sit in the proxy, their
+// acknowledgements do not come) and then reset, what was held lost, as
+// when the server drops a connection with what it has not read of it.
 func TestRelayLosesNoEventWhenItsConnectionIsCut(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name string
+		held time.Duration
+	}{{"reset", 0}, {"held then reset", 15 * time.Millisecond}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			relayLosesNoEvent(t, c.held)
+		})
+	}
+}
+
+// relayLosesNoEvent runs a turn of 20000 chunks through a relay whose
+// connection is cut every 30 ms, after being held still for held.
+func relayLosesNoEvent(t *testing.T, held time.Duration) {
 	auth, err := broker.OpenAuthority(filepath.Join(t.TempDir(), "auth"))
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +59,13 @@ func TestRelayLosesNoEventWhenItsConnectionIsCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(relayConn.Close)
-	fabrictest.Relay(t, relayConn)
+	// The doors the relay hears nodes on reach the server straight: only
+	// the connection the relay forwards on is lost.
+	fabrictest.Relay(t, relayConn, func(c *coordinator.RelayConfig) {
+		c.Dial = func(name string) (*nats.Conn, error) {
+			return nats.Connect(b.ClientURL(), nats.Name(name), nats.UserCredentials(credsFile), nats.MaxReconnects(-1))
+		}
+	})
 	coord, err := b.Connect()
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +95,12 @@ func TestRelayLosesNoEventWhenItsConnectionIsCut(t *testing.T) {
 			}
 			done = true
 		case <-time.After(30 * time.Millisecond):
+			if held > 0 {
+				proxy.Freeze()
+				time.Sleep(held)
+			}
 			proxy.Cut()
+			proxy.Thaw() // what the proxy held is written to closed connections: lost
 			cuts++
 			time.Sleep(20 * time.Millisecond)
 			proxy.Restore()
@@ -84,13 +111,13 @@ func TestRelayLosesNoEventWhenItsConnectionIsCut(t *testing.T) {
 		t.Fatalf("the turn ended before the relay's connection was cut three times (%d)", cuts)
 	}
 	var stored []uint64
-	poll.Until(t, 2*time.Minute, "the turn's events all stored", func() bool {
+	poll.Until(t, 2*time.Minute, "the turn's chunks all stored", func() bool {
 		stored = storedNumbers(t, ctx, s, "pal")
-		return len(stored) > 20000 && stored[len(stored)-1] == uint64(len(stored))
+		return len(stored) > 0 && stored[len(stored)-1] > 20000
 	})
 	for i, got := range stored {
 		if got != uint64(i+1) {
-			t.Fatalf("the stream holds event %d of agent pal at place %d: a gap left by the relay's lost connection", got, i+1)
+			t.Fatalf("the stream holds event %d of agent pal at place %d (of %d, the last numbered %d): a gap or a disorder left by the relay's lost connection", got, i+1, len(stored), stored[len(stored)-1])
 		}
 	}
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -70,6 +71,7 @@ type inflight struct {
 	turn   int    // the event's turn
 	result bool   // the event is a result
 	after  uint64 // the node's word taken with it: every event up to after is stored
+	gen    uint64 // the relay's forwarding connection it went on (Relay.gen)
 }
 
 // ackWait is how long the relay keeps an inflight entry: past it, the
@@ -256,6 +258,11 @@ func (r *Relay) admit(ctx context.Context, node, id string, n uint64, env []byte
 	if s.unknown && claims {
 		return r.resumeAged(ctx, node, id, s, n, acked)
 	}
+	if r.doubted[id] {
+		// Its events in flight were lost with the relay's connection
+		// (settle): its node is going back to the first of them.
+		return 0, unsure{fmt.Errorf("event %d of agent %s: the relay's connection to the stream was lost with earlier ones on their way; send from %d", n, id, s.next)}
+	}
 	return 0, fmt.Errorf("event %d of agent %s does not follow its last stored event (%d): the relay stores each agent's events in order, the next number only", n, id, s.next-1)
 }
 
@@ -295,6 +302,9 @@ func (r *Relay) resumeAged(ctx context.Context, node, id string, s *sequence, n,
 func (r *Relay) forwarded(token, node string, f inflight) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if f.gen != r.gen {
+		return unsure{errors.New("the relay's connection to the stream was lost as it decided")}
+	}
 	if owner, known := r.owners[f.agent]; known && owner != node {
 		return notOwner(node, f.agent)
 	}
@@ -323,7 +333,92 @@ func (r *Relay) forwarded(token, node string, f inflight) error {
 	}
 	s.flying[f.n]++
 	r.inflight[token] = f
+	delete(r.doubted, f.agent)
 	return nil
+}
+
+// The relay forwards an agent's events one after another without waiting
+// for each to be stored, on one connection, in order: the server takes a
+// prefix of them, so when the connection is lost, what is lost with it is
+// the last ones sent. Forwarding the next on a new connection would store
+// it past those, and a stream that ends past a hole reads as gapless: the
+// relay's tail (and the node's, asked after a failure) would take the
+// lost numbers for stored. So events go on a connection that buffers
+// nothing while it connects again (a forward then fails and the node is
+// answered 503), and the first event after it has connected again, of any
+// agent, settles what was in flight on the old one: each such forward is
+// answered 503 (its node sends it again, from the first it has not seen
+// stored: JetStream's duplicate window drops what did land), and what the
+// relay knew of its agent's numbering is read again from the stream. Until
+// an event of such an agent is forwarded again, one that skips ahead is
+// answered 503 too, not refused: its node is still going back.
+//
+// Not ruled out: a forward decided on the old connection and sent on the
+// new one, which needs the whole of a reconnect (a pause of a second or
+// more, with a single server to go back to) to happen between the two
+// steps.
+
+// settle answers the forwards of earlier connections, when fwd has
+// connected again since the relay last looked, and returns the
+// connection's generation; an unsure error while it is away.
+func (r *Relay) settle() (uint64, error) {
+	if !r.fwd.IsConnected() {
+		return 0, unsure{errors.New("the relay's connection to the stream is away")}
+	}
+	gen := r.fwd.Stats().Reconnects
+	r.mu.Lock()
+	if gen <= r.gen {
+		r.mu.Unlock()
+		return gen, nil
+	}
+	r.gen = gen
+	var replies []string
+	for token, f := range r.inflight {
+		if f.gen < gen {
+			delete(r.inflight, token)
+			delete(r.seqs, f.agent)
+			r.doubted[f.agent] = true
+			replies = append(replies, f.reply)
+		}
+	}
+	r.mu.Unlock()
+	if len(replies) > 0 {
+		r.log.Warn("the relay's connection to the stream was lost with events on their way; their nodes send them again", "events", len(replies))
+	}
+	for _, reply := range replies {
+		replyJSON(r.nc, reply, pubAckError(503, 0, "the relay's connection to the stream was lost with the event on its way: send it again"))
+	}
+	return gen, nil
+}
+
+// unforward forgets the forward under token, which failed to leave, and
+// what the relay knew of agent id's numbering: the events forwarded before
+// it may have been lost with the connection.
+func (r *Relay) unforward(token, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.inflight, token)
+	delete(r.seqs, id)
+	r.doubted[id] = true
+}
+
+// forwardingConn returns a connection with nc's options that buffers
+// nothing while it connects again: nc itself when it is one.
+func forwardingConn(nc *nats.Conn) (*nats.Conn, func(), error) {
+	if nc.Opts.ReconnectBufSize < 0 {
+		return nc, func() {}, nil
+	}
+	opts := nc.Opts
+	opts.ReconnectBufSize = -1
+	opts.Name += " (events)"
+	// Not nc's handlers: those of whoever watches nc are for nc alone.
+	opts.DisconnectedErrCB, opts.DisconnectedCB, opts.ReconnectedCB, opts.ClosedCB, opts.AsyncErrorCB = nil, nil, nil, nil, nil
+	opts.DiscoveredServersCB, opts.LameDuckModeHandler, opts.ConnectedCB = nil, nil, nil
+	fwd, err := opts.Connect()
+	if err != nil {
+		return nil, nil, fmt.Errorf("the relay's connection for events: %w", err)
+	}
+	return fwd, fwd.Close, nil
 }
 
 // acked takes JetStream's acknowledgement of a forwarded event: it hands
