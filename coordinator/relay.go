@@ -77,7 +77,7 @@ type Relay struct {
 	// with an earlier connection, until one of theirs is forwarded again.
 	gen     uint64
 	doubted map[string]bool
-	warned   map[string]bool                // refusals already logged
+	warned  map[string]bool // refusals already logged
 }
 
 // RelayConfig configures a Relay.
