@@ -473,3 +473,48 @@ func TestSandboxedAgentMayNotReadWhatItsNodeKeepsFromAgents(t *testing.T) {
 
 // root0 stands for each case's own directory in a wanted message.
 const root0 = "\x00root"
+
+// A node whose claude CLI keeps its configuration in CLAUDE_CONFIG_DIR
+// keeps its .claude.json there too: every project's MCP servers, their
+// tokens, and the user's. A sandboxed agent's copy of that directory
+// (settings, login) holds none of it: its Bash tool finds no .claude.json
+// (nor a backup of one) in its own config directory, and the turn ends
+// normally.
+func TestSandboxedClaudeGetsNoCopyOfTheUsersClaudeJSON(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	cwd, home := t.TempDir(), t.TempDir()
+	cfg := filepath.Join(home, "ccfg")
+	os.MkdirAll(cfg, 0o700)
+	userJSON := `{"mcpServers":{"shoal":{"type":"http","url":"http://127.0.0.1:1/mcp","headers":{"Authorization":"Bearer USER-MCP-TOKEN"}}},` +
+		`"projects":{"/elsewhere":{"mcpServers":{"gh":{"command":"gh-mcp","env":{"GITHUB_TOKEN":"ghp_ANOTHER_PROJECTS_SECRET"}}}}}}`
+	os.WriteFile(filepath.Join(cfg, ".claude.json"), []byte(userJSON), 0o600)
+	os.WriteFile(filepath.Join(cfg, ".claude.json.backup"), []byte(userJSON), 0o600)
+	os.WriteFile(filepath.Join(cfg, "settings.json"), []byte(`{"theme":"dark"}`), 0o600)
+	fake.Script(
+		bash(`ls -a "$CLAUDE_CONFIG_DIR"; cat "$CLAUDE_CONFIG_DIR"/.claude.json*; cat "$CLAUDE_CONFIG_DIR"/settings.json`),
+		fakemodel.Reply{Text: "Looked."},
+	)
+	env := append(peers.ClaudeEnv(home, fake.URL()), "CLAUDE_CONFIG_DIR="+cfg)
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: env, StopWait: time.Second}})
+	yes := true
+	id := f.open(schemas.OpenRequest{Permission: "bypass", Sandbox: &yes, CWD: cwd})
+	rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "Look."})
+	if err != nil || rep.Text != "Looked." || rep.StopReason != schemas.StopEndTurn {
+		t.Fatalf("the turn: %+v %v", rep, err)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 2 || len(reqs[1].ToolResults) != 1 {
+		t.Fatalf("the model was asked %d times", len(reqs))
+	}
+	out := reqs[1].ToolResults[0].Content
+	for _, secret := range []string{"USER-MCP-TOKEN", "ghp_ANOTHER_PROJECTS_SECRET"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the sandboxed agent read %s from its config directory:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, `"theme":"dark"`) {
+		t.Errorf("the agent's config directory holds no copy of the user's settings:\n%s", out)
+	}
+}

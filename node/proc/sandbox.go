@@ -182,8 +182,9 @@ func Compact(paths []string) []string {
 // planted there (a symlink, a hardlink to a file outside) is written
 // through (WriteBeneath). Logs are not copied (*.jsonl: the claude CLI
 // keeps every project's prompts in history.jsonl there), nor is a file
-// past 16 MiB.
-func SeedHome(dst, src string) error {
+// past 16 MiB, nor one whose name matches a pattern of skip
+// (filepath.Match).
+func SeedHome(dst, src string, skip ...string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("the agent's own %s: %w", dst, err)
 	}
@@ -195,7 +196,10 @@ func SeedHome(dst, src string) error {
 		return fmt.Errorf("read %s: %w", src, err)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".jsonl") {
+		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".jsonl") || slices.ContainsFunc(skip, func(p string) bool {
+			ok, _ := filepath.Match(p, e.Name())
+			return ok
+		}) {
 			continue
 		}
 		if fi, err := e.Info(); err != nil || fi.Size() > 16<<20 {
