@@ -153,6 +153,9 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	if err := schemas.CheckModel(req.Model); err != nil {
 		return schemas.OpenReply{}, err
 	}
+	if err := f.keepSandbox(ctx, &req); err != nil {
+		return schemas.OpenReply{}, err
+	}
 	if err := schemas.CheckBudget(req.BudgetTokens, req.BudgetUSD); err != nil {
 		return schemas.OpenReply{}, err
 	}
@@ -246,6 +249,35 @@ func (f *Direct) openBudgeted(ctx context.Context, req schemas.OpenRequest, ship
 		}
 		why = append(why, said)
 	}
+}
+
+// keepSandbox makes the reopen of an id whose last life was sandboxed
+// sandboxed too, of the same kind, with the same hosts, unless req says
+// whether it wants a sandbox: what the agent wrote in its directory (a
+// git hook, an fsmonitor the CLI's first git status runs) would otherwise
+// run unconfined as its next life starts, with nobody asked.
+func (f *Direct) keepSandbox(ctx context.Context, req *schemas.OpenRequest) error {
+	if req.ID == "" || req.Sandbox != nil || req.SandboxKind != "" {
+		return nil
+	}
+	rec, _, err := f.record(ctx, req.ID)
+	switch {
+	case schemas.CodeOf(err) == schemas.CodeNotFound:
+		return nil
+	case err != nil:
+		return err
+	case rec.Sandbox == nil:
+		return nil
+	}
+	yes := true
+	req.Sandbox = &yes
+	if schemas.SandboxGives(rec.Sandbox.Kernel, schemas.SandboxNamespaces) {
+		req.SandboxKind = schemas.SandboxNamespaces
+	}
+	if req.SandboxNet == nil {
+		req.SandboxNet = rec.SandboxNet
+	}
+	return nil
 }
 
 // maxPlacements bounds how many times an open placed by the fabric goes

@@ -518,3 +518,43 @@ func TestSandboxedClaudeGetsNoCopyOfTheUsersClaudeJSON(t *testing.T) {
 		t.Errorf("the agent's config directory holds no copy of the user's settings:\n%s", out)
 	}
 }
+
+// A reopen keeps the sandbox of the life before it unless it declines
+// one in so many words: what a sandboxed agent wrote in its directory (a
+// git hook, an fsmonitor its CLI's first git status runs) would otherwise
+// run unconfined as soon as its next life starts, with nobody asked.
+// Reopened without a word on the sandbox, its Bash tool still cannot
+// write outside its directory; reopened with sandbox false, it runs
+// unconfined, as asked.
+func TestReopenKeepsTheSandboxUnlessDeclined(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	cwd, outside, home := t.TempDir(), t.TempDir(), t.TempDir()
+	fake.Script(fakemodel.Reply{Text: "First."}, bash("echo x > "+filepath.Join(outside, "f")), fakemodel.Reply{Text: "Tried."})
+	f := startNode(t, fixtureOptions{claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second}})
+	yes, no := true, false
+	id := f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", Sandbox: &yes, CWD: cwd})
+	if rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "One."}); err != nil || rep.Text != "First." {
+		t.Fatalf("the first life's turn: %+v %v", rep, err)
+	}
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
+	f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", CWD: cwd})
+	if rec, err := f.fabric.Status(f.ctx(10*time.Second), id); err != nil || rec.Sandbox == nil {
+		t.Fatalf("the reopened life's record says no sandbox: %s %v", mustJSON(rec.Sandbox), err)
+	}
+	if rep, err := f.fabric.Run(f.ctx(120*time.Second), schemas.RunRequest{AgentID: id, Text: "Escape."}); err != nil || rep.Text != "Tried." {
+		t.Fatalf("the reopened life's turn: %+v %v", rep, err)
+	}
+	if r := fake.Requests()[2].ToolResults; len(r) != 1 || !r[0].IsError || !refused(r[0].Content) {
+		t.Errorf("the reopened agent's write outside: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f")); !os.IsNotExist(err) {
+		t.Errorf("the reopened agent wrote outside its directory: %v", err)
+	}
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
+	f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", Sandbox: &no, CWD: cwd})
+	if rec, err := f.fabric.Status(f.ctx(10*time.Second), id); err != nil || rec.Sandbox != nil {
+		t.Fatalf("a reopen that declined the sandbox is sandboxed: %s %v", mustJSON(rec.Sandbox), err)
+	}
+}
