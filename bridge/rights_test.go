@@ -91,9 +91,13 @@ func TestDoorHoldsEveryToolToTheRights(t *testing.T) {
 		}
 	}
 	slices.Sort(targeted)
-	check := func(s *mcp.ClientSession, who schemas.AgentRecord, tool, target string, rel schemas.Relation, sandboxed bool) {
+	check := func(s *mcp.ClientSession, who schemas.AgentRecord, tool, target string, rel schemas.Relation, sandboxed bool, confined ...schemas.Confined) {
 		t.Helper()
-		v := schemas.Decide(schemas.AgentPrincipal(who), schemas.ToolAccess[tool], schemas.Target{Agent: target, Rel: rel, Sandboxed: sandboxed})
+		tgt := schemas.Target{Agent: target, Rel: rel, Sandboxed: sandboxed}
+		if len(confined) > 0 {
+			tgt.Confined = confined[0]
+		}
+		v := schemas.Decide(schemas.AgentPrincipal(who), schemas.ToolAccess[tool], tgt)
 		text, isErr := call(t, s, tool, argsOn(tool, target))
 		refused := isErr && strings.HasPrefix(text, tool+" refused: ")
 		switch {
@@ -146,6 +150,37 @@ func TestDoorHoldsEveryToolToTheRights(t *testing.T) {
 	// An agent opens a child no wider in reach than itself.
 	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "reach": "read"}); !isErr || !strings.Contains(text, "a child may not exceed its parent: reach read is wider than agent a's (own)") {
 		t.Errorf("a child with more reach than its parent: %q", text)
+	}
+
+	// A sandboxed agent in namespaces of its own, granted reach all,
+	// drives no sandboxed agent held more loosely than itself: one in
+	// Landlock alone, or one that may reach a host it may not.
+	boxedAs := func(id, kernel string, reach schemas.Reach, net ...string) schemas.AgentRecord {
+		rec := schemas.AgentRecord{ID: id, Status: schemas.StatusIdle, Node: "n9", Policy: free.Record(work), Reach: reach, SandboxNet: net,
+			Sandbox: &schemas.SandboxPolicy{Kernel: kernel}}
+		putRecord(t, fb, rec)
+		return rec
+	}
+	tight := boxedAs("tight", "namespaces, landlock ABI 7", schemas.ReachAll, "pypi.org")
+	ts := fb.client(map[string]string{schemas.AgentIDHeader: "tight"})
+	for _, c := range []struct {
+		target schemas.AgentRecord
+		want   schemas.Rule
+	}{
+		{boxedAs("loose", "landlock ABI 7", ""), schemas.RuleLaxer},
+		{boxedAs("wider", "namespaces, landlock ABI 7", "", "example.com"), schemas.RuleLaxer},
+		{boxedAs("narrower", "namespaces, landlock ABI 7", "", "pypi.org"), ""},
+		{boxedAs("unnetted", "namespaces, landlock ABI 7", ""), ""},
+	} {
+		target, want := c.target, c.want
+		for _, tool := range targeted {
+			a := schemas.ToolAccess[tool]
+			v := schemas.Decide(schemas.AgentPrincipal(tight), a, schemas.Target{Agent: target.ID, Rel: schemas.RelUnrelated, Sandboxed: true, Confined: schemas.ConfinedOf(target)})
+			if (a == schemas.AccessAct || a == schemas.AccessAnswer) && (v.Allowed != (want == "") || (!v.Allowed && v.Rule != want)) {
+				t.Fatalf("%s by tight on %s: the rules say %+v, want rule %q", tool, target.ID, v, want)
+			}
+			check(ts, tight, tool, target.ID, schemas.RelUnrelated, true, schemas.ConfinedOf(target))
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ func Authorize(ctx context.Context, c Client, p schemas.Principal, self *schemas
 		switch {
 		case err == nil:
 			t.Rel = schemas.Relate(*self, target, func(id string) (schemas.AgentRecord, error) { return c.Record(ctx, id) })
-			t.Owner, t.Sandboxed = target.Node, target.Sandbox != nil
+			t.Owner, t.Sandboxed, t.Confined = target.Node, target.Sandbox != nil, schemas.ConfinedOf(target)
 		case schemas.CodeOf(err) == schemas.CodeNotFound:
 			t.Rel = schemas.RelUnrelated
 		default:
@@ -49,7 +49,7 @@ func Visible(p schemas.Principal, self *schemas.AgentRecord, recs []schemas.Agen
 	}
 	out := []schemas.AgentRecord{}
 	for _, r := range recs {
-		t := schemas.Target{Agent: r.ID, Owner: r.Node, Sandboxed: r.Sandbox != nil}
+		t := schemas.Target{Agent: r.ID, Owner: r.Node, Sandboxed: r.Sandbox != nil, Confined: schemas.ConfinedOf(r)}
 		if p.Kind == schemas.KindAgent && self != nil {
 			t.Rel = schemas.Relate(*self, r, lookup)
 		}

@@ -93,10 +93,11 @@ type Principal struct {
 	// Role is a person's.
 	Role Role
 	// Agent is an agent's id, Reach what it was granted, Sandboxed whether
-	// it runs in the kernel sandbox.
+	// it runs in the kernel sandbox; Confined how tightly (see Laxer).
 	Agent     string
 	Reach     Reach
 	Sandboxed bool
+	Confined  Confined
 	// Node is a node's name.
 	Node string
 }
@@ -106,7 +107,39 @@ func Person(r Role) Principal { return Principal{Kind: KindPerson, Role: r} }
 
 // AgentPrincipal is the agent rec as a principal.
 func AgentPrincipal(rec AgentRecord) Principal {
-	return Principal{Kind: KindAgent, Agent: rec.ID, Reach: rec.Reach.orOwn(), Sandboxed: rec.Sandbox != nil}
+	return Principal{Kind: KindAgent, Agent: rec.ID, Reach: rec.Reach.orOwn(), Sandboxed: rec.Sandbox != nil, Confined: ConfinedOf(rec)}
+}
+
+// Confined is how tightly a sandboxed agent is held, as far as one agent
+// driving another may widen it: whether it has namespaces of its own (or
+// Landlock alone), and the hosts its open added (sandbox_net).
+type Confined struct {
+	Namespaces bool
+	Net        []string
+}
+
+// ConfinedOf is how tightly rec's agent is held (nothing of it when it
+// is not sandboxed).
+func ConfinedOf(rec AgentRecord) Confined {
+	if rec.Sandbox == nil {
+		return Confined{}
+	}
+	return Confined{Namespaces: SandboxGives(rec.Sandbox.Kernel, SandboxNamespaces), Net: rec.SandboxNet}
+}
+
+// Laxer reports whether an agent held as c may do what one held as than
+// may not: Landlock alone where than has namespaces, or a host than may
+// not reach.
+func (c Confined) Laxer(than Confined) bool {
+	if than.Namespaces && !c.Namespaces {
+		return true
+	}
+	for _, h := range c.Net {
+		if !slices.Contains(than.Net, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // NodePrincipal is node name as a principal.
@@ -201,8 +234,9 @@ type Target struct {
 	// Ended says its stream is closed: its last life ended with a dead
 	// status, and nothing more may be stored for it until it is reopened.
 	Ended bool
-	// Sandboxed says it runs in the kernel sandbox.
+	// Sandboxed says it runs in the kernel sandbox; Confined how tightly.
 	Sandboxed bool
+	Confined  Confined
 }
 
 // Rule names why Decide answered as it did.
@@ -216,6 +250,7 @@ const (
 	RuleSelf       Rule = "self"
 	RuleOwnAsk     Rule = "own-requests"
 	RuleSandboxed  Rule = "sandboxed"
+	RuleLaxer      Rule = "laxer-sandbox"
 	RuleSideDoors  Rule = "side-doors"
 	RuleOwner      Rule = "owner"
 	RuleEnded      Rule = "ended"
@@ -233,6 +268,7 @@ var ruleText = map[Rule]string{
 	RuleSelf:       "an agent does not drive itself",
 	RuleOwnAsk:     "an agent answers no permission request of its own or of an agent above it: a person (or an agent above them) does",
 	RuleSandboxed:  "a sandboxed agent drives only sandboxed agents: driving one that is not would run its tools outside the sandbox",
+	RuleLaxer:      "a sandboxed agent drives only agents held as tightly: one in Landlock alone where it has namespaces of its own, or one that may reach hosts it may not, would run its tools where its own sandbox does not reach",
 	RuleSideDoors:  "the dashboard, its API and event stream and the metrics are for people: agents reach Shoal through its MCP endpoint alone",
 	RuleOwner:      "a node stores events, records and requests only of the agents the coordinator gave it",
 	RuleEnded:      "an agent whose stream ended with its death has nothing more stored until it is reopened",
@@ -353,6 +389,9 @@ func decideAgent(p Principal, a Access, t Target) Verdict {
 	}
 	if p.Sandboxed && !t.Sandboxed {
 		return refuse(RuleSandboxed)
+	}
+	if p.Sandboxed && t.Confined.Laxer(p.Confined) {
+		return refuse(RuleLaxer)
 	}
 	return allow()
 }

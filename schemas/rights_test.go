@@ -25,6 +25,15 @@ func agentRow(who string, reach Reach, sandboxed bool, t Target, read, act, answ
 	}}
 }
 
+// confinedRow is a sandboxed agent granted reach all, held as p, asking
+// about an unrelated sandboxed agent held as t.
+func confinedRow(who string, p, t Confined, act Rule) row {
+	r := agentRow(who, ReachAll, true, rel(RelUnrelated), "", act, act)
+	r.p.Confined = p
+	r.t.Sandboxed, r.t.Confined = true, t
+	return r
+}
+
 func nodeRow(who string, t Target, store Rule) row {
 	m := map[Access]Rule{AccessStore: store}
 	for _, a := range Accesses {
@@ -56,6 +65,12 @@ var rightsTable = []row{
 	agentRow("an agent granted reach all, about an unrelated agent", ReachAll, false, rel(RelUnrelated), "", "", ""),
 	agentRow("an agent granted reach all, about its parent", ReachAll, false, rel(RelParent), "", "", RuleOwnAsk),
 	agentRow("a sandboxed agent granted reach all, about an unsandboxed agent", ReachAll, true, rel(RelUnrelated), "", RuleSandboxed, RuleSandboxed),
+	confinedRow("a sandboxed agent granted reach all, about one in Landlock alone where it has namespaces",
+		Confined{Namespaces: true}, Confined{}, RuleLaxer),
+	confinedRow("a sandboxed agent granted reach all, about one that may reach a host it may not",
+		Confined{Namespaces: true, Net: []string{"pypi.org"}}, Confined{Namespaces: true, Net: []string{"pypi.org", "example.com"}}, RuleLaxer),
+	confinedRow("a sandboxed agent granted reach all, about one held as tightly or more",
+		Confined{Net: []string{"pypi.org"}}, Confined{Namespaces: true}, ""),
 	nodeRow("a node, about an agent it was given", Target{Agent: "b2", Owner: "n1"}, ""),
 	nodeRow("a node, about another node's agent", Target{Agent: "b2", Owner: "n2"}, RuleOwner),
 	nodeRow("a node, about its agent whose life ended", Target{Agent: "b2", Owner: "n1", Ended: true}, RuleEnded),
