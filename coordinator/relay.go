@@ -75,9 +75,10 @@ type Relay struct {
 	// gen is how many times fwd had connected again when the relay last
 	// looked; doubted holds the agents whose forwards in flight were lost
 	// with an earlier connection, until one of theirs is forwarded again.
-	gen     uint64
-	doubted map[string]bool
-	warned  map[string]bool // refusals already logged
+	gen      uint64
+	doubted  map[string]bool
+	warned   map[string]bool      // refusals already logged
+	warnings map[string]*warnings // node -> what was logged of its refusals lately
 }
 
 // RelayConfig configures a Relay.
@@ -151,7 +152,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 	return &Relay{nc: cfg.Conn, js: js, log: cfg.Logger.With("component", "relay"), ready: make(chan struct{}), metrics: cfg.Metrics, mcp: cfg.MCP, dial: cfg.Dial,
 		acks: schemas.RelayAckPrefix + "." + nuid.Next(), eventsWaiting: cfg.EventsWaiting,
 		owners: map[string]string{}, statuses: map[string]schemas.AgentStatus{}, revs: map[string]uint64{}, seqs: map[string]*sequence{},
-		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{}, doubted: map[string]bool{},
+		deleted: map[string]deletion{}, forget: deletionsKept, inflight: map[string]inflight{}, warned: map[string]bool{}, warnings: map[string]*warnings{}, doubted: map[string]bool{},
 		bun: bundles{max: cfg.MaxBundle, reads: map[string]*bundleRead{}, writes: map[string]*bundleWrite{}}}, nil
 }
 
@@ -1422,17 +1423,58 @@ func (r *Relay) refuse(m *nats.Msg, node, id string, err error) {
 }
 
 func (r *Relay) warn(key, msg string, args ...any) {
+	node, _, _ := strings.Cut(key, "/")
+	now := time.Now()
 	r.mu.Lock()
 	seen := r.warned[key]
 	if len(r.warned) > 10000 {
 		clear(r.warned)
 	}
 	r.warned[key] = true
+	w := r.warnings[node]
+	if w == nil || now.Sub(w.start) >= warnWindow {
+		if len(r.warnings) > 10000 {
+			clear(r.warnings)
+		}
+		if w != nil && w.held > 0 {
+			defer r.log.Warn("refusals of a node's writes were not logged", "node", node, "count", w.held, "within", warnWindow)
+		}
+		w = &warnings{start: now}
+		r.warnings[node] = w
+	}
+	say, hold := false, false
+	switch {
+	case seen:
+	case w.said < warnsPerWindow:
+		w.said++
+		say = true
+	default:
+		hold = w.held == 0
+		w.held++
+	}
 	r.mu.Unlock()
-	if !seen {
+	if say {
 		r.log.Warn(msg, args...)
 	}
+	if hold {
+		r.log.Warn("more refusals of the node's writes are not logged for a while: it has had its share of lines; the relay's count of refusals has them all", "node", node, "lines", warnsPerWindow, "within", warnWindow)
+	}
 }
+
+// warnings is what the relay has logged of one node's refusals within a
+// window: a node naming thousands of made-up agents would otherwise have
+// a line logged for each.
+type warnings struct {
+	start      time.Time
+	said, held int
+}
+
+// A node has at most warnsPerWindow lines of the relay's log within
+// warnWindow; the rest are counted, and the count logged after.
+const (
+	warnsPerWindow = 20
+	warnWindow     = time.Minute
+)
 
 // pubAckError is a JetStream publish acknowledgement carrying an error,
 // which a node's JetStream client reads as an API error.
