@@ -293,7 +293,7 @@ func (b *Broker) Shutdown() {
 // in use has nothing written into it.
 func checkWritable(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("store dir %s: %w", dir, unwrapPath(err))
+		return schemas.Errf(schemas.CodeInvalid, "store dir %s: %v (give another --store)", dir, unwrapPath(err))
 	}
 	return nil
 }

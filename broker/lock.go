@@ -4,7 +4,6 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,7 +25,7 @@ func lockStore(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("store dir %s is not writable: %w", dir, unwrapPath(err))
+		return nil, schemas.Errf(schemas.CodeInvalid, "store dir %s is not writable: %v (give another --store)", dir, unwrapPath(err))
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		b, _ := os.ReadFile(path)

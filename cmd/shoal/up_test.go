@@ -146,12 +146,18 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"unknown command", nil, []string{"upp"}, []string{`unknown command "upp"`}},
 		{"a flag before the command", nil, []string{"--nats", "nats://127.0.0.1:1", "ls"}, []string{"--nats before a command: flags follow the command they are for"}},
 	}
+	// A store or port that cannot be had is a setting to change: exit 2,
+	// as a store in use.
+	codes := map[string]int{"unwritable store": 2, "store dir not writable": 2, "port in use": 2}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			code, stdout, stderr := runShoal(t, t.TempDir(), c.env, c.args...)
 			if code == 0 {
 				t.Fatalf("exit 0, want a failure; stderr %q", stderr)
+			}
+			if want, ok := codes[c.name]; ok && code != want {
+				t.Errorf("exit %d, want %d; stderr %q", code, want, stderr)
 			}
 			if strings.Contains(stdout, "NATS listening") {
 				t.Errorf("it said it listens, then refused: %q", stdout)
