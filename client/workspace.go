@@ -228,12 +228,20 @@ func (f *Direct) ship(ctx context.Context, start *workspace.Start, node string) 
 		f.say("the commits node %s lacks of %s were sent before (%d bytes): not sent again", node, start.Root, info.Size)
 		return ws, nil
 	}
-	tmp, err := os.CreateTemp("", "shoal-bundle-")
+	// In a directory of its own, all of which goes however the bundling
+	// ends: git writes the bundle to a lock file beside it first, which
+	// an interrupt (Ctrl-C, a cancelled call) left behind, as large as
+	// what it had bundled.
+	dir, err := os.MkdirTemp("", "shoal-bundle-")
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp, err := os.Create(filepath.Join(dir, "bundle"))
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	tmp.Close()
-	defer os.Remove(tmp.Name())
 	// git builds the bundle before a byte is sent: minutes, for a large
 	// repository of objects not yet packed, which are said as they pass.
 	bundling := time.Now()

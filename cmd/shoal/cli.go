@@ -166,7 +166,7 @@ func (e *stoppedError) Error() string { return e.what }
 // and err is that ending; what is what the stop leaves ("" for nothing
 // to say).
 func stopped(ctx context.Context, err error, what string) error {
-	if err == nil || ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+	if err == nil || ctx.Err() == nil {
 		return err
 	}
 	if _, ok := errors.AsType[*stoppedError](err); ok {
@@ -174,6 +174,11 @@ func stopped(ctx context.Context, err error, what string) error {
 	}
 	if what == "" {
 		what = "stopped by a signal before it finished"
+		if !errors.Is(err, context.Canceled) {
+			// What failed as the signal came, in words that did not
+			// keep the cancellation (a git the signal killed).
+			what += " (" + err.Error() + ")"
+		}
 	}
 	return &stoppedError{what}
 }
