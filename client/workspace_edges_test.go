@@ -530,6 +530,94 @@ func TestFetchKeepsTheAgentsCommitsFetchedBeforeUnlessForced(t *testing.T) {
 	}
 }
 
+// An agent that leaves its work uncommitted (the usual case) has it
+// fetched as its node's commit of it. Once its checkout was lost and a
+// reopen began anew, or once it undid its changes, the next fetch moved
+// shoal/<id> back to the base, saying "0 commits, 0 files changed": that
+// commit was left behind as each fetch's commit of the uncommitted work
+// is, whatever the agent's work held then. Such a fetch is refused now,
+// naming the files, and moves only when forced; a fetch whose work holds
+// those changes still (committed by the agent, or changed further)
+// leaves the earlier commit behind as before.
+func TestFetchKeepsUncommittedWorkFetchedBeforeUnlessForced(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	fetch := func(id string, force bool) (schemas.FetchReply, error) {
+		t.Helper()
+		return f.Fetch(t.Context(), id, "", force)
+	}
+	at := func(id string) string { t.Helper(); return gittest.Git(t, repo, "rev-parse", "shoal/"+id) }
+
+	// Its checkout lost, and a reopen begun anew.
+	co := openOnRepo(t, f, "lost", repo, false)
+	agentShell(t, co, "echo precious > work.txt")
+	first, err := fetch("lost", false)
+	if err != nil || first.Files != 1 {
+		t.Fatalf("the first fetch: %+v %v", first, err)
+	}
+	if _, err := f.Close(t.Context(), schemas.AgentRequest{AgentID: "lost"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(co); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "lost"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatalf("the reopen: %v", err)
+	}
+	_, err = fetch("lost", false)
+	if err == nil || !strings.Contains(err.Error(), `"work.txt"`) || !strings.Contains(err.Error(), first.Tip[:12]) || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("a fetch of work begun anew: %v; want a refusal naming work.txt, %.12s and --force", err, first.Tip)
+	}
+	if got := at("lost"); got != first.Tip {
+		t.Fatalf("shoal/lost moved to %s, from the work fetched before (%s)", got, first.Tip)
+	}
+	forced, err := fetch("lost", true)
+	if err != nil {
+		t.Fatalf("the forced fetch: %v", err)
+	}
+	if got := at("lost"); got != forced.Tip || got == first.Tip {
+		t.Fatalf("after the forced fetch shoal/lost is at %s (the fetch said %s, the first %s)", got, forced.Tip, first.Tip)
+	}
+	if got := gittest.Git(t, repo, "reflog", "-1", "--format=%gs", "shoal/lost"); !strings.Contains(got, "leaving its uncommitted work fetched before") {
+		t.Errorf("the branch's reflog says %q of the forced move", got)
+	}
+
+	// Its changes undone in its own checkout, one of two files kept.
+	co = openOnRepo(t, f, "undone", repo, false)
+	agentShell(t, co, "echo one > one.txt && echo two > two.txt && echo changed > a.txt")
+	first, err = fetch("undone", false)
+	if err != nil || first.Files != 3 {
+		t.Fatalf("the first fetch: %+v %v", first, err)
+	}
+	agentShell(t, co, "git checkout -q -- a.txt && rm one.txt")
+	_, err = fetch("undone", false)
+	if err == nil || !strings.Contains(err.Error(), `"a.txt", "one.txt"`) || strings.Contains(err.Error(), "two.txt") {
+		t.Fatalf("a fetch of work with changes undone: %v; want a refusal naming a.txt and one.txt alone", err)
+	}
+	if got := at("undone"); got != first.Tip {
+		t.Fatalf("shoal/undone moved to %s, from the work fetched before (%s)", got, first.Tip)
+	}
+
+	// Its work committed by the agent, then changed further: each fetch
+	// moves on.
+	co = openOnRepo(t, f, "kept", repo, false)
+	agentShell(t, co, "echo draft > work.txt")
+	if _, err := fetch("kept", false); err != nil {
+		t.Fatalf("the first fetch: %v", err)
+	}
+	agentShell(t, co, "git add work.txt && git commit -qm 'the work' && echo more > more.txt")
+	second, err := fetch("kept", false)
+	if err != nil || at("kept") != second.Tip {
+		t.Fatalf("a fetch of the work the agent committed since: %+v %v", second, err)
+	}
+	agentShell(t, co, "echo final > more.txt")
+	third, err := fetch("kept", false)
+	if err != nil || at("kept") != third.Tip {
+		t.Fatalf("a fetch of the work the agent changed further since: %+v %v", third, err)
+	}
+}
+
 // An open on a large repository said nothing while git built the bundle
 // (40 s for 115 MiB of loose objects), then "sent … in 903ms": the wait
 // looked like a hang. The bundling is said as it begins and when it

@@ -623,13 +623,16 @@ func underWay(ctx context.Context, g gitter, root, branch string) string {
 // moveBranch puts branch at tip in the repository at root. It refuses
 // when the branch holds commits tip does not that Shoal did not make (a
 // person's, or an agent's commit a person amended: git keeps its author),
-// and, unless force, commits of the agent's own that tip no longer holds
-// (the agent rewrote its history, or its checkout was lost and it began
-// anew on a reopen): each names them. What Shoal made of uncommitted work
-// (the node's of the agent's, SnapshotMessage, which each fetch makes
-// anew; the caller's the agent started on, which it may amend) is left
-// behind. The branch moves only from the commit checked, and its
-// reflog says so.
+// and, unless force, work of the agent's that a fetch brought before and
+// tip no longer holds: its own commits (the agent rewrote its history, or
+// its checkout was lost and it began anew on a reopen), and what of its
+// uncommitted work the node committed for a fetch (SnapshotMessage) that
+// tip no longer holds (heldAnew); each names them. A commit of the node's
+// whose work tip holds still, changed or committed by the agent since,
+// is left behind, as each fetch makes it anew; so is what Shoal made of
+// the caller's uncommitted work the agent started on, which is the
+// caller's, and which the agent may amend. The branch moves only from the
+// commit checked, and its reflog says so.
 func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force bool) error {
 	ref := "refs/heads/" + branch
 	trees, err := g.run(ctx, root, nil, nil, "worktree", "list", "--porcelain")
@@ -645,12 +648,12 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 		return fmt.Errorf("branch %s is being %s in %s: finish or abort that first, or fetch --into another repository", branch, what, root)
 	}
 	old, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", ref)
-	dropped := 0
+	dropped, undone := 0, 0
 	if old != "" {
 		// Read as git prints it, a line a commit, each field cut short
 		// (an email from its left, keeping its domain): the node made
 		// these commits, and a message compresses a thousandfold.
-		var yours, agents []string
+		var yours, agents, snapshots []string
 		nYours := 0
 		err := g.scan(ctx, root, func(l string) {
 			f := strings.Split(l, "\x00")
@@ -666,6 +669,8 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 				if nYours++; len(yours) < 3 {
 					yours = append(yours, named)
 				}
+			case strings.HasPrefix(f[3], snapshotSubject):
+				snapshots = append(snapshots, f[0])
 			case isSnapshot(f[3]):
 			default:
 				if dropped++; len(agents) < 3 {
@@ -677,17 +682,42 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 			return err
 		}
 		if nYours > 0 {
-			return fmt.Errorf("branch %s has %d commits the agent's work does not hold, not made by Shoal (%s): move them to a branch of your own, or delete %s, and fetch again",
-				branch, nYours, strings.Join(yours, "; "), branch)
+			return fmt.Errorf("branch %s has %s the agent's work does not hold, not made by Shoal (%s): move them to a branch of your own, or delete %s, and fetch again",
+				branch, count(nYours, "commit", "commits"), strings.Join(yours, "; "), branch)
 		}
-		if dropped > 0 && !force {
-			return fmt.Errorf("branch %s has %d of the agent's commits that its work no longer holds (%s): the agent rewrote its history, or its checkout was lost and it began anew. Nothing was moved; fetch again with --force to move %s to the agent's work anyway (git's reflog keeps where it was), or --into another repository",
-				branch, dropped, strings.Join(agents, "; "), branch)
+		var lost []string
+		for i, s := range snapshots {
+			files, n, err := heldAnew(ctx, g, root, s, tip, i < maxSnapshotsRead)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				continue
+			}
+			if undone++; len(lost) < 3 {
+				lost = append(lost, fmt.Sprintf("%.12s, %s", s, files))
+			}
+		}
+		if (dropped > 0 || undone > 0) && !force {
+			var what []string
+			if dropped > 0 {
+				what = append(what, fmt.Sprintf("%d of the agent's commits that its work no longer holds (%s)", dropped, strings.Join(agents, "; ")))
+			}
+			if undone > 0 {
+				what = append(what, fmt.Sprintf("the agent's uncommitted work a fetch brought before, which its work no longer holds (%s)", strings.Join(lost, "; ")))
+			}
+			return fmt.Errorf("branch %s has %s: the agent rewrote its history or undid its changes, or its checkout was lost and it began anew. Nothing was moved; fetch again with --force to move %s to the agent's work anyway (git's reflog keeps where it was), or --into another repository",
+				branch, strings.Join(what, ", and "), branch)
 		}
 	}
 	why := "shoal fetch: the agent's work"
-	if dropped > 0 {
+	switch {
+	case dropped > 0 && undone > 0:
+		why = fmt.Sprintf("shoal fetch --force: the agent's work, leaving %d of its commits and its uncommitted work fetched before", dropped)
+	case dropped > 0:
 		why = fmt.Sprintf("shoal fetch --force: the agent's work, leaving %d of its commits fetched before", dropped)
+	case undone > 0:
+		why = "shoal fetch --force: the agent's work, leaving its uncommitted work fetched before"
 	}
 	if _, err := g.run(ctx, root, nil, nil, "update-ref", "-m", why, ref, tip, old); err != nil {
 		return err
@@ -697,6 +727,75 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 		return fmt.Errorf("branch %s is at %s after the fetch, not the agent's %s", branch, got, tip)
 	}
 	return nil
+}
+
+// maxSnapshotsRead bounds the node's commits of uncommitted work a move
+// compares with the agent's work (heldAnew): a branch holds one, or one
+// more for each node the agent was carried to; past it each counts as
+// work the agent's no longer holds.
+const maxSnapshotsRead = 16
+
+// heldAnew compares commit snapshot, the node's of an agent's uncommitted
+// work, with tip, the agent's work now: the files snapshot changed that
+// tip has again as they were before it (the agent undid or dropped that
+// work, or began anew) are work tip no longer holds. It returns how many
+// there are, and says which (the first few by name); a file tip has as
+// snapshot has it, or changed further, is held. Unless read, or when its
+// changes are past what is read, the snapshot is counted as not held.
+func heldAnew(ctx context.Context, g gitter, root, snapshot, tip string, read bool) (string, int, error) {
+	unread := "its files not compared"
+	if !read {
+		return unread, 1, nil
+	}
+	parent, err := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", snapshot+"^1")
+	if err != nil || parent == "" {
+		return unread, 1, nil // made on nothing: no commit of the node's
+	}
+	g.max = MaxOutput
+	names := func(to string) ([]string, error) {
+		out, err := g.run(ctx, root, nil, nil, "diff-tree", "-r", "-z", "--no-renames", "--name-only", parent, to)
+		return strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"), err
+	}
+	made, err := names(snapshot)
+	if errors.Is(err, ErrTooMuch) {
+		return unread, 1, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	still, err := names(tip)
+	if errors.Is(err, ErrTooMuch) {
+		return unread, 1, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	changed := make(map[string]bool, len(still))
+	for _, p := range still {
+		changed[p] = true
+	}
+	var gone []string
+	n := 0
+	for _, p := range made {
+		if p == "" || changed[p] {
+			continue
+		}
+		if n++; len(gone) < 3 {
+			gone = append(gone, strconv.Quote(p))
+		}
+	}
+	if n > len(gone) {
+		gone = append(gone, fmt.Sprintf("%d more", n-len(gone)))
+	}
+	return "with its changes to " + strings.Join(gone, ", "), n, nil
+}
+
+// count is n with the noun for one or for more.
+func count(n int, one, more string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, more)
 }
 
 // SnapshotMessage is the message of the commit a node makes of an agent's
