@@ -618,6 +618,24 @@ func TestFetchKeepsUncommittedWorkFetchedBeforeUnlessForced(t *testing.T) {
 	}
 }
 
+// A fetch and a diff say how many files the agent changed: they counted
+// the words git listed, so one file named "my notes v2.txt" was three.
+func TestFilesChangedCountsANameWithSpacesOnce(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "spaced", repo, false)
+	agentShell(t, co, `echo x > 'my notes v2.txt' && echo y > 'a;b $(x).txt' && echo z > 'ü ñ.txt'`)
+	diff, err := f.Diff(t.Context(), "spaced", true)
+	if err != nil || diff.Files != 3 {
+		t.Errorf("the diff says %d files changed (%v); the agent changed 3", diff.Files, err)
+	}
+	got, err := f.Fetch(t.Context(), "spaced", "", false)
+	if err != nil || got.Files != 3 {
+		t.Errorf("the fetch says %d files changed (%v); the agent changed 3", got.Files, err)
+	}
+}
+
 // An open on a large repository said nothing while git built the bundle
 // (40 s for 115 MiB of loose objects), then "sent … in 903ms": the wait
 // looked like a hang. The bundling is said as it begins and when it

@@ -348,8 +348,9 @@ func (c Checkout) Changed(ctx context.Context, base string) (int, error) {
 		return 0, err
 	}
 	defer cleanup()
-	out, err := g.run(ctx, c.Dir, env, nil, "diff", "--name-only", "--no-renames", base, tree)
-	return len(strings.Fields(out)), err
+	// Each name ends in a NUL: a name may hold spaces and newlines.
+	out, err := g.run(ctx, c.Dir, env, nil, "diff", "-z", "--name-only", "--no-renames", base, tree)
+	return strings.Count(out, "\x00"), err
 }
 
 // workTree writes the tree of the checkout's files as they are and
