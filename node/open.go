@@ -327,6 +327,14 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 		spec.MCP.URL = c.mcpURL
 		a.sandboxed(c.policy)
 	}
+	if p.rec.Workspace != nil {
+		// On a repository, it commits as itself, not as whoever its
+		// node's environment names.
+		spec.Env = append(spec.Env, identityEnv(a.id)...)
+		if spec.Sandbox != nil {
+			spec.Sandbox.Env = append(spec.Sandbox.Env, identityVars...)
+		}
+	}
 	// The life's token is written down before anything of it runs: a
 	// node (and its reaper) killed while the agent starts (an ACP
 	// handshake takes seconds, its servers started meanwhile) leaves

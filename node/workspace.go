@@ -140,6 +140,27 @@ func newRepos(ctx context.Context, h *Host) *repos {
 // checkout is agent id's checkout.
 func (r *repos) checkout(id string) string { return filepath.Join(r.dir, id) }
 
+// identity is the name and email of agent id's commits in its checkout:
+// a fetch takes a commit on shoal/<id> for Shoal's only when both emails
+// are of @shoal.invalid.
+func identity(id string) (name, email string) {
+	return "shoal agent " + id, id + "@shoal.invalid"
+}
+
+// identityVars are the variables through which git takes whoever commits
+// from the environment, before any configuration.
+var identityVars = []string{"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"}
+
+// identityEnv gives agent id's processes its identity (identity): those
+// of its node's environment (a person's own, set where the node was
+// started) would make its commits theirs, which a fetch then takes for
+// the person's and will not move past, and an identity the agent's git
+// is configured with (git -c user.email=…) gives way to them too.
+func identityEnv(id string) []string {
+	name, email := identity(id)
+	return []string{identityVars[0] + "=" + name, identityVars[1] + "=" + email, identityVars[2] + "=" + name, identityVars[3] + "=" + email}
+}
+
 func (r *repos) metaPath(id string) string { return filepath.Join(r.dir, id+".json") }
 
 // able refuses what this node cannot do for agents on repositories.
@@ -235,7 +256,8 @@ func (r *repos) prepare(ctx context.Context, id string, ws *schemas.Workspace) (
 			return "", false, schemas.Errf(schemas.CodeInternal, "keep commit %s: %v", short(c), err)
 		}
 	}
-	if err := r.cache.Checkout(ctx, ws.Repo, at, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid"); err != nil {
+	name, email := identity(id)
+	if err := r.cache.Checkout(ctx, ws.Repo, at, dir, ws.Branch, name, email); err != nil {
 		return "", false, schemas.Errf(schemas.CodeInternal, "check out agent %s's copy: %v", id, err)
 	}
 	b, _ := json.Marshal(ws)
@@ -273,7 +295,8 @@ func (r *repos) receive(ctx context.Context, id string, ws *schemas.Workspace, t
 // bundle, taken into the checkout's own objects.
 func (r *repos) receiveInto(ctx context.Context, id string, ws *schemas.Workspace, tip, dir string) error {
 	return r.withBundle(ctx, id, ws, func(path string) error {
-		return r.cache.CheckoutBundle(ctx, ws.Repo, path, tip, dir, ws.Branch, "shoal agent "+id, id+"@shoal.invalid")
+		name, email := identity(id)
+		return r.cache.CheckoutBundle(ctx, ws.Repo, path, tip, dir, ws.Branch, name, email)
 	})
 }
 
@@ -389,7 +412,8 @@ func (h *Host) Work(ctx context.Context, req schemas.WorkRequest) (schemas.WorkR
 	defer release()
 	co := h.repos.reader(req.AgentID, ws)
 	co.Excludes = req.Excludes
-	tip, err := co.Snapshot(ctx, msg, "shoal agent "+req.AgentID, req.AgentID+"@shoal.invalid")
+	name, email := identity(req.AgentID)
+	tip, err := co.Snapshot(ctx, msg, name, email)
 	if err != nil {
 		return schemas.WorkReply{}, schemas.Errf(schemas.CodeInternal, "the work of agent %s: %v", req.AgentID, err)
 	}

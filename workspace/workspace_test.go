@@ -279,7 +279,7 @@ func TestLandKeepsWhatIsNotShoals(t *testing.T) {
 	tree := git(t, repo, "rev-parse", "shoal/a1^{tree}")
 	mine := git(t, repo, "commit-tree", tree, "-p", "shoal/a1", "-m", "my fix")
 	git(t, repo, "update-ref", "refs/heads/shoal/a1", mine)
-	if _, err := fetch("3\n"); err == nil || !strings.Contains(err.Error(), "my fix") {
+	if _, err := fetch("3\n"); err == nil || !strings.Contains(err.Error(), "my fix") || !strings.Contains(err.Error(), "has 1 commit the agent's") {
 		t.Errorf("a fetch over a person's commit on the branch: %v; want a refusal naming it", err)
 	}
 	if got := git(t, repo, "rev-parse", "shoal/a1"); got != mine {
