@@ -627,7 +627,7 @@ func underWay(ctx context.Context, g gitter, root, branch string) string {
 // tip no longer holds: its own commits (the agent rewrote its history, or
 // its checkout was lost and it began anew on a reopen), and what of its
 // uncommitted work the node committed for a fetch (SnapshotMessage) that
-// tip no longer holds (heldAnew); each names them. A commit of the node's
+// tip no longer holds (notHeld); each names them. A commit of the node's
 // whose work tip holds still, changed or committed by the agent since,
 // is left behind, as each fetch makes it anew; so is what Shoal made of
 // the caller's uncommitted work the agent started on, which is the
@@ -654,7 +654,7 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 		// (an email from its left, keeping its domain): the node made
 		// these commits, and a message compresses a thousandfold.
 		var yours, agents, snapshots []string
-		nYours := 0
+		nYours, unread := 0, 0
 		err := g.scan(ctx, root, func(l string) {
 			f := strings.Split(l, "\x00")
 			if len(f) != 4 {
@@ -670,7 +670,11 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 					yours = append(yours, named)
 				}
 			case strings.HasPrefix(f[3], snapshotSubject):
-				snapshots = append(snapshots, f[0])
+				if len(snapshots) < maxSnapshotsRead {
+					snapshots = append(snapshots, f[0])
+				} else {
+					unread++
+				}
 			case isSnapshot(f[3]):
 			default:
 				if dropped++; len(agents) < 3 {
@@ -686,8 +690,8 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 				branch, count(nYours, "commit", "commits"), strings.Join(yours, "; "), branch)
 		}
 		var lost []string
-		for i, s := range snapshots {
-			files, n, err := heldAnew(ctx, g, root, s, tip, i < maxSnapshotsRead)
+		for _, s := range snapshots {
+			files, n, err := notHeld(ctx, g, root, s, tip)
 			if err != nil {
 				return err
 			}
@@ -697,6 +701,9 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 			if undone++; len(lost) < 3 {
 				lost = append(lost, fmt.Sprintf("%.12s, %s", s, files))
 			}
+		}
+		if undone += unread; unread > 0 && len(lost) < 3 {
+			lost = append(lost, fmt.Sprintf("%d more, not compared", unread))
 		}
 		if (dropped > 0 || undone > 0) && !force {
 			var what []string
@@ -730,23 +737,20 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 }
 
 // maxSnapshotsRead bounds the node's commits of uncommitted work a move
-// compares with the agent's work (heldAnew): a branch holds one, or one
+// compares with the agent's work (notHeld): a branch holds one, or one
 // more for each node the agent was carried to; past it each counts as
 // work the agent's no longer holds.
 const maxSnapshotsRead = 16
 
-// heldAnew compares commit snapshot, the node's of an agent's uncommitted
+// notHeld compares commit snapshot, the node's of an agent's uncommitted
 // work, with tip, the agent's work now: the files snapshot changed that
 // tip has again as they were before it (the agent undid or dropped that
 // work, or began anew) are work tip no longer holds. It returns how many
 // there are, and says which (the first few by name); a file tip has as
-// snapshot has it, or changed further, is held. Unless read, or when its
-// changes are past what is read, the snapshot is counted as not held.
-func heldAnew(ctx context.Context, g gitter, root, snapshot, tip string, read bool) (string, int, error) {
+// snapshot has it, or changed further, is held. A snapshot whose changes
+// are past what is read is counted as not held.
+func notHeld(ctx context.Context, g gitter, root, snapshot, tip string) (string, int, error) {
 	unread := "its files not compared"
-	if !read {
-		return unread, 1, nil
-	}
 	parent, err := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", snapshot+"^1")
 	if err != nil || parent == "" {
 		return unread, 1, nil // made on nothing: no commit of the node's
