@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -351,7 +350,7 @@ func (m *MCP) nested(parent schemas.AgentRecord, req *schemas.OpenRequest) error
 			return refused("a child may not exceed its parent: agent %s runs sandboxed, so its children do too", parent.ID)
 		}
 		for _, h := range req.SandboxNet {
-			if !netAllows(parent.SandboxNet, h) {
+			if !schemas.NetAllows(parent.SandboxNet, h) {
 				return refused("a child may not exceed its parent: agent %s may not reach %s (its open's sandbox_net: %s)", parent.ID, h, strings.Join(parent.SandboxNet, ", "))
 			}
 		}
@@ -437,20 +436,6 @@ func parentRoot(parent schemas.AgentRecord) string {
 		return root
 	}
 	return filepath.Clean(parent.Policy.CWD)
-}
-
-// netAllows reports whether a sandbox's host list lets host (host or
-// host:port) through, as its proxy would.
-func netAllows(list []string, host string) bool {
-	host = strings.ToLower(strings.TrimSpace(host))
-	h, port, err := net.SplitHostPort(host)
-	return slices.ContainsFunc(list, func(e string) bool {
-		e = strings.ToLower(e)
-		if err != nil { // a bare host: the web's ports
-			return e == host || e == host+":443" && slices.Contains(list, host+":80")
-		}
-		return e == host || (e == h && (port == "443" || port == "80"))
-	})
 }
 
 // visible hides from an observer the tools it may not call, and from an

@@ -135,7 +135,7 @@ func (c Confined) Laxer(than Confined) bool {
 		return true
 	}
 	for _, h := range c.Net {
-		if !slices.Contains(than.Net, h) {
+		if !NetAllows(than.Net, h) {
 			return true
 		}
 	}

@@ -1,6 +1,10 @@
 package schemas
 
-import "strings"
+import (
+	"net"
+	"slices"
+	"strings"
+)
 
 // Sandbox modes a node runs in (shoal node --sandbox).
 const (
@@ -54,4 +58,19 @@ type SandboxPolicy struct {
 	// Proxy is the loopback address of that proxy, the only place besides
 	// the MCP endpoint the tree may connect to.
 	Proxy string `json:"proxy"`
+}
+
+// NetAllows reports whether a sandbox's host list (sandbox_net) lets host
+// (host or host:port) through, as its proxy would: names in any case, a
+// bare host meaning the web's ports, 443 and 80.
+func NetAllows(list []string, host string) bool {
+	host = strings.ToLower(strings.TrimSpace(host))
+	h, port, err := net.SplitHostPort(host)
+	return slices.ContainsFunc(list, func(e string) bool {
+		e = strings.ToLower(e)
+		if err != nil { // a bare host: the web's ports
+			return e == host || e == host+":443" && slices.Contains(list, host+":80")
+		}
+		return e == host || (e == h && (port == "443" || port == "80"))
+	})
 }
