@@ -261,6 +261,11 @@ func (f *Direct) keepSandbox(ctx context.Context, req *schemas.OpenRequest) erro
 		return nil
 	}
 	rec, _, err := f.record(ctx, req.ID)
+	if schemas.CodeOf(err) == schemas.CodeNotFound {
+		// Its node may have forgotten the record of a life that ended:
+		// the stream still says how it ran.
+		rec, err = f.recordFromStream(ctx, req.ID)
+	}
 	switch {
 	case schemas.CodeOf(err) == schemas.CodeNotFound:
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -556,5 +557,34 @@ func TestReopenKeepsTheSandboxUnlessDeclined(t *testing.T) {
 	f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", Sandbox: &no, CWD: cwd})
 	if rec, err := f.fabric.Status(f.ctx(10*time.Second), id); err != nil || rec.Sandbox != nil {
 		t.Fatalf("a reopen that declined the sandbox is sandboxed: %s %v", mustJSON(rec.Sandbox), err)
+	}
+}
+
+// The same once the node has forgotten the last life's record (it keeps
+// a few dead agents' records, MaxDead): the stream still says the life
+// was sandboxed, and the reopen is sandboxed again. An outside reader of
+// the change found it reopened unconfined.
+func TestReopenKeepsTheSandboxOfAForgottenLife(t *testing.T) {
+	t.Parallel()
+	argv := peers.Claude.Command(t)
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	cwd, home := t.TempDir(), t.TempDir()
+	f := startNode(t, fixtureOptions{
+		claude: claude.Config{Path: argv[0], Env: peers.ClaudeEnv(home, fake.URL()), StopWait: time.Second},
+		node:   func(c *node.Config) { c.MaxDead = 1 },
+	})
+	yes := true
+	id := f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", Sandbox: &yes, CWD: cwd})
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: id})
+	time.Sleep(1100 * time.Millisecond) // a later last_activity for the other
+	other := f.open(schemas.OpenRequest{ID: "other", Permission: "bypass"})
+	f.fabric.Close(f.ctx(30*time.Second), schemas.AgentRequest{AgentID: other})
+	poll.Until(t, 30*time.Second, "the node forgets keeper's record", func() bool {
+		recs, _ := f.fabric.List(f.ctx(5 * time.Second))
+		return !slices.ContainsFunc(recs, func(r schemas.AgentRecord) bool { return r.ID == "keeper" })
+	})
+	f.open(schemas.OpenRequest{ID: "keeper", Permission: "bypass", CWD: cwd})
+	if rec, err := f.fabric.Status(f.ctx(10*time.Second), "keeper"); err != nil || rec.Sandbox == nil {
+		t.Errorf("keeper, sandboxed in its last life, reopened without a word on the sandbox once its record was forgotten, runs unsandboxed (sandbox %v, err %v)", rec.Sandbox, err)
 	}
 }
