@@ -183,10 +183,30 @@ func Compact(paths []string) []string {
 // through (WriteBeneath). Logs are not copied (*.jsonl: the claude CLI
 // keeps every project's prompts in history.jsonl there), nor is a file
 // past 16 MiB, nor one whose name matches a pattern of skip
-// (filepath.Match).
+// (filepath.Match); such a file already in dst (copied by a node of an
+// earlier version, or written there by the agent) is removed.
 func SeedHome(dst, src string, skip ...string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("the agent's own %s: %w", dst, err)
+	}
+	skipped := func(name string) bool {
+		return slices.ContainsFunc(skip, func(p string) bool {
+			ok, _ := filepath.Match(p, name)
+			return ok
+		})
+	}
+	if len(skip) > 0 {
+		have, err := os.ReadDir(dst)
+		if err != nil {
+			return fmt.Errorf("the agent's own %s: %w", dst, err)
+		}
+		for _, e := range have {
+			if skipped(e.Name()) && !e.IsDir() {
+				if err := os.Remove(filepath.Join(dst, e.Name())); err != nil {
+					return fmt.Errorf("the agent's own %s: %w", dst, err)
+				}
+			}
+		}
 	}
 	if src == "" {
 		return nil
@@ -196,10 +216,7 @@ func SeedHome(dst, src string, skip ...string) error {
 		return fmt.Errorf("read %s: %w", src, err)
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".jsonl") || slices.ContainsFunc(skip, func(p string) bool {
-			ok, _ := filepath.Match(p, e.Name())
-			return ok
-		}) {
+		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), ".jsonl") || skipped(e.Name()) {
 			continue
 		}
 		if fi, err := e.Info(); err != nil || fi.Size() > 16<<20 {

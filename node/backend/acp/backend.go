@@ -244,7 +244,8 @@ func opencodeDir(spec backend.Spec) string { return filepath.Join(spec.Dir, "acp
 // geminiHome prepares a sandboxed gemini agent's own home
 // (GEMINI_CLI_HOME, backend.AgentHome): the files at the top of the
 // user's ~/.gemini (settings, login, ids), copied afresh each life, and
-// the state the agent kept there before.
+// the state the agent kept there before; not the OAuth tokens of the
+// user's MCP (and A2A) servers, which gemini keeps there in plain files.
 func geminiHome(spec backend.Spec, env []string) (string, error) {
 	home := backend.AgentHome(spec, "gemini")
 	src := proc.EnvValue(env, "GEMINI_CLI_HOME")
@@ -255,7 +256,7 @@ func geminiHome(spec backend.Spec, env []string) (string, error) {
 		src = filepath.Join(src, ".gemini")
 	}
 	dst := filepath.Join(home, ".gemini")
-	if err := proc.SeedHome(dst, src); err != nil {
+	if err := proc.SeedHome(dst, src, "mcp-oauth-tokens*", "a2a-oauth-tokens*"); err != nil {
 		return "", err
 	}
 	return home, noPTYShell(dst)
