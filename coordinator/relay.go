@@ -255,13 +255,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer closeFwd()
+	var ending atomic.Bool
+	defer func() {
+		ending.Store(true) // closed by the relay's end, not lost
+		closeFwd()
+	}()
 	if fwd != r.nc {
 		// Forwards that could not go on would leave every confined
 		// node's events unstored: the relay's own connection is closed
 		// with it, and the coordinator starts the relay again.
 		fwd.SetClosedHandler(func(*nats.Conn) {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !ending.Load() {
 				r.log.Error("the relay's connection for events closed; the relay starts again")
 				r.nc.Close()
 			}
@@ -1430,7 +1434,6 @@ func (r *Relay) warn(key, msg string, args ...any) {
 	if len(r.warned) > 10000 {
 		clear(r.warned)
 	}
-	r.warned[key] = true
 	w := r.warnings[node]
 	if w == nil || now.Sub(w.start) >= warnWindow {
 		if len(r.warnings) > 10000 {
@@ -1448,6 +1451,7 @@ func (r *Relay) warn(key, msg string, args ...any) {
 	case w.said < warnsPerWindow:
 		w.said++
 		say = true
+		r.warned[key] = true // a line held back is not taken for said
 	default:
 		hold = w.held == 0
 		w.held++
