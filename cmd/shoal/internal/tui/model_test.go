@@ -657,6 +657,14 @@ func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 	if view := m.View(); !strings.Contains(view, "spent 32.0k of 30.0k tokens, $1.25 ⚠ fleet budget reached") {
 		t.Errorf("the fleet past its budget:\n%s", view)
 	}
+	// Cents round a small spend to nothing ("$0.00 of $1.00").
+	src.rep.Budgets[0].Budget = schemas.Budget{USD: 1}
+	src.rep.Spent.Rows[0].Usage.CostUSD = schemas.Cost(0.0037)
+	m.src = src
+	m.Update(m.readSpend(0)())
+	if view := m.View(); !strings.Contains(view, "tokens, $0.0037 of $1.00") {
+		t.Errorf("the fleet's small spend against a dollar budget:\n%s", view)
+	}
 }
 
 // evil is text a model, an agent or a node might write to take over the

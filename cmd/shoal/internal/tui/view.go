@@ -2,6 +2,8 @@ package tui
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -237,17 +239,27 @@ func (m *Model) spendNote() string {
 	}
 	note += " tokens"
 	if used.CostUSD != nil && *used.CostUSD > 0 {
-		note += fmt.Sprintf(", $%.2f", *used.CostUSD)
+		note += ", " + dollars(*used.CostUSD)
 		if fleet != nil && fleet.Budget.USD > 0 {
-			note += fmt.Sprintf(" of $%.2f", fleet.Budget.USD)
+			note += " of " + dollars(fleet.Budget.USD)
 		}
 	} else if fleet != nil && fleet.Budget.USD > 0 {
-		note += fmt.Sprintf(", $0.00 of $%.2f", fleet.Budget.USD)
+		note += ", $0.00 of " + dollars(fleet.Budget.USD)
 	}
 	if fleet != nil && fleet.Budget.Over(schemas.Scope{Fleet: true}, fleet.Used) != nil {
 		note += " ⚠ fleet budget reached"
 	}
 	return note
+}
+
+// dollars is an amount in cents, or, below a dollar, to its first two
+// figures: a fleet that spent $0.0037 read "$0.00".
+func dollars(v float64) string {
+	places := 2
+	for v > 0 && v < 1 && v*math.Pow10(places) < 10 && places < 6 {
+		places++
+	}
+	return "$" + strconv.FormatFloat(v, 'f', places, 64)
 }
 
 // tokens is an agent's token count, short.
