@@ -435,7 +435,8 @@ func (s *session) refresh() {
 
 // usage reads a prompt's usage leniently, with what the session cost
 // since the turn before (usage_update reports the session's total); nil
-// when there is neither.
+// when there is neither. ACP's usage names the cache's reads and writes
+// cachedReadTokens and cachedWriteTokens; claude-agent-acp sends both.
 func (s *session) usage(raw json.RawMessage) *schemas.Usage {
 	var u map[string]json.RawMessage
 	json.Unmarshal(raw, &u)
@@ -444,10 +445,11 @@ func (s *session) usage(raw json.RawMessage) *schemas.Usage {
 		return nil
 	}
 	return &schemas.Usage{
-		InputTokens:     lenient(u["inputTokens"]),
-		OutputTokens:    lenient(u["outputTokens"]) + lenient(u["thoughtTokens"]),
-		CacheReadTokens: lenient(u["cachedReadTokens"]),
-		CostUSD:         cost,
+		InputTokens:         lenient(u["inputTokens"]),
+		OutputTokens:        lenient(u["outputTokens"]) + lenient(u["thoughtTokens"]),
+		CacheReadTokens:     lenient(u["cachedReadTokens"]),
+		CacheCreationTokens: lenient(u["cachedWriteTokens"]),
+		CostUSD:             cost,
 	}
 }
 
