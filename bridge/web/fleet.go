@@ -16,11 +16,16 @@ import (
 // Fleet is the fleet page's data: GET /api/fleet.
 type Fleet struct {
 	// Now is the server's clock (Unix seconds), to age heartbeats by.
-	Now     float64                  `json:"now"`
-	Role    string                   `json:"role"`
-	Nodes   []schemas.NodeRecord     `json:"nodes"`
-	Agents  []schemas.AgentRecord    `json:"agents"`
-	Pending []schemas.PermitRecord   `json:"pending"`
+	Now     float64                `json:"now"`
+	Role    string                 `json:"role"`
+	Nodes   []schemas.NodeRecord   `json:"nodes"`
+	Agents  []schemas.AgentRecord  `json:"agents"`
+	Pending []schemas.PermitRecord `json:"pending"`
+	// ByNode and ByModel are what the fleet's turns used per node that
+	// ran them and per agent's model, from the coordinator's count (as
+	// shoal usage --by node and --by model sum the stream): every life
+	// of an id and the agents whose records are gone count. Both are
+	// empty when the count cannot be read.
 	ByNode  map[string]schemas.Usage `json:"tokens_by_node"`
 	ByModel map[string]schemas.Usage `json:"tokens_by_model"`
 	// Spend is every budget with what was used against it, and the
@@ -57,14 +62,14 @@ func (h *Handler) fleet(w http.ResponseWriter, r *http.Request) {
 	}
 	if rep, err := h.cfg.Client.Budgets(ctx); err == nil {
 		f.Spend = &rep
+		for _, r := range rep.Spent.Rows {
+			n, m := f.ByNode[r.Node], f.ByModel[r.Model]
+			n.Add(r.Usage)
+			m.Add(r.Usage)
+			f.ByNode[r.Node], f.ByModel[r.Model] = n, m
+		}
 	} else {
 		h.log.Warn("reading the budgets for the fleet page", "err", err)
-	}
-	for _, a := range agents {
-		n, m := f.ByNode[a.Node], f.ByModel[a.Model]
-		n.Add(a.Usage)
-		m.Add(a.Usage)
-		f.ByNode[a.Node], f.ByModel[a.Model] = n, m
 	}
 	writeJSON(w, http.StatusOK, f)
 }

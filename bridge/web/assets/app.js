@@ -192,7 +192,8 @@ function renderFleet(f, q) {
   }));
   const totals = (sel, m) => $(sel + " tbody").replaceChildren(...Object.keys(m).sort().map((k) =>
     el("tr", { "data-key": k }, el("td", { text: k || "(none)" }), el("td", { class: "num", text: num(m[k].inputTokens) }),
-      el("td", { class: "num", text: num(m[k].outputTokens) }), el("td", { class: "num", text: num(m[k].cacheReadTokens) }))));
+      el("td", { class: "num", text: num(m[k].outputTokens) }), el("td", { class: "num", text: num(m[k].cacheReadTokens) }),
+      el("td", { class: "num", text: num(m[k].cacheCreationTokens) }))));
   totals("#by-node", f.tokens_by_node);
   totals("#by-model", f.tokens_by_model);
   renderSpend(f.spend);
