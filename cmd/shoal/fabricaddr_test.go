@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -81,4 +83,61 @@ func TestOneSettingServesUpAndItsClients(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "shoal up --nats on the command line names a NATS deployment to use instead of the embedded server") {
 		t.Errorf("shoal up --nats at nothing: exit %d: %q", code, errOut)
 	}
+}
+
+// A port and a nats given in one place (one config file, or SHOAL_PORT and
+// SHOAL_NATS both) would have shoal up listen on the one and its clients
+// dial the other: every command that reads them refuses them, naming both
+// and the place, unless they name the same port. Naming the same port,
+// shoal up listens there and its clients dial it.
+func TestPortAndNatsInOnePlace(t *testing.T) {
+	t.Parallel()
+	port := strconv.Itoa(freePort(t))
+	other := strconv.Itoa(freePort(t))
+	for _, how := range []string{"file", "env"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			conf := filepath.Join(dir, "shoal.toml")
+			if err := os.WriteFile(conf, []byte("port = "+port+"\nnats = \"nats://127.0.0.1:"+other+"\"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env, want := []string{"SHOAL_CONFIG=" + conf}, "config file "+conf+": port = "+port+" and nats = \"nats://127.0.0.1:"+other+"\" name different ports"
+			if how == "env" {
+				env, want = []string{"SHOAL_PORT=" + port, "SHOAL_NATS=nats://127.0.0.1:" + other}, "environment SHOAL_PORT="+port+" and SHOAL_NATS=\"nats://127.0.0.1:"+other+"\" name different ports"
+			}
+			for _, args := range [][]string{{"up", "--no-node", "--no-mcp", "--no-bus"}, {"ls"}, {"node"}, {"config", "up"}} {
+				// shoal up that took the settings would serve until
+				// stopped: the context ends it.
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				cmd := exec.CommandContext(ctx, os.Args[0], args...)
+				cmd.Env = append(baseEnv(dir), env...)
+				var errOut strings.Builder
+				cmd.Stderr = &errOut
+				cmd.Run()
+				cancel()
+				if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(errOut.String(), want) {
+					t.Errorf("shoal %v: exit %d, %q; want exit %d and %q", args, code, errOut.String(), exitUsage, want)
+				}
+			}
+		})
+	}
+	t.Run("same port", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		port := strconv.Itoa(freePort(t))
+		conf := filepath.Join(dir, "shoal.toml")
+		if err := os.WriteFile(conf, []byte("port = "+port+"\nnats = \"nats://localhost:"+port+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"SHOAL_CONFIG=" + conf}
+		up := startShoal(t, dir, env, "up", "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
+		if got := up.waitLine("shoal: NATS listening on "); got != "shoal: NATS listening on nats://127.0.0.1:"+port {
+			t.Fatalf("shoal up: %q, want it on port %s", got, port)
+		}
+		up.waitLine("shoal: ready")
+		if code, out, errOut := runShoal(t, dir, env, "ls"); code != 0 || !strings.Contains(out, "No agents") {
+			t.Errorf("shoal ls: exit %d: %s%s", code, out, errOut)
+		}
+	})
 }

@@ -103,7 +103,7 @@ func layer(src string) int {
 // it listens, not as an external server, which only --nats on its own
 // command line names. Where both are given, the one from the later place
 // wins on both sides (the environment over the file); from one place,
-// shoal up takes the port and its clients the nats.
+// they must name the same port (oneFabricPort).
 func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string) string) error {
 	setting := func(name string) (string, string) {
 		env := "SHOAL_" + envName(name)
@@ -116,9 +116,15 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		return "", ""
 	}
 	_, portFrom := setting("port")
-	switch {
-	case fs.Lookup("nats") == nil:
+	if fs.Lookup("nats") == nil {
 		return nil
+	}
+	if c.name != "bench" && !strings.HasPrefix(l.from["nats"], "flag ") && !strings.HasPrefix(l.from["port"], "flag ") {
+		if err := oneFabricPort(setting); err != nil {
+			return err
+		}
+	}
+	switch {
 	case c.name == "bench":
 		// bench measures a fabric of its own unless its command line
 		// names one: the settings that point clients at a live fabric
@@ -192,6 +198,42 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 		}
 	}
 	return nil
+}
+
+// oneFabricPort refuses a port and a nats that one place (the config
+// file, or the environment) gives with different ports: shoal up would
+// listen on the port and its clients dial the nats, each taking the
+// setting it reads first. Naming the same port (the nats's host may be
+// a name clients reach shoal up by), they are one setting. A nats of
+// several servers agrees when one of them has the port.
+func oneFabricPort(setting func(name string) (value, from string)) error {
+	port, portFrom := setting("port")
+	url, natsFrom := setting("nats")
+	if portFrom == "" || natsFrom == "" || layer(portFrom) != layer(natsFrom) {
+		return nil
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return nil // the port's own check names it
+	}
+	for _, raw := range strings.Split(url, ",") {
+		u, err := neturl.Parse(strings.TrimSpace(raw))
+		if err != nil {
+			continue
+		}
+		p := u.Port()
+		if p == "" {
+			p = "4222" // a client's default
+		}
+		if p == strconv.Itoa(n) {
+			return nil
+		}
+	}
+	why := "name different ports: shoal up would listen on the port and its clients dial the nats; give one of them, or both with the same port"
+	if layer(portFrom) == 2 {
+		return usagef("environment %s=%s and %s=%q %s", strings.TrimPrefix(portFrom, "env "), port, strings.TrimPrefix(natsFrom, "env "), url, why)
+	}
+	return usagef("%s: port = %s and nats = %q %s", portFrom, port, url, why)
 }
 
 // canonical is the flag an old spelling stands for, else name itself.
