@@ -11,6 +11,16 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 	if k.Type == tea.KeyCtrlC {
 		return tea.Quit
 	}
+	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !k.Paste && !m.filtering && m.overlay != formOverlay {
+		// Keys that arrive together (key repeat, a slow link) are read
+		// as one: each acts in turn, as if read apart. A field takes
+		// them as text, and a paste is no keys.
+		cmds := make([]tea.Cmd, 0, len(k.Runes))
+		for _, r := range k.Runes {
+			cmds = append(cmds, m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt}))
+		}
+		return tea.Batch(cmds...)
+	}
 	if m.filtering {
 		switch k.Type {
 		case tea.KeyEnter, tea.KeyEsc:
