@@ -199,13 +199,20 @@ func leftOut(why string, dirs []string) string {
 //   - core.attributesFile (by default $XDG_CONFIG_HOME/git/attributes),
 //     core.autocrlf, core.eol, core.safecrlf: line ends stored as their
 //     git add stores them;
-//   - filter.<driver>.clean, .process and .required: their clean filters
-//     (git lfs install's), run on their files as their git add runs them,
-//     so a file their attributes send to LFS is stored as its pointer;
+//   - filter.<driver>.clean, .process and .required of their global or
+//     system configuration: their clean filters (git lfs install's), run
+//     on their files as their git add runs them, so a file their
+//     attributes send to LFS is stored as its pointer;
 //   - safe.directory: a repository they trust that another user owns.
 //
 // Settings of the repository's own configuration are read by Shoal's gits
-// anyway, and given here again after the global ones, so theirs still win.
+// anyway, and given here again after the global ones, so theirs still win;
+// but not its filter drivers: a sandboxed agent opened in the repository
+// writes its .git/config, and a clean filter named there would run as the
+// person when Shoal takes their uncommitted work. A driver the repository
+// sets is given as the person's configuration outside it sets it, or as
+// none (no clean, no process, not required), and what its attributes send
+// to that driver is stored as the file is.
 func persons(ctx context.Context, dir string) []string {
 	return configEnv(personsConfig(ctx, dir))
 }
@@ -233,19 +240,40 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 	out, _ := cmd.Output() // none set, or no git: nothing to take
 	// Each setting is its scope, then its key and value.
 	parts := strings.Split(string(out), "\x00")
+	filters := map[string]string{} // the person's value of each filter key, outside the repository
+	var repos []string             // the filter keys the repository sets, in order
 	for i := 0; i+1 < len(parts); i += 2 {
 		scope := parts[i]
 		k, v, ok := strings.Cut(parts[i+1], "\n")
 		if !ok {
 			continue
 		}
-		if k == "safe.directory" && (scope == "local" || scope == "worktree") {
+		own := scope == "local" || scope == "worktree"
+		if k == "safe.directory" && own {
 			// Git heeds it only where the repository cannot write it;
 			// given as ours, it would be heeded.
 			continue
 		}
+		if strings.HasPrefix(k, "filter.") {
+			if own {
+				if !slices.Contains(repos, k) {
+					repos = append(repos, k)
+				}
+				continue
+			}
+			filters[k] = v
+		}
 		if k == "core.excludesfile" || k == "core.attributesfile" {
 			v = homePath(v)
+		}
+		keys, values = append(keys, k), append(values, v)
+	}
+	// Last, so they win over the repository's: the person's value of
+	// each filter key it sets, or none.
+	for _, k := range repos {
+		v, ok := filters[k]
+		if !ok && strings.HasSuffix(k, ".required") {
+			v = "false"
 		}
 		keys, values = append(keys, k), append(values, v)
 	}

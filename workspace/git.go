@@ -71,6 +71,35 @@ func gitEnv(jailed bool, extra []string) []string {
 	return append(env, extra...)
 }
 
+// runsNothing are the settings every git Shoal runs is given first: none
+// of the programs a repository's configuration can name that the git
+// Shoal runs would otherwise start. A sandboxed agent opened in a person's
+// repository writes its .git/config, and what Shoal's git there runs, it
+// runs as the person, outside the sandbox. Given on the command line, they
+// win over the repository's own, and over what its configuration includes;
+// git hands them to the gits it runs itself (a fetch's maintenance).
+//   - core.fsmonitor: a program git asks which files changed, whenever it
+//     reads the work tree against the index (add, write-tree, ls-files);
+//   - core.hooksPath: no hook runs (a fetch and update-ref run
+//     reference-transaction, an add post-index-change);
+//   - log.showSignature, commit.gpgSign: no gpg.program checks a signed
+//     commit a log or show prints, or signs the commits Shoal makes;
+//   - core.alternateRefsCommand: a fetch into a repository that borrows
+//     another's objects asks it for the other's refs; true names none,
+//     which costs a bundle's fetch nothing.
+//
+// The repository's own filter drivers are not given here but left out of
+// the person's settings (personsConfig). What else a configuration can
+// run, none of Shoal's gits starts: diff.external, textconv and the pager
+// are for diff and log's patches (Shoal prints no patch of the caller's
+// repository, and its output is never a terminal), merge drivers and
+// smudge filters for merges and checkouts it does not make there, and
+// sshCommand, credential helpers and packObjectsHook for a network it
+// never reaches (it fetches only a bundle file); an alias never replaces
+// a command of git's own.
+var runsNothing = []string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+	"-c", "log.showSignature=false", "-c", "commit.gpgSign=false", "-c", "core.alternateRefsCommand=true"}
+
 // A gitter runs git: as the caller (the zero gitter), or confined by
 // jail, which may write the directories and files in writable.
 type gitter struct {
@@ -137,7 +166,7 @@ const maxLine = 4 << 10
 // exec runs git in dir with the clean environment plus extra, its
 // standard output to stdout. The error carries git's standard error.
 func (g gitter) exec(ctx context.Context, dir string, extra []string, stdin []byte, stdout io.Writer, args ...string) error {
-	argv := append([]string{"git"}, args...)
+	argv := append(append([]string{"git"}, runsNothing...), args...)
 	if g.jail != nil {
 		var err error
 		if argv, err = g.jail(argv, g.writable...); err != nil {
