@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/shoalfabric/shoal/cmd/shoal/internal/render"
 	"github.com/shoalfabric/shoal/schemas"
@@ -92,6 +93,24 @@ type environment struct {
 	// logJSON is set with --log-format json: the command's failure is
 	// then a log record too, so every line on stderr is JSON.
 	logJSON bool
+	// dialed are the options the command connected to the fabric with,
+	// and gone what the server's word on that connection made of its
+	// credentials (clientOptions.credsGone), once it said so: a command
+	// that fails once they are gone says that is why.
+	dialed atomic.Pointer[clientOptions]
+	gone   atomic.Pointer[error]
+}
+
+// credsGone is why the command's credentials are no longer taken, nil
+// while they are: what the server said, or their expiry passed.
+func (e *environment) credsGone() error {
+	if gone := e.gone.Load(); gone != nil {
+		return *gone
+	}
+	if o := e.dialed.Load(); o != nil {
+		return o.credsExpired()
+	}
+	return nil
 }
 
 // warn reports a problem that does not stop the command: on the
@@ -226,6 +245,11 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 	case errors.Is(err, flag.ErrHelp):
 		printCommandHelp(io.out, c)
 		return exitOK
+	}
+	if gone := env.credsGone(); gone != nil && !errors.Is(err, gone) {
+		if _, ok := errors.AsType[*stoppedError](err); !ok {
+			err = fmt.Errorf("%w (%v)", gone, err)
+		}
 	}
 	if u, ok := errors.AsType[*usageError](err); ok && strings.HasPrefix(u.Error(), "unexpected argument") && !strings.Contains(u.Error(), "--help") {
 		err = usagef("%s (see shoal %s --help)", u.Error(), c.name)

@@ -28,6 +28,9 @@ type clientOptions struct {
 	persistent bool
 
 	who *broker.Credentials // what --creds are for, once read
+	// onCredsGone, when set, is told when the server no longer takes the
+	// credentials of a connection made with these options (credsGone).
+	onCredsGone func(error)
 	// external is set for shoal up's own --nats: a deployment it uses,
 	// not one it runs.
 	external bool
@@ -111,12 +114,17 @@ func (o *clientOptions) connect(env *environment, extra ...nats.Option) (*nats.C
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				env.warn("the server refused", err)
 			}
+			// Said once, however many connections hear it.
+			if gone := o.credsGone(err); gone != nil && env.gone.CompareAndSwap(nil, &gone) && o.onCredsGone != nil {
+				o.onCredsGone(gone)
+			}
 		}),
 	}, opts...)
 	nc, err := nats.Connect(o.url, append(opts, extra...)...)
 	if err != nil {
 		return nil, o.explain(err)
 	}
+	env.dialed.Store(o)
 	return nc, nil
 }
 

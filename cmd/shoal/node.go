@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -304,6 +305,9 @@ type nodeCommandOptions struct {
 	leaf        string
 	log         logOptions
 	metricsAddr string
+	// lost stops the node, saying why, when its connection cannot come
+	// back (run sets it).
+	lost func(error)
 }
 
 func nodeCommand() *command {
@@ -359,11 +363,25 @@ func (o *nodeCommandOptions) connectPatiently(ctx context.Context, env *environm
 			// Said once each way: meanwhile what fails says only why it
 			// could not send ("outbound buffer limit exceeded").
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if err != nil {
+				if err != nil && ctx.Err() == nil { // stopping, its credentials gone, it does not connect again
 					log.Warn("lost the fabric; connecting again (the agents go on, their events wait in the outbox)", "nats", o.client.url, "err", err)
 				}
 			}),
-			nats.ReconnectHandler(func(*nats.Conn) { log.Info("connected to the fabric again", "nats", o.client.url) }))
+			nats.ReconnectHandler(func(*nats.Conn) { log.Info("connected to the fabric again", "nats", o.client.url) }),
+			// It reconnects for ever, so a connection closed while the node
+			// runs was closed for good: the server refused it twice (its
+			// credentials) or ended it for a fault of the protocol. The
+			// node, which can reach no one, stops.
+			nats.ClosedHandler(func(nc *nats.Conn) {
+				if ctx.Err() != nil || nc.LastError() == nil {
+					return // the node closed it, stopping
+				}
+				why := o.client.credsGone(nc.LastError())
+				if why == nil {
+					why = schemas.Errf(schemas.CodeUnavailable, "NATS at %s closed the node's connection for good (%v): start the node again", o.client.url, nc.LastError())
+				}
+				o.lost(why)
+			}))
 		if err == nil {
 			return nc, nil
 		}
@@ -420,6 +438,19 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		}
 		o.name = who.Name
 	}
+	// The node stops, its agents with it, when its credentials are no
+	// longer taken (they expired) or its connection is closed for good:
+	// it cannot reach the fabric again, and says why as it exits.
+	ctx, stopNode := context.WithCancelCause(ctx)
+	defer stopNode(nil)
+	var once sync.Once
+	o.lost = func(err error) {
+		once.Do(func() {
+			log.Error("the node cannot reach the fabric again: it stops, and its agents", "err", err)
+			stopNode(err)
+		})
+	}
+	o.client.onCredsGone = o.lost
 	var nc *nats.Conn
 	var joined string
 	if o.leaf != "" {
@@ -439,7 +470,10 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		}
 		joined = nc.ConnectedUrlRedacted()
 	}
-	defer nc.Close()
+	defer func() {
+		stopNode(nil) // first: the node closes its connection, not the server
+		nc.Close()
+	}()
 	o.unreadable = append(o.unreadable, o.client.creds, o.client.tls.key)
 	h, err := o.host(env, nc, who != nil, log)
 	if err != nil {
@@ -450,7 +484,11 @@ func (o *nodeCommandOptions) run(ctx context.Context, env *environment, _ []stri
 		return err
 	}
 	dlog.status("node %s joined %s", h.Name(), joined)
-	return <-done
+	err = <-done
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }
 
 // joinAsLeaf starts the embedded leaf server and waits, patiently, until

@@ -56,6 +56,12 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 					return usagef("shoal tui needs a terminal on its input and output; use shoal tail or shoal ls to watch without one")
 				}
 				v.client.persistent = true
+				// Credentials no longer taken end the monitor, which says
+				// why as it exits: it would watch a connection that never
+				// comes back.
+				ctx, stop := context.WithCancel(ctx)
+				defer stop()
+				v.client.onCredsGone = func(error) { stop() }
 				f, err := v.fabric()
 				if err != nil {
 					return err
@@ -74,7 +80,11 @@ heartbeat age, each backend's problem), ? lists the keys, q quits.`,
 					return err
 				}
 				observer := who != nil && who.Role == broker.RoleObserver
-				return tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir, Observer: observer}, v.env.io.in, v.env.io.out)
+				err = tui.Run(ctx, fabricSource{f}, tui.Options{Poll: poll, Silent: silent, Dir: dir, Observer: observer}, v.env.io.in, v.env.io.out)
+				if gone := v.env.credsGone(); gone != nil {
+					return gone
+				}
+				return err
 			}
 		})
 }
