@@ -249,9 +249,13 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 			continue
 		}
 		own := scope == "local" || scope == "worktree"
-		if k == "safe.directory" && own {
-			// Git heeds it only where the repository cannot write it;
-			// given as ours, it would be heeded.
+		if own && (k == "safe.directory" || k == "core.excludesfile" || k == "core.attributesfile") {
+			// Git heeds safe.directory only where the repository cannot
+			// write it; given as ours, it would be heeded. A file the
+			// repository names is its git's to read, not Shoal's: what
+			// Shoal reads of it goes to the node (CallerExcludes), and an
+			// agent that could write .git/config could name any file of
+			// the person's.
 			continue
 		}
 		if strings.HasPrefix(k, "filter.") {

@@ -224,3 +224,39 @@ func TestCallerGitsRunThePersonsFilterNotTheRepositorys(t *testing.T) {
 		t.Errorf("the filters that ran: %v; want the person's alone", got)
 	}
 }
+
+// The patterns sent to the node as the person's ignores come from their
+// own configuration (and the repository's info/exclude), never from a
+// file the repository's configuration names: a sandboxed agent that
+// wrote core.excludesFile = <a secret of the person's> into .git/config
+// had its lines sent to the node, into the next agent's checkout.
+func TestCallerExcludesReadNoFileTheRepositoryNames(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"commit", "-q", "--allow-empty", "-m", "one"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	secret := filepath.Join(t.TempDir(), "id_key")
+	write(t, secret, "SECRET-KEY-LINE\n")
+	cmd := exec.Command("git", "config", "core.excludesFile", secret)
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git config: %v %s", err, out)
+	}
+	write(t, filepath.Join(repo, ".git", "info", "exclude"), "*.log\n")
+	got, err := CallerExcludes(context.Background(), repo, 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(got, "SECRET") {
+		t.Errorf("the patterns sent to the node hold the lines of the file the repository's configuration names:\n%s", got)
+	}
+	if !strings.Contains(got, "*.log") {
+		t.Errorf("the patterns sent to the node lack the repository's info/exclude:\n%s", got)
+	}
+}
