@@ -53,7 +53,11 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 	case !fi.IsDir():
 		return nil, fmt.Errorf("repository %s is not a directory", dir)
 	}
-	g := gitter{env: persons(ctx, abs)}
+	env, err := persons(ctx, abs)
+	if err != nil {
+		return nil, err
+	}
+	g := gitter{env: env}
 	root, err := g.path(ctx, abs, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		if errors.Is(err, ErrNoGit) {
@@ -123,6 +127,11 @@ func (s *Start) snapshot(ctx context.Context) error {
 	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, false, s.Base,
 		callerWorkSubject+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
+		if strings.Contains(err.Error(), "clean filter") {
+			// A filter the repository's own configuration requires
+			// (git-crypt's): Shoal's git runs none of its drivers.
+			return fmt.Errorf("take the uncommitted work of %s: %v: a filter the repository's own configuration requires is not run by Shoal (a sandboxed agent could have named it); commit those files yourself first, or define the filter in your global git configuration", s.Root, err)
+		}
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
 	s.Commit, s.objects = commit, append([]string{objects}, s.objects...)
@@ -213,8 +222,9 @@ func leftOut(why string, dirs []string) string {
 // sets is given as the person's configuration outside it sets it, or as
 // none (no clean, no process, not required), and what its attributes send
 // to that driver is stored as the file is.
-func persons(ctx context.Context, dir string) []string {
-	return configEnv(personsConfig(ctx, dir))
+func persons(ctx context.Context, dir string) ([]string, error) {
+	keys, values, _, err := personsConfig(ctx, dir)
+	return configEnv(keys, values), err
 }
 
 // configEnv is the environment giving git the settings keys, with values,
@@ -232,12 +242,24 @@ func configEnv(keys, values []string) []string {
 
 // personsConfig is the settings persons takes, keys and their values in
 // the order git reads them.
-func personsConfig(ctx context.Context, dir string) (keys, values []string) {
+// excludes is the excludes file the person's own configuration names,
+// outside the repository's ("" for none): the file CallerExcludes reads.
+// It fails when git cannot tell the person's settings from the
+// repository's (a git before 2.26 has no --show-scope): taken for none, the
+// repository's own filter drivers would run.
+func personsConfig(ctx context.Context, dir string) (keys, values []string, excludes string, err error) {
 	// The person's git, as they run it, reads its configuration only.
 	cmd := exec.CommandContext(ctx, "git", "config", "--null", "--show-scope", "--get-regexp",
 		`^(core\.(excludesfile|attributesfile|autocrlf|eol|safecrlf)|filter\..+\.(clean|process|required)|safe\.directory)$`)
 	cmd.Dir = dir
-	out, _ := cmd.Output() // none set, or no git: nothing to take
+	out, err := cmd.Output()
+	if exit, ok := errors.AsType[*exec.ExitError](err); err != nil && (!ok || exit.ExitCode() != 1) { // 1: none set
+		var said string
+		if ok {
+			said = strings.TrimSpace(string(exit.Stderr))
+		}
+		return nil, nil, "", fmt.Errorf("git cannot tell your configuration from the repository's in %s (git config --show-scope, git 2.26 or later): %v %s", dir, err, said)
+	}
 	// Each setting is its scope, then its key and value.
 	parts := strings.Split(string(out), "\x00")
 	filters := map[string]string{} // the person's value of each filter key, outside the repository
@@ -249,14 +271,17 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 			continue
 		}
 		own := scope == "local" || scope == "worktree"
-		if own && (k == "safe.directory" || k == "core.excludesfile" || k == "core.attributesfile") {
-			// Git heeds safe.directory only where the repository cannot
-			// write it; given as ours, it would be heeded. A file the
-			// repository names is its git's to read, not Shoal's: what
-			// Shoal reads of it goes to the node (CallerExcludes), and an
-			// agent that could write .git/config could name any file of
-			// the person's.
+		if k == "safe.directory" && own {
+			// Git heeds it only where the repository cannot write it;
+			// given as ours, it would be heeded.
 			continue
+		}
+		if k == "core.excludesfile" && !own {
+			// Only the person's is read by Shoal (CallerExcludes): the
+			// file a repository names is its git's to read, not to send
+			// to a node, and an agent that could write .git/config
+			// could name any file of the person's.
+			excludes = homePath(v)
 		}
 		if strings.HasPrefix(k, "filter.") {
 			if own {
@@ -273,11 +298,14 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 		keys, values = append(keys, k), append(values, v)
 	}
 	// Last, so they win over the repository's: the person's value of
-	// each filter key it sets, or none.
+	// each filter key it sets, or none. A driver the repository requires
+	// stays required: with no clean filter run, git refuses to store a
+	// file of it (a secret git-crypt keeps encrypted) rather than store
+	// it as it is.
 	for _, k := range repos {
 		v, ok := filters[k]
 		if !ok && strings.HasSuffix(k, ".required") {
-			v = "false"
+			continue
 		}
 		keys, values = append(keys, k), append(values, v)
 	}
@@ -285,10 +313,13 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 		if !slices.Contains(keys, d.key) {
 			if p := configHome(d.file); p != "" {
 				keys, values = append([]string{d.key}, keys...), append([]string{p}, values...)
+				if d.key == "core.excludesfile" && excludes == "" {
+					excludes = p
+				}
 			}
 		}
 	}
-	return keys, values
+	return keys, values, excludes, nil
 }
 
 // CallerExcludes are the patterns the person's git ignores in the
@@ -299,11 +330,12 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string) {
 // error says so.
 func CallerExcludes(ctx context.Context, dir string, max int) (string, error) {
 	var files []string
-	keys, values := personsConfig(ctx, dir)
-	for i, k := range keys {
-		if k == "core.excludesfile" {
-			files = []string{values[i]} // the last one set is git's
-		}
+	keys, values, excludes, err := personsConfig(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	if excludes != "" {
+		files = []string{excludes}
 	}
 	if common, err := (gitter{env: configEnv(keys, values)}).path(ctx, dir, nil, "rev-parse", "--git-common-dir"); err == nil {
 		if !filepath.IsAbs(common) {
@@ -548,7 +580,11 @@ func Land(ctx context.Context, dir, bundle, tip, branch string, force bool) erro
 	if !IsCommitID(tip) {
 		return fmt.Errorf("the node named no commit (%q)", tip)
 	}
-	g := gitter{env: persons(ctx, dir)}
+	env, err := persons(ctx, dir)
+	if err != nil {
+		return err
+	}
+	g := gitter{env: env}
 	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
@@ -858,7 +894,11 @@ func isSnapshot(subject string) bool {
 // an agent whose work is the commit it started on; dir must have it. It
 // moves as Land moves it.
 func SetBranch(ctx context.Context, dir, branch, commit string, force bool) error {
-	g := gitter{env: persons(ctx, dir)}
+	env, err := persons(ctx, dir)
+	if err != nil {
+		return err
+	}
+	g := gitter{env: env}
 	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)

@@ -95,10 +95,15 @@ func gitEnv(jailed bool, extra []string) []string {
 // repository, and its output is never a terminal), merge drivers and
 // smudge filters for merges and checkouts it does not make there, and
 // sshCommand, credential helpers and packObjectsHook for a network it
-// never reaches (it fetches only a bundle file); an alias never replaces
-// a command of git's own.
+// never reaches: it fetches only bundle files and local paths, and
+//   - protocol.allow never, but for file: a repository's url.<base>.insteadOf
+//     could turn a bundle's path into an ssh:// (or ext::) URL, whose
+//     core.sshCommand (or command) git would run; such a fetch fails.
+//
+// An alias never replaces a command of git's own.
 var runsNothing = []string{"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
-	"-c", "log.showSignature=false", "-c", "commit.gpgSign=false", "-c", "core.alternateRefsCommand=true"}
+	"-c", "log.showSignature=false", "-c", "commit.gpgSign=false", "-c", "core.alternateRefsCommand=true",
+	"-c", "protocol.allow=never", "-c", "protocol.file.allow=always"}
 
 // A gitter runs git: as the caller (the zero gitter), or confined by
 // jail, which may write the directories and files in writable.
