@@ -217,7 +217,11 @@ func oneFabricPort(setting func(name string) (value, from string)) error {
 		return nil // the port's own check names it
 	}
 	for _, raw := range strings.Split(url, ",") {
-		u, err := neturl.Parse(strings.TrimSpace(raw))
+		raw = strings.TrimSpace(raw)
+		if !strings.Contains(raw, "://") {
+			raw = "nats://" + raw // host:port, as clients take it
+		}
+		u, err := neturl.Parse(raw)
 		if err != nil {
 			continue
 		}
