@@ -329,6 +329,9 @@ func (h *Host) Run(ctx context.Context) (err error) {
 	switch {
 	case err != nil:
 		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
+	case hello.NameTaken && h.cfg.Confined:
+		// Its credentials name it: another name takes other credentials.
+		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; its credentials name this node %s too: stop the other, or give this one credentials of its own (shoal creds node NAME)", h.cfg.Name, h.cfg.Name)
 	case hello.NameTaken:
 		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; give this node another name (shoal node --node-name NAME)", h.cfg.Name)
 	}
