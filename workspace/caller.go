@@ -795,6 +795,10 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 		why = "shoal fetch --force: the agent's work, leaving its uncommitted work fetched before"
 	}
 	if _, err := g.run(ctx, root, nil, nil, "update-ref", "-m", why, ref, tip, old); err != nil {
+		if dir, _, ok := strings.Cut(branch, "/"); ok && strings.Contains(err.Error(), "exists; cannot create") {
+			// A branch named as the directory of branch's name.
+			return fmt.Errorf("branch %s cannot be made in %s: a branch %s is there, and git keeps a branch's name from being another's directory; rename it (git branch -m %s NEW), or fetch --into another repository", branch, root, dir, dir)
+		}
 		return err
 	}
 	got, err := g.line(ctx, root, nil, "rev-parse", "--verify", ref)

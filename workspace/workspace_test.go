@@ -537,3 +537,24 @@ func TestJailedGitGetsNoneOfTheNodesSecrets(t *testing.T) {
 		t.Error("a git run for the caller lost the caller's environment")
 	}
 }
+
+// A person's branch named shoal keeps git from making shoal/<id>: the
+// fetch says so, naming the branch and what to do, not git's own words.
+func TestLandSaysABranchShoalIsInTheWay(t *testing.T) {
+	ctx := context.Background()
+	repo, s, co := agentCheckout(t)
+	git(t, repo, "branch", "shoal")
+	write(t, filepath.Join(co.Dir, "loose.txt"), "1\n")
+	tip, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := filepath.Join(t.TempDir(), "w")
+	if _, err := co.BundleWork(ctx, tip, []string{s.Base}, wb); err != nil {
+		t.Fatal(err)
+	}
+	err = Land(ctx, repo, wb, tip, "shoal/a1", false)
+	if err == nil || !strings.Contains(err.Error(), "a branch shoal is there") || !strings.Contains(err.Error(), "git branch -m shoal") {
+		t.Fatalf("a fetch into a repository with a branch shoal: %v", err)
+	}
+}
