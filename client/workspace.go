@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -485,6 +486,9 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 	}
 	if into == "" {
 		into = rec.Workspace.Source
+		if _, err := os.Stat(into); errors.Is(err, fs.ErrNotExist) {
+			return Fetched{}, schemas.Errf(schemas.CodeInvalid, "the repository agent %s was opened on, %s, is not there any more (moved or removed): fetch --into where it is now", id, into)
+		}
 	}
 	excludes, err := workspace.CallerExcludes(ctx, into, schemas.MaxExcludesBytes)
 	if err != nil {

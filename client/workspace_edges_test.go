@@ -751,3 +751,25 @@ func TestANodeThatRunsNoAgentItsRecordNamesIsAwayForIt(t *testing.T) {
 		t.Fatalf("a send to an agent its record says node a runs, which node a does not: %v", err)
 	}
 }
+
+// A fetch whose repository moved since the open says so and how to fetch
+// all the same (--into), rather than git's "not in a git work tree: no
+// such file or directory" (a pool user's review); given --into its new
+// place, the work lands there.
+func TestFetchFromAMovedRepositoryNamesInto(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	openOnRepo(t, f, "mover", repo, false)
+	moved := filepath.Join(t.TempDir(), "moved")
+	if err := os.Rename(repo, moved); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.Fetch(t.Context(), "mover", "", false)
+	if err == nil || !strings.Contains(err.Error(), "is not there any more") || !strings.Contains(err.Error(), "--into") {
+		t.Fatalf("a fetch whose repository moved: %v", err)
+	}
+	if _, err := f.Fetch(t.Context(), "mover", moved, false); err != nil {
+		t.Fatalf("the fetch --into its new place: %v", err)
+	}
+}

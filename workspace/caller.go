@@ -253,12 +253,15 @@ func personsConfig(ctx context.Context, dir string) (keys, values []string, excl
 		`^(core\.(excludesfile|attributesfile|autocrlf|eol|safecrlf)|filter\..+\.(clean|process|required)|safe\.directory)$`)
 	cmd.Dir = dir
 	out, err := cmd.Output()
-	if exit, ok := errors.AsType[*exec.ExitError](err); err != nil && (!ok || exit.ExitCode() != 1) { // 1: none set
-		var said string
-		if ok {
-			said = strings.TrimSpace(string(exit.Stderr))
-		}
-		return nil, nil, "", fmt.Errorf("git cannot tell your configuration from the repository's in %s (git config --show-scope, git 2.26 or later): %v %s", dir, err, said)
+	exit, ok := errors.AsType[*exec.ExitError](err)
+	switch {
+	case err == nil, ok && exit.ExitCode() == 1: // 1: none set
+	case ok && exit.ExitCode() == 129: // an option it does not know
+		return nil, nil, "", fmt.Errorf("git cannot tell your configuration from the repository's in %s (git config --show-scope needs git 2.26 or later): %s", dir, strings.TrimSpace(string(exit.Stderr)))
+	case ok:
+		return nil, nil, "", fmt.Errorf("git config --show-scope in %s: %v: %s", dir, err, strings.TrimSpace(string(exit.Stderr)))
+	default:
+		return nil, nil, "", fmt.Errorf("git config in %s: %v", dir, err)
 	}
 	// Each setting is its scope, then its key and value.
 	parts := strings.Split(string(out), "\x00")
