@@ -45,6 +45,14 @@ type Needs struct {
 	Env []string
 }
 
+// ClaudeNotSeeded are the files of the user's claude config directory a
+// sandboxed agent's own (AgentHome) gets no copy of, for the claude CLI
+// and claude-agent-acp alike: with CLAUDE_CONFIG_DIR set, the CLI keeps
+// its .claude.json there (in HOME otherwise, where no agent's copy reads
+// it), and it holds the user's MCP servers with their tokens and every
+// project's; the CLI keeps backups of it beside it.
+var ClaudeNotSeeded = []string{".claude.json", ".claude.json.*"}
+
 // AgentHome is a directory of a sandboxed agent's own beside the node's
 // files for it (its CLI's config or home), kept from life to life.
 func AgentHome(spec Spec, cli string) string {

@@ -19,7 +19,6 @@ import (
 	acpsdk "github.com/coder/acp-go-sdk"
 
 	"github.com/shoalfabric/shoal/node/backend"
-	"github.com/shoalfabric/shoal/node/backend/claude"
 	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -368,7 +367,7 @@ func (b *Backend) SandboxNeeds(spec backend.Spec) (backend.Needs, error) {
 		if h := proc.HomeDir(env); src == "" && h != "" {
 			src = filepath.Join(h, ".claude")
 		}
-		if err := proc.SeedHome(dir, src, claude.NotSeeded...); err != nil {
+		if err := proc.SeedHome(dir, src, backend.ClaudeNotSeeded...); err != nil {
 			return n, err
 		}
 		n.Writable = append(n.Writable, dir)

@@ -208,15 +208,8 @@ func ConfigDir(env []string) string {
 // refreshed inside stays inside.
 func SandboxConfigDir(spec backend.Spec, env []string) (string, error) {
 	dst := backend.AgentHome(spec, "claude")
-	return dst, proc.SeedHome(dst, ConfigDir(env), NotSeeded...)
+	return dst, proc.SeedHome(dst, ConfigDir(env), backend.ClaudeNotSeeded...)
 }
-
-// NotSeeded are the files of the user's config directory a sandboxed
-// agent gets no copy of: with CLAUDE_CONFIG_DIR set, the CLI keeps its
-// .claude.json there (in HOME otherwise, where no agent's copy reads
-// it), and it holds the user's MCP servers with their tokens and every
-// project's, theirs too; the CLI keeps backups of it beside it.
-var NotSeeded = []string{".claude.json", ".claude.json.*"}
 
 // askedTools are the CLI's acting tools no allowlist entry names, which
 // an agent that asks always asks about.
