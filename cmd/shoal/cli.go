@@ -162,10 +162,15 @@ type cancelledError struct {
 	turn     int
 	notBegun string // why a held turn never began
 	why      string // the turn's error event, when it has one (a budget crossed, a timeout)
+	// ended says the turn ended on its own as its budget's interrupt
+	// came: its text is whole, and the budget is passed all the same.
+	ended bool
 }
 
 func (e *cancelledError) Error() string {
 	switch {
+	case e.ended:
+		return fmt.Sprintf("turn %d ended as it passed its budget: %s", e.turn, e.why)
 	case e.notBegun != "":
 		return fmt.Sprintf("turn %d never began: %s (stop reason cancelled)", e.turn, e.notBegun)
 	case e.why != "":

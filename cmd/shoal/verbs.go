@@ -312,6 +312,13 @@ func runCommand() *command {
 				// A turn that failed (the model refused it, the CLI
 				// failed) printed what it said; the exit says it failed.
 				if err := client.TurnError(ctx, f, id, rep.Turn); errors.Is(err, client.ErrTurnFailed) {
+					why := strings.TrimPrefix(err.Error(), client.ErrTurnFailed.Error()+": ")
+					if strings.HasPrefix(why, fmt.Sprintf("turn %d was interrupted: ", rep.Turn)) {
+						// Its budget's interrupt (the node's words) came
+						// as it ended on its own: a budget crossed is
+						// exit 7 whichever came first.
+						return &cancelledError{turn: rep.Turn, why: why, ended: true}
+					}
 					return err
 				}
 				return nil
