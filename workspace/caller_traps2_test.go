@@ -35,19 +35,7 @@ func TestLandRunsNoSSHCommandViaInsteadOf(t *testing.T) {
 	if _, err := s.Bundle(ctx, nil, b); err != nil {
 		t.Fatal(err)
 	}
-	cache := &Cache{Dir: t.TempDir()}
-	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
-		t.Fatal(err)
-	}
-	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
-	if err := cache.CheckoutBundle(ctx, s.Repo, b, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(co.Dir, "work.txt"), "the agent's\n")
-	tip, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid")
-	if err != nil {
-		t.Fatal(err)
-	}
+	co, tip := agentWork(t, s, b)
 	wdir := t.TempDir()
 	wb := filepath.Join(wdir, "shoal-work-123")
 	if _, err := co.BundleWork(ctx, tip, []string{s.Commit}, wb); err != nil {

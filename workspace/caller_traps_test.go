@@ -161,19 +161,7 @@ func TestCallerGitsRunNothingTheRepositoryConfigures(t *testing.T) {
 		}
 	}
 
-	cache := &Cache{Dir: t.TempDir()}
-	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
-		t.Fatal(err)
-	}
-	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
-	if err := cache.CheckoutBundle(ctx, s.Repo, b, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(co.Dir, "work.txt"), "the agent's\n")
-	tip, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid")
-	if err != nil {
-		t.Fatal(err)
-	}
+	co, tip := agentWork(t, s, b)
 	wb := filepath.Join(t.TempDir(), "w")
 	if _, err := co.BundleWork(ctx, tip, []string{signedID}, wb); err != nil {
 		t.Fatal(err)
@@ -259,4 +247,26 @@ func TestCallerExcludesReadNoFileTheRepositoryNames(t *testing.T) {
 	if !strings.Contains(got, "*.log") {
 		t.Errorf("the patterns sent to the node lack the repository's info/exclude:\n%s", got)
 	}
+}
+
+// agentWork is agent a1's checkout on a node of the start s, whose bundle
+// is b, with a file of the agent's committed by the node: the checkout
+// and the commit.
+func agentWork(t *testing.T, s *Start, b string) (Checkout, string) {
+	t.Helper()
+	ctx := context.Background()
+	cache := &Cache{Dir: t.TempDir()}
+	if err := cache.Receive(ctx, s.Repo, b, s.Commit); err != nil {
+		t.Fatal(err)
+	}
+	co := Checkout{Dir: filepath.Join(t.TempDir(), "a1")}
+	if err := cache.CheckoutBundle(ctx, s.Repo, b, s.Commit, co.Dir, "shoal/a1", "shoal agent a1", "a1@shoal.invalid"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(co.Dir, "work.txt"), "the agent's\n")
+	tip, err := co.Snapshot(ctx, SnapshotMessage("a1", "n1", 1), "shoal agent a1", "a1@shoal.invalid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return co, tip
 }
