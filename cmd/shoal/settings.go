@@ -119,6 +119,15 @@ func (c *command) fabricAddress(fs *flag.FlagSet, l *loaded, getenv func(string)
 	if fs.Lookup("nats") == nil {
 		return nil
 	}
+	if c.name == "up" && strings.HasPrefix(l.from["nats"], "flag ") {
+		// --nats names a server shoal up does not run: where its own
+		// would listen means nothing, and was ignored without a word.
+		for _, f := range []string{"port", "host"} {
+			if strings.HasPrefix(l.from[f], "flag ") {
+				return usagef("--nats uses a NATS deployment Shoal does not run: --%s sets where shoal up's own server listens, and cannot go with it", f)
+			}
+		}
+	}
 	if c.name != "bench" && !strings.HasPrefix(l.from["nats"], "flag ") && !strings.HasPrefix(l.from["port"], "flag ") {
 		if err := oneFabricPort(setting); err != nil {
 			return err

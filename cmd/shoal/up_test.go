@@ -142,6 +142,10 @@ func TestUpBadConfiguration(t *testing.T) {
 		// first, then exited).
 		{"MCP off loopback without a token", nil, []string{"up", "--port", "-1", "--store", filepath.Join(dir, "s3"), "--mcp-listen", "0.0.0.0:0"}, []string{"refusing to serve MCP on 0.0.0.0:0 without a bearer token"}},
 		{"bad log level", nil, []string{"up", "--log-level", "loud"}, []string{"loud"}},
+		// Where its own server would listen means nothing beside a
+		// server it does not run: it was ignored without a word.
+		{"a port beside --nats", nil, []string{"up", "--nats", "nats://127.0.0.1:1", "--port", "4333"}, []string{"--nats uses a NATS deployment Shoal does not run: --port"}},
+		{"a host beside --nats", nil, []string{"up", "--nats", "nats://127.0.0.1:1", "--host", "0.0.0.0"}, []string{"--nats uses a NATS deployment Shoal does not run: --host"}},
 		{"stray argument", nil, []string{"up", "now"}, []string{`unexpected argument "now"`}},
 		{"unknown command", nil, []string{"upp"}, []string{`unknown command "upp"`}},
 		{"a flag before the command", nil, []string{"--nats", "nats://127.0.0.1:1", "ls"}, []string{"--nats before a command: flags follow the command they are for"}},
