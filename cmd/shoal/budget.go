@@ -79,7 +79,11 @@ tokens; a cost counts only where the agent's CLI reports one.`,
 					// own this way); a mistyped id should not pass unsaid.
 					if req.AgentID != "" {
 						if _, err := f.Status(ctx, req.AgentID); schemas.CodeOf(err) == schemas.CodeNotFound {
-							fmt.Fprintf(v.env.io.err, "shoal budget: no agent has the id %s yet; the budget holds it once one is opened under it\n", req.AgentID)
+							if lifts := (!given["tokens"] || req.Tokens == 0) && (!given["usd"] || req.USD == 0); lifts {
+								fmt.Fprintf(v.env.io.err, "shoal budget: no agent has the id %s yet (is it mistyped?)\n", req.AgentID)
+							} else {
+								fmt.Fprintf(v.env.io.err, "shoal budget: no agent has the id %s yet; the budget holds it once one is opened under it\n", req.AgentID)
+							}
 						}
 					}
 				}
