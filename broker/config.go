@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -138,6 +139,9 @@ func (c Config) validate() error {
 	if c.MaxPayload < 1024 || c.MaxPayload > 64<<20 {
 		return fmt.Errorf("max payload %d bytes is out of range (1 KiB to 64 MiB)", c.MaxPayload)
 	}
+	if !validHost(c.Host) {
+		return fmt.Errorf("host %q is not an address to listen on: give an IP address or a host name", c.Host)
+	}
 	if c.Auth == nil {
 		for _, h := range []struct{ what, host string }{
 			{"client", c.Host}, {"cluster", c.Cluster.Host}, {"leaf-node", c.Leaf.Host}, {"monitoring", c.Monitor.Host},
@@ -179,4 +183,26 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// validHost reports whether host is an IP address or a host name (letters,
+// digits, hyphens and dots): what a listener can be given.
+func validHost(host string) bool {
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(host, ".") {
+		if label == "" || len(label) > 63 || strings.HasPrefix(label, "-") || strings.HasSuffix(label, "-") {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

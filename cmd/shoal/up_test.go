@@ -138,6 +138,9 @@ func TestUpBadConfiguration(t *testing.T) {
 		{"bounds past the disk", nil, []string{"up", "--port", "-1", "--no-node", "--no-bus", "--no-mcp", "--store", filepath.Join(dir, "s2"), "--repos-max-bytes", "1048576GiB"},
 			[]string{"insufficient storage", "file system has", "free", "--repos-max-bytes 1048576.0 GiB", "lower --repos-max-bytes and --stream-max-bytes"}},
 		{"open listener", nil, []string{"up", "--host", "0.0.0.0"}, []string{"0.0.0.0", "without authentication: turn authentication on (shoal up --auth)"}},
+		// It was taken for an address off loopback, refused as listening
+		// without authentication.
+		{"not a host", nil, []string{"up", "--host", "not a host!"}, []string{`host "not a host!" is not an address to listen on`}},
 		// Refused before the server starts (it said "NATS listening"
 		// first, then exited).
 		{"MCP off loopback without a token", nil, []string{"up", "--port", "-1", "--store", filepath.Join(dir, "s3"), "--mcp-listen", "0.0.0.0:0"}, []string{"refusing to serve MCP on 0.0.0.0:0 without a bearer token"}},
