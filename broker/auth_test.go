@@ -143,6 +143,13 @@ func TestNodeCredentialsAreConfined(t *testing.T) {
 	a.denied(t, "ending a fast batch (a confined node publishes through its relay)", schemas.BatchEndSubject, func() error {
 		return a.nc.Publish(schemas.BatchEndSubject, []byte("{}"))
 	})
+	// The relay hands JetStream's acknowledgements of what it forwards on
+	// to nodes: a node's forged one would have another node's event taken
+	// for stored.
+	forged := schemas.RelayAckPrefix + ".relay.1"
+	a.denied(t, "forging the relay's acknowledgement of an event", forged, func() error {
+		return a.nc.Publish(forged, []byte(`{"stream":"AGENTS","seq":1}`))
+	})
 	a.denied(t, "setting a budget", schemas.FabricSubject(schemas.VerbBudget), func() error {
 		return a.nc.Publish(schemas.FabricSubject(schemas.VerbBudget), []byte("{}"))
 	})
