@@ -249,6 +249,7 @@ func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Ke
 	var (
 		seen   uint64           // the highest revision passed on
 		last   uint64           // the bucket's last revision when the watch said it was done
+		held   uint64           // the same, kept when an idle wait gives up on it
 		synced bool             // the watch said so
 		idle   <-chan time.Time // past its word, a bound on the wait for last
 	)
@@ -271,6 +272,7 @@ func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Ke
 				if last, err = lastRevision(ctx, kv); err != nil {
 					return fmt.Errorf("read %s: %w", kv.Bucket(), err)
 				}
+				held = last
 				idle = time.After(readBucketIdle)
 				continue
 			}
@@ -286,9 +288,11 @@ func ReadBucket(ctx context.Context, kv jetstream.KeyValue, fn func(jetstream.Ke
 		// A bucket holding entries whose read gave none failed (its
 		// store could not read them: the coordinator out of file
 		// descriptors once), and an empty list would say there are none.
+		// Not one whose entries were written since the watch was done
+		// (its last revision then is behind the bucket's now).
 		if st, err := kv.Status(ctx); err != nil {
 			return fmt.Errorf("read %s: %w", kv.Bucket(), err)
-		} else if st.Values() > 0 {
+		} else if now, _ := lastRevision(ctx, kv); st.Values() > 0 && now <= held {
 			return fmt.Errorf("the read of %s gave none of the %d entries it holds", kv.Bucket(), st.Values())
 		}
 	}
