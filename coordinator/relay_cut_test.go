@@ -86,6 +86,19 @@ func relayLosesNoEvent(t *testing.T, held time.Duration) {
 		_, err := f.Run(ctx, schemas.RunRequest{AgentID: "pal", Text: "stream 20000"})
 		ran <- err
 	}()
+	// Cut once the turn is under way: its start reads the agent's budgets
+	// through the relay, and a relay cut every 30 ms from the first
+	// moment could leave that read no answer for its whole deadline on a
+	// loaded machine (it did, in CI), which is not what this tests.
+	poll.Until(t, time.Minute, "the turn under way", func() bool {
+		select {
+		case err := <-ran:
+			ran <- err
+			return true
+		default:
+		}
+		return len(storedNumbers(t, ctx, s, "pal")) >= 50
+	})
 	cuts := 0
 	for done := false; !done; {
 		select {
