@@ -56,7 +56,11 @@ func newRecords(kv store, node string, log *slog.Logger, abandon func(context.Co
 // elsewhere, and a release that gives the claim up if the open cannot
 // even begin: a new key is deleted, any other is dead again.
 func (r *records) claim(ctx context.Context, a *agent) (release func(context.Context), err error) {
+	// Under the agent's lock: reserved, the agent answers a status (which
+	// writes its numbering into its record) while it is claimed.
+	a.mu.Lock()
 	rec := a.rec
+	a.mu.Unlock()
 	val := encodeRecord(rec)
 	// From here on only this life writes the id's record: a write still
 	// pending for a previous life (its death) must not land on this one.
