@@ -145,7 +145,9 @@ func (a *agent) Spending(turnSoFar schemas.Usage) {
 
 // checkSpend interrupts the running turn once its use so far takes the
 // agent, the fleet or one of its node's labels past a budget, saying which
-// in an error event; the turns held behind it are refused as they come to
+// in an error event (which says the turn passed its budget, not that it
+// was interrupted: the turn may yet end on its own before the interrupt
+// reaches the CLI); the turns held behind it are refused as they come to
 // begin. The budgets are read again while the turn spends, at most every
 // budgetsFresh, whether or not any held it when it began (a person caps a
 // runaway agent that had none); the fleet's and the labels' spend is as it
@@ -178,7 +180,7 @@ func (a *agent) checkSpend(ctx context.Context) {
 	}
 	a.mu.Unlock()
 	a.log.Info("interrupting a turn past its budget", "turn", n, "why", over)
-	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("turn %d was interrupted: %v", n, over)}, true)
+	a.publish(schemas.Event{Turn: n, Payload: schemas.Errorf("turn %d passed its budget: %v", n, over)}, true)
 	if delivered {
 		a.work.Go(func() {
 			if a.interruptRunning(ctx) {

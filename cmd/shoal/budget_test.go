@@ -24,11 +24,11 @@ func TestBudgetRefusesATurnPastIt(t *testing.T) {
 	// machine), that it ended past its budget: exit 7 either way (it
 	// exited 1, "the turn failed", in a CI run).
 	if code, _, errOut := c.shoal("run", id, "First."); code != exitCancelled ||
-		!strings.Contains(errOut, "turn 1 was cancelled: turn 1 was interrupted: agent "+id+" has used ") && !strings.Contains(errOut, "turn 1 ended as it passed its budget: turn 1 was interrupted: agent "+id+" has used ") ||
+		!strings.Contains(errOut, "turn 1 was cancelled: turn 1 passed its budget: agent "+id+" has used ") && !strings.Contains(errOut, "(turn 1 ended on its own as it was being interrupted: its text is whole)") ||
 		!strings.Contains(errOut, "of its budget of 10") {
 		t.Fatalf("the first turn, past its budget as it ran: exit %d, %q", code, errOut)
 	}
-	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 1 was interrupted: agent "+id+" has used ") ||
+	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 1 passed its budget: agent "+id+" has used ") ||
 		!strings.Contains(tail, "tokens of its budget of 10: raise it with shoal budget set "+id+" --tokens N") {
 		t.Errorf("the stream does not say why turn 1 was interrupted:\n%s", tail)
 	}

@@ -170,7 +170,7 @@ type cancelledError struct {
 func (e *cancelledError) Error() string {
 	switch {
 	case e.ended:
-		return fmt.Sprintf("turn %d ended as it passed its budget: %s", e.turn, e.why)
+		return fmt.Sprintf("%s (turn %d ended on its own as it was being interrupted: its text is whole)", e.why, e.turn)
 	case e.notBegun != "":
 		return fmt.Sprintf("turn %d never began: %s (stop reason cancelled)", e.turn, e.notBegun)
 	case e.why != "":

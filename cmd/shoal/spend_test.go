@@ -58,7 +58,7 @@ func readStreamSpend(t *testing.T, client []string) streamSpend {
 			s.turns++
 		case line.Kind == "error" && strings.Contains(line.Data.Message, "was refused before it began: the fleet has used"):
 			s.refused++
-		case line.Kind == "error" && strings.Contains(line.Data.Message, "was interrupted: the fleet has used"):
+		case line.Kind == "error" && strings.Contains(line.Data.Message, "passed its budget: the fleet has used"):
 			s.cut++
 		}
 	}
@@ -236,7 +236,7 @@ func TestLabelBudgetHoldsItsNodesAgents(t *testing.T) {
 	if code, _, errOut := c.shoal("run", id, "Two."); code != exitCancelled {
 		t.Errorf("the turn that crossed the label's budget: exit %d, %q", code, errOut)
 	}
-	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 2 was interrupted: label team=a has used ") {
+	if tail := c.must("tail", "--no-follow", id); !strings.Contains(tail, "turn 2 passed its budget: label team=a has used ") {
 		t.Errorf("the stream does not say why turn 2 was interrupted:\n%s", tail)
 	}
 	code, _, errOut := c.shoal("send", id, "Three.")

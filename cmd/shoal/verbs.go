@@ -313,7 +313,8 @@ func runCommand() *command {
 				// failed) printed what it said; the exit says it failed.
 				if err := client.TurnError(ctx, f, id, rep.Turn); errors.Is(err, client.ErrTurnFailed) {
 					why := strings.TrimPrefix(err.Error(), client.ErrTurnFailed.Error()+": ")
-					if strings.HasPrefix(why, fmt.Sprintf("turn %d was interrupted: ", rep.Turn)) {
+					// (A node before 2026-12-07 said "was interrupted".)
+					if strings.HasPrefix(why, fmt.Sprintf("turn %d passed its budget: ", rep.Turn)) || strings.HasPrefix(why, fmt.Sprintf("turn %d was interrupted: ", rep.Turn)) {
 						// Its budget's interrupt (the node's words) came
 						// as it ended on its own: a budget crossed is
 						// exit 7 whichever came first.
