@@ -140,7 +140,7 @@ effort suffix, e.g. sonnet/high).`,
 			fs.StringVar(&req.PermissionMode, "permission-mode", "", "override the preset's claude permission `mode`")
 			fs.StringVar(&allowed, "allow", "", "comma-separated `tools` the agent may use without asking")
 			fs.BoolVar(&req.Only, "only", false, "make --allow the agent's whole tool set")
-			fs.StringVar(&disallowed, "disallow", "", "comma-separated `tools` the agent may not use (default: the recursion guard)")
+			fs.StringVar(&disallowed, "disallow", "", "comma-separated `tools` the agent may not use, besides the recursion guard (--allow-nested lifts it)")
 			fs.BoolVar(&guardOff, "allow-nested", false, "lift the recursion guard, so the agent may open and drive agents")
 			var reach string
 			fs.StringVar(&reach, "reach", "own", "what the agent may read and drive through Shoal's tools: `own` (the agents it opened, and theirs), read (and read every agent) or all (read and drive every agent)")
@@ -199,10 +199,16 @@ effort suffix, e.g. sonnet/high).`,
 					}
 				}
 				if disallowed != "" || guardOff {
-					d := splitList(disallowed)
-					if d == nil {
-						d = []string{}
+					// --disallow adds to the guard, which only
+					// --allow-nested lifts: a person denying one more
+					// tool does not mean to let the agent open agents.
+					// (Over MCP a disallowed_tools list replaces the
+					// guard, as Kaimon's does.)
+					d := []string{}
+					if !guardOff {
+						d = append(d, schemas.RecursionGuard...)
 					}
+					d = append(d, splitList(disallowed)...)
 					req.DisallowedTools = &d
 				}
 				f, err := v.fabric()
