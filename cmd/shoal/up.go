@@ -449,6 +449,10 @@ func (o *upOptions) run(ctx context.Context, env *environment, _ []string) error
 			return err
 		}
 		say("MCP endpoint %s", url)
+		if o.mcpToken == "" && (o.auth || o.external.url != "") {
+			// Each node's key for its agents is made from the token.
+			log.Warn("agents on nodes with credentials get none of Shoal's tools: the coordinator makes each such node's key from --mcp-token, which is not given")
+		}
 		if origin != "" {
 			say("reached through %s (%s%s for MCP clients)", origin+"/", origin, bridge.MCPPath)
 		}
