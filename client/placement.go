@@ -130,22 +130,10 @@ func cannotRun(n schemas.NodeRecord, model string) string {
 		return "cannot run " + what
 	case !found.Ready:
 		return "cannot run " + what + ": " + found.Problem
-	case (kind == "ollama" || kind == "vmlx") && !servesModel(found.Models, rest):
+	case (kind == "ollama" || kind == "vmlx") && !schemas.ServesModel(found.Models, rest):
 		return fmt.Sprintf("does not serve %s model %q", kind, rest)
 	}
 	return ""
-}
-
-// servesModel matches a tag against a server's models, an untagged name
-// standing for ":latest".
-func servesModel(models []string, tag string) bool {
-	if slices.Contains(models, tag) {
-		return true
-	}
-	if !strings.Contains(tag, ":") {
-		return slices.Contains(models, tag+":latest")
-	}
-	return false
 }
 
 func nodeList(nodes []schemas.NodeRecord) string {

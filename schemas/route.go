@@ -58,3 +58,15 @@ func CheckModel(model string) error {
 	}
 	return nil
 }
+
+// ServesModel matches a tag against a model server's models, an untagged
+// name standing for ":latest".
+func ServesModel(models []string, tag string) bool {
+	if slices.Contains(models, tag) {
+		return true
+	}
+	if !strings.Contains(tag, ":") {
+		return slices.Contains(models, tag+":latest")
+	}
+	return false
+}

@@ -355,8 +355,11 @@ func (s *session) Interrupt(context.Context) (bool, error) {
 }
 
 // SetModel implements backend.ModelSetter: the next round asks the new
-// model, which may be given with its kind's prefix or as a bare tag.
-func (s *session) SetModel(_ context.Context, model string) (string, error) {
+// model, which may be given with its kind's prefix or as a bare tag. A
+// model the server does not list is refused, as an open of it is; while
+// the server does not answer the switch is taken, and the next turn says
+// what the server does.
+func (s *session) SetModel(ctx context.Context, model string) (string, error) {
 	if kind, rest := schemas.Route(model); kind == s.b.cfg.Kind {
 		model = rest
 	} else if kind != backend.BackendClaude {
@@ -364,6 +367,9 @@ func (s *session) SetModel(_ context.Context, model string) (string, error) {
 	}
 	if model == "" {
 		return "", errors.New("no model given")
+	}
+	if info := s.b.Describe(ctx); info.Ready && !schemas.ServesModel(info.Models, model) {
+		return "", fmt.Errorf("the %s server at %s does not serve model %q (it serves %s)", s.b.cfg.Kind, s.b.cfg.Host, model, served(info.Models))
 	}
 	s.mu.Lock()
 	s.model = model
@@ -389,4 +395,15 @@ func (s *session) Close(context.Context) error {
 	s.tb.close()
 	s.emit(schemas.Status{Status: schemas.StatusDead})
 	return nil
+}
+
+// served lists a server's models for an error, at most ten of them.
+func served(models []string) string {
+	switch {
+	case len(models) == 0:
+		return "none"
+	case len(models) > 10:
+		return strings.Join(models[:10], ", ") + fmt.Sprintf(" and %d more", len(models)-10)
+	}
+	return strings.Join(models, ", ")
 }
