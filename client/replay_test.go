@@ -278,6 +278,25 @@ func TestOutputPastRetention(t *testing.T) {
 		t.Fatalf("output of a kept turn: %+v %v", out, err)
 	}
 	schematest.ControlValue(t, "output_reply", out)
+	// Asked with no turn (as a Kaimon caller almost always asks), the
+	// last turn, held; all the turns, turn 1's loss said in the text.
+	if out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "old"}); err != nil || out.Text != "second" {
+		t.Fatalf("output of the last turn, kept: %+v %v", out, err)
+	}
+	if out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "old", Which: schemas.WhichAll}); err != nil ||
+		out.Text != "— turn 1 is past the stream's retention —\n\n— turn 2 —\n\nsecond" {
+		t.Fatalf("output of all the turns, the first one gone: %+v %v", out, err)
+	}
+	// Once the stream holds none of the agent's events, no answer is an
+	// empty text: it was, with no error, unless a turn was named.
+	s.Purge(t.Context())
+	kv.Put(t.Context(), "old", []byte(`{"id":"old","status":"idle","turn":2,"node":"n1","last_event":16}`))
+	for _, which := range []string{"", schemas.WhichFullTurn, schemas.WhichAll} {
+		out, err := f.Output(t.Context(), schemas.OutputRequest{AgentID: "old", Which: which})
+		if err == nil || !strings.Contains(err.Error(), "past the stream's retention; the stream holds none of its 16 events any more") {
+			t.Errorf("output (which %q) of an agent the stream holds nothing of: %+v %v", which, out, err)
+		}
+	}
 }
 
 // streamFabric is a fabric on a fresh broker, with a JetStream client to

@@ -132,25 +132,35 @@ func OutputOf(s *Stored, rec *AgentRecord, req OutputRequest) (OutputReply, erro
 	target := current
 	if req.Turn != nil {
 		target = *req.Turn
-		switch {
-		case target == 0 && current == 0:
-		case target < 1 || target > current:
+		if (target != 0 || current != 0) && (target < 1 || target > current) {
 			what := "has no turns yet"
 			if current > 0 {
 				what = fmt.Sprintf("has turns 1 to %d", current)
 			}
 			return OutputReply{}, Errf(CodeNotFound, "agent %s has no turn %d (it %s)", req.AgentID, target, what)
-		case s.First == 0 && rec != nil && rec.LastEvent > 0:
-			return OutputReply{}, Errf(CodeNotFound,
-				"turn %d of agent %s is past the stream's retention; the stream holds none of its %d events any more", target, req.AgentID, rec.LastEvent)
-		case s.First > 1 && (s.Whole == 0 || target < s.Whole):
-			whole := "holds no whole turn"
-			if s.Whole > 0 {
-				whole = fmt.Sprintf("turn %d is the first it holds whole", s.Whole)
-			}
-			return OutputReply{}, Errf(CodeNotFound,
-				"turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and %s", target, req.AgentID, s.First, whole)
 		}
+	}
+	// A turn the stream no longer holds is said to be gone, whether it
+	// was named or is the last one (a caller asking with no turn would
+	// read an empty text as the answer); all the turns are gone when the
+	// stream holds none of the agent's events.
+	gone := s.First == 0 && rec != nil && rec.LastEvent > 0
+	switch {
+	case target == 0:
+	case gone && which == WhichAll && req.Turn == nil:
+		return OutputReply{}, Errf(CodeNotFound,
+			"the turns of agent %s are past the stream's retention; the stream holds none of its %d events any more", req.AgentID, rec.LastEvent)
+	case which == WhichAll && req.Turn == nil:
+	case gone:
+		return OutputReply{}, Errf(CodeNotFound,
+			"turn %d of agent %s is past the stream's retention; the stream holds none of its %d events any more", target, req.AgentID, rec.LastEvent)
+	case s.First > 1 && (s.Whole == 0 || target < s.Whole):
+		whole := "holds no whole turn"
+		if s.Whole > 0 {
+			whole = fmt.Sprintf("turn %d is the first it holds whole", s.Whole)
+		}
+		return OutputReply{}, Errf(CodeNotFound,
+			"turn %d of agent %s is past the stream's retention; its stored history now starts at event %d, and %s", target, req.AgentID, s.First, whole)
 	}
 	live := working && target >= current
 	out := OutputReply{AgentID: req.AgentID, Turn: target, Status: status, Done: !live, Which: which}
@@ -168,7 +178,22 @@ func OutputOf(s *Stored, rec *AgentRecord, req OutputRequest) (OutputReply, erro
 	switch {
 	case which == WhichAll:
 		var parts []string
-		for t := 1; t <= current; t++ {
+		first := 1
+		if s.First > 1 {
+			// The turns before the first the stream holds whole are
+			// gone, or held in part: said, not left out silently.
+			first = max(s.Whole, 1)
+			if s.Whole == 0 {
+				first = current // held in part, or being written
+			}
+			switch lost := first - 1; {
+			case lost == 1:
+				parts = append(parts, "— turn 1 is past the stream's retention —")
+			case lost > 1:
+				parts = append(parts, fmt.Sprintf("— turns 1 to %d are past the stream's retention —", lost))
+			}
+		}
+		for t := first; t <= current; t++ {
 			body := strings.Join(s.lines(t, req.IncludeTools), "\n\n")
 			if working && t == current {
 				body = partial(t)
