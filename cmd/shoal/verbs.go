@@ -132,7 +132,7 @@ effort suffix, e.g. sonnet/high).`,
 			var allowed, disallowed string
 			var guardOff bool
 			fs.StringVar(&req.Model, "model", schemas.DefaultModel, "`model` alias or id, with an optional backend prefix")
-			fs.StringVar(&req.Effort, "effort", "", "claude thinking `effort`: low, medium or high")
+			fs.StringVar(&req.Effort, "effort", "", "claude thinking `effort`: low, medium, high, xhigh or max")
 			fs.StringVar(&req.Permission, "permission", "default", "permission `preset`: default, ask, notebook, specialist, lab, auto or bypass")
 			fs.BoolVar(&req.Ask, "ask", false, "ask a person (shoal permit, agent_permit) before what the preset neither allows nor denies")
 			var askTimeout time.Duration

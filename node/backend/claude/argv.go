@@ -17,7 +17,7 @@ import (
 )
 
 // Efforts are the values --effort takes.
-var Efforts = []string{"low", "medium", "high"}
+var Efforts = []string{"low", "medium", "high", "xhigh", "max"}
 
 // SplitModel separates an inline effort suffix: "claude-sonnet-5/high" is
 // model claude-sonnet-5 with effort high. The text after the last '/' is
@@ -71,7 +71,7 @@ func Plan(spec backend.Spec, partial bool) (Launch, error) {
 		effort = spec.Effort
 	}
 	if effort != "" && !slices.Contains(Efforts, effort) {
-		return Launch{}, fmt.Errorf("unknown effort %q (want low, medium or high)", effort)
+		return Launch{}, fmt.Errorf("unknown effort %q (want %s)", effort, strings.Join(Efforts, ", "))
 	}
 	pol := spec.Policy
 	if pol.Mode == "" {
