@@ -67,6 +67,12 @@ func TestMCPEnforcesEveryAdvertisedBound(t *testing.T) {
 				rows = append(rows, row{n + 1, fmt.Sprintf("%s must be at most %v, not %v", name, n, n+1)})
 				checked["maximum"]++
 			}
+			if _, bounded := num("maximum"); p["type"] == "integer" && !bounded {
+				// A number no Go integer holds reached the decoder,
+				// whose own words answered (an outside review).
+				rows = append(rows, row{1e300, fmt.Sprintf("%s must be an integer of at most 64 bits, written in digits, not 1e+300", name)})
+				checked["integer range"]++
+			}
 			if n, ok := num("maxItems"); ok {
 				many := make([]any, int(n)+1)
 				for i := range many {
@@ -105,7 +111,7 @@ func TestMCPEnforcesEveryAdvertisedBound(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{"pattern", "minLength", "maxLength", "minimum", "exclusiveMinimum", "maximum", "maxItems", "items.maxLength", "maxProperties", "additionalProperties.maxLength"} {
+	for _, k := range []string{"pattern", "minLength", "maxLength", "minimum", "exclusiveMinimum", "maximum", "integer range", "maxItems", "items.maxLength", "maxProperties", "additionalProperties.maxLength"} {
 		if checked[k] == 0 {
 			t.Errorf("no advertised argument has a %s: the test checked nothing of it", k)
 		}

@@ -19,6 +19,7 @@ import (
 	"maps"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -220,6 +221,20 @@ func (r *Request) Check(raw []byte) (json.RawMessage, error) {
 			return nil, &Problem{whole: err.Error()}
 		}
 		return nil, r.problem(ve, args)
+	}
+	// An integer the schema takes may still be one no Go integer holds
+	// (1e300), or written with an exponent, which the decoder takes for
+	// no integer: said here in the schema's words, not the decoder's.
+	var invalid []string
+	for _, k := range r.names {
+		if n, ok := args[k].(json.Number); ok && r.kinds[k] == "integer" {
+			if _, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
+				invalid = append(invalid, fmt.Sprintf("%s must be an integer of at most 64 bits, written in digits, not %s", k, n))
+			}
+		}
+	}
+	if invalid != nil {
+		return nil, &Problem{Invalid: invalid, valid: r.names}
 	}
 	out, err := json.Marshal(args)
 	return out, err
