@@ -290,15 +290,7 @@ func (a *agent) advance(ctx context.Context) {
 	if !dropped {
 		var err error
 		if over, err = a.admit(ctx); err != nil {
-			// Held to the budgets as last read, and the agent's own use
-			// as its record has it: one its turns took past its budget
-			// while the coordinator is away begins none.
-			a.mu.Lock()
-			over = a.held(a.spend.allow).Check(a.id, a.rec.AllLives(), schemas.Usage{})
-			a.mu.Unlock()
-			if over == nil {
-				a.log.Warn("cannot read the budgets a held turn is held to; it begins, within those last read", "err", err)
-			}
+			over = a.overLastRead("a held turn", err)
 		}
 	}
 	a.mu.Lock()

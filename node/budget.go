@@ -121,7 +121,21 @@ func (a *agent) reread(ctx context.Context) {
 func (a *agent) refuseOverBudget(ctx context.Context) error {
 	over, err := a.admit(ctx)
 	if err != nil {
-		return err
+		return a.overLastRead("a turn", err)
+	}
+	return over
+}
+
+// overLastRead holds a turn whose budgets could not be read (err: the
+// coordinator away, its relay too busy to answer in time) to those last
+// read and the agent's own use as its record has it: one its turns took
+// past its budget begins none. The turn reads them again as it spends.
+func (a *agent) overLastRead(what string, err error) error {
+	a.mu.Lock()
+	over := a.held(a.spend.allow).Check(a.id, a.rec.AllLives(), schemas.Usage{})
+	a.mu.Unlock()
+	if over == nil {
+		a.log.Warn("cannot read the budgets "+what+" is held to; it begins, within those last read", "err", err)
 	}
 	return over
 }
