@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,6 +107,7 @@ type batchSender struct {
 	// when one began to wait with none before it.
 	progress time.Time
 	settled  *sync.Cond // waiting emptied, or the sender broke
+	resolved *sync.Cond // some of waiting learnt their fate
 	broken   error      // why nothing more is sent until restart
 	commit   *time.Timer
 	armed    bool // commit runs after commitAfter
@@ -127,6 +129,7 @@ func newBatchSender(nc *nats.Conn, window int, wait time.Duration) (*batchSender
 	// the fabric service would answer for anyone who names it.
 	s := &batchSender{nc: nc, publish: nc.PublishMsg, prefix: schemas.BatchAckPrefix + "." + nuid.Next(), flow: flow, wait: wait, done: make(chan struct{})}
 	s.settled = sync.NewCond(&s.mu)
+	s.resolved = sync.NewCond(&s.mu)
 	sub, err := nc.Subscribe(s.prefix+".>", s.reply)
 	if err != nil {
 		return nil, fmt.Errorf("the batch acknowledgements' inbox: %w", err)
@@ -139,22 +142,41 @@ func newBatchSender(nc *nats.Conn, window int, wait time.Duration) (*batchSender
 	return s, nil
 }
 
-// batchFuture is one event's outcome: done is closed once it is known,
-// err says it failed.
+// batchFuture is one event's outcome: done is set once it is known, err
+// says it failed. The stream acknowledges events many at a time, so the
+// publisher mostly finds an event's fate known when it asks; a channel of
+// its own for each event, made and closed, would cost more than the
+// event's wait.
 type batchFuture struct {
+	s     *batchSender
 	msg   *nats.Msg
 	batch string
 	n     uint64
-	done  chan struct{}
-	err   error
+	done  atomic.Bool
+	err   error // set before done
 }
 
-func (f *batchFuture) wait() error    { <-f.done; return f.err }
+// wait returns once the event's fate is known.
+func (f *batchFuture) wait() error {
+	if f.done.Load() {
+		return f.err
+	}
+	s := f.s
+	s.mu.Lock()
+	for !f.done.Load() {
+		s.resolved.Wait()
+	}
+	s.mu.Unlock()
+	return f.err
+}
+
 func (f *batchFuture) Msg() *nats.Msg { return f.msg }
 
+// resolve tells the event's fate; s.mu is held, and whoever resolves
+// broadcasts s.resolved once done.
 func (f *batchFuture) resolve(err error) {
 	f.err = err
-	close(f.done)
+	f.done.Store(true)
 }
 
 // Operations of a fast batch, as its reply subjects name them.
@@ -203,7 +225,7 @@ func (s *batchSender) send(msg *nats.Msg, alone bool) (future, error) {
 		}
 	}
 	s.n++
-	f := &batchFuture{msg: msg, batch: s.id, n: s.n, done: make(chan struct{})}
+	f := &batchFuture{s: s, msg: msg, batch: s.id, n: s.n}
 	msg.Reply = s.replySubject(op)
 	if err := s.publish(msg); err != nil {
 		s.n--
@@ -338,6 +360,7 @@ func (s *batchSender) ackLocked(id string, n uint64) {
 	}
 	if len(kept) < len(s.waiting) {
 		s.progress = time.Now()
+		s.resolved.Broadcast()
 	}
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
@@ -350,6 +373,9 @@ func (s *batchSender) ackLocked(id string, n uint64) {
 func (s *batchSender) failLocked(err error) {
 	for _, f := range s.waiting {
 		f.resolve(err)
+	}
+	if len(s.waiting) > 0 {
+		s.resolved.Broadcast()
 	}
 	clear(s.waiting)
 	s.waiting = s.waiting[:0]
