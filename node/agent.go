@@ -158,7 +158,7 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 			a.mu.Lock()
 			a.text.thinking.WriteString(textOf(p.Content))
 			a.mu.Unlock()
-			a.publish(ev, false)
+			a.publishAt(now, ev, false)
 			break
 		}
 		a.mu.Lock()
@@ -171,30 +171,30 @@ func (a *agent) handle(ctx context.Context, it item) bool {
 			}
 			ev.Payload = schemas.Thought{Content: schemas.Text(streamed)}
 		}
-		a.publish(ev, true)
+		a.publishAt(now, ev, true)
 	case schemas.AssistantText:
 		if !p.Delta && p.Content.Type == schemas.ContentText {
 			a.mu.Lock()
 			a.text.texts = append(a.text.texts, p.Content.Text)
 			a.mu.Unlock()
 		}
-		a.publish(ev, !p.Delta)
+		a.publishAt(now, ev, !p.Delta)
 	case schemas.ToolResult:
 		ev.Payload = a.shrinkImages(p)
-		a.publish(ev, true)
+		a.publishAt(now, ev, true)
 	case schemas.UsageUpdate:
 		a.mu.Lock()
 		a.rec.Usage.Add(p.Usage)
 		a.mu.Unlock()
-		a.publish(ev, true)
+		a.publishAt(now, ev, true)
 	case schemas.Status:
 		if p.Status == schemas.StatusDead {
 			a.die(ctx, ev)
 			return true
 		}
-		a.publish(ev, p.Status != schemas.StatusIdle && p.Status != schemas.StatusWorking)
+		a.publishAt(now, ev, p.Status != schemas.StatusIdle && p.Status != schemas.StatusWorking)
 	default:
-		a.publish(ev, !ev.IsDelta())
+		a.publishAt(now, ev, !ev.IsDelta())
 	}
 	return false
 }
@@ -491,7 +491,11 @@ func (h *Host) enqueue(agent string, seq uint64, wire []byte, at time.Time) {
 
 // publish numbers an event, logs it when it is not a liveness-only chunk or
 // a status transition (logged), and hands it to the publisher.
-func (a *agent) publish(ev schemas.Event, logged bool) {
+func (a *agent) publish(ev schemas.Event, logged bool) { a.publishAt(time.Now(), ev, logged) }
+
+// publishAt is publish of an event made at now: the loop reads the clock
+// once for each event it handles.
+func (a *agent) publishAt(now time.Time, ev schemas.Event, logged bool) {
 	if ev.IsDelta() && a.h.pub.saturated() {
 		a.mu.Lock()
 		a.droppedChunks++
@@ -503,7 +507,6 @@ func (a *agent) publish(ev schemas.Event, logged bool) {
 		a.log.Error("cannot encode an event; it is dropped", "kind", ev.Kind(), "err", err)
 		return
 	}
-	now := time.Now()
 	if logged {
 		a.writeLog(env, now)
 	}

@@ -10,12 +10,14 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,15 +40,18 @@ type journal struct {
 	sync time.Duration
 	log  *slog.Logger
 
-	mu        sync.Mutex
-	cond      *sync.Cond // signalled when there is something to write
-	taken     *sync.Cond // broadcast when the writer takes the buffer
-	buf       []byte     // appended, not yet written
-	spare     []byte     // the buffer last written, for appends to reuse
-	bufLast   uint64     // the jseq of the last record in buf
-	next      uint64     // the jseq the next record gets
-	written   uint64     // every record up to this jseq is written
-	dirty     bool       // written since the last sync
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when there is something to write
+	taken   *sync.Cond // broadcast when the writer takes the buffer
+	buf     []byte     // appended, not yet written
+	spare   []byte     // the buffer last written, for appends to reuse
+	bufLast uint64     // the jseq of the last record in buf
+	next    uint64     // the jseq the next record gets
+	written uint64     // every record up to this jseq is written
+	// sendable is written, read without j.mu by the publisher before
+	// each event it sends; every jseq once a write has failed.
+	sendable  atomic.Uint64
+	dirty     bool // written since the last sync
 	seg       *os.File
 	segFirst  uint64 // the first jseq in seg
 	segSize   int64
@@ -309,6 +314,11 @@ func (j *journal) run() {
 			j.log.Error("cannot write the journal (is the disk full?); events are published without it until the node restarts, which names the numbers they may have taken", "err", err)
 		}
 		j.written, j.dirty = last, !off && err == nil
+		if j.writeErr != nil {
+			j.sendable.Store(math.MaxUint64)
+		} else {
+			j.sendable.Store(last)
+		}
 		if !off && err == nil {
 			j.segSize += int64(len(buf))
 		}
@@ -387,9 +397,7 @@ func (j *journal) syncer() {
 // hasWritten reports whether the record jseq is written (or the journal
 // cannot write, when events go on without it).
 func (j *journal) hasWritten(jseq uint64) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return jseq <= j.written || j.writeErr != nil
+	return jseq <= j.sendable.Load()
 }
 
 // syncNow writes and syncs everything appended so far.

@@ -21,10 +21,13 @@ import (
 // is then little for the garbage collector to walk, and the message,
 // built as it is sent, is short-lived.
 type outMsg struct {
-	agent   string
-	seq     uint64
-	jseq    uint64    // its record in the journal; 0 without one
-	at      time.Time // when it was produced
+	agent string
+	seq   uint64
+	jseq  uint64    // its record in the journal; 0 without one
+	at    time.Time // when it was produced
+	// stamp is at as its Shoal-Time header says it, written once for
+	// the journal and the message both; "" to write it from at.
+	stamp   string
 	subject string
 	node    string // the node that produced it
 	data    []byte
@@ -36,7 +39,15 @@ type outMsg struct {
 
 // newOutMsg is the event seq of agent, produced by node at at.
 func newOutMsg(subject, node, agent string, seq uint64, data []byte, at time.Time) *outMsg {
-	return &outMsg{agent: agent, seq: seq, at: at, subject: subject, node: node, data: data}
+	return &outMsg{agent: agent, seq: seq, at: at, stamp: stampTime(at), subject: subject, node: node, data: data}
+}
+
+// timeStamp is m's Shoal-Time header.
+func (m *outMsg) timeStamp() string {
+	if m.stamp != "" {
+		return m.stamp
+	}
+	return stampTime(m.at)
 }
 
 // natsMsg is the message that stores m, made in reuse (a message an
@@ -46,12 +57,12 @@ func (m *outMsg) natsMsg(reuse *nats.Msg) *nats.Msg {
 		return &nats.Msg{Subject: m.subject, Header: m.header, Data: m.data}
 	}
 	if reuse == nil {
-		return eventMsg(m.subject, m.node, m.agent, m.seq, m.data, m.at)
+		return eventMsg(m.subject, m.node, m.agent, m.seq, m.data, m.timeStamp())
 	}
 	h := reuse.Header
 	h[schemas.HeaderMsgID][0] = schemas.MsgID(m.agent, m.seq)
 	h[schemas.HeaderNode][0] = m.node
-	h[schemas.HeaderTime][0] = stampTime(m.at)
+	h[schemas.HeaderTime][0] = m.timeStamp()
 	*reuse = nats.Msg{Subject: m.subject, Header: h, Data: m.data}
 	return reuse
 }
@@ -807,7 +818,7 @@ func (p *publisher) skipStored(ctx context.Context) {
 }
 
 // eventMsg builds the NATS message of an event.
-func eventMsg(subject, node, agent string, seq uint64, payload []byte, at time.Time) *nats.Msg {
+func eventMsg(subject, node, agent string, seq uint64, payload []byte, stamp string) *nats.Msg {
 	// The header names are already canonical, so they are set directly.
 	return &nats.Msg{
 		Subject: subject,
@@ -815,7 +826,7 @@ func eventMsg(subject, node, agent string, seq uint64, payload []byte, at time.T
 		Header: nats.Header{
 			schemas.HeaderMsgID: {schemas.MsgID(agent, seq)},
 			schemas.HeaderNode:  {node},
-			schemas.HeaderTime:  {stampTime(at)},
+			schemas.HeaderTime:  {stamp},
 		},
 	}
 }

@@ -104,9 +104,7 @@ func encodeSpilled(b []byte, m *outMsg) []byte {
 	b = appendString(b, m.node)
 	b = appendString(b, schemas.HeaderTime)
 	b = binary.LittleEndian.AppendUint32(b, 1)
-	b, at = lengthPrefixed(b)
-	b = m.at.UTC().AppendFormat(b, time.RFC3339Nano)
-	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	b = appendString(b, m.timeStamp())
 	return appendBytes(b, m.data)
 }
 

@@ -2,7 +2,7 @@ package node
 
 import (
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,18 +13,17 @@ import (
 func stampTime(t time.Time) string {
 	t = t.UTC()
 	sec := t.Unix()
-	stamps.mu.Lock()
-	if stamps.sec != sec || stamps.head == "" {
-		stamps.sec, stamps.head = sec, t.Truncate(time.Second).Format("2006-01-02T15:04:05")
+	last := stamps.Load()
+	if last == nil || last.sec != sec {
+		last = &stampSecond{sec: sec, head: t.Truncate(time.Second).Format("2006-01-02T15:04:05")}
+		stamps.Store(last)
 	}
-	head := stamps.head
-	stamps.mu.Unlock()
 	ns := t.Nanosecond()
 	if ns == 0 {
-		return head + "Z"
+		return last.head + "Z"
 	}
 	var b [40]byte
-	out := append(b[:0], head...)
+	out := append(b[:0], last.head...)
 	out = append(out, '.')
 	frac := strconv.AppendInt(b[len(out):len(out)], int64(ns)+1e9, 10)[1:] // nine digits, zero-padded
 	for len(frac) > 0 && frac[len(frac)-1] == '0' {
@@ -35,9 +34,13 @@ func stampTime(t time.Time) string {
 	return string(out)
 }
 
-// stamps is the second stampTime formatted last.
-var stamps struct {
-	mu   sync.Mutex
+// stampSecond is a second as stampTime writes it, up to its fraction.
+type stampSecond struct {
 	sec  int64
 	head string
 }
+
+// stamps is the second stampTime formatted last. The agents' loops stamp
+// their events at once: each reads it without a lock, and whoever finds
+// it stale formats the new second and puts it in its place.
+var stamps atomic.Pointer[stampSecond]
