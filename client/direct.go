@@ -964,78 +964,12 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 }
 
 // requestNodeAcross is RequestNode for a request that may wait long (a
-// run) and carries a request id its node dedupes: a reply the node sent
-// while the connection was away is lost (nothing buffers it), so when the
-// connection comes back the request is sent again, and the node answers
-// the copy with the reply it made, or, still running, once it has made
-// it. Only within sentAgainFor of the connection's loss: the node keeps a
-// reply for two minutes from the turn's end, which came after the loss
-// (or its reply would have arrived), and past them a copy would be a new
-// turn. Once sent again, a node not there yet (no responders) is asked
-// again every second: it may be reconnecting too.
+// run) and carries a request id its node dedupes: requestAcross, with a
+// reply subject the node's credentials let it answer.
 func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
-	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
-	defer nc.RemoveStatusListener(status)
-	if nc.IsClosed() {
-		return nil, nats.ErrConnectionClosed
-	}
 	inbox := nc.NewInbox()
-	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
-	replies := make(chan *nats.Msg, 4)
-	sub, err := nc.ChanSubscribe(reply, replies)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	send := func() error { return nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}) }
-	if err := send(); err != nil {
-		return nil, err
-	}
-	var (
-		lost   time.Time // when the connection went, since it was last back
-		sentAt time.Time // the loss the request was last sent again after
-		retry  <-chan time.Time
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case s := <-status:
-			if s == nats.CLOSED {
-				return nil, nats.ErrConnectionClosed // for good: nothing more can come
-			}
-			if s != nats.CONNECTED {
-				if lost.IsZero() {
-					lost = time.Now()
-				}
-				continue
-			}
-			if !lost.IsZero() && time.Since(lost) < sentAgainFor {
-				sentAt, retry = lost, nil
-				send() // a failure: the connection went again, and says so when back
-			}
-			lost = time.Time{}
-		case <-retry:
-			retry = nil
-			if time.Since(sentAt) < sentAgainFor {
-				send()
-			}
-		case m := <-replies:
-			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				if sentAt.IsZero() {
-					return nil, nats.ErrNoResponders
-				}
-				retry = time.After(time.Second)
-				continue
-			}
-			return m, nil
-		}
-	}
+	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil)
 }
-
-// sentAgainFor is how long after the connection's loss a run is sent
-// again: within the two minutes its node keeps the reply, with room.
-const sentAgainFor = 90 * time.Second
 
 // retryable verbs carry a request id the node dedupes, or only read.
 func retryable(verb schemas.Verb) bool {

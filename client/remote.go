@@ -177,8 +177,10 @@ func (r *Remote) Diff(ctx context.Context, id string, stat bool) (schemas.DiffRe
 
 // via sends one request to the coordinator's fabric service.
 // A request the coordinator did not get (it was briefly away) is sent
-// again once; requests that change state carry their request id, so the
-// owner recognises a retry.
+// again once, and one whose reply is lost with the connection (the
+// coordinator died with it, or the link went) is sent again once the
+// connection is back: requests that change state carry their request id,
+// and the node that acts on them answers a copy with its first reply.
 func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	if r.readOnly && !slices.Contains(schemas.FabricReadVerbs(), verb) {
 		return schemas.Errf(schemas.CodeInvalid, "these credentials may only observe: %s needs client credentials (shoal creds client NAME)", verb)
@@ -197,7 +199,7 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 	}
 	var msg *nats.Msg
 	for attempt := 0; ; attempt++ {
-		msg, err = r.nc.RequestWithContext(ctx, schemas.FabricSubject(verb), body)
+		msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable)
 		if !errors.Is(err, nats.ErrNoResponders) || attempt > 0 {
 			break
 		}
@@ -218,6 +220,13 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to the coordinator: %v", verb, err)
 	}
 	return schemas.DecodeReply(msg.Data, rep)
+}
+
+// unavailable is whether a reply of the fabric service says that what it
+// asked was not there (a node not reconnected yet).
+func unavailable(m *nats.Msg) bool {
+	var none struct{}
+	return schemas.CodeOf(schemas.DecodeReply(m.Data, &none)) == schemas.CodeUnavailable
 }
 
 // Replay implements Client: the coordinator replays and streams the
