@@ -323,6 +323,21 @@ func ReposFull(err error) bool {
 // store refused (nats-server's JSStreamStoreFailedF).
 const errCodeStoreFailed jetstream.ErrorCode = 10077
 
+// GetObject opens object name of obs for reading. Opening it is a few API
+// requests of the server's, each bounded by nats.go to five seconds when
+// ctx has no deadline of its own: on a server busy past that (a 48 MB
+// bundle written while a node restarts, on a loaded machine) one timed
+// out and the whole fetch failed, so a timed-out open is tried again,
+// three times in all, while ctx lasts.
+func GetObject(ctx context.Context, obs jetstream.ObjectStore, name string) (jetstream.ObjectResult, error) {
+	for try := 1; ; try++ {
+		obj, err := obs.Get(ctx, name)
+		if err == nil || try == 3 || !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			return obj, err
+		}
+	}
+}
+
 // StoreBundleError is why storing bundle name in the repositories' store
 // failed with err: the store is full, saying which bound, or err.
 func StoreBundleError(name string, err error) error {
@@ -534,7 +549,7 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	obj, err := obs.Get(ctx, rep.Bundle)
+	obj, err := GetObject(ctx, obs, rep.Bundle)
 	if err != nil {
 		return got, schemas.Errf(schemas.CodeUnavailable, "read the work of agent %s: %v", id, err)
 	}

@@ -24,7 +24,7 @@ func (s *directStore) getBundle(ctx context.Context, _, name string, w io.Writer
 	if err != nil {
 		return schemas.Errf(schemas.CodeUnavailable, "the repositories' object store: %v", err)
 	}
-	obj, err := obs.Get(ctx, name)
+	obj, err := client.GetObject(ctx, obs, name)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return schemas.Errf(schemas.CodeInvalid, "bundle %s is not in the object store (sent and expired, or never sent whole)", name)
