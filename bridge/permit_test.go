@@ -65,3 +65,75 @@ func TestLocalModelAsksOverMCP(t *testing.T) {
 		t.Errorf("the allowed tool's result: %+v", r)
 	}
 }
+
+// An interrupt while a local model's tool call waits on a person ends
+// the turn there: the node cancels the turn before it answers the waiting
+// request, so the model's next tool call of the same answer is never
+// begun. Before, the request was denied first, and the turn, not yet
+// cancelled, began the next call and asked a person of it (a tool_use
+// and a permission request after the interrupt, withdrawn a moment
+// later).
+func TestAnInterruptBeginsNoToolCallOfALocalModel(t *testing.T) {
+	t.Parallel()
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	fb := startFabric(t, bridge.HTTPConfig{})
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{ollamaBackend(t, fake)}})
+	s := fb.client(nil)
+	fake.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{
+		{Name: "agent_nodes", Input: json.RawMessage(`{}`)},
+		{Name: "agent_pending", Input: json.RawMessage(`{}`)},
+	}})
+	var opened schemas.OpenReply
+	ok(t, s, "agent_open", map[string]any{"cwd": t.TempDir(), "id": "halted", "model": "ollama:fake-model", "permission": "ask"}, &opened)
+	var sent schemas.SendReply
+	ok(t, s, "agent_send", map[string]any{"agent_id": "halted", "text": "Look twice."}, &sent)
+	var pending schemas.PendingReply
+	deadline := time.Now().Add(30 * time.Second)
+	for ok(t, s, "agent_pending", nil, &pending); len(pending.Requests) == 0; ok(t, s, "agent_pending", nil, &pending) {
+		if time.Now().After(deadline) {
+			t.Fatal("no permission request is pending")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var interrupted schemas.InterruptReply
+	ok(t, s, "agent_interrupt", map[string]any{"agent_id": "halted"}, &interrupted)
+	var kinds []string
+	asked := map[string]bool{}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var evs schemas.EventsReply
+		ok(t, s, "agent_events", map[string]any{"agent_id": "halted", "from_turn": 1}, &evs)
+		kinds = kinds[:0]
+		for _, e := range evs.Events {
+			var k struct {
+				Kind string `json:"kind"`
+				Data struct {
+					RequestID string `json:"requestId"`
+				} `json:"data"`
+			}
+			json.Unmarshal(e.Event, &k)
+			kinds = append(kinds, k.Kind)
+			if k.Kind == "permission" {
+				asked[k.Data.RequestID] = true
+			}
+		}
+		if len(kinds) > 0 && kinds[len(kinds)-1] == "result" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the interrupted turn did not end: %v", kinds)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	count := func(kind string) (n int) {
+		for _, k := range kinds {
+			if k == kind {
+				n++
+			}
+		}
+		return n
+	}
+	if count("tool_use") != 1 || len(asked) != 1 {
+		t.Errorf("the interrupted turn's events: %v, requests %v; want the one tool call asked of before the interrupt, and no other", kinds, asked)
+	}
+}

@@ -210,8 +210,11 @@ func (a *agent) interrupt(ctx context.Context) bool {
 // that cannot be delivered (an agent that stopped reading) stops the agent,
 // which ends the turn all the same.
 func (a *agent) interruptRunning(ctx context.Context) bool {
-	a.h.permits.settle(a.id, "interrupted", "the turn was interrupted before anyone answered")
 	ok, err := a.sess.Interrupt(ctx)
+	// A request waiting for a person is answered once the turn is
+	// cancelled: answered first, the turn went on to its next tool call
+	// (a local model's) before the cancel reached it, and asked of that.
+	a.h.permits.settle(a.id, "interrupted", "the turn was interrupted before anyone answered")
 	if err != nil {
 		a.stopFor(ctx, fmt.Sprintf("the interrupt could not be delivered (%v)", err))
 		return true
