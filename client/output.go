@@ -32,8 +32,37 @@ func (f *Direct) Output(ctx context.Context, req schemas.OutputRequest) (schemas
 	if rec == nil && stored.First == 0 {
 		return schemas.OutputReply{}, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", req.AgentID)
 	}
+	if stored.First == 0 && rec != nil && rec.LastEvent > 0 {
+		stored.Dropped = f.droppedAfter(ctx, rec.LastActivity)
+	}
 	return schemas.OutputOf(stored, rec, req)
 }
+
+// droppedAfter says whether the stream dropped every event an agent made
+// up to last (its record's last activity, unix seconds by its node's
+// clock): the agent has been quiet longer than the stream keeps events,
+// or the oldest message the stream holds is newer than its last activity
+// by more than the clocks of two machines may differ. Otherwise its
+// events are taken to be on their way: a record numbers an event before
+// the stream holds it.
+func (f *Direct) droppedAfter(ctx context.Context, last float64) bool {
+	st, err := f.js.Stream(ctx, schemas.StreamName)
+	if err != nil {
+		return false
+	}
+	info := st.CachedInfo()
+	if info == nil {
+		return false
+	}
+	at := time.Unix(int64(last), 0)
+	if info.Config.MaxAge > 0 && time.Since(at) > info.Config.MaxAge {
+		return true
+	}
+	return info.State.Msgs > 0 && info.State.FirstTime.After(at.Add(clockSlack))
+}
+
+// clockSlack is how far a node's clock may be from the server's.
+const clockSlack = 30 * time.Second
 
 // stored reads an agent's events from the stream, every life of its id,
 // up to the last one stored now.

@@ -18,6 +18,11 @@ type Stored struct {
 	Whole int
 	// Last is the highest turn number seen.
 	Last int
+	// Dropped says, when the stream holds none of the agent's events,
+	// that it dropped them: the record numbers events the stream does not
+	// hold yet while they are on their way, so holding none is not
+	// enough to say they are gone.
+	Dropped bool
 	// Usage is what the id's last life has used, from its results.
 	Usage Usage
 	ended bool // the last event seen was a status dead: a later one begins a new life
@@ -144,7 +149,7 @@ func OutputOf(s *Stored, rec *AgentRecord, req OutputRequest) (OutputReply, erro
 	// was named or is the last one (a caller asking with no turn would
 	// read an empty text as the answer); all the turns are gone when the
 	// stream holds none of the agent's events.
-	gone := s.First == 0 && rec != nil && rec.LastEvent > 0
+	gone := s.First == 0 && s.Dropped && rec != nil && rec.LastEvent > 0
 	switch {
 	case target == 0:
 	case gone && which == WhichAll && req.Turn == nil:
