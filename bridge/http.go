@@ -111,7 +111,7 @@ func (m *MCP) HTTPHandler(ctx context.Context, cfg HTTPConfig) http.Handler {
 				// full token, which the id only narrows); the observer's
 				// token names no agent, and acting as one would widen it.
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
-				http.Error(w, "an agent's calls carry that agent's own token", http.StatusUnauthorized)
+				http.Error(w, "an agent's calls carry that agent's own token, and this one is not: an agent opened before the coordinator restarted with another --mcp-token holds one made from the old; close the agent and open it again (the same id goes on) for its node to give it one made from the current", http.StatusUnauthorized)
 				return
 			case id == "" && !matches(got, cfg.Token) && !matches(got, cfg.ObserverToken):
 				w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)

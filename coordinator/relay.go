@@ -238,6 +238,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		schemas.RelayOwned:  async(work, r.owned),
 		schemas.RelayLast:   async(work, r.last),
 		schemas.RelayHello:  async(work, r.hello),
+		schemas.RelayGrant:  async(work, r.grant),
 		schemas.RelayPermit: async(work, r.permit),
 		// A bundle's chunks: a node asks for the next once it has the
 		// one before.
@@ -338,7 +339,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		op schemas.RelayOp
 		in *shares
 		h  func(context.Context, *nats.Msg)
-	}{{schemas.RelayHello, work, r.hello}, {schemas.RelayBeat, beats, r.beat}} {
+	}{{schemas.RelayHello, work, r.hello}, {schemas.RelayBeat, beats, r.beat}, {schemas.RelayGrant, work, r.grant}} {
 		// Answered once the node's door is open (or failed to open).
 		opened := async(first.in, func(ctx context.Context, m *nats.Msg) {
 			node, _, _, _ := schemas.ParseRelaySubject(m.Subject)
@@ -1385,18 +1386,40 @@ func (r *Relay) hello(ctx context.Context, m *nats.Msg) {
 	// prefix, where its credentials may publish anything, and a flood
 	// there must cut its door, not the relay's connection.
 	_, err = client.RequestNode(pctx, r.doors.conn(node), node, schemas.ControlSubject(node, schemas.VerbList), []byte(`{}`))
-	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true, Instance: entryInstance(ctx, r.nodes, node)}
-	if r.mcp != nil && !rep.NameTaken {
-		// Only node's own credentials publish under its relay subjects,
-		// so the key reaches that node alone.
-		mctx, cancel := context.WithTimeout(ctx, mcpGrantWait)
-		url, token := r.mcp(mctx)
-		cancel()
-		if url != "" && token != "" {
-			rep.MCP = &schemas.MCPGrant{URL: url, Key: schemas.NodeKey(token, node)}
-		}
+	rep := schemas.RelayHelloReply{NameTaken: err == nil, NodeTTLMS: st.TTL().Milliseconds(), TakesAcked: true, Instance: entryInstance(ctx, r.nodes, node), Grants: true}
+	if !rep.NameTaken {
+		rep.MCP = r.mcpGrant(ctx, node)
 	}
 	replyJSON(r.nc, m.Reply, rep)
+}
+
+// grant tells a running node its way to the coordinator's MCP endpoint as
+// it is now: a coordinator restarted since the node's hello may listen
+// elsewhere, or have another token (or one where it had none), and the
+// key the node was given then makes tokens the endpoint refuses.
+func (r *Relay) grant(ctx context.Context, m *nats.Msg) {
+	node, _, ok := r.from(m)
+	if !ok {
+		return
+	}
+	replyJSON(r.nc, m.Reply, schemas.RelayGrantReply{MCP: r.mcpGrant(ctx, node)})
+}
+
+// mcpGrant is node's way to the coordinator's MCP endpoint: its address
+// and the node's key, or nil when the endpoint has no token (or there is
+// none). Only node's own credentials publish under its relay subjects,
+// so the key reaches that node alone.
+func (r *Relay) mcpGrant(ctx context.Context, node string) *schemas.MCPGrant {
+	if r.mcp == nil {
+		return nil
+	}
+	mctx, cancel := context.WithTimeout(ctx, mcpGrantWait)
+	url, token := r.mcp(mctx)
+	cancel()
+	if url == "" || token == "" {
+		return nil
+	}
+	return &schemas.MCPGrant{URL: url, Key: schemas.NodeKey(token, node)}
 }
 
 // entryInstance is the life whose heartbeat nodes holds for node, or ""
@@ -1411,9 +1434,9 @@ func entryInstance(ctx context.Context, nodes jetstream.KeyValue, node string) s
 	return rec.Instance
 }
 
-// mcpGrantWait bounds how long a hello waits for the coordinator's MCP
-// endpoint to be listening (a node that joins while the coordinator
-// starts).
+// mcpGrantWait bounds how long a hello or a grant waits for the
+// coordinator's MCP endpoint to be listening (a node that joins while the
+// coordinator starts).
 const mcpGrantWait = 5 * time.Second
 
 // refuse answers a write the node may not make with a final JetStream

@@ -226,8 +226,13 @@ type Host struct {
 	sandbox sandboxing
 	repos   *repos
 	// mcp is the endpoint agents are pointed at, with the node's key: set
-	// by Run before any agent starts.
-	mcp backend.MCPEndpoint
+	// by Run before any agent starts and, where the coordinator grants it,
+	// asked for again at each open (refreshGrant); mcpMu guards it.
+	mcpMu sync.Mutex
+	mcp   backend.MCPEndpoint
+	// granted says the node takes its endpoint from the coordinator's
+	// grant, whose relay answers RelayGrant.
+	granted bool
 
 	// reaperMu guards the reaper, replaced when it dies, and why the node
 	// cannot start agents meanwhile.
@@ -340,10 +345,9 @@ func (h *Host) Run(ctx context.Context) (err error) {
 	h.takesAcked = hello.TakesAcked
 	ttl := time.Duration(hello.NodeTTLMS) * time.Millisecond
 	h.mcp = h.cfg.MCP
-	if g := hello.MCP; g != nil && h.mcp.Token == "" {
-		// The coordinator's grant: the node's key, and the endpoint
-		// unless this node was told of another way to it.
-		h.mcp = backend.MCPEndpoint{URL: cmp.Or(h.mcp.URL, g.URL), Token: g.Key}
+	if h.cfg.Confined && h.cfg.MCP.Token == "" {
+		h.mcp = h.grantedEndpoint(hello.MCP)
+		h.granted = hello.Grants
 	}
 	h.pids = &pidFile{path: filepath.Join(h.cfg.Dir, "pids.json")}
 	h.permits = newPermitBook(filepath.Join(h.cfg.Dir, "permits.json"))

@@ -196,6 +196,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep sche
 	if err := h.within(&req); err != nil {
 		return rep, err
 	}
+	h.refreshGrant(ctx)
 	p, err := h.planOpen(req)
 	if err != nil {
 		return schemas.OpenReply{}, err
@@ -351,11 +352,15 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 	}
 	if err != nil {
 		code := schemas.CodeInvalid
-		switch _, launch := errors.AsType[*proc.LaunchError](err); {
+		_, launch := errors.AsType[*proc.LaunchError](err)
+		_, unreachable := errors.AsType[*backend.UnreachableError](err)
+		switch {
 		case startCtx.Err() != nil:
 			return schemas.Errf(schemas.CodeTimeout, "agent %s did not start within %s: %v", a.id, h.cfg.OpenTimeout, err)
 		case launch:
 			code = schemas.CodeUnavailable // this node cannot run it
+		case unreachable:
+			code = schemas.CodeUnavailable // a server it needs is not there for it now
 		}
 		return schemas.Errf(code, "%v", err)
 	}

@@ -21,7 +21,9 @@ import (
 // reaches it: with its own token, derived from the node's key, never the
 // key itself.
 func (h *Host) agentEndpoint(id, requestID string) backend.MCPEndpoint {
+	h.mcpMu.Lock()
 	e := h.mcp
+	h.mcpMu.Unlock()
 	if e.Token != "" {
 		e.Token = schemas.AgentToken(e.Token, id, requestID)
 	}

@@ -19,6 +19,16 @@ type RelayHelloReply struct {
 	// nodes bucket holds under this name now, if any: a node back from
 	// past its TTL whose name another life took since finds it here.
 	Instance string `json:"instance,omitempty"`
+	// Grants says the relay answers RelayGrant (a relay of an earlier
+	// version leaves it unanswered).
+	Grants bool `json:"grants,omitempty"`
+}
+
+// RelayGrantReply answers RelayGrant: the node's way to the coordinator's
+// MCP endpoint as it is now, or none when the coordinator serves no
+// endpoint with a token.
+type RelayGrantReply struct {
+	MCP *MCPGrant `json:"mcp,omitempty"`
 }
 
 // MCPGrant is a node's way to the coordinator's MCP endpoint: where it is

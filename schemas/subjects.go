@@ -259,6 +259,10 @@ const (
 	// RelayHello is a node's first word: is its name free, and how often
 	// must it beat.
 	RelayHello RelayOp = "hello"
+	// RelayGrant asks for the node's current way to the coordinator's MCP
+	// endpoint (a RelayGrantReply): a coordinator restarted since the
+	// node's hello may serve it elsewhere, or under another token.
+	RelayGrant RelayOp = "grant"
 	// RelayPermit writes a permission request of an agent the node owns,
 	// or its answer, to PermitsBucket.
 	RelayPermit RelayOp = "permit"

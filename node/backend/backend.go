@@ -193,3 +193,14 @@ type ManyDescriber interface {
 type Checker interface {
 	Check(spec Spec) error
 }
+
+// UnreachableError says an agent could not start because a server it
+// needs from its start (an MCP server its tools come from) could not be
+// started, reached or initialized, or refused it: the node cannot start
+// the agent now, whatever the request said. The node answers it as
+// unavailable, not as a wrong request.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string { return e.Err.Error() }
+
+func (e *UnreachableError) Unwrap() error { return e.Err }

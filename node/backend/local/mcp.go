@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/node/proc"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -231,14 +232,15 @@ func openToolbox(ctx context.Context, servers []mcpServer, pol schemas.Policy, l
 	conns := make([]*mcpConn, len(servers))
 	lists := make([][]mcp.Tool, len(servers))
 	errs := make([]error, len(servers))
+	wrong := false // a server's configuration, not the server, is at fault
 	var wg sync.WaitGroup
 	for i, s := range servers {
 		if err := s.check(); err != nil {
-			errs[i] = fmt.Errorf("MCP server %q: %w", s.Name, err)
+			errs[i], wrong = fmt.Errorf("MCP server %q: %w", s.Name, err), true
 			continue
 		}
 		if slices.ContainsFunc(servers[:i], func(o mcpServer) bool { return o.Name == s.Name }) {
-			errs[i] = fmt.Errorf("MCP server %q is named twice", s.Name)
+			errs[i], wrong = fmt.Errorf("MCP server %q is named twice", s.Name), true
 			continue
 		}
 		wg.Go(func() {
@@ -254,6 +256,12 @@ func openToolbox(ctx context.Context, servers []mcpServer, pol schemas.Policy, l
 	}
 	if err := errors.Join(errs...); err != nil {
 		tb.close()
+		if !wrong {
+			// Servers that could not be started, reached or initialized
+			// (a coordinator's endpoint that refuses the agent's token):
+			// the agent cannot start now, though nothing was asked amiss.
+			err = &backend.UnreachableError{Err: err}
+		}
 		return nil, err
 	}
 	for i, c := range conns {
@@ -441,10 +449,22 @@ func (tb *mcpToolbox) call(ctx context.Context, name string, args json.RawMessag
 	req.Params.RawArguments = arguments
 	res, err := r.conn.client.CallTool(ctx, req)
 	if err != nil {
-		return failedResult(fmt.Sprintf("Error: tool '%s' on MCP server %q failed: %v%s", name, r.conn.name, err, r.conn.stderrNote()))
+		note := r.conn.stderrNote()
+		if r.conn.name == schemas.MCPServerName {
+			note += staleEndpointNote
+		}
+		return failedResult(fmt.Sprintf("Error: tool '%s' on MCP server %q failed: %v%s", name, r.conn.name, err, note))
 	}
 	return renderResult(name, res)
 }
+
+// staleEndpointNote says what to do when Shoal's own endpoint (the
+// coordinator's, the first server, which no configured one may share a
+// name with) cannot be reached: an agent keeps, for its life, the address
+// and token its node gave it as it opened, and a coordinator restarted
+// since with another --mcp-token or address refuses them or is elsewhere.
+const staleEndpointNote = ". This agent reaches Shoal's tools at the address, and with the token, its node gave it when it opened; " +
+	"if the coordinator has restarted since with another --mcp-token or address, close the agent and open it again (the same id goes on) to be given the current ones"
 
 // callArguments is the model's arguments as tools/call sends them: a JSON
 // object, {} when the model gave none.

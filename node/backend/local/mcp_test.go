@@ -29,6 +29,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
 )
 
@@ -640,6 +641,9 @@ func TestToolboxConnectFailure(t *testing.T) {
 	if strings.Contains(err.Error(), `MCP server "good":`) {
 		t.Errorf("error %q blames the good server", err)
 	}
+	if _, ok := errors.AsType[*backend.UnreachableError](err); ok {
+		t.Errorf("error %q, with a server named twice, is taken for servers unreachable, not a wrong configuration", err)
+	}
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatalf("the good server never started: %v", err)
@@ -675,5 +679,8 @@ func TestToolboxConnectTimeout(t *testing.T) {
 	_, err = openToolbox(ctx, []mcpServer{{Name: "slow", URL: ts.URL + "/mcp"}}, schemas.Policy{}, launch{})
 	if err == nil || !strings.Contains(err.Error(), `MCP server "slow"`) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("openToolbox against a server that never answers: got %v, want a deadline error naming it", err)
+	}
+	if _, ok := errors.AsType[*backend.UnreachableError](err); !ok {
+		t.Errorf("openToolbox against a server that never answers: %v is not an UnreachableError, which the node answers as unavailable", err)
 	}
 }
