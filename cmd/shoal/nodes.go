@@ -57,8 +57,11 @@ func runs(bs []schemas.BackendInfo) string {
 		if b.Agent != "" {
 			name += ":" + b.Agent
 		}
-		if len(b.Models) > 0 {
-			name += fmt.Sprintf("(%d models)", len(b.Models))
+		switch n := len(b.Models); {
+		case n == 1:
+			name += "(1 model)"
+		case n > 1:
+			name += fmt.Sprintf("(%d models)", n)
 		}
 		if !b.Ready {
 			name = "[" + name + "]"

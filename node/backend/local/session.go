@@ -221,7 +221,10 @@ func (s *session) turn(ctx context.Context, n int) {
 		case ctx.Err() != nil:
 			stop = schemas.StopCancelled
 		case err != nil:
-			failure = fmt.Sprintf("%s: %v", label, err)
+			// The dialect names itself ("ollama: …", "openai: …"); the
+			// agent's kind says it once.
+			why := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "ollama: "), "openai: ")
+			failure = fmt.Sprintf("%s: %s", label, why)
 		case done:
 			stop = schemas.StopEndTurn
 		default:

@@ -262,7 +262,9 @@ func TestLocalFailuresAndInterrupt(t *testing.T) {
 
 			fake.Script(fakemodel.Reply{Text: "half an answer", MidStreamError: "the GPU fell over"})
 			evs := ev.result(ev.send(s, "try"))
-			if got := kinds(evs); !strings.Contains(got, "error(") || !strings.HasSuffix(got, "result(refusal)") {
+			// The server's words, named once by the agent's kind (they
+			// said "ollama: ollama: …" and "vmlx: openai: …").
+			if got := kinds(evs); !strings.Contains(got, "error("+d.kind+": the GPU fell over)") || !strings.HasSuffix(got, "result(refusal)") {
 				t.Fatalf("mid-stream error: %s", got)
 			}
 
