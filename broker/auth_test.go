@@ -137,6 +137,12 @@ func TestNodeCredentialsAreConfined(t *testing.T) {
 	a.denied(t, "publishing node b's events", "shoal.relay.b.event.x2", func() error {
 		return a.nc.Publish(schemas.RelaySubject("b", schemas.RelayEvent, "x2"), []byte("{}"))
 	})
+	// The relay's grant answers with the asking node's MCP key: another
+	// node's key would let a node's agents act as that node's.
+	allowed(t, b, a, schemas.RelaySubject("a", schemas.RelayGrant))
+	a.denied(t, "asking node b's MCP grant", "shoal.relay.b.grant", func() error {
+		return a.nc.PublishRequest(schemas.RelaySubject("b", schemas.RelayGrant), a.nc.NewInbox(), nil)
+	})
 	a.denied(t, "publishing on agent.x2", "agent.x2", func() error {
 		return a.nc.Publish(schemas.EventSubject("x2"), []byte("{}"))
 	})
