@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/shoalfabric/shoal/bridge"
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/node"
@@ -32,14 +34,7 @@ func TestLocalModelAsksOverMCP(t *testing.T) {
 	var sent schemas.SendReply
 	ok(t, s, "agent_send", map[string]any{"agent_id": "asker", "text": "Look at the nodes."}, &sent)
 
-	var pending schemas.PendingReply
-	deadline := time.Now().Add(30 * time.Second)
-	for ok(t, s, "agent_pending", nil, &pending); len(pending.Requests) == 0; ok(t, s, "agent_pending", nil, &pending) {
-		if time.Now().After(deadline) {
-			t.Fatal("no permission request is pending")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	pending := waitPending(t, s)
 	req := pending.Requests[0]
 	if req.AgentID != "asker" || req.Tool != "agent_nodes" || req.Node != "n1" {
 		t.Fatalf("the request: %+v", req)
@@ -53,7 +48,7 @@ func TestLocalModelAsksOverMCP(t *testing.T) {
 		t.Errorf("a second answer: %q (error %v)", text, isErr)
 	}
 	var out schemas.OutputReply
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for ok(t, s, "agent_output", map[string]any{"agent_id": "asker"}, &out); out.Text != "Looked at the nodes."; ok(t, s, "agent_output", map[string]any{"agent_id": "asker"}, &out) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the turn did not end: %+v", out)
@@ -87,19 +82,12 @@ func TestAnInterruptBeginsNoToolCallOfALocalModel(t *testing.T) {
 	ok(t, s, "agent_open", map[string]any{"cwd": t.TempDir(), "id": "halted", "model": "ollama:fake-model", "permission": "ask"}, &opened)
 	var sent schemas.SendReply
 	ok(t, s, "agent_send", map[string]any{"agent_id": "halted", "text": "Look twice."}, &sent)
-	var pending schemas.PendingReply
-	deadline := time.Now().Add(30 * time.Second)
-	for ok(t, s, "agent_pending", nil, &pending); len(pending.Requests) == 0; ok(t, s, "agent_pending", nil, &pending) {
-		if time.Now().After(deadline) {
-			t.Fatal("no permission request is pending")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitPending(t, s)
 	var interrupted schemas.InterruptReply
 	ok(t, s, "agent_interrupt", map[string]any{"agent_id": "halted"}, &interrupted)
 	var kinds []string
 	asked := map[string]bool{}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var evs schemas.EventsReply
 		ok(t, s, "agent_events", map[string]any{"agent_id": "halted", "from_turn": 1}, &evs)
@@ -136,4 +124,19 @@ func TestAnInterruptBeginsNoToolCallOfALocalModel(t *testing.T) {
 	if count("tool_use") != 1 || len(asked) != 1 {
 		t.Errorf("the interrupted turn's events: %v, requests %v; want the one tool call asked of before the interrupt, and no other", kinds, asked)
 	}
+}
+
+// waitPending waits for a permission request to be listed, and returns
+// the list.
+func waitPending(t *testing.T, s *mcp.ClientSession) schemas.PendingReply {
+	t.Helper()
+	var pending schemas.PendingReply
+	deadline := time.Now().Add(30 * time.Second)
+	for ok(t, s, "agent_pending", nil, &pending); len(pending.Requests) == 0; ok(t, s, "agent_pending", nil, &pending) {
+		if time.Now().After(deadline) {
+			t.Fatal("no permission request is pending")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return pending
 }
