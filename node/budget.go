@@ -130,8 +130,15 @@ func (a *agent) refuseOverBudget(ctx context.Context) error {
 // coordinator away, its relay too busy to answer in time) to those last
 // read and the agent's own use as its record has it: one its turns took
 // past its budget begins none. The turn reads them again as it spends.
+// An agent whose budgets were never read (just opened, or taken up again
+// after a node restart) has none to be held to: its turn is refused with
+// err, as it would begin unbounded.
 func (a *agent) overLastRead(what string, err error) error {
 	a.mu.Lock()
+	if a.spend.readAt.IsZero() {
+		a.mu.Unlock()
+		return err
+	}
 	over := a.held(a.spend.allow).Check(a.id, a.rec.AllLives(), schemas.Usage{})
 	a.mu.Unlock()
 	if over == nil {
