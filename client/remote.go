@@ -180,7 +180,9 @@ func (r *Remote) Diff(ctx context.Context, id string, stat bool) (schemas.DiffRe
 // again once, and one whose reply is lost with the connection (the
 // coordinator died with it, or the link went) is sent again once the
 // connection is back: requests that change state carry their request id,
-// and the node that acts on them answers a copy with its first reply.
+// and the node that acts on them answers a copy with its first reply (a
+// budget sets a value; a person's permit answer, which has no request id,
+// is sent once).
 func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeout time.Duration) error {
 	if r.readOnly && !slices.Contains(schemas.FabricReadVerbs(), verb) {
 		return schemas.Errf(schemas.CodeInvalid, "these credentials may only observe: %s needs client credentials (shoal creds client NAME)", verb)
@@ -199,7 +201,14 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 	}
 	var msg *nats.Msg
 	for attempt := 0; ; attempt++ {
-		msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable)
+		if verb == schemas.VerbPermit {
+			// An answer carries no request id: the node takes the first
+			// and refuses a copy, so a copy would return the caller's own
+			// answer as a conflict.
+			msg, err = r.nc.RequestWithContext(ctx, schemas.FabricSubject(verb), body)
+		} else {
+			msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable)
+		}
 		if !errors.Is(err, nats.ErrNoResponders) || attempt > 0 {
 			break
 		}
