@@ -126,7 +126,11 @@ func relayLosesNoEvent(t *testing.T, held time.Duration) {
 	var stored []uint64
 	poll.Until(t, 2*time.Minute, "the turn's chunks all stored", func() bool {
 		stored = storedNumbers(t, ctx, s, "pal")
-		return len(stored) > 0 && stored[len(stored)-1] > 20000
+		if len(stored) > 0 && stored[len(stored)-1] > 20000 {
+			return true
+		}
+		t.Logf("%d events of agent pal stored, the last numbered %v", len(stored), stored[max(len(stored)-1, 0):])
+		return false
 	})
 	for i, got := range stored {
 		if got != uint64(i+1) {

@@ -304,7 +304,7 @@ func TestControlRejectsBadInput(t *testing.T) {
 		{schemas.OpenRequest{CWD: t.TempDir(), Model: strings.Repeat("m", 1<<20), Node: "n1"}, schemas.CodeInvalid, "model must be at most 256 characters long, not 1048576"},
 		{schemas.OpenRequest{CWD: t.TempDir(), PermissionMode: "sideways", Node: "n1"}, schemas.CodeInvalid, `unknown permission_mode "sideways"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), Model: "acp:opencode", Node: "n1"}, schemas.CodeUnavailable, "node n1 cannot take this agent: cannot run acp:opencode agents"},
-		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "max", Node: "n1"}, schemas.CodeInvalid, `unknown effort "max"`},
+		{schemas.OpenRequest{CWD: t.TempDir(), Effort: "extreme", Node: "n1"}, schemas.CodeInvalid, `unknown effort "extreme"`},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: notMCP, Node: "n1"}, schemas.CodeInvalid, "mcp_config " + notMCP + " is not an MCP configuration (a JSON object with an mcpServers object)"},
 		{schemas.OpenRequest{CWD: t.TempDir(), MCPConfig: "/no/such.json", Node: "n1"}, schemas.CodeInvalid, "mcp_config /no/such.json: no such file or directory"},
 		// A server of Shoal's name, without the header that tells the

@@ -767,6 +767,10 @@ type failedFuture struct {
 func (f failedFuture) wait() error    { return f.err }
 func (f failedFuture) Msg() *nats.Msg { return f.msg }
 
+// skipStoredWait bounds skipStored's read of where each agent's stream
+// ends.
+const skipStoredWait = 10 * time.Second
+
 // skipStored drops queued events that the stream already holds, judged by
 // each agent's last stored event number.
 func (p *publisher) skipStored(ctx context.Context) {
@@ -776,7 +780,14 @@ func (p *publisher) skipStored(ctx context.Context) {
 		agents[m.agent] = true
 	}
 	p.mu.Unlock()
-	last, err := p.last(ctx, slices.Collect(maps.Keys(agents)))
+	// A read that gets no answer (its request or reply lost with a
+	// connection, as a relay's can be) must not hold the publisher: after
+	// skipStoredWait it sends everything queued again, and the stream's
+	// duplicate window drops what had landed. It waited for ever, and a
+	// confined node stored nothing more of its agents.
+	lctx, cancel := context.WithTimeout(ctx, skipStoredWait)
+	defer cancel()
+	last, err := p.last(lctx, slices.Collect(maps.Keys(agents)))
 	if err != nil {
 		return
 	}

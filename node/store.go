@@ -412,6 +412,14 @@ func (s *relayStore) ask(ctx context.Context, op schemas.RelayOp, req, rep any, 
 // nothing was done) is asked again after a moment, longer each time,
 // until ctx ends.
 func (s *relayStore) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// A request or its reply may be lost with a connection (the
+		// relay's, cut as the reply left): nothing answers then, and a
+		// caller that set no deadline would wait for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, relayAskWait)
+		defer cancel()
+	}
 	wait := 20 * time.Millisecond
 	for {
 		rep, err := s.nc.RequestMsgWithContext(ctx, m)
@@ -429,6 +437,9 @@ func (s *relayStore) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error
 		wait = min(2*wait, time.Second)
 	}
 }
+
+// relayAskWait bounds a request of the relay whose caller set no deadline.
+const relayAskWait = 30 * time.Second
 
 func relayErr(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) {
