@@ -21,9 +21,9 @@ import (
 // they all came to the relay's one connection, which the server cut as a
 // slow consumer again and again, and every confined node's operations
 // waited or failed meanwhile. Each node now has a door of its own at the
-// relay: node honest's heartbeats and requests are answered in time for
-// its entry to live on (two thirds of the nodes' TTL) throughout, the relay's own connection is
-// never cut, and honest's agent lives on. Evil floods its events, then
+// relay: node honest's heartbeats and requests are answered throughout,
+// each within the nodes' TTL, its entry never lapses, the relay's own
+// connection is never cut, and honest's agent lives on. Evil floods its events, then
 // the subjects every node's first words come on (hello, beat).
 func TestRelayKeepsAByteFloodToItsNode(t *testing.T) {
 	t.Parallel()
