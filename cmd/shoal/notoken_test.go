@@ -3,6 +3,7 @@ package main
 import (
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -27,6 +28,9 @@ func TestUpSaysNodesWithCredentialsGetNoToolsWithoutAToken(t *testing.T) {
 			up := startShoal(t, dir, nil, append([]string{"up", "--auth", "--auth-dir", filepath.Join(dir, "keys"), "--port", "-1", "--no-node", "--no-bus",
 				"--mcp-listen", "127.0.0.1:0"}, tc.token...)...)
 			up.waitLine("shoal: ready")
+			// Stopped, so that all it wrote on stderr has been read (a
+			// read as stdout said ready raced the warning's copy).
+			up.stop(syscall.SIGTERM)
 			said := strings.Join(up.stdoutLines(), "\n") + "\n" + up.stderrText()
 			const words = "agents on nodes with credentials get none of Shoal's tools"
 			if strings.Contains(said, words) != tc.warn {
