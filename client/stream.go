@@ -44,6 +44,15 @@ func msgBefore(ctx context.Context, nc *nats.Conn, id string, seq uint64) (*stor
 	if seq <= 1 {
 		return nil, nil
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A request or its answer lost with a connection (cut as it went)
+		// gets no answer: a caller that set no deadline (the relay
+		// deciding a node's event) waited for ever, and with it every
+		// event of that node. It waits as long as JetStream's own reads.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directReadWait)
+		defer cancel()
+	}
 	body, _ := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
 		UpToSeq   uint64   `json:"up_to_seq"`
@@ -59,6 +68,9 @@ func msgBefore(ctx context.Context, nc *nats.Conn, id string, seq uint64) (*stor
 		return nil, err
 	}
 	m, err := sub.NextMsgWithContext(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: the stream did not answer in time", id)
+	}
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: %v", id, err)
 	}
@@ -77,6 +89,10 @@ func msgBefore(ctx context.Context, nc *nats.Conn, id string, seq uint64) (*stor
 	}
 	return s, nil
 }
+
+// directReadWait bounds a direct read whose caller set no deadline, as
+// JetStream's client bounds its API requests.
+const directReadWait = 5 * time.Second
 
 // number is the event number a message carries as one of the agent's
 // events, or 0 when it is not one by its form: no number of the agent's,

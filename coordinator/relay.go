@@ -123,6 +123,15 @@ type noRelayMetrics struct{}
 
 func (noRelayMetrics) Refused(schemas.RelayOp) {}
 
+// eventDecideWait bounds the relay's decision on a node's event (the
+// reads of its record and its stream's end): past it, the node is
+// answered 503 and sends the event again. relayOpWait bounds any other
+// operation of a node's, long after the node stopped waiting for it.
+const (
+	eventDecideWait = 10 * time.Second
+	relayOpWait     = time.Minute
+)
+
 // relayQueue is the queue group relays share, so each message is
 // forwarded once; NATS prefers the relay on the server the node is
 // connected to, which keeps a node's events in order.
@@ -209,7 +218,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.stopping(m)
 			return
 		}
-		r.event(ctx, m)
+		// A read that gets no answer (lost with a connection cut as it
+		// went) must not hold the node's lane: every later event of the
+		// node waits behind this one.
+		ectx, cancel := context.WithTimeout(ctx, eventDecideWait)
+		defer cancel()
+		r.event(ectx, m)
 	})
 	defer beats.stop()
 	defer work.stop()
@@ -220,7 +234,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			if !ok {
 				return
 			}
-			if !in.do(node, laneBytes(m), func() { h(ctx, m) }) {
+			if !in.do(node, laneBytes(m), func() {
+				// Nor may one hold a place of the node's share for ever.
+				octx, cancel := context.WithTimeout(ctx, relayOpWait)
+				defer cancel()
+				h(octx, m)
+			}) {
 				r.busy(m, node, op, in.inFlight+in.waiting)
 			}
 		}
