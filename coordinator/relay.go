@@ -228,15 +228,22 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer beats.stop()
 	defer work.stop()
 	defer events.stop()
-	async := func(in *shares, h func(context.Context, *nats.Msg)) nats.MsgHandler {
+	// wait bounds each operation: no answer lost (with a connection cut
+	// as it went) holds a place of the node's share for ever. A bundle's
+	// chunks are not bounded so: the read or write a chunk begins goes
+	// on across the node's next chunks, under the context it began with.
+	async := func(in *shares, h func(context.Context, *nats.Msg), wait time.Duration) nats.MsgHandler {
 		return func(m *nats.Msg) {
 			node, op, _, ok := schemas.ParseRelaySubject(m.Subject)
 			if !ok {
 				return
 			}
 			if !in.do(node, laneBytes(m), func() {
-				// Nor may one hold a place of the node's share for ever.
-				octx, cancel := context.WithTimeout(ctx, relayOpWait)
+				if wait == 0 {
+					h(ctx, m)
+					return
+				}
+				octx, cancel := context.WithTimeout(ctx, wait)
 				defer cancel()
 				h(octx, m)
 			}) {
@@ -251,19 +258,19 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.eventBusy(m, node, op)
 			}
 		},
-		schemas.RelayRecord: async(work, r.record),
-		schemas.RelayBeat:   async(beats, r.beat),
-		schemas.RelayGet:    async(work, r.get),
-		schemas.RelayOwned:  async(work, r.owned),
-		schemas.RelayLast:   async(work, r.last),
-		schemas.RelayHello:  async(work, r.hello),
-		schemas.RelayGrant:  async(work, r.grant),
-		schemas.RelayPermit: async(work, r.permit),
+		schemas.RelayRecord: async(work, r.record, relayOpWait),
+		schemas.RelayBeat:   async(beats, r.beat, relayOpWait),
+		schemas.RelayGet:    async(work, r.get, relayOpWait),
+		schemas.RelayOwned:  async(work, r.owned, relayOpWait),
+		schemas.RelayLast:   async(work, r.last, relayOpWait),
+		schemas.RelayHello:  async(work, r.hello, relayOpWait),
+		schemas.RelayGrant:  async(work, r.grant, relayOpWait),
+		schemas.RelayPermit: async(work, r.permit, relayOpWait),
 		// A bundle's chunks: a node asks for the next once it has the
 		// one before.
-		schemas.RelayBundleGet: async(work, r.bundleGet),
-		schemas.RelayBundlePut: async(work, r.bundlePut),
-		schemas.RelayBudget:    async(work, r.budget),
+		schemas.RelayBundleGet: async(work, r.bundleGet, 0),
+		schemas.RelayBundlePut: async(work, r.bundlePut, 0),
+		schemas.RelayBudget:    async(work, r.budget, relayOpWait),
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -366,7 +373,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.doors.enter(node).wait(wait)
 			cancel()
 			first.h(ctx, m)
-		})
+		}, doorOpenWait+relayOpWait)
 		s, err := lobby.Subscribe(schemas.RelayWildcard(first.op), func(m *nats.Msg) {
 			node, _, _, ok := schemas.ParseRelaySubject(m.Subject)
 			if !ok || !r.doors.lobbyTakes(node, m) {
