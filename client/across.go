@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/shoalfabric/shoal/schemas"
 )
 
 // requestAcross sends body to subject, with replies to reply, and waits
@@ -21,7 +25,15 @@ import (
 // starting again. So is one whose answer to a copy notYet finds the
 // fabric not whole yet (a coordinator back before the node it asks), for
 // notWholeFor. Before any copy, no responders is the caller's to judge.
-func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, body []byte, notYet func(*nats.Msg) bool) (*nats.Msg, error) {
+//
+// With keepalive, the answerer is asked to say every keepalive that it
+// still holds the request (schemas.HeaderKeepalive; the fabric service
+// does). Once it has said so, a silence of keepaliveLost of them takes it
+// for gone (a coordinator killed while the caller's own connection stayed
+// up, which nothing else tells): the request is sent again as after a
+// loss of the connection, from the last word heard, and a silence longer
+// than sentAgainFor ends the wait with errHolderLost.
+func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, body []byte, notYet func(*nats.Msg) bool, keepalive time.Duration) (*nats.Msg, error) {
 	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
 	if nc.IsClosed() {
@@ -33,7 +45,19 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	send := func() error { return nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}) }
+	req := &nats.Msg{Subject: subject, Reply: reply, Data: body}
+	var (
+		heard  time.Time // when the answerer last said it holds the request
+		copied time.Time // when the request was last sent again for its silence
+		check  <-chan time.Time
+	)
+	if keepalive > 0 {
+		req.Header = nats.Header{schemas.HeaderKeepalive: {strconv.FormatInt(keepalive.Milliseconds(), 10)}}
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		check = t.C
+	}
+	send := func() error { return nc.PublishMsg(req) }
 	if err := send(); err != nil {
 		return nil, err
 	}
@@ -47,6 +71,18 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-check:
+			silent := keepaliveLost * keepalive
+			if heard.IsZero() || time.Since(heard) < silent || !lost.IsZero() {
+				continue // not heard from yet, heard lately, or the connection is away: its return sends it
+			}
+			if time.Since(heard) >= sentAgainFor {
+				return nil, errHolderLost
+			}
+			if time.Since(copied) >= silent {
+				sentAt, backAt, copied, retry = heard, time.Now(), time.Now(), nil
+				send()
+			}
 		case s := <-status:
 			if s == nats.CLOSED {
 				return nil, nats.ErrConnectionClosed // for good: nothing more can come
@@ -68,6 +104,10 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 				send()
 			}
 		case m := <-replies:
+			if keepalive > 0 && m.Header.Get(schemas.HeaderKeepalive) != "" {
+				heard = time.Now() // held, not answered
+				continue
+			}
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 				if sentAt.IsZero() {
 					return nil, nats.ErrNoResponders
@@ -87,6 +127,18 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 // sentAgainFor is how long after the connection's loss a request is sent
 // again: within the two minutes a node keeps a run's reply, with room.
 const sentAgainFor = 90 * time.Second
+
+// keepaliveLost is how many keepalives an answerer that has said it holds
+// a request may miss before it is taken for gone; keepaliveEvery is how
+// often the fabric service is asked to say so.
+const (
+	keepaliveLost  = 3
+	keepaliveEvery = 5 * time.Second
+)
+
+// errHolderLost ends a wait whose answerer went silent (keepalive) and
+// whose request no other answerer took up within sentAgainFor.
+var errHolderLost = errors.New("the coordinator holding the request went silent, and none took it up since")
 
 // notWholeFor is how long after the connection came back an answer to a
 // copy that finds the fabric not whole yet is asked again.

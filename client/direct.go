@@ -968,7 +968,7 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // reply subject the node's credentials let it answer.
 func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
 	inbox := nc.NewInbox()
-	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil)
+	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil, 0)
 }
 
 // retryable verbs carry a request id the node dedupes, or only read.

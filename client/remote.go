@@ -207,7 +207,7 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 			// answer as a conflict.
 			msg, err = r.nc.RequestWithContext(ctx, schemas.FabricSubject(verb), body)
 		} else {
-			msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable)
+			msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable, keepaliveEvery)
 		}
 		if !errors.Is(err, nats.ErrNoResponders) || attempt > 0 {
 			break

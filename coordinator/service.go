@@ -73,6 +73,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	g := svc.AddGroup(schemas.FabricPrefix)
 	srv := service.NewServer(ctx, s.cfg.Metrics, nc.MaxPayload())
+	srv.KeepAlive(nc)
 	defer srv.Wait()
 	defer svc.Stop()
 	reads := &readers{under: map[string]int{}}

@@ -687,6 +687,13 @@ const (
 	// for (its value is the share's size): nothing was done, and the node
 	// sends it again after a moment.
 	HeaderRelayBusy = "Shoal-Relay-Busy"
+	// HeaderKeepalive on a request of the fabric service asks the
+	// coordinator holding it to say so every so many milliseconds (its
+	// value) until it answers: each such word is a message to the reply
+	// subject with this header and no body, not the answer. A client that
+	// hears none for a while takes the coordinator for gone and sends the
+	// request again (a Shoal addition; asked only by Shoal's own client).
+	HeaderKeepalive = "Shoal-Keepalive"
 	// HeaderSeq is the event's stream sequence.
 	HeaderSeq = "Shoal-Seq"
 	// HeaderStored is when the stream stored the event, RFC 3339 UTC.

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -69,6 +70,7 @@ type Server struct {
 	metrics  Metrics
 	maxReply int
 	work     sync.WaitGroup
+	nc       *nats.Conn // where it says it still holds a request; none when nil
 }
 
 // NewServer returns a server whose requests live within ctx; metrics may
@@ -81,6 +83,54 @@ func NewServer(ctx context.Context, metrics Metrics, maxReply int64) *Server {
 	}
 	return &Server{ctx: ctx, metrics: metrics, maxReply: int(maxReply)}
 }
+
+// KeepAlive lets the server say, on nc, that it still holds a request
+// whose caller asks (schemas.HeaderKeepalive): a caller whose connection
+// stays up learns so that the process which took its request is gone.
+func (s *Server) KeepAlive(nc *nats.Conn) { s.nc = nc }
+
+// keepalive says, every interval the request asks for (within
+// [minKeepalive, maxKeepalive]), that r is still held, until the returned
+// stop is called; only to an inbox (a reply subject may name any subject,
+// and the service publishes with its own rights).
+func (s *Server) keepalive(r micro.Request) (stop func()) {
+	ms, err := strconv.Atoi(r.Headers().Get(schemas.HeaderKeepalive))
+	if s.nc == nil || err != nil || ms <= 0 || !IsInbox(r.Reply()) {
+		return func() {}
+	}
+	every := min(max(time.Duration(ms)*time.Millisecond, minKeepalive), maxKeepalive)
+	done := make(chan struct{})
+	var once sync.Once
+	say := func() {
+		m := nats.NewMsg(r.Reply())
+		m.Header.Set(schemas.HeaderKeepalive, "1")
+		s.nc.PublishMsg(m)
+	}
+	// The first word at once: a caller whose request was taken by a
+	// process that dies within the interval learns of it too.
+	say()
+	s.work.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+				say()
+			}
+		}
+	})
+	return func() { once.Do(func() { close(done) }) }
+}
+
+// The bounds of a keepalive's interval.
+const (
+	minKeepalive = time.Second
+	maxKeepalive = time.Minute
+)
 
 // Wait waits for every request the server has started to be answered.
 func (s *Server) Wait() { s.work.Wait() }
@@ -140,11 +190,15 @@ func Handler[Req any](s *Server, e Endpoint[Req]) micro.Handler {
 			deadline = e.Deadline(req)
 		}
 		body := r.Data()
+		stop := s.keepalive(r)
 		hold(s.Go, func(notice func()) Reply {
 			ctx, cancel := context.WithTimeout(WithWaitNotice(s.ctx, notice), deadline)
 			defer cancel()
 			return e.Handle(ctx, req, body)
-		}, func(a Reply, held bool) { s.answer(e.Verb, r, a, held) })
+		}, func(a Reply, held bool) {
+			stop()
+			s.answer(e.Verb, r, a, held)
+		})
 	})
 }
 

@@ -2,13 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/shoalfabric/shoal/internal/fakemodel"
+	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -61,6 +67,89 @@ func TestRunThroughTheFabricOutlivesACoordinatorKilledMidTurn(t *testing.T) {
 	// The copy sent again did not queue a second turn: the agent ran one.
 	var rec schemas.AgentRecord
 	if err := json.Unmarshal([]byte(p.must(t, "status", id)), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Turn != 1 || rec.Held != 0 {
+		t.Errorf("the agent numbered %d turns (%d held); one was asked for", rec.Turn, rec.Held)
+	}
+}
+
+// The same, with a coordinator on a NATS deployment of its own (shoal up
+// --nats): the caller's connection never goes, so nothing told the client
+// that the coordinator which took its run was gone, and the run waited out
+// its --wait and a minute more. The coordinator now says, every few
+// seconds, that it still holds the request; once it has said nothing for
+// a while the client sends the request again, under the same request id,
+// and the coordinator started again takes it up.
+func TestRunOutlivesACoordinatorKilledWhileItsServerStaysUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "keys")
+	code, cfg, errOut := runShoal(t, dir, nil, "creds", "server-config", "--auth-dir", authDir)
+	if code != 0 {
+		t.Fatalf("server-config: %s", errOut)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\nmax_payload: 8MB\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "js"), cfg)), 0o600)
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	for _, c := range [][2]string{{"coordinator", "hq"}, {"client", "cli"}, {"node", "far"}} {
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", filepath.Join(dir, c[1]+".creds"), "--auth-dir", authDir); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	upArgs := []string{"up", "--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "hq.creds"), "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "30s"}
+	up := startShoal(t, filepath.Join(dir, "up"), nil, upArgs...)
+	up.waitLine("shoal: ready")
+	fake := fakemodel.Start(t, fakemodel.Config{})
+	home := filepath.Join(dir, "far")
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
+	node := startShoal(t, home, env, "node", "--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "far.creds"), "--claude", peers.Claude.Command(t)[0], "--stop-wait", "500ms")
+	node.waitLine("shoal: node far joined")
+	as := []string{"SHOAL_NATS=" + ns.ClientURL(), "SHOAL_CREDS=" + filepath.Join(dir, "cli.creds")}
+	must := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runShoal(t, t.TempDir(), as, args...)
+		if code != 0 {
+			t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	id := must("open", t.TempDir())
+	// A turn of about eight seconds.
+	fake.Script(fakemodel.Reply{Text: strings.Repeat("steady ", 80), ChunkSize: 7, Delay: 100 * time.Millisecond})
+	run := startShoal(t, t.TempDir(), as, "run", "--wait", "40s", id, "Go on.")
+	if _, err := fake.WaitRequests(t.Context(), 1); err != nil {
+		t.Fatalf("the model was not asked for the turn: %v", err)
+	}
+	up.stop(syscall.SIGKILL)
+	up = startShoal(t, filepath.Join(dir, "up"), nil, upArgs...)
+	up.waitLine("shoal: ready")
+	select {
+	case <-run.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("shoal run still waits a minute after the coordinator came back, its turn long ended; it said:\n%s", run.stderrText())
+	}
+	if code := run.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("shoal run: exit %d:\n%s", code, run.stderrText())
+	}
+	if out := strings.Join(run.stdoutLines(), "\n"); !strings.Contains(out, "steady steady") {
+		t.Errorf("shoal run printed %q, not the turn's answer", out)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal([]byte(must("status", id)), &rec); err != nil {
 		t.Fatal(err)
 	}
 	if rec.Turn != 1 || rec.Held != 0 {
