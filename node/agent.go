@@ -581,8 +581,11 @@ func (a *agent) shrinkImages(p schemas.ToolResult) schemas.ToolResult {
 // session.
 func (a *agent) record() schemas.AgentRecord {
 	var info backend.Info
-	if a.sess != nil {
-		info = a.sess.Info()
+	a.mu.Lock()
+	sess := a.sess
+	a.mu.Unlock()
+	if sess != nil {
+		info = sess.Info()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

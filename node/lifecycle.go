@@ -140,6 +140,10 @@ func (a *agent) send(ctx context.Context, text string, waiter chan runOutcome) (
 	case a.closing:
 		a.mu.Unlock()
 		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is closing", a.id)
+	case a.sess == nil:
+		// Reserved, its backend not started: no session to take the turn.
+		a.mu.Unlock()
+		return 0, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is still starting: send the turn once it is idle", a.id)
 	}
 	p, now := a.turns.number(text)
 	if waiter != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -51,6 +52,50 @@ func TestAnOpenThatNeverStartsLeavesNothing(t *testing.T) {
 	}
 	// The id is free again: a second open is claimed and fails the same way.
 	if _, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "stuck"}); schemas.CodeOf(err) != schemas.CodeTimeout {
+		t.Fatalf("opening the id again: %v", err)
+	}
+}
+
+// A turn sent to an agent still starting (its open stretched by an outage
+// of the coordinator, its caller gone) crashed the whole node: the agent
+// is the node's from its reservation, and the turn was given to a backend
+// session not made yet. It is refused, saying the agent is still
+// starting, and the node goes on: the open ends as it would have.
+func TestATurnForAnAgentStillStartingIsRefused(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: 3 * time.Second,
+		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := natstest.Context(t, 30*time.Second)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "early"})
+		opened <- err
+	}()
+	poll.Until(t, 10*time.Second, "the agent starting", func() bool {
+		rec, err := f.Record(ctx, "early")
+		return err == nil && rec.Status == schemas.StatusStarting && rec.EventLog != ""
+	})
+	for _, send := range []func() error{
+		func() error { _, err := f.Send(ctx, schemas.SendRequest{AgentID: "early", Text: "too soon"}); return err },
+		func() error { _, err := f.Run(ctx, schemas.RunRequest{AgentID: "early", Text: "too soon"}); return err },
+	} {
+		if err := send(); schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "still starting") {
+			t.Errorf("a turn for an agent still starting: %v (%s), want unavailable, still starting", err, schemas.CodeOf(err))
+		}
+	}
+	if err := <-opened; schemas.CodeOf(err) != schemas.CodeTimeout {
+		t.Fatalf("the open: %v, want its timeout", err)
+	}
+	// The node lives on: it answers.
+	if _, err := f.Nodes(ctx); err != nil {
+		t.Fatalf("the node after the refused turns: %v", err)
+	}
+	if _, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "early"}); schemas.CodeOf(err) != schemas.CodeTimeout {
 		t.Fatalf("opening the id again: %v", err)
 	}
 }

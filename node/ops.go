@@ -304,7 +304,13 @@ func (h *Host) SetModel(ctx context.Context, req schemas.SetModelRequest) (schem
 	if a.isDead() {
 		return schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is dead", req.AgentID)}, nil
 	}
-	ms, ok := a.sess.(backend.ModelSetter)
+	a.mu.Lock()
+	sess := a.sess
+	a.mu.Unlock()
+	if sess == nil {
+		return schemas.SetModelReply{Reason: fmt.Sprintf("agent '%s' is still starting", req.AgentID)}, nil
+	}
+	ms, ok := sess.(backend.ModelSetter)
 	if !ok {
 		a.mu.Lock()
 		kind, _ := schemas.Route(a.rec.Model)
