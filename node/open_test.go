@@ -81,7 +81,10 @@ func TestATurnForAnAgentStillStartingIsRefused(t *testing.T) {
 		return err == nil && rec.Status == schemas.StatusStarting && rec.EventLog != ""
 	})
 	for _, send := range []func() error{
-		func() error { _, err := f.Send(ctx, schemas.SendRequest{AgentID: "early", Text: "too soon"}); return err },
+		func() error {
+			_, err := f.Send(ctx, schemas.SendRequest{AgentID: "early", Text: "too soon"})
+			return err
+		},
 		func() error { _, err := f.Run(ctx, schemas.RunRequest{AgentID: "early", Text: "too soon"}); return err },
 	} {
 		if err := send(); schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "still starting") {
