@@ -686,6 +686,17 @@ func (f *Direct) Close(ctx context.Context, req schemas.AgentRequest) (schemas.C
 	if schemas.CodeOf(err) == schemas.CodeNotFound {
 		return schemas.CloseReply{Closed: false}, nil
 	}
+	if err == nil && !rep.Closed {
+		// The node runs no such agent. A claim no node took up (its
+		// caller went before the node heard of it), long past any open,
+		// said starting for good: the close ends it.
+		if rec, rev, rerr := f.record(ctx, id); rerr == nil && staleClaim(rec) && rec.EventLog == "" {
+			if err := Forget(ctx, f.js, id, nil, rev); err != nil {
+				return rep, schemas.Errf(schemas.CodeUnavailable, "agent %s: its open never finished, and its claim could not be given up: %v", id, err)
+			}
+			return schemas.CloseReply{Closed: true}, nil
+		}
+	}
 	return rep, err
 }
 
@@ -806,6 +817,12 @@ func (f *Direct) toOwner(ctx context.Context, id string, verb schemas.Verb, req,
 		// The node runs no such agent: it restarted, and marks dead what
 		// its last run left, perhaps since the record was read. The record
 		// read again says; a node that still does not know it is away.
+		if !again && staleClaim(rec) {
+			// An open's claim that no node took up (its caller went before
+			// the node heard of it), long past any open: the agent never
+			// lived (a close ends the claim: Close).
+			return schemas.Errf(schemas.CodeUnavailable, "agent %s never started: its open on node %s never finished; close it, or open the id again", id, rec.Node)
+		}
 		if !again {
 			return schemas.Errf(schemas.CodeUnavailable, "node %s runs no agent %s though its record names it (the node restarted, and is closing what it left?): try again in a moment", rec.Node, id)
 		}

@@ -773,3 +773,39 @@ func TestFetchFromAMovedRepositoryNamesInto(t *testing.T) {
 		t.Fatalf("the fetch --into its new place: %v", err)
 	}
 }
+
+// An open's claim that its node never took up, its caller gone before the
+// node heard of it (a client killed as it opened), long past any open:
+// `shoal ls` showed it starting for good, a send said to try again in a
+// moment, and a close said there was no such agent. A close now ends the
+// claim, and a send says the agent never started.
+func TestAClaimNoNodeTookUpIsClosed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	nc := natstest.Connect(t, srv)
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.JetStream().KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	then := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
+	rec, _ := json.Marshal(schemas.AgentRecord{ID: "never", Node: "a", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: then, LastActivity: then, RequestID: "r1"})
+	if _, err := kv.Put(t.Context(), "never", rec); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Send(t.Context(), schemas.SendRequest{AgentID: "never", Text: "hello"})
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "never started") {
+		t.Errorf("a send to a claim no node took up: %v", err)
+	}
+	rep, err := f.Close(t.Context(), schemas.AgentRequest{AgentID: "never"})
+	if err != nil || !rep.Closed {
+		t.Fatalf("closing a claim no node took up: %+v %v", rep, err)
+	}
+	if rec, err := f.Record(t.Context(), "never"); schemas.CodeOf(err) != schemas.CodeNotFound {
+		t.Fatalf("the claim after its close: %+v %v", rec, err)
+	}
+}

@@ -92,7 +92,7 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 			return nil, false, claimErr(rec, err)
 		}
 		r.setRev(rec.ID, rev)
-		return func(ctx context.Context) { r.forget(ctx, a, false) }, false, nil
+		return func(ctx context.Context) { r.giveBack(ctx, a, rev, nil) }, false, nil
 	case err != nil:
 		return nil, false, schemas.Errf(schemas.CodeUnavailable, "read the agent's record: %v", err)
 	}
@@ -131,24 +131,48 @@ func (r *records) claimOnce(ctx context.Context, a *agent, rec schemas.AgentReco
 	}
 	r.setRev(rec.ID, rev)
 	return func(ctx context.Context) {
-		// An id with no event stored had no life before: its record goes.
-		// One with a past is left dead, as its past life left it.
-		if a.lastSeq() == 0 {
+		var past *schemas.AgentRecord
+		if a.lastSeq() > 0 {
+			past = &old
+		}
+		r.giveBack(ctx, a, rev, past)
+	}, false, nil
+}
+
+// giveBack gives up the claim of agent a, at revision rev, whose open
+// failed: an id with no event stored had no life before, and its record
+// goes; one with a past is left dead, as its past life (past) left it.
+func (r *records) giveBack(ctx context.Context, a *agent, rev uint64, past *schemas.AgentRecord) {
+	var err error
+	if past == nil {
+		if err = r.kv.remove(ctx, a.id, rev); err == nil {
 			r.mu.Lock()
-			delete(r.life, rec.ID)
-			delete(r.dirty, rec.ID)
-			delete(r.rev, rec.ID)
-			r.mu.Unlock()
-			if err := r.kv.remove(ctx, rec.ID, rev); err != nil {
-				r.log.Warn("cannot give up an agent's claim", "agent", rec.ID, "err", err)
+			if r.life[a.id] == a {
+				delete(r.life, a.id)
+				delete(r.dirty, a.id)
+				delete(r.rev, a.id)
+				delete(r.lost, a.id)
 			}
+			r.mu.Unlock()
 			return
 		}
-		old.Status = schemas.StatusDead
-		if _, err := r.kv.update(ctx, rec.ID, encodeRecord(old), rev); err != nil {
-			r.log.Warn("cannot give up an agent's claim", "agent", rec.ID, "err", err)
+	} else {
+		dead := *past
+		dead.Status = schemas.StatusDead
+		if _, err = r.kv.update(ctx, a.id, encodeRecord(dead), rev); err == nil {
+			return
 		}
-	}, false, nil
+	}
+	// The fabric did not take it (a coordinator away as the open failed):
+	// left so, the record said starting for good, naming a node that runs
+	// no such agent, which no send, close or reopen could end. The node's
+	// record writer writes it dead, trying again each second until it
+	// lands, as any record of its agents.
+	r.log.Warn("cannot give up an agent's claim now; its record is written dead once the fabric takes it", "agent", a.id, "err", err)
+	a.mu.Lock()
+	a.rec.Status = schemas.StatusDead
+	a.mu.Unlock()
+	r.mark(a, true)
 }
 
 // claimErr is the error of a claim the fabric refused.

@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,5 +86,56 @@ func TestRecordsThatKeepFailingAreLoggedSeldom(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "agents=20") {
 		t.Errorf("the warning does not say how many failed:\n%s", logged.String())
+	}
+}
+
+// awayStore is a store whose writes fail while away is set, as while the
+// coordinator's relay is down.
+type awayStore struct {
+	store
+	away atomic.Bool
+}
+
+func (s *awayStore) update(ctx context.Context, id string, val []byte, rev uint64) (uint64, error) {
+	if s.away.Load() {
+		return 0, errors.New("the coordinator's relay is not reachable")
+	}
+	return s.store.update(ctx, id, val, rev)
+}
+
+func (s *awayStore) remove(ctx context.Context, id string, rev uint64) error {
+	if s.away.Load() {
+		return errors.New("the coordinator's relay is not reachable")
+	}
+	return s.store.remove(ctx, id, rev)
+}
+
+// An open that fails after its node took up the claim gives the claim
+// back; when the fabric did not take that (a coordinator away as the open
+// failed), the record said starting for good, naming a node that runs no
+// such agent: no send, close or reopen could end it. The node writes it
+// dead once the fabric is back, as it writes any record of its agents.
+func TestAClaimGivenBackWhileTheFabricIsAwayEndsDead(t *testing.T) {
+	b := natstest.Start(t)
+	nc, js := natstest.JetStream(t, b)
+	st := &awayStore{store: testStore(t, nc, js)}
+	r := newRecords(st, "n", slog.New(slog.DiscardHandler), nil)
+	ctx := t.Context()
+	a := &agent{id: "gone", rec: schemas.AgentRecord{ID: "gone", Node: "n", Status: schemas.StatusStarting, EventLog: "/x/gone.jsonl"}}
+	release, err := r.claim(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.away.Store(true)
+	release(ctx)
+	st.away.Store(false)
+	r.flush(ctx)
+	e, err := st.get(ctx, "gone")
+	if err != nil {
+		t.Fatalf("the record after the claim was given back while the fabric was away: %v", err)
+	}
+	var rec schemas.AgentRecord
+	if err := json.Unmarshal(e.value, &rec); err != nil || rec.Status != schemas.StatusDead {
+		t.Fatalf("the record after the claim was given back while the fabric was away, and the fabric came back: %+v (%v), want dead", rec, err)
 	}
 }
