@@ -113,6 +113,9 @@ func (f *Direct) events(ctx context.Context) (jetstream.Stream, error) {
 		return st, nil
 	}
 	st, err := f.js.Stream(ctx, schemas.StreamName)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open stream %s: JetStream did not answer in time (the fabric's server away or restarting?): %v", schemas.StreamName, err)
+	}
 	if err != nil {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "open stream %s: %v", schemas.StreamName, err)
 	}
