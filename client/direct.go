@@ -328,6 +328,10 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 	go func() {
 		answered <- f.request(wctx, node, schemas.VerbOpen, req, &rep, schemas.OpenTimeout+10*time.Second)
 	}()
+	// An open that takes long (a coordinator away as the node asks it,
+	// a slow agent) says so, rather than leaving its caller in silence.
+	stopTicking := f.quietTicking(fmt.Sprintf("waiting for node %s to start agent %s", node, req.ID))
+	defer stopTicking()
 	select {
 	case err = <-answered:
 	case why := <-lost:

@@ -386,6 +386,16 @@ func (f *Direct) ticking(what string) (done func()) {
 	return every(tickEvery, func() { f.say("%s: %s so far", what, time.Since(began).Round(time.Second)) })
 }
 
+// quietTicking is ticking that says nothing until what it follows has
+// taken tickEvery.
+func (f *Direct) quietTicking(what string) (done func()) {
+	if f.progress == nil {
+		return func() {}
+	}
+	began := time.Now()
+	return every(tickEvery, func() { f.say("%s: %s so far", what, time.Since(began).Round(time.Second)) })
+}
+
 // tickEvery is how often ticking says how long what it follows has taken.
 const tickEvery = 5 * time.Second
 
