@@ -330,7 +330,7 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 	}()
 	// An open that takes long (a coordinator away as the node asks it,
 	// a slow agent) says so, rather than leaving its caller in silence.
-	stopTicking := f.quietTicking(fmt.Sprintf("waiting for node %s to start agent %s", node, req.ID))
+	stopTicking := f.waitingFor(fmt.Sprintf("node %s to start agent %s", node, req.ID))
 	defer stopTicking()
 	select {
 	case err = <-answered:
@@ -926,7 +926,7 @@ func (f *Direct) ask(ctx context.Context, node string, verb schemas.Verb, body [
 			attempt, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attempts-i))
 			defer cancel()
 		}
-		if verb == schemas.VerbRun {
+		if askedAcross(verb) {
 			msg, err = requestNodeAcross(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
 		} else {
 			msg, err = RequestNode(attempt, f.nc, node, schemas.ControlSubject(node, verb), body)
@@ -987,12 +987,25 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 	return m, nil
 }
 
-// requestNodeAcross is RequestNode for a request that may wait long (a
-// run) and carries a request id its node dedupes: requestAcross, with a
-// reply subject the node's credentials let it answer.
+// requestNodeAcross is RequestNode for a request that may wait long and
+// that its node answers the same when asked again (askedAcross):
+// requestAcross, with a reply subject the node's credentials let it
+// answer.
 func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
 	inbox := nc.NewInbox()
 	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil, 0)
+}
+
+// askedAcross verbs may keep their caller waiting minutes, and their node
+// answers a copy as it did the first: a run carries a request id its node
+// dedupes; the work and the diff of an agent are read from its checkout,
+// one reader at a time, and the same work is the same commit and bundle,
+// stored once. A reply lost while the fabric was away (a coordinator
+// restarted) is asked for again once the caller's connection is back,
+// where it waited out the request's minutes: the node's heartbeat entry
+// (whileNodeLives) outlives a short outage.
+func askedAcross(verb schemas.Verb) bool {
+	return verb == schemas.VerbRun || verb == schemas.VerbWork || verb == schemas.VerbDiff
 }
 
 // retryable verbs carry a request id the node dedupes, or only read.
