@@ -957,6 +957,8 @@ func (f *Direct) ask(ctx context.Context, node string, verb schemas.Verb, body [
 	case errors.Is(err, context.Canceled):
 		// The caller stopped waiting: the node was not found wanting.
 		return fmt.Errorf("%s request to node %s: %w", verb, node, err)
+	case errors.Is(err, nats.ErrConnectionClosed):
+		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: the connection to the fabric closed, the fabric away longer than this client tries to reconnect; what the agent did meanwhile is in its stream (shoal output, shoal tail)", verb, node)
 	case err != nil:
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to node %s: %v", verb, node, err)
 	}

@@ -225,6 +225,8 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 	case errors.Is(err, context.Canceled):
 		// The caller stopped waiting: the fabric was not found wanting.
 		return fmt.Errorf("%s request to the coordinator: %w", verb, err)
+	case errors.Is(err, nats.ErrConnectionClosed):
+		return schemas.Errf(schemas.CodeUnavailable, "%s request to the coordinator: the connection to the fabric closed, the fabric away longer than this client tries to reconnect; what the agent did meanwhile is in its stream (shoal output, shoal tail)", verb)
 	case err != nil:
 		return schemas.Errf(schemas.CodeUnavailable, "%s request to the coordinator: %v", verb, err)
 	}
