@@ -111,3 +111,31 @@ func TestRelayStoreAsksAgainForABundleWhileTheRelayIsBusy(t *testing.T) {
 		t.Errorf("a bundle written through a relay busy twice: stored %q, %v (sent %d times)", stored.String(), err, puts.Load())
 	}
 }
+
+// A question whose answer is lost (the coordinator that took it killed
+// before it answered, a connection cut as the answer went) got none, and
+// the node waited the whole of its caller's deadline: an open's reads
+// waited most of a minute through a coordinator restart. A question is
+// asked again once relayAskAgain has passed without an answer, within its
+// caller's deadline.
+func TestRelayStoreAsksAgainAQuestionLeftUnanswered(t *testing.T) {
+	t.Parallel()
+	b := natstest.Start(t)
+	relay := natstest.Connect(t, b)
+	var asked atomic.Int64
+	if _, err := relay.Subscribe(schemas.RelaySubject("n1", schemas.RelayGet, "a1"), func(m *nats.Msg) {
+		if asked.Add(1) == 1 {
+			return // taken, and never answered
+		}
+		rep, _ := json.Marshal(schemas.RelayEntry{Found: true, Revision: 9, Value: []byte(`{"id":"a1"}`)})
+		m.Respond(rep)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	relay.Flush()
+	s := &relayStore{nc: natstest.Connect(t, b), node: "n1"}
+	e, err := s.get(natstest.Context(t, 3*relayAskAgain), "a1")
+	if err != nil || e.rev != 9 || asked.Load() != 2 {
+		t.Fatalf("a question whose first answer was lost: %+v, %v, asked %d times; want revision 9, asked twice", e, err, asked.Load())
+	}
+}

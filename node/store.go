@@ -394,17 +394,36 @@ func (s *relayStore) leave(ctx context.Context) error {
 	return err
 }
 
-// ask makes a request of the relay and decodes its JSON reply.
+// ask makes a request of the relay and decodes its JSON reply. Every
+// question is a read (the node's budgets, grant, records, streams' ends,
+// its hello), so one whose answer is lost (the coordinator that took it
+// killed before it answered, a connection cut as the answer went) is asked
+// again after relayAskAgain, within ctx: it waited the whole of its
+// caller's deadline, and an open's reads most of a minute through a
+// coordinator's restart.
 func (s *relayStore) ask(ctx context.Context, op schemas.RelayOp, req, rep any, agent ...string) error {
 	var body []byte
 	if req != nil {
 		body, _ = json.Marshal(req)
 	}
-	m, err := s.request(ctx, &nats.Msg{Subject: schemas.RelaySubject(s.node, op, agent...), Data: body})
-	if err != nil {
-		return err
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, relayAskWait)
+		defer cancel()
 	}
-	return schemas.DecodeReply(m.Data, rep)
+	for {
+		actx, cancel := context.WithTimeout(ctx, relayAskAgain)
+		m, err := s.request(actx, &nats.Msg{Subject: schemas.RelaySubject(s.node, op, agent...), Data: body})
+		again := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if again {
+			continue // unanswered (or busy) for relayAskAgain: asked anew
+		}
+		if err != nil {
+			return err
+		}
+		return schemas.DecodeReply(m.Data, rep)
+	}
 }
 
 // request asks the relay m and returns its answer. An answer that the
@@ -440,6 +459,10 @@ func (s *relayStore) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error
 
 // relayAskWait bounds a request of the relay whose caller set no deadline.
 const relayAskWait = 30 * time.Second
+
+// relayAskAgain is how long a question of the relay waits for its answer
+// before it is asked again, within its caller's deadline.
+const relayAskAgain = 5 * time.Second
 
 func relayErr(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) {
