@@ -47,9 +47,10 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 	defer sub.Unsubscribe()
 	req := &nats.Msg{Subject: subject, Reply: reply, Data: body}
 	var (
-		heard  time.Time // when the answerer last said it holds the request
-		copied time.Time // when the request was last sent again for its silence
-		check  <-chan time.Time
+		heard   time.Time // when the answerer last said it holds the request
+		copied  time.Time // when the request was last sent
+		tooLong bool      // the caller was away past sentAgainFor since it last heard
+		check   <-chan time.Time
 	)
 	if keepalive > 0 {
 		req.Header = nats.Header{schemas.HeaderKeepalive: {strconv.FormatInt(keepalive.Milliseconds(), 10)}}
@@ -57,7 +58,10 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 		defer t.Stop()
 		check = t.C
 	}
-	send := func() error { return nc.PublishMsg(req) }
+	send := func() error {
+		copied = time.Now()
+		return nc.PublishMsg(req)
+	}
 	if err := send(); err != nil {
 		return nil, err
 	}
@@ -76,11 +80,11 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 			if heard.IsZero() || time.Since(heard) < silent || !lost.IsZero() {
 				continue // not heard from yet, heard lately, or the connection is away: its return sends it
 			}
-			if time.Since(heard) >= sentAgainFor {
+			if tooLong || time.Since(heard) >= sentAgainFor {
 				return nil, errHolderLost
 			}
 			if time.Since(copied) >= silent {
-				sentAt, backAt, copied, retry = heard, time.Now(), time.Now(), nil
+				sentAt, backAt, retry = heard, time.Now(), nil
 				send()
 			}
 		case s := <-status:
@@ -96,6 +100,14 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 			if !lost.IsZero() && time.Since(lost) < sentAgainFor {
 				sentAt, backAt, retry = lost, time.Now(), nil
 				send() // a failure: the connection went again, and says so when back
+			}
+			if !heard.IsZero() {
+				// Silence is counted while connected: the answerer's words
+				// could not reach a caller away, and it may hold the
+				// request still. Past sentAgainFor away, no copy goes for
+				// a silence after (it could be a new turn): it ends the wait.
+				heard = time.Now()
+				tooLong = tooLong || !lost.IsZero() && time.Since(lost) >= sentAgainFor
 			}
 			lost = time.Time{}
 		case <-retry:

@@ -330,7 +330,7 @@ func (f *Direct) openOn(ctx context.Context, req schemas.OpenRequest, passed []s
 	}()
 	// An open that takes long (a coordinator away as the node asks it,
 	// a slow agent) says so, rather than leaving its caller in silence.
-	stopTicking := f.waitingFor(fmt.Sprintf("node %s to start agent %s", node, req.ID))
+	stopTicking := f.waitingFor(fmt.Sprintf("node %s to start agent %s", node, req.ID), false)
 	defer stopTicking()
 	select {
 	case err = <-answered:

@@ -389,17 +389,21 @@ func (f *Direct) ticking(what string) (done func()) {
 // waitingFor says, once a wait has taken tickEvery and then every
 // tickEvery until the returned func is called, that it waits for what and
 // how long it has; while the caller's connection to the fabric is away,
-// that it asks again once it is back. Nothing for a wait that ends
-// sooner, nor without progress.
-func (f *Direct) waitingFor(what string) (done func()) {
+// that the fabric is, and, with again, that the request goes again once
+// it is back. Nothing for a wait that ends sooner, nor without progress.
+func (f *Direct) waitingFor(what string, again bool) (done func()) {
 	if f.progress == nil {
 		return func() {}
 	}
 	began := time.Now()
 	return every(tickEvery, func() {
 		line := fmt.Sprintf("waiting for %s: %s so far", what, time.Since(began).Round(time.Second))
-		if !f.nc.IsConnected() {
+		switch {
+		case f.nc.IsConnected():
+		case again:
 			line += " (the fabric is away: the request goes again once it is back)"
+		default:
+			line += " (the fabric is away)"
 		}
 		f.say("%s", line)
 	})
@@ -530,7 +534,7 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 	}
 	var rep schemas.WorkReply
 	req := schemas.WorkRequest{AgentID: id, Excludes: excludes}
-	waited := f.waitingFor(fmt.Sprintf("node %s to bundle the work of agent %s", rec.Node, id))
+	waited := f.waitingFor(fmt.Sprintf("node %s to bundle the work of agent %s", rec.Node, id), true)
 	err = f.toOwner(ctx, id, schemas.VerbWork, req, &rep, 10*time.Minute)
 	if knowsNoExcludes(err) {
 		f.say("node %s is of an earlier version, which cannot leave out what your git ignores: its work comes back with it", rec.Node)

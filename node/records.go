@@ -30,6 +30,9 @@ type records struct {
 	rev    map[string]uint64 // last revision written or read, per agent
 	lost   map[string]bool   // agents whose record another owner holds
 	life   map[string]*agent // the life of each id that owns its record
+	// ending holds the lives of opens that failed whose claims are to be
+	// written dead (giveBack): once written, the node forgets them.
+	ending map[string]*agent
 	wake   chan struct{}
 	// failing says the last pass failed to write some record, and warned
 	// when that was last logged.
@@ -43,7 +46,7 @@ type records struct {
 
 func newRecords(kv store, node string, log *slog.Logger, abandon func(context.Context, string)) *records {
 	return &records{kv: kv, node: node, log: log, dirty: map[string]*agent{}, rev: map[string]uint64{},
-		lost: map[string]bool{}, life: map[string]*agent{}, wake: make(chan struct{}, 1), abandon: abandon}
+		lost: map[string]bool{}, life: map[string]*agent{}, ending: map[string]*agent{}, wake: make(chan struct{}, 1), abandon: abandon}
 }
 
 // claim takes the key of a new or reopened agent. The coordinator (a
@@ -172,6 +175,9 @@ func (r *records) giveBack(ctx context.Context, a *agent, rev uint64, past *sche
 	a.mu.Lock()
 	a.rec.Status = schemas.StatusDead
 	a.mu.Unlock()
+	r.mu.Lock()
+	r.ending[a.id] = a
+	r.mu.Unlock()
 	r.mark(a, true)
 }
 
@@ -271,6 +277,18 @@ func (r *records) writeAll(ctx context.Context) {
 				example, first = id, err
 			}
 			r.mark(a, false)
+			continue
+		}
+		r.mu.Lock()
+		ended := r.ending[id] == a
+		if ended {
+			delete(r.ending, id)
+		}
+		r.mu.Unlock()
+		if ended {
+			// A failed open's claim, written dead: nothing of the node's
+			// writes it again.
+			r.forget(ctx, a, true)
 		}
 	}
 	// Said once a pass, and while they keep failing (the fabric away:

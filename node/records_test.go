@@ -138,4 +138,11 @@ func TestAClaimGivenBackWhileTheFabricIsAwayEndsDead(t *testing.T) {
 	if err := json.Unmarshal(e.value, &rec); err != nil || rec.Status != schemas.StatusDead {
 		t.Fatalf("the record after the claim was given back while the fabric was away, and the fabric came back: %+v (%v), want dead", rec, err)
 	}
+	// Written dead, the life is the node's no more: nothing writes it again.
+	r.mu.Lock()
+	kept := r.life["gone"] != nil
+	r.mu.Unlock()
+	if kept {
+		t.Error("the node still keeps the life of the failed open once its record is written dead")
+	}
 }
