@@ -5,6 +5,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
 	"github.com/shoalfabric/shoal/internal/peers"
@@ -136,4 +139,26 @@ func (p *authPool) must(t *testing.T, args ...string) string {
 		t.Fatalf("shoal %v: exit %d: %s%s", args, code, out, errOut)
 	}
 	return strings.TrimSpace(out)
+}
+
+// startConfNATS starts a NATS server, in this process, with the
+// configuration in file conf: a deployment Shoal does not run. It returns
+// once the server is ready, and shuts it down when the test ends.
+func startConfNATS(t *testing.T, conf string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("the NATS configuration %s does not load: %v", conf, err)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns
 }

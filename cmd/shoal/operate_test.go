@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -153,20 +152,7 @@ accounts {
   APP { jetstream: enabled, users: [ { user: app, password: other } ] }
 }
 `, filepath.Join(dir, "js"))), 0o600)
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	ns := startConfNATS(t, conf)
 	addr := strings.TrimPrefix(ns.ClientURL(), "nats://")
 	up := startShoal(t, dir, nil, "up", "--nats", "nats://shoal:s3cret@"+addr, "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0")
 	up.waitLine("shoal: using NATS at ")

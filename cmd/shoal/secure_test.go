@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
@@ -179,20 +178,7 @@ func TestUpOnExternalNATS(t *testing.T) {
 	conf := filepath.Join(dir, "nats.conf")
 	store := filepath.Join(dir, "js")
 	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\nmax_payload: 8MB\njetstream { store_dir: %q }\n%s", store, cfg)), 0o600)
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatalf("the printed configuration does not load: %v\n%s", err, cfg)
-	}
-	opts.NoSigs, opts.NoLog = true, true
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	ns := startConfNATS(t, conf)
 	for _, c := range [][2]string{{"coordinator", "hq"}, {"client", "cli"}} {
 		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", filepath.Join(dir, c[1]+".creds"), "--auth-dir", authDir); code != 0 {
 			t.Fatal(errOut)
