@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
@@ -730,23 +732,13 @@ func TestReopenWhileItsWorkIsOnANodeDownFailsOnce(t *testing.T) {
 // request is unavailable, not unknown.
 func TestANodeThatRunsNoAgentItsRecordNamesIsAwayForIt(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nc := natstest.Connect(t, srv)
-	f, err := client.NewDirect(nc, client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := f.JetStream().KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, kv := nodeAndRecords(t)
 	now := float64(time.Now().Unix())
 	rec, _ := json.Marshal(schemas.AgentRecord{ID: "left", Node: "a", Status: schemas.StatusIdle, Model: "sonnet", CWD: "/tmp", CreatedAt: now, LastActivity: now})
 	if _, err := kv.Put(t.Context(), "left", rec); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Send(t.Context(), schemas.SendRequest{AgentID: "left", Text: "hello"})
+	_, err := f.Send(t.Context(), schemas.SendRequest{AgentID: "left", Text: "hello"})
 	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "node a runs no agent left though its record names it") {
 		t.Fatalf("a send to an agent its record says node a runs, which node a does not: %v", err)
 	}
@@ -781,23 +773,13 @@ func TestFetchFromAMovedRepositoryNamesInto(t *testing.T) {
 // claim, and a send says the agent never started.
 func TestAClaimNoNodeTookUpIsClosed(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
-	nc := natstest.Connect(t, srv)
-	f, err := client.NewDirect(nc, client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := f.JetStream().KeyValue(t.Context(), schemas.AgentsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, kv := nodeAndRecords(t)
 	then := float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix())
 	rec, _ := json.Marshal(schemas.AgentRecord{ID: "never", Node: "a", Status: schemas.StatusStarting, Model: "sonnet", CWD: "/tmp", CreatedAt: then, LastActivity: then, RequestID: "r1"})
 	if _, err := kv.Put(t.Context(), "never", rec); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.Send(t.Context(), schemas.SendRequest{AgentID: "never", Text: "hello"})
+	_, err := f.Send(t.Context(), schemas.SendRequest{AgentID: "never", Text: "hello"})
 	if schemas.CodeOf(err) != schemas.CodeUnavailable || !strings.Contains(err.Error(), "never started") {
 		t.Errorf("a send to a claim no node took up: %v", err)
 	}
@@ -808,4 +790,22 @@ func TestAClaimNoNodeTookUpIsClosed(t *testing.T) {
 	if rec, err := f.Record(t.Context(), "never"); schemas.CodeOf(err) != schemas.CodeNotFound {
 		t.Fatalf("the claim after its close: %+v %v", rec, err)
 	}
+}
+
+// nodeAndRecords starts node "a" of a fake backend on a fabric of its own
+// and returns a client of it and the agents' records, to write a record
+// the node does not know of.
+func nodeAndRecords(t *testing.T) (*client.Direct, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := f.JetStream().KeyValue(t.Context(), schemas.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, kv
 }
