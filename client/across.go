@@ -150,7 +150,7 @@ const (
 
 // errHolderLost ends a wait whose answerer went silent (keepalive) and
 // whose request no other answerer took up within sentAgainFor.
-var errHolderLost = errors.New("the coordinator holding the request went silent, and none took it up since")
+var errHolderLost = errors.New("the coordinator holding the request went silent, and none took it up since; what the agent did meanwhile is in its stream (shoal output, shoal tail)")
 
 // notWholeFor is how long after the connection came back an answer to a
 // copy that finds the fabric not whole yet is asked again.

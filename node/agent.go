@@ -34,6 +34,9 @@ type agent struct {
 	done    chan struct{} // closed when the loop has handled status dead
 	work    sync.WaitGroup
 	endLife context.CancelFunc // ends the context the agent's goroutines run in
+	// stopStart cancels its backend's start while it is still starting (a
+	// close then ends the open); set under mu.
+	stopStart context.CancelFunc
 
 	// mu guards what follows. It comes after the host's h.mu in the lock
 	// order: an agent never takes h.mu while holding it.

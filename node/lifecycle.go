@@ -232,9 +232,21 @@ func (a *agent) interruptRunning(ctx context.Context) bool {
 func (a *agent) close(ctx context.Context) {
 	a.mu.Lock()
 	if a.sess == nil {
-		// Still starting: it is closed as soon as it has started.
+		// Still starting: its start is cancelled, and the open ends (its
+		// claim given back); one that started meanwhile is closed as it
+		// starts. Either way the agent is over once done is closed. It
+		// answered closed while the agent went on starting until the
+		// open's timeout, its record saying starting.
 		a.closing = true
+		stop := a.stopStart
 		a.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+		}
 		return
 	}
 	already := a.dead || a.closing

@@ -208,6 +208,7 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep sche
 	release, err := h.claimAndResume(ctx, a)
 	if err != nil {
 		h.unreserve(a)
+		close(a.done) // its loop never ran: a close waiting for its end ends
 		return schemas.OpenReply{}, err
 	}
 	// An open that fails here leaves nothing: the caller has the error,
@@ -345,6 +346,13 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 	}
 	startCtx, cancel := context.WithTimeout(ctx, h.cfg.OpenTimeout)
 	defer cancel()
+	a.mu.Lock()
+	closed := a.closing
+	a.stopStart = cancel
+	a.mu.Unlock()
+	if closed {
+		cancel() // closed as it was reserved: it starts no more
+	}
 	service.LongWait(ctx) // an agent may take a while to start (an ACP handshake)
 	sess, err := p.be.Start(startCtx, spec, a)
 	if r := spec.Reaper; err != nil && r != nil && (errors.Is(err, proc.ErrReaperGone) || r.Gone()) {
@@ -354,7 +362,12 @@ func (h *Host) start(ctx context.Context, a *agent, p openPlan, net []string) er
 		code := schemas.CodeInvalid
 		_, launch := errors.AsType[*proc.LaunchError](err)
 		_, unreachable := errors.AsType[*backend.UnreachableError](err)
+		a.mu.Lock()
+		closed := a.closing
+		a.mu.Unlock()
 		switch {
+		case closed:
+			return schemas.Errf(schemas.CodeUnavailable, "agent %s was closed as it started", a.id)
 		case startCtx.Err() != nil:
 			return schemas.Errf(schemas.CodeTimeout, "agent %s did not start within %s: %v", a.id, h.cfg.OpenTimeout, err)
 		case launch:

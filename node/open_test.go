@@ -100,3 +100,43 @@ func TestATurnForAnAgentStillStartingIsRefused(t *testing.T) {
 		t.Fatalf("the node after the refused turns: %v", err)
 	}
 }
+
+// A close of an agent still starting (its caller gone, say) answered
+// closed at once, while the agent went on starting until the open's
+// timeout, its record saying starting and its id in use. The close now
+// cancels the start: once it answers, the open has ended, the record no
+// longer says starting, and the open's caller is told it was closed.
+func TestACloseOfAnAgentStillStartingEndsIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: time.Minute,
+		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := natstest.Context(t, 2*time.Minute)
+	opened := make(chan error, 1)
+	go func() {
+		_, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "early"})
+		opened <- err
+	}()
+	poll.Until(t, 10*time.Second, "the agent starting", func() bool {
+		rec, err := f.Record(ctx, "early")
+		return err == nil && rec.Status == schemas.StatusStarting && rec.EventLog != ""
+	})
+	if rep, err := f.Close(ctx, schemas.AgentRequest{AgentID: "early"}); err != nil || !rep.Closed {
+		t.Fatalf("closing an agent still starting: %+v %v", rep, err)
+	}
+	if rec, err := f.Record(ctx, "early"); err == nil && rec.Status != schemas.StatusDead {
+		t.Errorf("once the close answered, the agent's record says %s", rec.Status)
+	}
+	select {
+	case err := <-opened:
+		if err == nil || !strings.Contains(err.Error(), "was closed as it started") {
+			t.Errorf("the open of an agent closed as it started: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the open still waits 30 s after its agent was closed")
+	}
+}

@@ -171,7 +171,13 @@ func (r *records) giveBack(ctx context.Context, a *agent, rev uint64, past *sche
 	// no such agent, which no send, close or reopen could end. The node's
 	// record writer writes it dead, trying again each second until it
 	// lands, as any record of its agents.
-	r.log.Warn("cannot give up an agent's claim now; its record is written dead once the fabric takes it", "agent", a.id, "err", err)
+	if refused(err) {
+		// The relay keeps a live record from being removed by a node: it
+		// is written dead instead.
+		r.log.Info("the fabric keeps the record of an open that failed; it is written dead", "agent", a.id)
+	} else {
+		r.log.Warn("cannot give up an agent's claim now; its record is written dead once the fabric takes it", "agent", a.id, "err", err)
+	}
 	a.mu.Lock()
 	a.rec.Status = schemas.StatusDead
 	a.mu.Unlock()
