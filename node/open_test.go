@@ -20,15 +20,9 @@ import (
 // of it, no record and nothing on the stream; the id can be opened again.
 func TestAnOpenThatNeverStartsLeavesNothing(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: 300 * time.Millisecond,
-		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := neverStarting(t, 300*time.Millisecond)
 	ctx := natstest.Context(t, 30*time.Second)
-	_, err = f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "stuck"})
+	_, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), ID: "stuck"})
 	if schemas.CodeOf(err) != schemas.CodeTimeout || !strings.Contains(err.Error(), "agent stuck did not start within 300ms") {
 		t.Fatalf("the open: %v (%s)", err, schemas.CodeOf(err))
 	}
@@ -63,14 +57,8 @@ func TestAnOpenThatNeverStartsLeavesNothing(t *testing.T) {
 // starting, and the node goes on: the open ends as it would have.
 func TestATurnForAnAgentStillStartingIsRefused(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
 	// Long enough for the turns below on a loaded machine.
-	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: 15 * time.Second,
-		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := neverStarting(t, 15*time.Second)
 	ctx := natstest.Context(t, time.Minute)
 	opened := make(chan error, 1)
 	go func() {
@@ -108,13 +96,7 @@ func TestATurnForAnAgentStillStartingIsRefused(t *testing.T) {
 // longer says starting, and the open's caller is told it was closed.
 func TestACloseOfAnAgentStillStartingEndsIt(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: time.Minute,
-		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
-	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := neverStarting(t, time.Minute)
 	ctx := natstest.Context(t, 2*time.Minute)
 	opened := make(chan error, 1)
 	go func() {
@@ -139,4 +121,19 @@ func TestACloseOfAnAgentStillStartingEndsIt(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the open still waits 30 s after its agent was closed")
 	}
+}
+
+// neverStarting starts node "slow", whose agents never finish starting
+// (their backend's start waits for its context), within an open timeout
+// of openTimeout, and returns a client of its fabric.
+func neverStarting(t *testing.T, openTimeout time.Duration) *client.Direct {
+	t.Helper()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "slow", OpenTimeout: openTimeout,
+		Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartHang: true})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

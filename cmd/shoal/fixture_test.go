@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -159,6 +161,28 @@ func startConfNATS(t *testing.T, conf string) *server.Server {
 	t.Cleanup(ns.Shutdown)
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
+	}
+	return ns
+}
+
+// startShoalNATS starts a NATS deployment Shoal does not run, configured
+// with `shoal creds server-config` (its keys in dir/keys, its store in
+// dir/js), and writes the credentials of each role and name asked for to
+// dir/<name>.creds.
+func startShoalNATS(t *testing.T, dir string, creds ...[2]string) *server.Server {
+	t.Helper()
+	authDir := filepath.Join(dir, "keys")
+	code, cfg, errOut := runShoal(t, dir, nil, "creds", "server-config", "--auth-dir", authDir)
+	if code != 0 {
+		t.Fatalf("server-config: %s", errOut)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\nmax_payload: 8MB\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "js"), cfg)), 0o600)
+	ns := startConfNATS(t, conf)
+	for _, c := range creds {
+		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", filepath.Join(dir, c[1]+".creds"), "--auth-dir", authDir); code != 0 {
+			t.Fatalf("shoal creds %s %s: %s", c[0], c[1], errOut)
+		}
 	}
 	return ns
 }

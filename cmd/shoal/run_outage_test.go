@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,19 +80,7 @@ func TestRunThroughTheFabricOutlivesACoordinatorKilledMidTurn(t *testing.T) {
 func TestRunOutlivesACoordinatorKilledWhileItsServerStaysUp(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	authDir := filepath.Join(dir, "keys")
-	code, cfg, errOut := runShoal(t, dir, nil, "creds", "server-config", "--auth-dir", authDir)
-	if code != 0 {
-		t.Fatalf("server-config: %s", errOut)
-	}
-	conf := filepath.Join(dir, "nats.conf")
-	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\nmax_payload: 8MB\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "js"), cfg)), 0o600)
-	ns := startConfNATS(t, conf)
-	for _, c := range [][2]string{{"coordinator", "hq"}, {"client", "cli"}, {"node", "far"}} {
-		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", filepath.Join(dir, c[1]+".creds"), "--auth-dir", authDir); code != 0 {
-			t.Fatal(errOut)
-		}
-	}
+	ns := startShoalNATS(t, dir, [2]string{"coordinator", "hq"}, [2]string{"client", "cli"}, [2]string{"node", "far"})
 	upArgs := []string{"up", "--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "hq.creds"), "--no-node", "--no-bus", "--mcp-listen", "127.0.0.1:0", "--node-ttl", "30s"}
 	up := startShoal(t, filepath.Join(dir, "up"), nil, upArgs...)
 	up.waitLine("shoal: ready")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,20 +169,8 @@ func TestOffLoopbackNeedsAuthentication(t *testing.T) {
 func TestUpOnExternalNATS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	authDir := filepath.Join(dir, "keys")
-	code, cfg, errOut := runShoal(t, dir, nil, "creds", "server-config", "--auth-dir", authDir)
-	if code != 0 {
-		t.Fatalf("server-config: %s", errOut)
-	}
-	conf := filepath.Join(dir, "nats.conf")
 	store := filepath.Join(dir, "js")
-	os.WriteFile(conf, []byte(fmt.Sprintf("listen: 127.0.0.1:-1\nmax_payload: 8MB\njetstream { store_dir: %q }\n%s", store, cfg)), 0o600)
-	ns := startConfNATS(t, conf)
-	for _, c := range [][2]string{{"coordinator", "hq"}, {"client", "cli"}} {
-		if code, _, errOut := runShoal(t, dir, nil, "creds", c[0], c[1], "--out", filepath.Join(dir, c[1]+".creds"), "--auth-dir", authDir); code != 0 {
-			t.Fatal(errOut)
-		}
-	}
+	ns := startShoalNATS(t, dir, [2]string{"coordinator", "hq"}, [2]string{"client", "cli"})
 	if code, _, errOut := runShoal(t, dir, nil, "up", "--nats", ns.ClientURL(), "--creds", filepath.Join(dir, "cli.creds")); code != 2 || !strings.Contains(errOut, "needs `shoal creds coordinator") {
 		t.Errorf("up --nats with a client's credentials: %d %q", code, errOut)
 	}
