@@ -236,7 +236,10 @@ func (f *Direct) openBudgeted(ctx context.Context, req schemas.OpenRequest, ship
 		var rep schemas.OpenReply
 		if ship != nil {
 			if try.Workspace, err = ship(ctx, node); err == nil {
+				// Where its node will check it out, on which branch: the
+				// claim says so while the agent starts.
 				try.Workspace.Dir = checkoutOn(nodes, node, try.ID)
+				try.Workspace.Branch = schemas.BranchName(try.ID)
 			}
 		}
 		if err == nil {
@@ -999,15 +1002,16 @@ func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string,
 }
 
 // askedAcross verbs may keep their caller waiting minutes, and their node
-// answers a copy as it did the first: a run carries a request id its node
-// dedupes; the work and the diff of an agent are read from its checkout,
+// answers a copy as it did the first: a run and an open carry a request
+// id their node dedupes (an open's start may take the open's timeout, an
+// ACP agent's handshake); the work and the diff of an agent are read from its checkout,
 // one reader at a time, and the same work is the same commit and bundle,
 // stored once. A reply lost while the fabric was away (a coordinator
 // restarted) is asked for again once the caller's connection is back,
 // where it waited out the request's minutes: the node's heartbeat entry
 // (whileNodeLives) outlives a short outage.
 func askedAcross(verb schemas.Verb) bool {
-	return verb == schemas.VerbRun || verb == schemas.VerbWork || verb == schemas.VerbDiff
+	return verb == schemas.VerbRun || verb == schemas.VerbOpen || verb == schemas.VerbWork || verb == schemas.VerbDiff
 }
 
 // retryable verbs carry a request id the node dedupes, or only read.

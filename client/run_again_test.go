@@ -102,3 +102,52 @@ func TestRunFailsOnceItsConnectionIsClosed(t *testing.T) {
 		t.Fatal("a run whose connection was closed for good still waits 20 s later (it waits out its 150 s deadline)")
 	}
 }
+
+// An open whose node answers while the caller's connection is away is
+// sent again when the connection comes back, and the node answers the
+// copy with the reply it made: the caller learns at once that its agent
+// started (it waited out a third of the open's timeout, some 43 s, before
+// asking again).
+func TestOpenAnsweredWhileAwayIsAskedAgainOnReturn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fb := fakebackend.New(fakebackend.Config{StartDelay: 2 * time.Second})
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
+	p := netproxy.Start(t, srv.ClientURL())
+	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f, err := client.NewDirect(nc, client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		rep schemas.OpenReply
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		rep, err := f.Open(t.Context(), schemas.OpenRequest{ID: "slow", CWD: t.TempDir()})
+		done <- opened{rep, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	p.Cut() // the caller's connection goes; the node's answer at 2 s is lost
+	time.Sleep(3 * time.Second)
+	p.Restore()
+	select {
+	case got := <-done:
+		if got.err != nil {
+			t.Fatalf("the open across the caller's outage: %v", got.err)
+		}
+		if got.rep.AgentID != "slow" {
+			t.Fatalf("the open answered agent %q", got.rep.AgentID)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the open still waits 17 s after the caller's connection came back, its agent started meanwhile")
+	}
+	if n := fb.Starts.Load(); n != 1 {
+		t.Errorf("one open started the agent %d times", n)
+	}
+}

@@ -809,3 +809,40 @@ func nodeAndRecords(t *testing.T) (*client.Direct, jetstream.KeyValue) {
 	}
 	return f, kv
 }
+
+// An agent on a repository names its branch from its claim, while it
+// starts: `shoal ls` showed an empty branch ("( from 9e5616381665)")
+// until its node's record replaced the claim.
+func TestAStartingAgentOnARepositoryNamesItsBranch(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fakebackend.New(fakebackend.Config{StartDelay: 5 * time.Second})}})
+	f, err := client.NewDirect(natstest.Connect(t, srv), client.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	opened := make(chan error, 1)
+	go func() {
+		_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "early"}, client.RepoSource{Dir: repo})
+		opened <- err
+	}()
+	var rec schemas.AgentRecord
+	deadline := time.Now().Add(30 * time.Second)
+	for rec.Workspace == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no record of the agent on a repository in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+		rec, _ = f.Record(t.Context(), "early")
+	}
+	if rec.Status != schemas.StatusStarting {
+		t.Fatalf("the record was first seen %s, not starting: the start was not slow enough to look at", rec.Status)
+	}
+	if rec.Workspace.Branch != schemas.BranchName("early") {
+		t.Errorf("the record of an agent still starting names branch %q, want %q", rec.Workspace.Branch, schemas.BranchName("early"))
+	}
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -37,6 +37,9 @@ type Config struct {
 	// StartHang makes Start wait until its context ends, as an agent
 	// whose handshake never answers.
 	StartHang bool
+	// StartDelay makes Start take that long, as an agent whose
+	// handshake is slow.
+	StartDelay time.Duration
 }
 
 // Backend starts fake agents. Its counters say what its agents were
@@ -66,6 +69,13 @@ func (b *Backend) Start(ctx context.Context, spec backend.Spec, sink backend.Sin
 	if b.cfg.StartHang {
 		<-ctx.Done()
 		return nil, fmt.Errorf("the agent never answered: %w", context.Cause(ctx))
+	}
+	if b.cfg.StartDelay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the agent did not answer in time: %w", context.Cause(ctx))
+		case <-time.After(b.cfg.StartDelay):
+		}
 	}
 	s := &Session{b: b, cfg: b.cfg, sink: sink, id: spec.AgentID}
 	b.mu.Lock()
