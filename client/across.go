@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -32,8 +33,9 @@ import (
 // for gone (a coordinator killed while the caller's own connection stayed
 // up, which nothing else tells): the request is sent again as after a
 // loss of the connection, from the last word heard, and a silence longer
-// than sentAgainFor ends the wait with errHolderLost.
-func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, body []byte, notYet func(*nats.Msg) bool, keepalive time.Duration) (*nats.Msg, error) {
+// than sentAgainFor ends the wait with errHolderLost. tell, when set, is
+// told in a line that the request went again after such a silence.
+func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, body []byte, notYet func(*nats.Msg) bool, keepalive time.Duration, tell func(string)) (*nats.Msg, error) {
 	status := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED, nats.CLOSED)
 	defer nc.RemoveStatusListener(status)
 	if nc.IsClosed() {
@@ -84,6 +86,10 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 				return nil, errHolderLost
 			}
 			if time.Since(copied) >= silent {
+				if tell != nil {
+					tell(fmt.Sprintf("the coordinator holding the request went silent %s ago: sent it again, to whichever coordinator answers (giving up %s after its last word)",
+						time.Since(heard).Round(time.Second), sentAgainFor))
+				}
 				sentAt, backAt, retry = heard, time.Now(), nil
 				send()
 			}
@@ -138,7 +144,8 @@ func requestAcross(ctx context.Context, nc *nats.Conn, subject, reply string, bo
 
 // sentAgainFor is how long after the connection's loss a request is sent
 // again: within the two minutes a node keeps a run's reply, with room.
-const sentAgainFor = 90 * time.Second
+// A variable for tests only.
+var sentAgainFor = 90 * time.Second
 
 // keepaliveLost is how many keepalives an answerer that has said it holds
 // a request may miss before it is taken for gone; keepaliveEvery is how

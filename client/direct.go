@@ -998,20 +998,25 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 // answer.
 func requestNodeAcross(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
 	inbox := nc.NewInbox()
-	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil, 0)
+	return requestAcross(ctx, nc, subject, schemas.NodeReplyPrefix(node)+inbox[strings.LastIndexByte(inbox, '.'):], body, nil, 0, nil)
 }
 
-// askedAcross verbs may keep their caller waiting minutes, and their node
-// answers a copy as it did the first: a run and an open carry a request
-// id their node dedupes (an open's start may take the open's timeout, an
-// ACP agent's handshake); the work and the diff of an agent are read from its checkout,
-// one reader at a time, and the same work is the same commit and bundle,
-// stored once. A reply lost while the fabric was away (a coordinator
-// restarted) is asked for again once the caller's connection is back,
-// where it waited out the request's minutes: the node's heartbeat entry
+// askedAcross verbs are answered the same when asked again: those that
+// act carry a request id their node dedupes (a run may take its turn's
+// minutes, an open the open's timeout, an ACP agent's handshake); the
+// work and the diff of an agent are read from its checkout, one reader at
+// a time, and the same work is the same commit and bundle, stored once. A
+// reply lost while the fabric was away (a coordinator restarted) is asked
+// for again once the caller's connection is back, where it waited out the
+// attempt's share of the request's time: the node's heartbeat entry
 // (whileNodeLives) outlives a short outage.
 func askedAcross(verb schemas.Verb) bool {
-	return verb == schemas.VerbRun || verb == schemas.VerbOpen || verb == schemas.VerbWork || verb == schemas.VerbDiff
+	switch verb {
+	case schemas.VerbOpen, schemas.VerbSend, schemas.VerbRun, schemas.VerbInterrupt, schemas.VerbClose, schemas.VerbSetModel,
+		schemas.VerbWork, schemas.VerbDiff:
+		return true
+	}
+	return false
 }
 
 // retryable verbs carry a request id the node dedupes, or only read.

@@ -23,11 +23,12 @@ type Remote struct {
 	nc       *nats.Conn
 	timeout  time.Duration
 	readOnly bool
+	progress func(string) // Config.Progress
 }
 
 // NewRemote returns a client on nc that goes through the coordinator.
 func NewRemote(nc *nats.Conn, cfg Config) *Remote {
-	return &Remote{nc: nc, timeout: cfg.timeout(), readOnly: cfg.ReadOnly}
+	return &Remote{nc: nc, timeout: cfg.timeout(), readOnly: cfg.ReadOnly, progress: cfg.Progress}
 }
 
 // Conn implements Client.
@@ -207,7 +208,7 @@ func (r *Remote) via(ctx context.Context, verb schemas.Verb, req, rep any, timeo
 			// answer as a conflict.
 			msg, err = r.nc.RequestWithContext(ctx, schemas.FabricSubject(verb), body)
 		} else {
-			msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable, keepaliveEvery)
+			msg, err = requestAcross(ctx, r.nc, schemas.FabricSubject(verb), r.nc.NewInbox(), body, unavailable, keepaliveEvery, r.progress)
 		}
 		if !errors.Is(err, nats.ErrNoResponders) || attempt > 0 {
 			break

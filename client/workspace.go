@@ -369,9 +369,17 @@ func (f *Direct) report(r *countingReader, size int64, what string) (done func()
 		return func() {}
 	}
 	f.say("%s: %s", what, bytesText(size))
+	last, moved := int64(-1), time.Now()
 	return every(2*time.Second, func() {
 		n := r.n.Load()
-		f.say("%s: %s of %s (%d%%)", what, bytesText(n), bytesText(size), n*100/max(size, 1))
+		line := fmt.Sprintf("%s: %s of %s (%d%%)", what, bytesText(n), bytesText(size), n*100/max(size, 1))
+		if n == last {
+			// The same line again would read as a line printed twice.
+			line += fmt.Sprintf(", nothing more for %s", time.Since(moved).Round(time.Second))
+		} else {
+			last, moved = n, time.Now()
+		}
+		f.say("%s", line)
 	})
 }
 
