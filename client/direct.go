@@ -974,15 +974,7 @@ func (f *Direct) ask(ctx context.Context, node string, verb schemas.Verb, body [
 func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body []byte) (*nats.Msg, error) {
 	inbox := nc.NewInbox()
 	reply := schemas.NodeReplyPrefix(node) + inbox[strings.LastIndexByte(inbox, '.'):]
-	sub, err := nc.SubscribeSync(reply)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: body}); err != nil {
-		return nil, err
-	}
-	m, err := sub.NextMsgWithContext(ctx)
+	m, err := requestOnce(ctx, nc, &nats.Msg{Subject: subject, Reply: reply, Data: body})
 	if err != nil {
 		return nil, err
 	}
@@ -990,6 +982,37 @@ func RequestNode(ctx context.Context, nc *nats.Conn, node, subject string, body 
 		return nil, nats.ErrNoResponders
 	}
 	return m, nil
+}
+
+// requestOnce publishes m and returns the first message that comes to its
+// reply subject, subscribed to before; a connection closed meanwhile ends
+// the wait with nats.ErrConnectionClosed. The reply waits on a channel of
+// a few messages: a sync subscription's channel is as long as nats.go's
+// SubChanLen, 65,536 messages (512 KiB), made for every request and held
+// as long as it waits, and a coordinator holding 2,000 sends for a node
+// that answered nothing (its process stopped) held 1 GiB of them. More
+// messages than the channel takes (a flood at the reply subject) are
+// dropped, not held.
+func requestOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, error) {
+	closed := nc.StatusChanged(nats.CLOSED)
+	defer nc.RemoveStatusListener(closed)
+	replies := make(chan *nats.Msg, 4)
+	sub, err := nc.ChanSubscribe(m.Reply, replies)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishMsg(m); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-replies:
+		return r, nil
+	case <-closed:
+		return nil, nats.ErrConnectionClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // requestNodeAcross is RequestNode for a request that may wait long and

@@ -58,16 +58,7 @@ func msgBefore(ctx context.Context, nc *nats.Conn, id string, seq uint64) (*stor
 		UpToSeq   uint64   `json:"up_to_seq"`
 		Batch     int      `json:"batch"`
 	}{[]string{schemas.EventSubject(id)}, seq - 1, 1})
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+schemas.StreamName, inbox, body); err != nil {
-		return nil, err
-	}
-	m, err := sub.NextMsgWithContext(ctx)
+	m, err := requestOnce(ctx, nc, &nats.Msg{Subject: "$JS.API.DIRECT.GET." + schemas.StreamName, Reply: nc.NewInbox(), Data: body})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil, schemas.Errf(schemas.CodeUnavailable, "read agent %s's events: the stream did not answer in time", id)
 	}
