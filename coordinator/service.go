@@ -369,15 +369,23 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, to string
 	// reply a client's credentials may publish: they may answer nothing
 	// else they receive (a publish's acknowledgement, say).
 	answers := schemas.ReplayAckPrefix + "." + rand.Text() // nobody may guess it
-	heardBack, err := nc.SubscribeSync(answers + ".*")
+	// An answer is one small message for each ask; a reader sending more
+	// (it knows the subjects) loses its replay, not the coordinator's
+	// memory. The answers wait in a channel of a few: a sync subscription's
+	// is 65,536 long (512 KiB a replay, for every replay under way).
+	answered := make(chan *nats.Msg, replayAnswersHeld)
+	heardBack, err := nc.Subscribe(answers+".*", func(m *nats.Msg) {
+		select {
+		case answered <- m:
+		default:
+			cancel() // more than it was asked for
+		}
+	})
 	if err != nil {
 		fail(schemas.Errf(schemas.CodeUnavailable, "the replay's flow control: %v", err))
 		return
 	}
 	defer heardBack.Unsubscribe()
-	// An answer is one small message for each ask; a reader sending more
-	// (it knows the subjects) loses its replay, not the coordinator's
-	// memory.
 	heardBack.SetPendingLimits(replayAnswersHeld, replayAnswersHeld<<10)
 	var asking sync.Mutex
 	asked := 0
@@ -393,7 +401,11 @@ func serveReplay(ctx context.Context, nc *nats.Conn, f *client.Direct, to string
 		err := nc.PublishMsg(m)
 		for err == nil {
 			var got *nats.Msg
-			got, err = heardBack.NextMsgWithContext(actx)
+			select {
+			case got = <-answered:
+			case <-actx.Done():
+				err = actx.Err()
+			}
 			switch {
 			case err != nil || got.Subject != want:
 			case got.Header.Get("Status") != "":
