@@ -44,7 +44,18 @@ type ServiceConfig struct {
 	Version string
 	// Metrics counts the service's error replies; nil counts nothing.
 	Metrics ServiceMetrics
+	// MaxHeld bounds the requests it runs at once, all callers together
+	// (a caller is known only by a reply subject it may name freely);
+	// DefaultMaxHeld when 0.
+	MaxHeld int
 }
+
+// DefaultMaxHeld is how many requests the fabric service runs at once:
+// each costs a few KB and a goroutine or two while it waits on a node, a
+// turn or a reader, and a caller holding sends for a node that answers
+// nothing could otherwise take the coordinator's memory, 2,000 at a time.
+// A thousand agents each with a run and a send waiting take half.
+const DefaultMaxHeld = 4096
 
 // ServiceMetrics receives what the fabric service counts: its error
 // replies by verb and code.
@@ -74,6 +85,11 @@ func (s *Service) Run(ctx context.Context) error {
 	g := svc.AddGroup(schemas.FabricPrefix)
 	srv := service.NewServer(ctx, s.cfg.Metrics, nc.MaxPayload())
 	srv.KeepAlive(nc)
+	maxHeld := s.cfg.MaxHeld
+	if maxHeld == 0 {
+		maxHeld = DefaultMaxHeld
+	}
+	srv.Bound(maxHeld, "the coordinator")
 	defer srv.Wait()
 	defer svc.Stop()
 	reads := &readers{under: map[string]int{}}

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/shoalfabric/shoal/broker"
+	"github.com/shoalfabric/shoal/coordinator"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
@@ -24,12 +26,15 @@ import (
 // Two thousand held sends took the coordinator's heap to 1 GiB (its RSS
 // stayed small: the channels were never written). A held request costs a
 // few KB (7 when this was written), the embedded server's share of it
-// included, and every one is answered once the node answers. (Not
-// parallel: it reads the process's heap.)
+// included; the service runs at most DefaultMaxHeld at once (nothing
+// bounded them), refusing one more at once, saying so; and every one held
+// is answered once the node answers. (Not parallel: it reads the
+// process's heap.)
 func TestHeldSendsCostTheCoordinatorLittleHeap(t *testing.T) {
 	const (
-		held    = 2000
-		perHeld = 32 << 10 // bytes of heap one held request may cost
+		held    = coordinator.DefaultMaxHeld // the most the service runs at once
+		over    = 16                         // sent past them, refused at once
+		perHeld = 32 << 10                   // bytes of heap one held request may cost
 	)
 	s := fabrictest.StartSecured(t)
 	madeAgents(t, s, 1, func(int) string { return "a1" })
@@ -61,9 +66,13 @@ func TestHeldSendsCostTheCoordinatorLittleHeap(t *testing.T) {
 	// coordinator's.
 	caller := s.Connect(t, broker.RoleClient, "sender")
 	inbox := schemas.InboxPrefix(string(broker.RoleClient), "sender") + ".held"
-	var answered atomic.Int64
+	var answered, refused atomic.Int64
 	if _, err := caller.Subscribe(inbox+".*", func(m *nats.Msg) {
-		if m.Header.Get(schemas.HeaderKeepalive) == "" {
+		switch {
+		case m.Header.Get(schemas.HeaderKeepalive) != "":
+		case strings.Contains(string(m.Data), "the coordinator has 4096 requests under way, the most it runs at once"):
+			refused.Add(1)
+		default:
 			answered.Add(1)
 		}
 	}); err != nil {
@@ -74,7 +83,7 @@ func TestHeldSendsCostTheCoordinatorLittleHeap(t *testing.T) {
 	}
 
 	before := heapMiB()
-	for i := range held {
+	for i := range held + over {
 		m := &nats.Msg{
 			Subject: schemas.FabricSubject(schemas.VerbSend),
 			Reply:   inbox + "." + strconv.Itoa(i),
@@ -94,6 +103,10 @@ func TestHeldSendsCostTheCoordinatorLittleHeap(t *testing.T) {
 	}
 	if n := answered.Load(); n != 0 {
 		t.Fatalf("%d of the sends were answered while the node answered none", n)
+	}
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the %d sends past the bound to be refused", over), func() bool { return refused.Load() >= over })
+	if n := taken(); n != held {
+		t.Errorf("the node was asked %d sends; the service runs %d at once", n, held)
 	}
 
 	// The node answers: so does the coordinator, every send.

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -71,6 +72,9 @@ type Server struct {
 	maxReply int
 	work     sync.WaitGroup
 	nc       *nats.Conn // where it says it still holds a request; none when nil
+	maxHeld  int64      // the requests it runs at once; no bound when 0
+	who      string     // what it is, for the words of its bound
+	held     atomic.Int64
 }
 
 // NewServer returns a server whose requests live within ctx; metrics may
@@ -88,6 +92,21 @@ func NewServer(ctx context.Context, metrics Metrics, maxReply int64) *Server {
 // whose caller asks (schemas.HeaderKeepalive): a caller whose connection
 // stays up learns so that the process which took its request is gone.
 func (s *Server) KeepAlive(nc *nats.Conn) { s.nc = nc }
+
+// Bound makes the server run at most n requests at once (each a goroutine
+// or two and a few KB while it waits on a node, a turn, a reader): one
+// more is answered at once, unavailable, saying so (who it is: "the
+// coordinator"). No bound when n is 0.
+func (s *Server) Bound(n int, who string) { s.maxHeld, s.who = int64(n), who }
+
+// take counts a request under way, or reports that the bound is reached.
+func (s *Server) take() bool {
+	if s.held.Add(1) > s.maxHeld && s.maxHeld > 0 {
+		s.held.Add(-1)
+		return false
+	}
+	return true
+}
 
 // keepalive says, every interval the request asks for (within
 // [minKeepalive, maxKeepalive]), that r is still held, until the returned
@@ -189,6 +208,10 @@ func Handler[Req any](s *Server, e Endpoint[Req]) micro.Handler {
 		if e.Deadline != nil {
 			deadline = e.Deadline(req)
 		}
+		if !s.take() {
+			s.answer(e.Verb, r, Encode(nil, schemas.Errf(schemas.CodeUnavailable, "%s has %d requests under way, the most it runs at once: try again once some are answered", s.who, s.maxHeld)), true)
+			return
+		}
 		body := r.Data()
 		stop := s.keepalive(r)
 		hold(s.Go, func(notice func()) Reply {
@@ -197,6 +220,7 @@ func Handler[Req any](s *Server, e Endpoint[Req]) micro.Handler {
 			return e.Handle(ctx, req, body)
 		}, func(a Reply, held bool) {
 			stop()
+			s.held.Add(-1)
 			s.answer(e.Verb, r, a, held)
 		})
 	})

@@ -30,7 +30,7 @@ func TestExitStatusNamesTheError(t *testing.T) {
 		says string
 	}{
 		{[]string{"status", "ghost"}, exitNotFound, "no such agent: ghost"},
-		{[]string{"send", "gone", "hello?"}, exitUnavailable, "agent 'gone' is dead"},
+		{[]string{"send", "gone", "hello?"}, exitUnavailable, "agent 'gone' is dead: its life on node lost ended; shoal output gone shows how its last turn went, and shoal open --id gone <dir> starts a new life of it"},
 		{[]string{"open", t.TempDir()}, exitUnavailable, "no node"},
 		{[]string{"status", "Bad_ID"}, exitUsage, "agent id"},
 		{[]string{"status"}, exitUsage, ""},

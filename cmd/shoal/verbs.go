@@ -265,11 +265,30 @@ func sendCommand() *command {
 				}
 				rep, err := f.Send(ctx, schemas.SendRequest{AgentID: id, Text: text})
 				if err != nil {
-					return err
+					return whyDead(ctx, f, id, err)
 				}
 				return v.reply(rep, strconv.Itoa(rep.Turn))
 			}
 		})
+}
+
+// whyDead adds to Kaimon's "agent '<id>' is dead" (its words, which the
+// MCP tools keep) where the agent's life ended and what a person can do:
+// the record says which node ran it and whether the coordinator closed it
+// for a node lost. Any other error is err.
+func whyDead(ctx context.Context, f client.Client, id string, err error) error {
+	if schemas.CodeOf(err) != schemas.CodeUnavailable || err.Error() != fmt.Sprintf("agent '%s' is dead", id) {
+		return err
+	}
+	rec, rerr := f.Status(ctx, id)
+	if rerr != nil || rec.Status != schemas.StatusDead {
+		return err
+	}
+	how := fmt.Sprintf("its life on node %s ended", rec.Node)
+	if rec.ClosedBy == schemas.CloserName {
+		how = fmt.Sprintf("the coordinator closed it when node %s was lost", rec.Node)
+	}
+	return schemas.Errf(schemas.CodeUnavailable, "%v: %s; shoal output %s shows how its last turn went, and shoal open --id %s <dir> starts a new life of it", err, how, id, id)
 }
 
 func runCommand() *command {
@@ -301,7 +320,7 @@ func runCommand() *command {
 				rep, err := f.Run(ctx, schemas.RunRequest{AgentID: id, Text: text, Timeout: wait.Seconds()})
 				stopTelling()
 				if err != nil {
-					return stopped(ctx, err, fmt.Sprintf("stopped waiting: agent %s's turn goes on (shoal interrupt %s stops it; shoal output %s reads it)", id, id, id))
+					return stopped(ctx, whyDead(ctx, f, id, err), fmt.Sprintf("stopped waiting: agent %s's turn goes on (shoal interrupt %s stops it; shoal output %s reads it)", id, id, id))
 				}
 				if err := v.reply(rep, rep.Text); err != nil {
 					return err
