@@ -243,9 +243,10 @@ type Host struct {
 	// mu guards the agent table. Lock order: h.mu before an agent's a.mu
 	// (the table is read, and each agent asked whether it is dead, under
 	// h.mu); never take h.mu while holding an a.mu.
-	mu     sync.Mutex
-	agents map[string]*agent
-	runs   map[string]bool
+	mu      sync.Mutex
+	agents  map[string]*agent
+	runs    map[string]bool
+	opening map[string]*opening // opens under way, by agent id
 }
 
 // New checks cfg and prepares a node; Run runs it.
@@ -288,6 +289,7 @@ func New(cfg Config) (*Host, error) {
 		ready:    make(chan struct{}),
 		agents:   map[string]*agent{},
 		runs:     map[string]bool{},
+		opening:  map[string]*opening{},
 		// Leave room for headers under the server's limit.
 		maxEvent: int(cfg.Conn.MaxPayload()) - 4096,
 	}

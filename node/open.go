@@ -168,6 +168,22 @@ func (h *Host) planOpen(req schemas.OpenRequest) (openPlan, error) {
 // OpenAgent starts an agent (agent_open) and returns its id once it is
 // ready.
 func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep schemas.OpenReply, err error) {
+	if req.ID != "" && schemas.ValidID(req.ID) == nil {
+		// A close from now on ends the open, whatever step it is at: an
+		// agent on a repository is not the node's until its checkout is
+		// made, and a close meanwhile found no agent and the agent came
+		// up after it.
+		var end func()
+		if ctx, end, err = h.beginOpen(ctx, req.ID); err != nil {
+			return rep, err
+		}
+		defer end()
+		defer func() {
+			if err != nil && errors.Is(context.Cause(ctx), errClosedAsStarted) {
+				err = schemas.Errf(schemas.CodeUnavailable, "agent %s was closed as it started", req.ID)
+			}
+		}()
+	}
 	if req.Workspace != nil {
 		// On a repository: the agent works in a checkout of its own, made
 		// here (or kept from its previous life), which an open that
@@ -226,6 +242,60 @@ func (h *Host) OpenAgent(ctx context.Context, req schemas.OpenRequest) (rep sche
 	}
 	a.log.Info("agent opened", "model", p.model, "cwd", p.cwd)
 	return schemas.OpenReply{AgentID: p.id, Node: h.cfg.Name}, nil
+}
+
+// opening is an open of an agent under way on this node, from its request
+// to its reply.
+type opening struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// errClosedAsStarted is why an open a close ended stopped.
+var errClosedAsStarted = errors.New("the agent was closed as it started")
+
+// beginOpen counts an open of id under way, whose steps run within the
+// returned context, until end is called; it refuses a second open of id
+// while one is (a retry of the same request is answered by the first).
+func (h *Host) beginOpen(ctx context.Context, id string) (_ context.Context, end func(), _ error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.opening[id]; ok {
+		return ctx, nil, schemas.Errf(schemas.CodeConflict, "agent id already in use: %s (an open of it is under way on node %s)", id, h.cfg.Name)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	o := &opening{cancel: cancel, done: make(chan struct{})}
+	h.opening[id] = o
+	return ctx, func() {
+		h.mu.Lock()
+		delete(h.opening, id)
+		h.mu.Unlock()
+		cancel(nil)
+		close(o.done)
+	}, nil
+}
+
+// isOpening reports whether an open of id is under way.
+func (h *Host) isOpening(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.opening[id] != nil
+}
+
+// stopOpening ends the open of id under way, if one is, and waits until
+// it has (its claim given back, its checkout taken away) or ctx ends.
+func (h *Host) stopOpening(ctx context.Context, id string) {
+	h.mu.Lock()
+	o := h.opening[id]
+	h.mu.Unlock()
+	if o == nil {
+		return
+	}
+	o.cancel(errClosedAsStarted)
+	select {
+	case <-o.done:
+	case <-ctx.Done():
+	}
 }
 
 // reserve takes the id on this node for the plan's agent, within the

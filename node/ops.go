@@ -58,6 +58,13 @@ func (h *Host) lookup(id string) (*agent, error) {
 
 // live finds an agent that can take a turn.
 func (h *Host) live(id string) (*agent, error) {
+	if h.isOpening(id) {
+		if a, err := h.lookup(id); err != nil || a.isDead() {
+			// Not reserved yet (its checkout being made), or a
+			// life before this open's.
+			return nil, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is still starting: send the turn once it is idle", id)
+		}
+	}
 	a, err := h.lookup(id)
 	if err != nil {
 		return nil, err
@@ -243,9 +250,16 @@ func (h *Host) CloseAgent(ctx context.Context, req schemas.AgentRequest) (schema
 	if err := schemas.ValidID(req.AgentID); err != nil {
 		return schemas.CloseReply{}, schemas.Errf(schemas.CodeInvalid, "agent %v", err)
 	}
+	opening := h.isOpening(req.AgentID)
+	if opening {
+		// Its open ends first (a checkout being made, a start): what it
+		// leaves, if anything, is closed below.
+		service.LongWait(ctx)
+		h.stopOpening(ctx, req.AgentID)
+	}
 	a, err := h.lookup(req.AgentID)
 	if err != nil {
-		return schemas.CloseReply{Closed: false}, nil
+		return schemas.CloseReply{Closed: opening}, nil
 	}
 	service.LongWait(ctx) // the agent's stop ladder
 	a.close(ctx)

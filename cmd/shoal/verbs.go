@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -273,9 +275,10 @@ func sendCommand() *command {
 }
 
 // whyDead adds to Kaimon's "agent '<id>' is dead" (its words, which the
-// MCP tools keep) where the agent's life ended and what a person can do:
-// the record says which node ran it and whether the coordinator closed it
-// for a node lost. Any other error is err.
+// MCP tools keep) why the agent's life ended, as its stream says (the
+// last error among its last events: a CLI that exited, a node restarted
+// or lost), or else where it ended, and what a person can do. Any other
+// error is err.
 func whyDead(ctx context.Context, f client.Client, id string, err error) error {
 	if schemas.CodeOf(err) != schemas.CodeUnavailable || err.Error() != fmt.Sprintf("agent '%s' is dead", id) {
 		return err
@@ -288,7 +291,51 @@ func whyDead(ctx context.Context, f client.Client, id string, err error) error {
 	if rec.ClosedBy == schemas.CloserName {
 		how = fmt.Sprintf("the coordinator closed it when node %s was lost", rec.Node)
 	}
+	if said := lastError(ctx, f, id, rec.LastEvent); said != "" {
+		how += ": " + said
+	}
 	return schemas.Errf(schemas.CodeUnavailable, "%v: %s; shoal output %s shows how its last turn went, and shoal open --id %s <dir> starts a new life of it", err, how, id, id)
+}
+
+// lastError is why an agent's life ended, as its last events up to event
+// last say it, "" when they say nothing or cannot be read: what its CLI
+// said as it exited (an error carrying its stderr) before anything else;
+// else the last error that is not a turn's own ending ("turn 3 was
+// stopped: …", "… during turn 3", which follow what ended the agent);
+// else the last error.
+func lastError(ctx context.Context, f client.Client, id string, last uint64) string {
+	const within = 32 // events before the last: a death's error comes just before its status
+	from := uint64(1)
+	if last > within {
+		from = last - within
+	}
+	rep, err := f.Events(ctx, schemas.EventsRequest{AgentID: id, FromEvent: from, Max: 2 * within})
+	if err != nil {
+		return ""
+	}
+	var exited, agent, turn string
+	for _, e := range rep.Events {
+		ev, err := schemas.Decode(e.Event)
+		if err != nil {
+			continue
+		}
+		p, ok := ev.Payload.(schemas.Error)
+		if !ok {
+			continue
+		}
+		var data struct {
+			Stderr *string `json:"stderr"`
+		}
+		switch {
+		case json.Unmarshal(p.Data, &data) == nil && data.Stderr != nil:
+			exited = p.Message
+		case strings.HasPrefix(p.Message, fmt.Sprintf("turn %d ", ev.Turn)), strings.HasSuffix(p.Message, fmt.Sprintf(" during turn %d", ev.Turn)):
+			turn = p.Message
+		default:
+			agent = p.Message
+		}
+	}
+	return cmp.Or(exited, agent, turn)
 }
 
 func runCommand() *command {
