@@ -127,7 +127,9 @@ func cannotRun(n schemas.NodeRecord, model string) string {
 	}
 	switch {
 	case found == nil:
-		return "cannot run " + what
+		// The node found none when it last looked (a command not on its
+		// PATH, no model server configured).
+		return "cannot run " + what + ": it has none (shoal node --help names the flag for one)"
 	case !found.Ready:
 		return "cannot run " + what + ": " + found.Problem
 	case (kind == "ollama" || kind == "vmlx") && !schemas.ServesModel(found.Models, rest):

@@ -226,7 +226,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 				printCommandHelp(io.out, c)
 				return exitOK
 			}
-			fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", args[1], didYouMean(args[1], commandNames(), ""))
+			fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", args[1], suggestCommand(args[1]))
 			return exitUsage
 		}
 		printOverview(io.out)
@@ -240,7 +240,7 @@ func run(ctx context.Context, args []string, io stdio, getenv func(string) strin
 		return exitUsage
 	}
 	if c == nil {
-		fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", name, didYouMean(name, commandNames(), ""))
+		fmt.Fprintf(io.err, "shoal: unknown command %q%s (see shoal help)\n", name, suggestCommand(name))
 		return exitUsage
 	}
 	err := stopped(ctx, c.execute(ctx, env, args[1:]), "")

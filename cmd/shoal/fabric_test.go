@@ -119,8 +119,9 @@ func TestPlacementAcrossNodes(t *testing.T) {
 			t.Errorf("alpha advertises %+v", n)
 		}
 	}
-	if table := p.must("nodes"); !strings.Contains(table, "alpha") || !strings.Contains(table, "gpu=yes") || !strings.Contains(table, "[claude]") {
-		t.Errorf("shoal nodes:\n%s", table)
+	if table := p.must("nodes"); !strings.Contains(table, "alpha") || !strings.Contains(table, "gpu=yes") || !strings.Contains(table, "[claude]") ||
+		!strings.Contains(table, "gamma cannot run claude now: the claude CLI was not found (/nonexistent/claude)") {
+		t.Errorf("shoal nodes (a backend in brackets, and why under the table):\n%s", table)
 	}
 
 	// By backend: gamma cannot run claude, so the least loaded of the

@@ -78,6 +78,18 @@ func editDistance(a, b string) int {
 	return d[len(x)][len(y)]
 }
 
+// otherNames are what other tools call some of shoal's verbs.
+var otherNames = map[string]string{"list": "ls", "ps": "ls", "kill": "close", "stop": "close", "logs": "output", "follow": "tail"}
+
+// suggestCommand is "; did you mean X?" for a word that is no command:
+// the verb other tools name so, or the nearest verbs.
+func suggestCommand(word string) string {
+	if verb, ok := otherNames[strings.ToLower(word)]; ok {
+		return "; did you mean " + verb + "?"
+	}
+	return didYouMean(word, commandNames(), "")
+}
+
 // commandNames are the verbs shoal knows, help included.
 func commandNames() []string {
 	var out []string

@@ -20,6 +20,9 @@ func TestSuggestVerbsAndFlags(t *testing.T) {
 		{[]string{"up", "--log-fromat", "json"}, "did you mean --log-format?"},
 		{[]string{"node", "--node-nmae", "x"}, "did you mean --node-name?"},
 		{[]string{"xyzzy"}, ""},
+		// A name other tools use for a verb gets the verb.
+		{[]string{"list"}, `shoal: unknown command "list"; did you mean ls? (see shoal help)`},
+		{[]string{"kill", "x"}, "did you mean close?"},
 		{[]string{"open", "--frobnicate"}, ""},
 		// A value given as a flag is pointed at its flag; a word two
 		// edits from a short flag (new, raw) is not near it.
