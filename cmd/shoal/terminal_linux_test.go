@@ -18,8 +18,10 @@ import (
 )
 
 // runOnTerminal runs a shoal command with its standard output a terminal
-// (a pseudo-terminal's far end), as a person at a shell runs it, and
-// returns what the terminal received.
+// (a pseudo-terminal's far end), as a person at a shell runs it: the
+// terminal is the command's controlling terminal and the command is in its
+// foreground. It returns what the terminal received; nothing answers
+// what the command may ask the terminal.
 func runOnTerminal(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	ptmx, n := proctest.PTY(t)
@@ -33,6 +35,7 @@ func runOnTerminal(t *testing.T, env []string, args ...string) string {
 	cmd.Env = append(baseEnv(t.TempDir()), env...)
 	var errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = tty, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 1}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,5 +76,24 @@ func TestDiffOnATerminalIsCleaned(t *testing.T) {
 		if strings.Contains(shown, bad) {
 			t.Errorf("shoal diff on a terminal printed %q of what the agent wrote:\n%q", bad, shown)
 		}
+	}
+}
+
+// Every shoal command starts at once on a terminal that answers no
+// queries (a pseudo-terminal nobody emulates, as under script(1), some CI
+// runners and serial consoles): nothing asks the terminal for its
+// background colour or cursor position and waits for an answer that never
+// comes. Bubble Tea v1, linked in for shoal tui, asked at init for every
+// command and waited 5 s.
+func TestVersionOnASilentTerminalStartsAtOnce(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	shown := runOnTerminal(t, []string{"TERM=xterm-256color"}, "version")
+	took := time.Since(start)
+	if strings.Contains(shown, "\x1b]11;?") {
+		t.Errorf("shoal version asked the terminal for its background colour (took %v):\n%q", took.Round(time.Millisecond), shown)
+	}
+	if took > 2*time.Second {
+		t.Errorf("shoal version on a terminal that answers nothing took %v, want under 2s; the terminal received:\n%q", took.Round(time.Millisecond), shown)
 	}
 }

@@ -187,9 +187,11 @@ var rules = []rule{
 		forbid: importsOf("github.com/coder/acp-go-sdk"),
 	},
 	{
-		why:    "only the TUI imports the Charm libraries",
-		from:   only("cmd/shoal/internal/tui"),
-		forbid: importsOf("github.com/charmbracelet"),
+		why:  "only the TUI imports the Charm libraries",
+		from: only("cmd/shoal/internal/tui"),
+		forbid: func(pkg, imp string) bool {
+			return importsOf("github.com/charmbracelet")(pkg, imp) || importsOf("charm.land")(pkg, imp)
+		},
 	},
 	{
 		why:    "a browser drives the web dashboard in its tests only: no package imports chromedp",
@@ -307,13 +309,13 @@ func TestRulesCatchViolations(t *testing.T) {
 		"client/x":            {"github.com/go-zeromq/zmq4"},
 		"node/backend/acp":    {"github.com/mark3labs/mcp-go/client"},
 		"bridge/acp":          {"github.com/coder/acp-go-sdk"},
-		"cmd/shoal":           {"github.com/charmbracelet/bubbletea"},
+		"cmd/shoal":           {"github.com/charmbracelet/bubbletea", "charm.land/bubbletea/v2"},
 		"node/metrics":        {"github.com/prometheus/client_golang/prometheus"},
 		"coordinator/x":       {"github.com/prometheus/common/expfmt"},
 		"bridge/web":          {"github.com/chromedp/chromedp", m("node")},
 	}
 	got := violations(bad)
-	if want := 34; len(got) != want {
+	if want := 35; len(got) != want {
 		t.Fatalf("found %d violations, want %d:\n%s", len(got), want, strings.Join(got, "\n"))
 	}
 	fine := map[string][]string{
@@ -330,7 +332,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		"bridge":                     {m("schemas"), m("client"), "github.com/mark3labs/mcp-go/server", "github.com/go-zeromq/zmq4"},
 		"broker":                     {m("schemas"), "github.com/nats-io/nats-server/v2/server"},
 		"cmd/shoal":                  {m("broker"), m("node"), m("bridge"), m("coordinator"), m("internal/natstest")},
-		"cmd/shoal/internal/tui":     {"github.com/charmbracelet/bubbletea", "github.com/charmbracelet/lipgloss"},
+		"cmd/shoal/internal/tui":     {"charm.land/bubbletea/v2", "charm.land/lipgloss/v2", "github.com/charmbracelet/x/ansi"},
 		"cmd/shoal/internal/metrics": {"github.com/prometheus/client_golang/prometheus", m("schemas")},
 		"internal/fabrictest":        {m("broker"), m("node"), m("bridge"), m("coordinator")},
 		"bridge/web":                 {m("client"), m("schemas"), "embed", "net/http"},

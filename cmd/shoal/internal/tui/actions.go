@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/charmbracelet/bubbles/textinput"
-	tea "github.com/charmbracelet/bubbletea"
+	"charm.land/bubbles/v2/textinput"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -54,7 +54,7 @@ func (f *form) values() []string {
 }
 
 // key handles a key; done says the form is over.
-func (f *form) key(k tea.KeyMsg) (cmd tea.Cmd, done bool) {
+func (f *form) key(k tea.KeyPressMsg) (cmd tea.Cmd, done bool) {
 	switch k.String() {
 	case "esc":
 		return nil, true

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -106,10 +106,13 @@ func BenchmarkTUIWith200Agents(b *testing.B) {
 	var model *Model
 	withTUI := cpuPerSecond(run, func(ctx context.Context) {
 		model = New(ctx, src, Options{Poll: time.Second})
-		p := tea.NewProgram(model, tea.WithContext(ctx), tea.WithInput(nil), tea.WithOutput(io.Discard), tea.WithoutSignalHandler())
-		go p.Send(tea.WindowSizeMsg{Width: 160, Height: 48})
+		p := tea.NewProgram(model, tea.WithContext(ctx), tea.WithInput(nil), tea.WithOutput(io.Discard), tea.WithoutSignalHandler(),
+			tea.WithWindowSize(160, 48))
 		p.Run()
 	})
+	if model.width != 160 {
+		b.Fatalf("the monitor is %d columns wide, want 160", model.width)
+	}
 	if len(model.agents) != 200 {
 		b.Fatalf("the monitor shows %d agents", len(model.agents))
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -115,31 +115,39 @@ func newTestModel(t *testing.T, agents ...schemas.AgentRecord) (*Model, *fakeSou
 	return m, src
 }
 
-// key presses k and returns the command the model gave back.
+// key presses k and returns the command the model gave back. A k of
+// several characters is keys that arrive together (key repeat, a slow
+// link), which Bubble Tea reads as one key each (TestKeysReadTogether).
 func key(m *Model, k string) tea.Cmd {
-	var msg tea.KeyMsg
+	var msgs []tea.KeyPressMsg
 	switch k {
 	case "enter":
-		msg = tea.KeyMsg{Type: tea.KeyEnter}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyEnter})
 	case "esc":
-		msg = tea.KeyMsg{Type: tea.KeyEsc}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyEscape})
 	case "tab":
-		msg = tea.KeyMsg{Type: tea.KeyTab}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyTab})
 	case "down":
-		msg = tea.KeyMsg{Type: tea.KeyDown}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyDown})
 	case "up":
-		msg = tea.KeyMsg{Type: tea.KeyUp}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyUp})
 	case "pgup":
-		msg = tea.KeyMsg{Type: tea.KeyPgUp}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyPgUp})
 	case "end":
-		msg = tea.KeyMsg{Type: tea.KeyEnd}
+		msgs = append(msgs, tea.KeyPressMsg{Code: tea.KeyEnd})
 	case "ctrl+u":
-		msg = tea.KeyMsg{Type: tea.KeyCtrlU}
+		msgs = append(msgs, tea.KeyPressMsg{Code: 'u', Mod: tea.ModCtrl})
 	default:
-		msg = tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+		for _, r := range k {
+			msgs = append(msgs, tea.KeyPressMsg{Code: r, Text: string(r)})
+		}
 	}
-	_, cmd := m.Update(msg)
-	return cmd
+	var cmds []tea.Cmd
+	for _, msg := range msgs {
+		_, cmd := m.Update(msg)
+		cmds = append(cmds, cmd)
+	}
+	return tea.Batch(cmds...)
 }
 
 // press presses k and runs what it starts, when that is a request to
@@ -173,7 +181,7 @@ func typeText(m *Model, s string) {
 // screenHas fails unless the screen shows every one of want.
 func screenHas(t *testing.T, m *Model, want ...string) string {
 	t.Helper()
-	v := m.View()
+	v := m.View().Content
 	for _, w := range want {
 		if !strings.Contains(v, w) {
 			t.Fatalf("the screen does not show %q:\n%s", w, v)

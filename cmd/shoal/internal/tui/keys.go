@@ -3,30 +3,22 @@ package tui
 import (
 	"errors"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 )
 
 // key handles a key: the filter's or a popup's first, when one is open.
-func (m *Model) key(k tea.KeyMsg) tea.Cmd {
-	if k.Type == tea.KeyCtrlC {
+// Keys that arrive together (key repeat, a slow link) come one by one:
+// Bubble Tea reads each key of a burst as a message of its own.
+func (m *Model) key(k tea.KeyPressMsg) tea.Cmd {
+	if k.String() == "ctrl+c" {
 		return tea.Quit
 	}
-	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !k.Paste && !m.filtering && m.overlay != formOverlay {
-		// Keys that arrive together (key repeat, a slow link) are read
-		// as one: each acts in turn, as if read apart. A field takes
-		// them as text, and a paste is no keys.
-		cmds := make([]tea.Cmd, 0, len(k.Runes))
-		for _, r := range k.Runes {
-			cmds = append(cmds, m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt}))
-		}
-		return tea.Batch(cmds...)
-	}
 	if m.filtering {
-		switch k.Type {
-		case tea.KeyEnter, tea.KeyEsc:
+		switch k.String() {
+		case "enter", "esc":
 			m.filtering = false
 			m.filter.Blur()
-			if k.Type == tea.KeyEsc {
+			if k.String() == "esc" {
 				m.filter.SetValue("")
 			}
 			m.clamp()
@@ -153,6 +145,25 @@ func (m *Model) key(k tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
+// paste takes pasted text (a bracketed paste, which Bubble Tea reads as
+// one message) into the field that has the keyboard: the filter, a
+// form's field, a permission's message. A paste is never keys: with no
+// field open it does nothing.
+func (m *Model) paste(p tea.PasteMsg) tea.Cmd {
+	var cmd tea.Cmd
+	switch {
+	case m.filtering:
+		m.filter, cmd = m.filter.Update(p)
+		m.sel = 0
+	case m.overlay == formOverlay:
+		f := m.form
+		f.fields[f.focus], cmd = f.fields[f.focus].Update(p)
+	case m.overlay == permitOverlay && m.permit.message != nil:
+		*m.permit.message, cmd = m.permit.message.Update(p)
+	}
+	return cmd
+}
+
 // move moves the cursor of the list, or the feed's selection.
 func (m *Model) move(d int) tea.Cmd {
 	if m.feedFocus {
@@ -165,7 +176,7 @@ func (m *Model) move(d int) tea.Cmd {
 	return m.backfill()
 }
 
-func (m *Model) transcriptKey(k tea.KeyMsg) tea.Cmd {
+func (m *Model) transcriptKey(k tea.KeyPressMsg) tea.Cmd {
 	t, h := m.tr, m.bodyHeight()
 	t.settle(m.width, h)
 	switch k.String() {
@@ -177,7 +188,7 @@ func (m *Model) transcriptKey(k tea.KeyMsg) tea.Cmd {
 		t.down(h)
 	case "pgup":
 		t.scroll(-h, h)
-	case "pgdown", " ":
+	case "pgdown", "space":
 		t.scroll(h, h)
 	case "home", "g":
 		t.follow, t.top, t.sel = false, 0, 0
@@ -194,16 +205,22 @@ func (m *Model) transcriptKey(k tea.KeyMsg) tea.Cmd {
 
 // mouse: the wheel moves the selection or scrolls, a click on a row
 // selects it.
-func (m *Model) mouse(e tea.MouseMsg) tea.Cmd {
-	if e.Action != tea.MouseActionPress {
-		return nil
-	}
+func (m *Model) mouse(msg tea.MouseMsg) tea.Cmd {
+	e := msg.Mouse()
 	wheel := 0
-	switch e.Button {
-	case tea.MouseButtonWheelUp:
-		wheel = -1
-	case tea.MouseButtonWheelDown:
-		wheel = 1
+	switch msg.(type) {
+	case tea.MouseWheelMsg:
+		switch e.Button {
+		case tea.MouseWheelUp:
+			wheel = -1
+		case tea.MouseWheelDown:
+			wheel = 1
+		default:
+			return nil
+		}
+	case tea.MouseClickMsg:
+	default:
+		return nil
 	}
 	switch m.overlay {
 	case transcriptOverlay:
@@ -212,7 +229,7 @@ func (m *Model) mouse(e tea.MouseMsg) tea.Cmd {
 		switch {
 		case wheel != 0:
 			m.tr.scroll(3*wheel, h)
-		case e.Button == tea.MouseButtonLeft:
+		case e.Button == tea.MouseLeft:
 			m.tr.at(e.Y - 1)
 		}
 		return nil
@@ -244,7 +261,7 @@ func (m *Model) mouse(e tea.MouseMsg) tea.Cmd {
 		m.feedFocus = false
 		return m.move(wheel)
 	}
-	if e.Button != tea.MouseButtonLeft {
+	if e.Button != tea.MouseLeft {
 		return nil
 	}
 	if e.X < m.listWidth() {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -207,7 +207,7 @@ func TestPermissionRequests(t *testing.T) {
 		if len(got) != 1 {
 			t.Fatalf("%v asked the fabric %v", keys, got)
 		}
-		if v := m.View(); strings.Contains(v, "⚠ 1 waiting") {
+		if v := m.View().Content; strings.Contains(v, "⚠ 1 waiting") {
 			t.Fatalf("the answered request is still marked:\n%s", v)
 		}
 		return got[0].(schemas.PermitRequest)
@@ -254,7 +254,7 @@ func TestPermissionRequests(t *testing.T) {
 	// A fabric that serves none: no marker, and p says so.
 	m.Update(pendingMsg{err: fmt.Errorf("reading: %w", ErrNoPermits)})
 	key(m, "up")
-	if v := m.View(); strings.Contains(v, "⚠") {
+	if v := m.View().Content; strings.Contains(v, "⚠") {
 		t.Fatalf("a marker without permission requests:\n%s", v)
 	}
 	key(m, "p")
@@ -279,7 +279,7 @@ func TestTranscriptWrapsAndExpands(t *testing.T) {
 		ev("w", 4, schemas.AssistantText{Content: schemas.Text(long)}),
 	}
 	press(m, "t")
-	v := m.View()
+	v := m.View().Content
 	var text []string
 	for _, l := range strings.Split(v, "\n") {
 		if w := len([]rune(stripANSI(l))); w > 40 {
@@ -309,7 +309,7 @@ func TestTranscriptWrapsAndExpands(t *testing.T) {
 	key(m, "enter")
 	screenHas(t, m, "▶ Bash ls → completed: first.txt", "second.txt", "third.txt", `"command": "ls"`)
 	key(m, "enter")
-	if strings.Contains(m.View(), "third.txt") {
+	if strings.Contains(m.View().Content, "third.txt") {
 		t.Fatal("enter does not fold the tool again")
 	}
 }
@@ -388,25 +388,25 @@ func TestReadingDirection(t *testing.T) {
 		return out
 	}
 	say(20)
-	got := shownLines(m.View())
+	got := shownLines(m.View().Content)
 	if len(got) != m.feedRows() || got[0] != "line-014" || got[len(got)-1] != "line-020" {
 		t.Fatalf("the feed shows %v, want line-014 to line-020, newest last", got)
 	}
 	say(1)
-	if got := shownLines(m.View()); got[len(got)-1] != "line-021" {
+	if got := shownLines(m.View().Content); got[len(got)-1] != "line-021" {
 		t.Fatalf("the feed did not follow: %v", got)
 	}
 	key(m, "tab")
 	for range 10 {
 		key(m, "up")
 	}
-	before := shownLines(m.View())
+	before := shownLines(m.View().Content)
 	say(5)
-	if after := shownLines(m.View()); strings.Join(after, " ") != strings.Join(before, " ") {
+	if after := shownLines(m.View().Content); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Fatalf("the scrolled feed moved from %v to %v", before, after)
 	}
 	key(m, "end")
-	if got := shownLines(m.View()); got[len(got)-1] != "line-026" {
+	if got := shownLines(m.View().Content); got[len(got)-1] != "line-026" {
 		t.Fatalf("End does not go back to the newest: %v", got)
 	}
 
@@ -415,22 +415,22 @@ func TestReadingDirection(t *testing.T) {
 		src.stored["w"] = append(src.stored["w"], ev("w", i, schemas.AssistantText{Content: schemas.Text(fmt.Sprintf("line-%03d", i))}))
 	}
 	press(m, "t")
-	got = shownLines(m.View())
+	got = shownLines(m.View().Content)
 	if len(got) != m.bodyHeight() || got[0] != "line-015" || got[len(got)-1] != "line-026" {
 		t.Fatalf("the transcript shows %v, want line-015 to line-026, newest last", got)
 	}
 	say(2)
-	if got := shownLines(m.View()); got[len(got)-1] != "line-028" {
+	if got := shownLines(m.View().Content); got[len(got)-1] != "line-028" {
 		t.Fatalf("the transcript did not follow: %v", got)
 	}
 	key(m, "pgup")
-	before = shownLines(m.View())
+	before = shownLines(m.View().Content)
 	say(3)
-	if after := shownLines(m.View()); strings.Join(after, " ") != strings.Join(before, " ") {
+	if after := shownLines(m.View().Content); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Fatalf("the scrolled transcript moved from %v to %v", before, after)
 	}
 	key(m, "end")
-	if got := shownLines(m.View()); got[len(got)-1] != "line-031" {
+	if got := shownLines(m.View().Content); got[len(got)-1] != "line-031" {
 		t.Fatalf("End does not go back to the newest: %v", got)
 	}
 }
@@ -462,7 +462,7 @@ func TestMouseSelects(t *testing.T) {
 	m.View()
 	// Row 0 is the title, row 1 the column headers, row 2 node n1, rows
 	// 3 and 4 the agents.
-	m.Update(tea.MouseMsg{X: 3, Y: 4, Button: tea.MouseButtonLeft, Action: tea.MouseActionPress})
+	m.Update(tea.MouseClickMsg{X: 3, Y: 4, Button: tea.MouseLeft})
 	if a, _ := m.selected(); a.ID != "a2" {
 		t.Fatalf("selected %s", a.ID)
 	}
@@ -537,12 +537,12 @@ func TestChangedFilesOfTheSelectedAgent(t *testing.T) {
 		}
 	}
 	count("r1")
-	if view := m.View(); !strings.Contains(view, "repo /home/me/app on shoal/r1 from abababababab  3 files changed") {
+	if view := m.View().Content; !strings.Contains(view, "repo /home/me/app on shoal/r1 from abababababab  3 files changed") {
 		t.Errorf("the selected agent on a repository:\n%s", view)
 	}
 	count("r1") // counted a moment ago: not again
 	count("d1")
-	if view := m.View(); !strings.Contains(view, "cwd /srv/d1") {
+	if view := m.View().Content; !strings.Contains(view, "cwd /srv/d1") {
 		t.Errorf("the selected agent on a directory:\n%s", view)
 	}
 	if strings.Join(src.asked, ",") != "r1" {
@@ -572,7 +572,7 @@ func TestTUIWhileTheCoordinatorIsAway(t *testing.T) {
 	if again == nil {
 		t.Error("a failed read of the agents is not tried again")
 	}
-	if view := m.View(); !strings.Contains(view, "reconnecting… (the coordinator does not answer: context deadline exceeded)") {
+	if view := m.View().Content; !strings.Contains(view, "reconnecting… (the coordinator does not answer: context deadline exceeded)") {
 		t.Errorf("while away:\n%s", view)
 	}
 	nmsg := m.readNodes(0)()
@@ -589,7 +589,7 @@ func TestTUIObserverIsOfferedNoActions(t *testing.T) {
 	m := New(t.Context(), src, Options{Dir: "/home/me", Observer: true})
 	m.Update(tea.WindowSizeMsg{Width: 160, Height: 30})
 	m.Update(agentsMsg(agents))
-	if view := m.View(); !strings.Contains(view, "watching only") || strings.Contains(view, "s send") {
+	if view := m.View().Content; !strings.Contains(view, "watching only") || strings.Contains(view, "s send") {
 		t.Errorf("an observer's key line:\n%s", view)
 	}
 	for _, k := range []string{"s", "i", "x", "m", "p", "o"} {
@@ -647,14 +647,14 @@ func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 	m.Update(tea.WindowSizeMsg{Width: 160, Height: 20})
 	m.Update(agentsMsg(agents))
 	m.Update(m.readSpend(0)())
-	view := m.View()
+	view := m.View().Content
 	if !strings.Contains(view, "spent 32.0k of 50.0k tokens, $1.25") || strings.Contains(view, "budget reached") || !strings.Contains(view, "1.7k") {
 		t.Errorf("the fleet within its budget:\n%s", view)
 	}
 	src.rep.Budgets[0].Budget.Tokens = 30_000
 	m.src = src
 	m.Update(m.readSpend(0)())
-	if view := m.View(); !strings.Contains(view, "spent 32.0k of 30.0k tokens, $1.25 ⚠ fleet budget reached") {
+	if view := m.View().Content; !strings.Contains(view, "spent 32.0k of 30.0k tokens, $1.25 ⚠ fleet budget reached") {
 		t.Errorf("the fleet past its budget:\n%s", view)
 	}
 	// Cents round a small spend to nothing ("$0.00 of $1.00").
@@ -662,7 +662,7 @@ func TestHeaderShowsTheFleetsSpend(t *testing.T) {
 	src.rep.Spent.Rows[0].Usage.CostUSD = schemas.Cost(0.0037)
 	m.src = src
 	m.Update(m.readSpend(0)())
-	if view := m.View(); !strings.Contains(view, "tokens, $0.0037 of $1.00") {
+	if view := m.View().Content; !strings.Contains(view, "tokens, $0.0037 of $1.00") {
 		t.Errorf("the fleet's small spend against a dollar budget:\n%s", view)
 	}
 }
@@ -712,7 +712,7 @@ func TestNothingAnAgentWritesReachesTheTerminal(t *testing.T) {
 	m.Update(nodesMsg{{Name: "n1", Labels: map[string]string{"site" + evil: "lab" + evil}, Heartbeat: float64(now.UnixNano()) / 1e9,
 		Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true, Version: "2" + evil}}}})
 	key(m, "n")
-	noEscapes(t, "nodes", m.View())
+	noEscapes(t, "nodes", m.View().Content)
 	key(m, "n")
 
 	p := permitRecord("r1")

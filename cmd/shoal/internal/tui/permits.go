@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/bubbles/textinput"
-	tea "github.com/charmbracelet/bubbletea"
+	"charm.land/bubbles/v2/textinput"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -114,7 +114,7 @@ func (m *Model) permitShown() (int, bool) {
 }
 
 // permitKey handles a key in the permission overlay.
-func (m *Model) permitKey(k tea.KeyMsg) tea.Cmd {
+func (m *Model) permitKey(k tea.KeyPressMsg) tea.Cmd {
 	v := m.permit
 	i, ok := m.permitShown()
 	if !ok {
@@ -158,7 +158,7 @@ func (m *Model) permitKey(k tea.KeyMsg) tea.Cmd {
 		v.top++
 	case "pgup":
 		v.top = max(0, v.top-rows)
-	case "pgdown", " ":
+	case "pgdown", "space":
 		v.top += rows
 	default:
 		if len(s) == 1 && s[0] >= '1' && s[0] <= '9' {

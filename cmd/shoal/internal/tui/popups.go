@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/lipgloss/v2"
 )
 
 // popupWidth is the width of a popup's box; popupInner of its text.
@@ -57,7 +57,7 @@ func (s *scroller) key(k string, rows int) bool {
 		s.top++
 	case "pgup":
 		s.top = max(0, s.top-rows)
-	case "pgdown", " ":
+	case "pgdown", "space":
 		s.top += rows
 	case "home", "g":
 		s.top = 0
@@ -83,7 +83,7 @@ func (m *Model) formView() string {
 	f := m.form
 	var lines []string
 	for _, ti := range f.fields {
-		ti.Width = m.popupInner() - len(ti.Prompt) - 1
+		ti.SetWidth(m.popupInner() - len(ti.Prompt) - 1)
 		lines = append(lines, ti.View())
 	}
 	keys := "enter sends · esc cancels"
@@ -107,7 +107,7 @@ func (m *Model) permitView() string {
 	shown, scroll := window(m.wrapped(m.permitLines(r, i, len(rs))), &m.permit.top, rows)
 	keys := scroll + permitKeys(r, len(rs))
 	if v := m.permit.message; v != nil {
-		v.Width = m.popupInner() - len(v.Prompt) - 1
+		v.SetWidth(m.popupInner() - len(v.Prompt) - 1)
 		shown = append(shown, "", v.View())
 		keys = "enter denies · esc back"
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"io"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 )
 
 // Run shows the monitor full-screen on a terminal, reading keys and the
@@ -15,8 +15,8 @@ func Run(ctx context.Context, src Source, opts Options, in io.Reader, out io.Wri
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	m := New(ctx, src, opts)
-	_, err := tea.NewProgram(m, tea.WithContext(ctx), tea.WithAltScreen(), tea.WithMouseCellMotion(),
-		tea.WithInput(in), tea.WithOutput(out)).Run()
+	// The alternate screen and the mouse are asked for by the view.
+	_, err := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(out)).Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return nil
 	}

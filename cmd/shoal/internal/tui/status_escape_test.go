@@ -17,7 +17,7 @@ func TestStatusLineShowsNoEscapesOfAnAgentsReason(t *testing.T) {
 	key(m, "ctrl+u")
 	typeText(m, "acp:opencode:x/y")
 	press(m, "enter")
-	v := m.View()
+	v := m.View().Content
 	for _, bad := range []string{"\x1b]52", "\x1b]0;", "\x1b[2J", "\r"} {
 		if strings.Contains(v, bad) {
 			t.Errorf("the screen carries %q of what the agent said:\n%q", bad, v[strings.Index(v, "nope"):])

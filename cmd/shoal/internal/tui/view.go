@@ -2,12 +2,14 @@ package tui
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/shoalfabric/shoal/schemas"
@@ -25,16 +27,26 @@ var (
 	styleAsk      = lipgloss.NewStyle().Foreground(lipgloss.Color("11"))
 	styleBox      = lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).Padding(0, 1)
 
-	statusColor = map[schemas.AgentStatus]lipgloss.Color{
-		schemas.StatusStarting: "12", schemas.StatusIdle: "10", schemas.StatusWorking: "14",
-		schemas.StatusClosed: "8", schemas.StatusDead: "8",
+	statusColor = map[schemas.AgentStatus]color.Color{
+		schemas.StatusStarting: lipgloss.Color("12"), schemas.StatusIdle: lipgloss.Color("10"), schemas.StatusWorking: lipgloss.Color("14"),
+		schemas.StatusClosed: lipgloss.Color("8"), schemas.StatusDead: lipgloss.Color("8"),
 	}
+	amber = lipgloss.Color("214")
+	pulse = lipgloss.Color("6")
+	plain = lipgloss.Color("7")
 )
 
-const amber = lipgloss.Color("214")
+// View implements tea.Model: the monitor takes the whole screen (the
+// alternate screen) and the mouse's clicks and wheel.
+func (m *Model) View() tea.View {
+	v := tea.NewView(m.frame())
+	v.AltScreen = true
+	v.MouseMode = tea.MouseModeCellMotion
+	return v
+}
 
-// View implements tea.Model.
-func (m *Model) View() string {
+// frame is the screen's text.
+func (m *Model) frame() string {
 	if m.width == 0 {
 		return "starting…"
 	}
@@ -276,19 +288,19 @@ func tokens(u schemas.Usage) string {
 
 // color is an agent's status colour: working pulses, and turns amber
 // when the agent has been silent too long.
-func (m *Model) color(a schemas.AgentRecord) lipgloss.Color {
+func (m *Model) color(a schemas.AgentRecord) color.Color {
 	if a.Status == schemas.StatusWorking {
 		if f := m.feeds[a.ID]; f != nil && !f.lastActivity.IsZero() && m.now.Sub(f.lastActivity) > m.opts.Silent {
 			return amber
 		}
 		if m.tick%2 == 1 {
-			return "6"
+			return pulse
 		}
 	}
 	if c, ok := statusColor[a.Status]; ok {
 		return c
 	}
-	return "7"
+	return plain
 }
 
 // recordLines is how many lines the selected agent's record takes above
