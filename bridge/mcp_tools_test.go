@@ -144,9 +144,9 @@ func TestMCPOpenByNodeAndLabels(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"labels": map[string]any{"gpu": "no"}}, "Error opening agent: no node can take this agent (n1: lacks label gpu=no; n2: has gpu=yes, not no)"},
-		{map[string]any{"model": "ollama:fake-model", "labels": map[string]any{"site": "home"}}, "Error opening agent: no node can take this agent (n1: cannot run ollama agents; n2: has site=lab, not home)"},
-		{map[string]any{"model": "ollama:absent"}, `Error opening agent: no node can take this agent (n1: cannot run ollama agents; n2: does not serve ollama model "absent")`},
-		{map[string]any{"model": "ollama:fake-model", "node": "n1"}, "Error opening agent: node n1 cannot take this agent: cannot run ollama agents"},
+		{map[string]any{"model": "ollama:fake-model", "labels": map[string]any{"site": "home"}}, "Error opening agent: no node can take this agent (n1: cannot run ollama agents: it has none; n2: has site=lab, not home)"},
+		{map[string]any{"model": "ollama:absent"}, `Error opening agent: no node can take this agent (n1: cannot run ollama agents: it has none; n2: does not serve ollama model "absent")`},
+		{map[string]any{"model": "ollama:fake-model", "node": "n1"}, "Error opening agent: node n1 cannot take this agent: cannot run ollama agents: it has none"},
 		{map[string]any{"node": "n3"}, "Error opening agent: no node named n3 is running (nodes: n1, n2)"},
 	}
 	for _, r := range refusals {

@@ -129,7 +129,7 @@ func cannotRun(n schemas.NodeRecord, model string) string {
 	case found == nil:
 		// The node found none when it last looked (a command not on its
 		// PATH, no model server configured).
-		return "cannot run " + what + ": it has none (shoal node --help names the flag for one)"
+		return "cannot run " + what + ": it has none"
 	case !found.Ready:
 		return "cannot run " + what + ": " + found.Problem
 	case (kind == "ollama" || kind == "vmlx") && !schemas.ServesModel(found.Models, rest):

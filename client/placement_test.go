@@ -263,10 +263,10 @@ func TestPlaceNothingFits(t *testing.T) {
 	nodes := []schemas.NodeRecord{nodeRec("alpha", 0, claudeGone), nodeRec("beta", 0, ollamaQwen), full, lab, nodeRec("mac", 0, mlxQwen)}
 	want := map[string]string{
 		"alpha": "cannot run claude agents: claude is not on PATH",
-		"beta":  "cannot run claude agents: it has none (shoal node --help names the flag for one)",
+		"beta":  "cannot run claude agents: it has none",
 		"full":  "is full (4 of 4 agents)",
 		"lab":   "lacks label pool=x",
-		"mac":   "cannot run claude agents: it has none (shoal node --help names the flag for one)",
+		"mac":   "cannot run claude agents: it has none",
 	}
 	_, err := place(nodes, schemas.OpenRequest{Model: "sonnet", Labels: map[string]string{"pool": "x"}})
 	if schemas.CodeOf(err) != schemas.CodeUnavailable {
