@@ -340,6 +340,12 @@ func (a *Authority) ServerConfig() string {
 	accPub, _ := a.account.PublicKey()
 	return fmt.Sprintf(`# Shoal's accounts, from %s. Add this to the configuration of every
 # NATS server of the deployment; jetstream must be enabled.
+# A client whose link goes silent is closed within three pings, before the
+# stream's duplicate window (30s by default) passes: bytes it sent late
+# are then never read, and never stored twice. Keep ping_interval at a
+# sixth of the window if you change it (shoal up --stream-duplicates).
+ping_interval: "5s"
+ping_max: 2
 operator: %s
 system_account: %s
 resolver: MEMORY

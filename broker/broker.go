@@ -71,6 +71,21 @@ func maxConns(limit uint64) int {
 	return int(max(min(limit/2, server.DEFAULT_MAX_CONNECTIONS), 16))
 }
 
+// silentLinkPings are the server's pings for a stream whose duplicate
+// window is dup: a connection that answers none of MaxPingsOut of them is
+// closed by the next, within half the window. What a client sent into a
+// link that went silent (a dropped Wi-Fi, a NAT, a VM migrated: TCP keeps
+// the bytes and delivers them when the path comes back) could otherwise
+// reach the server after the window, and an event its sender's next life
+// (a node restarted) stored meanwhile was stored again: the window is
+// what drops a copy. The server's own default kept a silent connection
+// for minutes (a ping every two minutes). Pings every dup/6 (5 s at the
+// default window, 1 s at least), two unanswered at most: closed after
+// three intervals.
+func silentLinkPings(dup time.Duration) (interval time.Duration, maxOut int) {
+	return max(dup/6, time.Second), 2
+}
+
 func (b *Broker) options() (*server.Options, error) {
 	c := b.cfg
 	opts := &server.Options{
@@ -87,6 +102,7 @@ func (b *Broker) options() (*server.Options, error) {
 		DisableShortFirstPing: true,
 		MaxConn:               maxConns(openFileLimit()),
 	}
+	opts.PingInterval, opts.MaxPingsOut = silentLinkPings(c.Assets.withDefaults().Duplicates)
 	if c.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: c.Cluster.Name, Host: c.Cluster.Host, Port: c.Cluster.Port}
 		if c.Auth != nil {
