@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/shoalfabric/shoal/broker"
 	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/fabrictest"
 	"github.com/shoalfabric/shoal/internal/fakebackend"
@@ -18,15 +19,11 @@ import (
 	"github.com/shoalfabric/shoal/schemas"
 )
 
-// A run whose node answers "timed out" while the caller's connection is
-// away is sent again when the caller's connection comes back; the node
-// answers the copy with the reply it made, whatever it was, once the
-// turn was sent: one agent_run prompts the agent once. (It kept no reply
-// of a timeout, "a failure that may pass", and the copy was a new turn.)
-func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
-	t.Parallel()
-	srv := natstest.Start(t)
-	fb := fakebackend.New(fakebackend.Config{})
+// nodeBehindAProxy is node a on srv, running fb, and a caller whose link
+// to srv goes through p, which the test cuts; the caller reconnects at
+// once when the link is back.
+func nodeBehindAProxy(t *testing.T, srv *broker.Broker, fb *fakebackend.Backend) (*client.Direct, *netproxy.Proxy) {
+	t.Helper()
 	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
 	p := netproxy.Start(t, srv.ClientURL())
 	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
@@ -38,6 +35,19 @@ func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, p
+}
+
+// A run whose node answers "timed out" while the caller's connection is
+// away is sent again when the caller's connection comes back; the node
+// answers the copy with the reply it made, whatever it was, once the
+// turn was sent: one agent_run prompts the agent once. (It kept no reply
+// of a timeout, "a failure that may pass", and the copy was a new turn.)
+func TestRunAnsweredTimeoutWhileAwayIsNotRunTwice(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fb := fakebackend.New(fakebackend.Config{})
+	f, p := nodeBehindAProxy(t, srv, fb)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	op, err := f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir()})
@@ -112,17 +122,7 @@ func TestOpenAnsweredWhileAwayIsAskedAgainOnReturn(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	fb := fakebackend.New(fakebackend.Config{StartDelay: 2 * time.Second})
-	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
-	p := netproxy.Start(t, srv.ClientURL())
-	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	f, err := client.NewDirect(nc, client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, p := nodeBehindAProxy(t, srv, fb)
 	type opened struct {
 		rep schemas.OpenReply
 		err error

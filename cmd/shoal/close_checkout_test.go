@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +21,7 @@ import (
 // still starting. The node's git here sleeps before making a checkout.
 func TestACloseWhileTheCheckoutIsMadeEndsTheOpen(t *testing.T) {
 	t.Parallel()
-	p := &outagePool{dir: t.TempDir(), port: freePort(t)}
-	p.url = "nats://127.0.0.1:" + strconv.Itoa(p.port)
-	p.client = []string{"SHOAL_NATS=" + p.url}
-	p.coordinator(t)
+	p, _ := newOutagePool(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	home := filepath.Join(p.dir, "node")
 	bin := filepath.Join(p.dir, "slowgit")
@@ -81,10 +77,7 @@ func TestACloseWhileTheCheckoutIsMadeEndsTheOpen(t *testing.T) {
 // and gives way to it.
 func TestATurnForADeadAgentSaysWhyItDied(t *testing.T) {
 	t.Parallel()
-	p := &outagePool{dir: t.TempDir(), port: freePort(t)}
-	p.url = "nats://127.0.0.1:" + strconv.Itoa(p.port)
-	p.client = []string{"SHOAL_NATS=" + p.url}
-	p.coordinator(t)
+	p, _ := newOutagePool(t)
 	home := filepath.Join(p.dir, "node")
 	cli := filepath.Join(p.dir, "claude")
 	if err := os.WriteFile(cli, []byte("#!/bin/sh\n[ \"$1\" = --version ] && { echo '2.1.197 (Claude Code)'; exit 0; }\nsleep 1\necho 'fatal: cannot start (no login)' >&2\nexit 1\n"), 0o755); err != nil {

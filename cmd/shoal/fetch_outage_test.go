@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,10 +24,7 @@ import (
 // and a wait that goes on says what it waits for.
 func TestFetchOutlivesACoordinatorRestartMidBundle(t *testing.T) {
 	t.Parallel()
-	p := &outagePool{dir: t.TempDir(), port: freePort(t)}
-	p.url = "nats://127.0.0.1:" + strconv.Itoa(p.port)
-	p.client = []string{"SHOAL_NATS=" + p.url}
-	up := p.coordinator(t)
+	p, up := newOutagePool(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	home := filepath.Join(p.dir, "node")
 	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")

@@ -25,10 +25,7 @@ type outagePool struct {
 
 func startOutagePool(t *testing.T) (*outagePool, *shoalProc) {
 	t.Helper()
-	p := &outagePool{dir: t.TempDir(), port: freePort(t)}
-	p.url = "nats://127.0.0.1:" + strconv.Itoa(p.port)
-	p.client = []string{"SHOAL_NATS=" + p.url}
-	up := p.coordinator(t)
+	p, up := newOutagePool(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
 	// Turns of about six seconds.
 	for range 2 {
@@ -39,6 +36,16 @@ func startOutagePool(t *testing.T) (*outagePool, *shoalProc) {
 	node := startShoal(t, home, env, "node", "--nats", p.url, "--name", "remote", "--claude", peers.Claude.Command(t)[0])
 	node.waitLine("shoal: node remote joined")
 	return p, up
+}
+
+// newOutagePool is a pool on a port of its own, its coordinator (shoal up
+// without a node) started; p.coordinator starts it again after a kill.
+func newOutagePool(t *testing.T) (*outagePool, *shoalProc) {
+	t.Helper()
+	p := &outagePool{dir: t.TempDir(), port: freePort(t)}
+	p.url = "nats://127.0.0.1:" + strconv.Itoa(p.port)
+	p.client = []string{"SHOAL_NATS=" + p.url}
+	return p, p.coordinator(t)
 }
 
 func (p *outagePool) coordinator(t *testing.T) *shoalProc {
