@@ -275,10 +275,9 @@ func sendCommand() *command {
 }
 
 // whyDead adds to Kaimon's "agent '<id>' is dead" (its words, which the
-// MCP tools keep) why the agent's life ended, as its stream says (the
-// last error among its last events: a CLI that exited, a node restarted
-// or lost), or else where it ended, and what a person can do. Any other
-// error is err.
+// MCP tools keep) where the agent's life ended and why, as its stream
+// says (lastError: a CLI that exited, a node restarted or lost), and what
+// a person can do. Any other error is err.
 func whyDead(ctx context.Context, f client.Client, id string, err error) error {
 	if schemas.CodeOf(err) != schemas.CodeUnavailable || err.Error() != fmt.Sprintf("agent '%s' is dead", id) {
 		return err
