@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/poll"
 )
 
@@ -23,7 +22,6 @@ func TestACloseWhileTheCheckoutIsMadeEndsTheOpen(t *testing.T) {
 	t.Parallel()
 	p, _ := newOutagePool(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	home := filepath.Join(p.dir, "node")
 	bin := filepath.Join(p.dir, "slowgit")
 	began := filepath.Join(p.dir, "checkout-began")
 	realGit, err := exec.LookPath("git")
@@ -37,8 +35,7 @@ func TestACloseWhileTheCheckoutIsMadeEndsTheOpen(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "git"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "PATH="+bin+":"+os.Getenv("PATH"))
-	startShoal(t, home, env, "node", "--nats", p.url, "--name", "remote", "--claude", peers.Claude.Command(t)[0]).waitLine("shoal: node remote joined")
+	p.remoteNode(t, fake, "PATH="+bin+":"+os.Getenv("PATH"))
 
 	repo := oneCommitRepo(t, "repo", "hello\n")
 	open := startShoal(t, t.TempDir(), p.client, "open", "--repo", repo, "--node", "remote", "--id", "w", "--permission", "bypass")

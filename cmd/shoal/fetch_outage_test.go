@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shoalfabric/shoal/internal/fakemodel"
-	"github.com/shoalfabric/shoal/internal/peers"
 	"github.com/shoalfabric/shoal/internal/poll"
 )
 
@@ -26,9 +25,7 @@ func TestFetchOutlivesACoordinatorRestartMidBundle(t *testing.T) {
 	t.Parallel()
 	p, up := newOutagePool(t)
 	fake := fakemodel.Start(t, fakemodel.Config{})
-	home := filepath.Join(p.dir, "node")
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
-	startShoal(t, home, env, "node", "--nats", p.url, "--name", "remote", "--claude", peers.Claude.Command(t)[0]).waitLine("shoal: node remote joined")
+	home := p.remoteNode(t, fake)
 
 	repo := oneCommitRepo(t, "repo", "hello\n")
 	if code, _, errOut := runShoal(t, t.TempDir(), p.client, "open", "--repo", repo, "--node", "remote", "--id", "w", "--permission", "bypass"); code != 0 {

@@ -31,11 +31,18 @@ func startOutagePool(t *testing.T) (*outagePool, *shoalProc) {
 	for range 2 {
 		fake.Script(fakemodel.Reply{Text: strings.Repeat("steady ", 60), ChunkSize: 7, Delay: 100 * time.Millisecond})
 	}
-	home := filepath.Join(p.dir, "node")
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache")
-	node := startShoal(t, home, env, "node", "--nats", p.url, "--name", "remote", "--claude", peers.Claude.Command(t)[0])
-	node.waitLine("shoal: node remote joined")
+	p.remoteNode(t, fake)
 	return p, up
+}
+
+// remoteNode starts node "remote" of the pool, its claude CLI pointed at
+// fake, env added to its environment, and returns its home directory.
+func (p *outagePool) remoteNode(t *testing.T, fake *fakemodel.Server, env ...string) string {
+	t.Helper()
+	home := filepath.Join(p.dir, "node")
+	env = append(append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache"), env...)
+	startShoal(t, home, env, "node", "--nats", p.url, "--name", "remote", "--claude", peers.Claude.Command(t)[0]).waitLine("shoal: node remote joined")
+	return home
 }
 
 // newOutagePool is a pool on a port of its own, its coordinator (shoal up
