@@ -327,15 +327,10 @@ func (h *Host) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer unlock()
-	if h.cfg.Confined {
-		h.store = &relayStore{nc: h.cfg.Conn, node: h.cfg.Name}
-	} else if h.store, err = newDirectStore(ctx, h.cfg.Conn, h.js, h.cfg.Name); err != nil {
-		return err
-	}
-	hello, err := h.store.hello(ctx)
+	hello, err := h.join(ctx)
 	switch {
 	case err != nil:
-		return fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
+		return err
 	case hello.NameTaken && h.cfg.Confined:
 		// Its credentials name it: another name takes other credentials.
 		return schemas.Errf(schemas.CodeConflict, "a node named %s is already running; its credentials name this node %s too: stop the other, or give this one credentials of its own (shoal creds node NAME)", h.cfg.Name, h.cfg.Name)
@@ -506,6 +501,57 @@ func (h *Host) Run(ctx context.Context) (err error) {
 	stopBG()
 	wg.Wait()
 	return nil
+}
+
+// join opens the fabric's stream and buckets (a confined node: its
+// relay) and says hello, which checks that the node's name is free. It
+// waits, saying so, while they are not there yet: a coordinator started
+// with its nodes (a service manager, compose) that has not made them on
+// its NATS deployment, a relay not yet answering, a cluster electing the
+// stream's leader. Any other failure ends it.
+func (h *Host) join(ctx context.Context) (schemas.RelayHelloReply, error) {
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		hello, err := h.openStore(ctx)
+		if err == nil || !notThereYet(err) || ctx.Err() != nil {
+			return hello, err
+		}
+		h.log.Warn("waiting for the coordinator (shoal up) to make the fabric's stream and buckets, or to answer", "err", err)
+		select {
+		case <-ctx.Done():
+			return hello, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (h *Host) openStore(ctx context.Context) (schemas.RelayHelloReply, error) {
+	if h.cfg.Confined {
+		h.store = &relayStore{nc: h.cfg.Conn, node: h.cfg.Name}
+	} else {
+		s, err := newDirectStore(ctx, h.cfg.Conn, h.js, h.cfg.Name)
+		if err != nil {
+			return schemas.RelayHelloReply{}, err
+		}
+		h.store = s
+	}
+	hello, err := h.store.hello(ctx)
+	if err != nil {
+		return hello, fmt.Errorf("check that the name %s is free: %w", h.cfg.Name, err)
+	}
+	return hello, nil
+}
+
+// notThereYet reports whether err, from opening the fabric's store, is
+// one a wait ends: the stream or a bucket not made yet, JetStream or the
+// relay not answering in time, a cluster without a leader for a moment.
+func notThereYet(err error) bool {
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		schemas.CodeOf(err) == schemas.CodeUnavailable {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 503 // JetStream temporarily unavailable
 }
 
 // eventSender is how the node's events reach the stream: in fast

@@ -24,10 +24,11 @@ type Stored struct {
 	// enough to say they are gone.
 	Dropped bool
 	// Usage is what the id's last life has used, from its results.
-	Usage Usage
-	ended bool // the last event seen was a status dead: a later one begins a new life
-	turns map[int]*storedTurn
-	calls map[string]bool // tool calls already given a line
+	Usage  Usage
+	ended  bool        // the last event seen was a status dead: a later one begins a new life
+	status AgentStatus // the last status event's
+	turns  map[int]*storedTurn
+	calls  map[string]bool // tool calls already given a line
 }
 
 type storedTurn struct {
@@ -35,6 +36,7 @@ type storedTurn struct {
 	lines   []string // the same with tool lines, for include_tools
 	partial strings.Builder
 	started bool
+	done    bool // its result is stored
 }
 
 // NewStored starts the history of an agent whose oldest stored event is
@@ -58,11 +60,12 @@ func (s *Stored) Add(ev Event) {
 	}
 	switch p := ev.Payload.(type) {
 	case Status:
-		s.ended = p.Status == StatusDead
+		s.ended, s.status = p.Status == StatusDead, p.Status
 	case Result:
 		if p.Usage != nil {
 			s.Usage.Add(*p.Usage)
 		}
+		turn().done = true
 	case TurnStarted:
 		turn().started = true
 		if s.First > 1 && s.Whole == 0 {
@@ -132,6 +135,12 @@ func OutputOf(s *Stored, rec *AgentRecord, req OutputRequest) (OutputReply, erro
 	status, current := StatusDead, s.Last
 	if rec != nil {
 		status, current = rec.Status, max(current, rec.Turn)
+	}
+	// A record is written after the events it sums up are stored: one
+	// that says working at a turn whose result the stream holds lags it,
+	// and the agent is as its last status event says.
+	if t := s.turns[current]; status == StatusWorking && t != nil && t.done && s.status != "" && s.status != StatusWorking {
+		status = s.status
 	}
 	working := status == StatusWorking
 	target := current

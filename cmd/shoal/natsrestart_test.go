@@ -85,11 +85,18 @@ func (n *testNATS) up(args ...string) *shoalProc {
 // returns once it joined.
 func (n *testNATS) node(fake *fakemodel.Server, name string) *shoalProc {
 	n.t.Helper()
-	home := filepath.Join(n.dir, name)
-	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
-	p := startShoal(n.t, home, env, "node", "--nats", n.url, "--name", name, "--claude", peers.Claude.Command(n.t)[0], "--stop-wait", "500ms")
+	p := n.startNode(fake, name)
 	p.waitLine("shoal: node " + name + " joined")
 	return p
+}
+
+// startNode starts node name on the server, its claude CLI against fake,
+// and returns at once.
+func (n *testNATS) startNode(fake *fakemodel.Server, name string) *shoalProc {
+	n.t.Helper()
+	home := filepath.Join(n.dir, name)
+	env := append(peers.ClaudeEnv(filepath.Join(home, "claude"), fake.URL()), "XDG_CACHE_HOME="+home+"/cache", "XDG_DATA_HOME="+home+"/data")
+	return startShoal(n.t, home, env, "node", "--nats", n.url, "--name", name, "--claude", peers.Claude.Command(n.t)[0], "--stop-wait", "500ms")
 }
 
 // buckets connects to the server and opens the nodes' and agents' buckets.
