@@ -793,6 +793,12 @@ func (f *Direct) recordEntry(ctx context.Context, id string) (schemas.AgentRecor
 		return schemas.AgentRecord{}, 0, time.Time{}, err
 	}
 	e, err := kv.Get(ctx, id)
+	// A read whose request or answer was lost with the link (JetStream's
+	// own timeout, the caller's time not up) is read again: the link may
+	// be back, and a read asked twice is the same read.
+	for i := 1; i < recordReads && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)); i++ {
+		e, err = kv.Get(ctx, id)
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return schemas.AgentRecord{}, 0, time.Time{}, schemas.Errf(schemas.CodeNotFound, "no such agent: %s", id)
 	}
@@ -805,6 +811,10 @@ func (f *Direct) recordEntry(ctx context.Context, id string) (schemas.AgentRecor
 	}
 	return rec, e.Revision(), e.Created(), nil
 }
+
+// recordReads is how many times recordEntry asks for a record whose
+// answer does not come.
+const recordReads = 3
 
 // toOwner sends a request about an agent to the node that owns it. An
 // agent whose record says dead is answered without asking a node that

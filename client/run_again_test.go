@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -149,5 +150,76 @@ func TestOpenAnsweredWhileAwayIsAskedAgainOnReturn(t *testing.T) {
 	}
 	if n := fb.Starts.Load(); n != 1 {
 		t.Errorf("one open started the agent %d times", n)
+	}
+}
+
+// A request that acts, made as the caller's link goes (what it sends
+// first, the read of the agent's record, lost with the link), returns
+// within moments of the link's return: the read is asked again, where it
+// failed after JetStream's 5 s ("read agent across: context deadline
+// exceeded"), and the request after it is sent again once the link is
+// back if its answer is lost too.
+func TestRequestsThatActAreAskedAgainOnReturn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	fb := fakebackend.New(fakebackend.Config{})
+	fabrictest.Node(t, srv, node.Config{Name: "a", Backends: []backend.Backend{fb}})
+	p := netproxy.Start(t, srv.ClientURL())
+	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f, err := client.NewDirect(nc, client.Config{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := f.Open(t.Context(), schemas.OpenRequest{ID: "across", CWD: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := op.AgentID
+	for _, c := range []struct {
+		verb string
+		call func(context.Context) error
+	}{
+		{"send", func(ctx context.Context) error {
+			_, err := f.Send(ctx, schemas.SendRequest{AgentID: id, Text: "slow" + strings.Repeat(" word", 20)})
+			return err
+		}},
+		{"interrupt", func(ctx context.Context) error {
+			_, err := f.Interrupt(ctx, schemas.AgentRequest{AgentID: id})
+			return err
+		}},
+		{"set-model", func(ctx context.Context) error {
+			_, err := f.SetModel(ctx, schemas.SetModelRequest{AgentID: id, Model: "other"})
+			return err
+		}},
+		{"close", func(ctx context.Context) error {
+			rep, err := f.Close(ctx, schemas.AgentRequest{AgentID: id})
+			if err == nil && !rep.Closed {
+				err = errors.New("closed false")
+			}
+			return err
+		}},
+	} {
+		done := make(chan error, 1)
+		p.Freeze() // the request goes into a link that holds it, and is lost with it
+		go func() { done <- c.call(t.Context()) }()
+		time.Sleep(300 * time.Millisecond)
+		p.Cut()
+		p.Thaw()
+		time.Sleep(time.Second)
+		p.Restore()
+		back := time.Now()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s across the caller's outage: %v", c.verb, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still waits 10 s after the caller's connection came back", c.verb)
+		}
+		t.Logf("%s answered %s after the link came back", c.verb, time.Since(back).Round(time.Millisecond))
 	}
 }
