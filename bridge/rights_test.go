@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,20 +270,11 @@ func TestLongIDsAreRefusedAndMCPKeepsAnswering(t *testing.T) {
 
 // A real claude agent, its recursion guard lifted, driven by the fake
 // model: it cannot run, send to, close or read an agent a person opened
-// on another node, and it can do each to its own child there. Each node
-// has its own fake model, so the child's turns take their replies from
-// the second in order while the parent's come from the first.
+// on another node, nor open a child there; it can do each to its own
+// child, on its own node. The parent's model answers the child's turns
+// ("one", "two") by their text, and the parent's by its script.
 func TestRealClaudeDrivesOnlyItsOwnSubtree(t *testing.T) {
 	t.Parallel()
-	mine, theirs := fakemodel.Start(t, fakemodel.Config{}), fakemodel.Start(t, fakemodel.Config{})
-	fb, door := startRecordedFabric(t)
-	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fb.claudeBackend(mine)}})
-	fb.runNode(node.Config{Name: "n2", Backends: []backend.Backend{fb.claudeBackend(theirs)}})
-	ctx := t.Context()
-	victim, err := fb.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "n2", Permission: "bypass", ID: "victim"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cwd := t.TempDir()
 	tool := func(name, args string) fakemodel.Reply {
 		return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{Name: schemas.MCPToolPrefix + name, Input: json.RawMessage(args)}}}
@@ -298,19 +290,34 @@ func TestRealClaudeDrivesOnlyItsOwnSubtree(t *testing.T) {
 		{tool("agent_close", `{`+on("victim")+`}`), true, "rule subtree"},
 		{tool("agent_output", `{`+on("victim")+`}`), true, "rule subtree"},
 		{tool("agent_events", `{`+on("victim")+`}`), true, "rule subtree"},
-		{tool("agent_open", `{"cwd":"`+cwd+`","permission":"lab","id":"kid","node":"n2"}`), false, `"agent_id":"kid"`},
+		{tool("agent_open", `{"cwd":"`+cwd+`","permission":"lab","id":"kid2","node":"n2"}`), true, "may not place its child on node n2: it runs on node n1, as that node's user"},
+		{tool("agent_open", `{"cwd":"`+cwd+`","permission":"lab","id":"kid"}`), false, `"agent_id":"kid"`},
 		{tool("agent_send", `{`+on("kid")+`,"text":"one"}`), false, `"turn":1`},
 		{tool("agent_run", `{`+on("kid")+`,"text":"two"}`), false, "kid two"},
 		{tool("agent_output", `{`+on("kid")+`,"which":"all"}`), false, "kid one"},
 		{tool("agent_events", `{`+on("kid")+`}`), false, `"next_event"`},
 		{tool("agent_close", `{`+on("kid")+`}`), false, `"closed":true`},
 	}
-	var replies []fakemodel.Reply
-	for _, s := range steps {
-		replies = append(replies, s.reply)
+	kidTurn := func(r fakemodel.Request) bool { return r.UserText == "one" || r.UserText == "two" }
+	var parentAsked atomic.Int32
+	mine := fakemodel.Start(t, fakemodel.Config{Default: func(r fakemodel.Request) fakemodel.Reply {
+		if kidTurn(r) {
+			return fakemodel.Reply{Text: "kid " + r.UserText}
+		}
+		if i := int(parentAsked.Add(1)) - 1; i < len(steps) {
+			return steps[i].reply
+		}
+		return fakemodel.Reply{Text: "Done."}
+	}})
+	theirs := fakemodel.Start(t, fakemodel.Config{})
+	fb, door := startRecordedFabric(t)
+	fb.runNode(node.Config{Name: "n1", Backends: []backend.Backend{fb.claudeBackend(mine)}})
+	fb.runNode(node.Config{Name: "n2", Backends: []backend.Backend{fb.claudeBackend(theirs)}})
+	ctx := t.Context()
+	victim, err := fb.f.Open(ctx, schemas.OpenRequest{CWD: t.TempDir(), Node: "n2", Permission: "bypass", ID: "victim"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	mine.Script(append(replies, fakemodel.Reply{Text: "Done."})...)
-	theirs.Script(fakemodel.Reply{Text: "kid one"}, fakemodel.Reply{Text: "kid two"})
 	none := []string{}
 	parent, err := fb.f.Open(ctx, schemas.OpenRequest{CWD: cwd, Node: "n1", Permission: "lab", DisallowedTools: &none})
 	if err != nil {
@@ -320,7 +327,12 @@ func TestRealClaudeDrivesOnlyItsOwnSubtree(t *testing.T) {
 	if err != nil || ran.Text != "Done." {
 		t.Fatalf("the parent's run: %+v %v", ran, err)
 	}
-	reqs := mine.Requests()
+	var reqs []fakemodel.Request
+	for _, r := range mine.Requests() {
+		if !kidTurn(r) {
+			reqs = append(reqs, r)
+		}
+	}
 	if len(reqs) != len(steps)+1 {
 		t.Fatalf("the parent's model was asked %d times: %s", len(reqs), toolResults(reqs))
 	}
@@ -340,13 +352,16 @@ func TestRealClaudeDrivesOnlyItsOwnSubtree(t *testing.T) {
 			t.Errorf("a tool call reached the door as %q", c.AgentID)
 		}
 	}
-	// The victim ran nothing: no turn, no request to its model beyond the
-	// kid's two.
+	// The victim ran nothing, and nothing ran on its node: no turn, no
+	// request to that node's model.
 	if rec, err := fb.f.Record(ctx, victim.AgentID); err != nil || rec.Turn != 0 || rec.Status == schemas.StatusDead {
 		t.Errorf("the victim after the parent's attempts: %s %v", mustJSON(rec), err)
 	}
-	if n := len(theirs.Requests()); n != 2 {
-		t.Errorf("the second node's model was asked %d times, want the kid's two turns", n)
+	if n := len(theirs.Requests()); n != 0 {
+		t.Errorf("the second node's model was asked %d times, want none", n)
+	}
+	if kid, err := fb.f.Record(ctx, "kid"); err != nil || kid.Node != "n1" {
+		t.Errorf("the parent's child ran on node %q (%v), want its parent's n1", kid.Node, err)
 	}
 }
 
@@ -744,5 +759,64 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 		if rec, err := fb.f.Record(t.Context(), id); err == nil {
 			t.Errorf("agent %s was opened: %s", id, mustJSON(rec))
 		}
+	}
+}
+
+// An agent that runs unsandboxed, as its node's user, has its children on
+// that node too: one placed on another node (named, or by placement)
+// would run as that node's user, with its files (its credentials, every
+// agent token of its agents), in a directory of the same name that the
+// parent never had. A directory the coordinator's machine also has
+// placed the child anywhere before (outside attack: an agent on a node
+// run as nobody opened a child on a node run as root, which read that
+// node's credentials).
+func TestDoorKeepsAnUnsandboxedAgentsChildrenOnItsNode(t *testing.T) {
+	t.Parallel()
+	fb := startFabric(t, bridge.HTTPConfig{})
+	none := []string{}
+	free, _ := schemas.ComposePolicy("bypass", "", nil, &none, false)
+	work := t.TempDir() // on this machine too, as a shared home or the same container path is
+	putRecord(t, fb, schemas.AgentRecord{ID: "loose", Status: schemas.StatusIdle, Node: "n1", Policy: free.Record(work)})
+	as := fb.client(map[string]string{schemas.AgentIDHeader: "loose"})
+	if text, isErr := call(t, as, "agent_open", map[string]any{"cwd": work, "node": "n2", "permission": "bypass"}); !isErr || !strings.Contains(text, "agent loose may not place its child on node n2: it runs on node n1, as that node's user") {
+		t.Errorf("an unsandboxed agent's child placed on another node: %q, want the door's refusal", text)
+	}
+	// Placed by the door, not by placement: to n1 (a stand-in here that
+	// says what came).
+	_, js := natstest.JetStream(t, fb.b)
+	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	for _, n := range []string{"n1", "n2"} {
+		rec, _ := json.Marshal(schemas.NodeRecord{Name: n, Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}}, StartedAt: now, Heartbeat: now})
+		if _, err := nodes.Put(t.Context(), n, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opens := make(chan schemas.OpenRequest, 1)
+	stand := natstest.Connect(t, fb.b)
+	sub, err := stand.Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
+		var req schemas.OpenRequest
+		json.Unmarshal(m.Data, &req)
+		opens <- req
+		m.Respond([]byte(`{"error":{"code":"unavailable","message":"a stand-in"}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := stand.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "permission": "bypass"})
+	select {
+	case req := <-opens:
+		if req.Node != "n1" || req.Parent != "loose" {
+			t.Errorf("an unsandboxed agent's child went to node %q (parent %q); want n1, loose", req.Node, req.Parent)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("an unsandboxed agent's child with no node named was not sent to its parent's node n1; the door said %q", text)
 	}
 }

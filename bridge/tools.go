@@ -287,16 +287,20 @@ func (m *MCP) open(ctx context.Context, c caller, raw json.RawMessage) (any, err
 				return nil, err
 			}
 		}
+		// An agent's children run on its node: the same path on another
+		// node is another directory, which the parent never had, and a
+		// child there would run as that node's user, with its files (its
+		// credentials, its agents' tokens), where the parent runs as its
+		// own node's user or in a sandbox.
 		switch {
-		case !local && !sandboxed:
 		case req.Node == "":
 			req.Node = c.rec.Node
 		case req.Node != c.rec.Node && sandboxed:
-			// The same path on another node is another directory, which
-			// the sandboxed parent never had.
 			return nil, refused("agent %s runs sandboxed on node %s: its children run there too, not on node %s", c.rec.ID, c.rec.Node, req.Node)
-		case req.Node != c.rec.Node:
+		case req.Node != c.rec.Node && local:
 			return nil, refused("path %s is on node %s alone, where agent %s works: its child may not be placed on node %s", req.CWD, c.rec.Node, c.rec.ID, req.Node)
+		case req.Node != c.rec.Node:
+			return nil, refused("agent %s may not place its child on node %s: it runs on node %s, as that node's user, and its children run there too (the same path on another node is another directory, under another user)", c.rec.ID, req.Node, c.rec.Node)
 		}
 		// The id it opens under, named now: with none given it is the
 		// request id's, which the caller chooses as freely as an id.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 )
 
 // serverLog adapts the NATS server's logger to slog and remembers the
@@ -15,10 +16,28 @@ type serverLog struct {
 	log     *slog.Logger
 	fatalCh chan error
 
-	mu    sync.Mutex
-	first error
-	last  string // the last error the server logged
+	mu         sync.Mutex
+	first      error
+	last       string                       // the last error the server logged
+	violations map[string]*violationsLogged // connection -> what was logged of its violations lately
 }
+
+// violationsLogged is what the server's log said of one connection's
+// permission violations within a window: any credential, a read-only
+// observer's among them, can make the server log a line for each publish
+// it may not make, thousands a second.
+type violationsLogged struct {
+	start      time.Time
+	said, held int
+}
+
+// A connection has at most violationsPerWindow lines of permission
+// violations in the log within violationWindow; the rest are counted, and
+// the count logged with its next violation after the window.
+const (
+	violationsPerWindow = 20
+	violationWindow     = time.Minute
+)
 
 func newServerLog(l *slog.Logger) *serverLog {
 	return &serverLog{log: l.With("component", "nats-server"), fatalCh: make(chan error, 1)}
@@ -36,8 +55,61 @@ func (s *serverLog) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	s.mu.Lock()
 	s.last = msg
+	say, before, hold := s.admit(msg, time.Now())
 	s.mu.Unlock()
-	s.log.Error(msg)
+	if before > 0 {
+		s.log.Error("permission violations of a connection were not logged", "connection", violator(msg), "count", before, "within", violationWindow)
+	}
+	if say {
+		s.log.Error(msg)
+	}
+	if hold {
+		s.log.Error("more permission violations of this connection are not logged for a while: it has had its share of lines", "connection", violator(msg), "lines", violationsPerWindow, "within", violationWindow)
+	}
+}
+
+// admit says whether msg is logged: any line but a permission violation
+// is, and a connection's violations up to their share within the window.
+// before is the count of its violations the last window held back; hold
+// says this is the first one held back in this window. Called with s.mu
+// held.
+func (s *serverLog) admit(msg string, now time.Time) (say bool, before int, hold bool) {
+	who := violator(msg)
+	if who == "" {
+		return true, 0, false
+	}
+	if s.violations == nil {
+		s.violations = map[string]*violationsLogged{}
+	}
+	w := s.violations[who]
+	if w == nil || now.Sub(w.start) >= violationWindow {
+		if len(s.violations) > 10000 {
+			clear(s.violations)
+		}
+		if w != nil {
+			before = w.held
+		}
+		w = &violationsLogged{start: now}
+		s.violations[who] = w
+	}
+	if w.said < violationsPerWindow {
+		w.said++
+		return true, before, false
+	}
+	w.held++
+	return false, before, w.held == 1
+}
+
+// violator is the connection a permission violation the server logged
+// names (its address, id, name and user, as the server writes them), or
+// "" when msg is no violation.
+func violator(msg string) string {
+	for _, v := range []string{" - Publish Violation", " - Subscription Violation"} {
+		if who, _, ok := strings.Cut(msg, v); ok {
+			return who
+		}
+	}
+	return ""
 }
 
 // lastError is the last error the server logged, or "".
