@@ -317,7 +317,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		_, op, agent, ok := schemas.ParseRelaySubject(m.Subject)
 		if h := handlers[op]; ok && h != nil && (agent != "") == schemas.RelayOpNamesAgent(op) {
 			h(m)
+			return
 		}
+		r.malformed(m)
 	}}
 	go func() {
 		t := time.NewTicker(ackWait / 4)
@@ -629,6 +631,22 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 		return "", "", false
 	}
 	return node, agent, true
+}
+
+// malformed answers a message on a subject of a node's namespace that
+// names no operation of the relay: an unknown one, one without the agent
+// it takes or with one it does not, an agent id that is no id. The node
+// is told, on its own inbox, as a malformed body is told.
+func (r *Relay) malformed(m *nats.Msg) {
+	rest, _ := strings.CutPrefix(m.Subject, "shoal.relay.")
+	node, _, _ := strings.Cut(rest, ".")
+	if schemas.ValidID(node) != nil || !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") || len(m.Reply) > schemas.MaxReplySubject {
+		return
+	}
+	subject := fmt.Sprintf("%.120q", m.Subject)
+	r.warn(node+"/subject", "answered a relay message whose subject names no operation", "node", node, "subject", subject)
+	replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid,
+		"subject %s names no operation of the relay: want shoal.relay.%s.<operation>, and .<agent id> after get, event, record, permit, bundle_get, bundle_put and budget", subject, node)})
 }
 
 // event forwards an event of an agent the node owns to agent.<id>: a
