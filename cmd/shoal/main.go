@@ -33,13 +33,26 @@ func main() {
 		}
 	}
 	proc.PassNothingOn() // nothing a caller left open reaches the agents
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	context.AfterFunc(ctx, stopAtOnceOnASecondSignal)
 	endProfile := cpuProfile(os.Getenv(envCPUProfile))
 	code := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Getenv)
 	endProfile()
 	stop()
 	os.Exit(code)
+}
+
+// stopSignals are the signals that stop a command cleanly, as Ctrl-C
+// does: SIGINT, SIGTERM, and SIGHUP (its terminal closed, an SSH session
+// dropped), which killed it at once, leaving what it was making (a
+// bundle being written, a job's agent holding its slot). A process
+// started with SIGHUP ignored (nohup) keeps ignoring it.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }
 
 // stopAtOnceOnASecondSignal makes a second Ctrl-C (or SIGTERM) end a
@@ -49,12 +62,15 @@ func main() {
 // start settles the rest.
 func stopAtOnceOnASecondSignal() {
 	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(again, stopSignals()...)
 	go func() {
 		s := <-again
 		name := "interrupt"
-		if s == syscall.SIGTERM {
+		switch s {
+		case syscall.SIGTERM:
 			name = "terminate"
+		case syscall.SIGHUP:
+			name = "hangup"
 		}
 		fmt.Fprintf(os.Stderr, "shoal: %s again: stopping at once\n", name)
 		os.Exit(exitInterrupted)

@@ -20,20 +20,26 @@ import (
 // it; or to shoal alone (kill -INT), which kills its git: git's lock file
 // beside the bundle's path was then left behind, as large as what it had
 // bundled (an outside review: 150 MB in $TMPDIR at each interrupt), and
-// the open exited 1 saying git was killed.
+// the open exited 1 saying git was killed. A terminal closed (an SSH
+// session dropped) sends SIGHUP to the group, which stops it the same
+// way: it died at once, leaving git writing a bundle no one removed.
 func TestOpenStoppedByCtrlCWhileBundlingLeavesNoBundle(t *testing.T) {
 	t.Parallel()
-	for _, group := range []bool{true, false} {
-		t.Run(map[bool]string{true: "the process group", false: "shoal alone"}[group], func(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		group bool
+		sig   syscall.Signal
+	}{{"the process group", true, syscall.SIGINT}, {"shoal alone", false, syscall.SIGINT}, {"hangup", true, syscall.SIGHUP}} {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			openStoppedWhileBundling(t, group)
+			openStoppedWhileBundling(t, c.group, c.sig)
 		})
 	}
 }
 
-// openStoppedWhileBundling sends SIGINT to `shoal open --repo` as it
+// openStoppedWhileBundling sends sig to `shoal open --repo` as it
 // bundles, to its process group or to it alone.
-func openStoppedWhileBundling(t *testing.T, group bool) {
+func openStoppedWhileBundling(t *testing.T, group bool, sig syscall.Signal) {
 	c := startCoordinator(t, nil)
 	repo := t.TempDir()
 	git := func(args ...string) { gittest.Git(t, repo, args...) }
@@ -60,17 +66,17 @@ func openStoppedWhileBundling(t *testing.T, group bool) {
 	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	poll.Until(t, time.Minute, "git writes the bundle", func() bool { return bundleIn(tmp, 1<<20) != "" })
 	if group {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		syscall.Kill(-cmd.Process.Pid, sig)
 	} else {
-		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Process.Signal(sig)
 	}
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
-		t.Fatalf("shoal open did not stop at Ctrl-C; it said:\n%s", stderr.String())
+		t.Fatalf("shoal open did not stop at %v; it said:\n%s", sig, stderr.String())
 	}
 	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
-		t.Errorf("shoal open stopped by Ctrl-C exited %d, want %d; it said:\n%s", code, exitInterrupted, stderr.String())
+		t.Errorf("shoal open stopped by %v exited %d, want %d; it said:\n%s", sig, code, exitInterrupted, stderr.String())
 	}
 	poll.Until(t, 10*time.Second, "the temp directory holds nothing of the bundle", func() bool { return bundleIn(tmp, 0) == "" })
 }
