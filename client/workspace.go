@@ -48,12 +48,33 @@ func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src Repo
 	if err := repoOpenAllowed(req); err != nil {
 		return schemas.OpenReply{}, err
 	}
+	if err := f.reopensAsItWas(ctx, req.ID, src); err != nil {
+		return schemas.OpenReply{}, err
+	}
 	start, err := prepareRepo(ctx, src)
 	if err != nil {
 		return schemas.OpenReply{}, err
 	}
 	defer start.Close()
 	return f.openPrepared(ctx, req, start)
+}
+
+// reopensAsItWas refuses a reopen of agent id, whose work goes on in its
+// own checkout, that asks for another start: the caller's uncommitted
+// work, or a ref. Neither would be taken.
+func (f *Direct) reopensAsItWas(ctx context.Context, id string, src RepoSource) error {
+	if id == "" || (!src.WithChanges && src.Ref == "") {
+		return nil
+	}
+	rec, err := f.Record(ctx, id)
+	if err != nil || rec.Workspace == nil || rec.Status != schemas.StatusDead {
+		return nil // a new id, or one in use, which the open refuses
+	}
+	what := "with_changes (--with-changes)"
+	if src.Ref != "" {
+		what = "ref (--ref)"
+	}
+	return schemas.Errf(schemas.CodeInvalid, "agent %s goes on in its own checkout, its work as it left it (node %s, branch %s): a reopen takes no %s; leave it out, or give this agent another id for a fresh start", id, rec.Node, schemas.BranchName(id), what)
 }
 
 // repoOpenAllowed refuses an open on the caller's repository that sets

@@ -846,3 +846,37 @@ func TestAStartingAgentOnARepositoryNamesItsBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A reopened agent goes on in its own checkout: a reopen that asks for
+// the caller's uncommitted work or another ref took neither, saying
+// nothing (it committed the caller's uncommitted work first, hundreds of
+// MiB for an outside reviewer, and dropped it). It is refused, before
+// anything is prepared, naming what to leave out.
+func TestReopenWithChangesOrARefIsRefused(t *testing.T) {
+	t.Parallel()
+	f, said := tellingFabric(t, "a")
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "again", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Close(t.Context(), schemas.AgentRequest{AgentID: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(repo, "mine.txt"), []byte("mine\n"), 0o644)
+	*said = nil
+	for _, src := range []client.RepoSource{{Dir: repo, WithChanges: true}, {Dir: repo, Ref: "main"}} {
+		_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "again", Node: "a"}, src)
+		if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "agent again goes on in its own checkout") {
+			t.Errorf("a reopen with %+v: %v; want it refused", src, err)
+		}
+	}
+	for _, l := range *said {
+		if strings.Contains(l, "bundling") || strings.Contains(l, "carried") {
+			t.Errorf("before the refusal the open said %q", l)
+		}
+	}
+	// Without them it goes on.
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "again", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
+		t.Errorf("the reopen: %v", err)
+	}
+}
