@@ -428,6 +428,38 @@ func TestOpenOnAShallowCloneSaysWhy(t *testing.T) {
 	}
 }
 
+// A partial clone (git clone --filter=blob:none, which hosts recommend
+// for big repositories) lacks the blobs of its history, which git cannot
+// bundle: the open failed with git's words ("fatal: unable to read …
+// error: pack-objects died"), as an internal error. It is refused as a
+// wrong request, saying it is partial and what to do.
+func TestOpenOnAPartialCloneSaysWhy(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	origin := gittest.Repo(t, "a.txt", "a\n")
+	gittest.Git(t, origin, "config", "uploadpack.allowFilter", "true")
+	for i := range 3 {
+		os.WriteFile(filepath.Join(origin, "a.txt"), []byte(strings.Repeat("a\n", i+2)), 0o644)
+		gittest.Git(t, origin, "commit", "-qam", "more")
+	}
+	clone := filepath.Join(t.TempDir(), "clone")
+	gittest.Git(t, origin, "clone", "-q", "--filter=blob:none", "file://"+origin, clone)
+	_, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "partial"}, client.RepoSource{Dir: clone})
+	if schemas.CodeOf(err) != schemas.CodeInvalid || !strings.Contains(err.Error(), "partial clone") {
+		t.Fatalf("an open on a partial clone: %v (code %v), want it refused as one", err, schemas.CodeOf(err))
+	}
+	// What it says to do makes the clone whole, and the open goes.
+	gittest.Git(t, clone, "config", "--unset", "remote.origin.partialclonefilter")
+	gittest.Git(t, clone, "fetch", "-q", "--refetch", "origin")
+	gittest.Git(t, clone, "config", "--unset", "remote.origin.promisor")
+	if !strings.Contains(err.Error(), "git config --unset remote.origin.partialclonefilter && git fetch --refetch origin && git config --unset remote.origin.promisor") {
+		t.Errorf("the refusal does not say how to make the clone whole: %v", err)
+	}
+	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "partial"}, client.RepoSource{Dir: clone}); err != nil {
+		t.Errorf("an open on the clone made whole: %v", err)
+	}
+}
+
 // An untracked file the person forgot (a core dump, a data set) makes a
 // --with-changes open too large; the refusal speaks of commits the node
 // lacks and says to open on a directory of the node, not that the bulk is

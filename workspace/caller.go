@@ -85,6 +85,11 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		// and its first commit, the repository's identity, is not there.
 		return nil, fmt.Errorf("repository %s is a shallow clone, whose history git cannot send whole: run git fetch --unshallow there first, or open the agent on a directory of the node", root)
 	}
+	if partial := promisor(ctx, g, root); partial != "" {
+		// Its history lacks the objects it left on its remote: git
+		// cannot bundle them, and would not fetch them for a bundle.
+		return nil, fmt.Errorf("repository %s is a partial clone (git clone --filter), whose history lacks objects git cannot send: make it whole there first (git config --unset remote.%[2]s.partialclonefilter && git fetch --refetch %[2]s && git config --unset remote.%[2]s.promisor), or open the agent on a full clone or a directory of the node", root, partial)
+	}
 	if s.Repo, err = identity(ctx, g, root, s.Base); err != nil {
 		return nil, err
 	}
@@ -914,4 +919,21 @@ func SetBranch(ctx context.Context, dir, branch, commit string, force bool) erro
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
 	}
 	return moveBranch(ctx, g, root, branch, commit, force)
+}
+
+// promisor names the remote a partial clone (git clone --filter) leaves
+// the rest of its objects on, or "" for a whole repository: git records
+// it as extensions.partialClone, or as remote.<name>.promisor.
+func promisor(ctx context.Context, g gitter, root string) string {
+	if name, _ := g.line(ctx, root, nil, "config", "--get", "extensions.partialClone"); name != "" {
+		return name
+	}
+	out, _ := g.run(ctx, root, nil, nil, "config", "--get-regexp", `^remote\..*\.promisor$`)
+	for line := range strings.Lines(out) {
+		key, value, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if b, err := strconv.ParseBool(value); err == nil && b {
+			return strings.TrimSuffix(strings.TrimPrefix(key, "remote."), ".promisor")
+		}
+	}
+	return ""
 }
