@@ -334,9 +334,9 @@ func (c Checkout) Diff(ctx context.Context, base string, stat bool) (string, err
 		return "", err
 	}
 	defer cleanup()
-	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", base, tree}
+	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", base, tree}
 	if stat {
-		args = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", base, tree}
+		args = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", "--stat", base, tree}
 	}
 	return g.run(ctx, c.Dir, env, nil, args...)
 }
@@ -348,8 +348,9 @@ func (c Checkout) Changed(ctx context.Context, base string) (int, error) {
 		return 0, err
 	}
 	defer cleanup()
-	// Each name ends in a NUL: a name may hold spaces and newlines.
-	out, err := g.run(ctx, c.Dir, env, nil, "diff", "-z", "--name-only", "--no-renames", base, tree)
+	// Each name ends in a NUL: a name may hold spaces and newlines. A
+	// file renamed is one file changed, as in the stat (Diff).
+	out, err := g.run(ctx, c.Dir, env, nil, "diff", "-z", "--name-only", "-M", base, tree)
 	return strings.Count(out, "\x00"), err
 }
 

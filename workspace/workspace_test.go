@@ -145,6 +145,20 @@ func roundTrip(t *testing.T, repo string) {
 	if c, err := (Checkout{Dir: co}).Changed(ctx, s.Commit); err != nil || c != 2 {
 		t.Fatalf("changed: %d %v", c, err)
 	}
+	// A file renamed is one file changed, in the count as in the stat
+	// printed under it (it was two in the count: a job said "3 files
+	// changed" over a stat that ended "2 files changed").
+	if err := os.Rename(filepath.Join(co, "a.txt"), filepath.Join(co, "renamed.txt")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := (Checkout{Dir: co}).Changed(ctx, s.Commit)
+	stat, serr := Checkout{Dir: co}.Diff(ctx, s.Commit, true)
+	if err != nil || serr != nil || c != 3 || !strings.Contains(stat, " 3 files changed") {
+		t.Fatalf("changed with a rename: %d %v; the stat (%v):\n%s", c, err, serr, stat)
+	}
+	if err := os.Rename(filepath.Join(co, "renamed.txt"), filepath.Join(co, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
 	tip, err := Checkout{Dir: co}.Snapshot(ctx, "uncommitted work of a1", "agent a1", "a1@shoal")
 	if err != nil {
 		t.Fatal(err)
