@@ -561,10 +561,27 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 	if err != nil {
 		f.say("%v", err)
 	}
-	var rep schemas.WorkReply
 	req := schemas.WorkRequest{AgentID: id, Excludes: excludes}
+	got, err := f.fetchWork(ctx, rec, req, into, force)
+	if _, lacks := errors.AsType[*workspace.LacksError](err); lacks && sameDir(into, rec.Workspace.Source) {
+		// The repository the agent was opened on lacks what it started
+		// on (a commit amended and pruned since): the node, which has
+		// it, sends the work's whole history. Another repository that
+		// lacks it is refused: it may be another project.
+		f.say("%s lacks the commit agent %s started on: asking node %s for the whole history of its work", into, id, rec.Node)
+		req.Whole = true
+		got, err = f.fetchWork(ctx, rec, req, into, force)
+	}
+	return got, err
+}
+
+// fetchWork asks agent rec's node for its work as req says and lands it
+// in the repository at into.
+func (f *Direct) fetchWork(ctx context.Context, rec schemas.AgentRecord, req schemas.WorkRequest, into string, force bool) (Fetched, error) {
+	id := rec.ID
+	var rep schemas.WorkReply
 	waited := f.waitingFor(fmt.Sprintf("node %s to bundle the work of agent %s", rec.Node, id), true)
-	err = f.toOwner(ctx, id, schemas.VerbWork, req, &rep, 10*time.Minute)
+	err := f.toOwner(ctx, id, schemas.VerbWork, req, &rep, 10*time.Minute)
 	if knowsNoExcludes(err) {
 		f.say("node %s is of an earlier version, which cannot leave out what your git ignores: its work comes back with it", rec.Node)
 		req.Excludes = ""
@@ -624,7 +641,20 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 		return got, schemas.Errf(schemas.CodeInternal, "%v", err)
 	}
 	if err := workspace.Land(ctx, into, tmp.Name(), rep.Tip, rep.Branch, force); err != nil {
+		if _, lacks := errors.AsType[*workspace.LacksError](err); lacks && !req.Whole && sameDir(into, rec.Workspace.Source) {
+			return got, err // asked for whole (Fetch)
+		}
 		return got, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
 	return got, nil
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ra, erra := filepath.EvalSymlinks(a)
+	rb, errb := filepath.EvalSymlinks(b)
+	return erra == nil && errb == nil && ra == rb
 }

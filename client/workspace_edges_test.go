@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -910,5 +912,52 @@ func TestReopenWithChangesOrARefIsRefused(t *testing.T) {
 	// Without them it goes on.
 	if _, err := f.OpenRepo(t.Context(), schemas.OpenRequest{ID: "again", Node: "a"}, client.RepoSource{Dir: repo}); err != nil {
 		t.Errorf("the reopen: %v", err)
+	}
+}
+
+// An agent that removed its checkout's .git (rm -rf .git, a git init
+// gone wrong) left diff and fetch saying git's "fatal: not a git
+// repository", as an internal error, which named neither the agent's
+// doing nor where its files are. Both say so, as a checkout lost.
+func TestDiffOfACheckoutWhoseGitIsGoneSaysSo(t *testing.T) {
+	t.Parallel()
+	f := oneNodeFabric(t)
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "nogit", repo, false)
+	agentShell(t, co, "echo mine > k.txt && rm -rf .git")
+	_, err := f.Diff(t.Context(), "nogit", false)
+	t.Logf("diff: %v", err)
+	if schemas.CodeOf(err) != schemas.CodeNotFound || !strings.Contains(err.Error(), "has no .git any more") || !strings.Contains(err.Error(), co) {
+		t.Errorf("the diff of a checkout whose .git is gone: %v (code %v)", err, schemas.CodeOf(err))
+	}
+	_, err = f.Fetch(t.Context(), "nogit", "", false)
+	if !strings.Contains(fmt.Sprint(err), "has no .git any more") {
+		t.Errorf("the fetch of a checkout whose .git is gone: %v", err)
+	}
+}
+
+// The commit an agent started on, gone from the caller's repository (the
+// person amended it and pruned, or fetches --into a clone that never had
+// it): the fetch was refused, saying to git fetch it, which nothing
+// could, though the node has it. The node sends the work's whole history
+// then, and it lands.
+func TestFetchIntoARepositoryLackingTheStart(t *testing.T) {
+	t.Parallel()
+	f, said := tellingFabric(t, "a")
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	co := openOnRepo(t, f, "pruned", repo, false)
+	agentShell(t, co, "echo work > work.txt && git add work.txt && git -c user.name=a -c user.email=a@b commit -qm work")
+	gittest.Git(t, repo, "commit", "-q", "--amend", "-m", "amended")
+	gittest.Git(t, repo, "reflog", "expire", "--expire=now", "--all")
+	gittest.Git(t, repo, "gc", "-q", "--prune=now")
+	got, err := f.Fetch(t.Context(), "pruned", "", false)
+	if err != nil {
+		t.Fatalf("a fetch into the repository whose start was pruned: %v", err)
+	}
+	if w := gittest.Git(t, repo, "show", got.Branch+":work.txt"); w != "work" {
+		t.Errorf("%s holds work.txt %q", got.Branch, w)
+	}
+	if !slices.ContainsFunc(*said, func(l string) bool { return strings.Contains(l, "lacks the commit agent pruned started on") }) {
+		t.Errorf("the fetch did not say it asked for the whole history: %q", *said)
 	}
 }

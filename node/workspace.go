@@ -488,6 +488,10 @@ func (r *repos) of(id string) (schemas.Workspace, string, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return ws, "", schemas.Errf(schemas.CodeNotFound, "agent %s's checkout is gone from node %s", id, r.node)
 	}
+	if _, err := os.Lstat(filepath.Join(dir, ".git")); err != nil {
+		// git would say "not a git repository", naming nothing.
+		return ws, "", schemas.Errf(schemas.CodeNotFound, "agent %s's checkout on node %s has no .git any more (removed in the checkout, by the agent or by someone on the node): git cannot read its work; its files are still in %s there", id, r.node, dir)
+	}
 	return ws, dir, nil
 }
 

@@ -651,8 +651,15 @@ func holdsPrerequisites(ctx context.Context, g gitter, root string, ids []string
 	if len(missing) > 1 {
 		what = "commits"
 	}
-	return fmt.Errorf("%s lacks %s %s, which the agent's work builds on (what it started on): fetch it into that repository first (git fetch), or fetch the agent's work --into the repository it was opened on", root, what, strings.Join(missing, ", "))
+	return &LacksError{fmt.Sprintf("%s lacks %s %s, which the agent's work builds on (what it started on): fetch it into that repository first (git fetch), or fetch the agent's work --into the repository it was opened on", root, what, strings.Join(missing, ", "))}
 }
+
+// LacksError is Land's refusal of a bundle whose prerequisites, the
+// commits the agent's work builds on, the repository lacks: a bundle of
+// the work's whole history lands there.
+type LacksError struct{ msg string }
+
+func (e *LacksError) Error() string { return e.msg }
 
 // underWay says what a work tree of the repository at root is doing to
 // branch ("rebased", "bisected"), as git's own check of a branch in use
