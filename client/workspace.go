@@ -561,6 +561,9 @@ func (f *Direct) Fetch(ctx context.Context, id, into string, force bool) (Fetche
 	if err != nil {
 		f.say("%v", err)
 	}
+	if rec.Status == schemas.StatusWorking {
+		f.say("agent %s is working on turn %d: its work so far is fetched", id, rec.Turn)
+	}
 	req := schemas.WorkRequest{AgentID: id, Excludes: excludes}
 	got, err := f.fetchWork(ctx, rec, req, into, force)
 	if _, lacks := errors.AsType[*workspace.LacksError](err); lacks && sameDir(into, rec.Workspace.Source) {

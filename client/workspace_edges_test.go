@@ -20,6 +20,7 @@ import (
 	"github.com/shoalfabric/shoal/internal/fakebackend"
 	"github.com/shoalfabric/shoal/internal/gittest"
 	"github.com/shoalfabric/shoal/internal/natstest"
+	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/node"
 	"github.com/shoalfabric/shoal/node/backend"
 	"github.com/shoalfabric/shoal/schemas"
@@ -959,5 +960,29 @@ func TestFetchIntoARepositoryLackingTheStart(t *testing.T) {
 	}
 	if !slices.ContainsFunc(*said, func(l string) bool { return strings.Contains(l, "lacks the commit agent pruned started on") }) {
 		t.Errorf("the fetch did not say it asked for the whole history: %q", *said)
+	}
+}
+
+// A fetch while the agent works takes its work so far, and said nothing
+// of the turn still under way (outside review): it says so.
+func TestFetchDuringATurnSaysItIsWorkSoFar(t *testing.T) {
+	t.Parallel()
+	f, said := tellingFabric(t, "a")
+	repo := gittest.Repo(t, "a.txt", "a\n")
+	openOnRepo(t, f, "busy", repo, false)
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: "busy", Text: "slow" + strings.Repeat(" word", 100)}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the agent works", func() bool {
+		rec, err := f.Record(t.Context(), "busy")
+		return err == nil && rec.Status == schemas.StatusWorking
+	})
+	if _, err := f.Fetch(t.Context(), "busy", "", false); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(*said, func(l string) bool {
+		return strings.Contains(l, "agent busy is working on turn 1: its work so far is fetched")
+	}) {
+		t.Errorf("a fetch during a turn said %q", *said)
 	}
 }
