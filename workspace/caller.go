@@ -823,6 +823,30 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 	return nil
 }
 
+// BranchBlocked says why branch cannot be made in the repository at dir
+// (nil when it can): a branch named as the directory of its name is
+// there (a branch shoal blocks shoal/<id>). A job checks it before its
+// turns, which it would otherwise run for work it could not land.
+func BranchBlocked(ctx context.Context, dir, branch string) error {
+	d, _, ok := strings.Cut(branch, "/")
+	if !ok {
+		return nil
+	}
+	env, err := persons(ctx, dir)
+	if err != nil {
+		return err
+	}
+	g := gitter{env: env}
+	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	if err != nil {
+		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+	}
+	if got, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+d); got == "" {
+		return nil
+	}
+	return fmt.Errorf("branch %s cannot be made in %s: a branch %s is there, and git keeps a branch's name from being another's directory; rename it (git branch -m %s NEW) first", branch, root, d, d)
+}
+
 // maxSnapshotsRead bounds the node's commits of uncommitted work a move
 // compares with the agent's work (notHeld): a branch holds one, or one
 // more for each node the agent was carried to; past it each counts as

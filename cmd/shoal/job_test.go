@@ -70,10 +70,15 @@ func TestDetachedJobIsFollowedByWaitAndLs(t *testing.T) {
 		t.Errorf("shoal job ls with a lost job:\n%s", ls)
 	}
 
+	// A repository where the job's branch cannot be made (a branch
+	// named shoal) is refused before any turn: it ran them all first.
+	blocked := oneCommitRepo(t, "blocked", "x\n")
+	gitIn(t, blocked, "branch", "shoal")
 	for _, r := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"job", "--repo", blocked, "Go."}, "a branch shoal is there, and git keeps a branch's name from being another's directory; rename it (git branch -m shoal NEW) first"},
 		{[]string{"job", "wait"}, "missing the agent id"},
 		{[]string{"job", "wait", "nosuch"}, "no such job: nosuch"},
 		{[]string{"job", "ls", "extra"}, `unexpected argument "extra"`},
