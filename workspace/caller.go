@@ -63,6 +63,9 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		if errors.Is(err, ErrNoGit) {
 			return nil, err
 		}
+		if bare(ctx, g, abs) {
+			return nil, fmt.Errorf("%s is a bare repository, which has no files to work on: open the agent on a work tree of it (git worktree add DIR)", dir)
+		}
 		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	s := &Start{Root: root, Ref: ref, git: g}
@@ -595,6 +598,9 @@ func Land(ctx context.Context, dir, bundle, tip, branch string, force bool) erro
 	g := gitter{env: env}
 	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
+		if bare(ctx, g, dir) {
+			return fmt.Errorf("%s is a bare repository: fetch --into a work tree of it (git worktree add DIR)", dir)
+		}
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
@@ -944,6 +950,9 @@ func SetBranch(ctx context.Context, dir, branch, commit string, force bool) erro
 	g := gitter{env: env}
 	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
 	if err != nil {
+		if bare(ctx, g, dir) {
+			return fmt.Errorf("%s is a bare repository: fetch --into a work tree of it (git worktree add DIR)", dir)
+		}
 		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
 	}
 	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
@@ -967,4 +976,10 @@ func promisor(ctx context.Context, g gitter, root string) string {
 		}
 	}
 	return ""
+}
+
+// bare reports whether dir is a bare repository.
+func bare(ctx context.Context, g gitter, dir string) bool {
+	is, _ := g.line(ctx, dir, nil, "rev-parse", "--is-bare-repository")
+	return is == "true"
 }

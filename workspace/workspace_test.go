@@ -201,6 +201,8 @@ func TestPrepareRefuses(t *testing.T) {
 	repo := newRepo(t)
 	empty := t.TempDir()
 	git(t, empty, "init", "-q")
+	bare := filepath.Join(t.TempDir(), "bare.git")
+	git(t, repo, "clone", "-q", "--bare", repo, bare)
 	for _, c := range []struct {
 		dir, ref string
 		changes  bool
@@ -210,12 +212,25 @@ func TestPrepareRefuses(t *testing.T) {
 		{filepath.Join(repo, "nope"), "", false, "does not exist"},
 		{filepath.Join(repo, "a.txt"), "", false, "not a directory"},
 		{empty, "", false, "has no commit yet"},
+		{bare, "", false, "is a bare repository, which has no files to work on: open the agent on a work tree of it (git worktree add DIR)"},
 		{repo, "no-such-branch", false, "names no commit"},
 		{repo, "main", true, "cannot be given with a ref"},
 	} {
 		if _, err := Prepare(ctx, c.dir, c.ref, c.changes); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Prepare(%s, %q, %v): %v, want %q", c.dir, c.ref, c.changes, err, c.want)
 		}
+	}
+}
+
+// A fetch --into a bare repository says it is one, not that it is no
+// work tree (outside review).
+func TestLandRefusesABareRepository(t *testing.T) {
+	repo := newRepo(t)
+	bare := filepath.Join(t.TempDir(), "bare.git")
+	git(t, repo, "clone", "-q", "--bare", repo, bare)
+	err := Land(context.Background(), bare, filepath.Join(t.TempDir(), "none"), strings.Repeat("a", 40), "shoal/x", false)
+	if err == nil || !strings.Contains(err.Error(), "is a bare repository: fetch --into a work tree of it") {
+		t.Errorf("Land into a bare repository: %v", err)
 	}
 }
 
