@@ -77,6 +77,7 @@ func (f *Direct) RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, e
 	if err := workspace.BranchBlocked(ctx, start.Root, schemas.BranchName(id)); err != nil {
 		return schemas.JobRecord{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
+	f.sayLeftOut(start)
 	kv, err := f.js.KeyValue(ctx, schemas.JobsBucket)
 	if err != nil {
 		return schemas.JobRecord{}, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.JobsBucket, err)

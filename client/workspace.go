@@ -56,7 +56,16 @@ func (f *Direct) OpenRepo(ctx context.Context, req schemas.OpenRequest, src Repo
 		return schemas.OpenReply{}, err
 	}
 	defer start.Close()
+	f.sayLeftOut(start)
 	return f.openPrepared(ctx, req, start)
+}
+
+// sayLeftOut says what of the caller's uncommitted work its agent starts
+// without (the commit of it names it too, which the caller never sees).
+func (f *Direct) sayLeftOut(start *workspace.Start) {
+	for _, l := range start.LeftOut {
+		f.say("left out of your uncommitted work, %s", l)
+	}
 }
 
 // reopensAsItWas refuses a reopen of agent id, whose work goes on in its

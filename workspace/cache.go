@@ -411,7 +411,7 @@ func (c Checkout) snapshot(ctx context.Context, g gitter, tmp, message, name, em
 	if when, err := g.line(ctx, c.Dir, env, "show", "-s", "--no-show-signature", "--format=%ct", head); err == nil && isDigits(when) {
 		dated = append(slices.Clip(env), "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
-	commit, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, dated...)
+	commit, _, err := snapshotTree(ctx, g, c.Dir, []string{objects}, objects, index, false, true, head, message, name, email, dated...)
 	return commit, env, err
 }
 

@@ -23,6 +23,9 @@ type Start struct {
 	Ref    string // what the caller named (HEAD by default)
 	Base   string // the commit Ref names
 	Commit string // the commit the agent starts on: Base, or a commit of the uncommitted work on top of it
+	// LeftOut says what of the uncommitted work was left out of Commit,
+	// and why, a line for each reason.
+	LeftOut []string
 
 	git     gitter   // git as the person runs it on their repository (persons)
 	objects []string // where that commit's objects are (the caller's, and a temporary directory's)
@@ -132,7 +135,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 	if when, err := s.git.line(ctx, s.Root, nil, "show", "-s", "--format=%ct", s.Base); err == nil && when != "" {
 		extra = append(extra, "GIT_AUTHOR_DATE=@"+when+" +0000", "GIT_COMMITTER_DATE=@"+when+" +0000")
 	}
-	commit, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, false, s.Base,
+	commit, left, err := snapshotTree(ctx, s.git, s.Root, s.objects, objects, filepath.Join(tmp, "index"), true, false, s.Base,
 		callerWorkSubject+s.Root+", as shoal took it for an agent", "shoal", "shoal@shoal.invalid", extra...)
 	if err != nil {
 		if strings.Contains(err.Error(), "clean filter") {
@@ -142,7 +145,7 @@ func (s *Start) snapshot(ctx context.Context) error {
 		}
 		return fmt.Errorf("take the uncommitted work of %s: %v", s.Root, err)
 	}
-	s.Commit, s.objects = commit, append([]string{objects}, s.objects...)
+	s.Commit, s.objects, s.LeftOut = commit, append([]string{objects}, s.objects...), left
 	return nil
 }
 
@@ -151,15 +154,16 @@ func (s *Start) snapshot(ctx context.Context) error {
 // newObjects and reading existing ones from objects; index is a
 // temporary index file, seeded from the repository's own when seed is
 // set (else the caller has seeded it); agents says root is an agent's
-// checkout on a node. It returns parent when nothing differs from it.
-func snapshotTree(ctx context.Context, g gitter, root string, objects []string, newObjects, index string, seed, agents bool, parent, message, name, email string, extra ...string) (string, error) {
+// checkout on a node. It returns parent when nothing differs from it, and
+// what it left out, as its message says it.
+func snapshotTree(ctx context.Context, g gitter, root string, objects []string, newObjects, index string, seed, agents bool, parent, message, name, email string, extra ...string) (commit string, left []string, err error) {
 	if seed {
 		gitDir, err := g.path(ctx, root, nil, "rev-parse", "--absolute-git-dir")
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := seedIndex(filepath.Join(gitDir, "index"), index); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	env := []string{"GIT_INDEX_FILE=" + index, "GIT_OBJECT_DIRECTORY=" + newObjects,
@@ -169,24 +173,35 @@ func snapshotTree(ctx context.Context, g gitter, root string, objects []string, 
 	args := []string{"add", "--all", "--", "."}
 	apart, err := nestedRepositories(ctx, g, root, env)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	for _, p := range apart {
 		args = append(args, ":(exclude,literal)"+p)
 	}
 	if _, err := g.run(ctx, root, env, nil, args...); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	message += leftOut("each a git repository of its own, which git keeps apart from this one", apart)
-	message += leftOut("files written into a submodule's directory, which this repository keeps only as a link", writtenUnderLinks(ctx, g, root, env, agents))
+	for _, l := range []struct {
+		why  string
+		dirs []string
+	}{
+		{"each a git repository of its own, which git keeps apart from this one", apart},
+		{"files written into a submodule's directory, which this repository keeps only as a link", writtenUnderLinks(ctx, g, root, env, agents)},
+	} {
+		if len(l.dirs) > 0 {
+			message += leftOut(l.why, l.dirs)
+			left = append(left, l.why+": "+strings.Join(l.dirs, "/, ")+"/")
+		}
+	}
 	tree, err := g.line(ctx, root, env, "write-tree")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if old, _ := g.line(ctx, root, env, "rev-parse", parent+"^{tree}"); old == tree {
-		return parent, nil
+		return parent, left, nil
 	}
-	return g.line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+	commit, err = g.line(ctx, root, env, "commit-tree", tree, "-p", parent, "-m", message)
+	return commit, left, err
 }
 
 // leftOut is a paragraph for a snapshot's commit message naming the

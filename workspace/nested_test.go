@@ -94,3 +94,25 @@ func TestNestedRepositoriesAreFoundAsGitFindsThem(t *testing.T) {
 		t.Errorf("the repositories of their own in the work tree: %q, want fixture and tools/scratch", got)
 	}
 }
+
+// What --with-changes leaves out of the commit of the caller's work (a
+// repository of its own inside it) was named only in that commit's
+// message, which the caller never sees: the start says it, for the open
+// to say (outside review).
+func TestWithChangesSaysWhatItLeavesOut(t *testing.T) {
+	repo := newRepo(t)
+	write(t, filepath.Join(repo, "inner", "x.txt"), "x\n")
+	git(t, filepath.Join(repo, "inner"), "init", "-q")
+	write(t, filepath.Join(repo, "mine.txt"), "mine\n")
+	s, err := Prepare(t.Context(), repo, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if len(s.LeftOut) != 1 || s.LeftOut[0] != "each a git repository of its own, which git keeps apart from this one: inner/" {
+		t.Errorf("the start says it left out %q", s.LeftOut)
+	}
+	if got := showIn(t, repo, s, "mine.txt"); got != "mine" {
+		t.Errorf("mine.txt in the start: %q", got)
+	}
+}
