@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
@@ -556,6 +557,48 @@ func putRecord(t *testing.T, fb *fabric, rec schemas.AgentRecord) {
 		t.Fatal(err)
 	}
 	_ = jetstream.KeyValuePut
+}
+
+// putNode writes node rec's record, as its heartbeat would: a node that
+// runs claude agents, heard from now.
+func putNode(t *testing.T, fb *fabric, rec schemas.NodeRecord) {
+	t.Helper()
+	_, js := natstest.JetStream(t, fb.b)
+	kv, err := js.KeyValue(t.Context(), schemas.NodesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := float64(time.Now().Unix())
+	rec.Instance, rec.StartedAt, rec.Heartbeat = "1", now, now
+	if rec.Backends == nil {
+		rec.Backends = []schemas.BackendInfo{{Kind: "claude", Ready: true}}
+	}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Put(t.Context(), rec.Name, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// standInOpens stands in for node's open endpoint until the test ends:
+// each open that reaches it is passed on (up to n waiting) and refused.
+func standInOpens(t *testing.T, fb *fabric, node string, n int) <-chan schemas.OpenRequest {
+	t.Helper()
+	opens := make(chan schemas.OpenRequest, n)
+	stand := natstest.Connect(t, fb.b)
+	sub, err := stand.Subscribe(schemas.ControlSubject(node, schemas.VerbOpen), func(m *nats.Msg) {
+		var req schemas.OpenRequest
+		json.Unmarshal(m.Data, &req)
+		opens <- req
+		m.Respond([]byte(`{"error":{"code":"unavailable","message":"a stand-in"}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := stand.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return opens
 }
 
 // A call that carries an agent's id is judged by that agent's policy: the

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/shoalfabric/shoal/bridge"
@@ -527,17 +526,7 @@ func TestDoorKeepsANamespacedAgentsChildrenInNamespaces(t *testing.T) {
 	fb := startFabric(t, bridge.HTTPConfig{})
 	// The one node gives Landlock alone (its record, as a node on a
 	// machine without namespaces advertises itself).
-	_, js := natstest.JetStream(t, fb.b)
-	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
-	weak, _ := json.Marshal(schemas.NodeRecord{Name: "weak", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
-		StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7", SandboxProblem: "this machine gives no namespaces"})
-	if _, err := nodes.Put(t.Context(), "weak", weak); err != nil {
-		t.Fatal(err)
-	}
+	putNode(t, fb, schemas.NodeRecord{Name: "weak", Sandbox: "landlock ABI 7", SandboxProblem: "this machine gives no namespaces"})
 	none := []string{}
 	free, _ := schemas.ComposePolicy("", "", nil, &none, false)
 	work := t.TempDir()
@@ -673,18 +662,8 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 	// Past the door, to node n1 (a stand-in here that says what came):
 	// in its directory or a subdirectory, held beneath its family's first
 	// directory, which is its own (it has no sandboxed parent).
-	_, js := natstest.JetStream(t, fb.b)
-	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
 	putN1 := func(holds bool) {
-		n1, _ := json.Marshal(schemas.NodeRecord{Name: "n1", Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}},
-			StartedAt: now, Heartbeat: now, Sandbox: "landlock ABI 7", SandboxHolds: holds})
-		if _, err := nodes.Put(t.Context(), "n1", n1); err != nil {
-			t.Fatal(err)
-		}
+		putNode(t, fb, schemas.NodeRecord{Name: "n1", Sandbox: "landlock ABI 7", SandboxHolds: holds})
 	}
 	// A node of an earlier version, which would take the child's
 	// directory by name, gets no child in a subdirectory.
@@ -693,21 +672,7 @@ func TestDoorKeepsASandboxedAgentsChildrenInItsOwnDirectory(t *testing.T) {
 		t.Errorf("a sandboxed agent's child in a subdirectory, on a node of an earlier version: %q, want the door's refusal", text)
 	}
 	putN1(true)
-	opens := make(chan schemas.OpenRequest, 2)
-	stand := natstest.Connect(t, fb.b)
-	sub, err := stand.Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
-		var req schemas.OpenRequest
-		json.Unmarshal(m.Data, &req)
-		opens <- req
-		m.Respond([]byte(`{"error":{"code":"unavailable","message":"a stand-in"}}`))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := stand.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	opens := standInOpens(t, fb, "n1", 2)
 	for _, cwd := range []string{work, filepath.Join(work, "sub")} {
 		if text, _ := call(t, as, "agent_open", map[string]any{"cwd": cwd, "node": "n1"}); strings.Contains(text, "refused") {
 			t.Errorf("a sandboxed agent's child in %s: %q", cwd, text)
@@ -783,33 +748,9 @@ func TestDoorKeepsAnUnsandboxedAgentsChildrenOnItsNode(t *testing.T) {
 	}
 	// Placed by the door, not by placement: to n1 (a stand-in here that
 	// says what came).
-	_, js := natstest.JetStream(t, fb.b)
-	nodes, err := js.KeyValue(t.Context(), schemas.NodesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := float64(time.Now().Unix())
-	for _, n := range []string{"n1", "n2"} {
-		rec, _ := json.Marshal(schemas.NodeRecord{Name: n, Instance: "1", Backends: []schemas.BackendInfo{{Kind: "claude", Ready: true}}, StartedAt: now, Heartbeat: now})
-		if _, err := nodes.Put(t.Context(), n, rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opens := make(chan schemas.OpenRequest, 1)
-	stand := natstest.Connect(t, fb.b)
-	sub, err := stand.Subscribe(schemas.ControlSubject("n1", schemas.VerbOpen), func(m *nats.Msg) {
-		var req schemas.OpenRequest
-		json.Unmarshal(m.Data, &req)
-		opens <- req
-		m.Respond([]byte(`{"error":{"code":"unavailable","message":"a stand-in"}}`))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := stand.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	putNode(t, fb, schemas.NodeRecord{Name: "n1"})
+	putNode(t, fb, schemas.NodeRecord{Name: "n2"})
+	opens := standInOpens(t, fb, "n1", 1)
 	text, _ := call(t, as, "agent_open", map[string]any{"cwd": work, "permission": "bypass"})
 	select {
 	case req := <-opens:
