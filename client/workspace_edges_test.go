@@ -927,7 +927,6 @@ func TestDiffOfACheckoutWhoseGitIsGoneSaysSo(t *testing.T) {
 	co := openOnRepo(t, f, "nogit", repo, false)
 	agentShell(t, co, "echo mine > k.txt && rm -rf .git")
 	_, err := f.Diff(t.Context(), "nogit", false)
-	t.Logf("diff: %v", err)
 	if schemas.CodeOf(err) != schemas.CodeNotFound || !strings.Contains(err.Error(), "has no .git any more") || !strings.Contains(err.Error(), co) {
 		t.Errorf("the diff of a checkout whose .git is gone: %v (code %v)", err, schemas.CodeOf(err))
 	}
