@@ -44,6 +44,11 @@ type MonitorConfig struct {
 	// store is looked at. defaultChunksIdle and defaultChunksEvery when
 	// zero.
 	ChunksIdle, ChunksEvery time.Duration
+	// ClaimsEvery is how often the monitor forgets the claims of opens
+	// that no node took up and no open could still be making (their
+	// callers went before their nodes heard of them); defaultClaimsEvery
+	// when zero.
+	ClaimsEvery time.Duration
 	// Relay, when set, says when the relay's connection was last lost
 	// (zero if never) and whether it is away now. Nodes confined to the
 	// relay write their heartbeats through it (their records say
@@ -107,6 +112,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sweeping.Go(func() { m.sweepChunks(ctx) })
+	sweeping.Go(func() { m.sweepClaims(ctx) })
 	nodes, err := m.js.KeyValue(ctx, schemas.NodesBucket)
 	if err != nil {
 		return fmt.Errorf("open KV bucket %s: %w", schemas.NodesBucket, err)
@@ -626,6 +632,50 @@ func (m *Monitor) sweepChunks(ctx context.Context) {
 				m.log.Debug("could not look for orphaned chunks in the repositories' store", "err", err)
 			} else if n > 0 {
 				m.log.Info("removed the chunks of bundles whose sender stopped mid-send", "bundles", n)
+			}
+		}
+	}
+}
+
+// defaultClaimsEvery is MonitorConfig.ClaimsEvery's default.
+const defaultClaimsEvery = time.Minute
+
+// sweepClaims forgets, every ClaimsEvery until ctx ends, the claims no
+// node took up that are older than any open would take: one whose node
+// lives was listed as starting for good (a node's loss forgets its own,
+// sweep).
+func (m *Monitor) sweepClaims(ctx context.Context) {
+	every := m.cfg.ClaimsEvery
+	if every == 0 {
+		every = defaultClaimsEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			agents, err := m.js.KeyValue(ctx, schemas.AgentsBucket)
+			if err != nil {
+				continue
+			}
+			type stale struct {
+				id  string
+				rev uint64
+			}
+			var todo []stale
+			client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
+				var rec schemas.AgentRecord
+				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) {
+					todo = append(todo, stale{e.Key(), e.Revision()})
+				}
+			})
+			for _, c := range todo {
+				// At its revision: a node taking it up meanwhile keeps it.
+				if err := client.Forget(ctx, m.js, c.id, nil, c.rev); err == nil {
+					m.log.Info("forgot the claim of an open no node took up", "agent", c.id)
+				}
 			}
 		}
 	}
