@@ -641,9 +641,9 @@ func (m *Monitor) sweepChunks(ctx context.Context) {
 const defaultClaimsEvery = time.Minute
 
 // sweepClaims forgets, every ClaimsEvery until ctx ends, the claims no
-// node took up that are older than any open would take: one whose node
-// lives was listed as starting for good (a node's loss forgets its own,
-// sweep).
+// node took up that are older than any open would take, of ids with no
+// earlier life: one whose node lives was listed as starting for good (a
+// node's loss forgets its own, sweep).
 func (m *Monitor) sweepClaims(ctx context.Context) {
 	every := m.cfg.ClaimsEvery
 	if every == 0 {
@@ -667,7 +667,11 @@ func (m *Monitor) sweepClaims(ctx context.Context) {
 			var todo []stale
 			client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
 				var rec schemas.AgentRecord
-				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) {
+				// One that carries an id's earlier lives (what they used,
+				// where their numbering ended) is left for a close or a
+				// reopen, which carry it on: forgotten, it would be lost.
+				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) &&
+					rec.UsageBefore == nil && rec.EventsBefore == 0 && rec.TurnsBefore == 0 {
 					todo = append(todo, stale{e.Key(), e.Revision()})
 				}
 			})

@@ -37,6 +37,14 @@ func TestMonitorForgetsAClaimNoNodeTookUp(t *testing.T) {
 	}
 	claim("stale", time.Now().Add(-schemas.OpenTimeout-2*time.Minute))
 	claim("fresh", time.Now())
+	// A stale claim of an id with earlier lives carries where their
+	// numbering ended and what they used: it is left for a close or a
+	// reopen, which carry it on.
+	lived, _ := json.Marshal(schemas.AgentRecord{ID: "lived", Node: "alive", Status: schemas.StatusStarting,
+		CreatedAt: float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix()), EventsBefore: 40, TurnsBefore: 3})
+	if _, err := agents.Put(ctx, "lived", lived); err != nil {
+		t.Fatal(err)
+	}
 	m, err := coordinator.NewMonitor(coordinator.MonitorConfig{Conn: nc, Grace: time.Hour, ClaimsEvery: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +55,9 @@ func TestMonitorForgetsAClaimNoNodeTookUp(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 	time.Sleep(time.Second) // a few more rounds
-	if _, err := agents.Get(ctx, "fresh"); err != nil {
-		t.Errorf("the claim of an open under way: %v", err)
+	for _, id := range []string{"fresh", "lived"} {
+		if _, err := agents.Get(ctx, id); err != nil {
+			t.Errorf("claim %s: %v", id, err)
+		}
 	}
 }
