@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,7 +301,7 @@ func (m *MCP) agentToken(ctx context.Context, endpointToken, id, got string) boo
 
 // bearer is the request's bearer token, or "".
 func bearer(r *http.Request) string {
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, _ := schemas.BearerToken(r.Header.Get("Authorization"))
 	return got
 }
 

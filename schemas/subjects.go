@@ -82,7 +82,13 @@ func ValidID(id string) error {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
 		case (c == '_' || c == '-') && i > 0:
 		default:
-			return fmt.Errorf("id %q has %q at position %d (want %s)", id, rune(c), i+1, idRule)
+			// The character whole (a byte of one read alone is another):
+			// a byte of no character, as the byte.
+			what := fmt.Sprintf("%q", id[i:i+1])
+			if r, _ := utf8.DecodeRuneInString(id[i:]); r != utf8.RuneError {
+				what = fmt.Sprintf("%q", r)
+			}
+			return fmt.Errorf("id %q has %s at position %d (want %s)", id, what, utf8.RuneCountInString(id[:i])+1, idRule)
 		}
 	}
 	return nil

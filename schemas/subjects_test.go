@@ -28,6 +28,17 @@ func TestValidID(t *testing.T) {
 			t.Errorf("ValidID(%q) = %q does not say what is wrong", id, err)
 		}
 	}
+	// The character named is the one there, whole (its first byte read
+	// alone named another: 'â' for U+202E), or a byte of none as a byte.
+	for id, want := range map[string]string{
+		"a\u202eb": `has '\u202e' at position 2`,
+		"aéb":      `has 'é' at position 2`,
+		"a\xffb":   `has "\xff" at position 2`,
+	} {
+		if err := schemas.ValidID(id); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidID(%q) = %v, want it to say %s", id, err, want)
+		}
+	}
 }
 
 func TestNewAgentID(t *testing.T) {

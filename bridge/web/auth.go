@@ -43,7 +43,7 @@ func roleName(p schemas.Principal) string {
 // loopback, and the host check keeps a page on another site from reaching
 // it through DNS rebinding. ok is false for no principal at all.
 func (h *Handler) principal(r *http.Request) (p schemas.Principal, ok bool) {
-	got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, bearer := schemas.BearerToken(r.Header.Get("Authorization"))
 	if !bearer {
 		if c, err := r.Cookie(CookieName); err == nil {
 			got = c.Value

@@ -93,4 +93,11 @@ func TestSignInAndFraming(t *testing.T) {
 	for _, path := range []string{"/", "/agents/x", "/api/fleet", "/assets/app.js"} {
 		get(path, map[string]string{"Authorization": "Bearer " + token})
 	}
+	// The scheme is read in any case (RFC 9110): "bearer" was told the
+	// right token was not one the dashboard accepts.
+	for _, scheme := range []string{"bearer ", "BEARER ", "Bearer  "} {
+		if rep := get("/api/fleet", map[string]string{"Authorization": scheme + token}); rep.StatusCode != http.StatusOK {
+			t.Errorf("the right token under the scheme %q: %d", scheme, rep.StatusCode)
+		}
+	}
 }

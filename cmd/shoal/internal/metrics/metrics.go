@@ -39,7 +39,7 @@ func (r *Registry) Handler() http.Handler {
 // dashboard refuses it.
 func refuseAgents(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		token, _ := schemas.BearerToken(r.Header.Get("Authorization"))
 		if _, marked := r.Header[http.CanonicalHeaderKey(schemas.AgentIDHeader)]; marked || schemas.IsAgentToken(token) {
 			p := schemas.Principal{Kind: schemas.KindAgent, Agent: r.Header.Get(schemas.AgentIDHeader)}
 			err := schemas.Decide(p, schemas.AccessSideDoor, schemas.Target{}).Err(p, "read the metrics", schemas.Target{})
