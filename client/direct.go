@@ -179,23 +179,75 @@ func (f *Direct) open(ctx context.Context, req schemas.OpenRequest, ship func(ct
 	rep, err := f.openBudgeted(ctx, req, ship)
 	if err != nil {
 		// What the parent gave goes back to it unless the child may have
-		// opened after all (a life of it made by this request is there).
-		if rec, _, rerr := f.record(context.WithoutCancel(ctx), req.ID); schemas.CodeOf(rerr) == schemas.CodeNotFound || (rerr == nil && rec.RequestID != req.RequestID) {
+		// opened after all.
+		if !f.mayHaveOpened(context.WithoutCancel(ctx), req) {
 			undo(context.WithoutCancel(ctx))
 		}
 	}
 	return rep, err
 }
 
-// openBudgeted is open, once the budget req asks is what it may have.
+// openBudgeted is open, once the budget req asks is what it may have:
+// set before the node hears of the agent, so that its first turn is held
+// to it, and put back as it was if the open fails without the agent
+// (a later open of the id, asking for no budget, was held to it).
 func (f *Direct) openBudgeted(ctx context.Context, req schemas.OpenRequest, ship func(ctx context.Context, node string) (*schemas.Workspace, error)) (schemas.OpenReply, error) {
-	if req.BudgetTokens > 0 || req.BudgetUSD > 0 {
-		// In place before the node hears of the agent, so that its first
-		// turn is held to it.
-		if err := f.SetBudget(ctx, schemas.BudgetRequest{AgentID: req.ID, Tokens: req.BudgetTokens, USD: req.BudgetUSD}); err != nil {
-			return schemas.OpenReply{}, err
-		}
+	if req.BudgetTokens == 0 && req.BudgetUSD == 0 {
+		return f.openPlaced(ctx, req, ship)
 	}
+	undo, err := f.budgetForOpen(ctx, req)
+	if err != nil {
+		return schemas.OpenReply{}, err
+	}
+	rep, err := f.openPlaced(ctx, req, ship)
+	if err != nil && !f.mayHaveOpened(context.WithoutCancel(ctx), req) {
+		undo(context.WithoutCancel(ctx))
+	}
+	return rep, err
+}
+
+// budgetForOpen sets agent req.ID's budget as req asks; undo puts back
+// what it was (none, or another), unless it was changed since.
+func (f *Direct) budgetForOpen(ctx context.Context, req schemas.OpenRequest) (undo func(context.Context), err error) {
+	kv, err := f.js.KeyValue(ctx, schemas.BudgetsBucket)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "open KV bucket %s: %v", schemas.BudgetsBucket, err)
+	}
+	key := schemas.Scope{Agent: req.ID}.Key()
+	prev, had, err := BudgetValue(ctx, kv, key)
+	if err != nil {
+		return nil, err
+	}
+	v, _ := json.Marshal(schemas.Budget{Tokens: req.BudgetTokens, USD: req.BudgetUSD})
+	rev, err := kv.Put(ctx, key, v)
+	if err != nil {
+		return nil, schemas.Errf(schemas.CodeUnavailable, "set agent %s's budget: %v", req.ID, err)
+	}
+	return func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if had {
+			kv.Update(ctx, key, prev, rev)
+		} else {
+			kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		}
+	}, nil
+}
+
+// mayHaveOpened reports whether an open that failed may have opened its
+// agent after all: a life of it made by this request is there, or its
+// record cannot be read.
+func (f *Direct) mayHaveOpened(ctx context.Context, req schemas.OpenRequest) bool {
+	rec, _, err := f.record(ctx, req.ID)
+	if schemas.CodeOf(err) == schemas.CodeNotFound {
+		return false
+	}
+	return err != nil || rec.RequestID == req.RequestID
+}
+
+// openPlaced opens req's agent on its node, or on the one placement
+// chooses.
+func (f *Direct) openPlaced(ctx context.Context, req schemas.OpenRequest, ship func(ctx context.Context, node string) (*schemas.Workspace, error)) (schemas.OpenReply, error) {
 	// An open placed by the fabric goes to another node when the one
 	// chosen cannot take it after all (stopping, gone, full, unable to
 	// start agents): placement read the nodes' records a moment before,
