@@ -509,8 +509,11 @@ func (o *nodeCommandOptions) joinAsLeaf(ctx context.Context, log *slog.Logger) (
 		if err == nil {
 			return leaf, nil
 		}
-		if strings.Contains(strings.ToLower(err.Error()), "authoriz") || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return nil, err
+		}
+		if why := o.leafRefused(err); why != nil {
+			return nil, why
 		}
 		log.Warn("waiting for the hub", "leaf", o.leaf, "err", err)
 		select {
@@ -519,6 +522,26 @@ func (o *nodeCommandOptions) joinAsLeaf(ctx context.Context, log *slog.Logger) (
 		case <-time.After(wait):
 		}
 	}
+}
+
+// leafRefused says what a leaf join the hub refused lacks; nil for a
+// failure a wait may end (a hub not reached). A certificate not trusted
+// or the hub's client port named are no such failure: they were tried
+// again for ever.
+func (o *nodeCommandOptions) leafRefused(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(strings.ToLower(msg), "authoriz"):
+		return err
+	case strings.Contains(msg, "unknown authority"), strings.Contains(msg, "certificate is not trusted"), strings.Contains(msg, "x509:"):
+		if o.client.tls.ca == "" {
+			return schemas.Errf(schemas.CodeInvalid, "the hub at %s presents a certificate this machine does not trust: give --tls-ca FILE", o.leaf)
+		}
+		return schemas.Errf(schemas.CodeInvalid, "the hub at %s presents a certificate the CA in %s did not sign: %v", o.leaf, o.client.tls.ca, err)
+	case strings.Contains(msg, "wrong port"):
+		return schemas.Errf(schemas.CodeInvalid, "%s is the hub's port for clients, not for leaf nodes: give --leaf the address shoal up prints as \"leaf nodes connect to\" (its --leaf-listen)", o.leaf)
+	}
+	return nil
 }
 
 // listenAddr reads a listen address flag: host:port, or a bare port (or

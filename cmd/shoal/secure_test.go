@@ -123,6 +123,14 @@ func TestSecuredPool(t *testing.T) {
 		{"a node under another name", 2, "are for node box, not other", func() (int, string, string) {
 			return runShoal(t, t.TempDir(), nil, "node", "--nats", url, "--tls-ca", ca.File, "--creds", creds["box"], "--name", "other")
 		}},
+		// A leaf node tried these again for ever, saying why only in its
+		// log (outside review).
+		{"a leaf node with no CA", 2, "presents a certificate this machine does not trust: give --tls-ca", func() (int, string, string) {
+			return runShoal(t, t.TempDir(), nil, "node", "--leaf", leafURL, "--creds", creds["mac"])
+		}},
+		{"a leaf node given the client port", 2, "is the hub's port for clients, not for leaf nodes", func() (int, string, string) {
+			return runShoal(t, t.TempDir(), nil, "node", "--leaf", url, "--tls-ca", ca.File, "--creds", creds["mac"])
+		}},
 	}
 	for _, r := range refusals {
 		code, _, errOut := r.run()
