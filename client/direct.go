@@ -753,7 +753,7 @@ func (f *Direct) Close(ctx context.Context, req schemas.AgentRequest) (schemas.C
 		// caller went before the node heard of it), long past any open,
 		// said starting for good: the close ends it.
 		if rec, rev, rerr := f.record(ctx, id); rerr == nil && staleClaim(rec) && rec.EventLog == "" {
-			if err := Forget(ctx, f.js, id, nil, rev); err != nil {
+			if err := EndClaim(ctx, f.js, rec, rev); err != nil {
 				return rep, schemas.Errf(schemas.CodeUnavailable, "agent %s: its open never finished, and its claim could not be given up: %v", id, err)
 			}
 			return schemas.CloseReply{Closed: true}, nil

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -66,4 +67,25 @@ func ForgottenTTL(ctx context.Context, js jetstream.JetStream) (time.Duration, e
 		return 0, nil
 	}
 	return max(maxAge, time.Second), nil
+}
+
+// EndClaim ends rec, a claim no node took up, at revision rev: it is
+// forgotten, or, when it carries the id's earlier lives (what they used,
+// where their numbering ended, which a forgotten claim would lose), it is
+// written dead, and the id's next open carries them on from it.
+func EndClaim(ctx context.Context, js jetstream.JetStream, rec schemas.AgentRecord, rev uint64) error {
+	if rec.UsageBefore == nil && rec.EventsBefore == 0 && rec.TurnsBefore == 0 {
+		return Forget(ctx, js, rec.ID, nil, rev)
+	}
+	kv, err := js.KeyValue(ctx, schemas.AgentsBucket)
+	if err != nil {
+		return err
+	}
+	rec.Status = schemas.StatusDead
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Update(ctx, rec.ID, b, rev)
+	return err
 }

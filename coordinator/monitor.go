@@ -424,7 +424,7 @@ func (m *Monitor) sweep(ctx context.Context, nodes, agents jetstream.KeyValue, s
 			// close. The client that claimed it gives it back when its
 			// open fails; one that went too leaves it stale, and it goes.
 			if staleClaim(rec) {
-				client.Forget(ctx, m.js, id, nil, rev)
+				client.EndClaim(ctx, m.js, rec, rev)
 			}
 			continue
 		}
@@ -640,10 +640,10 @@ func (m *Monitor) sweepChunks(ctx context.Context) {
 // defaultClaimsEvery is MonitorConfig.ClaimsEvery's default.
 const defaultClaimsEvery = time.Minute
 
-// sweepClaims forgets, every ClaimsEvery until ctx ends, the claims no
-// node took up that are older than any open would take, of ids with no
-// earlier life: one whose node lives was listed as starting for good (a
-// node's loss forgets its own, sweep).
+// sweepClaims ends, every ClaimsEvery until ctx ends, the claims no node
+// took up that are older than any open would take (client.EndClaim): one
+// whose node lives was listed as starting for good (a node's loss ends
+// its own, sweep).
 func (m *Monitor) sweepClaims(ctx context.Context) {
 	every := m.cfg.ClaimsEvery
 	if every == 0 {
@@ -661,24 +661,20 @@ func (m *Monitor) sweepClaims(ctx context.Context) {
 				continue
 			}
 			type stale struct {
-				id  string
+				rec schemas.AgentRecord
 				rev uint64
 			}
 			var todo []stale
 			client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
 				var rec schemas.AgentRecord
-				// One that carries an id's earlier lives (what they used,
-				// where their numbering ended) is left for a close or a
-				// reopen, which carry it on: forgotten, it would be lost.
-				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) &&
-					rec.UsageBefore == nil && rec.EventsBefore == 0 && rec.TurnsBefore == 0 {
-					todo = append(todo, stale{e.Key(), e.Revision()})
+				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) {
+					todo = append(todo, stale{rec, e.Revision()})
 				}
 			})
 			for _, c := range todo {
 				// At its revision: a node taking it up meanwhile keeps it.
-				if err := client.Forget(ctx, m.js, c.id, nil, c.rev); err == nil {
-					m.log.Info("forgot the claim of an open no node took up", "agent", c.id)
+				if err := client.EndClaim(ctx, m.js, c.rec, c.rev); err == nil {
+					m.log.Info("ended the claim of an open no node took up", "agent", c.rec.ID)
 				}
 			}
 		}

@@ -17,7 +17,7 @@ import (
 
 // An open's claim that no node took up (its caller went before the node
 // heard of it) was listed as starting for good while its node lived: only
-// a node's loss, or a close of the id, ended it. The monitor forgets a
+// a node's loss, or a close of the id, ended it. The monitor ends a
 // claim older than any open would take, whatever its node; a claim of an
 // open under way is left.
 func TestMonitorForgetsAClaimNoNodeTookUp(t *testing.T) {
@@ -38,8 +38,8 @@ func TestMonitorForgetsAClaimNoNodeTookUp(t *testing.T) {
 	claim("stale", time.Now().Add(-schemas.OpenTimeout-2*time.Minute))
 	claim("fresh", time.Now())
 	// A stale claim of an id with earlier lives carries where their
-	// numbering ended and what they used: it is left for a close or a
-	// reopen, which carry it on.
+	// numbering ended and what they used: it is written dead, and the
+	// id's next open carries them on from it.
 	lived, _ := json.Marshal(schemas.AgentRecord{ID: "lived", Node: "alive", Status: schemas.StatusStarting,
 		CreatedAt: float64(time.Now().Add(-schemas.OpenTimeout - 2*time.Minute).Unix()), EventsBefore: 40, TurnsBefore: 3})
 	if _, err := agents.Put(ctx, "lived", lived); err != nil {
@@ -55,9 +55,15 @@ func TestMonitorForgetsAClaimNoNodeTookUp(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 	time.Sleep(time.Second) // a few more rounds
-	for _, id := range []string{"fresh", "lived"} {
-		if _, err := agents.Get(ctx, id); err != nil {
-			t.Errorf("claim %s: %v", id, err)
-		}
+	if _, err := agents.Get(ctx, "fresh"); err != nil {
+		t.Errorf("the claim of an open under way: %v", err)
+	}
+	e, err := agents.Get(ctx, "lived")
+	var rec schemas.AgentRecord
+	if err == nil {
+		err = json.Unmarshal(e.Value(), &rec)
+	}
+	if events, turns := rec.NextNumbers(); err != nil || rec.Status != schemas.StatusDead || events != 40 || turns != 3 {
+		t.Errorf("the stale claim of an id that lived: %+v %v; want it dead, numbering on from event 40 and turn 3", rec, err)
 	}
 }
