@@ -198,10 +198,13 @@ func (c Config) withDefaults() Config {
 
 // Host is a running node: the agents of one machine.
 type Host struct {
-	cfg   Config
-	log   *slog.Logger
-	js    jetstream.JetStream
-	store store
+	cfg Config
+	// journaled is what the restart's journal held of turns' results, by
+	// agent (resume), for the records it closes.
+	journaled map[string][]journaledResult
+	log       *slog.Logger
+	js        jetstream.JetStream
+	store     store
 	// takesAcked says the relay reads schemas.HeaderAcked (its hello
 	// says so): the publisher names each agent's last event stored.
 	takesAcked bool
@@ -704,6 +707,7 @@ func (h *Host) reconcileRecords(ctx context.Context) error {
 			}
 			closing = append(closing, tail.Closing(o.rec, "node "+h.cfg.Name+" restarted")...)
 		}
+		h.countJournaled(&o.rec)
 		dead := o.rec.Dead()
 		if ok {
 			dead.LastEvent, dead.Turn = seq+uint64(len(closing)), max(dead.Turn, tail.Turn)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,7 @@ func (h *Host) resume(ctx context.Context, j *journal, prev previous, nums numbe
 			m.jseq = 0
 			h.pub.enqueue(m)
 			again++
+			h.noteJournaledResult(m)
 		}
 	}
 	for id, n := range dropped {
@@ -154,4 +156,45 @@ func (h *Host) closedWithout(ctx context.Context, ids []string, tails map[string
 		}
 	}
 	return closed, nil
+}
+
+// journaledResult is a turn's result the journal kept and the restart
+// stores: what the turn used, which the agent's record, written before
+// the turn ended, may not count.
+type journaledResult struct {
+	seq   uint64
+	usage schemas.Usage
+}
+
+// noteJournaledResult keeps m's usage when m, an event the journal kept,
+// is a turn's result: the record the restart closes the agent with counts
+// it (countJournaled).
+func (h *Host) noteJournaledResult(m *outMsg) {
+	if !bytes.Contains(m.data, []byte(`"kind":"result"`)) {
+		return
+	}
+	ev, err := schemas.Decode(m.data)
+	r, ok := ev.Payload.(schemas.Result)
+	if err != nil || !ok || r.Usage == nil {
+		return
+	}
+	if h.journaled == nil {
+		h.journaled = map[string][]journaledResult{}
+	}
+	h.journaled[m.agent] = append(h.journaled[m.agent], journaledResult{m.seq, *r.Usage})
+}
+
+// countJournaled adds to rec, the record of an agent a previous run left
+// open, the usage of the turns the journal kept the results of and the
+// record does not count: those numbered after its last event. The turn
+// the record says is running (its usage so far) is the first of them,
+// whose result counts it whole.
+func (h *Host) countJournaled(rec *schemas.AgentRecord) {
+	for _, r := range h.journaled[rec.ID] {
+		if r.seq <= rec.LastEvent {
+			continue
+		}
+		rec.Running = nil
+		rec.Usage.Add(r.usage)
+	}
 }
