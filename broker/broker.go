@@ -42,6 +42,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{cfg: cfg, log: newServerLog(cfg.Logger)}
+	b.log.store = cfg.StoreDir
 	opts, err := b.options()
 	if err != nil {
 		return nil, err

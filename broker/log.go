@@ -20,6 +20,8 @@ type serverLog struct {
 	first      error
 	last       string                       // the last error the server logged
 	violations map[string]*violationsLogged // connection -> what was logged of its violations lately
+	store      string                       // the JetStream store directory, for what a full disk says
+	fullSaid   time.Time                    // when a full store was last said
 }
 
 // violationsLogged is what the server's log said of one connection's
@@ -65,6 +67,19 @@ func (s *serverLog) Errorf(format string, v ...any) {
 	}
 	if hold {
 		s.log.Error("more permission violations of this connection are not logged for a while: it has had its share of lines", "connection", violator(msg), "lines", violationsPerWindow, "within", violationWindow)
+	}
+	if strings.Contains(msg, "no space left on device") {
+		s.mu.Lock()
+		say := time.Since(s.fullSaid) >= time.Minute
+		if say {
+			s.fullSaid = time.Now()
+		}
+		s.mu.Unlock()
+		if say {
+			// The server's own line names a file; what it means for the
+			// fabric, and that freeing space is not enough, it does not say.
+			s.log.Error("the fabric's store is out of disk space: agents' events, records and answers are not stored, and turns, opens and closes fail; free space where it is, then restart shoal up (its store takes no writes again until then; what nodes hold waits in their outboxes)", "store", s.store)
+		}
 	}
 }
 
