@@ -656,7 +656,7 @@ func (f *Direct) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 	select {
 	case err := <-answered:
 		return rep, err
-	case node := <-lost:
+	case why := <-lost:
 		// An agent that died on a live node is answered by its node at
 		// once, with what became of the turn; give that a moment.
 		select {
@@ -664,7 +664,7 @@ func (f *Direct) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 			return rep, err
 		case <-time.After(lossGrace):
 		}
-		return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead: its node %s was lost during the turn", req.AgentID, node)
+		return schemas.RunReply{}, schemas.Errf(schemas.CodeUnavailable, "agent '%s' is dead: %s", req.AgentID, why)
 	}
 }
 
@@ -672,8 +672,11 @@ func (f *Direct) Run(ctx context.Context, req schemas.RunRequest) (schemas.RunRe
 // its node's own answer.
 const lossGrace = 2 * time.Second
 
-// watchLoss reports, once, the node of an agent whose record turns dead
-// (or is taken by another life) while it is watched, until ctx ends.
+// watchLoss says, once, what became of the node of an agent whose record
+// turns dead (or is taken by another life) while it is watched, until ctx
+// ends: lost, as the coordinator judged it (its close names it), or
+// restarted, closing what it left (it closes in its own name); before the
+// turn ended, which it may not have begun.
 func (f *Direct) watchLoss(ctx context.Context, id string) <-chan string {
 	lost := make(chan string, 1)
 	kv, err := f.agentsKV(ctx)
@@ -699,7 +702,11 @@ func (f *Direct) watchLoss(ctx context.Context, id string) <-chan string {
 				first = &rec
 			}
 			if rec.Status == schemas.StatusDead || rec.CreatedAt != first.CreatedAt {
-				lost <- rec.Node
+				how := "restarted"
+				if rec.ClosedBy != "" || rec.Status != schemas.StatusDead {
+					how = "was lost"
+				}
+				lost <- fmt.Sprintf("its node %s %s before the turn ended", first.Node, how)
 				return
 			}
 		}

@@ -106,7 +106,7 @@ func TestRunEndsWhenItsNodeDies(t *testing.T) {
 	}{{"shoal run", ranCLI, cli, 4}, {"agent_run", ranMCP, viaMCP, 1}} {
 		select {
 		case r := <-c.ran:
-			want := "agent '" + c.id + "' is dead: its node doomed was lost during the turn"
+			want := "agent '" + c.id + "' is dead: its node doomed was lost before the turn ended"
 			if r.code != c.code || !strings.Contains(r.out, want) {
 				t.Errorf("%s ended %d with %q, want %d and %q", c.name, r.code, r.out, c.code, want)
 			}
@@ -356,7 +356,7 @@ func TestEarlyNodeLossIsActedOnAtOnce(t *testing.T) {
 	n.stop(syscall.SIGKILL)
 	select {
 	case code := <-ran:
-		want := "agent '" + id + "' is dead: its node early was lost during the turn"
+		want := "agent '" + id + "' is dead: its node early was lost before the turn ended"
 		if code != exitUnavailable || !strings.Contains(errOut, want) {
 			t.Errorf("shoal run ended %d with %q, want %d and %q", code, errOut, exitUnavailable, want)
 		}
