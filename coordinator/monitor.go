@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -614,27 +615,14 @@ const (
 // adds a chunk at least every few seconds; one that is whole is named by
 // its object's metadata, written after its last chunk.
 func (m *Monitor) sweepChunks(ctx context.Context) {
-	idle, every := m.cfg.ChunksIdle, m.cfg.ChunksEvery
-	if idle == 0 {
-		idle = defaultChunksIdle
-	}
-	if every == 0 {
-		every = defaultChunksEvery
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := m.removeOrphanChunks(ctx, idle); err != nil {
-				m.log.Debug("could not look for orphaned chunks in the repositories' store", "err", err)
-			} else if n > 0 {
-				m.log.Info("removed the chunks of bundles whose sender stopped mid-send", "bundles", n)
-			}
+	idle := cmp.Or(m.cfg.ChunksIdle, defaultChunksIdle)
+	everyTick(ctx, cmp.Or(m.cfg.ChunksEvery, defaultChunksEvery), func() {
+		if n, err := m.removeOrphanChunks(ctx, idle); err != nil {
+			m.log.Debug("could not look for orphaned chunks in the repositories' store", "err", err)
+		} else if n > 0 {
+			m.log.Info("removed the chunks of bundles whose sender stopped mid-send", "bundles", n)
 		}
-	}
+	})
 }
 
 // defaultClaimsEvery is MonitorConfig.ClaimsEvery's default.
@@ -645,38 +633,41 @@ const defaultClaimsEvery = time.Minute
 // whose node lives was listed as starting for good (a node's loss ends
 // its own, sweep).
 func (m *Monitor) sweepClaims(ctx context.Context) {
-	every := m.cfg.ClaimsEvery
-	if every == 0 {
-		every = defaultClaimsEvery
-	}
-	t := time.NewTicker(every)
+	everyTick(ctx, cmp.Or(m.cfg.ClaimsEvery, defaultClaimsEvery), func() {
+		agents, err := m.js.KeyValue(ctx, schemas.AgentsBucket)
+		if err != nil {
+			return
+		}
+		type stale struct {
+			rec schemas.AgentRecord
+			rev uint64
+		}
+		var todo []stale
+		client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
+			var rec schemas.AgentRecord
+			if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) {
+				todo = append(todo, stale{rec, e.Revision()})
+			}
+		})
+		for _, c := range todo {
+			// At its revision: a node taking it up meanwhile keeps it.
+			if err := client.EndClaim(ctx, m.js, c.rec, c.rev); err == nil {
+				m.log.Info("ended the claim of an open no node took up", "agent", c.rec.ID)
+			}
+		}
+	})
+}
+
+// everyTick runs fn every d until ctx ends.
+func everyTick(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			agents, err := m.js.KeyValue(ctx, schemas.AgentsBucket)
-			if err != nil {
-				continue
-			}
-			type stale struct {
-				rec schemas.AgentRecord
-				rev uint64
-			}
-			var todo []stale
-			client.ReadBucket(ctx, agents, func(e jetstream.KeyValueEntry) {
-				var rec schemas.AgentRecord
-				if json.Unmarshal(e.Value(), &rec) == nil && untakenClaim(rec) && staleClaim(rec) {
-					todo = append(todo, stale{rec, e.Revision()})
-				}
-			})
-			for _, c := range todo {
-				// At its revision: a node taking it up meanwhile keeps it.
-				if err := client.EndClaim(ctx, m.js, c.rec, c.rev); err == nil {
-					m.log.Info("ended the claim of an open no node took up", "agent", c.rec.ID)
-				}
-			}
+			fn()
 		}
 	}
 }

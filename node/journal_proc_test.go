@@ -161,7 +161,8 @@ func TestNodeJournalSurvivesTwoKills(t *testing.T) {
 	}
 }
 
-// firehose is a node process whose agent streams as fast as it can.
+// firehose is a node process and its agent (for startFirehose, one that
+// streams as fast as it can).
 type firehose struct {
 	node   *exec.Cmd
 	exited <-chan struct{}
@@ -175,7 +176,24 @@ type firehose struct {
 // turn's event number events.
 func startFirehose(t *testing.T, url, dir, printed string, events uint64) firehose {
 	t.Helper()
-	node, exited, stderr := startNodeProcess(t, url, dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
+	fh, f := startAgentProcess(t, url, dir, "firehose", "SHOAL_FAKE_PRINTED="+printed)
+	open := fh.open
+	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 60*time.Second, fmt.Sprintf("the stream holds the turn's event %d", events), func() bool {
+		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: events, Max: 1, IncludeDeltas: true})
+		return err == nil && len(rep.Events) == 1
+	})
+	return fh
+}
+
+// startAgentProcess starts a node process on the fabric at url, its files
+// in dir, its stand-in CLI in mode, and opens an agent on it; it returns
+// them, and a client of the fabric.
+func startAgentProcess(t *testing.T, url, dir, mode string, env ...string) (firehose, *client.Direct) {
+	t.Helper()
+	node, exited, stderr := startNodeProcess(t, url, dir, mode, env...)
 	f, err := client.NewDirect(connectTo(t, url), client.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -188,14 +206,7 @@ func startFirehose(t *testing.T, url, dir, printed string, events uint64) fireho
 	if err != nil {
 		t.Fatalf("open: %v\n%s", err, stderr.String())
 	}
-	if _, err := f.Send(t.Context(), schemas.SendRequest{AgentID: open.AgentID, Text: "go"}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 60*time.Second, fmt.Sprintf("the stream holds the turn's event %d", events), func() bool {
-		rep, err := f.Events(t.Context(), schemas.EventsRequest{AgentID: open.AgentID, FromEvent: events, Max: 1, IncludeDeltas: true})
-		return err == nil && len(rep.Events) == 1
-	})
-	return firehose{node: node, exited: exited, stderr: stderr, open: open}
+	return firehose{node: node, exited: exited, stderr: stderr, open: open}, f
 }
 
 // cutJournal cuts the largest segment of a journal in the middle of a

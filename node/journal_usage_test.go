@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfabric/shoal/client"
 	"github.com/shoalfabric/shoal/internal/poll"
 	"github.com/shoalfabric/shoal/schemas"
 )
@@ -22,19 +21,8 @@ func TestAJournaledTurnCountsInTheRecord(t *testing.T) {
 	store, dir := t.TempDir(), t.TempDir()
 	port := freePort(t)
 	b := runBrokerProcess(t, store, port)
-	node, exited, stderr := startNodeProcess(t, b.url, dir, "slow")
-	f, err := client.NewDirect(connectTo(t, b.url), client.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 30*time.Second, "the node process is up", func() bool {
-		nodes, _ := f.Nodes(t.Context())
-		return len(nodes) == 1
-	})
-	open, err := f.Open(t.Context(), schemas.OpenRequest{CWD: t.TempDir()})
-	if err != nil {
-		t.Fatalf("open: %v\n%s", err, stderr.String())
-	}
+	proc, f := startAgentProcess(t, b.url, dir, "slow")
+	open := proc.open
 	if _, err := f.Run(t.Context(), schemas.RunRequest{AgentID: open.AgentID, Text: "one"}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +33,8 @@ func TestAJournaledTurnCountsInTheRecord(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	b.kill()
 	time.Sleep(5 * time.Second) // the turn ends, its events in the journal
-	node.Process.Kill()
-	<-exited
+	proc.node.Process.Kill()
+	<-proc.exited
 
 	b = runBrokerProcess(t, store, port)
 	g := startNode(t, fixtureOptions{claude: fakeCLI("echo"), dir: dir, url: b.url})
