@@ -74,7 +74,7 @@ func (f *Direct) RunJob(ctx context.Context, spec JobSpec) (schemas.JobRecord, e
 		return schemas.JobRecord{}, err
 	}
 	defer start.Close()
-	if err := workspace.BranchBlocked(ctx, start.Root, schemas.BranchName(id)); err != nil {
+	if err := start.BranchBlocked(ctx, schemas.BranchName(id)); err != nil {
 		return schemas.JobRecord{}, schemas.Errf(schemas.CodeInvalid, "%v", err)
 	}
 	f.sayLeftOut(start)

@@ -334,11 +334,11 @@ func (c Checkout) Diff(ctx context.Context, base string, stat bool) (string, err
 		return "", err
 	}
 	defer cleanup()
-	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", base, tree}
+	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M"}
 	if stat {
-		args = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", "--stat", base, tree}
+		args = append(args, "--stat")
 	}
-	return g.run(ctx, c.Dir, env, nil, args...)
+	return g.run(ctx, c.Dir, env, nil, append(args, base, tree)...)
 }
 
 // Changed is how many files the agent's work changes against base.

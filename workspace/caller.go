@@ -61,15 +61,9 @@ func Prepare(ctx context.Context, dir, ref string, withChanges bool) (*Start, er
 		return nil, err
 	}
 	g := gitter{env: env}
-	root, err := g.path(ctx, abs, nil, "rev-parse", "--show-toplevel")
+	root, err := workTree(ctx, g, abs, dir, ", which has no files to work on: open the agent on a work tree of it (git worktree add DIR)")
 	if err != nil {
-		if errors.Is(err, ErrNoGit) {
-			return nil, err
-		}
-		if bare(ctx, g, abs) {
-			return nil, fmt.Errorf("%s is a bare repository, which has no files to work on: open the agent on a work tree of it (git worktree add DIR)", dir)
-		}
-		return nil, fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+		return nil, err
 	}
 	s := &Start{Root: root, Ref: ref, git: g}
 	objects, err := objectDir(ctx, g, root)
@@ -611,12 +605,9 @@ func Land(ctx context.Context, dir, bundle, tip, branch string, force bool) erro
 		return err
 	}
 	g := gitter{env: env}
-	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	root, err := workTree(ctx, g, dir, dir, ": fetch --into a work tree of it (git worktree add DIR)")
 	if err != nil {
-		if bare(ctx, g, dir) {
-			return fmt.Errorf("%s is a bare repository: fetch --into a work tree of it (git worktree add DIR)", dir)
-		}
-		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+		return err
 	}
 	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first, or fetch --into another repository", branch, root)
@@ -844,28 +835,19 @@ func moveBranch(ctx context.Context, g gitter, root, branch, tip string, force b
 	return nil
 }
 
-// BranchBlocked says why branch cannot be made in the repository at dir
+// BranchBlocked says why branch cannot be made in the start's repository
 // (nil when it can): a branch named as the directory of its name is
 // there (a branch shoal blocks shoal/<id>). A job checks it before its
 // turns, which it would otherwise run for work it could not land.
-func BranchBlocked(ctx context.Context, dir, branch string) error {
+func (s *Start) BranchBlocked(ctx context.Context, branch string) error {
 	d, _, ok := strings.Cut(branch, "/")
 	if !ok {
 		return nil
 	}
-	env, err := persons(ctx, dir)
-	if err != nil {
-		return err
-	}
-	g := gitter{env: env}
-	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
-	if err != nil {
-		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
-	}
-	if got, _ := g.line(ctx, root, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+d); got == "" {
+	if got, _ := s.git.line(ctx, s.Root, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+d); got == "" {
 		return nil
 	}
-	return fmt.Errorf("branch %s cannot be made in %s: a branch %s is there, and git keeps a branch's name from being another's directory; rename it (git branch -m %s NEW) first", branch, root, d, d)
+	return fmt.Errorf("branch %s cannot be made in %s: a branch %s is there, and git keeps a branch's name from being another's directory; rename it (git branch -m %s NEW) first", branch, s.Root, d, d)
 }
 
 // maxSnapshotsRead bounds the node's commits of uncommitted work a move
@@ -963,12 +945,9 @@ func SetBranch(ctx context.Context, dir, branch, commit string, force bool) erro
 		return err
 	}
 	g := gitter{env: env}
-	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	root, err := workTree(ctx, g, dir, dir, ": fetch --into a work tree of it (git worktree add DIR)")
 	if err != nil {
-		if bare(ctx, g, dir) {
-			return fmt.Errorf("%s is a bare repository: fetch --into a work tree of it (git worktree add DIR)", dir)
-		}
-		return fmt.Errorf("%s is not in a git work tree: %v", dir, err)
+		return err
 	}
 	if cur, _ := g.line(ctx, root, nil, "symbolic-ref", "--quiet", "HEAD"); cur == "refs/heads/"+branch {
 		return fmt.Errorf("branch %s is checked out in %s: switch to another branch first", branch, root)
@@ -993,8 +972,19 @@ func promisor(ctx context.Context, g gitter, root string) string {
 	return ""
 }
 
-// bare reports whether dir is a bare repository.
-func bare(ctx context.Context, g gitter, dir string) bool {
-	is, _ := g.line(ctx, dir, nil, "rev-parse", "--is-bare-repository")
-	return is == "true"
+// workTree is the top of the git work tree dir is in, or why there is
+// none: git missing (ErrNoGit), no repository, or a bare one, whose
+// refusal bare ends (what to do). named is dir as the caller named it.
+func workTree(ctx context.Context, g gitter, dir, named, bare string) (string, error) {
+	root, err := g.path(ctx, dir, nil, "rev-parse", "--show-toplevel")
+	switch {
+	case err == nil:
+		return root, nil
+	case errors.Is(err, ErrNoGit):
+		return "", err
+	}
+	if is, _ := g.line(ctx, dir, nil, "rev-parse", "--is-bare-repository"); is == "true" {
+		return "", fmt.Errorf("%s is a bare repository%s", named, bare)
+	}
+	return "", fmt.Errorf("%s is not in a git work tree: %v", named, err)
 }
