@@ -45,10 +45,10 @@ type MonitorConfig struct {
 	// store is looked at. defaultChunksIdle and defaultChunksEvery when
 	// zero.
 	ChunksIdle, ChunksEvery time.Duration
-	// ClaimsEvery is how often the monitor forgets the claims of opens
-	// that no node took up and no open could still be making (their
-	// callers went before their nodes heard of them); defaultClaimsEvery
-	// when zero.
+	// ClaimsEvery is how often the monitor ends the claims of opens that
+	// no node took up and no open could still be making (their callers
+	// went before their nodes heard of them: client.EndClaim);
+	// defaultClaimsEvery when zero.
 	ClaimsEvery time.Duration
 	// Relay, when set, says when the relay's connection was last lost
 	// (zero if never) and whether it is away now. Nodes confined to the

@@ -625,7 +625,7 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 	if !ok {
 		return "", "", false
 	}
-	if !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") || len(m.Reply) > schemas.MaxReplySubject {
+	if !repliesToNode(m, node) {
 		r.metrics.Refused(op)
 		r.warn(node+"/reply", "dropped a relay message whose reply is not the node's inbox", "node", node, "subject", m.Subject, "reply", m.Reply)
 		return "", "", false
@@ -638,15 +638,20 @@ func (r *Relay) from(m *nats.Msg) (node, agent string, ok bool) {
 // it takes or with one it does not, an agent id that is no id. The node
 // is told, on its own inbox, as a malformed body is told.
 func (r *Relay) malformed(m *nats.Msg) {
-	rest, _ := strings.CutPrefix(m.Subject, "shoal.relay.")
-	node, _, _ := strings.Cut(rest, ".")
-	if schemas.ValidID(node) != nil || !strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") || len(m.Reply) > schemas.MaxReplySubject {
+	node := schemas.RelaySubjectNode(m.Subject)
+	if schemas.ValidID(node) != nil || !repliesToNode(m, node) {
 		return
 	}
 	subject := fmt.Sprintf("%.120q", m.Subject)
 	r.warn(node+"/subject", "answered a relay message whose subject names no operation", "node", node, "subject", subject)
 	replyJSON(r.nc, m.Reply, schemas.ErrorReply{Error: schemas.Errf(schemas.CodeInvalid,
-		"subject %s names no operation of the relay: want shoal.relay.%s.<operation>, and .<agent id> after get, event, record, permit, bundle_get, bundle_put and budget", subject, node)})
+		"subject %s names no operation of the relay: want %s.<operation>, and .<agent id> after %s", subject, strings.TrimSuffix(schemas.RelayNamespace(node), ".>"), schemas.RelayAgentOps())})
+}
+
+// repliesToNode reports whether m's reply subject is node's inbox, within
+// the bound on reply subjects: the only place the relay answers a node.
+func repliesToNode(m *nats.Msg, node string) bool {
+	return strings.HasPrefix(m.Reply, schemas.InboxPrefix("node", node)+".") && len(m.Reply) <= schemas.MaxReplySubject
 }
 
 // event forwards an event of an agent the node owns to agent.<id>: a

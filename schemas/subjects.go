@@ -324,13 +324,33 @@ func RelayWildcard(op RelayOp) string {
 	return relayPrefix + "*." + string(op)
 }
 
+// relayAgentOps are the relay's operations whose subjects end in an
+// agent's id.
+var relayAgentOps = []RelayOp{RelayEvent, RelayRecord, RelayGet, RelayPermit, RelayBundleGet, RelayBundlePut, RelayBudget}
+
 // RelayOpNamesAgent reports whether op's subject ends in an agent's id.
-func RelayOpNamesAgent(op RelayOp) bool {
-	switch op {
-	case RelayEvent, RelayRecord, RelayGet, RelayPermit, RelayBundleGet, RelayBundlePut, RelayBudget:
-		return true
+func RelayOpNamesAgent(op RelayOp) bool { return slices.Contains(relayAgentOps, op) }
+
+// RelayAgentOps names the operations whose subjects end in an agent's id,
+// as a person reads a list ("a, b and c").
+func RelayAgentOps() string {
+	names := make([]string, len(relayAgentOps))
+	for i, op := range relayAgentOps {
+		names[i] = string(op)
 	}
-	return false
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// RelaySubjectNode is the node a subject of the relay's namespace names
+// (its first token after the prefix), whether or not the rest is well
+// formed; "" for a subject outside the namespace.
+func RelaySubjectNode(subject string) string {
+	rest, ok := strings.CutPrefix(subject, relayPrefix)
+	if !ok {
+		return ""
+	}
+	node, _, _ := strings.Cut(rest, ".")
+	return node
 }
 
 // ParseRelaySubject splits a relay subject into node, op and agent id.

@@ -185,22 +185,25 @@ func (o *clientOptions) refused(err error) error {
 	return nil
 }
 
-func (o *clientOptions) refusal(err error) error {
+func (o *clientOptions) refusal(err error) error { return o.refusalAt(o.url, err) }
+
+// refusalAt is refusal of a dial to url (a leaf node's hub, for one).
+func (o *clientOptions) refusalAt(url string, err error) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "Authorization Violation") && o.creds == "":
-		return fmt.Errorf("NATS at %s requires credentials: give --creds FILE (issued by `shoal creds` on the coordinator)", o.url)
+		return fmt.Errorf("NATS at %s requires credentials: give --creds FILE (issued by `shoal creds` on the coordinator)", url)
 	case strings.Contains(msg, "Authorization Violation"), strings.Contains(msg, "Authentication Expired"):
-		return fmt.Errorf("NATS at %s refused the credentials in %s: %v", o.url, o.creds, err)
+		return fmt.Errorf("NATS at %s refused the credentials in %s: %v", url, o.creds, err)
 	case strings.Contains(msg, "certificate signed by unknown authority"), strings.Contains(msg, "certificate is not trusted"):
 		if o.tls.ca == "" {
-			return fmt.Errorf("NATS at %s presents a certificate this machine does not trust: give --tls-ca FILE", o.url)
+			return fmt.Errorf("NATS at %s presents a certificate this machine does not trust: give --tls-ca FILE", url)
 		}
-		return fmt.Errorf("NATS at %s presents a certificate the CA in %s did not sign: %v", o.url, o.tls.ca, err)
+		return fmt.Errorf("NATS at %s presents a certificate the CA in %s did not sign: %v", url, o.tls.ca, err)
 	case strings.Contains(msg, "secure connection required"):
-		return fmt.Errorf("NATS at %s requires TLS: give --tls-ca FILE (and --tls-cert/--tls-key if it asks for a client certificate)", o.url)
+		return fmt.Errorf("NATS at %s requires TLS: give --tls-ca FILE (and --tls-cert/--tls-key if it asks for a client certificate)", url)
 	case strings.Contains(msg, "certificate required"), strings.Contains(msg, "bad certificate"):
-		return fmt.Errorf("NATS at %s requires a client certificate: give --tls-cert and --tls-key (%v)", o.url, err)
+		return fmt.Errorf("NATS at %s requires a client certificate: give --tls-cert and --tls-key (%v)", url, err)
 	}
 	return nil
 }

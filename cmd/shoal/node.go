@@ -524,21 +524,15 @@ func (o *nodeCommandOptions) joinAsLeaf(ctx context.Context, log *slog.Logger) (
 	}
 }
 
-// leafRefused says what a leaf join the hub refused lacks; nil for a
-// failure a wait may end (a hub not reached). A certificate not trusted
-// or the hub's client port named are no such failure: they were tried
-// again for ever.
+// leafRefused says what a leaf join the hub refused lacks, as a dial's
+// refusal says it (credentials, a certificate not trusted), or that
+// --leaf names the hub's client port; nil for a failure a wait may end
+// (a hub not reached). The last two were tried again for ever.
 func (o *nodeCommandOptions) leafRefused(err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(strings.ToLower(msg), "authoriz"):
-		return err
-	case strings.Contains(msg, "unknown authority"), strings.Contains(msg, "certificate is not trusted"), strings.Contains(msg, "x509:"):
-		if o.client.tls.ca == "" {
-			return schemas.Errf(schemas.CodeInvalid, "the hub at %s presents a certificate this machine does not trust: give --tls-ca FILE", o.leaf)
-		}
-		return schemas.Errf(schemas.CodeInvalid, "the hub at %s presents a certificate the CA in %s did not sign: %v", o.leaf, o.client.tls.ca, err)
-	case strings.Contains(msg, "wrong port"):
+	if e := o.client.refusalAt(o.leaf, err); e != nil {
+		return schemas.Errf(schemas.CodeInvalid, "%s", e)
+	}
+	if strings.Contains(err.Error(), "wrong port") {
 		return schemas.Errf(schemas.CodeInvalid, "%s is the hub's port for clients, not for leaf nodes: give --leaf the address shoal up prints as \"leaf nodes connect to\" (its --leaf-listen)", o.leaf)
 	}
 	return nil
