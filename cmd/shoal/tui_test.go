@@ -46,6 +46,11 @@ func startTUI(t *testing.T, env []string) *screen {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the last screen:\n%s", s.last)
+			// The whole scrollback, if the pane is still there: a report
+			// longer than the screen (a race detector's) starts above it.
+			if out, err := exec.Command("tmux", "-L", s.socket, "capture-pane", "-p", "-S", "-", "-t", "tui").Output(); err == nil {
+				t.Logf("the pane's whole history:\n%s", out)
+			}
 		}
 		exec.Command("tmux", "-L", s.socket, "kill-server").Run()
 	})
